@@ -1,0 +1,74 @@
+//! The crate's one error type.
+
+use std::fmt;
+
+/// Everything that can go wrong when configuring or calling a limiter.
+///
+/// A *denial* is not an error: it is a [`Decision`](crate::Decision) with
+/// `allowed == false`. Errors are for misuse, and a call that returns an
+/// error has changed no state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// A rate string such as `"10/s"` could not be parsed.
+    InvalidRate {
+        /// The string as given.
+        input: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A numeric parameter is out of range (NaN, infinite, zero, negative,
+    /// or too large to represent).
+    InvalidArgument {
+        /// The parameter's name, e.g. `"refill_per_sec"`.
+        name: &'static str,
+        /// The offending value, as given.
+        value: String,
+        /// What the parameter must be.
+        reason: &'static str,
+    },
+    /// A call asked for more tokens than the key can ever hold.
+    CostExceedsLimit {
+        /// The cost asked for.
+        cost: u64,
+        /// The most the key can hold.
+        limit: u64,
+    },
+    /// A key is longer than the limiter's `max_key_len`.
+    KeyTooLong {
+        /// The key's length in bytes.
+        len: usize,
+        /// The longest key the limiter accepts.
+        max: usize,
+    },
+}
+
+impl Error {
+    pub(crate) fn invalid(name: &'static str, value: impl fmt::Display, reason: &'static str) -> Self {
+        Error::InvalidArgument { name, value: value.to_string(), reason }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidRate { input, reason } => {
+                write!(f, "invalid rate {input:?}: {reason} (expected \"<count>/<period>\", e.g. \"10/s\", \"100/min\", \"3/250ms\")")
+            }
+            Error::InvalidArgument { name, value, reason } => {
+                write!(f, "invalid {name}: {value} ({reason})")
+            }
+            Error::CostExceedsLimit { cost, limit } => {
+                write!(f, "cost {cost} exceeds the limit {limit}: this call could never be allowed")
+            }
+            Error::KeyTooLong { len, max } => {
+                write!(f, "key is {len} bytes long; the limit is {max} bytes")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

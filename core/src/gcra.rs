@@ -1,0 +1,155 @@
+//! The token bucket as GCRA (SPEC §4.1, normative).
+//!
+//! A key's whole state is its theoretical arrival time `TAT`, in nanoseconds
+//! on the limiter's clock. With `T` the emission interval, `B` the capacity
+//! and `τ = B·T`, a call for `n` tokens at `now` computes
+//! `tat = max(TAT, now)` and `new = tat + n·T`, and passes iff
+//! `new − now ≤ τ`. A new key (`TAT = 0`) is full. Time is tokens: no refill
+//! step, no fractions lost.
+
+use crate::algorithm::{sealed, Algorithm};
+use crate::decision::Decision;
+use crate::quota::Quota;
+use crate::rate::MAX_NANOS;
+
+/// The GCRA token-bucket algorithm for one [`Quota`]: the rule behind
+/// [`TokenBucket`](crate::TokenBucket) and
+/// [`DirectTokenBucket`](crate::DirectTokenBucket).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Gcra {
+    quota: Quota,
+    /// `T`, ns per token.
+    t: u64,
+    /// `τ = B·T`, < 2^63.
+    tau: u64,
+}
+
+impl Gcra {
+    /// The algorithm for `quota`.
+    pub fn new(quota: Quota) -> Self {
+        let t = quota.emission_interval_nanos();
+        Gcra { quota, t, tau: quota.capacity() * t }
+    }
+
+    /// The quota this algorithm enforces.
+    pub fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    /// Whole tokens in a bucket whose TAT is `d` ns after now: `⌊(τ − d)/T⌋`, ≥ 0.
+    #[inline]
+    fn tokens(&self, d: u64) -> u64 {
+        self.tau.saturating_sub(d) / self.t
+    }
+}
+
+impl sealed::Sealed for Gcra {}
+
+impl Algorithm for Gcra {
+    const PRISTINE: u64 = 0;
+
+    #[inline]
+    fn limit(&self) -> u64 {
+        self.quota.capacity()
+    }
+
+    #[inline]
+    fn decide(&self, tat: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
+        // Clamping `now` to 2^63 − 1 and τ < 2^63 keep every stored TAT below
+        // 2^64 − 1, the store's "empty slot" marker.
+        let now = now.min(MAX_NANOS);
+        let tat = tat.max(now);
+        let d = tat - now; // how far the bucket is "behind": τ − d is what it holds
+        let need = cost * self.t; // ≤ τ because cost ≤ B was checked
+        let slack = self.tau - need;
+        if d > slack {
+            // new − now = d + need > τ. Waiting d − slack makes it exactly τ.
+            let decision = Decision::denied(self.tokens(d), self.quota.capacity(), d - slack, d);
+            (decision, None)
+        } else {
+            let after = d + need;
+            let decision = Decision::allowed(self.tokens(after), self.quota.capacity(), after);
+            (decision, (cost != 0).then_some(tat + need))
+        }
+    }
+
+    #[inline]
+    fn refund(&self, tat: u64, now: u64, tokens: u64) -> Option<u64> {
+        let now = now.min(MAX_NANOS);
+        if tat <= now {
+            return None; // already full
+        }
+        let new = tat.saturating_sub(tokens.saturating_mul(self.t)).max(now);
+        (new != tat).then_some(new)
+    }
+
+    #[inline]
+    fn idle_after(&self, tat: u64, now: u64) -> u64 {
+        tat.saturating_sub(now)
+    }
+
+    #[inline]
+    fn join(&self, a: u64, b: u64) -> u64 {
+        a.max(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gcra(capacity: u64, t: u64) -> Gcra {
+        Gcra::new(Quota::new(capacity, 1e9 / t as f64).unwrap())
+    }
+
+    /// The SPEC §4.1 equations, checked value by value.
+    #[test]
+    fn spec_equations_exactly() {
+        let g = gcra(4, 100); // B = 4, T = 100 ns, τ = 400
+        // Fresh key at now = 1000: tat = 1000, new = 1100, allowed.
+        let (d, next) = g.decide(0, 1000, 1);
+        assert_eq!(next, Some(1100));
+        assert_eq!((d.allowed, d.remaining, d.limit), (true, 3, 4));
+        assert_eq!((d.retry_after_nanos(), d.reset_after_nanos()), (0, 100));
+        // TAT = 1350 at now 1000: d = 350, cost 1 needs 100 > slack 300 -> denied.
+        let (d, next) = g.decide(1350, 1000, 1);
+        assert_eq!(next, None);
+        assert_eq!((d.allowed, d.remaining), (false, 0));
+        assert_eq!((d.retry_after_nanos(), d.reset_after_nanos()), (50, 350));
+        // cost 3 at TAT = 1050: new = 1350, new - now = 350 ≤ 400.
+        let (d, next) = g.decide(1050, 1000, 3);
+        assert_eq!(next, Some(1350));
+        assert_eq!((d.remaining, d.reset_after_nanos()), (0, 350));
+        // cost 0 answers like peek and writes nothing.
+        let (d, next) = g.decide(1050, 1000, 0);
+        assert_eq!((d.allowed, d.remaining, next), (true, 3, None));
+    }
+
+    #[test]
+    fn clock_stepping_back_never_grants_more() {
+        let g = gcra(2, 100);
+        // TAT far beyond now + τ, as after the clock stepped back.
+        let (d, next) = g.decide(10_000, 1_000, 1);
+        assert!(!d.allowed && next.is_none());
+        assert_eq!(d.remaining, 0);
+        assert_eq!(d.retry_after_nanos(), 10_000 + 100 - 200 - 1_000);
+    }
+
+    #[test]
+    fn refund_never_fills_above_full() {
+        let g = gcra(10, 100);
+        assert_eq!(g.refund(500, 1000, 3), None); // already full
+        assert_eq!(g.refund(1500, 1000, 3), Some(1200));
+        assert_eq!(g.refund(1500, 1000, u64::MAX), Some(1000));
+    }
+
+    #[test]
+    fn extreme_values_do_not_overflow() {
+        let g = Gcra::new(Quota::new(1, 1e-9 * 2.0).unwrap()); // T = 5e17 ns
+        let (d, next) = g.decide(0, u64::MAX, 1);
+        assert!(d.allowed);
+        assert!(next.unwrap() < u64::MAX);
+        let (d, _) = g.decide(u64::MAX - 1, 0, 1);
+        assert!(!d.allowed && d.retry_after_nanos() > 0);
+    }
+}

@@ -1,0 +1,64 @@
+//! # ratomic
+//!
+//! A rate limiter that is fast and exact: each key's state is one
+//! `AtomicU64` changed by a compare-and-swap loop, with lazy refill, no
+//! background threads and no locks on the per-key path.
+//!
+//! - [`TokenBucket`]: a GCRA token bucket per key (SPEC §4.1), with peek,
+//!   refund, reset, a live-key count and a bounded store that forgets full
+//!   buckets without changing any later decision.
+//! - [`DirectTokenBucket`]: one bucket, no key.
+//! - Every call returns the same [`Decision`]: allowed, remaining, limit,
+//!   retry_after, reset_after. A denial is a value; errors ([`Error`]) are
+//!   for misuse and change no state.
+//! - Time comes from a [`Clock`] ([`MonotonicClock`] by default,
+//!   [`ManualClock`] for tests) or from the caller, via the `*_at` methods.
+//!
+//! ```
+//! use std::time::Duration;
+//! use ratomic::{ManualClock, Quota, TokenBucket};
+//!
+//! // 10 requests a second per user, bursts of up to 10.
+//! let clock = ManualClock::new();
+//! let limiter = TokenBucket::builder(Quota::parse("10/s")?).clock(clock.clone()).build()?;
+//!
+//! for _ in 0..10 {
+//!     assert!(limiter.allow("user:42")?.allowed);
+//! }
+//! let d = limiter.allow("user:42")?;
+//! assert!(!d.allowed);
+//! assert_eq!(d.retry_after, Duration::from_millis(100)); // one token refills in 100 ms
+//!
+//! clock.advance(d.retry_after);
+//! assert!(limiter.allow("user:42")?.allowed);
+//! # Ok::<(), ratomic::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+
+mod algorithm;
+mod clock;
+mod decision;
+mod direct;
+mod error;
+mod gcra;
+mod key;
+mod keyed;
+mod quota;
+mod rate;
+mod store;
+mod sync;
+mod token_bucket;
+
+pub use algorithm::Algorithm;
+pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use decision::Decision;
+pub use direct::Direct;
+pub use error::{Error, Result};
+pub use gcra::Gcra;
+pub use key::{AsKey, Key, StoredKey};
+pub use keyed::{Builder, Keyed};
+pub use quota::Quota;
+pub use rate::Rate;
+pub use store::Options;
+pub use token_bucket::{DirectTokenBucket, TokenBucket};

@@ -99,6 +99,42 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
         Ok(self.store.update(hash, &probe, now, &self.alg, |states| cas_decide(&self.alg, &states[0], now, cost)))
     }
 
+    /// Many independent calls in one: each `(key, cost)` pair is decided as
+    /// by [`allow_n`](Self::allow_n), in order, all at one clock reading.
+    /// Each pair gets its own result; an invalid pair fails alone.
+    ///
+    /// ```
+    /// use ratomic::{Quota, TokenBucket};
+    ///
+    /// let limiter = TokenBucket::new(Quota::per_second(1)?);
+    /// let out = limiter.allow_many([("a", 1), ("a", 1), ("b", 1), ("c", 2)]);
+    /// let allowed: Vec<_> = out.iter().map(|r| r.as_ref().map(|d| d.allowed)).collect();
+    /// assert_eq!(allowed[..3], [Ok(true), Ok(false), Ok(true)]);
+    /// assert!(out[3].is_err()); // cost 2 exceeds the limit 1
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    pub fn allow_many<'q, Q, I>(&self, requests: I) -> Vec<Result<Decision>>
+    where
+        Q: ?Sized + AsKey<K> + 'q,
+        I: IntoIterator<Item = (&'q Q, u64)>,
+    {
+        let mut out = Vec::new();
+        self.allow_many_at(requests, self.now(), &mut out);
+        out
+    }
+
+    /// [`allow_many`](Self::allow_many) at time `now`, appending to `out` (so
+    /// a caller can reuse one buffer across batches).
+    pub fn allow_many_at<'q, Q, I>(&self, requests: I, now: u64, out: &mut Vec<Result<Decision>>)
+    where
+        Q: ?Sized + AsKey<K> + 'q,
+        I: IntoIterator<Item = (&'q Q, u64)>,
+    {
+        let requests = requests.into_iter();
+        out.reserve(requests.size_hint().0);
+        out.extend(requests.map(|(key, cost)| self.allow_at(key, cost, now)));
+    }
+
     /// What `allow` would answer for one token, changing nothing.
     #[inline]
     pub fn peek<Q: ?Sized + AsKey<K>>(&self, key: &Q) -> Result<Decision> {

@@ -106,7 +106,7 @@ mod tests {
     #[test]
     fn spec_equations_exactly() {
         let g = gcra(4, 100); // B = 4, T = 100 ns, τ = 400
-        // Fresh key at now = 1000: tat = 1000, new = 1100, allowed.
+                              // Fresh key at now = 1000: tat = 1000, new = 1100, allowed.
         let (d, next) = g.decide(0, 1000, 1);
         assert_eq!(next, Some(1100));
         assert_eq!((d.allowed, d.remaining, d.limit), (true, 3, 4));

@@ -274,10 +274,7 @@ mod tests {
     #[test]
     fn overlong_key_is_an_error() {
         let h = FixedState::with_seed(7);
-        assert_eq!(
-            [0u8; 11].as_slice().probe(&h, 10).map(|_| ()),
-            Err(Error::KeyTooLong { len: 11, max: 10 })
-        );
+        assert_eq!([0u8; 11].as_slice().probe(&h, 10).map(|_| ()), Err(Error::KeyTooLong { len: 11, max: 10 }));
         assert!([0u8; 10].as_slice().probe(&h, 10).is_ok());
     }
 

@@ -135,7 +135,9 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
         out.extend(requests.map(|(key, cost)| self.allow_at(key, cost, now)));
     }
 
-    /// What `allow` would answer for one token, changing nothing.
+    /// What `allow` would answer for one token, changing nothing: like every
+    /// decision, its `remaining` is what would be left *after* that token.
+    /// `peek_n(key, 0)` reports the key's state as it is.
     #[inline]
     pub fn peek<Q: ?Sized + AsKey<K>>(&self, key: &Q) -> Result<Decision> {
         self.peek_at(key, 1, self.now())

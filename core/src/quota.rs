@@ -155,7 +155,13 @@ impl TryFrom<Rate> for Quota {
 
 impl fmt::Display for Quota {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "burst {} refilled at {}/s (one token every {:?})", self.capacity, self.refill_per_sec, self.emission_interval())
+        write!(
+            f,
+            "burst {} refilled at {}/s (one token every {:?})",
+            self.capacity,
+            self.refill_per_sec,
+            self.emission_interval()
+        )
     }
 }
 

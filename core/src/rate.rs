@@ -168,8 +168,13 @@ impl TryFrom<&str> for Rate {
 impl fmt::Display for Rate {
     /// The shortest canonical form that parses back to the same rate.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const SHOW: &[(&str, u64)] =
-            &[("d", 86_400 * NS_PER_S), ("h", 3_600 * NS_PER_S), ("m", 60 * NS_PER_S), ("s", NS_PER_S), ("ms", NS_PER_MS)];
+        const SHOW: &[(&str, u64)] = &[
+            ("d", 86_400 * NS_PER_S),
+            ("h", 3_600 * NS_PER_S),
+            ("m", 60 * NS_PER_S),
+            ("s", NS_PER_S),
+            ("ms", NS_PER_MS),
+        ];
         for &(unit, ns) in SHOW {
             if self.period_ns % ns == 0 {
                 let n = self.period_ns / ns;
@@ -209,8 +214,24 @@ mod tests {
     #[test]
     fn rejects_malformed_rates_and_quotes_them() {
         for bad in [
-            "", "10", "10/", "/s", "ten/s", "10/parsec", "-1/s", "+1/s", "0/s", "10/0s", "1.5/s", "10/1.5s", "10 / s",
-            "10/S", "1_000/s", "10/s/s", "99999999999999999999/s", "1/99999999999d",
+            "",
+            "10",
+            "10/",
+            "/s",
+            "ten/s",
+            "10/parsec",
+            "-1/s",
+            "+1/s",
+            "0/s",
+            "10/0s",
+            "1.5/s",
+            "10/1.5s",
+            "10 / s",
+            "10/S",
+            "1_000/s",
+            "10/s/s",
+            "99999999999999999999/s",
+            "1/99999999999d",
         ] {
             match Rate::parse(bad) {
                 Err(Error::InvalidRate { input, .. }) => assert_eq!(input, bad),

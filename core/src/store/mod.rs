@@ -151,6 +151,13 @@ impl Options {
     }
 }
 
+/// Per-process random seeds in production. loom needs every execution of a
+/// model to make the same choices, so under loom the seed is fixed.
+#[cfg(not(ratomic_loom))]
+type Hasher = foldhash::fast::RandomState;
+#[cfg(ratomic_loom)]
+type Hasher = foldhash::fast::FixedState;
+
 /// Keeps each shard's lock on its own cache lines (two, for the adjacent-line
 /// prefetcher), so threads working on different shards do not contend.
 #[repr(align(128))]
@@ -164,7 +171,7 @@ struct Shard<S: StoredKey> {
 pub(crate) struct Store<S: StoredKey> {
     shards: Box<[Padded<RwLock<Shard<S>>>]>,
     mask: usize,
-    hasher: foldhash::fast::RandomState,
+    hasher: Hasher,
     width: usize,
     max_per_shard: usize,
 }
@@ -176,12 +183,11 @@ impl<S: StoredKey> Store<S> {
         let count = options.shard_count();
         let mut floor = [0; MAX_WIDTH];
         retention.pristine(&mut floor[..width]);
-        let shards =
-            (0..count).map(|_| Padded(RwLock::new(Shard { table: Table::empty(width), floor }))).collect();
+        let shards = (0..count).map(|_| Padded(RwLock::new(Shard { table: Table::empty(width), floor }))).collect();
         Ok(Store {
             shards,
             mask: count - 1,
-            hasher: foldhash::fast::RandomState::default(),
+            hasher: Hasher::default(),
             width,
             max_per_shard: options.max_keys.div_ceil(count),
         })
@@ -332,7 +338,8 @@ impl<S: StoredKey> Store<S> {
         });
         let survivors = idle.len();
         let limit = self.max_per_shard;
-        let keep = if survivors + extra > limit { survivors.min((limit - limit / 8).min(limit - extra)) } else { survivors };
+        let keep =
+            if survivors + extra > limit { survivors.min((limit - limit / 8).min(limit - extra)) } else { survivors };
         let new_cap = if keep + extra == 0 {
             0
         } else {

@@ -1,0 +1,188 @@
+//! loom models of every CAS protocol in the token bucket.
+//!
+//! Run with (CI uses a preemption bound of 2):
+//! `RUSTFLAGS="--cfg ratomic_loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p ratomic --release --test loom`
+#![cfg(ratomic_loom)]
+
+use loom::sync::Arc;
+use loom::thread;
+use ratomic::{DirectTokenBucket, Gcra, Keyed, MonotonicClock, Options, Quota, Rate, TokenBucket};
+use std::time::Duration;
+
+type Bucket = Keyed<Gcra, [u8], MonotonicClock>;
+
+/// A bucket of `b` tokens, one token per 10 ns, one shard, as small as a model needs.
+fn bucket(b: u64, max_keys: usize) -> Arc<Bucket> {
+    let quota = Quota::from_rate(Rate::new(b, Duration::from_nanos(10 * b)).unwrap()).unwrap();
+    Arc::new(
+        TokenBucket::with_algorithm(
+            Gcra::new(quota),
+            MonotonicClock::new(),
+            Options::default().shards(1).max_keys(max_keys),
+        )
+        .unwrap(),
+    )
+}
+
+fn allowed(l: &Bucket, key: &str, now: u64) -> bool {
+    l.allow_at(key, 1, now).unwrap().allowed
+}
+
+#[test]
+fn concurrent_allows_on_a_new_key_grant_exactly_capacity() {
+    loom::model(|| {
+        let l = bucket(2, 16);
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                let l = l.clone();
+                thread::spawn(move || allowed(&l, "k", 0))
+            })
+            .collect();
+        let granted = handles.into_iter().map(|h| h.join().unwrap()).filter(|&a| a).count();
+        assert_eq!(granted, 2);
+    });
+}
+
+#[test]
+fn concurrent_allows_on_an_existing_key_grant_exactly_what_is_left() {
+    loom::model(|| {
+        let l = bucket(3, 16);
+        assert!(allowed(&l, "k", 0));
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                let l = l.clone();
+                thread::spawn(move || allowed(&l, "k", 0))
+            })
+            .collect();
+        let granted = handles.into_iter().map(|h| h.join().unwrap()).filter(|&a| a).count();
+        assert_eq!(granted, 2);
+    });
+}
+
+#[test]
+fn refund_racing_allow_conserves_tokens() {
+    loom::model(|| {
+        let l = bucket(1, 16);
+        assert!(allowed(&l, "k", 0)); // empty now
+        let r = {
+            let l = l.clone();
+            thread::spawn(move || l.refund_at("k", 1, 0).unwrap())
+        };
+        let a = {
+            let l = l.clone();
+            thread::spawn(move || allowed(&l, "k", 0))
+        };
+        r.join().unwrap();
+        let got = a.join().unwrap();
+        // Either the allow saw the refunded token (and took it), or it came
+        // first, was denied, and the token is still there.
+        let left = l.peek_at("k", 0, 0).unwrap().remaining;
+        assert_eq!(left, if got { 0 } else { 1 });
+    });
+}
+
+#[test]
+fn reset_racing_allow_is_linearizable() {
+    loom::model(|| {
+        let l = bucket(1, 16);
+        assert!(allowed(&l, "k", 0));
+        let r = {
+            let l = l.clone();
+            thread::spawn(move || l.reset_at("k", 0).unwrap())
+        };
+        let a = {
+            let l = l.clone();
+            thread::spawn(move || allowed(&l, "k", 0))
+        };
+        r.join().unwrap();
+        let got = a.join().unwrap();
+        let left = l.peek_at("k", 0, 0).unwrap().remaining;
+        // allow before reset: denied, then full (1). After: granted, empty (0).
+        assert_eq!(left, if got { 0 } else { 1 });
+    });
+}
+
+#[test]
+fn gc_racing_a_stale_allow_never_grants_more() {
+    // The key is empty until t = 10. A gc at t = 10 drops it (it is full then)
+    // while an allow that read the clock at t = 5 runs: that allow must be
+    // denied whether it runs before or after the drop.
+    loom::model(|| {
+        let l = bucket(1, 16);
+        assert!(allowed(&l, "k", 0));
+        let g = {
+            let l = l.clone();
+            thread::spawn(move || l.gc_at(10))
+        };
+        let a = {
+            let l = l.clone();
+            thread::spawn(move || allowed(&l, "k", 5))
+        };
+        assert_eq!(g.join().unwrap(), 1);
+        assert!(!a.join().unwrap());
+        assert!(allowed(&l, "k", 10));
+    });
+}
+
+#[test]
+fn eviction_under_max_keys_racing_allow_never_grants_more() {
+    // max_keys = 1: a new key evicts the drained one. The drained key must
+    // stay drained whether its allow runs before or after the eviction.
+    loom::model(|| {
+        let l = bucket(1, 1);
+        assert!(allowed(&l, "victim", 0));
+        let e = {
+            let l = l.clone();
+            thread::spawn(move || {
+                let _ = l.allow_at("other", 1, 0).unwrap();
+            })
+        };
+        let a = {
+            let l = l.clone();
+            thread::spawn(move || allowed(&l, "victim", 0))
+        };
+        e.join().unwrap();
+        assert!(!a.join().unwrap());
+        assert!(l.len() <= 1);
+    });
+}
+
+#[test]
+fn concurrent_inserts_of_different_keys_lose_nothing() {
+    // Two keys inserted concurrently into one shard, forcing a rebuild, while
+    // a third key is being charged: every charge lands.
+    loom::model(|| {
+        let l = bucket(2, 16);
+        assert!(allowed(&l, "c", 0));
+        let handles: Vec<_> = ["a", "b", "c"]
+            .into_iter()
+            .map(|k| {
+                let l = l.clone();
+                thread::spawn(move || allowed(&l, k, 0))
+            })
+            .collect();
+        for h in handles {
+            assert!(h.join().unwrap());
+        }
+        for k in ["a", "b"] {
+            assert_eq!(l.peek_at(k, 0, 0).unwrap().remaining, 1);
+        }
+        assert_eq!(l.peek_at("c", 0, 0).unwrap().remaining, 0);
+    });
+}
+
+#[test]
+fn direct_bucket_grants_exactly_capacity() {
+    loom::model(|| {
+        let quota = Quota::from_rate(Rate::new(2, Duration::from_nanos(20)).unwrap()).unwrap();
+        let b = Arc::new(DirectTokenBucket::with_clock(quota, MonotonicClock::new()));
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                let b = b.clone();
+                thread::spawn(move || b.allow_at(1, 0).unwrap().allowed)
+            })
+            .collect();
+        let granted = handles.into_iter().map(|h| h.join().unwrap()).filter(|&a| a).count();
+        assert_eq!(granted, 2);
+    });
+}

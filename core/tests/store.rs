@@ -1,0 +1,155 @@
+//! The keyed store: forgetting full buckets changes no decision, `max_keys`
+//! bounds memory without ever granting more, tables grow and shrink.
+
+use std::time::Duration;
+
+use ratomic::{Clock, ManualClock, Quota, TokenBucket};
+
+const SEC: u64 = 1_000_000_000;
+
+fn limiter(quota: Quota, max_keys: usize) -> (TokenBucket<[u8], ManualClock>, ManualClock) {
+    let clock = ManualClock::new();
+    (TokenBucket::builder(quota).clock(clock.clone()).max_keys(max_keys).build().unwrap(), clock)
+}
+
+/// xorshift: deterministic, no dependency.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[test]
+fn dropping_full_buckets_changes_no_decision() {
+    let quota = Quota::new(3, 10.0).unwrap();
+    let (kept, clock) = limiter(quota, 1 << 20);
+    let forgetful = TokenBucket::builder(quota).clock(clock.clone()).shards(1).build().unwrap();
+    let mut rng = Rng(42);
+    let mut dropped = 0;
+    for step in 0..50_000 {
+        let key = format!("user:{}", rng.next() % 2_000);
+        clock.advance_nanos(rng.next() % (SEC / 1_000));
+        let cost = rng.next() % 3;
+        assert_eq!(kept.allow_n(&key, cost).unwrap(), forgetful.allow_n(&key, cost).unwrap(), "step {step}");
+        if step % 997 == 0 {
+            dropped += forgetful.gc();
+        }
+    }
+    assert!(dropped > 1_000, "the test must actually drop keys (dropped {dropped})");
+    assert!(forgetful.len() < kept.len());
+}
+
+#[test]
+fn gc_forgets_exactly_the_full_buckets_and_shrinks() {
+    let (l, clock) = limiter(Quota::new(2, 1.0).unwrap(), 1 << 20);
+    for i in 0..10_000u32 {
+        let _ = l.allow(&i.to_le_bytes()).unwrap();
+    }
+    let _ = l.allow_n("busy", 2).unwrap();
+    assert_eq!(l.len(), 10_001);
+    let big = l.memory_bytes();
+    clock.advance(Duration::from_millis(999)); // nobody full yet
+    assert_eq!(l.gc(), 0);
+    clock.advance(Duration::from_millis(1)); // one-token keys are full now; "busy" is not
+    assert_eq!(l.gc(), 10_000);
+    assert_eq!(l.len(), 1);
+    assert!(l.memory_bytes() * 100 < big, "tables shrink: {} -> {}", big, l.memory_bytes());
+    assert_eq!(l.peek_n("busy", 0).unwrap().remaining, 1, "the busy key was kept, half refilled");
+}
+
+#[test]
+fn full_buckets_are_dropped_as_tables_fill_without_gc() {
+    // Each key is used once; its bucket is full again 1 ms later. Memory
+    // stays proportional to the keys being limited, with no gc() call.
+    let (l, clock) = limiter(Quota::new(1, 1000.0).unwrap(), 1 << 22);
+    for i in 0..200_000u64 {
+        let _ = l.allow(&i.to_le_bytes()).unwrap();
+        clock.advance(Duration::from_micros(10)); // 100 keys live at any time
+    }
+    assert!(l.len() < 5_000, "{} keys held", l.len());
+}
+
+#[test]
+fn max_keys_bounds_memory_and_never_blocks() {
+    let (l, _clock) = limiter(Quota::per_hour(10).unwrap(), 1_000);
+    for i in 0..100_000u64 {
+        let _ = l.allow(&i.to_le_bytes()).unwrap();
+    }
+    assert!(l.len() <= 1_000 + 16, "{} keys held with max_keys 1000", l.len());
+}
+
+#[test]
+fn eviction_under_pressure_never_grants_more() {
+    // A key drained, then pushed out of a full store by a flood of other
+    // keys, must not come back with tokens it did not earn.
+    let (l, clock) = limiter(Quota::new(5, 1.0).unwrap(), 64);
+    let _ = l.allow_n("victim", 5).unwrap();
+    let mut flood = Rng(7);
+    for _ in 0..10_000 {
+        let _ = l.allow(&flood.next().to_le_bytes()).unwrap();
+    }
+    assert!(!l.allow("victim").unwrap().allowed, "an evicted empty bucket stays empty");
+    clock.advance(Duration::from_secs(1));
+    let d = l.allow("victim").unwrap();
+    assert!(d.allowed, "and refills as it would have");
+    assert_eq!(d.remaining, 0);
+    assert!(!l.allow("victim").unwrap().allowed);
+    // Once the flood's buckets are full again, everything is back to normal.
+    clock.advance(Duration::from_secs(10));
+    assert_eq!(l.allow_n("newcomer", 5).unwrap().remaining, 0);
+}
+
+#[test]
+fn conformance_holds_per_key_under_pressure() {
+    // Over any run, a key is never granted more than B + elapsed/T tokens,
+    // even while other keys keep evicting it.
+    let (l, clock) = limiter(Quota::new(4, 2.0).unwrap(), 32);
+    let mut rng = Rng(99);
+    let start = clock.now();
+    let mut granted = 0u64;
+    for _ in 0..20_000 {
+        clock.advance_nanos(rng.next() % (SEC / 100));
+        if rng.next() % 4 == 0 {
+            granted += u64::from(l.allow("watched").unwrap().allowed);
+        } else {
+            let _ = l.allow(&(rng.next() % 500).to_le_bytes()).unwrap();
+        }
+    }
+    let elapsed = clock.now() - start;
+    let bound = 4 + elapsed / (SEC / 2);
+    assert!(granted <= bound, "granted {granted} > bound {bound}");
+    assert!(granted * 10 >= bound * 7, "and not starved: {granted} of {bound}");
+}
+
+#[test]
+fn long_keys_survive_rebuilds() {
+    let (l, _clock) = limiter(Quota::new(3, 1.0).unwrap(), 1 << 20);
+    let key = |i: u32| format!("a-rather-long-key-that-lives-on-the-heap/{i:08}");
+    for i in 0..5_000 {
+        assert!(l.allow(&key(i)).unwrap().allowed);
+    }
+    for i in 0..5_000 {
+        assert_eq!(l.peek_n(&key(i), 0).unwrap().remaining, 2, "key {i}");
+    }
+    for i in (0..5_000).step_by(2) {
+        l.reset(&key(i)).unwrap();
+    }
+    assert_eq!(l.len(), 2_500);
+    for i in 0..5_000 {
+        assert_eq!(l.peek_n(&key(i), 0).unwrap().remaining, if i % 2 == 0 { 3 } else { 2 });
+    }
+}
+
+#[test]
+fn reset_is_exact_even_when_the_shard_floor_is_ahead() {
+    let (l, _clock) = limiter(Quota::new(2, 1.0).unwrap(), 1);
+    let _ = l.allow_n("a", 2).unwrap();
+    let _ = l.allow("b").unwrap(); // evicts "a": the floor now holds its empty bucket
+    assert!(!l.allow("c").unwrap().allowed, "new keys start from the floor");
+    l.reset("c").unwrap();
+    assert_eq!(l.allow_n("c", 2).unwrap().remaining, 0, "a reset key is full");
+}

@@ -35,6 +35,14 @@ pub trait Algorithm: sealed::Sealed + Send + Sync + 'static {
     #[doc(hidden)]
     fn refund(&self, state: u64, now: u64, tokens: u64) -> Option<u64>;
 
+    /// Takes back a charge of `cost` this limiter made when it stored
+    /// `charged` (the state a successful `decide` returned), for the
+    /// all-or-nothing protocols: a multi-limit call gives back what it
+    /// charged when a later limit denies. `state` is the word now, possibly
+    /// changed by other calls since. `None` when nothing changes.
+    #[doc(hidden)]
+    fn uncharge(&self, state: u64, charged: u64, now: u64, cost: u64) -> Option<u64>;
+
     /// Nanoseconds until `state` carries no information (the key is full
     /// again and could be forgotten without changing any later decision);
     /// 0 means "droppable now".
@@ -76,6 +84,34 @@ pub(crate) fn cas_decide<A: Algorithm>(alg: &A, cell: &AtomicU64, now: u64, cost
         let Some(next) = next else { return decision };
         match cell.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed) {
             Ok(_) => return decision,
+            Err(actual) => current = actual,
+        }
+    }
+}
+
+/// Like [`cas_decide`], and also returns the state it stored, if any: the
+/// receipt a give-back needs.
+#[inline]
+pub(crate) fn cas_charge<A: Algorithm>(alg: &A, cell: &AtomicU64, now: u64, cost: u64) -> (Decision, Option<u64>) {
+    let mut current = cell.load(Ordering::Relaxed);
+    loop {
+        let (decision, next) = alg.decide(current, now, cost);
+        let Some(next) = next else { return (decision, None) };
+        match cell.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return (decision, Some(next)),
+            Err(actual) => current = actual,
+        }
+    }
+}
+
+/// Gives back a charge made by [`cas_charge`] (which stored `charged`).
+#[inline]
+pub(crate) fn cas_uncharge<A: Algorithm>(alg: &A, cell: &AtomicU64, charged: u64, now: u64, cost: u64) {
+    let mut current = cell.load(Ordering::Relaxed);
+    loop {
+        let Some(next) = alg.uncharge(current, charged, now, cost) else { return };
+        match cell.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return,
             Err(actual) => current = actual,
         }
     }

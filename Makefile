@@ -1,0 +1,31 @@
+# ratomic: one command builds everything and runs every test.
+#
+#   make test          # what CI runs (.ci/run)
+#   make test-rust     # workspace tests, doc tests, property tests
+#   make test-loom     # loom models of every CAS protocol
+#
+# Bounded settings keep CI well under 30 minutes on 2 cores; raise them by
+# hand for deeper runs, e.g.
+#   make test-loom LOOM_MAX_PREEMPTIONS=3
+#   make test-rust PROPTEST_CASES=20000
+
+CARGO ?= cargo
+LOOM_MAX_PREEMPTIONS ?= 2
+PROPTEST_CASES ?= 256
+export PROPTEST_CASES
+
+.PHONY: test test-rust test-loom lint
+
+test: test-rust test-loom
+
+test-rust:
+	$(CARGO) test
+	$(CARGO) check -p ratomic-benches --benches --bins
+
+test-loom:
+	RUSTFLAGS="--cfg ratomic_loom" LOOM_MAX_PREEMPTIONS=$(LOOM_MAX_PREEMPTIONS) CARGO_TARGET_DIR=target/loom \
+		$(CARGO) test -p ratomic --release --test loom
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings

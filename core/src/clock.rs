@@ -23,7 +23,7 @@
 //! read no clock at all.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A source of time for a limiter: nanoseconds since an arbitrary epoch.
@@ -59,17 +59,22 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
     }
 }
 
-/// The default clock: [`std::time::Instant`], whose epoch is the moment the
-/// clock was created. Truly monotonic, nanosecond resolution.
+/// The default clock: [`std::time::Instant`]. Truly monotonic, nanosecond
+/// resolution.
+///
+/// Every `MonotonicClock` in a process shares one epoch (the moment the
+/// first was made), so readings from different limiters are on one
+/// timeline: a [`Stack`](crate::Stack) can pass one `now` to all its members.
 #[derive(Clone, Copy, Debug)]
 pub struct MonotonicClock {
     epoch: Instant,
 }
 
 impl MonotonicClock {
-    /// A clock whose epoch is now.
+    /// The process's monotonic clock.
     pub fn new() -> Self {
-        MonotonicClock { epoch: Instant::now() }
+        static EPOCH: OnceLock<Instant> = OnceLock::new();
+        MonotonicClock { epoch: *EPOCH.get_or_init(Instant::now) }
     }
 }
 
@@ -154,6 +159,15 @@ mod tests {
             assert!(t >= last);
             last = t;
         }
+    }
+
+    #[test]
+    fn monotonic_clocks_share_one_timeline() {
+        let a = MonotonicClock::new();
+        let b = std::thread::spawn(MonotonicClock::new).join().unwrap();
+        assert_eq!(a.epoch, b.epoch);
+        let ta = a.now();
+        assert!(b.now() >= ta);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use crate::algorithm::{cas_decide, cas_refund, peek, Algorithm};
+use crate::algorithm::{cas_charge, cas_refund, peek, Algorithm};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::Result;
@@ -96,7 +96,10 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     pub fn allow_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<Decision> {
         self.alg.check_cost(cost)?;
         let (hash, probe) = key.as_key().probe(self.store.hasher(), self.max_key_len)?;
-        Ok(self.store.update(hash, &probe, now, &self.alg, |states| cas_decide(&self.alg, &states[0], now, cost)))
+        Ok(self.store.update(hash, &probe, now, &self.alg, |states| {
+            let (decision, stored) = cas_charge(&self.alg, &states[0], now, cost);
+            (decision, stored.is_some())
+        }))
     }
 
     /// Many independent calls in one: each `(key, cost)` pair is decided as
@@ -154,7 +157,7 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     pub fn peek_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<Decision> {
         self.alg.check_cost(cost)?;
         let (hash, probe) = key.as_key().probe(self.store.hasher(), self.max_key_len)?;
-        Ok(self.store.update(hash, &probe, now, &self.alg, |states| peek(&self.alg, &states[0], now, cost)))
+        Ok(self.store.update(hash, &probe, now, &self.alg, |states| (peek(&self.alg, &states[0], now, cost), false)))
     }
 
     /// Gives `tokens` back to `key` (say, for work that was admitted but not
@@ -167,7 +170,7 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// [`refund`](Self::refund) at time `now`.
     pub fn refund_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, tokens: u64, now: u64) -> Result<()> {
         let (hash, probe) = key.as_key().probe(self.store.hasher(), self.max_key_len)?;
-        self.store.update(hash, &probe, now, &self.alg, |states| cas_refund(&self.alg, &states[0], now, tokens));
+        self.store.update(hash, &probe, now, &self.alg, |states| ((), cas_refund(&self.alg, &states[0], now, tokens)));
         Ok(())
     }
 

@@ -150,7 +150,7 @@ impl Windows {
 
     /// Nanoseconds from `now` to the end of the frame's window.
     #[inline]
-    fn to_end(&self, f: Frame) -> u64 {
+    fn until_end(&self, f: Frame) -> u64 {
         f.gap.saturating_add(self.window - f.offset)
     }
 }
@@ -213,7 +213,7 @@ impl Algorithm for FixedWindowCounter {
     fn decide(&self, state: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
         let (f, count) = self.view(state, now);
         let limit = self.w.limit;
-        let to_end = self.w.to_end(f);
+        let to_end = self.w.until_end(f);
         if count + cost <= limit {
             let after = count + cost;
             let reset = if after > 0 { to_end } else { 0 };
@@ -241,7 +241,7 @@ impl Algorithm for FixedWindowCounter {
     fn idle_after(&self, state: u64, now: u64) -> u64 {
         let (f, count) = self.view(state, now);
         if count > 0 {
-            self.w.to_end(f)
+            self.w.until_end(f)
         } else {
             0
         }
@@ -343,7 +343,7 @@ impl SlidingWindowCounter {
     /// at the end of this window, the current window's at the end of the next.
     #[inline]
     fn reset_after(&self, c: &Counts, cur: u64) -> u64 {
-        let to_end = self.w.to_end(c.frame);
+        let to_end = self.w.until_end(c.frame);
         if cur > 0 {
             to_end.saturating_add(self.w.window)
         } else if c.prev > 0 {
@@ -367,7 +367,7 @@ impl SlidingWindowCounter {
             // need cur·(W − y) ≤ (L − cost)·W.
             let fit = (l - u128::from(cost)) * w / u128::from(c.cur);
             let y = (w - fit) as u64;
-            self.w.to_end(c.frame).saturating_add(y)
+            self.w.until_end(c.frame).saturating_add(y)
         }
     }
 }

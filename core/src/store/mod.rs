@@ -203,9 +203,10 @@ impl<S: StoredKey> Store<S> {
         &self.shards[hash as usize & self.mask].0
     }
 
-    /// Runs `op` on the key's state words and returns its result. `op` may
-    /// run more than once (only the last result is returned) and must touch
-    /// nothing but the words it is given.
+    /// Runs `op` on the key's state words and returns its result. `op` also
+    /// says whether it changed them; it may run more than once (only the
+    /// last result is returned) and must touch nothing but the words it is
+    /// given.
     ///
     /// A key that is absent answers from its shard's floor; it is inserted
     /// only if `op` changed that state, so denials and peeks never allocate.
@@ -216,13 +217,13 @@ impl<S: StoredKey> Store<S> {
         probe: &S::Probe<'_>,
         now: u64,
         retention: &impl Retention,
-        op: impl Fn(&[AtomicU64]) -> R,
+        op: impl Fn(&[AtomicU64]) -> (R, bool),
     ) -> R {
         let lock = self.shard(hash);
         {
             let shard = sync::read(lock);
             if let Some(i) = shard.table.find(hash, probe) {
-                return op(shard.table.states(i));
+                return op(shard.table.states(i)).0;
             }
             let (r, changed) = self.on_floor(&shard.floor, &op);
             if changed.is_none() {
@@ -240,11 +241,11 @@ impl<S: StoredKey> Store<S> {
         probe: &S::Probe<'_>,
         now: u64,
         retention: &impl Retention,
-        op: impl Fn(&[AtomicU64]) -> R,
+        op: impl Fn(&[AtomicU64]) -> (R, bool),
     ) -> R {
         let mut shard = sync::write(lock);
         if let Some(i) = shard.table.find(hash, probe) {
-            return op(shard.table.states(i)); // inserted by another call meanwhile
+            return op(shard.table.states(i)).0; // inserted by another call meanwhile
         }
         self.make_room(&mut shard, now, retention, 1);
         let (r, changed) = self.on_floor(&shard.floor, &op);
@@ -256,12 +257,14 @@ impl<S: StoredKey> Store<S> {
 
     /// Runs `op` on a private copy of the floor: the answer for an absent key,
     /// and the states to insert if `op` changed them.
-    fn on_floor<R>(&self, floor: &[u64; MAX_WIDTH], op: &impl Fn(&[AtomicU64]) -> R) -> (R, Option<[u64; MAX_WIDTH]>) {
+    fn on_floor<R>(
+        &self,
+        floor: &[u64; MAX_WIDTH],
+        op: &impl Fn(&[AtomicU64]) -> (R, bool),
+    ) -> (R, Option<[u64; MAX_WIDTH]>) {
         let cells: [AtomicU64; MAX_WIDTH] = std::array::from_fn(|w| AtomicU64::new(floor[w]));
-        let r = op(&cells[..self.width]);
-        let after: [u64; MAX_WIDTH] = std::array::from_fn(|w| cells[w].load(Ordering::Relaxed));
-        let changed = after[..self.width] != floor[..self.width];
-        (r, changed.then_some(after))
+        let (r, changed) = op(&cells[..self.width]);
+        (r, changed.then(|| std::array::from_fn(|w| cells[w].load(Ordering::Relaxed))))
     }
 
     /// Forgets the key: afterwards it answers as a key never seen.

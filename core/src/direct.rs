@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::algorithm::{cas_decide, cas_refund, peek, Algorithm};
+use crate::algorithm::{cas_charge, cas_decide, cas_refund, cas_uncharge, peek, Algorithm};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::Result;
@@ -93,6 +93,17 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// Makes the bucket full again.
     pub fn reset(&self) {
         self.state.store(A::PRISTINE, Ordering::Relaxed);
+    }
+}
+
+impl<A: Algorithm, C: Clock> Direct<A, C> {
+    pub(crate) fn charge_at(&self, cost: u64, now: u64) -> Result<(Decision, Option<u64>)> {
+        self.alg.check_cost(cost)?;
+        Ok(cas_charge(&self.alg, &self.state, now, cost))
+    }
+
+    pub(crate) fn give_back_at(&self, charged: u64, cost: u64, now: u64) {
+        cas_uncharge(&self.alg, &self.state, charged, now, cost);
     }
 }
 

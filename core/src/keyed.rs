@@ -3,7 +3,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use crate::algorithm::{cas_charge, cas_refund, peek, Algorithm};
+use crate::algorithm::{cas_charge, cas_refund, cas_uncharge, peek, Algorithm};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::Result;
@@ -215,6 +215,35 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// copies of keys longer than 23 bytes).
     pub fn memory_bytes(&self) -> usize {
         self.store.table_bytes()
+    }
+}
+
+impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
+    /// A call's charge for a [`Stack`](crate::Stack): the decision and the
+    /// state it stored (the receipt for giving it back).
+    pub(crate) fn charge_at(&self, key: &K, cost: u64, now: u64) -> Result<(Decision, Option<u64>)> {
+        self.alg.check_cost(cost)?;
+        let (hash, probe) = key.probe(self.store.hasher(), self.max_key_len)?;
+        Ok(self.store.update(hash, &probe, now, &self.alg, |states| {
+            let (decision, stored) = cas_charge(&self.alg, &states[0], now, cost);
+            ((decision, stored), stored.is_some())
+        }))
+    }
+
+    /// Gives back a charge made by [`charge_at`](Self::charge_at).
+    pub(crate) fn give_back_at(&self, key: &K, charged: u64, cost: u64, now: u64) {
+        if let Ok((hash, probe)) = key.probe(self.store.hasher(), self.max_key_len) {
+            self.store.update(hash, &probe, now, &self.alg, |states| {
+                cas_uncharge(&self.alg, &states[0], charged, now, cost);
+                ((), true)
+            });
+        }
+    }
+
+    /// Checks a call's arguments without touching any state.
+    pub(crate) fn validate(&self, key: &K, cost: u64) -> Result<()> {
+        self.alg.check_cost(cost)?;
+        key.probe(self.store.hasher(), self.max_key_len).map(|_| ())
     }
 }
 

@@ -7,7 +7,15 @@
 //! - [`TokenBucket`]: a GCRA token bucket per key (SPEC §4.1), with peek,
 //!   refund, reset, a live-key count and a bounded store that forgets full
 //!   buckets without changing any later decision.
+//! - [`FixedWindow`] and [`SlidingWindow`]: window counters, index and
+//!   counts packed in the same one word per key.
+//! - [`Limiter`]: several named limits on one key (a token bucket and a
+//!   daily window, say), all or nothing, one lookup for all; per-request
+//!   [`LimitSet`]s choose which limits a call is subject to.
+//! - [`Stack`]: limiters on different keys (per IP, per user, global), all
+//!   or nothing, with a decision that names who denied.
 //! - [`DirectTokenBucket`]: one bucket, no key.
+//! - Batches: `allow_many` decides many `(key, cost)` pairs in one call.
 //! - Every call returns the same [`Decision`]: allowed, remaining, limit,
 //!   retry_after, reset_after. A denial is a value; errors ([`Error`]) are
 //!   for misuse and change no state.
@@ -45,9 +53,12 @@ mod fixed_window;
 mod gcra;
 mod key;
 mod keyed;
+mod limiter;
 mod quota;
 mod rate;
+mod rule;
 mod sliding_window;
+mod stack;
 mod store;
 mod sync;
 mod token_bucket;
@@ -62,9 +73,12 @@ pub use fixed_window::FixedWindow;
 pub use gcra::Gcra;
 pub use key::{AsKey, Key, StoredKey};
 pub use keyed::{Builder, Keyed};
+pub use limiter::{LimitSet, Limiter, LimiterBuilder, MultiDecision, NamedDecision, Selected, MAX_LIMITS};
 pub use quota::Quota;
 pub use rate::Rate;
+pub use rule::Rule;
 pub use sliding_window::SlidingWindow;
+pub use stack::{Receipt, Stack, StackBuilder, StackMember};
 pub use store::Options;
 pub use token_bucket::{DirectTokenBucket, TokenBucket};
 pub use window::{FixedWindowCounter, SlidingWindowCounter};

@@ -1,0 +1,664 @@
+//! Several named limits on one key, all or nothing (SPEC §4.4).
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use smallvec::SmallVec;
+
+use crate::algorithm::{cas_charge, cas_refund, cas_uncharge, peek, Algorithm};
+use crate::clock::{Clock, MonotonicClock};
+use crate::decision::Decision;
+use crate::error::{Error, Result};
+use crate::key::{AsKey, Key};
+use crate::rate::MAX_NANOS;
+use crate::rule::Rule;
+use crate::store::{Options, Retention, Store, MAX_WIDTH};
+
+/// The most limits one [`Limiter`] holds.
+pub const MAX_LIMITS: usize = MAX_WIDTH;
+
+/// Several named limits on the same key — say a burst of `10/s` and
+/// `1000/day` — decided all or nothing: a call is allowed only if every
+/// limit allows it, and then every limit is charged; otherwise none is.
+///
+/// One key lookup serves all the limits: a key's state is one `AtomicU64`
+/// per limit, side by side in one slot. The protocol is lock-free: each
+/// limit is charged by its own CAS, in order; if one denies, the ones
+/// already charged are given back. Under concurrency a call may be denied
+/// spuriously while another call's tokens are on their way back, but no
+/// limit ever grants more than it allows alone.
+///
+/// # Per-request limits
+///
+/// A limiter may hold limits that apply only to some requests — a free and
+/// an enterprise plan, reads and writes — and each call chooses which apply
+/// with a [`LimitSet`] (resolved from names once, then a bitmask): see
+/// [`select`](Self::select). A call on all limits pays nothing for this.
+///
+/// Each limit keeps its own state per key, so moving a key from one set of
+/// limits to another (an upgrade from the free plan to the enterprise plan)
+/// starts it on the new limits with whatever it has used of *those* —
+/// usually nothing, a full allowance — while its state in the old limits
+/// stays, and counts again if it moves back. The limits themselves are fixed
+/// when the limiter is built; to change a quota for everyone, build a new
+/// limiter (and, for a gradual switch, stack the old one with it: see
+/// [`Stack`](crate::Stack)).
+///
+/// ```
+/// use ratomic::{Limiter, ManualClock, Quota, Rate, Rule};
+///
+/// let limiter = Limiter::builder()
+///     .limit("burst", Rule::token_bucket(Quota::parse("3/s")?))
+///     .limit("daily", Rule::fixed_window(Rate::parse("5/d")?)?)
+///     .clock(ManualClock::new())
+///     .build()?;
+///
+/// for _ in 0..3 {
+///     assert!(limiter.allow("user:1")?.allowed());
+/// }
+/// let d = limiter.allow("user:1")?;
+/// assert!(!d.allowed());
+/// assert_eq!(d.denied_by().collect::<Vec<_>>(), ["burst"]);
+/// assert!(d.get("daily").unwrap().allowed, "daily alone would have allowed it");
+/// let daily_now = limiter.peek_n("user:1", 0)?.get("daily").unwrap();
+/// assert_eq!(daily_now.remaining, 2, "and it was not charged: 5 a day, 3 used");
+/// # Ok::<(), ratomic::Error>(())
+/// ```
+pub struct Limiter<K: ?Sized + Key = [u8], C: Clock = MonotonicClock> {
+    rules: Rules,
+    names: Box<[Box<str>]>,
+    store: Store<K::Stored>,
+    clock: C,
+    max_key_len: usize,
+    all: LimitSet,
+    _key: PhantomData<fn(&K)>,
+}
+
+/// Which of a [`Limiter`]'s limits a call is subject to: a bitmask, made
+/// once from names with [`Limiter::limit_set`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LimitSet(u16);
+
+impl LimitSet {
+    /// Whether the set holds the limit at position `index`.
+    pub fn contains(self, index: usize) -> bool {
+        index < MAX_LIMITS && self.0 & (1 << index) != 0
+    }
+
+    /// The union of two sets.
+    pub fn union(self, other: LimitSet) -> LimitSet {
+        LimitSet(self.0 | other.0)
+    }
+
+    /// How many limits the set holds.
+    pub fn len(self) -> usize {
+        self.0.count_ones() as usize
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// The rules as the store sees them: every limit's state in one slot.
+struct Rules(Box<[Rule]>);
+
+impl Retention for Rules {
+    fn pristine(&self, out: &mut [u64]) {
+        out.fill(Rule::PRISTINE);
+    }
+    fn idle_after(&self, states: &[u64], now: u64) -> u64 {
+        self.0.iter().zip(states).map(|(r, &s)| Algorithm::idle_after(r, s, now)).max().unwrap_or(0)
+    }
+    fn join_into(&self, floor: &mut [u64], states: &[u64]) {
+        for ((r, f), &s) in self.0.iter().zip(floor.iter_mut()).zip(states) {
+            *f = r.join(*f, s);
+        }
+    }
+}
+
+/// What a multi-limit charge stored in each limit it charged.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Receipts {
+    words: [u64; MAX_LIMITS],
+    charged: u16,
+}
+
+/// Per-limit answers, inline for up to four limits.
+pub(crate) type Entries = SmallVec<[(u8, Decision); 4]>;
+
+/// The answer to one [`Limiter`] (or [`Stack`](crate::Stack)) call: the
+/// combined decision (SPEC §4.4) and one entry per limit (or stack member)
+/// the call was subject to.
+///
+/// Combined: allowed only if every limit allowed; `remaining` the smallest
+/// remaining; `limit` that of the limit with the least remaining;
+/// `retry_after` the largest wait among the limits that denied (after it,
+/// all of them allow); `reset_after` the largest.
+///
+/// On a denial, each entry is what that limit alone would answer (as a
+/// peek): nothing was consumed.
+#[derive(Clone, PartialEq, Eq)]
+#[must_use = "a decision says whether the call was allowed"]
+pub struct MultiDecision<'a> {
+    /// The combined decision.
+    pub decision: Decision,
+    entries: Entries,
+    names: &'a [Box<str>],
+}
+
+/// One limit's part in a [`MultiDecision`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NamedDecision<'a> {
+    /// The limit's name.
+    pub name: &'a str,
+    /// What the limit answered.
+    pub decision: Decision,
+}
+
+impl<'a> MultiDecision<'a> {
+    pub(crate) fn combine(entries: Entries, names: &'a [Box<str>]) -> Self {
+        let allowed = entries.iter().all(|(_, d)| d.allowed);
+        let tightest = entries.iter().min_by_key(|(_, d)| d.remaining).map(|(_, d)| *d);
+        let tightest = tightest.expect("a limit set is never empty");
+        let retry_after = entries.iter().filter(|(_, d)| !d.allowed).map(|(_, d)| d.retry_after).max();
+        let reset_after = entries.iter().map(|(_, d)| d.reset_after).max().unwrap_or_default();
+        let decision = Decision {
+            allowed,
+            remaining: tightest.remaining,
+            limit: tightest.limit,
+            retry_after: retry_after.unwrap_or_default(),
+            reset_after,
+        };
+        MultiDecision { decision, entries, names }
+    }
+
+    /// Whether the call was allowed (by every limit).
+    pub fn allowed(&self) -> bool {
+        self.decision.allowed
+    }
+
+    /// One entry per limit the call was subject to, in the limiter's order.
+    pub fn entries(&self) -> impl ExactSizeIterator<Item = NamedDecision<'a>> + '_ {
+        self.entries.iter().map(|&(i, decision)| NamedDecision { name: &self.names[usize::from(i)], decision })
+    }
+
+    /// The named limit's entry, if the call was subject to it.
+    pub fn get(&self, name: &str) -> Option<Decision> {
+        self.entries().find(|e| e.name == name).map(|e| e.decision)
+    }
+
+    /// The limits that denied the call (empty when it was allowed).
+    pub fn denied_by(&self) -> impl Iterator<Item = &'a str> + '_ {
+        self.entries().filter(|e| !e.decision.allowed).map(|e| e.name)
+    }
+}
+
+impl fmt::Debug for MultiDecision<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiDecision")
+            .field("decision", &self.decision)
+            .field("entries", &self.entries().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
+    /// The limiter's limits, in order, by name.
+    pub fn names(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.names.iter().map(|n| &**n)
+    }
+
+    /// The limiter's rules, in the same order as [`names`](Self::names).
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules.0
+    }
+
+    /// The set of limits with these names; errors on an unknown name or an
+    /// empty list.
+    pub fn limit_set(&self, names: &[&str]) -> Result<LimitSet> {
+        let mut bits = 0u16;
+        for name in names {
+            let i = self.names.iter().position(|n| **n == **name).ok_or_else(|| {
+                Error::invalid("limit name", format!("{name:?}"), "is not one of this limiter's limits")
+            })?;
+            bits |= 1 << i;
+        }
+        if bits == 0 {
+            return Err(Error::invalid("limit set", "[]", "must name at least one limit"));
+        }
+        Ok(LimitSet(bits))
+    }
+
+    /// Every limit: what the plain methods use.
+    pub fn all_limits(&self) -> LimitSet {
+        self.all
+    }
+
+    /// The same operations, subject only to the limits in `set`.
+    ///
+    /// ```
+    /// use ratomic::{Limiter, ManualClock, Rule};
+    ///
+    /// let limiter = Limiter::builder()
+    ///     .limit("free", Rule::parse("2/s")?)
+    ///     .limit("enterprise", Rule::parse("100/s")?)
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// // Resolve names once, at setup; per call a set is a bitmask.
+    /// let free = limiter.limit_set(&["free"])?;
+    /// let enterprise = limiter.limit_set(&["enterprise"])?;
+    /// let plan_of = |user: &str| if user.starts_with("ent:") { enterprise } else { free };
+    ///
+    /// for user in ["ent:acme", "bob"] {
+    ///     let granted = (0..5).filter(|_| limiter.select(plan_of(user)).allow(user).unwrap().allowed()).count();
+    ///     assert_eq!(granted, if user == "bob" { 2 } else { 5 });
+    /// }
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    pub fn select(&self, set: LimitSet) -> Selected<'_, K, C> {
+        Selected { limiter: self, set }
+    }
+
+    /// The clock's reading now, as the `*_at` methods expect it.
+    #[inline]
+    pub fn now(&self) -> u64 {
+        self.clock.now().min(MAX_NANOS)
+    }
+
+    /// The limiter's clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Takes one token from every limit of `key`, or from none.
+    #[inline]
+    pub fn allow<Q: ?Sized + AsKey<K>>(&self, key: &Q) -> Result<MultiDecision<'_>> {
+        self.select(self.all).allow(key)
+    }
+
+    /// Takes `cost` from every limit of `key`, or from none.
+    #[inline]
+    pub fn allow_n<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64) -> Result<MultiDecision<'_>> {
+        self.select(self.all).allow_n(key, cost)
+    }
+
+    /// [`allow_n`](Self::allow_n) at time `now`.
+    #[inline]
+    pub fn allow_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<MultiDecision<'_>> {
+        self.select(self.all).allow_at(key, cost, now)
+    }
+
+    /// Many independent calls at one clock reading; see
+    /// [`TokenBucket::allow_many`](crate::TokenBucket::allow_many).
+    pub fn allow_many<'q, Q, I>(&self, requests: I) -> Vec<Result<MultiDecision<'_>>>
+    where
+        Q: ?Sized + AsKey<K> + 'q,
+        I: IntoIterator<Item = (&'q Q, u64)>,
+    {
+        let now = self.now();
+        requests.into_iter().map(|(key, cost)| self.allow_at(key, cost, now)).collect()
+    }
+
+    /// What `allow` would answer, changing nothing.
+    #[inline]
+    pub fn peek<Q: ?Sized + AsKey<K>>(&self, key: &Q) -> Result<MultiDecision<'_>> {
+        self.select(self.all).peek(key)
+    }
+
+    /// What `allow_n` would answer, changing nothing.
+    #[inline]
+    pub fn peek_n<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64) -> Result<MultiDecision<'_>> {
+        self.select(self.all).peek_n(key, cost)
+    }
+
+    /// [`peek_n`](Self::peek_n) at time `now`.
+    #[inline]
+    pub fn peek_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<MultiDecision<'_>> {
+        self.select(self.all).peek_at(key, cost, now)
+    }
+
+    /// Gives `tokens` back to every limit of `key` (never above full).
+    pub fn refund<Q: ?Sized + AsKey<K>>(&self, key: &Q, tokens: u64) -> Result<()> {
+        self.select(self.all).refund(key, tokens)
+    }
+
+    /// [`refund`](Self::refund) at time `now`.
+    pub fn refund_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, tokens: u64, now: u64) -> Result<()> {
+        self.select(self.all).refund_at(key, tokens, now)
+    }
+
+    /// Forgets `key` in every limit: it is full again.
+    pub fn reset<Q: ?Sized + AsKey<K>>(&self, key: &Q) -> Result<()> {
+        self.reset_at(key, self.now())
+    }
+
+    /// [`reset`](Self::reset) at time `now`.
+    pub fn reset_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, now: u64) -> Result<()> {
+        let (hash, probe) = key.as_key().probe(self.store.hasher(), self.max_key_len)?;
+        self.store.reset(hash, &probe, now, &self.rules);
+        Ok(())
+    }
+
+    /// Keys currently held (see [`TokenBucket::len`](crate::TokenBucket::len)).
+    pub fn len(&self) -> usize {
+        self.store.len()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops every key all of whose limits are full again (losslessly).
+    /// Returns how many keys were dropped.
+    pub fn gc(&self) -> usize {
+        self.gc_at(self.now())
+    }
+
+    /// [`gc`](Self::gc) at time `now`.
+    pub fn gc_at(&self, now: u64) -> usize {
+        self.store.gc(now, &self.rules)
+    }
+
+    /// Bytes of key-slot memory the limiter holds.
+    pub fn memory_bytes(&self) -> usize {
+        self.store.table_bytes()
+    }
+
+    /// Charges every limit in `set` in order, stopping at the first denial
+    /// (the rest are peeked, for their answers), and gives back what was
+    /// charged if any limit denied. Returns the entries and, if the call
+    /// was allowed and charged something, the receipts for giving it back.
+    #[inline]
+    fn charge(
+        &self,
+        states: &[crate::sync::AtomicU64],
+        set: LimitSet,
+        cost: u64,
+        now: u64,
+    ) -> (Entries, Option<Receipts>) {
+        let mut entries = Entries::new();
+        let mut receipts = Receipts { words: [0; MAX_LIMITS], charged: 0 };
+        let mut denied = false;
+        for (i, rule) in self.rules.0.iter().enumerate() {
+            if !set.contains(i) {
+                continue;
+            }
+            let decision = if denied {
+                peek(rule, &states[i], now, cost)
+            } else {
+                let (decision, stored) = cas_charge(rule, &states[i], now, cost);
+                if let Some(s) = stored {
+                    receipts.words[i] = s;
+                    receipts.charged |= 1 << i;
+                }
+                denied = !decision.allowed;
+                decision
+            };
+            entries.push((i as u8, decision));
+        }
+        if denied {
+            self.give_back(states, &receipts, cost, now);
+            return (entries, None);
+        }
+        (entries, (receipts.charged != 0).then_some(receipts))
+    }
+
+    fn give_back(&self, states: &[crate::sync::AtomicU64], receipts: &Receipts, cost: u64, now: u64) {
+        for (i, rule) in self.rules.0.iter().enumerate() {
+            if receipts.charged & (1 << i) != 0 {
+                cas_uncharge(rule, &states[i], receipts.words[i], now, cost);
+            }
+        }
+    }
+
+    /// A call's charge for a [`Stack`](crate::Stack): like `allow_at`, plus
+    /// the receipts to give it back.
+    pub(crate) fn charge_at(&self, key: &K, cost: u64, now: u64) -> Result<(MultiDecision<'_>, Option<Receipts>)> {
+        self.check(self.all, cost)?;
+        let (hash, probe) = key.probe(self.store.hasher(), self.max_key_len)?;
+        let (entries, receipts) = self.store.update(hash, &probe, now, &self.rules, |states| {
+            let (entries, receipts) = self.charge(states, self.all, cost, now);
+            ((entries, receipts), receipts.is_some())
+        });
+        Ok((MultiDecision::combine(entries, &self.names), receipts))
+    }
+
+    /// Gives back a charge made by [`charge_at`](Self::charge_at).
+    pub(crate) fn give_back_at(&self, key: &K, receipts: &Receipts, cost: u64, now: u64) {
+        if let Ok((hash, probe)) = key.probe(self.store.hasher(), self.max_key_len) {
+            self.store.update(hash, &probe, now, &self.rules, |states| {
+                self.give_back(states, receipts, cost, now);
+                ((), true)
+            });
+        }
+    }
+
+    /// Checks a call's arguments without touching any state.
+    pub(crate) fn validate(&self, key: &K, cost: u64) -> Result<()> {
+        self.check(self.all, cost)?;
+        key.probe(self.store.hasher(), self.max_key_len).map(|_| ())
+    }
+
+    fn check(&self, set: LimitSet, cost: u64) -> Result<()> {
+        if set.0 >> self.rules.0.len() != 0 {
+            return Err(Error::invalid("limit set", format!("{:#x}", set.0), "was made for another limiter"));
+        }
+        let selected = (0..self.rules.0.len()).filter(|&i| set.contains(i));
+        match selected.map(|i| self.rules.0[i].limit()).min() {
+            None => Err(Error::invalid("limit set", "[]", "must name at least one limit")),
+            Some(limit) if cost > limit => Err(Error::CostExceedsLimit { cost, limit }),
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+/// A [`Limiter`] seen through a [`LimitSet`]: the same calls, subject only
+/// to the limits in the set. Made by [`Limiter::select`]; cheap to make.
+#[derive(Clone, Copy)]
+pub struct Selected<'l, K: ?Sized + Key = [u8], C: Clock = MonotonicClock> {
+    limiter: &'l Limiter<K, C>,
+    set: LimitSet,
+}
+
+impl<K: ?Sized + Key, C: Clock> fmt::Debug for Selected<'_, K, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<_> =
+            self.limiter.names().enumerate().filter(|(i, _)| self.set.contains(*i)).map(|(_, n)| n).collect();
+        f.debug_struct("Selected").field("limits", &names).finish()
+    }
+}
+
+impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
+    /// Takes one token from every selected limit of `key`, or from none.
+    #[inline]
+    pub fn allow<Q: ?Sized + AsKey<K>>(&self, key: &Q) -> Result<MultiDecision<'l>> {
+        self.allow_at(key, 1, self.limiter.now())
+    }
+
+    /// Takes `cost` from every selected limit of `key`, or from none.
+    #[inline]
+    pub fn allow_n<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64) -> Result<MultiDecision<'l>> {
+        self.allow_at(key, cost, self.limiter.now())
+    }
+
+    /// [`allow_n`](Self::allow_n) at time `now`.
+    #[inline]
+    pub fn allow_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<MultiDecision<'l>> {
+        let l = self.limiter;
+        l.check(self.set, cost)?;
+        let (hash, probe) = key.as_key().probe(l.store.hasher(), l.max_key_len)?;
+        let entries = l.store.update(hash, &probe, now, &l.rules, |states| {
+            let (entries, receipts) = l.charge(states, self.set, cost, now);
+            (entries, receipts.is_some())
+        });
+        Ok(MultiDecision::combine(entries, &l.names))
+    }
+
+    /// What `allow` would answer, changing nothing.
+    #[inline]
+    pub fn peek<Q: ?Sized + AsKey<K>>(&self, key: &Q) -> Result<MultiDecision<'l>> {
+        self.peek_at(key, 1, self.limiter.now())
+    }
+
+    /// What `allow_n` would answer, changing nothing.
+    #[inline]
+    pub fn peek_n<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64) -> Result<MultiDecision<'l>> {
+        self.peek_at(key, cost, self.limiter.now())
+    }
+
+    /// [`peek_n`](Self::peek_n) at time `now`.
+    pub fn peek_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<MultiDecision<'l>> {
+        let l = self.limiter;
+        l.check(self.set, cost)?;
+        let (hash, probe) = key.as_key().probe(l.store.hasher(), l.max_key_len)?;
+        let entries = l.store.update(hash, &probe, now, &l.rules, |states| {
+            let entries = (0..l.rules.0.len())
+                .filter(|&i| self.set.contains(i))
+                .map(|i| (i as u8, peek(&l.rules.0[i], &states[i], now, cost)))
+                .collect();
+            (entries, false)
+        });
+        Ok(MultiDecision::combine(entries, &l.names))
+    }
+
+    /// Gives `tokens` back to every selected limit of `key`.
+    pub fn refund<Q: ?Sized + AsKey<K>>(&self, key: &Q, tokens: u64) -> Result<()> {
+        self.refund_at(key, tokens, self.limiter.now())
+    }
+
+    /// [`refund`](Self::refund) at time `now`.
+    pub fn refund_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, tokens: u64, now: u64) -> Result<()> {
+        let l = self.limiter;
+        let (hash, probe) = key.as_key().probe(l.store.hasher(), l.max_key_len)?;
+        l.store.update(hash, &probe, now, &l.rules, |states| {
+            let mut changed = false;
+            for (i, rule) in l.rules.0.iter().enumerate() {
+                if self.set.contains(i) {
+                    changed |= cas_refund(rule, &states[i], now, tokens);
+                }
+            }
+            ((), changed)
+        });
+        Ok(())
+    }
+}
+
+impl<K: ?Sized + Key, C: Clock + fmt::Debug> fmt::Debug for Limiter<K, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let limits: Vec<_> = self.names().zip(self.rules()).collect();
+        f.debug_struct("Limiter").field("limits", &limits).field("keys", &self.len()).finish_non_exhaustive()
+    }
+}
+
+impl Limiter {
+    /// Starts building a limiter: add limits with
+    /// [`LimiterBuilder::limit`].
+    pub fn builder() -> LimiterBuilder {
+        LimiterBuilder {
+            limits: Vec::new(),
+            clock: MonotonicClock::new(),
+            options: Options::default(),
+            _key: PhantomData,
+        }
+    }
+
+    /// A limiter over byte-string keys with the default clock and options.
+    ///
+    /// ```
+    /// use ratomic::{Limiter, Rule};
+    /// let limiter = Limiter::new([("burst", Rule::parse("10/s")?), ("sustained", Rule::parse("1000/h")?)])?;
+    /// assert!(limiter.allow("k")?.allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    pub fn new<N: Into<String>>(limits: impl IntoIterator<Item = (N, Rule)>) -> Result<Self> {
+        limits.into_iter().fold(Self::builder(), |b, (name, rule)| b.limit(name, rule)).build()
+    }
+}
+
+/// Builds a [`Limiter`]: its named limits, key type, clock and store options.
+#[derive(Debug)]
+#[must_use = "call .build() to get the limiter"]
+pub struct LimiterBuilder<K: ?Sized = [u8], C = MonotonicClock> {
+    limits: Vec<(String, Rule)>,
+    clock: C,
+    options: Options,
+    _key: PhantomData<fn(&K)>,
+}
+
+impl<K: ?Sized + Key, C: Clock> LimiterBuilder<K, C> {
+    /// Adds a limit. Names must be unique and non-empty; at most
+    /// [`MAX_LIMITS`] limits.
+    pub fn limit(mut self, name: impl Into<String>, rule: impl Into<Rule>) -> Self {
+        self.limits.push((name.into(), rule.into()));
+        self
+    }
+
+    /// Index keys by `K2` instead (`[u8]` or `u64`).
+    pub fn keys<K2: ?Sized + Key>(self) -> LimiterBuilder<K2, C> {
+        LimiterBuilder { limits: self.limits, clock: self.clock, options: self.options, _key: PhantomData }
+    }
+
+    /// Use `clock` instead of the default [`MonotonicClock`].
+    pub fn clock<C2: Clock>(self, clock: C2) -> LimiterBuilder<K, C2> {
+        LimiterBuilder { limits: self.limits, clock, options: self.options, _key: PhantomData }
+    }
+
+    /// Replace all store options at once.
+    pub fn options(mut self, options: Options) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// See [`Options::max_keys`].
+    pub fn max_keys(mut self, n: usize) -> Self {
+        self.options.max_keys = n;
+        self
+    }
+
+    /// See [`Options::max_key_len`].
+    pub fn max_key_len(mut self, n: usize) -> Self {
+        self.options.max_key_len = n;
+        self
+    }
+
+    /// See [`Options::shards`].
+    pub fn shards(mut self, n: usize) -> Self {
+        self.options.shards = Some(n);
+        self
+    }
+
+    /// The limiter; errors on no limits, more than [`MAX_LIMITS`], an empty
+    /// or duplicate name, or an option out of range.
+    pub fn build(self) -> Result<Limiter<K, C>> {
+        if self.limits.is_empty() {
+            return Err(Error::invalid("limits", "[]", "a Limiter needs at least one limit"));
+        }
+        if self.limits.len() > MAX_LIMITS {
+            return Err(Error::invalid("limits", self.limits.len(), "a Limiter holds at most 16 limits"));
+        }
+        for (i, (name, _)) in self.limits.iter().enumerate() {
+            if name.is_empty() {
+                return Err(Error::invalid("limit name", "\"\"", "must not be empty"));
+            }
+            if self.limits[..i].iter().any(|(n, _)| n == name) {
+                return Err(Error::invalid("limit name", format!("{name:?}"), "is used twice"));
+            }
+        }
+        let (names, rules): (Vec<_>, Vec<_>) = self.limits.into_iter().map(|(n, r)| (n.into_boxed_str(), r)).unzip();
+        let rules = Rules(rules.into_boxed_slice());
+        let store = Store::new(&self.options, rules.0.len(), &rules)?;
+        let all = LimitSet(((1u32 << rules.0.len()) - 1) as u16);
+        Ok(Limiter {
+            rules,
+            names: names.into_boxed_slice(),
+            store,
+            clock: self.clock,
+            max_key_len: self.options.max_key_len,
+            all,
+            _key: PhantomData,
+        })
+    }
+}

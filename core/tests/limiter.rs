@@ -1,0 +1,157 @@
+//! Several limits on one key, all or nothing; per-request limit sets.
+
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+use ratomic::{Error, Limiter, ManualClock, Quota, Rate, Rule, MAX_LIMITS};
+
+fn burst_and_daily() -> (Limiter<[u8], ManualClock>, ManualClock) {
+    let clock = ManualClock::new();
+    let l = Limiter::builder()
+        .limit("burst", Rule::token_bucket(Quota::parse("10/s").unwrap()))
+        .limit("daily", Rule::fixed_window(Rate::parse("25/d").unwrap()).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    (l, clock)
+}
+
+#[test]
+fn all_limits_must_allow_and_all_are_charged() {
+    let (l, clock) = burst_and_daily();
+    let granted = (0..12).filter(|_| l.allow("u").unwrap().allowed()).count();
+    assert_eq!(granted, 10, "the burst limit binds first");
+    let now = l.peek_n("u", 0).unwrap();
+    assert_eq!(now.get("daily").unwrap().remaining, 15, "only granted calls were charged to daily");
+    clock.advance(Duration::from_secs(1));
+    assert_eq!((0..12).filter(|_| l.allow("u").unwrap().allowed()).count(), 10);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!((0..12).filter(|_| l.allow("u").unwrap().allowed()).count(), 5, "daily has 5 left");
+    // 10 + 10 + 5: daily binds now.
+    let d = l.allow("u").unwrap();
+    assert!(!d.allowed());
+    assert_eq!(d.denied_by().collect::<Vec<_>>(), ["daily"]);
+    let burst_now = l.peek_n("u", 0).unwrap().get("burst").unwrap();
+    assert_eq!(burst_now.remaining, 5, "burst was given back for every denied call");
+}
+
+#[test]
+fn combined_decision_follows_the_spec() {
+    let (l, _clock) = burst_and_daily();
+    let d = l.allow_n("u", 4).unwrap();
+    assert!(d.allowed());
+    // burst: 6 left, reset 400 ms; daily: 21 left, reset at the end of the day.
+    assert_eq!(d.decision.remaining, 6);
+    assert_eq!(d.decision.limit, 10, "the limit of the tightest limit");
+    assert_eq!(d.decision.reset_after, Duration::from_secs(86_400), "the largest reset");
+    assert_eq!(d.decision.retry_after, Duration::ZERO);
+    let names: Vec<_> = d.entries().map(|e| (e.name, e.decision.remaining)).collect();
+    assert_eq!(names, [("burst", 6), ("daily", 21)]);
+
+    let d = l.allow_n("u", 7).unwrap();
+    assert!(!d.allowed());
+    assert_eq!(d.decision.retry_after, Duration::from_millis(100), "the largest wait among the denials");
+}
+
+#[test]
+fn retry_after_is_the_largest_wait_of_the_denying_limits() {
+    let clock = ManualClock::new();
+    let l = Limiter::builder()
+        .limit("a", Rule::parse("1/s").unwrap())
+        .limit("b", Rule::parse("1/5s").unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    assert!(l.allow("k").unwrap().allowed());
+    let d = l.allow("k").unwrap();
+    // Only "a" is charged-and-denied first; "b" is peeked: both deny.
+    assert_eq!(d.denied_by().collect::<Vec<_>>(), ["a", "b"]);
+    assert_eq!(d.decision.retry_after, Duration::from_secs(5));
+    clock.advance(d.decision.retry_after);
+    assert!(l.allow("k").unwrap().allowed());
+}
+
+#[test]
+fn per_request_limit_sets() {
+    let clock = ManualClock::new();
+    let l = Limiter::builder()
+        .limit("read", Rule::parse("5/s").unwrap())
+        .limit("write", Rule::parse("2/s").unwrap())
+        .limit("any", Rule::parse("6/s").unwrap())
+        .clock(clock)
+        .build()
+        .unwrap();
+    let reads = l.limit_set(&["read", "any"]).unwrap();
+    let writes = l.limit_set(&["write", "any"]).unwrap();
+    assert_eq!(reads.len(), 2);
+    let w = (0..5).filter(|_| l.select(writes).allow("u").unwrap().allowed()).count();
+    let r = (0..10).filter(|_| l.select(reads).allow("u").unwrap().allowed()).count();
+    assert_eq!((w, r), (2, 4), "writes stop at 2; reads at what 'any' has left");
+    let d = l.select(reads).peek("u").unwrap();
+    assert_eq!(d.entries().map(|e| e.name).collect::<Vec<_>>(), ["read", "any"]);
+    assert!(matches!(l.limit_set(&["delete"]), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(l.limit_set(&[]), Err(Error::InvalidArgument { .. })));
+}
+
+#[test]
+fn limiter_bad_input() {
+    let err = |b: ratomic::LimiterBuilder| b.build().unwrap_err();
+    assert!(matches!(err(Limiter::builder()), Error::InvalidArgument { name: "limits", .. }));
+    let dup = Limiter::builder().limit("a", Rule::parse("1/s").unwrap()).limit("a", Rule::parse("2/s").unwrap());
+    assert!(err(dup).to_string().contains("\"a\""));
+    assert!(matches!(err(Limiter::builder().limit("", Rule::parse("1/s").unwrap())), Error::InvalidArgument { .. }));
+    let many = (0..=MAX_LIMITS).fold(Limiter::builder(), |b, i| b.limit(format!("l{i}"), Rule::parse("1/s").unwrap()));
+    assert!(matches!(err(many), Error::InvalidArgument { name: "limits", .. }));
+
+    let (l, _) = burst_and_daily();
+    let _ = l.allow("u").unwrap();
+    assert_eq!(l.allow_n("u", 11).unwrap_err(), Error::CostExceedsLimit { cost: 11, limit: 10 });
+    assert!(matches!(l.allow(&[0u8; 2000]), Err(Error::KeyTooLong { .. })));
+    let other = Limiter::new([
+        ("x", Rule::parse("1/s").unwrap()),
+        ("y", Rule::parse("1/s").unwrap()),
+        ("z", Rule::parse("1/s").unwrap()),
+    ])
+    .unwrap();
+    let foreign = other.limit_set(&["z"]).unwrap();
+    assert!(matches!(l.select(foreign).allow("u"), Err(Error::InvalidArgument { .. })));
+    let now = l.peek_n("u", 0).unwrap();
+    assert_eq!((now.get("burst").unwrap().remaining, now.get("daily").unwrap().remaining), (9, 24), "no state changed");
+}
+
+#[test]
+fn concurrent_multi_limit_calls_never_over_grant() {
+    for _ in 0..20 {
+        let (l, _clock) = burst_and_daily();
+        let l = Arc::new(l);
+        let barrier = Arc::new(Barrier::new(64));
+        let handles: Vec<_> = (0..64)
+            .map(|_| {
+                let (l, b) = (l.clone(), barrier.clone());
+                thread::spawn(move || {
+                    b.wait();
+                    l.allow("hot").unwrap().allowed()
+                })
+            })
+            .collect();
+        let granted = handles.into_iter().map(|h| h.join().unwrap()).filter(|&a| a).count();
+        assert!(granted <= 10);
+        assert!(granted >= 1, "someone always gets through");
+        // Once everything settled, the limits agree with what was granted.
+        let now = l.peek_n("hot", 0).unwrap();
+        assert_eq!(now.get("burst").unwrap().remaining, 10 - granted as u64);
+        assert_eq!(now.get("daily").unwrap().remaining, 25 - granted as u64);
+    }
+}
+
+#[test]
+fn limiter_forgets_a_key_only_when_all_limits_are_idle() {
+    let (l, clock) = burst_and_daily();
+    let _ = l.allow("u").unwrap();
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(l.gc(), 0, "the daily count still matters");
+    clock.advance(Duration::from_secs(86_400));
+    assert_eq!(l.gc(), 1);
+    assert_eq!(l.len(), 0);
+}

@@ -1,0 +1,101 @@
+//! Stacks of limiters on different keys, all or nothing.
+
+use std::sync::{Arc, Barrier};
+use std::thread;
+
+use ratomic::{DirectTokenBucket, Error, FixedWindow, Limiter, ManualClock, Quota, Rate, Rule, Stack, TokenBucket};
+
+struct Fixture {
+    ip: Arc<TokenBucket<[u8], ManualClock>>,
+    user: Arc<Limiter<[u8], ManualClock>>,
+    global: Arc<DirectTokenBucket<ManualClock>>,
+    stack: Stack<ManualClock>,
+}
+
+fn fixture() -> Fixture {
+    let clock = ManualClock::new();
+    let ip = Arc::new(TokenBucket::builder(Quota::parse("5/s").unwrap()).clock(clock.clone()).build().unwrap());
+    let user = Arc::new(
+        Limiter::builder()
+            .limit("burst", Rule::parse("3/s").unwrap())
+            .limit("daily", Rule::fixed_window(Rate::parse("100/d").unwrap()).unwrap())
+            .clock(clock.clone())
+            .build()
+            .unwrap(),
+    );
+    let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("8/s").unwrap(), clock.clone()));
+    let stack = Stack::builder()
+        .member("ip", ip.clone())
+        .member("user", user.clone())
+        .member("global", global.clone())
+        .clock(clock)
+        .build()
+        .unwrap();
+    Fixture { ip, user, global, stack }
+}
+
+#[test]
+fn a_stack_charges_every_member_or_none_and_names_who_denied() {
+    let f = fixture();
+    for _ in 0..3 {
+        assert!(f.stack.allow(&["1.1.1.1", "alice", ""]).unwrap().allowed());
+    }
+    let d = f.stack.allow(&["1.1.1.1", "alice", ""]).unwrap();
+    assert_eq!(d.denied_by().collect::<Vec<_>>(), ["user"]);
+    assert_eq!(f.ip.peek_n("1.1.1.1", 0).unwrap().remaining, 2, "ip given back");
+    assert_eq!(f.global.peek_at(0, 0).unwrap().remaining, 5, "global never charged");
+    // Another user on the same IP: the IP has 2 left.
+    let granted = (0..5).filter(|_| f.stack.allow(&["1.1.1.1", "bob", ""]).unwrap().allowed()).count();
+    assert_eq!(granted, 2);
+    assert_eq!(f.stack.peek(&["1.1.1.1", "bob", ""]).unwrap().denied_by().collect::<Vec<_>>(), ["ip"]);
+    // And the global limit: 8 in all, across IPs and users.
+    let more = (0..10)
+        .filter(|i| f.stack.allow(&[format!("ip{i}"), format!("u{i}"), String::new()]).unwrap().allowed())
+        .count();
+    assert_eq!(more, 3);
+    assert_eq!(f.user.peek_n("u9", 0).unwrap().get("daily").unwrap().remaining, 100, "u9 was never charged");
+}
+
+#[test]
+fn stack_errors_change_nothing() {
+    let f = fixture();
+    assert!(matches!(f.stack.allow(&["1.1.1.1", "alice"]), Err(Error::InvalidArgument { name: "keys", .. })));
+    assert!(matches!(f.stack.allow(&["1.1.1.1", &"x".repeat(2000), ""]), Err(Error::KeyTooLong { .. })));
+    assert!(matches!(
+        f.stack.allow_n(&["1.1.1.1", "alice", ""], 4),
+        Err(Error::CostExceedsLimit { cost: 4, limit: 3 })
+    ));
+    assert_eq!(f.ip.peek_n("1.1.1.1", 0).unwrap().remaining, 5);
+    assert_eq!(f.global.peek_at(0, 0).unwrap().remaining, 8);
+
+    let empty = Stack::builder().build();
+    assert!(matches!(empty, Err(Error::InvalidArgument { name: "members", .. })));
+    let w = Arc::new(FixedWindow::new(1, std::time::Duration::from_secs(1)).unwrap());
+    let dup = Stack::builder().member("a", w.clone()).member("a", w).build();
+    assert!(matches!(dup, Err(Error::InvalidArgument { .. })));
+}
+
+#[test]
+fn concurrent_stack_calls_never_over_grant_any_member() {
+    for _ in 0..20 {
+        let f = Arc::new(fixture());
+        let barrier = Arc::new(Barrier::new(32));
+        let handles: Vec<_> = (0..32)
+            .map(|i| {
+                let (f, b) = (f.clone(), barrier.clone());
+                thread::spawn(move || {
+                    b.wait();
+                    let user = if i % 2 == 0 { "alice" } else { "bob" };
+                    f.stack.allow(&["1.1.1.1", user, ""]).unwrap().allowed()
+                })
+            })
+            .collect();
+        let granted = handles.into_iter().map(|h| h.join().unwrap()).filter(|&a| a).count() as u64;
+        assert!(granted <= 5, "the IP allows 5");
+        assert!(granted >= 1);
+        assert_eq!(f.ip.peek_n("1.1.1.1", 0).unwrap().remaining, 5 - granted);
+        assert_eq!(f.global.peek_at(0, 0).unwrap().remaining, 8 - granted);
+        let users: u64 = ["alice", "bob"].iter().map(|u| 3 - f.user.peek_n(*u, 0).unwrap().decision.remaining).sum();
+        assert_eq!(users, granted, "every grant charged exactly one user");
+    }
+}

@@ -82,3 +82,8 @@ pub use stack::{Receipt, Stack, StackBuilder, StackMember};
 pub use store::Options;
 pub use token_bucket::{DirectTokenBucket, TokenBucket};
 pub use window::{FixedWindowCounter, SlidingWindowCounter};
+
+/// The README's Rust examples, compiled and run as doc tests.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

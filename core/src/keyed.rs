@@ -72,6 +72,11 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
         self.alg.limit()
     }
 
+    /// The longest key, in bytes, this limiter accepts (see [`Options::max_key_len`]).
+    pub fn max_key_len(&self) -> usize {
+        self.max_key_len
+    }
+
     /// Takes one token from `key`'s bucket if it has one.
     ///
     /// Errors (and changes nothing) only if the key is longer than

@@ -267,6 +267,11 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         self.clock.now().min(MAX_NANOS)
     }
 
+    /// The longest key, in bytes, this limiter accepts (see [`Options::max_key_len`]).
+    pub fn max_key_len(&self) -> usize {
+        self.max_key_len
+    }
+
     /// The limiter's clock.
     pub fn clock(&self) -> &C {
         &self.clock

@@ -1,30 +1,37 @@
 //! Time sources. A limiter reads its clock once per call, as nanoseconds
 //! since the clock's own epoch.
 //!
-//! # Why [`MonotonicClock`] is the default
+//! # Why [`MonotonicClock`] reads time the way it does
 //!
-//! Measured on the 2-core x86-64 CI machine (`cargo run --release -p
-//! ratomic-benches --bin clocks`, figures in `BENCHMARKS.md`):
+//! Three sources were measured on the 2-core x86-64 CI machine (`cargo run
+//! --release -p ratomic-benches --bin clocks`; figures in `BENCHMARKS.md`):
 //!
 //! | clock | cost per read | monotonic | resolution |
 //! |---|---|---|---|
-//! | `std::time::Instant` (`CLOCK_MONOTONIC`, vDSO) | ~22 ns | guaranteed by the OS | 1 ns |
-//! | `CLOCK_MONOTONIC_COARSE` | ~6 ns | guaranteed by the OS | 4 ms (one kernel tick) |
-//! | raw TSC (`rdtsc`, what `quanta` reads) | ~9 ns | **not guaranteed** across cores | ~0.4 ns |
+//! | `std::time::Instant` (`CLOCK_MONOTONIC`, vDSO) | 2–3× a TSC read | guaranteed by the OS | 1 ns |
+//! | `CLOCK_MONOTONIC_COARSE` | about half a TSC read | guaranteed by the OS | 4 ms (one kernel tick) |
+//! | raw TSC (`rdtsc`, what `quanta` and governor read) | the cheapest exact source | **not guaranteed** across cores | < 1 ns |
 //!
 //! The coarse clock is cheap but a 4 ms step would make a `1000/s` bucket
-//! refill four tokens at a time, so it cannot be the default. The TSC is
-//! cheap and fine-grained but is not synchronised across cores on every
+//! refill four tokens at a time, so it cannot be the default. The raw TSC is
+//! cheap and fine-grained but not synchronised across cores on every
 //! machine (governor issue #299, quanta issue #111): a thread that migrates
 //! sees time jump back, and a limiter then denies callers it should allow.
-//! `Instant` is the only source that is both exact and truly monotonic, so it
-//! is the default; its cost is paid once per call. Tests and callers that
-//! already hold a timestamp use [`ManualClock`] or the `*_at` methods, which
-//! read no clock at all.
+//! `Instant` is exact and truly monotonic but costs more than the rest of a
+//! limiter call.
+//!
+//! So [`MonotonicClock`] is `Instant`, read through the TSC only where that
+//! is safe: when the kernel itself trusts the TSC, each thread extrapolates
+//! from an `Instant` reading it re-takes every millisecond, with a scale
+//! biased slow, so a reading is never ahead of `Instant`, never more than a
+//! fraction of a microsecond behind it, and never goes back (details on the
+//! type). It costs about one TSC read. Tests and callers that already hold a
+//! timestamp use [`ManualClock`] or the `*_at` methods, which read no clock
+//! at all.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A source of time for a limiter: nanoseconds since an arbitrary epoch.
 ///
@@ -59,22 +66,51 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
     }
 }
 
-/// The default clock: [`std::time::Instant`]. Truly monotonic, nanosecond
-/// resolution.
+/// The default clock: the kernel's `CLOCK_MONOTONIC` (through
+/// [`std::time::Instant`]), read cheaply. Truly monotonic, nanosecond
+/// resolution, and never ahead of `Instant`.
 ///
 /// Every `MonotonicClock` in a process shares one epoch (the moment the
 /// first was made), so readings from different limiters are on one
 /// timeline: a [`Stack`](crate::Stack) can pass one `now` to all its members.
+///
+/// # How it reads time
+///
+/// On x86-64 Linux, when the kernel itself uses the TSC as its clocksource
+/// (it does so only after checking that the TSC is invariant and
+/// synchronised across CPUs), each thread keeps an *anchor*: an `Instant`
+/// reading and the TSC at that moment. A reading is the anchor plus the TSC
+/// ticks since, scaled by a rate measured once per process and deliberately
+/// biased 0.025 % slow, and the anchor is re-read from `Instant` at least
+/// every millisecond. So:
+///
+/// - over any span longer than a millisecond it runs at exactly the kernel's
+///   rate (no drift: a limiter never grants more than on `Instant`);
+/// - within a millisecond it lags `Instant` by at most a few hundred
+///   nanoseconds, never leads it (lagging can only deny, never over-grant);
+/// - each thread's readings never go back (a jump back, e.g. after a
+///   migration to a CPU whose TSC disagrees, forces a re-anchor and the
+///   reading is held at the last one until time catches up).
+///
+/// Everywhere else (other CPUs or systems, a kernel that distrusts the TSC,
+/// a scale that fails its sanity check), it is `Instant` itself.
 #[derive(Clone, Copy, Debug)]
 pub struct MonotonicClock {
-    epoch: Instant,
+    source: &'static source::Source,
 }
 
 impl MonotonicClock {
-    /// The process's monotonic clock.
+    /// The process's monotonic clock. The first call in a process measures
+    /// the TSC rate (about a millisecond); later calls are free.
     pub fn new() -> Self {
-        static EPOCH: OnceLock<Instant> = OnceLock::new();
-        MonotonicClock { epoch: *EPOCH.get_or_init(Instant::now) }
+        static SOURCE: OnceLock<source::Source> = OnceLock::new();
+        MonotonicClock { source: SOURCE.get_or_init(source::Source::new) }
+    }
+
+    /// Whether this process reads time through the TSC (see the type's docs)
+    /// rather than calling `Instant::now` every time.
+    pub fn uses_tsc(&self) -> bool {
+        self.source.uses_tsc()
     }
 }
 
@@ -87,9 +123,205 @@ impl Default for MonotonicClock {
 impl Clock for MonotonicClock {
     #[inline]
     fn now(&self) -> u64 {
-        let d = Instant::now().saturating_duration_since(self.epoch);
+        self.source.now()
+    }
+}
+
+mod source {
+    use std::time::Instant;
+
+    /// Nanoseconds from `epoch` to now on `Instant`'s (the kernel's) timeline.
+    #[inline]
+    fn instant_nanos(epoch: Instant) -> u64 {
+        let d = Instant::now().saturating_duration_since(epoch);
         // Whole-u64 arithmetic: `as_nanos()` would go through u128.
         d.as_secs().wrapping_mul(1_000_000_000).wrapping_add(u64::from(d.subsec_nanos()))
+    }
+
+    #[derive(Debug)]
+    pub(super) struct Source {
+        epoch: Instant,
+        tsc: Option<tsc::Scale>,
+    }
+
+    impl Source {
+        pub(super) fn new() -> Self {
+            let epoch = Instant::now();
+            Source { epoch, tsc: tsc::Scale::calibrate(epoch) }
+        }
+
+        pub(super) fn uses_tsc(&self) -> bool {
+            self.tsc.is_some()
+        }
+
+        #[inline]
+        pub(super) fn now(&self) -> u64 {
+            match &self.tsc {
+                Some(scale) => scale.now(self.epoch),
+                None => instant_nanos(self.epoch),
+            }
+        }
+    }
+
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(ratomic_loom), not(miri)))]
+    mod tsc {
+        use std::cell::Cell;
+        use std::time::{Duration, Instant};
+
+        use super::instant_nanos;
+
+        /// Fixed-point ns per tick: `ns = ticks * mult >> SHIFT`.
+        const SHIFT: u32 = 32;
+        /// How much slower than measured the scale runs, so that a reading
+        /// stays behind `Instant` between anchors (1 / 4000 = 0.025 %).
+        const SLOW: f64 = 1.0 - 1.0 / 4000.0;
+
+        #[inline]
+        fn rdtsc() -> u64 {
+            // SAFETY: `rdtsc` exists on every x86-64 CPU and has no
+            // preconditions; it only reads the time-stamp counter.
+            #[allow(unused_unsafe)]
+            unsafe {
+                core::arch::x86_64::_rdtsc()
+            }
+        }
+
+        thread_local! {
+            /// (TSC at the anchor, ns at the anchor, this thread's last reading)
+            static ANCHOR: Cell<(u64, u64, u64)> = const { Cell::new((0, 0, 0)) };
+        }
+
+        #[derive(Debug)]
+        pub(super) struct Scale {
+            mult: u64,
+            /// Ticks in one millisecond: the longest a reading extrapolates.
+            max_ticks: u64,
+        }
+
+        impl Scale {
+            /// Measures the TSC against `Instant` for about a millisecond,
+            /// if the kernel trusts the TSC; `None` otherwise.
+            pub(super) fn calibrate(epoch: Instant) -> Option<Scale> {
+                let source =
+                    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource").ok()?;
+                if source.trim() != "tsc" {
+                    return None;
+                }
+                // A pair (ns, tick) taken as close together as we can: the
+                // tightest of a few tries.
+                let pair = || {
+                    (0..5)
+                        .map(|_| {
+                            let t0 = rdtsc();
+                            let ns = instant_nanos(epoch);
+                            let t1 = rdtsc();
+                            (t1.wrapping_sub(t0), ns, t0 / 2 + t1 / 2)
+                        })
+                        .min_by_key(|&(gap, _, _)| gap)
+                        .map(|(_, ns, tick)| (ns, tick))
+                        .expect("five tries")
+                };
+                let (ns0, tick0) = pair();
+                while instant_nanos(epoch).saturating_sub(ns0) < 1_000_000 {
+                    std::hint::spin_loop();
+                }
+                let (ns1, tick1) = pair();
+                let (ns, ticks) = (ns1.checked_sub(ns0)?, tick1.checked_sub(tick0)?);
+                let ns_per_tick = ns as f64 / ticks as f64;
+                // Sanity: a TSC between 100 MHz and 20 GHz.
+                if !(0.05..=10.0).contains(&ns_per_tick) {
+                    return None;
+                }
+                let mult = (ns_per_tick * SLOW * (1u64 << SHIFT) as f64) as u64;
+                let max_ticks = (Duration::from_millis(1).as_nanos() as f64 / ns_per_tick) as u64;
+                Some(Scale { mult, max_ticks })
+            }
+
+            #[inline]
+            pub(super) fn now(&self, epoch: Instant) -> u64 {
+                ANCHOR.with(|cell| {
+                    let (tick0, ns0, last) = cell.get();
+                    let ticks = rdtsc().wrapping_sub(tick0);
+                    let (tick0, ns0, t) = if ticks <= self.max_ticks {
+                        // max_ticks · mult < 2^64 for any TSC the sanity check admits.
+                        (tick0, ns0, ns0 + ((ticks * self.mult) >> SHIFT))
+                    } else {
+                        self.anchor(epoch)
+                    };
+                    let t = t.max(last);
+                    cell.set((tick0, ns0, t));
+                    t
+                })
+            }
+
+            #[cold]
+            fn anchor(&self, epoch: Instant) -> (u64, u64, u64) {
+                // `Instant` first, the TSC after: the anchor's tick is late
+                // if anything, so extrapolations from it stay behind.
+                let ns = instant_nanos(epoch);
+                (rdtsc(), ns, ns)
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// Every reading lies between `Instant` just before (less the
+        /// anchor's slack) and `Instant` just after: never ahead of the
+        /// kernel, never far behind, on every thread at once.
+        #[test]
+        fn readings_never_lead_instant_and_lag_little() {
+            let source: &'static Source = Box::leak(Box::new(Source::new()));
+            std::thread::scope(|s| {
+                for _ in 0..4 {
+                    s.spawn(|| {
+                        let mut last = 0;
+                        for i in 0..200_000u32 {
+                            let before = instant_nanos(source.epoch);
+                            let t = source.now();
+                            let after = instant_nanos(source.epoch);
+                            assert!(t <= after, "reading {t} leads Instant {after}");
+                            assert!(t + 100_000 >= before, "reading {t} lags Instant {before} by > 100 µs");
+                            assert!(t >= last, "went back from {last} to {t}");
+                            last = t;
+                            if i % 50_000 == 0 {
+                                std::thread::yield_now(); // invite a migration
+                            }
+                        }
+                    });
+                }
+            });
+        }
+
+        #[test]
+        fn uses_tsc_only_where_the_kernel_does() {
+            let kernel = std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource");
+            let kernel_tsc =
+                cfg!(all(target_arch = "x86_64", target_os = "linux")) && kernel.is_ok_and(|k| k.trim() == "tsc");
+            if !kernel_tsc {
+                assert!(!Source::new().uses_tsc());
+            }
+        }
+    }
+
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(ratomic_loom), not(miri))))]
+    mod tsc {
+        use std::time::Instant;
+
+        #[derive(Debug)]
+        pub(super) enum Scale {}
+
+        impl Scale {
+            pub(super) fn calibrate(_epoch: Instant) -> Option<Scale> {
+                None
+            }
+
+            pub(super) fn now(&self, _epoch: Instant) -> u64 {
+                match *self {}
+            }
+        }
     }
 }
 
@@ -165,9 +397,10 @@ mod tests {
     fn monotonic_clocks_share_one_timeline() {
         let a = MonotonicClock::new();
         let b = std::thread::spawn(MonotonicClock::new).join().unwrap();
-        assert_eq!(a.epoch, b.epoch);
+        assert!(std::ptr::eq(a.source, b.source));
         let ta = a.now();
-        assert!(b.now() >= ta);
+        // Another thread's reading may lag by the anchor's slack, never more.
+        assert!(b.now() + 2_000_000 >= ta);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 use crate::algorithm::{sealed, Algorithm};
 use crate::decision::Decision;
+use crate::div::Divider;
 use crate::quota::Quota;
 use crate::rate::MAX_NANOS;
 
@@ -22,13 +23,15 @@ pub struct Gcra {
     t: u64,
     /// `τ = B·T`, < 2^63.
     tau: u64,
+    /// Division by `T` without a `div` instruction.
+    per_t: Divider,
 }
 
 impl Gcra {
     /// The algorithm for `quota`.
     pub fn new(quota: Quota) -> Self {
         let t = quota.emission_interval_nanos();
-        Gcra { quota, t, tau: quota.capacity() * t }
+        Gcra { quota, t, tau: quota.capacity() * t, per_t: Divider::new(t) }
     }
 
     /// The quota this algorithm enforces.
@@ -39,7 +42,7 @@ impl Gcra {
     /// Whole tokens in a bucket whose TAT is `d` ns after now: `⌊(τ − d)/T⌋`, ≥ 0.
     #[inline]
     fn tokens(&self, d: u64) -> u64 {
-        self.tau.saturating_sub(d) / self.t
+        self.per_t.div(self.tau.saturating_sub(d))
     }
 }
 

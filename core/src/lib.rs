@@ -48,6 +48,7 @@ mod algorithm;
 mod clock;
 mod decision;
 mod direct;
+mod div;
 mod error;
 mod fixed_window;
 mod gcra;

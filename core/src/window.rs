@@ -34,6 +34,7 @@ use std::time::Duration;
 
 use crate::algorithm::{sealed, Algorithm};
 use crate::decision::Decision;
+use crate::div::Divider;
 use crate::error::{Error, Result};
 use crate::rate::{Rate, MAX_NANOS};
 
@@ -116,13 +117,16 @@ enum Age {
 struct Windows {
     limit: u64,
     window: u64,
+    /// Division by `window` without a `div` instruction.
+    per_window: Divider,
     packing: Packing,
 }
 
 impl Windows {
     fn new(rate: Rate, counts: u32, what: &'static str) -> Result<Self> {
         let (limit, window) = (rate.count(), rate.period_nanos());
-        Ok(Windows { limit, window, packing: Packing::new(limit, counts, window, what)? })
+        let packing = Packing::new(limit, counts, window, what)?;
+        Ok(Windows { limit, window, per_window: Divider::new(window), packing })
     }
 
     /// The frame of a call at `now` given the stored index, and how old the
@@ -130,21 +134,21 @@ impl Windows {
     #[inline]
     fn frame(&self, stored: u64, now: u64) -> (Frame, Age) {
         let now = now.min(MAX_NANOS);
-        let w = now / self.window;
+        let (w, offset) = self.per_window.div_rem(now);
         let mask = self.packing.index_mask();
         let index = w & mask;
         let ahead = stored.wrapping_sub(index) & mask;
         if ahead == 0 {
-            (Frame { index, gap: 0, offset: now % self.window }, Age::Same)
+            (Frame { index, gap: 0, offset }, Age::Same)
         } else if ahead < self.packing.half() {
             // A later window is already recorded: count this call there.
             let start = (u128::from(w) + u128::from(ahead)) * u128::from(self.window);
             let gap = u64::try_from(start - u128::from(now)).unwrap_or(u64::MAX);
             (Frame { index: stored, gap, offset: 0 }, Age::Same)
         } else if index.wrapping_sub(stored) & mask == 1 {
-            (Frame { index, gap: 0, offset: now % self.window }, Age::Previous)
+            (Frame { index, gap: 0, offset }, Age::Previous)
         } else {
-            (Frame { index, gap: 0, offset: now % self.window }, Age::LongAgo)
+            (Frame { index, gap: 0, offset }, Age::LongAgo)
         }
     }
 
@@ -336,7 +340,13 @@ impl SlidingWindowCounter {
     /// Whole calls that still fit.
     #[inline]
     fn remaining(&self, c: &Counts, cur: u64) -> u64 {
-        (self.room(c, cur).max(0) / i128::from(self.w.window)) as u64
+        // ⌊room / W⌋ = (L − cur) − ⌈prev·(W − offset) / W⌉, floored at 0.
+        match c.prev.checked_mul(self.w.window - c.frame.offset) {
+            Some(weight) if weight < 1 << 63 => {
+                self.w.limit.saturating_sub(cur).saturating_sub(self.w.per_window.div_ceil(weight))
+            }
+            _ => (self.room(c, cur).max(0) / i128::from(self.w.window)) as u64,
+        }
     }
 
     /// When the estimate reaches zero: the previous window's weight runs out

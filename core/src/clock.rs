@@ -208,9 +208,10 @@ mod source {
                     return None;
                 }
                 // A pair (ns, tick) taken as close together as we can: the
-                // tightest of a few tries.
+                // tightest of a few tries (a try the hypervisor interrupted
+                // has a wide gap and loses).
                 let pair = || {
-                    (0..5)
+                    (0..16)
                         .map(|_| {
                             let t0 = rdtsc();
                             let ns = instant_nanos(epoch);
@@ -219,7 +220,7 @@ mod source {
                         })
                         .min_by_key(|&(gap, _, _)| gap)
                         .map(|(_, ns, tick)| (ns, tick))
-                        .expect("five tries")
+                        .expect("sixteen tries")
                 };
                 let (ns0, tick0) = pair();
                 while instant_nanos(epoch).saturating_sub(ns0) < 1_000_000 {

@@ -31,11 +31,13 @@ pub struct Decision {
 
 impl Decision {
     /// `retry_after` in nanoseconds.
+    #[inline]
     pub fn retry_after_nanos(&self) -> u64 {
         duration_nanos(self.retry_after)
     }
 
     /// `reset_after` in nanoseconds.
+    #[inline]
     pub fn reset_after_nanos(&self) -> u64 {
         duration_nanos(self.reset_after)
     }

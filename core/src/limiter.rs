@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::time::Duration;
 
 use smallvec::SmallVec;
 
@@ -125,8 +126,56 @@ pub(crate) struct Receipts {
     charged: u16,
 }
 
-/// Per-limit answers, inline for up to four limits.
-pub(crate) type Entries = SmallVec<[(u8, Decision); 4]>;
+/// One limit's answer, compact: a [`Decision`] with its durations as
+/// nanoseconds (a denial always has a positive wait, so `retry_ns == 0`
+/// means allowed) and its limit's index kept by the [`MultiDecision`]'s
+/// mask. Multi-limit answers are moved by value, and at 32 bytes three of
+/// them move without a call to `memcpy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Entry {
+    remaining: u64,
+    limit: u64,
+    retry_ns: u64,
+    reset_ns: u64,
+}
+
+impl Entry {
+    #[inline]
+    pub(crate) fn new(d: &Decision) -> Self {
+        debug_assert_eq!(d.allowed, d.retry_after.is_zero());
+        Entry {
+            remaining: d.remaining,
+            limit: d.limit,
+            retry_ns: d.retry_after_nanos(),
+            reset_ns: nanos(d.reset_after),
+        }
+    }
+
+    #[inline]
+    fn allowed(&self) -> bool {
+        self.retry_ns == 0
+    }
+
+    #[inline]
+    fn decision(&self) -> Decision {
+        Decision {
+            allowed: self.allowed(),
+            remaining: self.remaining,
+            limit: self.limit,
+            retry_after: Duration::from_nanos(self.retry_ns),
+            reset_after: Duration::from_nanos(self.reset_ns),
+        }
+    }
+}
+
+/// A decision's durations never exceed 2^64 − 1 ns: they come from u64 nanoseconds.
+#[inline]
+fn nanos(d: Duration) -> u64 {
+    d.as_secs().wrapping_mul(1_000_000_000).wrapping_add(u64::from(d.subsec_nanos()))
+}
+
+/// Per-limit answers, inline for up to three limits (more spill to the heap).
+pub(crate) type Entries = SmallVec<[Entry; 3]>;
 
 /// The answer to one [`Limiter`] (or [`Stack`](crate::Stack)) call: the
 /// combined decision (SPEC §4.4) and one entry per limit (or stack member)
@@ -145,6 +194,9 @@ pub struct MultiDecision<'a> {
     /// The combined decision.
     pub decision: Decision,
     entries: Entries,
+    /// Which limits (or stack members) the entries are, in order: bit `i`
+    /// set for index `i`.
+    mask: u16,
     names: &'a [Box<str>],
 }
 
@@ -158,20 +210,30 @@ pub struct NamedDecision<'a> {
 }
 
 impl<'a> MultiDecision<'a> {
-    pub(crate) fn combine(entries: Entries, names: &'a [Box<str>]) -> Self {
-        let allowed = entries.iter().all(|(_, d)| d.allowed);
-        let tightest = entries.iter().min_by_key(|(_, d)| d.remaining).map(|(_, d)| *d);
-        let tightest = tightest.expect("a limit set is never empty");
-        let retry_after = entries.iter().filter(|(_, d)| !d.allowed).map(|(_, d)| d.retry_after).max();
-        let reset_after = entries.iter().map(|(_, d)| d.reset_after).max().unwrap_or_default();
+    #[inline]
+    pub(crate) fn combine(entries: Entries, mask: u16, names: &'a [Box<str>]) -> Self {
+        debug_assert_eq!(entries.len(), mask.count_ones() as usize);
+        let mut allowed = true;
+        let mut tightest = &entries[0]; // a limit set is never empty
+        let (mut retry_ns, mut reset_ns) = (0, 0);
+        for e in &entries {
+            allowed &= e.allowed();
+            if e.remaining < tightest.remaining {
+                tightest = e;
+            }
+            if !e.allowed() {
+                retry_ns = retry_ns.max(e.retry_ns);
+            }
+            reset_ns = reset_ns.max(e.reset_ns);
+        }
         let decision = Decision {
             allowed,
             remaining: tightest.remaining,
             limit: tightest.limit,
-            retry_after: retry_after.unwrap_or_default(),
-            reset_after,
+            retry_after: Duration::from_nanos(retry_ns),
+            reset_after: Duration::from_nanos(reset_ns),
         };
-        MultiDecision { decision, entries, names }
+        MultiDecision { decision, entries, mask, names }
     }
 
     /// Whether the call was allowed (by every limit).
@@ -181,7 +243,14 @@ impl<'a> MultiDecision<'a> {
 
     /// One entry per limit the call was subject to, in the limiter's order.
     pub fn entries(&self) -> impl ExactSizeIterator<Item = NamedDecision<'a>> + '_ {
-        self.entries.iter().map(|&(i, decision)| NamedDecision { name: &self.names[usize::from(i)], decision })
+        self.entries.iter().enumerate().map(|(k, e)| {
+            // The k-th set bit of the mask is this entry's index.
+            let mut m = self.mask;
+            for _ in 0..k {
+                m &= m - 1;
+            }
+            NamedDecision { name: &self.names[m.trailing_zeros() as usize], decision: e.decision() }
+        })
     }
 
     /// The named limit's entry, if the call was subject to it.
@@ -374,8 +443,9 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
 
     /// Charges every limit in `set` in order, stopping at the first denial
     /// (the rest are peeked, for their answers), and gives back what was
-    /// charged if any limit denied. Returns the entries and, if the call
-    /// was allowed and charged something, the receipts for giving it back.
+    /// charged if any limit denied. Returns the entries and whether the call
+    /// was allowed and charged something, in which case `receipts` says how
+    /// to give it back.
     #[inline]
     fn charge(
         &self,
@@ -383,14 +453,15 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         set: LimitSet,
         cost: u64,
         now: u64,
-    ) -> (Entries, Option<Receipts>) {
+        receipts: &mut Receipts,
+    ) -> (Entries, bool) {
         let mut entries = Entries::new();
-        let mut receipts = Receipts { words: [0; MAX_LIMITS], charged: 0 };
         let mut denied = false;
-        for (i, rule) in self.rules.0.iter().enumerate() {
-            if !set.contains(i) {
-                continue;
-            }
+        let mut bits = set.0;
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let rule = &self.rules.0[i];
             let decision = if denied {
                 peek(rule, &states[i], now, cost)
             } else {
@@ -402,13 +473,13 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
                 denied = !decision.allowed;
                 decision
             };
-            entries.push((i as u8, decision));
+            entries.push(Entry::new(&decision));
         }
         if denied {
-            self.give_back(states, &receipts, cost, now);
-            return (entries, None);
+            self.give_back(states, receipts, cost, now);
+            receipts.charged = 0;
         }
-        (entries, (receipts.charged != 0).then_some(receipts))
+        (entries, receipts.charged != 0)
     }
 
     fn give_back(&self, states: &[crate::sync::AtomicU64], receipts: &Receipts, cost: u64, now: u64) {
@@ -425,10 +496,11 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         self.check(self.all, cost)?;
         let (hash, probe) = key.probe(self.store.hasher(), self.max_key_len)?;
         let (entries, receipts) = self.store.update(hash, &probe, now, &self.rules, |states| {
-            let (entries, receipts) = self.charge(states, self.all, cost, now);
-            ((entries, receipts), receipts.is_some())
+            let mut receipts = Receipts { words: [0; MAX_LIMITS], charged: 0 };
+            let (entries, charged) = self.charge(states, self.all, cost, now, &mut receipts);
+            ((entries, charged.then_some(receipts)), charged)
         });
-        Ok((MultiDecision::combine(entries, &self.names), receipts))
+        Ok((MultiDecision::combine(entries, self.all.0, &self.names), receipts))
     }
 
     /// Gives back a charge made by [`charge_at`](Self::charge_at).
@@ -496,10 +568,10 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
         l.check(self.set, cost)?;
         let (hash, probe) = key.as_key().probe(l.store.hasher(), l.max_key_len)?;
         let entries = l.store.update(hash, &probe, now, &l.rules, |states| {
-            let (entries, receipts) = l.charge(states, self.set, cost, now);
-            (entries, receipts.is_some())
+            let mut receipts = Receipts { words: [0; MAX_LIMITS], charged: 0 };
+            l.charge(states, self.set, cost, now, &mut receipts)
         });
-        Ok(MultiDecision::combine(entries, &l.names))
+        Ok(MultiDecision::combine(entries, self.set.0, &l.names))
     }
 
     /// What `allow` would answer, changing nothing.
@@ -522,11 +594,11 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
         let entries = l.store.update(hash, &probe, now, &l.rules, |states| {
             let entries = (0..l.rules.0.len())
                 .filter(|&i| self.set.contains(i))
-                .map(|i| (i as u8, peek(&l.rules.0[i], &states[i], now, cost)))
+                .map(|i| Entry::new(&peek(&l.rules.0[i], &states[i], now, cost)))
                 .collect();
             (entries, false)
         });
-        Ok(MultiDecision::combine(entries, &l.names))
+        Ok(MultiDecision::combine(entries, self.set.0, &l.names))
     }
 
     /// Gives `tokens` back to every selected limit of `key`.

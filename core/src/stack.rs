@@ -10,7 +10,7 @@ use crate::decision::Decision;
 use crate::direct::Direct;
 use crate::error::{Error, Result};
 use crate::keyed::Keyed;
-use crate::limiter::{Entries, Limiter, MultiDecision, Receipts};
+use crate::limiter::{Entries, Entry, Limiter, MultiDecision, Receipts};
 use crate::rate::MAX_NANOS;
 
 mod private {
@@ -186,7 +186,7 @@ impl<C: Clock> Stack<C> {
         let mut entries = Entries::new();
         let mut receipts: Vec<Receipt> = Vec::with_capacity(self.members.len());
         let mut denied = false;
-        for (i, (member, key)) in self.members.iter().zip(keys).enumerate() {
+        for (member, key) in self.members.iter().zip(keys) {
             let decision = if denied {
                 member.peek(key.as_ref(), cost, now)?
             } else {
@@ -195,14 +195,14 @@ impl<C: Clock> Stack<C> {
                 denied = !decision.allowed;
                 decision
             };
-            entries.push((i as u8, decision));
+            entries.push(Entry::new(&decision));
         }
         if denied {
             for ((member, key), receipt) in self.members.iter().zip(keys).zip(&receipts) {
                 member.give_back(key.as_ref(), receipt, cost, now);
             }
         }
-        Ok(MultiDecision::combine(entries, &self.names))
+        Ok(MultiDecision::combine(entries, self.mask(), &self.names))
     }
 
     /// What `allow` would answer, changing nothing.
@@ -214,10 +214,15 @@ impl<C: Clock> Stack<C> {
     pub fn peek_at<Q: AsRef<[u8]>>(&self, keys: &[Q], cost: u64, now: u64) -> Result<MultiDecision<'_>> {
         self.validate(keys, cost)?;
         let mut entries = Entries::new();
-        for (i, (member, key)) in self.members.iter().zip(keys).enumerate() {
-            entries.push((i as u8, member.peek(key.as_ref(), cost, now)?));
+        for (member, key) in self.members.iter().zip(keys) {
+            entries.push(Entry::new(&member.peek(key.as_ref(), cost, now)?));
         }
-        Ok(MultiDecision::combine(entries, &self.names))
+        Ok(MultiDecision::combine(entries, self.mask(), &self.names))
+    }
+
+    /// Every member, as a [`MultiDecision`]'s mask (at most 16 members).
+    fn mask(&self) -> u16 {
+        (((1u32 << self.members.len()) - 1) & 0xffff) as u16
     }
 
     /// Every error is found before anything is charged.

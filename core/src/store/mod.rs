@@ -55,7 +55,8 @@ pub(crate) const MAX_WIDTH: usize = 16;
 /// A table is rebuilt before its load would exceed 3/4...
 const MAX_LOAD: (usize, usize) = (3, 4);
 /// ...to a load of 11/20, so it grows by 15/11 ≈ 1.36× when nothing can be
-/// dropped, and the load always stays within [0.55, 0.75].
+/// dropped. A rebuild for room keeps at least the table's capacity (its load
+/// may then fall below 11/20 until keys return); `gc` rebuilds to 11/20.
 const TARGET_LOAD: (usize, usize) = (11, 20);
 const MIN_CAPACITY: usize = 8;
 
@@ -262,9 +263,28 @@ impl<S: StoredKey> Store<S> {
         floor: &[u64; MAX_WIDTH],
         op: &impl Fn(&[AtomicU64]) -> (R, bool),
     ) -> (R, Option<[u64; MAX_WIDTH]>) {
-        let cells: [AtomicU64; MAX_WIDTH] = std::array::from_fn(|w| AtomicU64::new(floor[w]));
-        let (r, changed) = op(&cells[..self.width]);
-        (r, changed.then(|| std::array::from_fn(|w| cells[w].load(Ordering::Relaxed))))
+        #[cfg(not(ratomic_loom))]
+        {
+            // A private copy, seen as atomics: only the words in use are
+            // touched, with no per-word construction (this runs on every
+            // call for a key the store does not hold).
+            #[repr(C, align(8))]
+            struct Words([u64; MAX_WIDTH]);
+            let mut words = Words(*floor);
+            let ptr = words.0.as_mut_ptr().cast::<AtomicU64>();
+            // SAFETY: `AtomicU64` has the size and bit validity of `u64`, and
+            // `Words` gives the alignment it needs (8); the slice borrows the
+            // private copy exclusively until `op` returns.
+            let cells = unsafe { std::slice::from_raw_parts(ptr, self.width) };
+            let (r, changed) = op(cells);
+            (r, changed.then_some(words.0))
+        }
+        #[cfg(ratomic_loom)]
+        {
+            let cells: [AtomicU64; MAX_WIDTH] = std::array::from_fn(|w| AtomicU64::new(floor[w]));
+            let (r, changed) = op(&cells[..self.width]);
+            (r, changed.then(|| std::array::from_fn(|w| cells[w].load(Ordering::Relaxed))))
+        }
     }
 
     /// Forgets the key: afterwards it answers as a key never seen.
@@ -326,28 +346,31 @@ impl<S: StoredKey> Store<S> {
             return;
         }
 
-        // Pass 1: which keys still carry information, and how long until
-        // each is droppable.
-        let mut idle = Vec::new();
+        // Pass 1: how many keys still carry information and, only if some of
+        // those must go to respect `max_keys`, how long until each is droppable.
         let mut buf = [0u64; MAX_WIDTH];
-        table.for_each_occupied(|i| {
+        let mut wait_of = |i: usize| {
             for (b, cell) in buf.iter_mut().zip(table.states(i)) {
                 *b = cell.load(Ordering::Relaxed);
             }
-            let wait = retention.idle_after(&buf[..self.width], now);
-            if wait > 0 {
-                idle.push(wait);
-            }
-        });
-        let survivors = idle.len();
+            retention.idle_after(&buf[..self.width], now)
+        };
+        let mut survivors = 0;
+        table.for_each_occupied(|i| survivors += usize::from(wait_of(i) > 0));
         let limit = self.max_per_shard;
         let keep =
             if survivors + extra > limit { survivors.min((limit - limit / 8).min(limit - extra)) } else { survivors };
-        let new_cap = if keep + extra == 0 {
+        let mut new_cap = if keep + extra == 0 {
             0
         } else {
             ((keep + extra) * TARGET_LOAD.1).div_ceil(TARGET_LOAD.0).max(MIN_CAPACITY)
         };
+        if extra > 0 {
+            // A rebuild for room never shrinks the table: keys that went idle
+            // and come back (most clients of a per-IP limit) would otherwise
+            // shrink and regrow it over and over. `gc` shrinks it.
+            new_cap = new_cap.max(table.capacity());
+        }
         if extra == 0 && keep == table.live() && new_cap >= table.capacity() {
             return; // gc found nothing to drop and nothing to shrink
         }
@@ -355,6 +378,13 @@ impl<S: StoredKey> Store<S> {
         // Evict the `survivors - keep` keys with the shortest waits: all below
         // `threshold`, and as many equal to it as needed.
         let (threshold, mut ties) = if keep < survivors {
+            let mut idle = Vec::with_capacity(survivors);
+            table.for_each_occupied(|i| {
+                let wait = wait_of(i);
+                if wait > 0 {
+                    idle.push(wait);
+                }
+            });
             let n = survivors - keep;
             let (_, &mut nth, _) = idle.select_nth_unstable(n - 1);
             let below = idle.iter().filter(|&&w| w < nth).count();
@@ -362,24 +392,37 @@ impl<S: StoredKey> Store<S> {
         } else {
             (0, 0)
         };
-
-        // Pass 2: move what stays into a table of the new size.
-        let mut fresh = Table::with_capacity(new_cap, self.width);
-        let floor = &mut shard.floor;
-        shard.table.drain(|key, states| {
+        let mut evict = |states: &[u64]| {
             let wait = retention.idle_after(states, now);
-            let evict = wait == 0
+            wait == 0
                 || wait < threshold
                 || (wait == threshold && ties > 0 && {
                     ties -= 1;
                     true
-                });
-            if evict {
-                retention.join_into(&mut floor[..self.width], states);
-            } else {
-                fresh.insert(key.rehash(&self.hasher), key, states);
-            }
-        });
-        shard.table = fresh;
+                })
+        };
+
+        // Pass 2: drop what goes, in place when the size stays (no
+        // allocation), else by moving what stays into a table of the new size.
+        let floor = &mut shard.floor;
+        let width = self.width;
+        if new_cap == shard.table.capacity() && new_cap > 0 {
+            let hasher = &self.hasher;
+            shard.table.retain(
+                |states| !evict(states),
+                |states| retention.join_into(&mut floor[..width], states),
+                |key| key.rehash(hasher),
+            );
+        } else {
+            let mut fresh = Table::with_capacity(new_cap, width);
+            shard.table.drain(|key, states| {
+                if evict(states) {
+                    retention.join_into(&mut floor[..width], states);
+                } else {
+                    fresh.insert(key.rehash(&self.hasher), key, states);
+                }
+            });
+            shard.table = fresh;
+        }
     }
 }

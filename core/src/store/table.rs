@@ -205,6 +205,39 @@ impl<S: StoredKey> Table<S> {
         self.live -= 1;
     }
 
+    /// Keeps the keys for which `keep(key, states)` is true and removes the
+    /// rest in place (no allocation), calling `dropped(states)` for each
+    /// removed key's last states. `rehash` gives a stored key's hash.
+    pub(crate) fn retain(
+        &mut self,
+        mut keep: impl FnMut(&[u64]) -> bool,
+        mut dropped: impl FnMut(&[u64]),
+        rehash: impl Fn(&S) -> u64,
+    ) {
+        let Some(start) = (0..self.cap).find(|&i| !self.is_occupied(i)) else {
+            debug_assert!(self.cap == 0, "the load factor keeps a slot free");
+            return;
+        };
+        // Walk once round from an empty slot, so no probe run crosses the
+        // walk's end: a removal only shifts back keys the walk has yet to
+        // see, into the slot it is looking at, which it then looks at again.
+        let mut buf = [0u64; super::MAX_WIDTH];
+        let mut i = self.next(start);
+        while i != start {
+            if self.is_occupied(i) {
+                for (b, cell) in buf.iter_mut().zip(self.states(i)) {
+                    *b = cell.load(Ordering::Relaxed);
+                }
+                if !keep(&buf[..self.width]) {
+                    dropped(&buf[..self.width]);
+                    self.remove(i, &rehash);
+                    continue;
+                }
+            }
+            i = self.next(i);
+        }
+    }
+
     /// Moves every key out, calling `each(key, states)`; leaves the table empty.
     pub(crate) fn drain(&mut self, mut each: impl FnMut(S, &[u64])) {
         let mut buf = vec![0u64; self.width];
@@ -291,6 +324,39 @@ mod tests {
                 (found, expected) => panic!("key {k}: found {found:?}, model has it: {expected}"),
             }
             assert_eq!(t.live(), model.len());
+        }
+    }
+
+    #[test]
+    fn retain_in_place_against_a_hashmap() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        for round in 0..500u64 {
+            let cap = 5 + (round % 17) as usize;
+            let mut t: Table<u64> = Table::with_capacity(cap, 2);
+            let mut model = HashMap::new();
+            while t.live() < cap * 3 / 4 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let k = seed % 64;
+                if t.find(h(k), &k).is_none() {
+                    t.insert(h(k), k, &[k + 1, seed]);
+                    model.insert(k, seed);
+                }
+            }
+            // Drop the keys whose second word is odd (a key is its first word − 1).
+            let mut dropped = Vec::new();
+            t.retain(|states| states[1] % 2 == 0, |states| dropped.push(states[0] - 1), |s| h(*s));
+            let mut expect_dropped: Vec<_> = model.iter().filter(|(_, v)| *v % 2 == 1).map(|(k, _)| *k).collect();
+            model.retain(|_, v| *v % 2 == 0);
+            dropped.sort_unstable();
+            expect_dropped.sort_unstable();
+            assert_eq!(dropped, expect_dropped, "round {round}");
+            assert_eq!(t.live(), model.len());
+            for k in 0..64u64 {
+                let found = t.find(h(k), &k).map(|i| t.states(i)[1].load(Ordering::Relaxed));
+                assert_eq!(found, model.get(&k).copied(), "round {round}, key {k}");
+            }
         }
     }
 

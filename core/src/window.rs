@@ -329,24 +329,24 @@ impl SlidingWindowCounter {
         }
     }
 
-    /// `limit·W − prev·(W − offset) − cur·W`: the room left, in
-    /// count-nanoseconds (negative when over).
+    /// The previous window's weight in whole calls: `⌈prev·(W − offset) / W⌉`.
+    /// A call for `cost` on top of `cur` fits exactly when
+    /// `prev·(W − offset) + (cur + cost)·W ≤ limit·W`, that is when
+    /// `cur + cost + carried ≤ limit`, since the right side is a multiple of `W`.
     #[inline]
-    fn room(&self, c: &Counts, cur: u64) -> i128 {
-        let w = i128::from(self.w.window);
-        i128::from(self.w.limit) * w - i128::from(c.prev) * (w - i128::from(c.frame.offset)) - i128::from(cur) * w
+    fn carried(&self, c: &Counts) -> u64 {
+        let left = self.w.window - c.frame.offset;
+        match c.prev.checked_mul(left) {
+            Some(weight) if weight < 1 << 63 => self.w.per_window.div_ceil(weight),
+            // ≤ prev, so it fits in a u64.
+            _ => (u128::from(c.prev) * u128::from(left)).div_ceil(u128::from(self.w.window)) as u64,
+        }
     }
 
-    /// Whole calls that still fit.
+    /// Whole calls that still fit on top of `cur`, given `carried`.
     #[inline]
-    fn remaining(&self, c: &Counts, cur: u64) -> u64 {
-        // ⌊room / W⌋ = (L − cur) − ⌈prev·(W − offset) / W⌉, floored at 0.
-        match c.prev.checked_mul(self.w.window - c.frame.offset) {
-            Some(weight) if weight < 1 << 63 => {
-                self.w.limit.saturating_sub(cur).saturating_sub(self.w.per_window.div_ceil(weight))
-            }
-            _ => (self.room(c, cur).max(0) / i128::from(self.w.window)) as u64,
-        }
+    fn remaining(&self, cur: u64, carried: u64) -> u64 {
+        self.w.limit.saturating_sub(cur).saturating_sub(carried)
     }
 
     /// When the estimate reaches zero: the previous window's weight runs out
@@ -397,12 +397,13 @@ impl Algorithm for SlidingWindowCounter {
         let c = self.view(state, now);
         let limit = self.w.limit;
         let after = c.cur + cost;
-        if self.room(&c, after) >= 0 {
-            let d = Decision::allowed(self.remaining(&c, after), limit, self.reset_after(&c, after));
+        let carried = self.carried(&c);
+        if after + carried <= limit {
+            let d = Decision::allowed(limit - after - carried, limit, self.reset_after(&c, after));
             (d, (cost > 0).then(|| self.pack(c.frame.index, c.prev, after)))
         } else {
             let d = Decision::denied(
-                self.remaining(&c, c.cur),
+                self.remaining(c.cur, carried),
                 limit,
                 self.retry_after(&c, cost),
                 self.reset_after(&c, c.cur),

@@ -87,11 +87,11 @@ pub struct SimulateArgs {
     pub burst: Vec<u64>,
 
     /// Mean requests per second offered, all keys together.
-    #[arg(long, value_name = "N", default_value = "50", value_parser = positive_number, help_heading = "Traffic")]
+    #[arg(long, value_name = "N", default_value = "50", value_parser = positive_number, allow_negative_numbers = true, help_heading = "Traffic")]
     pub rps: f64,
 
     /// How long the traffic lasts, in seconds (fractions allowed).
-    #[arg(long, value_name = "S", default_value = "10", value_parser = positive_number, help_heading = "Traffic")]
+    #[arg(long, value_name = "S", default_value = "10", value_parser = positive_number, allow_negative_numbers = true, help_heading = "Traffic")]
     pub seconds: f64,
 
     /// Number of distinct keys; requests are spread over them and each is limited on its own.
@@ -127,7 +127,7 @@ pub struct BenchArgs {
     pub keys: u64,
 
     /// How long to measure each algorithm, in seconds (fractions allowed).
-    #[arg(long, value_name = "S", default_value = "3", value_parser = positive_number)]
+    #[arg(long, value_name = "S", default_value = "3", value_parser = positive_number, allow_negative_numbers = true)]
     pub seconds: f64,
 
     /// Which algorithm to measure; `all` measures the three one after the other.

@@ -33,7 +33,11 @@ pub fn duration(d: Duration) -> String {
         1_000_000_000..=59_999_999_999 => trim(ns as f64 / 1e9, "s"),
         _ => {
             let s = d.as_secs();
+            let exact = ns % 1_000_000_000 == 0;
             match s {
+                _ if exact && s % 86_400 == 0 => format!("{}d", s / 86_400),
+                _ if exact && s < 86_400 && s % 3_600 == 0 => format!("{}h", s / 3_600),
+                _ if exact && s < 3_600 && s % 60 == 0 => format!("{}m", s / 60),
                 0..=3_599 => format!("{}m{:02}s", s / 60, s % 60),
                 3_600..=86_399 => format!("{}h{:02}m", s / 3_600, s / 60 % 60),
                 _ => format!("{}d{:02}h", s / 86_400, s / 3_600 % 24),
@@ -98,7 +102,10 @@ mod tests {
         assert_eq!(nanos(1_500_000_000), "1.5s");
         assert_eq!(nanos(12_340_000), "12.3ms");
         assert_eq!(nanos(200_000_000_000), "3m20s");
-        assert_eq!(nanos(7_200_000_000_000), "2h00m");
+        assert_eq!(nanos(7_200_000_000_000), "2h");
+        assert_eq!(nanos(60_000_000_000), "1m");
+        assert_eq!(nanos(86_400_000_000_000), "1d");
+        assert_eq!(nanos(7_260_000_000_000), "2h01m");
         assert_eq!(instant(1_950_000_000), "1.950s");
     }
 

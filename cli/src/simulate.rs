@@ -275,6 +275,9 @@ impl SimReport {
         } else {
             self.render_bins_compare(&mut out);
             out.push('\n');
+            if self.render_zoom(&mut out) {
+                out.push('\n');
+            }
             self.render_summary_compare(&mut out);
         }
         out
@@ -305,7 +308,7 @@ impl SimReport {
             Arrival::Uniform => "uniform".to_string(),
             Arrival::Poisson => format!("poisson (seed {})", w.seed),
             Arrival::Bursty => format!(
-                "bursty: quiet, then {} around every second {} window boundary",
+                "bursty: {} requests straddling every other {} window boundary, quiet between",
                 format::count((c.rps * 2.0 * w.boundary_ns as f64 / 1e9).round().max(2.0) as u64),
                 format::nanos(w.boundary_ns)
             ),
@@ -375,56 +378,47 @@ impl SimReport {
         let offered = self.offered();
         let (allowed, denied) = (lane.allowed(), lane.denied());
         let keys = u64::from(self.workload.keys);
+        let line = |out: &mut String, label: &str, figure: String, rest: String| {
+            out.push_str(format!("  {label:<14} {figure:>7} {rest}").trim_end());
+            out.push('\n');
+        };
         out.push_str("summary\n");
-        out.push_str(&format!(
-            "  {:<14} {:>7} requests  {}\n",
-            "offered",
-            format::count(offered),
-            format::per_sec(offered as f64 / secs)
-        ));
-        let granted_rate = (allowed * c.cost) as f64 / secs / keys as f64;
+        line(out, "offered", format::count(offered), format!("requests  {}", format::per_sec(offered as f64 / secs)));
         let per_key = if keys > 1 { " per key" } else { "" };
+        let granted = format::per_sec((allowed * c.cost) as f64 / secs / keys as f64);
         let tokens = if c.cost > 1 { format!(" ({} tokens)", format::count(allowed * c.cost)) } else { String::new() };
-        out.push_str(&format!(
-            "  {:<14} {:>7} requests  {}{per_key}{tokens}, {}\n",
-            "allowed",
-            format::count(allowed),
-            format::per_sec(granted_rate),
-            configured(&lane.limits)
-        ));
+        line(out, "allowed", format::count(allowed), format!("requests{tokens}  {granted}{per_key} vs {}", configured(&lane.limits)));
         if let [l] = &lane.limits[..] {
             if l.algo == Algo::TokenBucket {
-                // GCRA grants at most B + floor(d/T) tokens in [0, d): the burst, then one per interval.
+                // GCRA grants at most B + floor((d − 1)/T) tokens in [0, d): the
+                // burst at once, then one per emission interval, counted from t = 0.
                 let bound = l.capacity() + self.workload.duration_ns.saturating_sub(1) / l.emission_interval_ns();
-                out.push_str(&format!(
-                    "  {:<14} {:>7} {}  at most{per_key}: the burst of {}, then one token every {}\n",
+                line(
+                    out,
                     "",
-                    format::count(bound / c.cost),
-                    if c.cost > 1 { "requests" } else { "        " },
-                    l.capacity(),
-                    format::nanos(l.emission_interval_ns()),
-                ));
+                    String::new(),
+                    format!(
+                        "          = the burst of {} up front + one token every {}: at most {}{per_key} in {}",
+                        l.capacity(),
+                        format::nanos(l.emission_interval_ns()),
+                        format::count(bound),
+                        format::nanos(self.workload.duration_ns)
+                    ),
+                );
             }
         }
         let pct = if offered > 0 { denied as f64 * 100.0 / offered as f64 } else { 0.0 };
-        out.push_str(&format!("  {:<14} {:>7} requests  {pct:.0}% of offered\n", "denied", format::count(denied)));
+        line(out, "denied", format::count(denied), format!("requests  {pct:.0}% of offered"));
         if lane.limits.len() > 1 {
             let by: Vec<String> =
                 lane.limits.iter().zip(lane.denied_by()).map(|(l, n)| format!("{} {}", l.name, format::count(n))).collect();
-            out.push_str(&format!("  {:<14} {}  (a denial can have several)\n", "denied by", by.join(" · ")));
+            line(out, "denied by", String::new(), format!("{}  (one denial can count for several limits)", by.join(" · ")));
         }
-        out.push_str(&format!("  {:<14} {}\n", "retry_after", retry_line(&lane.retry_ns)));
-        let spans = self.burst_spans();
-        for (i, &span) in spans.iter().enumerate() {
+        line(out, "retry_after", String::new(), retry_line(&lane.retry_ns));
+        for (i, &span) in self.burst_spans().iter().enumerate() {
             let b = lane.max_in_span(span);
-            let what = self.span_note(lane, span, b);
-            out.push_str(&format!(
-                "  {:<14} {:>7} within {}{}\n",
-                if i == 0 { "largest burst" } else { "" },
-                format::count(b.count),
-                format::nanos(span),
-                what
-            ));
+            let label = if i == 0 { "largest burst" } else { "" };
+            line(out, label, format::count(b.count), format!("within {:<6} {}", format::nanos(span), self.span_note(lane, span, b)));
         }
     }
 
@@ -437,17 +431,21 @@ impl SimReport {
         if span == l.emission_interval_ns() {
             notes.push("one emission interval".to_string());
         }
-        if span == l.rate.period_nanos() && b.count > 0 {
+        if span == l.rate.period_nanos() {
             notes.push(format!("limit {} per {}", l.rate.count(), format::nanos(span)));
         }
         if l.algo == Algo::TokenBucket && b.count > 0 {
-            let bound = l.capacity() + (span - 1) / l.emission_interval_ns();
-            notes.push(format!("a token bucket never grants more than burst + refill = {bound}"));
+            let refills = (span - 1) / l.emission_interval_ns();
+            notes.push(if refills == 0 {
+                format!("a token bucket's bound: the burst, {}", l.capacity())
+            } else {
+                format!("a token bucket's bound: burst {} + {refills} refills = {}", l.capacity(), l.capacity() + refills)
+            });
         }
         if notes.is_empty() {
             String::new()
         } else {
-            format!("  ({})", notes.join("; "))
+            format!("({})", notes.join("; "))
         }
     }
 
@@ -471,6 +469,61 @@ impl SimReport {
             out.push_str(row.trim_end());
             out.push('\n');
         }
+    }
+
+    /// The fixed window's largest burst, if it went over the limit: the
+    /// window length, the limit, the burst, and the boundary it straddles.
+    fn fixed_window_overshoot(&self) -> Option<(u64, u64, Burst, u64)> {
+        let fixed = self.lanes.iter().find(|l| l.algo == Algo::FixedWindow)?;
+        let limit = fixed.limits.iter().filter(|l| l.algo == Algo::FixedWindow).min_by_key(|l| l.rate.period_nanos())?;
+        let window = limit.rate.period_nanos();
+        let b = fixed.max_in_span(window);
+        (b.count > limit.rate.count()).then(|| (window, limit.rate.count(), b, (b.last_ns / window) * window))
+    }
+
+    /// A close-up of the fixed window's double burst: grants around the
+    /// boundary in fiftieths of a window. Returns whether it printed anything.
+    fn render_zoom(&self, out: &mut String) -> bool {
+        const WIDTH: u64 = 20;
+        let Some((window, _, _, boundary)) = self.fixed_window_overshoot() else { return false };
+        let step = (window / 50).max(1);
+        let start = boundary.saturating_sub(5 * step);
+        let rows: Vec<(u64, Vec<u64>)> = (0..10)
+            .map(|i| {
+                let lo = start + i * step;
+                let counts = self
+                    .lanes
+                    .iter()
+                    .map(|l| l.grants.iter().map(|g| g.iter().filter(|&&t| t >= lo && t < lo + step).count() as u64).sum())
+                    .collect();
+                (lo, counts)
+            })
+            .collect();
+        let max = rows.iter().flat_map(|(_, c)| c.iter().copied()).max().unwrap_or(1).max(1);
+        out.push_str(&format!(
+            "close-up: requests allowed around the window boundary at {}, {} per row\n",
+            format::instant(boundary),
+            format::nanos(step)
+        ));
+        let col = WIDTH as usize + 7;
+        let mut head = format!("  {:>8}", "from");
+        for lane in &self.lanes {
+            head.push_str(&format!("  {:<col$}", lane.label()));
+        }
+        out.push_str(head.trim_end());
+        out.push('\n');
+        for (lo, counts) in rows {
+            if lo == boundary {
+                out.push_str(&format!("  {:>8}  {}\n", "", "╌".repeat((col + 2) * self.lanes.len() - 2) + " window boundary"));
+            }
+            let mut row = format!("  {:>8}", format::instant(lo));
+            for n in counts {
+                row.push_str(&format!("  {n:>5} {:<w$}", bar(n, max, WIDTH, '█'), w = WIDTH as usize));
+            }
+            out.push_str(row.trim_end());
+            out.push('\n');
+        }
+        true
     }
 
     fn render_summary_compare(&self, out: &mut String) {
@@ -546,18 +599,19 @@ impl SimReport {
             return;
         };
         let window = limit.rate.period_nanos();
-        let b = fixed.max_in_span(window);
         let others: Vec<String> = self
             .lanes
             .iter()
             .filter(|l| l.algo != Algo::FixedWindow)
             .map(|l| format!("{} at most {}", l.label(), l.max_in_span(window).count))
             .collect();
-        let others =
-            if others.is_empty() { String::new() } else { format!("\n  In any {}: {}.", format::nanos(window), others.join(", ")) };
-        if b.count > limit.rate.count() {
-            let boundary = (b.last_ns / window) * window;
-            out.push_str(&format!(
+        let others = if others.is_empty() {
+            String::new()
+        } else {
+            format!("\n  In any {} span: {}.", format::nanos(window), others.join(", "))
+        };
+        match self.fixed_window_overshoot() {
+            Some((window, count, b, boundary)) => out.push_str(&format!(
                 "  fixed-window granted {} requests to one key between {} and {} ({}), across the\n  \
                  window boundary at {}: {:.1}× its limit of {} per {}.{others}\n",
                 b.count,
@@ -565,17 +619,16 @@ impl SimReport {
                 format::instant(b.last_ns),
                 format::nanos(b.last_ns - b.first_ns),
                 format::instant(boundary),
-                b.count as f64 / limit.rate.count() as f64,
-                limit.rate.count(),
+                b.count as f64 / count as f64,
+                count,
                 format::nanos(window),
-            ));
-        } else {
-            out.push_str(&format!(
+            )),
+            None => out.push_str(&format!(
                 "  fixed-window never exceeded {} per {} here: this traffic did not crowd a window boundary\n  \
                  (try --arrival bursty).{others}\n",
                 limit.rate.count(),
                 format::nanos(window)
-            ));
+            )),
         }
     }
 }
@@ -583,11 +636,12 @@ impl SimReport {
 /// "configured 10/s", or for several limits each and the tightest.
 fn configured(limits: &[Limit]) -> String {
     match limits {
-        [l] => format!("configured {} ({})", l.rate, format::per_sec(l.rate.per_sec())),
+        [l] if l.rate.period_nanos() == 1_000_000_000 => format!("{} configured", l.rate),
+        [l] => format!("{} configured ({})", l.rate, format::per_sec(l.rate.per_sec())),
         _ => {
             let tight = limits.iter().min_by(|a, b| a.rate.per_sec().total_cmp(&b.rate.per_sec())).expect("limits");
             format!(
-                "configured {}: sustained at most {} ({})",
+                "{} configured: sustained at most {} ({})",
                 limits.iter().map(|l| l.name.as_str()).collect::<Vec<_>>().join(" + "),
                 format::per_sec(tight.rate.per_sec()),
                 tight.name
@@ -599,7 +653,7 @@ fn configured(limits: &[Limit]) -> String {
 fn retry_line(sorted: &[u64]) -> String {
     match (stats::percentile(sorted, 50.0), stats::percentile(sorted, 99.0)) {
         (Some(p50), Some(p99)) => format!(
-            "p50 {} · p99 {} · max {}  (wait before a denied request would pass; over {} denials)",
+            "p50 {} · p99 {} · max {}  (how long a denied request had to wait; {} denials)",
             format::nanos(p50),
             format::nanos(p99),
             format::nanos(*sorted.last().expect("non-empty")),
@@ -646,12 +700,14 @@ mod tests {
     fn default_run_grants_exactly_what_gcra_allows() {
         let r = run(config(&["10/s"], &[Algo::TokenBucket])).unwrap();
         let lane = &r.lanes[0];
-        // Requests every 20 ms. The full bucket grants the first 10 (0–180 ms),
-        // then one token refills every 100 ms: 200, 300, …, 9900 ms.
-        assert_eq!(lane.allowed(), 10 + 98);
+        // Requests every 20 ms. The full bucket grants the first 10 (0–180 ms);
+        // tokens refill from t = 0, one every 100 ms, so the two that came back
+        // meanwhile pass at 200 and 220 ms, then one at 300, 400, …, 9900 ms.
+        // That is GCRA's bound B + floor((d − 1)/T) = 10 + 99, met exactly.
+        assert_eq!(lane.allowed(), 10 + 2 + 97);
         assert_eq!(lane.allowed() + lane.denied(), 500);
-        assert_eq!(lane.allowed_bins[..3], [18, 10, 10]);
-        assert_eq!(lane.max_in_span(1_000_000_000).count, 18);
+        assert_eq!(lane.allowed_bins[..3], [19, 10, 10]);
+        assert_eq!(lane.max_in_span(1_000_000_000).count, 19);
         assert_eq!(lane.max_in_span(100_000_000).count, 5);
     }
 

@@ -173,7 +173,7 @@ mod tests {
         assert_eq!(reqs.len(), 500);
         for (b, burst) in [1u64, 3, 5, 7, 9].iter().zip(reqs.chunks(100)) {
             let boundary = b * 1_000_000_000;
-            let (before, after): (Vec<_>, Vec<_>) = burst.iter().partition(|r| r.at_ns < boundary);
+            let (before, after): (Vec<&Request>, Vec<&Request>) = burst.iter().partition(|r| r.at_ns < boundary);
             assert_eq!((before.len(), after.len()), (50, 50), "boundary {b}s");
             assert!(before.iter().all(|r| r.at_ns >= boundary - 50_000_000));
             assert!(after.iter().all(|r| r.at_ns < boundary + 50_000_000));

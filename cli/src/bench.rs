@@ -100,7 +100,12 @@ fn keyed<A: ratomic::Algorithm>(alg: A) -> Result<Keyed<A, u64, MonotonicClock>,
 }
 
 fn multi(limits: &[Limit]) -> Result<Limiter<u64>, String> {
-    limits.iter().fold(Limiter::builder(), |b, l| b.limit(l.name.clone(), l.rule)).keys::<u64>().build().map_err(|e| e.to_string())
+    limits
+        .iter()
+        .fold(Limiter::builder(), |b, l| b.limit(l.name.clone(), l.rule))
+        .keys::<u64>()
+        .build()
+        .map_err(|e| e.to_string())
 }
 
 /// Something the benchmark can call: one decision for a `u64` key.
@@ -122,7 +127,12 @@ impl Decide for Limiter<u64> {
     }
 }
 
-fn measure(config: &BenchConfig, duration: Duration, algo: Algo, limiter: &dyn Decide) -> (Vec<u64>, u64, u64, Duration) {
+fn measure(
+    config: &BenchConfig,
+    duration: Duration,
+    algo: Algo,
+    limiter: &dyn Decide,
+) -> (Vec<u64>, u64, u64, Duration) {
     let threads = config.threads.max(1);
     let stop = AtomicBool::new(false);
     let start_line = Barrier::new(threads + 1);
@@ -156,7 +166,8 @@ fn measure(config: &BenchConfig, duration: Duration, algo: Algo, limiter: &dyn D
             std::thread::sleep((duration - elapsed).min(Duration::from_millis(50)));
         }
         stop.store(true, Ordering::Relaxed);
-        let results: Vec<(u64, u64)> = workers.into_iter().map(|w| w.join().expect("a bench thread panicked")).collect();
+        let results: Vec<(u64, u64)> =
+            workers.into_iter().map(|w| w.join().expect("a bench thread panicked")).collect();
         let elapsed = started.elapsed();
         bar.finish_and_clear();
         let allowed = results.iter().map(|r| r.1).sum::<u64>();
@@ -181,7 +192,13 @@ pub fn render(config: &BenchConfig, results: &[BenchResult]) -> String {
     let mut out = String::from("ratomic bench\n");
     for r in results {
         for (i, l) in r.limits.iter().enumerate() {
-            let head = if i > 0 { "" } else if results.len() > 1 { r.algo.name() } else { "limit" };
+            let head = if i > 0 {
+                ""
+            } else if results.len() > 1 {
+                r.algo.name()
+            } else {
+                "limit"
+            };
             out.push_str(&format!("  {head:<15} {}\n", l.describe()));
         }
     }

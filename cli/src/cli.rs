@@ -48,7 +48,7 @@ Examples:
 
 /// ratomic: a lock-free rate limiter. Simulate traffic through it, or measure it.
 #[derive(Debug, Parser)]
-#[command(name = "ratomic", version, about, after_help = TOP_EXAMPLES, propagate_version = true)]
+#[command(name = "ratomic", version, after_help = TOP_EXAMPLES, propagate_version = true)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -174,10 +174,8 @@ pub fn main_with(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
             }
         }
         Command::Bench(a) => {
-            let threads = a.threads.map_or_else(
-                || std::thread::available_parallelism().map_or(1, |n| n.get()),
-                usize::from,
-            );
+            let threads =
+                a.threads.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), usize::from);
             let config = BenchConfig {
                 specs: a.rates,
                 algos: a.algorithm.algos(),

@@ -22,7 +22,13 @@ pub fn duration(d: Duration) -> String {
         return "0".into();
     }
     let trim = |x: f64, unit: &str| {
-        let s = if x >= 100.0 || x.fract() == 0.0 { format!("{x:.0}") } else if x >= 10.0 { format!("{x:.1}") } else { format!("{x:.2}") };
+        let s = if x >= 100.0 || x.fract() == 0.0 {
+            format!("{x:.0}")
+        } else if x >= 10.0 {
+            format!("{x:.1}")
+        } else {
+            format!("{x:.2}")
+        };
         let s = if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_string() } else { s };
         format!("{s}{unit}")
     };

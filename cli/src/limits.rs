@@ -162,7 +162,11 @@ impl Limit {
                 format::nanos(self.emission_interval_ns())
             ),
             Algo::FixedWindow => {
-                format!("fixed window {}: {} per {window} window, windows aligned to the clock", self.rate, self.rate.count())
+                format!(
+                    "fixed window {}: {} per {window} window, windows aligned to the clock",
+                    self.rate,
+                    self.rate.count()
+                )
             }
             Algo::SlidingWindow => format!(
                 "sliding window {}: {} per sliding {window} (the previous window's count weighted in)",
@@ -208,7 +212,9 @@ pub fn plan(specs: &[LimitSpec], algo: Algo, bursts: &[u64]) -> Result<Vec<Limit
                     (Rule::token_bucket(quota), Some(quota.capacity()))
                 }
                 Algo::FixedWindow => (Rule::fixed_window(spec.rate).map_err(|e| format!("--rate {name}: {e}"))?, None),
-                Algo::SlidingWindow => (Rule::sliding_window(spec.rate).map_err(|e| format!("--rate {name}: {e}"))?, None),
+                Algo::SlidingWindow => {
+                    (Rule::sliding_window(spec.rate).map_err(|e| format!("--rate {name}: {e}"))?, None)
+                }
             };
             Ok(Limit { name, algo, rate: spec.rate, burst, rule })
         })

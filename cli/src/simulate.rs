@@ -116,17 +116,15 @@ pub fn run(config: SimConfig) -> Result<SimReport, String> {
         return Err(format!("--rps must be a positive number, got {}", config.rps));
     }
     limits::check_bursts(&config.specs, &config.algos, &config.bursts)?;
-    let plans = config
-        .algos
-        .iter()
-        .map(|&a| limits::plan(&config.specs, a, &config.bursts))
-        .collect::<Result<Vec<_>, _>>()?;
+    let plans =
+        config.algos.iter().map(|&a| limits::plan(&config.specs, a, &config.bursts)).collect::<Result<Vec<_>, _>>()?;
 
     let duration_ns = (config.seconds * 1e9).round() as u64;
     let arrival_defaulted = config.arrival.is_none();
     let arrival = config.arrival.unwrap_or(if config.algos.len() > 1 { Arrival::Bursty } else { Arrival::Uniform });
     let boundary_ns = plans[0].iter().map(|l| l.rate.period_nanos()).min().unwrap_or(1_000_000_000);
-    let workload = Workload { rps: config.rps, duration_ns, keys: config.keys.max(1), arrival, seed: config.seed, boundary_ns };
+    let workload =
+        Workload { rps: config.rps, duration_ns, keys: config.keys.max(1), arrival, seed: config.seed, boundary_ns };
     let expected = workload.expected_requests();
     if expected > MAX_REQUESTS {
         return Err(format!(
@@ -150,7 +148,8 @@ pub fn run(config: SimConfig) -> Result<SimReport, String> {
     }
 
     let manual = ManualClock::new();
-    let clock: Arc<dyn Clock> = if config.realtime { Arc::new(MonotonicClock::new()) } else { Arc::new(manual.clone()) };
+    let clock: Arc<dyn Clock> =
+        if config.realtime { Arc::new(MonotonicClock::new()) } else { Arc::new(manual.clone()) };
     let limiters = plans
         .iter()
         .map(|limits| {
@@ -162,7 +161,8 @@ pub fn run(config: SimConfig) -> Result<SimReport, String> {
     let keys: Vec<Vec<u8>> = (0..workload.keys).map(|k| format!("key-{k}").into_bytes()).collect();
     // Misuse (a cost above a limit) is an error before any traffic flows.
     for limiter in &limiters {
-        let _checked = limiter.peek_at(&keys[0][..], config.cost, 0).map_err(|e| format!("--cost {}: {e}", config.cost))?;
+        let _checked =
+            limiter.peek_at(&keys[0][..], config.cost, 0).map_err(|e| format!("--cost {}: {e}", config.cost))?;
     }
 
     let bin_ns = bin_width(duration_ns);
@@ -313,14 +313,19 @@ impl SimReport {
                 format::nanos(w.boundary_ns)
             ),
         };
-        let defaulted = if self.arrival_defaulted && self.lanes.len() > 1 { " (the default when comparing)" } else { "" };
+        let defaulted =
+            if self.arrival_defaulted && self.lanes.len() > 1 { " (the default when comparing)" } else { "" };
         out.push_str(&format!(
             "  {:<pad$} {} requests/s for {}, {arrival}{defaulted}\n",
             "traffic",
             fmt_num(c.rps),
             format::nanos(w.duration_ns)
         ));
-        let keys = if w.keys == 1 { "1 key".to_string() } else { format!("{} keys (each limited on its own)", format::count(w.keys.into())) };
+        let keys = if w.keys == 1 {
+            "1 key".to_string()
+        } else {
+            format!("{} keys (each limited on its own)", format::count(w.keys.into()))
+        };
         out.push_str(&format!("  {:<pad$} {keys}, cost {} per request\n", "", c.cost));
         let clock = if c.realtime {
             format!("real (monotonic clock, paced in real time: took {})", format::duration(self.wall))
@@ -387,7 +392,12 @@ impl SimReport {
         let per_key = if keys > 1 { " per key" } else { "" };
         let granted = format::per_sec((allowed * c.cost) as f64 / secs / keys as f64);
         let tokens = if c.cost > 1 { format!(" ({} tokens)", format::count(allowed * c.cost)) } else { String::new() };
-        line(out, "allowed", format::count(allowed), format!("requests{tokens}  {granted}{per_key} vs {}", configured(&lane.limits)));
+        line(
+            out,
+            "allowed",
+            format::count(allowed),
+            format!("requests{tokens}  {granted}{per_key} vs {}", configured(&lane.limits)),
+        );
         if let [l] = &lane.limits[..] {
             if l.algo == Algo::TokenBucket {
                 // GCRA grants at most B + floor((d − 1)/T) tokens in [0, d): the
@@ -410,15 +420,29 @@ impl SimReport {
         let pct = if offered > 0 { denied as f64 * 100.0 / offered as f64 } else { 0.0 };
         line(out, "denied", format::count(denied), format!("requests  {pct:.0}% of offered"));
         if lane.limits.len() > 1 {
-            let by: Vec<String> =
-                lane.limits.iter().zip(lane.denied_by()).map(|(l, n)| format!("{} {}", l.name, format::count(n))).collect();
-            line(out, "denied by", String::new(), format!("{}  (one denial can count for several limits)", by.join(" · ")));
+            let by: Vec<String> = lane
+                .limits
+                .iter()
+                .zip(lane.denied_by())
+                .map(|(l, n)| format!("{} {}", l.name, format::count(n)))
+                .collect();
+            line(
+                out,
+                "denied by",
+                String::new(),
+                format!("{}  (one denial can count for several limits)", by.join(" · ")),
+            );
         }
         line(out, "retry_after", String::new(), retry_line(&lane.retry_ns));
         for (i, &span) in self.burst_spans().iter().enumerate() {
             let b = lane.max_in_span(span);
             let label = if i == 0 { "largest burst" } else { "" };
-            line(out, label, format::count(b.count), format!("within {:<6} {}", format::nanos(span), self.span_note(lane, span, b)));
+            line(
+                out,
+                label,
+                format::count(b.count),
+                format!("within {:<6} {}", format::nanos(span), self.span_note(lane, span, b)),
+            );
         }
     }
 
@@ -439,7 +463,11 @@ impl SimReport {
             notes.push(if refills == 0 {
                 format!("a token bucket's bound: the burst, {}", l.capacity())
             } else {
-                format!("a token bucket's bound: burst {} + {refills} refills = {}", l.capacity(), l.capacity() + refills)
+                format!(
+                    "a token bucket's bound: burst {} + {refills} refills = {}",
+                    l.capacity(),
+                    l.capacity() + refills
+                )
             });
         }
         if notes.is_empty() {
@@ -475,7 +503,8 @@ impl SimReport {
     /// window length, the limit, the burst, and the boundary it straddles.
     fn fixed_window_overshoot(&self) -> Option<(u64, u64, Burst, u64)> {
         let fixed = self.lanes.iter().find(|l| l.algo == Algo::FixedWindow)?;
-        let limit = fixed.limits.iter().filter(|l| l.algo == Algo::FixedWindow).min_by_key(|l| l.rate.period_nanos())?;
+        let limit =
+            fixed.limits.iter().filter(|l| l.algo == Algo::FixedWindow).min_by_key(|l| l.rate.period_nanos())?;
         let window = limit.rate.period_nanos();
         let b = fixed.max_in_span(window);
         (b.count > limit.rate.count()).then(|| (window, limit.rate.count(), b, (b.last_ns / window) * window))
@@ -494,7 +523,9 @@ impl SimReport {
                 let counts = self
                     .lanes
                     .iter()
-                    .map(|l| l.grants.iter().map(|g| g.iter().filter(|&&t| t >= lo && t < lo + step).count() as u64).sum())
+                    .map(|l| {
+                        l.grants.iter().map(|g| g.iter().filter(|&&t| t >= lo && t < lo + step).count() as u64).sum()
+                    })
                     .collect();
                 (lo, counts)
             })
@@ -514,7 +545,11 @@ impl SimReport {
         out.push('\n');
         for (lo, counts) in rows {
             if lo == boundary {
-                out.push_str(&format!("  {:>8}  {}\n", "", "╌".repeat((col + 2) * self.lanes.len() - 2) + " window boundary"));
+                out.push_str(&format!(
+                    "  {:>8}  {}\n",
+                    "",
+                    "╌".repeat((col + 2) * self.lanes.len() - 2) + " window boundary"
+                ));
             }
             let mut row = format!("  {:>8}", format::instant(lo));
             for n in counts {
@@ -583,7 +618,10 @@ impl SimReport {
             row(
                 out,
                 name,
-                self.lanes.iter().map(|l| stats::percentile(&l.retry_ns, p).map_or("-".into(), format::nanos)).collect(),
+                self.lanes
+                    .iter()
+                    .map(|l| stats::percentile(&l.retry_ns, p).map_or("-".into(), format::nanos))
+                    .collect(),
                 "",
             );
         }
@@ -594,7 +632,8 @@ impl SimReport {
     /// Says in words whether the fixed window's double burst showed up.
     fn render_boundary_verdict(&self, out: &mut String) {
         let Some(fixed) = self.lanes.iter().find(|l| l.algo == Algo::FixedWindow) else { return };
-        let Some(limit) = fixed.limits.iter().filter(|l| l.algo == Algo::FixedWindow).min_by_key(|l| l.rate.period_nanos())
+        let Some(limit) =
+            fixed.limits.iter().filter(|l| l.algo == Algo::FixedWindow).min_by_key(|l| l.rate.period_nanos())
         else {
             return;
         };
@@ -666,7 +705,7 @@ fn retry_line(sorted: &[u64]) -> String {
 /// A bar of `n` out of `max`, `width` cells at most; anything above zero shows at least one cell.
 fn bar(n: u64, max: u64, width: u64, cell: char) -> String {
     let cells = if n == 0 { 0 } else { ((n * width + max / 2) / max).max(1) };
-    std::iter::repeat_n(cell, cells as usize).collect()
+    cell.to_string().repeat(cells as usize)
 }
 
 fn fmt_num(x: f64) -> String {

@@ -45,7 +45,10 @@ pub fn max_in_span(times: &[u64], span_ns: u64) -> Burst {
 /// The largest burst over several keys' grant times: each key is limited
 /// on its own, so bursts are counted per key.
 pub fn max_in_span_per_key<'a>(keys: impl IntoIterator<Item = &'a Vec<u64>>, span_ns: u64) -> Burst {
-    keys.into_iter().map(|t| max_in_span(t, span_ns)).max_by_key(|b| (b.count, std::cmp::Reverse(b.first_ns))).unwrap_or_default()
+    keys.into_iter()
+        .map(|t| max_in_span(t, span_ns))
+        .max_by_key(|b| (b.count, std::cmp::Reverse(b.first_ns)))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

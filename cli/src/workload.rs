@@ -101,7 +101,9 @@ impl Workload {
                 while boundary - u128::from(half_width) < u128::from(self.duration_ns) {
                     let start = boundary - u128::from(half_width);
                     let spread = |j: u64, n: u64| u128::from(j) * u128::from(half_width) / u128::from(n);
-                    let times = (0..before).map(|j| start + spread(j, before)).chain((0..after).map(|j| boundary + spread(j, after)));
+                    let times = (0..before)
+                        .map(|j| start + spread(j, before))
+                        .chain((0..after).map(|j| boundary + spread(j, after)));
                     for at in times {
                         if at >= u128::from(self.duration_ns) {
                             break;

@@ -33,14 +33,18 @@ fn usage_error(args: &[&str]) -> String {
 
 /// The figure after `label` on the summary line that starts with it.
 fn summary_figure(out: &str, label: &str) -> u64 {
-    let line = out.lines().find(|l| l.trim_start().starts_with(label)).unwrap_or_else(|| panic!("no {label:?} line in\n{out}"));
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with(label))
+        .unwrap_or_else(|| panic!("no {label:?} line in\n{out}"));
     let figure = line.trim_start()[label.len()..].split_whitespace().next().expect("a figure");
     figure.replace(',', "").parse().unwrap_or_else(|_| panic!("{line:?}"))
 }
 
 /// The cells of the summary table row that starts with `label`.
 fn table_row(out: &str, label: &str) -> Vec<String> {
-    let line = out.lines().find(|l| l.trim_start().starts_with(label)).unwrap_or_else(|| panic!("no {label:?} row in\n{out}"));
+    let line =
+        out.lines().find(|l| l.trim_start().starts_with(label)).unwrap_or_else(|| panic!("no {label:?} row in\n{out}"));
     line.trim_start()[label.len()..].split_whitespace().map(str::to_owned).collect()
 }
 
@@ -77,7 +81,8 @@ fn default_simulation_grants_exactly_what_gcra_allows() {
         assert!(out.contains(part), "no {part:?} in\n{out}");
     }
     // Second by second: the burst shows in the first row, then exactly the rate.
-    let rows: Vec<&str> = out.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()) && l.contains('█')).collect();
+    let rows: Vec<&str> =
+        out.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()) && l.contains('█')).collect();
     assert_eq!(rows.len(), 10, "{out}");
     assert!(rows[0].split_whitespace().collect::<Vec<_>>()[..4] == ["0s", "50", "19", "31"], "{}", rows[0]);
     assert!(rows[1..].iter().all(|r| r.split_whitespace().nth(2) == Some("10")), "{out}");
@@ -213,7 +218,19 @@ fn help_documents_every_flag_with_examples() {
     let top = ok(&["--help"]);
     assert!(top.contains("simulate") && top.contains("bench") && top.contains("Examples"), "{top}");
     let sim = ok(&["simulate", "--help"]);
-    for flag in ["--rate", "--algorithm", "--burst", "--rps", "--seconds", "--keys", "--cost", "--arrival", "--seed", "--realtime", "Examples"] {
+    for flag in [
+        "--rate",
+        "--algorithm",
+        "--burst",
+        "--rps",
+        "--seconds",
+        "--keys",
+        "--cost",
+        "--arrival",
+        "--seed",
+        "--realtime",
+        "Examples",
+    ] {
         assert!(sim.contains(flag), "simulate --help lacks {flag}\n{sim}");
     }
     let bench = ok(&["bench", "--help"]);

@@ -180,7 +180,7 @@ fn measure(
 fn progress_bar(visible: bool, duration: Duration, algo: Algo) -> ProgressBar {
     let target = if visible { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
     let bar = ProgressBar::with_draw_target(Some(duration.as_millis() as u64), target);
-    if let Ok(style) = ProgressStyle::with_template("  {prefix:<15} [{bar:40}] {elapsed_precise}") {
+    if let Ok(style) = ProgressStyle::with_template("  {prefix:<15} [{bar:40}] {percent:>3}%") {
         bar.set_style(style.progress_chars("=> "));
     }
     bar.set_prefix(algo.name());

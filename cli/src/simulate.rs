@@ -464,8 +464,9 @@ impl SimReport {
                 format!("a token bucket's bound: the burst, {}", l.capacity())
             } else {
                 format!(
-                    "a token bucket's bound: burst {} + {refills} refills = {}",
+                    "a token bucket's bound: burst {} + {refills} refill{} = {}",
                     l.capacity(),
+                    if refills == 1 { "" } else { "s" },
                     l.capacity() + refills
                 )
             });

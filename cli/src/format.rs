@@ -64,13 +64,11 @@ pub fn instant(ns: u64) -> String {
 
 /// A rate per second with sensible precision: `10/s`, `10.8/s`, `0.28/s`.
 pub fn per_sec(x: f64) -> String {
-    if x >= 1000.0 || x.fract() == 0.0 {
-        format!("{x:.0}/s")
-    } else if x >= 10.0 {
-        format!("{x:.1}/s")
-    } else {
-        format!("{x:.2}/s")
-    }
+    // Three significant digits, trailing zeros dropped.
+    let decimals = if x >= 100.0 || x <= 0.0 { 0 } else { (2 - x.log10().floor() as i32).clamp(0, 9) as usize };
+    let s = format!("{x:.decimals$}");
+    let s = if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.') } else { &s };
+    format!("{s}/s")
 }
 
 /// An operations-per-second figure: `4.12 M ops/s`.
@@ -119,7 +117,11 @@ mod tests {
     fn rates_and_ops() {
         assert_eq!(per_sec(10.0), "10/s");
         assert_eq!(per_sec(10.8), "10.8/s");
-        assert_eq!(per_sec(0.2777), "0.28/s");
+        assert_eq!(per_sec(0.2777), "0.278/s");
+        assert_eq!(per_sec(6.9), "6.9/s");
+        assert_eq!(per_sec(1000.0 / 86_400.0), "0.0116/s");
+        assert_eq!(per_sec(1234.6), "1235/s");
+        assert_eq!(per_sec(0.0), "0/s");
         assert_eq!(ops(4_123_456.0), "4.12 M");
         assert_eq!(ops(512.0), "512 ");
     }

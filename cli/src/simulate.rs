@@ -677,13 +677,17 @@ impl SimReport {
 fn configured(limits: &[Limit]) -> String {
     match limits {
         [l] if l.rate.period_nanos() == 1_000_000_000 => format!("{} configured", l.rate),
-        [l] => format!("{} configured ({})", l.rate, format::per_sec(l.rate.per_sec())),
+        [l] => format!("{} configured (= {})", l.rate, format::per_sec(l.rate.per_sec())),
         _ => {
             let tight = limits.iter().min_by(|a, b| a.rate.per_sec().total_cmp(&b.rate.per_sec())).expect("limits");
+            let sustained = if tight.rate.period_nanos() == 1_000_000_000 {
+                tight.rate.to_string()
+            } else {
+                format!("{} = {}", tight.rate, format::per_sec(tight.rate.per_sec()))
+            };
             format!(
-                "{} configured: sustained at most {} ({})",
+                "{} configured (sustained at most {sustained}, by {})",
                 limits.iter().map(|l| l.name.as_str()).collect::<Vec<_>>().join(" + "),
-                format::per_sec(tight.rate.per_sec()),
                 tight.name
             )
         }

@@ -212,16 +212,16 @@ pub fn render(config: &BenchConfig, results: &[BenchResult]) -> String {
         format::nanos(Duration::from_secs_f64(config.seconds).as_nanos() as u64),
     ));
     out.push_str(&format!(
-        "  {:<15} {:>14} {:>16} {:>11} {:>14} {:>14}\n",
+        "  {:<15} {:>12} {:>18} {:>11} {:>14} {:>14}\n",
         "algorithm", "ops/s total", "ops/s per thread", "ns per op", "allowed", "denied"
     ));
     for r in results {
         let per_thread = r.ops_per_sec_per_thread();
         out.push_str(&format!(
-            "  {:<15} {:>14} {:>16} {:>11} {:>14} {:>14}\n",
+            "  {:<15} {:>12} {:>18} {:>11} {:>14} {:>14}\n",
             r.algo.name(),
-            format!("{}ops/s", format::ops(r.ops_per_sec())),
-            format!("{}ops/s", format::ops(per_thread)),
+            format::ops(r.ops_per_sec()).trim_end(),
+            format::ops(per_thread).trim_end(),
             format!("{:.0} ns", 1e9 / per_thread),
             format::count(r.allowed),
             format::count(r.denied),

@@ -14,6 +14,10 @@ use crate::workload::{Arrival, Workload};
 /// The most requests one simulation offers (memory and patience).
 pub const MAX_REQUESTS: u64 = 10_000_000;
 
+/// The longest simulation, in seconds: a year (window counters keep idle
+/// keys exact for at least that long).
+pub const MAX_SECONDS: f64 = 31_536_000.0;
+
 /// Everything a simulation needs, as the command line gave it.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -109,8 +113,8 @@ type SimLimiter = Limiter<[u8], Arc<dyn Clock>>;
 
 /// Runs a simulation. Errors are usage errors, with a message for the user.
 pub fn run(config: SimConfig) -> Result<SimReport, String> {
-    if !(config.seconds.is_finite() && config.seconds > 0.0) {
-        return Err(format!("--seconds must be a positive number, got {}", config.seconds));
+    if !(config.seconds.is_finite() && config.seconds > 0.0 && config.seconds <= MAX_SECONDS) {
+        return Err(format!("--seconds must be above 0 and at most {MAX_SECONDS} (a year), got {}", config.seconds));
     }
     if !(config.rps.is_finite() && config.rps > 0.0) {
         return Err(format!("--rps must be a positive number, got {}", config.rps));
@@ -119,7 +123,7 @@ pub fn run(config: SimConfig) -> Result<SimReport, String> {
     let plans =
         config.algos.iter().map(|&a| limits::plan(&config.specs, a, &config.bursts)).collect::<Result<Vec<_>, _>>()?;
 
-    let duration_ns = (config.seconds * 1e9).round() as u64;
+    let duration_ns = ((config.seconds * 1e9).round() as u64).max(1);
     let arrival_defaulted = config.arrival.is_none();
     let arrival = config.arrival.unwrap_or(if config.algos.len() > 1 { Arrival::Bursty } else { Arrival::Uniform });
     let boundary_ns = plans[0].iter().map(|l| l.rate.period_nanos()).min().unwrap_or(1_000_000_000);
@@ -784,6 +788,20 @@ mod tests {
     fn too_many_requests_are_refused() {
         let e = run(SimConfig { rps: 1e9, ..config(&["10/s"], &[Algo::TokenBucket]) }).unwrap_err();
         assert!(e.contains("at most 10,000,000"), "{e}");
+        // A burst concentrates two windows of traffic: counted up front too.
+        let bursty = SimConfig {
+            rps: 100.0,
+            seconds: 90_000.0,
+            arrival: Some(Arrival::Bursty),
+            ..config(&["1/d"], &[Algo::TokenBucket])
+        };
+        assert!(run(bursty).unwrap_err().contains("at most 10,000,000"));
+    }
+
+    #[test]
+    fn runs_longer_than_a_year_are_refused() {
+        let e = run(SimConfig { seconds: 4e7, rps: 1e-3, ..config(&["10/s"], &[Algo::TokenBucket]) }).unwrap_err();
+        assert!(e.contains("at most 31536000"), "{e}");
     }
 
     #[test]

@@ -118,9 +118,16 @@ impl Workload {
         out
     }
 
-    /// About how many requests the run offers (`rps × seconds`).
+    /// About how many requests the run offers, at most: `rps × seconds`,
+    /// plus for bursty traffic one whole burst (a run that ends just after a
+    /// boundary has had more than its mean share).
     pub fn expected_requests(&self) -> u64 {
-        (self.rps * self.duration_ns as f64 / NS_PER_S).ceil() as u64
+        let mean = (self.rps * self.duration_ns as f64 / NS_PER_S).ceil();
+        let extra = match self.arrival {
+            Arrival::Bursty => (self.rps * 2.0 * self.boundary_ns as f64 / NS_PER_S).ceil(),
+            _ => 0.0,
+        };
+        (mean + extra) as u64
     }
 }
 

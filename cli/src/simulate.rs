@@ -108,7 +108,9 @@ pub struct SimReport {
     pub wall: Duration,
 }
 
-/// A limiter over byte keys on a shared, dynamically chosen clock.
+/// A limiter over byte keys on a shared, dynamically chosen clock. Every lane
+/// is a `Limiter`, even with one limit: its decisions are those of the plain
+/// `TokenBucket` / `FixedWindow` / `SlidingWindow`, and it names who denied.
 type SimLimiter = Limiter<[u8], Arc<dyn Clock>>;
 
 /// Runs a simulation. Errors are usage errors, with a message for the user.
@@ -143,7 +145,7 @@ pub fn run(config: SimConfig) -> Result<SimReport, String> {
     if requests.is_empty() {
         return Err(match arrival {
             Arrival::Bursty => format!(
-                "bursty traffic fires around every second window boundary, and the first is at {}: \
+                "bursty traffic fires around every other window boundary, and the first is at {}: \
                  use a longer --seconds or another --arrival",
                 format::nanos(boundary_ns)
             ),

@@ -1,0 +1,235 @@
+//! `ratomic bench`: in-process throughput of the engine on the real clock.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use ratomic::{Keyed, Limiter, MonotonicClock, Options, Rule};
+
+use crate::format;
+use crate::limits::{self, Algo, Limit, LimitSpec};
+use crate::rng::SplitMix64;
+
+/// Calls between two looks at the stop flag: enough to make the check free.
+const BATCH: u64 = 256;
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// The limits (several make a multi-limit `Limiter`).
+    pub specs: Vec<LimitSpec>,
+    /// The algorithms to measure, one after the other.
+    pub algos: Vec<Algo>,
+    /// `--burst` values.
+    pub bursts: Vec<u64>,
+    /// Worker threads.
+    pub threads: usize,
+    /// Distinct keys, picked uniformly at random by each call.
+    pub keys: u64,
+    /// Seconds per algorithm.
+    pub seconds: f64,
+    /// Show a progress bar (on stderr).
+    pub progress: bool,
+}
+
+/// One algorithm's measurement.
+#[derive(Clone, Debug)]
+pub struct BenchResult {
+    /// The algorithm the limits default to.
+    pub algo: Algo,
+    /// Its limits.
+    pub limits: Vec<Limit>,
+    /// Calls made by each thread.
+    pub per_thread: Vec<u64>,
+    /// Calls allowed (all threads).
+    pub allowed: u64,
+    /// Calls denied (all threads).
+    pub denied: u64,
+    /// How long the threads ran.
+    pub elapsed: Duration,
+}
+
+impl BenchResult {
+    /// Calls made (all threads).
+    pub fn ops(&self) -> u64 {
+        self.per_thread.iter().sum()
+    }
+
+    /// Calls per second, all threads together.
+    pub fn ops_per_sec(&self) -> f64 {
+        self.ops() as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// Calls per second, per thread (mean).
+    pub fn ops_per_sec_per_thread(&self) -> f64 {
+        self.ops_per_sec() / self.per_thread.len() as f64
+    }
+}
+
+/// Runs the benchmark; errors are usage errors.
+pub fn run(config: &BenchConfig) -> Result<Vec<BenchResult>, String> {
+    if !(config.seconds.is_finite() && config.seconds > 0.0 && config.seconds <= 3_600.0) {
+        return Err(format!("--seconds must be a number above 0 and at most 3600, got {}", config.seconds));
+    }
+    limits::check_bursts(&config.specs, &config.algos, &config.bursts)?;
+    let plans =
+        config.algos.iter().map(|&a| limits::plan(&config.specs, a, &config.bursts)).collect::<Result<Vec<_>, _>>()?;
+    let duration = Duration::from_secs_f64(config.seconds);
+    plans
+        .into_iter()
+        .zip(&config.algos)
+        .map(|(limits, &algo)| {
+            let (per_thread, allowed, denied, elapsed) = match &limits[..] {
+                [one] => match one.rule {
+                    Rule::TokenBucket(a) => measure(config, duration, algo, &keyed(a)?),
+                    Rule::FixedWindow(a) => measure(config, duration, algo, &keyed(a)?),
+                    Rule::SlidingWindow(a) => measure(config, duration, algo, &keyed(a)?),
+                    _ => measure(config, duration, algo, &multi(&limits)?),
+                },
+                _ => measure(config, duration, algo, &multi(&limits)?),
+            };
+            Ok(BenchResult { algo, limits, per_thread, allowed, denied, elapsed })
+        })
+        .collect()
+}
+
+/// The one-algorithm keyed limiter a user with one limit would pick.
+fn keyed<A: ratomic::Algorithm>(alg: A) -> Result<Keyed<A, u64, MonotonicClock>, String> {
+    Keyed::with_algorithm(alg, MonotonicClock::new(), Options::default()).map_err(|e| e.to_string())
+}
+
+fn multi(limits: &[Limit]) -> Result<Limiter<u64>, String> {
+    limits
+        .iter()
+        .fold(Limiter::builder(), |b, l| b.limit(l.name.clone(), l.rule))
+        .keys::<u64>()
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// Something the benchmark can call: one decision for a `u64` key.
+trait Decide: Sync {
+    fn decide(&self, key: u64) -> bool;
+}
+
+impl<A: ratomic::Algorithm + Sync> Decide for Keyed<A, u64, MonotonicClock> {
+    #[inline]
+    fn decide(&self, key: u64) -> bool {
+        matches!(self.allow(&key), Ok(d) if d.allowed)
+    }
+}
+
+impl Decide for Limiter<u64> {
+    #[inline]
+    fn decide(&self, key: u64) -> bool {
+        matches!(self.allow(&key), Ok(d) if d.allowed())
+    }
+}
+
+fn measure(
+    config: &BenchConfig,
+    duration: Duration,
+    algo: Algo,
+    limiter: &dyn Decide,
+) -> (Vec<u64>, u64, u64, Duration) {
+    let threads = config.threads.max(1);
+    let stop = AtomicBool::new(false);
+    let start_line = Barrier::new(threads + 1);
+    let bar = progress_bar(config.progress, duration, algo);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (stop, start_line) = (&stop, &start_line);
+                s.spawn(move || {
+                    let mut rng = SplitMix64::new(0x5EED ^ t as u64);
+                    let (mut calls, mut allowed) = (0u64, 0u64);
+                    start_line.wait();
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..BATCH {
+                            allowed += u64::from(limiter.decide(rng.below(config.keys)));
+                        }
+                        calls += BATCH;
+                    }
+                    (calls, allowed)
+                })
+            })
+            .collect();
+        start_line.wait();
+        let started = Instant::now();
+        loop {
+            let elapsed = started.elapsed();
+            if elapsed >= duration {
+                break;
+            }
+            bar.set_position(elapsed.as_millis() as u64);
+            std::thread::sleep((duration - elapsed).min(Duration::from_millis(50)));
+        }
+        stop.store(true, Ordering::Relaxed);
+        let results: Vec<(u64, u64)> =
+            workers.into_iter().map(|w| w.join().expect("a bench thread panicked")).collect();
+        let elapsed = started.elapsed();
+        bar.finish_and_clear();
+        let allowed = results.iter().map(|r| r.1).sum::<u64>();
+        let calls: Vec<u64> = results.iter().map(|r| r.0).collect();
+        let denied = calls.iter().sum::<u64>() - allowed;
+        (calls, allowed, denied, elapsed)
+    })
+}
+
+fn progress_bar(visible: bool, duration: Duration, algo: Algo) -> ProgressBar {
+    let target = if visible { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
+    let bar = ProgressBar::with_draw_target(Some(duration.as_millis() as u64), target);
+    if let Ok(style) = ProgressStyle::with_template("  {prefix:<15} [{bar:40}] {percent:>3}%") {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_prefix(algo.name());
+    bar
+}
+
+/// The report as text.
+pub fn render(config: &BenchConfig, results: &[BenchResult]) -> String {
+    let mut out = String::from("ratomic bench\n");
+    for r in results {
+        for (i, l) in r.limits.iter().enumerate() {
+            let head = if i > 0 {
+                ""
+            } else if results.len() > 1 {
+                r.algo.name()
+            } else {
+                "limit"
+            };
+            out.push_str(&format!("  {head:<15} {}\n", l.describe()));
+        }
+    }
+    out.push_str(&format!(
+        "  {:<15} {} thread{}, {} key{} (u64, one picked at random per call), {} per algorithm, real clock\n\n",
+        "load",
+        config.threads,
+        if config.threads == 1 { "" } else { "s" },
+        format::count(config.keys),
+        if config.keys == 1 { "" } else { "s" },
+        format::nanos(Duration::from_secs_f64(config.seconds).as_nanos() as u64),
+    ));
+    out.push_str(&format!(
+        "  {:<15} {:>12} {:>18} {:>11} {:>14} {:>14}\n",
+        "algorithm", "ops/s total", "ops/s per thread", "ns per op", "allowed", "denied"
+    ));
+    for r in results {
+        let per_thread = r.ops_per_sec_per_thread();
+        out.push_str(&format!(
+            "  {:<15} {:>12} {:>18} {:>11} {:>14} {:>14}\n",
+            r.algo.name(),
+            format::ops(r.ops_per_sec()).trim_end(),
+            format::ops(per_thread).trim_end(),
+            format!("{:.0} ns", 1e9 / per_thread),
+            format::count(r.allowed),
+            format::count(r.denied),
+        ));
+    }
+    out.push_str(&format!(
+        "\n  {} calls in all. Each thread's time per call includes picking a random key (a few ns).\n",
+        format::count(results.iter().map(BenchResult::ops).sum())
+    ));
+    out
+}

@@ -54,10 +54,11 @@ pub(crate) const MAX_WIDTH: usize = 16;
 
 /// A table is rebuilt before its load would exceed 3/4...
 const MAX_LOAD: (usize, usize) = (3, 4);
-/// ...to a load of 11/20, so it grows by 15/11 ≈ 1.36× when nothing can be
-/// dropped. A rebuild for room keeps at least the table's capacity (its load
-/// may then fall below 11/20 until keys return); `gc` rebuilds to 11/20.
-const TARGET_LOAD: (usize, usize) = (11, 20);
+/// ...to a load of 1/2, so it grows by 1.5× when nothing can be dropped and a
+/// full table holds between 1/2 and 3/4 of its slots (memory per key within
+/// 4/3 and 2 slots). A rebuild for room keeps at least the table's capacity
+/// (its load may then fall below 1/2 until keys return); `gc` rebuilds to 1/2.
+const TARGET_LOAD: (usize, usize) = (1, 2);
 const MIN_CAPACITY: usize = 8;
 
 /// How a store decides what it may forget: provided by the algorithm(s)

@@ -25,8 +25,7 @@
 
 use std::hash::Hash;
 use std::hint::black_box;
-use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use governor::clock::{Clock as GClock, DefaultClock, FakeRelativeClock};
@@ -35,7 +34,9 @@ use governor::state::keyed::DashMapStateStore;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::RateLimiter;
 use ratomic::{Clock as RClock, DirectTokenBucket, Gcra, Keyed, ManualClock, MonotonicClock, TokenBucket};
-use ratomic_benches::{governor_deny, governor_huge, ratomic_deny, ratomic_huge, str_keys, u64_keys};
+use ratomic_benches::{
+    governor_deny, governor_huge, ratomic_deny, ratomic_huge, str_keys, time_inserts, two_threads, u64_keys, Cycle,
+};
 
 type GovKeyed<K, C> = RateLimiter<K, DashMapStateStore<K>, C, NoOpMiddleware<<C as GClock>::Instant>>;
 type GovDirect<C> = RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as GClock>::Instant>>;
@@ -121,26 +122,6 @@ fn gov_keyed<K: BenchKey, C: Clocks>(q: governor::Quota) -> GovKeyed<K, C::G> {
     RateLimiter::dashmap_with_clock(q, C::governor())
 }
 
-/// Cycles through `keys` forever.
-struct Cycle<'a, T> {
-    keys: &'a [T],
-    i: usize,
-}
-impl<'a, T> Cycle<'a, T> {
-    fn new(keys: &'a [T], start: usize) -> Self {
-        Cycle { keys, i: start % keys.len() }
-    }
-    #[inline]
-    fn next(&mut self) -> &'a T {
-        let k = &self.keys[self.i];
-        self.i += 1;
-        if self.i == self.keys.len() {
-            self.i = 0;
-        }
-        k
-    }
-}
-
 // ---- (a) single bucket ------------------------------------------------------
 
 fn direct<C: Clocks>(c: &mut Criterion) {
@@ -195,38 +176,19 @@ fn many<C: Clocks, K: BenchKey>(c: &mut Criterion, n: usize, label: &str) {
         keys.iter().for_each(|k| assert!(K::allow(&r, k)));
         assert_eq!(r.len(), n, "every key stays in ratomic's store");
         let mut cycle = Cycle::new(&keys, 0);
-        g.bench_function("ratomic", |b| b.iter(|| black_box(K::allow(&r, cycle.next()))));
+        g.bench_function("ratomic", |b| b.iter(|| black_box(K::allow(&r, cycle.next_key()))));
     }
     {
         let gv = gov_keyed::<K, C>(governor_huge());
         keys.iter().for_each(|k| assert!(gv.check_key(k).is_ok()));
         assert_eq!(gv.len(), n);
         let mut cycle = Cycle::new(&keys, 0);
-        g.bench_function("governor", |b| b.iter(|| black_box(gv.check_key(cycle.next()).is_ok())));
+        g.bench_function("governor", |b| b.iter(|| black_box(gv.check_key(cycle.next_key()).is_ok())));
     }
     g.finish();
 }
 
 // ---- (d) new keys -----------------------------------------------------------
-
-/// Times `iters` first calls on new keys: batches of up to `keys.len()` keys,
-/// each into a limiter made (and afterwards dropped) outside the timing.
-fn time_inserts<L>(iters: u64, keys: &[impl Sync], make: impl Fn() -> L, call: impl Fn(&L, usize) -> bool) -> Duration {
-    let mut total = Duration::ZERO;
-    let mut left = iters as usize;
-    while left > 0 {
-        let n = left.min(keys.len());
-        let limiter = make();
-        let start = Instant::now();
-        for i in 0..n {
-            black_box(call(&limiter, i));
-        }
-        total += start.elapsed();
-        drop(limiter);
-        left -= n;
-    }
-    total
-}
 
 fn insert<C: Clocks, K: BenchKey>(c: &mut Criterion) {
     let keys = K::generate(100_000, 3);
@@ -245,30 +207,6 @@ fn insert<C: Clocks, K: BenchKey>(c: &mut Criterion) {
 }
 
 // ---- (e) two threads --------------------------------------------------------
-
-/// Two threads each make `iters` calls at once (thread `t` starting at key
-/// `t·len/2`); returns the slower thread's time, so criterion reports wall
-/// time per call per thread.
-fn two_threads<T: Sync>(iters: u64, keys: &[T], call: impl Fn(&T) -> bool + Sync) -> Duration {
-    let barrier = Barrier::new(2);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..2)
-            .map(|t| {
-                let (barrier, call) = (&barrier, &call);
-                s.spawn(move || {
-                    let mut cycle = Cycle::new(keys, t * keys.len() / 2);
-                    barrier.wait();
-                    let start = Instant::now();
-                    for _ in 0..iters {
-                        black_box(call(cycle.next()));
-                    }
-                    start.elapsed()
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).max().unwrap()
-    })
-}
 
 fn threads<C: Clocks>(c: &mut Criterion) {
     for (label, n) in [("hot", 1), ("100k", 100_000)] {

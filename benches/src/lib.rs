@@ -6,8 +6,10 @@
 //! `memory`, `sliding_accuracy`). Results and the commands that produced them
 //! are in `BENCHMARKS.section.md`.
 
+use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::time::Duration;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
 
 /// The largest burst governor accepts (its burst is a `NonZeroU32`).
 pub const HUGE_BURST: u32 = u32::MAX;
@@ -56,6 +58,73 @@ pub fn u64_keys(n: usize, seed: u64) -> Vec<u64> {
 /// `n` distinct 16-byte string keys (16 lowercase hex digits), in random order.
 pub fn str_keys(n: usize, seed: u64) -> Vec<String> {
     u64_keys(n, seed).into_iter().map(|k| format!("{k:016x}")).collect()
+}
+
+
+// ---- timing helpers shared by the benches ---------------------------------
+
+/// Cycles through `keys` forever.
+#[derive(Debug)]
+pub struct Cycle<'a, T> {
+    keys: &'a [T],
+    i: usize,
+}
+impl<'a, T> Cycle<'a, T> {
+    pub fn new(keys: &'a [T], start: usize) -> Self {
+        Cycle { keys, i: start % keys.len() }
+    }
+    #[inline]
+    pub fn next_key(&mut self) -> &'a T {
+        let k = &self.keys[self.i];
+        self.i += 1;
+        if self.i == self.keys.len() {
+            self.i = 0;
+        }
+        k
+    }
+}
+
+/// Times `iters` first calls on new keys: batches of up to `keys.len()` keys,
+/// each into a limiter made (and afterwards dropped) outside the timing.
+pub fn time_inserts<L>(iters: u64, keys: &[impl Sync], make: impl Fn() -> L, call: impl Fn(&L, usize) -> bool) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut left = iters as usize;
+    while left > 0 {
+        let n = left.min(keys.len());
+        let limiter = make();
+        let start = Instant::now();
+        for i in 0..n {
+            black_box(call(&limiter, i));
+        }
+        total += start.elapsed();
+        drop(limiter);
+        left -= n;
+    }
+    total
+}
+
+/// Two threads each make `iters` calls at once (thread `t` starting at key
+/// `t·len/2`); returns the slower thread's time, so criterion reports wall
+/// time per call per thread.
+pub fn two_threads<T: Sync>(iters: u64, keys: &[T], call: impl Fn(&T) -> bool + Sync) -> Duration {
+    let barrier = Barrier::new(2);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|t| {
+                let (barrier, call) = (&barrier, &call);
+                s.spawn(move || {
+                    let mut cycle = Cycle::new(keys, t * keys.len() / 2);
+                    barrier.wait();
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        black_box(call(cycle.next_key()));
+                    }
+                    start.elapsed()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).max().unwrap()
+    })
 }
 
 #[cfg(test)]

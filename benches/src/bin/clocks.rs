@@ -127,7 +127,13 @@ fn main() {
     let q = quanta::Clock::new();
     let q0 = q.now();
     rows.push(row("quanta::Clock::now()", || q.now(), || (q.now() - q0).as_nanos() as u64, "TSC scaled to ns"));
-    rows.push(row("quanta::Clock::raw()", || q.raw(), || q.raw(), "unscaled TSC ticks"));
+    #[cfg(target_arch = "x86_64")]
+    {
+        let per_ns = tsc_per_ns();
+        let mut r = row("quanta::Clock::raw()", || q.raw(), || q.raw(), "unscaled TSC ticks");
+        r.resolution_ns = r.resolution_ns.map(|ticks| ticks / per_ns);
+        rows.push(r);
+    }
 
     let m = ratomic::MonotonicClock::new();
     rows.push(row(

@@ -84,11 +84,7 @@ fn batches(c: &mut Criterion) {
         let keys: Vec<u64> = if n == 1 { vec![u64_keys(1, 11)[0]; BATCH] } else { u64_keys(n, 12) };
         // A quota that never denies, on a clock stopped at 0: all three forms
         // decide at the same time and take the allow path.
-        let tb = TokenBucket::builder(ratomic_huge())
-            .keys::<u64>()
-            .clock(ManualClock::new())
-            .build()
-            .unwrap();
+        let tb = TokenBucket::builder(ratomic_huge()).keys::<u64>().clock(ManualClock::new()).build().unwrap();
         keys.iter().for_each(|k| assert!(tb.allow_at(k, 1, 0).unwrap().allowed));
         let chunks = keys.len() / BATCH;
         let mut g = c.benchmark_group(format!("batch64/{label}"));

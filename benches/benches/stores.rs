@@ -155,7 +155,9 @@ fn lookups<S: Store>(g: &mut BenchmarkGroup<'_, WallTime>, keys: &[u64]) {
 
 fn inserts<S: Store>(g: &mut BenchmarkGroup<'_, WallTime>, keys: &[u64]) {
     let gcra = Gcra1::new();
-    g.bench_function(S::NAME, |b| b.iter_custom(|iters| time_inserts(iters, keys, S::make, |s, i| s.charge(gcra, keys[i]))));
+    g.bench_function(S::NAME, |b| {
+        b.iter_custom(|iters| time_inserts(iters, keys, S::make, |s, i| s.charge(gcra, keys[i])))
+    });
 }
 
 fn threads<S: Store>(g: &mut BenchmarkGroup<'_, WallTime>, keys: &[u64]) {

@@ -251,4 +251,3 @@ criterion_group! {
     targets = all::<Fake>, all::<Real>
 }
 criterion_main!(benches);
-

@@ -60,19 +60,21 @@ pub fn str_keys(n: usize, seed: u64) -> Vec<String> {
     u64_keys(n, seed).into_iter().map(|k| format!("{k:016x}")).collect()
 }
 
-
 // ---- timing helpers shared by the benches ---------------------------------
 
-/// Cycles through `keys` forever.
+/// Cycles through a key array forever: the access order of the many-key
+/// benchmarks (the arrays are already in random order).
 #[derive(Debug)]
 pub struct Cycle<'a, T> {
     keys: &'a [T],
     i: usize,
 }
 impl<'a, T> Cycle<'a, T> {
+    /// A cycle over `keys` (not empty) starting at index `start` (modulo the length).
     pub fn new(keys: &'a [T], start: usize) -> Self {
         Cycle { keys, i: start % keys.len() }
     }
+    /// The next key, wrapping to the first after the last.
     #[inline]
     pub fn next_key(&mut self) -> &'a T {
         let k = &self.keys[self.i];
@@ -86,7 +88,12 @@ impl<'a, T> Cycle<'a, T> {
 
 /// Times `iters` first calls on new keys: batches of up to `keys.len()` keys,
 /// each into a limiter made (and afterwards dropped) outside the timing.
-pub fn time_inserts<L>(iters: u64, keys: &[impl Sync], make: impl Fn() -> L, call: impl Fn(&L, usize) -> bool) -> Duration {
+pub fn time_inserts<L>(
+    iters: u64,
+    keys: &[impl Sync],
+    make: impl Fn() -> L,
+    call: impl Fn(&L, usize) -> bool,
+) -> Duration {
     let mut total = Duration::ZERO;
     let mut left = iters as usize;
     while left > 0 {

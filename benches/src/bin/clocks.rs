@@ -120,7 +120,12 @@ fn main() {
     #[cfg(target_arch = "x86_64")]
     {
         let per_ns = tsc_per_ns();
-        let mut r = row("rdtsc (raw TSC)", rdtsc, rdtsc, format!("{per_ns:.2} ticks/ns; not synchronised across cores everywhere"));
+        let mut r = row(
+            "rdtsc (raw TSC)",
+            rdtsc,
+            rdtsc,
+            format!("{per_ns:.2} ticks/ns; not synchronised across cores everywhere"),
+        );
         r.resolution_ns = r.resolution_ns.map(|ticks| ticks / per_ns);
         rows.push(r);
     }
@@ -143,7 +148,12 @@ fn main() {
         "Instant since a shared epoch, as u64 ns: ratomic's default",
     ));
     let manual = ratomic::ManualClock::new();
-    rows.push(row("ratomic ManualClock::now()", || ratomic::Clock::now(&manual), || 0, "an atomic load; does not move"));
+    rows.push(row(
+        "ratomic ManualClock::now()",
+        || ratomic::Clock::now(&manual),
+        || 0,
+        "an atomic load; does not move",
+    ));
 
     let gd = governor::clock::DefaultClock::default();
     let gd0 = gd.now();

@@ -111,6 +111,9 @@ fn run(limit: u64, window: Duration, arrivals: &[u64]) -> Outcome {
     o
 }
 
+/// A traffic pattern: arrival times (ns) drawn from the generator.
+type Pattern = Box<dyn Fn(&mut Rng) -> Vec<u64>>;
+
 fn main() {
     let window = Duration::from_secs(1);
     let w = window.as_nanos() as f64;
@@ -119,7 +122,7 @@ fn main() {
     println!("# sliding-window counter vs exact sliding log, limit {limit} per {window:?}, 2000 windows\n");
     println!("| traffic | requests | same history: false admits | false denies | end to end: log admits | counter admits | counter's most in one window |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
-    let patterns: Vec<(&str, Box<dyn Fn(&mut Rng) -> Vec<u64>>)> = vec![
+    let patterns: Vec<(&str, Pattern)> = vec![
         ("Poisson, 0.8× limit", Box::new(move |r| poisson(r, 0.8 * limit as f64 / w, horizon))),
         ("Poisson, 1.0× limit", Box::new(move |r| poisson(r, 1.0 * limit as f64 / w, horizon))),
         ("Poisson, 1.5× limit", Box::new(move |r| poisson(r, 1.5 * limit as f64 / w, horizon))),

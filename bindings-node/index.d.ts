@@ -50,8 +50,12 @@ export declare class NativeLimiter {
   bindOp(out: Float64Array): (code: number, key: string | Uint8Array, cost: number, nowMs: number) => boolean
   /** Number of live keys (keys whose state differs from full). */
   size(): number
-  /** Drops every key that is full again; returns how many were dropped. */
-  gc(): number
+  /**
+   * Drops every key that is full again at `nowMs` (the limiter's own
+   * clock when negative); returns how many were dropped. Decisions do not
+   * change: a full bucket carries no information.
+   */
+  gc(nowMs: number): number
   /** The limit names of a multi-limit limiter, in order (empty otherwise). */
   get names(): Array<string>
   /** The longest key accepted, in bytes. */

@@ -260,7 +260,7 @@ class BaseLimiter {
   }
 
   gc() {
-    return this.#native.gc()
+    return this.#native.gc(this._now())
   }
 
   async acquire(key, cost, options) {

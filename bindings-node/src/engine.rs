@@ -149,13 +149,13 @@ impl Engine {
         }
     }
 
-    /// Drops keys that are full again; returns how many.
-    pub fn gc(&self) -> usize {
+    /// Drops keys that are full again at `now`; returns how many.
+    pub fn gc_at(&self, now: u64) -> usize {
         match self {
-            Engine::TokenBucket(l) => l.gc(),
-            Engine::FixedWindow(l) => l.gc(),
-            Engine::SlidingWindow(l) => l.gc(),
-            Engine::Multi(l, _) => l.gc(),
+            Engine::TokenBucket(l) => l.gc_at(now),
+            Engine::FixedWindow(l) => l.gc_at(now),
+            Engine::SlidingWindow(l) => l.gc_at(now),
+            Engine::Multi(l, _) => l.gc_at(now),
         }
     }
 

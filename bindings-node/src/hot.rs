@@ -163,6 +163,11 @@ unsafe fn now_ns(env: sys::napi_env, v: sys::napi_value, engine: &Engine) -> Res
     if ms < 0.0 {
         return Ok(engine.now());
     }
+    ms_to_ns(ms)
+}
+
+/// A clock reading in milliseconds (>= 0) as nanoseconds.
+pub fn ms_to_ns(ms: f64) -> Res<u64> {
     let ns = (ms * 1e6).round();
     if !(ns.is_finite() && ns <= (1u64 << 62) as f64) {
         return Err(JsFailure::range(

@@ -130,10 +130,17 @@ impl NativeLimiter {
         self.engine.len() as f64
     }
 
-    /// Drops every key that is full again; returns how many were dropped.
+    /// Drops every key that is full again at `nowMs` (the limiter's own
+    /// clock when negative); returns how many were dropped. Decisions do not
+    /// change: a full bucket carries no information.
     #[napi]
-    pub fn gc(&self) -> f64 {
-        self.engine.gc() as f64
+    pub fn gc(&self, env: Env, now_ms: f64) -> Result<f64> {
+        let now = if now_ms < 0.0 {
+            self.engine.now()
+        } else {
+            hot::ms_to_ns(now_ms).map_err(|e| e.into_napi(&env))?
+        };
+        Ok(self.engine.gc_at(now) as f64)
     }
 
     /// The limit names of a multi-limit limiter, in order (empty otherwise).

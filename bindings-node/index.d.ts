@@ -36,12 +36,13 @@ export declare class NativeLimiter {
    */
   select(names: Array<string>): NativeLimiter
   /**
-   * The hot function `allow(key, cost, nowMs) => boolean`: charges `cost`
-   * to `key` and writes `[remaining, limit, retryAfterMs, resetAfterMs,
-   * entryCount, ...entries]` into `out` (a `Float64Array` of `OUT_LEN`).
-   * `nowMs < 0` reads the limiter's monotonic clock.
+   * The hot function `allow(key, cost?, nowMs?) => boolean`: charges
+   * `cost` (default 1) to `key` and writes `[remaining, limit,
+   * retryAfterMs, resetAfterMs, entryCount, ...entries]` into `out` (a
+   * `Float64Array` of `OUT_LEN`). Without `nowMs`, or with `nowMs < 0`, it
+   * reads the limiter's monotonic clock.
    */
-  bindAllow(out: Float64Array): (key: string | Uint8Array, cost: number, nowMs: number) => boolean
+  bindAllow(out: Float64Array): (key: string | Uint8Array, cost?: number, nowMs?: number) => boolean
   /**
    * The function `op(code, key, cost, nowMs) => boolean` for the colder
    * operations: 1 peek (writes into `out` like `allow`), 2 refund `cost`

@@ -225,9 +225,11 @@ class BaseLimiter {
   }
 
   allow(key, cost) {
-    const c = cost === undefined ? 1 : cost
-    const now = this.#read === null ? -1 : readClock(this.#read)
-    const allowed = this.#allow(key, c, now)
+    // Pass only the arguments there are: the native side then converts nothing
+    // but the key (cost 1 and its own monotonic clock are its defaults).
+    const allowed = this.#read !== null
+      ? this.#allow(key, cost === undefined ? 1 : cost, readClock(this.#read))
+      : cost === undefined ? this.#allow(key) : this.#allow(key, cost)
     const o = this.#out
     return { allowed, remaining: o[REMAINING], limit: o[LIMIT], retryAfterMs: o[RETRY], resetAfterMs: o[RESET] }
   }
@@ -247,7 +249,8 @@ class BaseLimiter {
 
   allowMany(requests) {
     if (!Array.isArray(requests)) throw typeError(`allowMany takes an array of keys or [key, cost] pairs, got ${describe(requests)}`)
-    const now = this._now()
+    // One clock reading for the whole batch, the native clock's included.
+    const now = this.#read === null ? this.#native.nowMs() : readClock(this.#read)
     const pairs = requests.map((r) => (Array.isArray(r) ? [r[0], r[1] === undefined ? 1 : r[1]] : [r, 1]))
     // Check every pair first (a peek changes nothing), so a bad pair throws
     // before any key is charged.

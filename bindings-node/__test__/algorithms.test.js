@@ -178,3 +178,10 @@ test('a Date.now clock works', () => {
   assert.ok(tb.allow('k').allowed)
   assert.equal(tb.allow('k').allowed, false)
 })
+
+test('allowMany on the monotonic clock decides at one reading', () => {
+  const tb = new TokenBucket(1, 1000) // a token per millisecond
+  const out = tb.allowMany(['k', 'k', 'k'])
+  assert.deepEqual(out.map((d) => d.allowed), [true, false, false])
+  assert.ok(out[1].retryAfterMs > 0 && out[1].retryAfterMs <= 1)
+})

@@ -55,7 +55,7 @@ fn ok(status: sys::napi_status, what: &str) -> Res<()> {
     }
 }
 
-/// Creates the handle's hot `allow(key, cost, nowMs)` function (`which == 0`)
+/// Creates the handle's hot `allow(key, cost?, nowMs?)` function (`which == 0`)
 /// or its `op(code, key, cost, nowMs)` function (`which == 1`).
 ///
 /// # Safety
@@ -132,8 +132,11 @@ unsafe fn guard(env: sys::napi_env, body: impl FnOnce() -> Res<sys::napi_value>)
     ptr::null_mut()
 }
 
-/// Reads up to `N` arguments and the callback data.
-unsafe fn args<const N: usize>(env: sys::napi_env, info: sys::napi_callback_info) -> Res<([sys::napi_value; N], &'static Bound)> {
+/// Reads up to `N` arguments, how many were passed, and the callback data.
+unsafe fn args<const N: usize>(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> Res<([sys::napi_value; N], usize, &'static Bound)> {
     let mut argc = N;
     let mut argv = [ptr::null_mut(); N];
     let mut data = ptr::null_mut();
@@ -143,7 +146,7 @@ unsafe fn args<const N: usize>(env: sys::napi_env, info: sys::napi_callback_info
     }
     // SAFETY: data is the live `Bound` of this function (see `create`/`finalize`):
     // the function object is alive while it is being called.
-    Ok((argv, unsafe { &*data.cast::<Bound>() }))
+    Ok((argv, argc, unsafe { &*data.cast::<Bound>() }))
 }
 
 unsafe fn number(env: sys::napi_env, v: sys::napi_value, name: &str) -> Res<f64> {
@@ -259,10 +262,11 @@ unsafe extern "C" fn allow_cb(env: sys::napi_env, info: sys::napi_callback_info)
     // SAFETY: env and info are the live arguments of this callback.
     unsafe {
         guard(env, || {
-            let ([key, c, now], bound) = args::<3>(env, info)?;
-            let cost = cost(env, c)?;
+            // Omitted arguments (the common case) cost no conversion: cost 1, the monotonic clock.
+            let ([key, c, now], argc, bound) = args::<3>(env, info)?;
+            let cost = if argc < 2 { 1 } else { cost(env, c)? };
             let engine = &*bound.engine;
-            let now = now_ns(env, now, engine)?;
+            let now = if argc < 3 { engine.now() } else { now_ns(env, now, engine)? };
             let allowed = with_key(env, key, engine.max_key_len(), |k| engine.allow_at(k, cost, now, out_slice(bound)))??;
             boolean(env, allowed)
         })
@@ -273,7 +277,7 @@ unsafe extern "C" fn op_cb(env: sys::napi_env, info: sys::napi_callback_info) ->
     // SAFETY: env and info are the live arguments of this callback.
     unsafe {
         guard(env, || {
-            let ([code, key, c, now], bound) = args::<4>(env, info)?;
+            let ([code, key, c, now], _, bound) = args::<4>(env, info)?;
             let code = number(env, code, "op")? as u32;
             let n = cost(env, c)?;
             let engine = &*bound.engine;

@@ -97,11 +97,12 @@ impl NativeLimiter {
         Ok(NativeLimiter { engine: Arc::new(Engine::Multi(limiter.clone(), set)) })
     }
 
-    /// The hot function `allow(key, cost, nowMs) => boolean`: charges `cost`
-    /// to `key` and writes `[remaining, limit, retryAfterMs, resetAfterMs,
-    /// entryCount, ...entries]` into `out` (a `Float64Array` of `OUT_LEN`).
-    /// `nowMs < 0` reads the limiter's monotonic clock.
-    #[napi(ts_args_type = "out: Float64Array", ts_return_type = "(key: string | Uint8Array, cost: number, nowMs: number) => boolean")]
+    /// The hot function `allow(key, cost?, nowMs?) => boolean`: charges
+    /// `cost` (default 1) to `key` and writes `[remaining, limit,
+    /// retryAfterMs, resetAfterMs, entryCount, ...entries]` into `out` (a
+    /// `Float64Array` of `OUT_LEN`). Without `nowMs`, or with `nowMs < 0`, it
+    /// reads the limiter's monotonic clock.
+    #[napi(ts_args_type = "out: Float64Array", ts_return_type = "(key: string | Uint8Array, cost?: number, nowMs?: number) => boolean")]
     pub fn bind_allow<'env>(&self, env: &'env Env, out: Unknown<'env>) -> Result<Unknown<'env>> {
         self.bind(env, out, 0)
     }

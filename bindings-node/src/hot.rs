@@ -252,10 +252,15 @@ unsafe fn boolean(env: sys::napi_env, b: bool) -> Res<sys::napi_value> {
     Ok(v)
 }
 
-fn out_slice(bound: &Bound) -> &mut [f64] {
-    // SAFETY: `out` points at OUT_LEN or more f64s kept alive by `out_ref`; calls run one
-    // at a time on the JavaScript thread, so no other borrow of the buffer exists.
-    unsafe { std::slice::from_raw_parts_mut(bound.out, OUT_LEN) }
+/// The output buffer of a bound function.
+///
+/// # Safety
+/// `out` must be a `Bound`'s buffer (OUT_LEN or more f64s kept alive by its
+/// `out_ref`), and the slice must not outlive the current call: calls run one
+/// at a time on the JavaScript thread, so no other borrow of it exists.
+unsafe fn out_slice<'a>(out: *mut f64) -> &'a mut [f64] {
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts_mut(out, OUT_LEN) }
 }
 
 unsafe extern "C" fn allow_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
@@ -267,7 +272,7 @@ unsafe extern "C" fn allow_cb(env: sys::napi_env, info: sys::napi_callback_info)
             let cost = if argc < 2 { 1 } else { cost(env, c)? };
             let engine = &*bound.engine;
             let now = if argc < 3 { engine.now() } else { now_ns(env, now, engine)? };
-            let allowed = with_key(env, key, engine.max_key_len(), |k| engine.allow_at(k, cost, now, out_slice(bound)))??;
+            let allowed = with_key(env, key, engine.max_key_len(), |k| engine.allow_at(k, cost, now, out_slice(bound.out)))??;
             boolean(env, allowed)
         })
     }
@@ -285,7 +290,7 @@ unsafe extern "C" fn op_cb(env: sys::napi_env, info: sys::napi_callback_info) ->
             let max = engine.max_key_len();
             match code {
                 op::PEEK => {
-                    let allowed = with_key(env, key, max, |k| engine.peek_at(k, n, now, out_slice(bound)))??;
+                    let allowed = with_key(env, key, max, |k| engine.peek_at(k, n, now, out_slice(bound.out)))??;
                     boolean(env, allowed)
                 }
                 op::REFUND => {

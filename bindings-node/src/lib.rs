@@ -35,9 +35,12 @@ pub struct NativeLimiter {
     engine: Arc<Engine>,
 }
 
+/// Process-wide limiters by name, with the spec each was created from.
+type Registry = Mutex<HashMap<String, (LimiterSpec, Arc<Engine>)>>;
+
 /// Process-wide limiters shared by every worker thread, by name.
-fn registry() -> &'static Mutex<HashMap<String, (LimiterSpec, Arc<Engine>)>> {
-    static REGISTRY: OnceLock<Mutex<HashMap<String, (LimiterSpec, Arc<Engine>)>>> = OnceLock::new();
+fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(Default::default)
 }
 
@@ -66,7 +69,9 @@ impl NativeLimiter {
                     "ERR_RATOMIC_SHARED_CONFLICT",
                     format!(
                         "a shared limiter named {name:?} already exists with a different configuration \
-                         ({existing:?}); use the same arguments or another name"
+                         ({}; asked for {}): use the same arguments or another name",
+                        spec::describe(existing),
+                        spec::describe(&spec),
                     ),
                 )
                 .into_napi(&env));

@@ -142,3 +142,36 @@ pub fn build(spec: &LimiterSpec) -> Result<Engine, JsFailure> {
         _ => return Err(JsFailure::error("ERR_RATOMIC", "this rule kind is not supported by the Node binding yet")),
     })
 }
+
+/// A short human description of a spec, for error messages.
+pub fn describe(spec: &LimiterSpec) -> String {
+    let rule = |r: &RuleSpec| {
+        let mut parts = vec![r.algorithm.clone()];
+        let mut num = |k: &str, v: Option<f64>| {
+            if let Some(v) = v {
+                parts.push(format!("{k} {v}"));
+            }
+        };
+        num("capacity", r.capacity);
+        num("refillPerSec", r.refill_per_sec);
+        num("burst", r.burst);
+        num("limit", r.limit);
+        num("windowMs", r.window_ms);
+        if let Some(rate) = &r.rate {
+            parts.push(format!("rate {rate:?}"));
+        }
+        if spec.multi {
+            format!("{}: {}", r.name, parts.join(" "))
+        } else {
+            parts.join(" ")
+        }
+    };
+    let mut s = spec.rules.iter().map(rule).collect::<Vec<_>>().join(", ");
+    if let Some(n) = spec.max_keys {
+        s.push_str(&format!(", maxKeys {n}"));
+    }
+    if let Some(n) = spec.max_key_len {
+        s.push_str(&format!(", maxKeyLen {n}"));
+    }
+    s
+}

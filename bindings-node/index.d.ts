@@ -66,6 +66,30 @@ export declare class NativeLimiter {
 }
 
 /**
+ * Several limiters, each on its own key, decided all or nothing: a call
+ * passes only if every member allows it; then every member is charged,
+ * otherwise none is.
+ */
+export declare class NativeStack {
+  /**
+   * A stack of `members`, in order, named by `names` (same length). A
+   * `Limiter` member must be the whole limiter, not a selection.
+   */
+  constructor(names: Array<string>, members: Array<NativeLimiter>)
+  /**
+   * Charges `cost` to every member, each on its own key (`keys[i]` for
+   * member `i`), all or nothing, at `nowMs` (the monotonic clock when
+   * negative). Returns `[allowed, remaining, limit, retryAfterMs,
+   * resetAfterMs, entryCount, ...entries]` as in `NativeLimiter.bindAllow`.
+   */
+  allow(keys: Array<string | Buffer>, cost: number, nowMs: number): Array<number>
+  /** Answers like `allow` and changes nothing. */
+  peek(keys: Array<string | Buffer>, cost: number, nowMs: number): Array<number>
+  /** The member names, in order. */
+  get names(): Array<string>
+}
+
+/**
  * A whole limiter: one rule (`multi: false`) or several named rules decided
  * all or nothing (`multi: true`), plus store options.
  */

@@ -836,5 +836,6 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.NativeLimiter = nativeBinding.NativeLimiter
+module.exports.NativeStack = nativeBinding.NativeStack
 module.exports.noop = nativeBinding.noop
 module.exports.OUT_LEN = nativeBinding.OUT_LEN

@@ -166,6 +166,22 @@ export declare class Limiter extends BaseLimiter<MultiDecision> {
   static shared(name: string, limits: Record<string, Rule> | Array<Rule & { name: string }>, options?: SharedOptions): Limiter
 }
 
+/**
+ * Limiters on different keys (per IP, per user, global), all or nothing: a call passes
+ * only if every member allows its key; then every member is charged, otherwise none is.
+ * Members stay usable on their own. The stack reads one clock per call (by default the
+ * first member's) and passes it to every member.
+ */
+export declare class Stack {
+  constructor(members: Record<string, BaseLimiter<any>> | Array<[string, BaseLimiter<any>]>, options?: { clock?: ClockLike })
+  /** The member names, in order. */
+  readonly names: string[]
+  /** Charges `cost` (default 1) to every member, member `i` on `keys[i]`, all or nothing. */
+  allow(keys: Key[], cost?: number): MultiDecision
+  /** Answers like `allow` and changes nothing. */
+  peek(keys: Key[], cost?: number): MultiDecision
+}
+
 /** Length of the native output buffer (internal). */
 export declare const OUT_LEN: number
 /** An empty native call: the benchmark's floor. */

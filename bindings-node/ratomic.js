@@ -4,7 +4,7 @@
 // reads injected clocks, and builds the Decision objects in JavaScript,
 // because V8 creates a plain object literal far faster than N-API can.
 
-const { NativeLimiter, OUT_LEN, noop } = require('./index.js')
+const { NativeLimiter, NativeStack, OUT_LEN, noop } = require('./index.js')
 
 // Slots of the output buffer (see src/engine.rs `slot`).
 const REMAINING = 0
@@ -192,9 +192,11 @@ class BaseLimiter {
   #out
   #read
   #sleep
+  #clock
 
   constructor(nativeHandle, clock) {
     const c = clockOf(clock)
+    this.#clock = clock
     this.#native = nativeHandle
     this.#out = new Float64Array(new ArrayBuffer(OUT_LEN * 8))
     this.#allow = nativeHandle.bindAllow(this.#out)
@@ -217,6 +219,11 @@ class BaseLimiter {
   /** @internal */
   get _native() {
     return this.#native
+  }
+
+  /** @internal the clock this limiter was given (undefined for its monotonic clock). */
+  get _clock() {
+    return this.#clock
   }
 
   /** @internal */
@@ -499,4 +506,77 @@ class Limiter extends BaseLimiter {
   }
 }
 
-module.exports = { TokenBucket, FixedWindow, SlidingWindow, Limiter, ManualClock, OUT_LEN, noop }
+function entriesDecision(v, names) {
+  // v = [allowed, remaining, limit, retryAfterMs, resetAfterMs, entryCount, ...entries]
+  const n = v[1 + ENTRIES]
+  const entries = new Array(n)
+  const deniedBy = []
+  for (let i = 0; i < n; i++) {
+    const at = 1 + FIRST_ENTRY + ENTRY_LEN * i
+    const name = names[v[at]]
+    const ok = v[at + 1] === 1
+    entries[i] = { name, allowed: ok, remaining: v[at + 2], limit: v[at + 3], retryAfterMs: v[at + 4], resetAfterMs: v[at + 5] }
+    if (!ok) deniedBy.push(name)
+  }
+  return { allowed: v[0] === 1, remaining: v[1 + REMAINING], limit: v[1 + LIMIT], retryAfterMs: v[1 + RETRY], resetAfterMs: v[1 + RESET], entries, deniedBy }
+}
+
+/**
+ * Limiters on different keys (per IP, per user, global), all or nothing:
+ * `stack.allow([ip, user])` passes only if every member allows its key, and
+ * then every member is charged. Members stay usable on their own.
+ */
+class Stack {
+  #native
+  #names
+  #read
+
+  constructor(members, options) {
+    const list = Array.isArray(members) ? members : members !== null && typeof members === 'object' ? Object.entries(members) : null
+    if (list === null) throw typeError(`members must be an object { name: limiter } or an array of [name, limiter], got ${describe(members)}`)
+    for (const m of list) {
+      if (!Array.isArray(m) || typeof m[0] !== 'string' || !(m[1] instanceof BaseLimiter)) {
+        throw typeError('each stack member must be a name and a TokenBucket, FixedWindow, SlidingWindow or Limiter')
+      }
+    }
+    const o = readOptions(options, ['clock'])
+    // The stack reads one clock for the whole call and passes it to every
+    // member: by default the first member's, so members on one clock agree.
+    const clock = 'clock' in o ? o.clock : list.length > 0 ? list[0][1]._clock : undefined
+    const c = clockOf(clock)
+    this.#native = new NativeStack(list.map((m) => m[0]), list.map((m) => m[1]._native))
+    this.#names = this.#native.names
+    this.#read = c === null ? null : c.read
+  }
+
+  /** The member names, in order. */
+  get names() {
+    return [...this.#names]
+  }
+
+  #keys(keys) {
+    if (!Array.isArray(keys)) throw typeError(`keys must be an array with one key per member, got ${describe(keys)}`)
+    for (const k of keys) {
+      if (typeof k !== 'string' && !Buffer.isBuffer(k)) {
+        throw typeError(`key must be a string or a Buffer, got ${describe(k)}`, 'ERR_RATOMIC_INVALID_KEY')
+      }
+    }
+    return keys
+  }
+
+  /** Charges `cost` (default 1) to every member, member `i` on `keys[i]`, all or nothing. */
+  allow(keys, cost) {
+    const k = this.#keys(keys)
+    const c = checkCost(cost)
+    return entriesDecision(this.#native.allow(k, c, this.#read === null ? -1 : readClock(this.#read)), this.#names)
+  }
+
+  /** Answers like `allow` and changes nothing. */
+  peek(keys, cost) {
+    const k = this.#keys(keys)
+    const c = checkCost(cost)
+    return entriesDecision(this.#native.peek(k, c, this.#read === null ? -1 : readClock(this.#read)), this.#names)
+  }
+}
+
+module.exports = { TokenBucket, FixedWindow, SlidingWindow, Limiter, Stack, ManualClock, OUT_LEN, noop }

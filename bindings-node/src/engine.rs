@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use ratomic::{Decision, FixedWindow, LimitSet, Limiter, MultiDecision, SlidingWindow, TokenBucket, MAX_LIMITS};
+use ratomic::{Decision, FixedWindow, LimitSet, Limiter, MultiDecision, SlidingWindow, StackMember, TokenBucket, MAX_LIMITS};
 
 /// Slots of the output buffer, a `Float64Array` of [`OUT_LEN`] numbers owned
 /// by JavaScript: the hot call returns only `allowed` and writes the rest here.
@@ -30,9 +30,9 @@ pub const OUT_LEN: usize = slot::FIRST_ENTRY + slot::ENTRY_LEN * MAX_LIMITS;
 /// A limiter of any kind, on the monotonic clock; calls pass `now` explicitly.
 #[derive(Debug)]
 pub enum Engine {
-    TokenBucket(TokenBucket),
-    FixedWindow(FixedWindow),
-    SlidingWindow(SlidingWindow),
+    TokenBucket(Arc<TokenBucket>),
+    FixedWindow(Arc<FixedWindow>),
+    SlidingWindow(Arc<SlidingWindow>),
     /// A multi-limit limiter and the limits this handle's calls are subject to.
     Multi(Arc<Limiter>, LimitSet),
 }
@@ -50,10 +50,15 @@ fn write(out: &mut [f64], d: &Decision) {
 }
 
 fn write_multi(out: &mut [f64], limiter: &Limiter, d: &MultiDecision<'_>) {
+    write_entries(out, |name| limiter.names().position(|n| n == name), d);
+}
+
+/// Writes a multi-limit decision; each entry carries `index_of(its name)`.
+pub fn write_entries(out: &mut [f64], index_of: impl Fn(&str) -> Option<usize>, d: &MultiDecision<'_>) {
     write(out, &d.decision);
     let mut n = 0;
     for e in d.entries() {
-        let index = limiter.names().position(|name| name == e.name).unwrap_or(usize::MAX);
+        let index = index_of(e.name).unwrap_or(usize::MAX);
         let at = slot::FIRST_ENTRY + slot::ENTRY_LEN * n;
         out[at] = index as f64;
         out[at + 1] = f64::from(u8::from(e.decision.allowed));
@@ -166,6 +171,16 @@ impl Engine {
             Engine::FixedWindow(l) => l.max_key_len(),
             Engine::SlidingWindow(l) => l.max_key_len(),
             Engine::Multi(l, _) => l.max_key_len(),
+        }
+    }
+
+    /// This limiter as a member of a `Stack` (a `Limiter` only with all its limits).
+    pub fn as_member(&self) -> Option<Arc<dyn StackMember>> {
+        match self {
+            Engine::TokenBucket(l) => Some(l.clone()),
+            Engine::FixedWindow(l) => Some(l.clone()),
+            Engine::SlidingWindow(l) => Some(l.clone()),
+            Engine::Multi(l, set) => (*set == l.all_limits()).then(|| l.clone() as Arc<dyn StackMember>),
         }
     }
 

@@ -18,10 +18,12 @@ mod engine;
 mod error;
 mod hot;
 mod spec;
+mod stack;
 
 use engine::Engine;
 use error::JsFailure;
 pub use spec::{LimiterSpec, RuleSpec};
+pub use stack::NativeStack;
 
 /// Length of the `Float64Array` a handle writes its decisions into.
 #[napi]
@@ -42,6 +44,12 @@ type Registry = Mutex<HashMap<String, (LimiterSpec, Arc<Engine>)>>;
 fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(Default::default)
+}
+
+impl NativeLimiter {
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
 }
 
 #[napi]

@@ -1,6 +1,7 @@
 //! Limiter specifications: what JavaScript asks for, checked and turned into
 //! core limiters.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use napi_derive::napi;
@@ -132,12 +133,12 @@ pub fn build(spec: &LimiterSpec) -> Result<Engine, JsFailure> {
         return Err(JsFailure::type_error("ERR_RATOMIC_INVALID_ARGUMENT", "a single limiter takes exactly one rule"));
     };
     Ok(match rule(only)? {
-        Rule::TokenBucket(_) => Engine::TokenBucket(TokenBucket::builder(quota(only)?).options(options).build()?),
+        Rule::TokenBucket(_) => Engine::TokenBucket(Arc::new(TokenBucket::builder(quota(only)?).options(options).build()?)),
         Rule::FixedWindow(_) => {
-            Engine::FixedWindow(FixedWindow::builder(window_rate(only)?)?.options(options).build()?)
+            Engine::FixedWindow(Arc::new(FixedWindow::builder(window_rate(only)?)?.options(options).build()?))
         }
         Rule::SlidingWindow(_) => {
-            Engine::SlidingWindow(SlidingWindow::builder(window_rate(only)?)?.options(options).build()?)
+            Engine::SlidingWindow(Arc::new(SlidingWindow::builder(window_rate(only)?)?.options(options).build()?))
         }
         _ => return Err(JsFailure::error("ERR_RATOMIC", "this rule kind is not supported by the Node binding yet")),
     })

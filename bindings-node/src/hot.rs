@@ -184,14 +184,16 @@ pub fn ms_to_ns(ms: f64) -> Res<u64> {
 /// Calls `f` with the key's bytes: a string (as UTF-8) or a Buffer/Uint8Array.
 #[inline]
 unsafe fn with_key<R>(env: sys::napi_env, v: sys::napi_value, max_len: usize, f: impl FnOnce(&[u8]) -> R) -> Res<R> {
-    let mut stack = [0u8; STACK_KEY];
+    // Left uninitialised: zeroing it would cost more than the copy of a short key.
+    let mut stack = std::mem::MaybeUninit::<[u8; STACK_KEY]>::uninit();
     let mut len = 0usize;
     // SAFETY: the buffer has STACK_KEY bytes; N-API writes at most STACK_KEY - 1 plus a NUL.
     let status = unsafe { sys::napi_get_value_string_utf8(env, v, stack.as_mut_ptr().cast(), STACK_KEY, &mut len) };
     if status == sys::Status::napi_ok {
         // V8 never splits a character, so a truncated copy is at most 3 bytes short of full.
         if len + 4 < STACK_KEY - 1 {
-            return Ok(f(&stack[..len]));
+            // SAFETY: N-API initialised the first `len` bytes (len < STACK_KEY).
+            return Ok(f(unsafe { std::slice::from_raw_parts(stack.as_ptr().cast::<u8>(), len) }));
         }
         let mut full = 0usize;
         // SAFETY: a null buffer asks only for the length.

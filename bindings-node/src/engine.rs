@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use ratomic::{Decision, FixedWindow, LimitSet, Limiter, MultiDecision, SlidingWindow, StackMember, TokenBucket, MAX_LIMITS};
+use ratomic::{
+    Decision, FixedWindow, LimitSet, Limiter, MultiDecision, SlidingWindow, StackMember, TokenBucket, MAX_LIMITS,
+};
 
 /// Slots of the output buffer, a `Float64Array` of [`OUT_LEN`] numbers owned
 /// by JavaScript: the hot call returns only `allowed` and writes the rest here.

@@ -60,7 +60,12 @@ fn ok(status: sys::napi_status, what: &str) -> Res<()> {
 ///
 /// # Safety
 /// `env` must be the live environment of the current call and `out` a value in it.
-pub unsafe fn create(env: sys::napi_env, engine: Arc<Engine>, out: sys::napi_value, which: u32) -> Res<sys::napi_value> {
+pub unsafe fn create(
+    env: sys::napi_env,
+    engine: Arc<Engine>,
+    out: sys::napi_value,
+    which: u32,
+) -> Res<sys::napi_value> {
     let mut kind = 0;
     let mut length = 0usize;
     let mut data: *mut c_void = ptr::null_mut();
@@ -95,7 +100,14 @@ pub unsafe fn create(env: sys::napi_env, engine: Arc<Engine>, out: sys::napi_val
     // after the function is collected (or at environment teardown).
     unsafe {
         let made = ok(
-            sys::napi_create_function(env, name.as_ptr().cast::<c_char>(), name.len() as isize, Some(cb), bound.cast(), &mut func),
+            sys::napi_create_function(
+                env,
+                name.as_ptr().cast::<c_char>(),
+                name.len() as isize,
+                Some(cb),
+                bound.cast(),
+                &mut func,
+            ),
             "napi_create_function",
         )
         .and_then(|()| {
@@ -125,7 +137,9 @@ unsafe fn guard(env: sys::napi_env, body: impl FnOnce() -> Res<sys::napi_value>)
     let failure = match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(v)) => return v,
         Ok(Err(e)) => e,
-        Err(_) => JsFailure::error("ERR_RATOMIC_PANIC", "internal error in ratomic (a Rust panic); no state was changed"),
+        Err(_) => {
+            JsFailure::error("ERR_RATOMIC_PANIC", "internal error in ratomic (a Rust panic); no state was changed")
+        }
     };
     // SAFETY: env is the live environment of this callback.
     unsafe { failure.throw(env) };
@@ -142,7 +156,10 @@ unsafe fn args<const N: usize>(
     let mut data = ptr::null_mut();
     // SAFETY: argv has room for argc values; N-API fills missing ones with undefined.
     unsafe {
-        ok(sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), &mut data), "napi_get_cb_info")?;
+        ok(
+            sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), &mut data),
+            "napi_get_cb_info",
+        )?;
     }
     // SAFETY: data is the live `Bound` of this function (see `create`/`finalize`):
     // the function object is alive while it is being called.
@@ -274,7 +291,8 @@ unsafe extern "C" fn allow_cb(env: sys::napi_env, info: sys::napi_callback_info)
             let cost = if argc < 2 { 1 } else { cost(env, c)? };
             let engine = &*bound.engine;
             let now = if argc < 3 { engine.now() } else { now_ns(env, now, engine)? };
-            let allowed = with_key(env, key, engine.max_key_len(), |k| engine.allow_at(k, cost, now, out_slice(bound.out)))??;
+            let allowed =
+                with_key(env, key, engine.max_key_len(), |k| engine.allow_at(k, cost, now, out_slice(bound.out)))??;
             boolean(env, allowed)
         })
     }

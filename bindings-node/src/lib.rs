@@ -97,8 +97,11 @@ impl NativeLimiter {
     #[napi]
     pub fn select(&self, env: Env, names: Vec<String>) -> Result<NativeLimiter> {
         let Engine::Multi(limiter, _) = &*self.engine else {
-            return Err(JsFailure::type_error("ERR_RATOMIC_INVALID_ARGUMENT", "only a Limiter has named limits to select")
-                .into_napi(&env));
+            return Err(JsFailure::type_error(
+                "ERR_RATOMIC_INVALID_ARGUMENT",
+                "only a Limiter has named limits to select",
+            )
+            .into_napi(&env));
         };
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let set = limiter.limit_set(&names).map_err(|e| match e {
@@ -115,7 +118,10 @@ impl NativeLimiter {
     /// retryAfterMs, resetAfterMs, entryCount, ...entries]` into `out` (a
     /// `Float64Array` of `OUT_LEN`). Without `nowMs`, or with `nowMs < 0`, it
     /// reads the limiter's monotonic clock.
-    #[napi(ts_args_type = "out: Float64Array", ts_return_type = "(key: string | Uint8Array, cost?: number, nowMs?: number) => boolean")]
+    #[napi(
+        ts_args_type = "out: Float64Array",
+        ts_return_type = "(key: string | Uint8Array, cost?: number, nowMs?: number) => boolean"
+    )]
     pub fn bind_allow<'env>(&self, env: &'env Env, out: Unknown<'env>) -> Result<Unknown<'env>> {
         self.bind(env, out, 0)
     }
@@ -123,7 +129,10 @@ impl NativeLimiter {
     /// The function `op(code, key, cost, nowMs) => boolean` for the colder
     /// operations: 1 peek (writes into `out` like `allow`), 2 refund `cost`
     /// tokens, 3 reset the key.
-    #[napi(ts_args_type = "out: Float64Array", ts_return_type = "(code: number, key: string | Uint8Array, cost: number, nowMs: number) => boolean")]
+    #[napi(
+        ts_args_type = "out: Float64Array",
+        ts_return_type = "(code: number, key: string | Uint8Array, cost: number, nowMs: number) => boolean"
+    )]
     pub fn bind_op<'env>(&self, env: &'env Env, out: Unknown<'env>) -> Result<Unknown<'env>> {
         self.bind(env, out, 1)
     }
@@ -149,11 +158,8 @@ impl NativeLimiter {
     /// change: a full bucket carries no information.
     #[napi]
     pub fn gc(&self, env: Env, now_ms: f64) -> Result<f64> {
-        let now = if now_ms < 0.0 {
-            self.engine.now()
-        } else {
-            hot::ms_to_ns(now_ms).map_err(|e| e.into_napi(&env))?
-        };
+        let now =
+            if now_ms < 0.0 { self.engine.now() } else { hot::ms_to_ns(now_ms).map_err(|e| e.into_napi(&env))? };
         Ok(self.engine.gc_at(now) as f64)
     }
 

@@ -133,7 +133,9 @@ pub fn build(spec: &LimiterSpec) -> Result<Engine, JsFailure> {
         return Err(JsFailure::type_error("ERR_RATOMIC_INVALID_ARGUMENT", "a single limiter takes exactly one rule"));
     };
     Ok(match rule(only)? {
-        Rule::TokenBucket(_) => Engine::TokenBucket(Arc::new(TokenBucket::builder(quota(only)?).options(options).build()?)),
+        Rule::TokenBucket(_) => {
+            Engine::TokenBucket(Arc::new(TokenBucket::builder(quota(only)?).options(options).build()?))
+        }
         Rule::FixedWindow(_) => {
             Engine::FixedWindow(Arc::new(FixedWindow::builder(window_rate(only)?)?.options(options).build()?))
         }

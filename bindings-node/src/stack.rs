@@ -68,12 +68,24 @@ impl NativeStack {
         self.names.clone()
     }
 
-    fn call(&self, env: &Env, keys: Vec<Either<String, Buffer>>, cost: f64, now_ms: f64, peek: bool) -> Result<Vec<f64>> {
+    fn call(
+        &self,
+        env: &Env,
+        keys: Vec<Either<String, Buffer>>,
+        cost: f64,
+        now_ms: f64,
+        peek: bool,
+    ) -> Result<Vec<f64>> {
         let run = || -> std::result::Result<Vec<f64>, JsFailure> {
             if keys.len() != self.names.len() {
                 return Err(JsFailure::type_error(
                     "ERR_RATOMIC_INVALID_ARGUMENT",
-                    format!("this stack takes {} keys ({}), got {}", self.names.len(), self.names.join(", "), keys.len()),
+                    format!(
+                        "this stack takes {} keys ({}), got {}",
+                        self.names.len(),
+                        self.names.join(", "),
+                        keys.len()
+                    ),
                 ));
             }
             let cost = whole("cost", cost, 0)?;

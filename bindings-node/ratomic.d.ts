@@ -73,7 +73,7 @@ export declare class ManualClock {
   sleep(ms: number, signal?: AbortSignal): Promise<void>
 }
 
-/** What every limiter offers. All calls but `acquire` are synchronous. */
+/** What every limiter offers (exported for `instanceof` checks; not constructible by users). All calls but `acquire` are synchronous. */
 export declare abstract class BaseLimiter<D extends Decision = Decision> {
   /**
    * Takes `cost` (default 1, a whole number; 0 answers like peek) from `key`.

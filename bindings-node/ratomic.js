@@ -579,4 +579,4 @@ class Stack {
   }
 }
 
-module.exports = { TokenBucket, FixedWindow, SlidingWindow, Limiter, Stack, ManualClock, OUT_LEN, noop }
+module.exports = { BaseLimiter, TokenBucket, FixedWindow, SlidingWindow, Limiter, Stack, ManualClock, OUT_LEN, noop }

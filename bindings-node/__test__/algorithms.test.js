@@ -185,3 +185,10 @@ test('allowMany on the monotonic clock decides at one reading', () => {
   assert.deepEqual(out.map((d) => d.allowed), [true, false, false])
   assert.ok(out[1].retryAfterMs > 0 && out[1].retryAfterMs <= 1)
 })
+
+test('every limiter is a BaseLimiter', () => {
+  const { BaseLimiter } = require('..')
+  for (const l of [new TokenBucket(1, 1), new FixedWindow('1/s'), new SlidingWindow('1/s'), new Limiter({ a: '1/s' }), TokenBucket.shared('base-test', 1, 1)]) {
+    assert.ok(l instanceof BaseLimiter)
+  }
+})

@@ -41,6 +41,9 @@ export declare class NativeLimiter {
    * retryAfterMs, resetAfterMs, entryCount, ...entries]` into `out` (a
    * `Float64Array` of `OUT_LEN`). Without `nowMs`, or with `nowMs < 0`, it
    * reads the limiter's monotonic clock.
+   *
+   * `out` must stay attached for the function's life: never transfer its
+   * `ArrayBuffer` (ratomic.js keeps it private for that reason).
    */
   bindAllow(out: Float64Array): (key: string | Uint8Array, cost?: number, nowMs?: number) => boolean
   /**

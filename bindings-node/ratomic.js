@@ -181,6 +181,8 @@ function windowRule(algorithm, what, limit, window) {
   throw typeError(`${what} window must be a number of milliseconds or a duration string like "1min", got ${describe(window)}`)
 }
 
+let outOf
+
 /**
  * What every limiter shares: allow/peek/reset/refund/allowMany/acquire on
  * a native handle, with an optional injected clock.
@@ -226,9 +228,10 @@ class BaseLimiter {
     return this.#clock
   }
 
-  /** @internal */
-  get _out() {
-    return this.#out
+  static {
+    // The output buffer never leaves this module: detaching its ArrayBuffer
+    // (by transferring it) would leave the native side a dangling pointer.
+    outOf = (limiter) => limiter.#out
   }
 
   allow(key, cost) {
@@ -480,7 +483,7 @@ class Limiter extends BaseLimiter {
   }
 
   _decision(allowed) {
-    const o = this._out
+    const o = outOf(this)
     const n = o[ENTRIES]
     const entries = new Array(n)
     const deniedBy = []

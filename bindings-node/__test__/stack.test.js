@@ -35,3 +35,11 @@ test('stack: windows and Limiters as members; errors', () => {
   const two = new Limiter({ a: '1/s', b: '2/s' })
   assert.throws(() => new Stack({ a: two.select(['a']) }), { name: 'TypeError', message: /selection/ })
 })
+
+test('stack: more members than the core allows is a clear error, not a crash', () => {
+  const members = Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`m${i}`, new TokenBucket(1, 1)]))
+  assert.throws(() => new Stack(members), (e) => e instanceof Error && typeof e.code === 'string' && /16/.test(e.message))
+  const sixteen = Object.fromEntries(Array.from({ length: 16 }, (_, i) => [`m${i}`, new TokenBucket(1, 1)]))
+  const d = new Stack(sixteen).allow(Array.from({ length: 16 }, () => 'k'))
+  assert.equal(d.entries.length, 16)
+})

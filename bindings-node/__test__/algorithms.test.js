@@ -1,0 +1,194 @@
+'use strict'
+const test = require('node:test')
+const assert = require('node:assert/strict')
+const { TokenBucket, FixedWindow, SlidingWindow, Limiter, ManualClock } = require('..')
+
+test('decision is a plain object with the five fields', () => {
+  const tb = new TokenBucket(2, 1)
+  const d = tb.allow('k')
+  assert.deepEqual(Object.keys(d), ['allowed', 'remaining', 'limit', 'retryAfterMs', 'resetAfterMs'])
+  assert.equal(Object.getPrototypeOf(d), Object.prototype)
+  assert.deepEqual({ ...d, resetAfterMs: 0 }, { allowed: true, remaining: 1, limit: 2, retryAfterMs: 0, resetAfterMs: 0 })
+})
+
+test('token bucket from rate strings', () => {
+  const clock = new ManualClock()
+  const a = TokenBucket.fromRate('10/s', { clock })
+  const b = new TokenBucket('10/s', { clock, burst: 20 })
+  const c = new TokenBucket(4, '2/s', { clock })
+  assert.equal(a.allow('k').limit, 10)
+  assert.equal(b.allow('k').limit, 20)
+  for (let i = 0; i < 4; i++) assert.ok(c.allow('k').allowed)
+  const d = c.allow('k')
+  assert.equal(d.allowed, false)
+  assert.equal(d.retryAfterMs, 500)
+})
+
+test('retryAfterMs is fractional', () => {
+  const clock = new ManualClock()
+  const tb = new TokenBucket(1, 3, { clock })
+  tb.allow('k')
+  const d = tb.allow('k')
+  assert.ok(Math.abs(d.retryAfterMs - 1000 / 3) < 1e-5, String(d.retryAfterMs))
+  assert.notEqual(d.retryAfterMs, Math.round(d.retryAfterMs))
+})
+
+test('a clock that steps back never grants more', () => {
+  const clock = new ManualClock(10_000)
+  const tb = new TokenBucket(2, 1, { clock })
+  tb.allow('k')
+  tb.allow('k')
+  clock.set(5_000)
+  const d = tb.allow('k')
+  assert.equal(d.allowed, false)
+  assert.ok(d.retryAfterMs > 0)
+  assert.equal(d.remaining, 0)
+})
+
+test('Buffer and string keys name the same bytes', () => {
+  const tb = new TokenBucket(2, 1, { clock: new ManualClock() })
+  tb.allow('é')
+  assert.equal(tb.allow(Buffer.from('é')).remaining, 0)
+  assert.equal(tb.allow(new Uint8Array([1, 2])).remaining, 1)
+  const long = 'x'.repeat(1000) // beyond the stack buffer, within max_key_len
+  assert.equal(tb.allow(long).remaining, 1)
+  assert.equal(tb.allow(long).remaining, 0)
+})
+
+test('peek, refund, reset, size, gc', () => {
+  const clock = new ManualClock()
+  const tb = new TokenBucket(3, 1, { clock })
+  assert.equal(tb.size, 0)
+  tb.allow('k', 2)
+  assert.equal(tb.size, 1)
+  assert.deepEqual(tb.peek('k'), tb.peek('k'))
+  // peek answers what allow would: remaining is counted after the (hypothetical) charge.
+  assert.deepEqual([tb.peek('k').allowed, tb.peek('k').remaining], [true, 0])
+  assert.equal(tb.peek('k', 0).remaining, 1)
+  assert.equal(tb.peek('k', 2).allowed, false)
+  tb.refund('k', 1)
+  assert.equal(tb.peek('k', 0).remaining, 2)
+  tb.refund('k', 3)
+  assert.equal(tb.peek('k', 0).remaining, 3, 'never above full')
+  tb.allow('k', 3)
+  tb.reset('k')
+  assert.equal(tb.peek('k', 0).remaining, 3)
+  tb.allow('a')
+  clock.advance(10_000)
+  assert.equal(tb.gc(), 1)
+  assert.equal(tb.size, 0)
+})
+
+test('cost 0 answers like peek', () => {
+  const tb = new TokenBucket(2, 1, { clock: new ManualClock() })
+  tb.allow('k')
+  const d = tb.allow('k', 0)
+  assert.equal(d.allowed, true)
+  assert.equal(d.remaining, 1)
+  assert.equal(tb.peek('k', 0).remaining, 1)
+})
+
+test('allowMany decides in order at one clock reading', () => {
+  let reads = 0
+  const tb = new TokenBucket(1, 1, { clock: () => { reads++; return 0 } })
+  const out = tb.allowMany(['a', 'a', ['b', 1], ['c']])
+  assert.deepEqual(out.map((d) => d.allowed), [true, false, true, true])
+  assert.equal(reads, 1)
+})
+
+test('allowMany with a bad pair throws and charges nothing', () => {
+  const tb = new TokenBucket(1, 1, { clock: new ManualClock() })
+  assert.throws(() => tb.allowMany(['a', ['b', 2]]), RangeError)
+  assert.equal(tb.size, 0)
+})
+
+test('fixed window: limit per window, retry at the next window', () => {
+  const clock = new ManualClock()
+  const fw = new FixedWindow(2, 1000, { clock })
+  assert.ok(fw.allow('k').allowed)
+  assert.ok(fw.allow('k').allowed)
+  const d = fw.allow('k')
+  assert.equal(d.allowed, false)
+  assert.equal(d.retryAfterMs, 1000)
+  clock.advance(1000)
+  assert.ok(fw.allow('k').allowed)
+  assert.equal(new FixedWindow('5/min', { clock }).allow('k').limit, 5)
+  assert.equal(new FixedWindow(7, '1min', { clock }).allow('k').limit, 7)
+})
+
+test('sliding window weighs the previous window', () => {
+  const clock = new ManualClock()
+  const sw = new SlidingWindow(4, 1000, { clock })
+  for (let i = 0; i < 4; i++) assert.ok(sw.allow('k').allowed)
+  assert.equal(sw.allow('k').allowed, false)
+  clock.advance(1500) // half of the previous window still counts: 4 * 0.5 = 2
+  assert.ok(sw.allow('k').allowed)
+  assert.ok(sw.allow('k').allowed)
+  const d = sw.allow('k')
+  assert.equal(d.allowed, false)
+  assert.ok(d.retryAfterMs > 0)
+  assert.equal(new SlidingWindow('3/s', { clock }).allow('x').limit, 3)
+})
+
+test('Limiter: all or nothing, entries and deniedBy', () => {
+  const clock = new ManualClock()
+  const l = new Limiter({ burst: '2/s', hourly: { algorithm: 'slidingWindow', limit: 3, window: '1h' } }, { clock })
+  assert.deepEqual(l.names, ['burst', 'hourly'])
+  const d1 = l.allow('u')
+  assert.equal(d1.allowed, true)
+  assert.deepEqual(d1.entries.map((e) => e.name), ['burst', 'hourly'])
+  assert.deepEqual(d1.deniedBy, [])
+  l.allow('u')
+  const d3 = l.allow('u')
+  assert.equal(d3.allowed, false)
+  assert.deepEqual(d3.deniedBy, ['burst'])
+  assert.equal(d3.retryAfterMs, 500)
+  assert.equal(l.select(['hourly']).peek('u', 0).remaining, 1, 'hourly was not charged for the denied call')
+  clock.advance(1000)
+  l.allow('u')
+  const d5 = l.allow('u')
+  assert.deepEqual(d5.deniedBy, ['hourly'])
+})
+
+test('Limiter: array form and per-request limit selection', () => {
+  const clock = new ManualClock()
+  const l = new Limiter([
+    { name: 'burst', capacity: 1, refillPerSec: 1 },
+    { name: 'daily', algorithm: 'fixedWindow', rate: '3/day' },
+  ], { clock })
+  const daily = l.select(['daily'])
+  assert.equal(daily, l.select(['daily']), 'selections are cached')
+  assert.ok(l.allow('u').allowed)
+  assert.equal(l.allow('u').allowed, false)
+  const d = daily.allow('u')
+  assert.equal(d.allowed, true)
+  assert.deepEqual(d.entries.map((e) => e.name), ['daily'])
+  assert.equal(d.remaining, 1, 'the selection shares the daily count')
+  assert.throws(() => l.select(['nope']), RangeError)
+})
+
+test('max keys and max key length options', () => {
+  const tb = new TokenBucket(1, 1, { maxKeyLen: 4, maxKeys: 1000 })
+  assert.ok(tb.allow('abcd').allowed)
+  assert.throws(() => tb.allow('abcde'), { name: 'RangeError', code: 'ERR_RATOMIC_KEY_TOO_LONG' })
+})
+
+test('a Date.now clock works', () => {
+  const tb = new TokenBucket(1, 1, { clock: Date.now })
+  assert.ok(tb.allow('k').allowed)
+  assert.equal(tb.allow('k').allowed, false)
+})
+
+test('allowMany on the monotonic clock decides at one reading', () => {
+  const tb = new TokenBucket(1, 1000) // a token per millisecond
+  const out = tb.allowMany(['k', 'k', 'k'])
+  assert.deepEqual(out.map((d) => d.allowed), [true, false, false])
+  assert.ok(out[1].retryAfterMs > 0 && out[1].retryAfterMs <= 1)
+})
+
+test('every limiter is a BaseLimiter', () => {
+  const { BaseLimiter } = require('..')
+  for (const l of [new TokenBucket(1, 1), new FixedWindow('1/s'), new SlidingWindow('1/s'), new Limiter({ a: '1/s' }), TokenBucket.shared('base-test', 1, 1)]) {
+    assert.ok(l instanceof BaseLimiter)
+  }
+})

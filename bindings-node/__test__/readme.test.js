@@ -1,0 +1,18 @@
+'use strict'
+// The README's example runs as written (with require('ratomic') pointing here).
+const test = require('node:test')
+const assert = require('node:assert/strict')
+const fs = require('node:fs')
+const path = require('node:path')
+
+test('the README example runs', async () => {
+  const md = fs.readFileSync(path.join(__dirname, '..', 'README.section.md'), 'utf8')
+  const code = md.match(/```js\n([\s\S]*?)```/)[1]
+  const lines = []
+  const log = (...args) => lines.push(args.map((a) => (typeof a === 'string' ? a : JSON.stringify(a))).join(' '))
+  const run = new Function('require', 'console', `return (async () => { ${code}; await waited })()`)
+  await run((name) => require(name === 'ratomic' ? '..' : name), { log })
+  assert.deepEqual(lines[0], JSON.stringify({ allowed: false, remaining: 0, limit: 10, retryAfterMs: 100, resetAfterMs: 1000 }))
+  assert.equal(lines[1], 'true')
+  assert.equal(lines.at(-1), 'acquired true')
+})

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what the Node package needs, builds the addon from source, checks
+# that the committed generated files (index.js, index.d.ts) match a fresh
+# build, and runs every test: node --test and tsc --noEmit on the typings.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+echo "== npm ci"
+npm ci --no-audit --no-fund || { echo "npm ci failed; falling back to npm install" >&2; npm install --no-audit --no-fund; }
+
+echo "== build (napi build --platform --release)"
+committed="$(mktemp -d)"
+trap 'rm -rf "$committed"' EXIT
+cp index.js index.d.ts "$committed/"
+npm run build
+
+echo "== generated files match the committed ones"
+drift=0
+for f in index.js index.d.ts; do
+  if ! diff -u "$committed/$f" "$f"; then
+    echo "ERROR: $f differs from a fresh build: commit the regenerated $f" >&2
+    drift=1
+  fi
+done
+[ "$drift" = 0 ]
+
+echo "== node --test and tsc --noEmit"
+npm test
+echo "== bindings-node: all tests passed"

@@ -1,8 +1,9 @@
 # ratomic: one command builds everything and runs every test.
 #
-#   make test          # what CI runs (.ci/run)
-#   make test-rust     # workspace tests, doc tests, property tests
+#   make test          # what CI runs (.ci/run): everything below
+#   make test-rust     # workspace tests, doc tests, property tests; benches build
 #   make test-loom     # loom models of every CAS protocol
+#   make test-node     # the Node addon: npm ci, build, typings drift, node --test, tsc
 #
 # Bounded settings keep CI well under 30 minutes on 2 cores; raise them by
 # hand for deeper runs, e.g.
@@ -14,9 +15,9 @@ LOOM_MAX_PREEMPTIONS ?= 2
 PROPTEST_CASES ?= 256
 export PROPTEST_CASES
 
-.PHONY: test test-rust test-loom lint
+.PHONY: test test-rust test-loom test-node lint
 
-test: test-rust test-loom
+test: test-rust test-loom test-node
 
 test-rust:
 	$(CARGO) test
@@ -25,6 +26,9 @@ test-rust:
 test-loom:
 	RUSTFLAGS="--cfg ratomic_loom" LOOM_MAX_PREEMPTIONS=$(LOOM_MAX_PREEMPTIONS) CARGO_TARGET_DIR=target/loom \
 		$(CARGO) test -p ratomic --release --test loom
+
+test-node:
+	bash bindings-node/run-tests.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -191,6 +191,13 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
         Ok(())
     }
 
+    /// Checks a call's arguments (the cost against the limit, the key's
+    /// length) as `allow_n` would, changing nothing: for a batch that must be
+    /// valid as a whole before any of it is charged.
+    pub fn check<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64) -> Result<()> {
+        self.validate(key.as_key(), cost)
+    }
+
     /// Keys currently held. A key whose bucket has become full again may be
     /// counted until the store next drops such keys (when a table would grow,
     /// or on [`gc`](Self::gc)); call `gc` first for an exact count of keys

@@ -100,6 +100,12 @@ impl LimitSet {
     pub fn is_empty(self) -> bool {
         self.0 == 0
     }
+
+    /// The set as a bitmask: bit `i` for the limit at position `i`. Rebuild
+    /// it with [`Limiter::limit_set_from_bits`].
+    pub fn bits(self) -> u16 {
+        self.0
+    }
 }
 
 /// The rules as the store sees them: every limit's state in one slot.
@@ -300,6 +306,20 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         Ok(LimitSet(bits))
     }
 
+    /// The set with these bits (see [`LimitSet::bits`]); errors if a bit
+    /// names no limit of this limiter or the set is empty.
+    pub fn limit_set_from_bits(&self, bits: u16) -> Result<LimitSet> {
+        let set = LimitSet(bits);
+        self.check_set(set, 0)?;
+        Ok(set)
+    }
+
+    /// Checks a call's arguments (the cost against every limit, the key's
+    /// length) as `allow_n` would, changing nothing.
+    pub fn check<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64) -> Result<()> {
+        self.validate(key.as_key(), cost)
+    }
+
     /// Every limit: what the plain methods use.
     pub fn all_limits(&self) -> LimitSet {
         self.all
@@ -493,7 +513,7 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     /// A call's charge for a [`Stack`](crate::Stack): like `allow_at`, plus
     /// the receipts to give it back.
     pub(crate) fn charge_at(&self, key: &K, cost: u64, now: u64) -> Result<(MultiDecision<'_>, Option<Receipts>)> {
-        self.check(self.all, cost)?;
+        self.check_set(self.all, cost)?;
         let (hash, probe) = key.probe(self.store.hasher(), self.max_key_len)?;
         let (entries, receipts) = self.store.update(hash, &probe, now, &self.rules, |states| {
             let mut receipts = Receipts { words: [0; MAX_LIMITS], charged: 0 };
@@ -515,11 +535,11 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
 
     /// Checks a call's arguments without touching any state.
     pub(crate) fn validate(&self, key: &K, cost: u64) -> Result<()> {
-        self.check(self.all, cost)?;
+        self.check_set(self.all, cost)?;
         key.probe(self.store.hasher(), self.max_key_len).map(|_| ())
     }
 
-    fn check(&self, set: LimitSet, cost: u64) -> Result<()> {
+    fn check_set(&self, set: LimitSet, cost: u64) -> Result<()> {
         if set.0 >> self.rules.0.len() != 0 {
             return Err(Error::invalid("limit set", format!("{:#x}", set.0), "was made for another limiter"));
         }
@@ -565,7 +585,7 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
     #[inline]
     pub fn allow_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<MultiDecision<'l>> {
         let l = self.limiter;
-        l.check(self.set, cost)?;
+        l.check_set(self.set, cost)?;
         let (hash, probe) = key.as_key().probe(l.store.hasher(), l.max_key_len)?;
         let entries = l.store.update(hash, &probe, now, &l.rules, |states| {
             let mut receipts = Receipts { words: [0; MAX_LIMITS], charged: 0 };
@@ -589,7 +609,7 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
     /// [`peek_n`](Self::peek_n) at time `now`.
     pub fn peek_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<MultiDecision<'l>> {
         let l = self.limiter;
-        l.check(self.set, cost)?;
+        l.check_set(self.set, cost)?;
         let (hash, probe) = key.as_key().probe(l.store.hasher(), l.max_key_len)?;
         let entries = l.store.update(hash, &probe, now, &l.rules, |states| {
             let entries = (0..l.rules.0.len())

@@ -155,3 +155,24 @@ fn limiter_forgets_a_key_only_when_all_limits_are_idle() {
     assert_eq!(l.gc(), 1);
     assert_eq!(l.len(), 0);
 }
+
+#[test]
+fn check_and_limit_set_bits_change_nothing() {
+    use ratomic::{Limiter, ManualClock, Quota, Rule};
+    let limiter = Limiter::builder()
+        .limit("a", Rule::token_bucket(Quota::parse("2/s").unwrap()))
+        .limit("b", Rule::token_bucket(Quota::parse("5/s").unwrap()))
+        .max_key_len(4)
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    assert!(limiter.check("k", 2).is_ok());
+    assert!(limiter.check("k", 3).is_err(), "3 exceeds limit a");
+    assert!(limiter.check("too long", 1).is_err());
+    assert_eq!(limiter.len(), 0, "checking stores nothing");
+    let b = limiter.limit_set(&["b"]).unwrap();
+    assert_eq!(limiter.limit_set_from_bits(b.bits()).unwrap(), b);
+    assert!(limiter.limit_set_from_bits(0).is_err(), "empty");
+    assert!(limiter.limit_set_from_bits(0b100).is_err(), "no limit at position 2");
+    assert!(limiter.select(b).allow_n("k", 5).unwrap().allowed(), "b alone allows 5");
+}

@@ -234,3 +234,14 @@ fn direct_bucket() {
     clock.advance(Duration::from_secs(5));
     assert_eq!(b.allow_n(2).unwrap().remaining, 0);
 }
+
+#[test]
+fn check_validates_without_storing() {
+    use ratomic::{ManualClock, Quota, TokenBucket};
+    let limiter =
+        TokenBucket::builder(Quota::parse("3/s").unwrap()).max_key_len(4).clock(ManualClock::new()).build().unwrap();
+    assert!(limiter.check("k", 3).is_ok());
+    assert!(matches!(limiter.check("k", 4), Err(ratomic::Error::CostExceedsLimit { cost: 4, limit: 3 })));
+    assert!(matches!(limiter.check("12345", 1), Err(ratomic::Error::KeyTooLong { len: 5, max: 4 })));
+    assert_eq!(limiter.len(), 0);
+}

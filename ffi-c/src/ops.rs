@@ -53,7 +53,7 @@ unsafe fn decide(
             m => if consume { m.limiter.allow_at(key, cost, now) } else { m.limiter.peek_at(key, cost, now) }?.decision
         );
         // SAFETY: checked non-NULL above; the caller guarantees it is writable.
-        unsafe { write_out(decision, d.into()) };
+        unsafe { ratomic_decision::write(decision, d) };
         Ok(())
     })
 }

@@ -137,11 +137,9 @@ fn paired(
             let n = left.min(CHUNK);
             let mut times = [Duration::ZERO; 2];
             for (t, f) in times.iter_mut().zip([rust, c_abi]) {
-                let mut i = next;
                 let start = Instant::now();
-                for _ in 0..n {
+                for i in next..next + n as usize {
                     f(&keys[i % keys.len()]);
-                    i += 1;
                 }
                 *t = start.elapsed();
             }
@@ -249,7 +247,8 @@ fn bench(c: &mut Criterion) {
             let batch = &requests[start..start + BATCH];
             start = (start + BATCH) % KEYS;
             // SAFETY: live limiter; arrays of BATCH elements.
-            let rc = unsafe { (abi.allow_many)(cl, batch.as_ptr(), BATCH, decisions.as_mut_ptr(), results.as_mut_ptr()) };
+            let rc =
+                unsafe { (abi.allow_many)(cl, batch.as_ptr(), BATCH, decisions.as_mut_ptr(), results.as_mut_ptr()) };
             assert_eq!(rc, 0);
             black_box(&decisions);
         })

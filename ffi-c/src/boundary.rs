@@ -156,7 +156,11 @@ pub(crate) unsafe fn key_arg<'a>(key: *const u8, key_len: usize, max_key_len: us
 ///
 /// # Safety
 /// A non-NULL `s` must point to a NUL-terminated string that lives for `'a`.
-pub(crate) unsafe fn str_arg<'a>(s: *const c_char, name: &'static str, code: ratomic_result) -> Result<&'a str, Failure> {
+pub(crate) unsafe fn str_arg<'a>(
+    s: *const c_char,
+    name: &'static str,
+    code: ratomic_result,
+) -> Result<&'a str, Failure> {
     if s.is_null() {
         return Err(Failure::Null(name));
     }

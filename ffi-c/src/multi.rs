@@ -48,7 +48,9 @@ unsafe fn rule(spec: &ratomic_limit_spec) -> Result<(String, Rule), Failure> {
     let rate = unsafe { str_arg(spec.rate, "rate", ratomic_result::RATOMIC_INVALID_RATE) }?;
     let rate = Rate::parse(rate)?;
     let rule = match spec.algorithm {
-        a if a == ratomic_algorithm::RATOMIC_ALGORITHM_TOKEN_BUCKET as u32 => Rule::token_bucket(Quota::from_rate(rate)?),
+        a if a == ratomic_algorithm::RATOMIC_ALGORITHM_TOKEN_BUCKET as u32 => {
+            Rule::token_bucket(Quota::from_rate(rate)?)
+        }
         a if a == ratomic_algorithm::RATOMIC_ALGORITHM_FIXED_WINDOW as u32 => Rule::fixed_window(rate)?,
         a if a == ratomic_algorithm::RATOMIC_ALGORITHM_SLIDING_WINDOW as u32 => Rule::sliding_window(rate)?,
         value => return Err(Failure::UnknownValue { name: "algorithm", value }),

@@ -171,7 +171,9 @@ unsafe fn restore(
             None => l.now(),
         };
         match refund {
-            Some(tokens) => with_kind!(&l.kind, k => k.refund_at(key, tokens, now)?, m => m.limiter.refund_at(key, tokens, now)?),
+            Some(tokens) => {
+                with_kind!(&l.kind, k => k.refund_at(key, tokens, now)?, m => m.limiter.refund_at(key, tokens, now)?)
+            }
             None => with_kind!(&l.kind, k => k.reset_at(key, now)?, m => m.limiter.reset_at(key, now)?),
         }
         Ok(())
@@ -228,7 +230,11 @@ pub unsafe extern "C" fn ratomic_refund_at(
 /// # Safety
 /// As `ratomic_refund`.
 #[no_mangle]
-pub unsafe extern "C" fn ratomic_reset(limiter: *const ratomic_limiter, key: *const u8, key_len: usize) -> ratomic_result {
+pub unsafe extern "C" fn ratomic_reset(
+    limiter: *const ratomic_limiter,
+    key: *const u8,
+    key_len: usize,
+) -> ratomic_result {
     // SAFETY: forwarded from the caller.
     unsafe { restore(limiter, key, key_len, None, None) }
 }

@@ -56,8 +56,12 @@ impl ratomic_result {
         match CODES.iter().find(|c| **c as u32 == code) {
             Some(RATOMIC_OK) => c"ok",
             Some(RATOMIC_NULL_ARGUMENT) => c"a required pointer argument was NULL",
-            Some(RATOMIC_INVALID_RATE) => c"invalid rate string (expected \"<count>/<period>\", e.g. \"10/s\", \"100/min\")",
-            Some(RATOMIC_INVALID_ARGUMENT) => c"invalid argument (NaN, infinite, zero or negative rate, zero window, bad name or option)",
+            Some(RATOMIC_INVALID_RATE) => {
+                c"invalid rate string (expected \"<count>/<period>\", e.g. \"10/s\", \"100/min\")"
+            }
+            Some(RATOMIC_INVALID_ARGUMENT) => {
+                c"invalid argument (NaN, infinite, zero or negative rate, zero window, bad name or option)"
+            }
             Some(RATOMIC_COST_EXCEEDS_LIMIT) => c"cost exceeds the limit: this call could never be allowed",
             Some(RATOMIC_KEY_TOO_LONG) => c"key is longer than the limiter's max_key_len",
             Some(RATOMIC_BUFFER_TOO_SMALL) => c"the caller's array is too small for the answer",
@@ -119,7 +123,11 @@ pub(crate) fn set_last_error(message: String) {
 /// # Safety
 /// `buf` must point to `buf_len` writable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn ratomic_last_error_message(buf: *mut c_char, buf_len: usize, out_len: *mut usize) -> ratomic_result {
+pub unsafe extern "C" fn ratomic_last_error_message(
+    buf: *mut c_char,
+    buf_len: usize,
+    out_len: *mut usize,
+) -> ratomic_result {
     ffi_boundary!({
         if buf.is_null() && buf_len != 0 {
             return Err(crate::boundary::Failure::Null("buf"));

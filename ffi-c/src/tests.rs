@@ -22,7 +22,10 @@ fn last_error() -> String {
     let mut buf = [0 as std::ffi::c_char; 256];
     let mut len = 0usize;
     // SAFETY: `buf` holds 256 bytes; `len` is writable.
-    assert_eq!(unsafe { ratomic_last_error_message(buf.as_mut_ptr(), buf.len(), &mut len) }, ratomic_result::RATOMIC_OK);
+    assert_eq!(
+        unsafe { ratomic_last_error_message(buf.as_mut_ptr(), buf.len(), &mut len) },
+        ratomic_result::RATOMIC_OK
+    );
     // SAFETY: the function NUL-terminates within `buf`.
     unsafe { CStr::from_ptr(buf.as_ptr()) }.to_str().unwrap().to_owned()
 }
@@ -113,7 +116,10 @@ fn kinds_are_what_their_constructors_say() {
     let mut out = ptr::null_mut();
     // SAFETY: valid NUL-terminated rate and out-pointer.
     unsafe {
-        assert_eq!(ratomic_sliding_window_from_rate(c"5/s".as_ptr(), ptr::null(), &mut out), ratomic_result::RATOMIC_OK);
+        assert_eq!(
+            ratomic_sliding_window_from_rate(c"5/s".as_ptr(), ptr::null(), &mut out),
+            ratomic_result::RATOMIC_OK
+        );
         assert!(matches!((*out).kind, Kind::SlidingWindow(_)));
         ratomic_limiter_free(out);
     }

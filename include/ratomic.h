@@ -99,7 +99,8 @@ enum ratomic_algorithm
    */
   RATOMIC_ALGORITHM_TOKEN_BUCKET = 0,
   /*
-   A fixed window: `"1000/day"` is 1000 calls per calendar-free day.
+   A fixed window: `"1000/day"` is 1000 calls per day-long window
+   (windows aligned to the clock's zero, not to the calendar).
    */
   RATOMIC_ALGORITHM_FIXED_WINDOW = 1,
   /*

@@ -14,27 +14,17 @@
 //!   boundary ([`boundary`]), so a panic is reported as `RATOMIC_PANIC` and
 //!   never unwinds into C.
 //! - `_free` functions accept NULL.
-//!
-//! The submodules carry explicit `#[path]`s so that the benchmark can compile
-//! this file as a module (see `benches/ffi_vs_rust.rs`).
 
 #![allow(non_camel_case_types)] // C names: ratomic_limiter, ratomic_result, ...
 
 #[macro_use]
-#[path = "boundary.rs"]
 mod boundary;
-#[path = "decision.rs"]
 mod decision;
 #[macro_use]
-#[path = "limiter.rs"]
 mod limiter;
-#[path = "multi.rs"]
 mod multi;
-#[path = "ops.rs"]
 mod ops;
-#[path = "options.rs"]
 mod options;
-#[path = "result.rs"]
 mod result;
 
 pub use decision::{ratomic_decision, ratomic_limit_decision};
@@ -56,5 +46,4 @@ pub use options::{ratomic_clock_fn, ratomic_options};
 pub use result::{ratomic_last_error_message, ratomic_result, ratomic_result_message, ratomic_version};
 
 #[cfg(test)]
-#[path = "tests.rs"]
 mod tests;

@@ -17,7 +17,8 @@ use crate::result::ratomic_result;
 pub enum ratomic_algorithm {
     /// A GCRA token bucket: `"10/s"` is a burst of 10 refilled over 1 s.
     RATOMIC_ALGORITHM_TOKEN_BUCKET = 0,
-    /// A fixed window: `"1000/day"` is 1000 calls per calendar-free day.
+    /// A fixed window: `"1000/day"` is 1000 calls per day-long window
+    /// (windows aligned to the clock's zero, not to the calendar).
     RATOMIC_ALGORITHM_FIXED_WINDOW = 1,
     /// A sliding-window counter: `"100/h"` is 100 calls in any hour.
     RATOMIC_ALGORITHM_SLIDING_WINDOW = 2,

@@ -69,8 +69,8 @@ enum ratomic_result
    */
   RATOMIC_BUFFER_TOO_SMALL = 6,
   /*
-   A Rust panic was caught at the boundary: a bug in ratomic (or a
-   panicking clock). The limiter is still usable; please report it.
+   A Rust panic was caught at the boundary instead of unwinding into C:
+   a bug in ratomic. The limiter is still usable; please report it.
    */
   RATOMIC_PANIC = 7,
   /*
@@ -538,7 +538,7 @@ ratomic_result ratomic_peek_detailed_at(const ratomic_limiter *limiter,
 
  Errors (no state changed, `*decision` untouched): `RATOMIC_NULL_ARGUMENT`,
  `RATOMIC_COST_EXCEEDS_LIMIT` (a cost above the limit could never pass),
- `RATOMIC_KEY_TOO_LONG`, `RATOMIC_PANIC` (e.g. the clock callback).
+ `RATOMIC_KEY_TOO_LONG`, `RATOMIC_PANIC` (a bug in ratomic, caught).
 
  Ownership: borrows `limiter` and `key` for the call; the caller owns
  `*decision`. Thread-safety: safe to call from many threads at once on

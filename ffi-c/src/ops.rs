@@ -69,7 +69,7 @@ unsafe fn decide(
 ///
 /// Errors (no state changed, `*decision` untouched): `RATOMIC_NULL_ARGUMENT`,
 /// `RATOMIC_COST_EXCEEDS_LIMIT` (a cost above the limit could never pass),
-/// `RATOMIC_KEY_TOO_LONG`, `RATOMIC_PANIC` (e.g. the clock callback).
+/// `RATOMIC_KEY_TOO_LONG`, `RATOMIC_PANIC` (a bug in ratomic, caught).
 ///
 /// Ownership: borrows `limiter` and `key` for the call; the caller owns
 /// `*decision`. Thread-safety: safe to call from many threads at once on

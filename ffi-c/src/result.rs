@@ -31,8 +31,8 @@ pub enum ratomic_result {
     /// A caller-supplied array is too small for the answer (see
     /// `ratomic_limit_count`).
     RATOMIC_BUFFER_TOO_SMALL = 6,
-    /// A Rust panic was caught at the boundary: a bug in ratomic (or a
-    /// panicking clock). The limiter is still usable; please report it.
+    /// A Rust panic was caught at the boundary instead of unwinding into C:
+    /// a bug in ratomic. The limiter is still usable; please report it.
     RATOMIC_PANIC = 7,
     /// An error this version of the C ABI has no specific code for.
     RATOMIC_OTHER_ERROR = 8,
@@ -65,7 +65,7 @@ impl ratomic_result {
             Some(RATOMIC_COST_EXCEEDS_LIMIT) => c"cost exceeds the limit: this call could never be allowed",
             Some(RATOMIC_KEY_TOO_LONG) => c"key is longer than the limiter's max_key_len",
             Some(RATOMIC_BUFFER_TOO_SMALL) => c"the caller's array is too small for the answer",
-            Some(RATOMIC_PANIC) => c"internal panic caught at the C boundary (a bug in ratomic or a panicking clock)",
+            Some(RATOMIC_PANIC) => c"internal panic caught at the C boundary (a bug in ratomic; please report it)",
             Some(RATOMIC_OTHER_ERROR) => c"an error with no specific code in this version (see ratomic_last_error_message)",
             None => c"unknown ratomic_result code",
         }

@@ -1,0 +1,266 @@
+//! The C ABI against the same call in Rust, side by side in one run.
+//!
+//! The C side goes through the real `libratomic.so`, loaded with `dlopen`
+//! and called through function pointers: what a C program's call through
+//! the PLT costs, with no cross-crate inlining to flatter it. The Rust side
+//! calls the `ratomic` crate directly. Both sides make the same limiter, on
+//! the same keys, in the same order.
+//!
+//! ```text
+//! cargo build --release -p ratomic-ffi && cargo bench -p ratomic-ffi
+//! ```
+//!
+//! Groups: a hot key and 100k keys, each reading the library's clock
+//! (`ratomic_allow` vs `allow_n`) and with an explicit time (`ratomic_allow_at`
+//! vs `allow_at`), the two sides interleaved (see [`paired`]); and the batch
+//! call on 100k keys.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_void, CString};
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use ratomic_core::{Quota, TokenBucket};
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Decision {
+    allowed: bool,
+    remaining: u64,
+    limit: u64,
+    retry_after_ns: u64,
+    reset_after_ns: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Request {
+    key: *const u8,
+    key_len: usize,
+    cost: u64,
+}
+
+type Limiter = c_void;
+type NewFn = unsafe extern "C" fn(u64, f64, *const c_void, *mut *mut Limiter) -> u32;
+type AllowFn = unsafe extern "C" fn(*const Limiter, *const u8, usize, u64, *mut Decision) -> u32;
+type AllowAtFn = unsafe extern "C" fn(*const Limiter, *const u8, usize, u64, u64, *mut Decision) -> u32;
+type ManyFn = unsafe extern "C" fn(*const Limiter, *const Request, usize, *mut Decision, *mut u32) -> u32;
+type FreeFn = unsafe extern "C" fn(*mut Limiter);
+
+/// The C ABI, loaded from `target/release/libratomic.so`.
+struct CAbi {
+    new: NewFn,
+    allow: AllowFn,
+    allow_at: AllowAtFn,
+    allow_many: ManyFn,
+    free: FreeFn,
+}
+
+impl CAbi {
+    fn load() -> CAbi {
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+        let path = target.join("release/libratomic.so");
+        assert!(path.exists(), "{} is missing: run `cargo build --release -p ratomic-ffi` first", path.display());
+        let c_path = CString::new(path.to_str().expect("a UTF-8 path")).unwrap();
+        // SAFETY: a valid NUL-terminated path; the library has no constructors
+        // that could misbehave.
+        let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!handle.is_null(), "dlopen({}) failed", path.display());
+        let sym = |name: &str| {
+            let c = CString::new(name).unwrap();
+            // SAFETY: `handle` is a live library handle; `c` is NUL-terminated.
+            let p = unsafe { libc::dlsym(handle, c.as_ptr() as *const c_char) };
+            assert!(!p.is_null(), "libratomic.so has no {name}");
+            p
+        };
+        // SAFETY: each symbol is the extern "C" function of that signature in
+        // include/ratomic.h (ratomic_result is a uint32_t).
+        unsafe {
+            CAbi {
+                new: std::mem::transmute::<*mut c_void, NewFn>(sym("ratomic_token_bucket_new")),
+                allow: std::mem::transmute::<*mut c_void, AllowFn>(sym("ratomic_allow")),
+                allow_at: std::mem::transmute::<*mut c_void, AllowAtFn>(sym("ratomic_allow_at")),
+                allow_many: std::mem::transmute::<*mut c_void, ManyFn>(sym("ratomic_allow_many")),
+                free: std::mem::transmute::<*mut c_void, FreeFn>(sym("ratomic_limiter_free")),
+            }
+        }
+    }
+
+    fn token_bucket(&self, capacity: u64, per_sec: f64) -> *mut Limiter {
+        let mut out = std::ptr::null_mut();
+        // SAFETY: valid arguments; NULL options.
+        assert_eq!(unsafe { (self.new)(capacity, per_sec, std::ptr::null(), &mut out) }, 0);
+        out
+    }
+}
+
+// A quota that mostly allows (the work of a grant: a CAS that succeeds), the
+// same on both sides.
+const CAPACITY: u64 = 1_000_000;
+const PER_SEC: f64 = 1e9;
+const KEYS: usize = 100_000;
+
+fn keys() -> Vec<Vec<u8>> {
+    (0..KEYS).map(|i| format!("user:{i:08}").into_bytes()).collect()
+}
+
+/// Calls per chunk in [`paired`].
+const CHUNK: u64 = 256;
+
+/// Benchmarks `rust` and `c_abi` *interleaved*: every sample of either runs
+/// both, alternating chunks of [`CHUNK`] calls on the same key sequence, and
+/// reports only its own side's time. On a shared, noisy machine the two
+/// sides then see the same load.
+///
+/// It also prints, per group, the median over all chunk pairs of the
+/// per-call times and of their ratio: a preemption inflates one chunk of a
+/// pair, which the median discards, so this ratio is the robust figure on a
+/// loaded machine (criterion's means carry the preemptions).
+fn paired(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    label: &str,
+    param: &str,
+    keys: &[Vec<u8>],
+    rust: &dyn Fn(&[u8]),
+    c_abi: &dyn Fn(&[u8]),
+) {
+    let pairs: RefCell<Vec<(f64, f64)>> = RefCell::new(Vec::new());
+    let run = |iters: u64, measure_rust: bool| {
+        let mut measured = Duration::ZERO;
+        let mut next = 0usize;
+        let mut left = iters;
+        while left > 0 {
+            let n = left.min(CHUNK);
+            let mut times = [Duration::ZERO; 2];
+            for (t, f) in times.iter_mut().zip([rust, c_abi]) {
+                let start = Instant::now();
+                for i in next..next + n as usize {
+                    f(&keys[i % keys.len()]);
+                }
+                *t = start.elapsed();
+            }
+            measured += if measure_rust { times[0] } else { times[1] };
+            if n == CHUNK {
+                let per_call = |d: Duration| d.as_secs_f64() * 1e9 / n as f64;
+                pairs.borrow_mut().push((per_call(times[0]), per_call(times[1])));
+            }
+            next += n as usize;
+            left -= n;
+        }
+        measured
+    };
+    group.bench_function(BenchmarkId::new("rust", param), |b| b.iter_custom(|iters| run(iters, true)));
+    group.bench_function(BenchmarkId::new("c_abi", param), |b| b.iter_custom(|iters| run(iters, false)));
+
+    let pairs = pairs.into_inner();
+    if pairs.is_empty() {
+        return; // filtered out on the command line
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let rust_ns = median(pairs.iter().map(|p| p.0).collect());
+    let c_ns = median(pairs.iter().map(|p| p.1).collect());
+    let ratio = median(pairs.iter().map(|p| p.1 / p.0).collect());
+    println!(
+        "PAIRED allow/{label}/{param}: median per call rust {rust_ns:.1} ns, c_abi {c_ns:.1} ns; \
+         median ratio c_abi/rust {ratio:.3} over {} chunk pairs of {CHUNK} calls",
+        pairs.len()
+    );
+}
+
+fn bench(c: &mut Criterion) {
+    let abi = CAbi::load();
+    let keys = keys();
+
+    for (label, n_keys) in [("hot_key", 1usize), ("100k_keys", KEYS)] {
+        let mut group = c.benchmark_group(format!("allow/{label}"));
+        group.throughput(Throughput::Elements(1));
+        let rust = TokenBucket::new(Quota::new(CAPACITY, PER_SEC).unwrap());
+        let cl = abi.token_bucket(CAPACITY, PER_SEC);
+        // Warm both stores with every key, so neither side pays for inserts.
+        for k in &keys[..n_keys] {
+            let _ = rust.allow(k.as_slice()).unwrap();
+            let mut d = Decision::default();
+            // SAFETY: live limiter, valid key.
+            unsafe { (abi.allow)(cl, k.as_ptr(), k.len(), 1, &mut d) };
+        }
+        let keys = &keys[..n_keys];
+        let now = rust.now();
+
+        let rust_clock = |k: &[u8]| {
+            let _ = black_box(rust.allow_n(black_box(k), 1).unwrap());
+        };
+        let c_clock = |k: &[u8]| {
+            let mut d = Decision::default();
+            // SAFETY: live limiter, valid key, writable decision.
+            let rc = unsafe { (abi.allow)(cl, black_box(k.as_ptr()), k.len(), 1, &mut d) };
+            assert_eq!(rc, 0);
+            black_box(d);
+        };
+        paired(&mut group, label, "clock", keys, &rust_clock, &c_clock);
+
+        let rust_at = |k: &[u8]| {
+            let _ = black_box(rust.allow_at(black_box(k), 1, black_box(now)).unwrap());
+        };
+        let c_at = |k: &[u8]| {
+            let mut d = Decision::default();
+            // SAFETY: as above.
+            let rc = unsafe { (abi.allow_at)(cl, black_box(k.as_ptr()), k.len(), 1, black_box(now), &mut d) };
+            assert_eq!(rc, 0);
+            black_box(d);
+        };
+        paired(&mut group, label, "explicit_now", keys, &rust_at, &c_at);
+        group.finish();
+        // SAFETY: made above, no longer used.
+        unsafe { (abi.free)(cl) };
+    }
+
+    // Batches of 1000 over the 100k keys.
+    let mut group = c.benchmark_group("allow_many/100k_keys");
+    const BATCH: usize = 1000;
+    group.throughput(Throughput::Elements(BATCH as u64));
+    let rust = TokenBucket::new(Quota::new(CAPACITY, PER_SEC).unwrap());
+    let cl = abi.token_bucket(CAPACITY, PER_SEC);
+    let requests: Vec<Request> = keys.iter().map(|k| Request { key: k.as_ptr(), key_len: k.len(), cost: 1 }).collect();
+    let mut decisions = vec![Decision::default(); BATCH];
+    let mut results = vec![0u32; BATCH];
+    let mut out = Vec::with_capacity(BATCH);
+    let mut start = 0usize;
+    group.bench_function("rust", |b| {
+        b.iter(|| {
+            let batch = &keys[start..start + BATCH];
+            start = (start + BATCH) % KEYS;
+            out.clear();
+            rust.allow_many_at(batch.iter().map(|k| (k.as_slice(), 1)), rust.now(), &mut out);
+            black_box(&out);
+        })
+    });
+    let mut start = 0usize;
+    group.bench_function("c_abi", |b| {
+        b.iter(|| {
+            let batch = &requests[start..start + BATCH];
+            start = (start + BATCH) % KEYS;
+            // SAFETY: live limiter; arrays of BATCH elements.
+            let rc =
+                unsafe { (abi.allow_many)(cl, batch.as_ptr(), BATCH, decisions.as_mut_ptr(), results.as_mut_ptr()) };
+            assert_eq!(rc, 0);
+            black_box(&decisions);
+        })
+    });
+    group.finish();
+    // SAFETY: made above, no longer used.
+    unsafe { (abi.free)(cl) };
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3)).sample_size(50);
+    targets = bench
+}
+criterion_main!(benches);

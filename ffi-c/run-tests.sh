@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Everything the C ABI promises, checked: build, Rust unit tests, header
+# drift, C/C++ tests under AddressSanitizer + UBSan (and valgrind when it is
+# installed), and install + pkg-config with the README's example.
+# Needs: Rust (cargo), gcc, g++, make, pkg-config. Installs nothing globally.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+cd "$root"
+
+CC=${CC:-gcc}
+CXX=${CXX:-g++}
+for tool in cargo "$CC" "$CXX" make pkg-config; do
+    command -v "$tool" >/dev/null || { echo "run-tests.sh: '$tool' is required" >&2; exit 1; }
+done
+
+suites=0
+step() { printf '\n== %s\n' "$*"; }
+
+step "cargo build --release -p ratomic-ffi"
+cargo build --release -p ratomic-ffi
+
+step "Rust unit tests (panic boundary, codes)"
+cargo test -p ratomic-ffi
+suites=$((suites + 1))
+
+step "header drift: include/ratomic.h against a fresh cbindgen generation"
+cargo run --quiet -p ratomic-ffi-header -- --check
+suites=$((suites + 1))
+
+target_dir=$(cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+lib="$target_dir/release"
+[[ -f "$lib/libratomic.a" && -f "$lib/libratomic.so" ]] || { echo "no libratomic in $lib" >&2; exit 1; }
+
+step "the shared library exports ratomic_* and nothing else"
+others=$(nm -D --defined-only "$lib/libratomic.so" | awk '$2 ~ /^[TDBR]$/ {print $3}' | grep -v '^ratomic_' || true)
+if [[ -n "$others" ]]; then echo "unexpected exported symbols:" >&2; echo "$others" >&2; exit 1; fi
+nm -D --defined-only "$lib/libratomic.so" | grep -c ' T ratomic_' | sed 's/$/ functions exported/'
+
+build=$(mktemp -d)
+trap 'rm -rf "$build"' EXIT
+
+# Static link: the test binaries are self-contained, and LeakSanitizer sees
+# every allocation the library makes. LIBS_PRIVATE as in ffi-c/Makefile.
+libs=("$lib/libratomic.a" -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc)
+cflags=(-std=c11 -Wall -Wextra -Wpedantic -Werror -g -O1 -fno-omit-frame-pointer -I"$root/include")
+cxxflags=(-std=c++17 -Wall -Wextra -Wpedantic -Werror -g -O1 -fno-omit-frame-pointer -I"$root/include")
+san=(-fsanitize=address,undefined -fno-sanitize-recover=all)
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+c_tests=(api kinds course threads)
+for t in "${c_tests[@]}"; do
+    step "C test_$t (ASan + UBSan)"
+    "$CC" "${cflags[@]}" "${san[@]}" "$here/tests/test_$t.c" "${libs[@]}" -o "$build/test_$t"
+    "$build/test_$t"
+    suites=$((suites + 1))
+done
+
+step "C++ test_cpp (ASan + UBSan)"
+"$CXX" "${cxxflags[@]}" "${san[@]}" "$here/tests/test_cpp.cpp" "${libs[@]}" -o "$build/test_cpp"
+"$build/test_cpp"
+suites=$((suites + 1))
+
+step "the header alone compiles as C11 and C++11 with every warning"
+printf '#include "ratomic.h"\nint main(void) { return RATOMIC_OK; }\n' > "$build/header_only.c"
+"$CC" "${cflags[@]}" -c "$build/header_only.c" -o "$build/header_only_c.o"
+"$CXX" -std=c++11 -Wall -Wextra -Wpedantic -Werror -I"$root/include" -x c++ -c "$build/header_only.c" -o "$build/header_only_cpp.o"
+suites=$((suites + 1))
+
+if command -v valgrind >/dev/null; then
+    step "valgrind, against the shared library"
+    ln -sf "$lib/libratomic.so" "$build/libratomic.so.0.1"   # its SONAME
+    for t in api kinds course; do
+        "$CC" "${cflags[@]}" "$here/tests/test_$t.c" -L"$lib" -lratomic -lpthread -lm -o "$build/vg_$t"
+        LD_LIBRARY_PATH="$build" valgrind -q --error-exitcode=1 --leak-check=full \
+            --errors-for-leak-kinds=definite,indirect "$build/vg_$t"
+        suites=$((suites + 1))
+    done
+else
+    step "valgrind not installed: the ASan + UBSan runs above are the memory checks"
+fi
+
+step "make install into a temporary prefix; build the README example with pkg-config"
+prefix="$build/prefix"
+make -s -C "$here" install PREFIX="$prefix" >/dev/null
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+[[ "$(pkg-config --modversion ratomic)" == "$(sed -n 's/^#define RATOMIC_VERSION_STRING "\(.*\)"/\1/p' include/ratomic.h)" ]]
+# The first ```c block after the example marker in README.section.md.
+awk '/<!-- example:c/ {armed=1; next} armed && /^```c$/ {on=1; next} on && /^```$/ {exit} on {print}' \
+    "$here/README.section.md" > "$build/example.c"
+[[ -s "$build/example.c" ]] || { echo "no C example found in README.section.md" >&2; exit 1; }
+(
+    cd "$build"
+    # The command the README shows, verbatim apart from the warning flags.
+    cc -std=c11 -Wall -Wextra -Wpedantic -Werror example.c $(pkg-config --cflags --libs ratomic) \
+        -Wl,-rpath,$(pkg-config --variable=libdir ratomic) -o example && ./example > example.out
+)
+cat "$build/example.out"
+expected=$'request 1: allowed, 4 left\nrequest 2: allowed, 3 left\nrequest 3: allowed, 2 left\nrequest 4: allowed, 1 left\nrequest 5: allowed, 0 left'
+[[ "$(head -5 "$build/example.out")" == "$expected" ]] || { echo "the example's first five lines differ from the README" >&2; exit 1; }
+grep -Eq '^request 6: denied, retry in (1[0-9][0-9]|200) ms$' "$build/example.out" || { echo "request 6 was not denied" >&2; exit 1; }
+make -s -C "$here" uninstall PREFIX="$prefix" >/dev/null
+[[ ! -e "$prefix/lib/libratomic.so" && ! -e "$prefix/include/ratomic.h" ]]
+suites=$((suites + 1))
+
+printf '\nffi-c: %d passed, 0 failed\n' "$suites"

@@ -1,0 +1,170 @@
+//! The panic boundary every `extern "C"` body runs in, and the checks every
+//! pointer goes through.
+
+use std::any::Any;
+use std::ffi::{c_char, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use ratomic_core::Error;
+
+use crate::result::{ratomic_result, set_last_error};
+
+/// Why a call failed, before it becomes a [`ratomic_result`] and this
+/// thread's last error message.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// A required pointer argument (named) was NULL.
+    Null(&'static str),
+    /// An error from the engine.
+    Core(Error),
+    /// A C string argument (named) is not valid UTF-8.
+    NotUtf8 { name: &'static str, code: ratomic_result },
+    /// A caller's array holds `have` entries; the answer needs `need`.
+    BufferTooSmall { need: usize, have: usize },
+    /// An enum argument (named) holds a value with no meaning.
+    UnknownValue { name: &'static str, value: u32 },
+}
+
+impl From<Error> for Failure {
+    #[inline]
+    fn from(e: Error) -> Self {
+        Failure::Core(e)
+    }
+}
+
+impl Failure {
+    /// Records the detailed message and returns the code.
+    #[cold]
+    pub(crate) fn record(self) -> ratomic_result {
+        use ratomic_result::*;
+        let (code, message) = match self {
+            Failure::Null(name) => (RATOMIC_NULL_ARGUMENT, format!("{name} must not be NULL")),
+            Failure::NotUtf8 { name, code } => (code, format!("{name} is not valid UTF-8")),
+            Failure::BufferTooSmall { need, have } => {
+                (RATOMIC_BUFFER_TOO_SMALL, format!("the entries array holds {have}; this limiter needs {need}"))
+            }
+            Failure::UnknownValue { name, value } => (RATOMIC_INVALID_ARGUMENT, format!("unknown {name}: {value}")),
+            Failure::Core(e) => {
+                let code = match &e {
+                    Error::InvalidRate { .. } => RATOMIC_INVALID_RATE,
+                    Error::InvalidArgument { .. } => RATOMIC_INVALID_ARGUMENT,
+                    Error::CostExceedsLimit { .. } => RATOMIC_COST_EXCEEDS_LIMIT,
+                    Error::KeyTooLong { .. } => RATOMIC_KEY_TOO_LONG,
+                    _ => RATOMIC_OTHER_ERROR,
+                };
+                (code, e.to_string())
+            }
+        };
+        set_last_error(message);
+        code
+    }
+}
+
+/// Runs `body` so that no panic escapes: `Ok` becomes `RATOMIC_OK`, a
+/// failure its code, a panic `RATOMIC_PANIC`.
+///
+/// The failure becomes a code *inside* the boundary, so what crosses it is
+/// a `u32`, not the whole `Result<(), Failure>`: copying that out through
+/// memory cost a store-forwarding stall on every call (perf showed a third
+/// of the C ABI's overhead there); and `record` itself allocates, so it
+/// belongs inside the boundary anyway.
+#[inline(always)]
+pub(crate) fn run(body: impl FnOnce() -> Result<(), Failure>) -> ratomic_result {
+    let guarded = AssertUnwindSafe(|| match body() {
+        Ok(()) => ratomic_result::RATOMIC_OK,
+        Err(failure) => failure.record(),
+    });
+    match catch_unwind(guarded) {
+        Ok(code) => code,
+        Err(payload) => panicked(payload),
+    }
+}
+
+#[cold]
+fn panicked(payload: Box<dyn Any + Send>) -> ratomic_result {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string payload".to_owned());
+    // Dropping a panic payload can itself panic; never let that escape.
+    let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
+    set_last_error(format!("internal panic caught at the C boundary: {what}"));
+    ratomic_result::RATOMIC_PANIC
+}
+
+/// Every `extern "C"` body goes through this: `ffi_boundary!({ ...; Ok(()) })`.
+macro_rules! ffi_boundary {
+    ($body:block) => {
+        $crate::boundary::run(|| -> ::std::result::Result<(), $crate::boundary::Failure> { $body })
+    };
+}
+
+/// A shared reference from a pointer argument, or `Failure::Null(name)`.
+///
+/// # Safety
+/// A non-NULL `ptr` must be valid for reads and live for `'a`.
+#[inline(always)]
+pub(crate) unsafe fn arg_ref<'a, T>(ptr: *const T, name: &'static str) -> Result<&'a T, Failure> {
+    // SAFETY: the caller guarantees a non-NULL `ptr` is valid for `'a`.
+    unsafe { ptr.as_ref() }.ok_or(Failure::Null(name))
+}
+
+/// Checks an out-pointer for NULL (it is written only at the end, on success).
+#[inline(always)]
+pub(crate) fn out_ptr<T>(ptr: *mut T, name: &'static str) -> Result<*mut T, Failure> {
+    if ptr.is_null() {
+        Err(Failure::Null(name))
+    } else {
+        Ok(ptr)
+    }
+}
+
+/// Writes `value` through an out-pointer already checked by [`out_ptr`].
+///
+/// # Safety
+/// `ptr` must be non-NULL, aligned and valid for writes.
+#[inline(always)]
+pub(crate) unsafe fn write_out<T>(ptr: *mut T, value: T) {
+    // SAFETY: guaranteed by the caller; `T` is `Copy`-like C data, nothing to drop.
+    unsafe { ptr.write(value) }
+}
+
+/// A key from `(key, key_len)`: any bytes; `key` may be NULL only when
+/// `key_len` is 0. A length above `max_key_len` is refused before the
+/// pointer is read (so no slice is ever made from a bogus length).
+///
+/// # Safety
+/// A non-NULL `key` must point to `key_len` readable bytes that live for `'a`.
+#[inline(always)]
+pub(crate) unsafe fn key_arg<'a>(key: *const u8, key_len: usize, max_key_len: usize) -> Result<&'a [u8], Failure> {
+    if key_len > max_key_len {
+        return Err(Failure::Core(Error::KeyTooLong { len: key_len, max: max_key_len }));
+    }
+    if key_len == 0 {
+        return Ok(&[]);
+    }
+    if key.is_null() {
+        return Err(Failure::Null("key"));
+    }
+    // SAFETY: non-NULL, and the caller guarantees `key_len` readable bytes;
+    // `key_len <= max_key_len < 2^32`, so the length fits in an isize.
+    Ok(unsafe { std::slice::from_raw_parts(key, key_len) })
+}
+
+/// A NUL-terminated UTF-8 string argument.
+///
+/// # Safety
+/// A non-NULL `s` must point to a NUL-terminated string that lives for `'a`.
+pub(crate) unsafe fn str_arg<'a>(
+    s: *const c_char,
+    name: &'static str,
+    code: ratomic_result,
+) -> Result<&'a str, Failure> {
+    if s.is_null() {
+        return Err(Failure::Null(name));
+    }
+    // SAFETY: non-NULL, NUL-terminated and live, as the caller guarantees.
+    let c = unsafe { CStr::from_ptr(s) };
+    c.to_str().map_err(|_| Failure::NotUtf8 { name, code })
+}

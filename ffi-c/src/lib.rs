@@ -1,0 +1,49 @@
+//! # ratomic-ffi: the C ABI of ratomic
+//!
+//! Builds `libratomic.so` and `libratomic.a`; the header `include/ratomic.h`
+//! is generated from this crate by cbindgen (`ffi-c/header-gen`).
+//!
+//! Conventions, after rustls-ffi (see `SPEC.md` §7):
+//!
+//! - One opaque handle, [`ratomic_limiter`], for every limiter kind (token
+//!   bucket, fixed window, sliding window, several named limits), so the same
+//!   operations ([`ratomic_allow`], [`ratomic_peek`], …) work on each.
+//! - Every function returns a [`ratomic_result`]; its numbers are fixed and
+//!   never reused. Out-parameters are written only when it is `RATOMIC_OK`.
+//! - Every pointer is checked for NULL; every body runs inside one panic
+//!   boundary ([`boundary`]), so a panic is reported as `RATOMIC_PANIC` and
+//!   never unwinds into C.
+//! - `_free` functions accept NULL.
+
+#![allow(non_camel_case_types)] // C names: ratomic_limiter, ratomic_result, ...
+
+#[macro_use]
+mod boundary;
+mod decision;
+#[macro_use]
+mod limiter;
+mod multi;
+mod ops;
+mod options;
+mod result;
+
+pub use decision::{ratomic_decision, ratomic_limit_decision};
+pub use limiter::{
+    ratomic_fixed_window_from_rate, ratomic_fixed_window_new, ratomic_limiter, ratomic_limiter_free,
+    ratomic_sliding_window_from_rate, ratomic_sliding_window_new, ratomic_token_bucket_from_rate,
+    ratomic_token_bucket_new,
+};
+pub use multi::{
+    ratomic_algorithm, ratomic_allow_detailed, ratomic_allow_detailed_at, ratomic_limit_count, ratomic_limit_spec,
+    ratomic_multi_limiter_new, ratomic_peek_detailed, ratomic_peek_detailed_at,
+};
+pub use ops::{
+    ratomic_allow, ratomic_allow_at, ratomic_allow_many, ratomic_allow_many_at, ratomic_gc, ratomic_key_count,
+    ratomic_now, ratomic_peek, ratomic_peek_at, ratomic_refund, ratomic_refund_at, ratomic_request, ratomic_reset,
+    ratomic_reset_at,
+};
+pub use options::{ratomic_clock_fn, ratomic_options};
+pub use result::{ratomic_last_error_message, ratomic_result, ratomic_result_message, ratomic_version};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,150 @@
+//! `ratomic_result`: what every function returns, its messages, and the
+//! detailed message of the last failed call on a thread.
+
+use std::cell::RefCell;
+use std::ffi::c_char;
+
+/// What a ratomic function reports. `RATOMIC_OK` (0) is success; every other
+/// value is an error, and the call changed no state and wrote no
+/// out-parameter.
+///
+/// The numbers are part of the ABI: they are never renumbered and a number
+/// that is retired is never reused. New codes may be added, so treat an
+/// unknown code as a generic error (`ratomic_result_message` names it).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ratomic_result {
+    /// Success.
+    RATOMIC_OK = 0,
+    /// A required pointer argument was NULL.
+    RATOMIC_NULL_ARGUMENT = 1,
+    /// A rate string (e.g. "10/s") could not be parsed, or was not UTF-8.
+    RATOMIC_INVALID_RATE = 2,
+    /// A numeric or named argument is out of range: a NaN, infinite, zero
+    /// or negative rate, a zero window or capacity, an unknown algorithm,
+    /// an empty or duplicate limit name, an option out of range.
+    RATOMIC_INVALID_ARGUMENT = 3,
+    /// The cost asked for is above the limit: that call could never pass.
+    RATOMIC_COST_EXCEEDS_LIMIT = 4,
+    /// The key is longer than the limiter's `max_key_len`.
+    RATOMIC_KEY_TOO_LONG = 5,
+    /// A caller-supplied array is too small for the answer (see
+    /// `ratomic_limit_count`).
+    RATOMIC_BUFFER_TOO_SMALL = 6,
+    /// A Rust panic was caught at the boundary instead of unwinding into C:
+    /// a bug in ratomic. The limiter is still usable; please report it.
+    RATOMIC_PANIC = 7,
+    /// An error this version of the C ABI has no specific code for.
+    RATOMIC_OTHER_ERROR = 8,
+}
+
+impl ratomic_result {
+    /// The static, NUL-terminated message for `code`.
+    pub(crate) fn message(code: u32) -> &'static std::ffi::CStr {
+        use ratomic_result::*;
+        const CODES: [ratomic_result; 9] = [
+            RATOMIC_OK,
+            RATOMIC_NULL_ARGUMENT,
+            RATOMIC_INVALID_RATE,
+            RATOMIC_INVALID_ARGUMENT,
+            RATOMIC_COST_EXCEEDS_LIMIT,
+            RATOMIC_KEY_TOO_LONG,
+            RATOMIC_BUFFER_TOO_SMALL,
+            RATOMIC_PANIC,
+            RATOMIC_OTHER_ERROR,
+        ];
+        match CODES.iter().find(|c| **c as u32 == code) {
+            Some(RATOMIC_OK) => c"ok",
+            Some(RATOMIC_NULL_ARGUMENT) => c"a required pointer argument was NULL",
+            Some(RATOMIC_INVALID_RATE) => {
+                c"invalid rate string (expected \"<count>/<period>\", e.g. \"10/s\", \"100/min\")"
+            }
+            Some(RATOMIC_INVALID_ARGUMENT) => {
+                c"invalid argument (NaN, infinite, zero or negative rate, zero window, bad name or option)"
+            }
+            Some(RATOMIC_COST_EXCEEDS_LIMIT) => c"cost exceeds the limit: this call could never be allowed",
+            Some(RATOMIC_KEY_TOO_LONG) => c"key is longer than the limiter's max_key_len",
+            Some(RATOMIC_BUFFER_TOO_SMALL) => c"the caller's array is too small for the answer",
+            Some(RATOMIC_PANIC) => c"internal panic caught at the C boundary (a bug in ratomic; please report it)",
+            Some(RATOMIC_OTHER_ERROR) => c"an error with no specific code in this version (see ratomic_last_error_message)",
+            None => c"unknown ratomic_result code",
+        }
+    }
+}
+
+/// A static, NUL-terminated English message for a `ratomic_result` code;
+/// unknown codes give "unknown ratomic_result code". Never returns NULL.
+///
+/// Ownership: the string is static; do not free it.
+/// Thread-safety: safe from any thread.
+#[no_mangle]
+pub extern "C" fn ratomic_result_message(code: u32) -> *const c_char {
+    ratomic_result::message(code).as_ptr()
+}
+
+/// The version of the library (e.g. "0.1.0"), as a static NUL-terminated
+/// string; compare with the header's `RATOMIC_VERSION_*` macros to detect
+/// a header/library mismatch.
+///
+/// Ownership: static; do not free. Thread-safety: safe from any thread.
+#[no_mangle]
+pub extern "C" fn ratomic_version() -> *const c_char {
+    const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
+    VERSION.as_ptr().cast()
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Records `message` as this thread's last error.
+pub(crate) fn set_last_error(message: String) {
+    // A thread being torn down has no slot left; the code alone must do.
+    let _ = LAST_ERROR.try_with(|slot| {
+        if let Ok(mut slot) = slot.try_borrow_mut() {
+            *slot = message;
+        }
+    });
+}
+
+/// Copies the detailed message of the most recent failed call **on this
+/// thread** (e.g. `invalid rate "10/x": unknown unit ...`) into `buf` as a
+/// NUL-terminated string, truncated to `buf_len - 1` bytes, and writes the
+/// message's full length (without the NUL) to `*out_len`, like `snprintf`.
+/// The message is empty if no call on this thread has failed. Successful
+/// calls do not clear it.
+///
+/// `buf` may be NULL only when `buf_len` is 0 (to ask for the length).
+/// `out_len` may be NULL if the length is not wanted.
+///
+/// Ownership: the caller owns `buf`. Thread-safety: each thread has its own
+/// last error.
+///
+/// # Safety
+/// `buf` must point to `buf_len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ratomic_last_error_message(
+    buf: *mut c_char,
+    buf_len: usize,
+    out_len: *mut usize,
+) -> ratomic_result {
+    ffi_boundary!({
+        if buf.is_null() && buf_len != 0 {
+            return Err(crate::boundary::Failure::Null("buf"));
+        }
+        let message = LAST_ERROR.try_with(|slot| slot.borrow().clone()).unwrap_or_default();
+        if buf_len > 0 {
+            let n = message.len().min(buf_len - 1);
+            // SAFETY: the caller guarantees `buf` holds `buf_len` bytes, and n < buf_len.
+            unsafe {
+                std::ptr::copy_nonoverlapping(message.as_ptr(), buf.cast::<u8>(), n);
+                *buf.add(n) = 0;
+            }
+        }
+        if !out_len.is_null() {
+            // SAFETY: non-NULL, and the caller guarantees it is writable.
+            unsafe { *out_len = message.len() };
+        }
+        Ok(())
+    })
+}

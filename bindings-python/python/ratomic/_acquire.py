@@ -15,10 +15,11 @@ class _Answer(Protocol):
 
 
 _D = TypeVar("_D", bound=_Answer)
+_D_co = TypeVar("_D_co", bound=_Answer, covariant=True)
 
 
-class _Limiter(Protocol[_D]):
-    def allow(self, key: Any, cost: int = 1) -> _D: ...
+class _Limiter(Protocol[_D_co]):
+    def allow(self, key: Any, cost: int = 1) -> _D_co: ...
 
 
 async def acquire(limiter: _Limiter[_D], key: Any, cost: int = 1, *, timeout: float | None = None) -> _D:

@@ -60,7 +60,8 @@ def ratomic_factory(kind: str) -> Callable[[bool], Callable[[str], object]]:
         elif kind == "FixedWindow":
             lim = ratomic.FixedWindow(1, 3600.0) if deny else ratomic.FixedWindow(BIG, 1.0)
         else:
-            lim = ratomic.SlidingWindow(1, 3600.0) if deny else ratomic.SlidingWindow(BIG, 1.0)
+            # A sliding window packs its counts in 64 bits: the largest limit grows with the window.
+            lim = ratomic.SlidingWindow(1, 3600.0) if deny else ratomic.SlidingWindow(10**7, 86400.0)
         return lim.allow  # a Decision, truthy when allowed
 
     return make

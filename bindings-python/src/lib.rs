@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 mod clock;
 mod decision;
 mod error;
+mod fastcall;
 mod key;
 mod keyed;
 mod limiter;
@@ -37,5 +38,9 @@ fn _ratomic(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<limiter::LimitSet>()?;
     m.add_class::<stack::Stack>()?;
     error::Exceptions::register(m)?;
+    let py = m.py();
+    fastcall::install::<token_bucket::TokenBucket>(py)?;
+    fastcall::install::<window::FixedWindow>(py)?;
+    fastcall::install::<window::SlidingWindow>(py)?;
     Ok(())
 }

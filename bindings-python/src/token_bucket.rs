@@ -30,6 +30,13 @@ impl TokenBucket {
     }
 }
 
+impl crate::fastcall::HasKeyed for TokenBucket {
+    type A = ratomic::Gcra;
+    fn keyed(&self) -> &KeyedCore<ratomic::Gcra> {
+        &self.core
+    }
+}
+
 keyed_class!(TokenBucket, {
     /// `TokenBucket(10, 2.5)`: capacity 10, 2.5 tokens a second.
     /// `TokenBucket("10/s")`: a rate string, capacity = count.

@@ -18,6 +18,13 @@ macro_rules! window_class {
             pub(crate) core: KeyedCore<$counter>,
         }
 
+        impl crate::fastcall::HasKeyed for $ty {
+            type A = $counter;
+            fn keyed(&self) -> &KeyedCore<$counter> {
+                &self.core
+            }
+        }
+
         keyed_class!($ty, {
             /// `(100, 60.0)`: 100 calls per 60-second window; or a rate
             /// string: `("100/min")`.

@@ -144,3 +144,21 @@ def test_bad_allow_many_requests(limiter):
         limiter.allow_many([("k", 1, 2)])
     with pytest.raises(TypeError):
         limiter.allow_many(5)
+
+
+@pytest.mark.parametrize("cls", [ratomic.TokenBucket, ratomic.FixedWindow, ratomic.SlidingWindow])
+def test_call_signatures(cls):
+    for name in ("allow", "peek"):
+        method = getattr(cls(5, 60.0), name)
+        assert method(key="a", cost=2).remaining == 3
+        assert method("b", cost=0).remaining == 5
+        with pytest.raises(TypeError, match="missing 1 required positional argument: 'key'"):
+            method()
+        with pytest.raises(TypeError, match="takes from 1 to 2 positional arguments"):
+            method("a", 1, 2)
+        with pytest.raises(TypeError, match="multiple values for argument 'key'"):
+            method("a", key="b")
+        with pytest.raises(TypeError, match="unexpected keyword argument 'foo'"):
+            method("a", foo=1)
+    with pytest.raises(TypeError):
+        cls.allow(ratomic.Limiter({"a": "1/s"}), "a")

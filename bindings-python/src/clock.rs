@@ -98,7 +98,10 @@ impl Time {
         if !clock.is_callable() {
             return Err(argument_type(
                 clock.py(),
-                format!("clock must be a callable returning seconds (or a ratomic.ManualClock), not {}", type_name(clock)),
+                format!(
+                    "clock must be a callable returning seconds (or a ratomic.ManualClock), not {}",
+                    type_name(clock)
+                ),
             ));
         }
         Ok(Time::Callable(clock.clone().unbind()))
@@ -140,10 +143,16 @@ fn read_callable(py: Python<'_>, f: &Py<PyAny>) -> PyResult<u64> {
     } else if value.is_instance_of::<pyo3::types::PyInt>() && !value.is_instance_of::<pyo3::types::PyBool>() {
         value.extract::<f64>()?
     } else {
-        return Err(argument_type(py, format!("the clock returned {}, expected a number of seconds", type_name(&value))));
+        return Err(argument_type(
+            py,
+            format!("the clock returned {}, expected a number of seconds", type_name(&value)),
+        ));
     };
     if !secs.is_finite() || secs < 0.0 {
-        return Err(invalid_argument(py, format!("the clock returned {secs}, expected a finite number of seconds ≥ 0")));
+        return Err(invalid_argument(
+            py,
+            format!("the clock returned {secs}, expected a finite number of seconds ≥ 0"),
+        ));
     }
     Ok(((secs * 1e9).round() as u64).min(MAX_NANOS))
 }

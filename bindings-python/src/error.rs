@@ -80,7 +80,12 @@ impl Exceptions {
                 &[invalid_b],
                 "A call asked for more than the key can ever hold, so it could never be allowed.",
             )?,
-            key_too_long: make_class(py, "KeyTooLongError", &[invalid_b], "A key is longer than the limiter's max_key_len.")?,
+            key_too_long: make_class(
+                py,
+                "KeyTooLongError",
+                &[invalid_b],
+                "A key is longer than the limiter's max_key_len.",
+            )?,
             key_type: make_class(
                 py,
                 "KeyTypeError",

@@ -198,7 +198,9 @@ pub fn install<T: HasKeyed>(py: Python<'_>) -> PyResult<()> {
             // SAFETY: a fn pointer of the METH_FASTCALL | METH_KEYWORDS
             // signature, stored in the union as CPython expects for those
             // flags (the union only erases the type).
-            ml_meth: ffi::PyMethodDefPointer { PyCFunction: unsafe { std::mem::transmute::<FastWithKeywords, ffi::PyCFunction>(f) } },
+            ml_meth: ffi::PyMethodDefPointer {
+                PyCFunction: unsafe { std::mem::transmute::<FastWithKeywords, ffi::PyCFunction>(f) },
+            },
             ml_flags: METH_FASTCALL | ffi::METH_KEYWORDS,
             ml_doc: Box::leak(text.into_boxed_str()).as_ptr() as *const c_char,
         }));

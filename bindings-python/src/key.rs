@@ -94,7 +94,10 @@ pub fn seconds_to_nanos(py: Python<'_>, secs: f64, name: &str) -> PyResult<u64> 
     }
     let ns = (secs * 1e9).round();
     if ns > MAX_NANOS as f64 {
-        return Err(invalid_argument(py, format!("invalid {name}: {secs} (must be less than 2**63 nanoseconds, about 292 years)")));
+        return Err(invalid_argument(
+            py,
+            format!("invalid {name}: {secs} (must be less than 2**63 nanoseconds, about 292 years)"),
+        ));
     }
     Ok(ns as u64)
 }

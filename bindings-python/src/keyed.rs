@@ -120,7 +120,11 @@ pub fn requests_of<'py>(requests: &Bound<'py, PyAny>) -> PyResult<Vec<Request<'p
             if item.len()? != 2 {
                 return Err(argument_type(
                     py,
-                    format!("each request must be a key or a (key, cost) pair, not a {}-item {}", item.len()?, type_name(&item)),
+                    format!(
+                        "each request must be a key or a (key, cost) pair, not a {}-item {}",
+                        item.len()?,
+                        type_name(&item)
+                    ),
                 ));
             }
             out.push((item.get_item(0)?, Some(item.get_item(1)?)));

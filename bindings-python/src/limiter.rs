@@ -30,9 +30,9 @@ pub fn named_pairs<'py>(arg: &Bound<'py, PyAny>, what: &str) -> PyResult<Vec<(St
             argument_type(py, format!("each of {what} must be a (name, value) pair, not {}", type_name(&item)))
         })?;
         let name = pair.get_item(0)?;
-        let name = name.cast::<PyString>().map_err(|_| {
-            argument_type(py, format!("a name in {what} must be a str, not {}", type_name(&name)))
-        })?;
+        let name = name
+            .cast::<PyString>()
+            .map_err(|_| argument_type(py, format!("a name in {what} must be a str, not {}", type_name(&name))))?;
         out.push((name.to_cow()?.into_owned(), pair.get_item(1)?));
     }
     Ok(out)
@@ -84,7 +84,8 @@ impl Limiter {
     fn resolve(&self, py: Python<'_>, names: &[String]) -> PyResult<LimitSet> {
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let set = self.inner.limit_set(&refs).py_err(py)?;
-        let names = self.inner.names().enumerate().filter(|(i, _)| set.contains(*i)).map(|(_, n)| n.to_owned()).collect();
+        let names =
+            self.inner.names().enumerate().filter(|(i, _)| set.contains(*i)).map(|(_, n)| n.to_owned()).collect();
         Ok(LimitSet { set, owner: self.owner(), names })
     }
 
@@ -123,7 +124,14 @@ impl Limiter {
 
     /// The smallest limit among `set`: the largest cost a call on it may ask.
     fn limit_of(&self, set: CoreLimitSet) -> u64 {
-        self.inner.rules().iter().enumerate().filter(|(i, _)| set.contains(*i)).map(|(_, r)| r.limit()).min().unwrap_or(0)
+        self.inner
+            .rules()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| set.contains(*i))
+            .map(|(_, r)| r.limit())
+            .min()
+            .unwrap_or(0)
     }
 }
 

@@ -159,7 +159,9 @@ pub fn rule_repr(rule: &ratomic::Rule) -> String {
             let q = g.quota();
             format!("Rule.token_bucket({}, {})", q.capacity(), py_float_repr(q.refill_per_sec()))
         }
-        ratomic::Rule::FixedWindow(f) => format!("Rule.fixed_window({}, {})", window_count(rule), window_secs(f.window())),
+        ratomic::Rule::FixedWindow(f) => {
+            format!("Rule.fixed_window({}, {})", window_count(rule), window_secs(f.window()))
+        }
         ratomic::Rule::SlidingWindow(s) => {
             format!("Rule.sliding_window({}, {})", window_count(rule), window_secs(s.window()))
         }

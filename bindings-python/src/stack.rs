@@ -31,7 +31,10 @@ pub struct Stack {
 /// monotonic default.
 fn member(obj: &Bound<'_, PyAny>) -> PyResult<(Arc<dyn StackMember>, Py<PyAny>, bool)> {
     let py = obj.py();
-    fn keyed<A: ratomic::Algorithm>(py: Python<'_>, c: &KeyedCore<A>) -> PyResult<(Arc<dyn StackMember>, Py<PyAny>, bool)> {
+    fn keyed<A: ratomic::Algorithm>(
+        py: Python<'_>,
+        c: &KeyedCore<A>,
+    ) -> PyResult<(Arc<dyn StackMember>, Py<PyAny>, bool)> {
         Ok((c.inner.clone(), c.time.to_object(py)?, c.time.is_monotonic()))
     }
     if let Ok(t) = obj.cast::<TokenBucket>() {

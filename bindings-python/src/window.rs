@@ -41,8 +41,12 @@ macro_rules! window_class {
                 let rate = rate(limit, window)?;
                 let time = Time::from_arg(clock)?;
                 let counter = <$counter>::new(rate).py_err(py)?;
-                let inner = ratomic::Keyed::with_algorithm(counter, ratomic::MonotonicClock::new(), options(max_keys, max_key_len)?)
-                    .py_err(py)?;
+                let inner = ratomic::Keyed::with_algorithm(
+                    counter,
+                    ratomic::MonotonicClock::new(),
+                    options(max_keys, max_key_len)?,
+                )
+                .py_err(py)?;
                 Ok($ty { core: KeyedCore { inner: Arc::new(inner), time } })
             }
 

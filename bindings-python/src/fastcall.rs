@@ -22,7 +22,7 @@ use std::os::raw::c_char;
 
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyTuple, PyType};
+use pyo3::types::{PyString, PyTuple};
 
 use ratomic::Algorithm;
 
@@ -193,14 +193,13 @@ pub fn install<T: HasKeyed>(py: Python<'_>) -> PyResult<()> {
         let doc = if doc.is_none() { String::new() } else { doc.extract::<String>()? };
         // `__text_signature__` comes from a "name(sig)\n--\n\n" doc prefix.
         let text = format!("{}($self, key, cost=1)\n--\n\n{doc}\0", name.to_str().expect("ASCII name"));
+        // SAFETY: a fn pointer of the METH_FASTCALL | METH_KEYWORDS
+        // signature, stored in the union as CPython expects for those flags
+        // (the union only erases the pointer's type; CPython casts it back).
+        let meth = unsafe { std::mem::transmute::<FastWithKeywords, ffi::PyCFunction>(f) };
         let def = Box::leak(Box::new(ffi::PyMethodDef {
             ml_name: name.as_ptr(),
-            // SAFETY: a fn pointer of the METH_FASTCALL | METH_KEYWORDS
-            // signature, stored in the union as CPython expects for those
-            // flags (the union only erases the type).
-            ml_meth: ffi::PyMethodDefPointer {
-                PyCFunction: unsafe { std::mem::transmute::<FastWithKeywords, ffi::PyCFunction>(f) },
-            },
+            ml_meth: ffi::PyMethodDefPointer { PyCFunction: meth },
             ml_flags: METH_FASTCALL | ffi::METH_KEYWORDS,
             ml_doc: Box::leak(text.into_boxed_str()).as_ptr() as *const c_char,
         }));
@@ -208,11 +207,7 @@ pub fn install<T: HasKeyed>(py: Python<'_>) -> PyResult<()> {
         let descr = unsafe { ffi::PyDescr_NewMethod(ty.as_type_ptr(), def) };
         // SAFETY: a new reference, or NULL with an exception set.
         let descr = unsafe { Bound::from_owned_ptr_or_err(py, descr)? };
-        set_type_attr(&ty, name, &descr)?;
+        ty.setattr(name.to_str().expect("ASCII name"), descr)?;
     }
     Ok(())
-}
-
-fn set_type_attr(ty: &Bound<'_, PyType>, name: &CStr, value: &Bound<'_, PyAny>) -> PyResult<()> {
-    ty.setattr(name.to_str().expect("ASCII name"), value)
 }

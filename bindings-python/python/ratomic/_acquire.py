@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol, TypeVar
+import typing as _t
 
 from ratomic._ratomic import InvalidArgumentError
 
 
-class _Answer(Protocol):
+class _Answer(_t.Protocol):
     @property
     def retry_after(self) -> float: ...
     def __bool__(self) -> bool: ...
 
 
-_D = TypeVar("_D", bound=_Answer)
-_D_co = TypeVar("_D_co", bound=_Answer, covariant=True)
+_D = _t.TypeVar("_D", bound=_Answer)
+_D_co = _t.TypeVar("_D_co", bound=_Answer, covariant=True)
 
 
-class _Limiter(Protocol[_D_co]):
-    def allow(self, key: Any, cost: int = 1) -> _D_co: ...
+class _Limiter(_t.Protocol[_D_co]):
+    def allow(self, key: _t.Any, cost: int = 1) -> _D_co: ...
 
 
-async def acquire(limiter: _Limiter[_D], key: Any, cost: int = 1, *, timeout: float | None = None) -> _D:
+async def acquire(limiter: _Limiter[_D], key: _t.Any, cost: int = 1, *, timeout: float | None = None) -> _D:
     """Take ``cost`` from ``key``, sleeping (``asyncio.sleep``) through each
     ``retry_after`` until the call is allowed.
 

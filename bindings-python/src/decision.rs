@@ -196,8 +196,8 @@ impl MultiDecision {
         self.named().find(|((n, _), _)| **n == *name).map(|(_, d)| Decision(*d))
     }
 
-    fn __contains__(&self, name: &str) -> bool {
-        self.get(name).is_some()
+    fn __contains__(&self, name: &Bound<'_, PyAny>) -> bool {
+        name.cast::<PyString>().ok().and_then(|n| n.to_cow().ok()).is_some_and(|n| self.get(&n).is_some())
     }
 
     fn __len__(&self) -> usize {

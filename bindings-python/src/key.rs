@@ -81,7 +81,7 @@ pub fn number(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
     if !numeric {
         return Err(argument_type(obj.py(), format!("{name} must be a number, not {}", type_name(obj))));
     }
-    obj.extract::<f64>()
+    obj.extract::<f64>().map_err(|_| invalid_argument(obj.py(), format!("invalid {name}: {obj} (too large)")))
 }
 
 /// Most nanoseconds any time or duration may be (the engine's 63-bit range).

@@ -37,6 +37,7 @@ def test_hierarchy():
         (("0/s",), E.InvalidRateError, "at least 1"),
         ((True, 1.0), E.ArgumentTypeError, "capacity"),
         ((10, [1]), E.ArgumentTypeError, "refill_per_sec"),
+        ((10, 10**400), E.InvalidArgumentError, "refill_per_sec"),
     ],
 )
 def test_token_bucket_arguments(args, exc, match):

@@ -32,7 +32,7 @@ def test_combined_fields(api, clock):
     assert d.entries["daily"].remaining == 3
     assert d.reset_after == pytest.approx(86400.0)
     assert isinstance(d.decision, ratomic.Decision) and d.decision.remaining == 1
-    assert len(d) == 2 and "burst" in d and "hourly" not in d
+    assert len(d) == 2 and "burst" in d and "hourly" not in d and 1 not in d
     assert d.get("hourly") is None
     with pytest.raises(KeyError):
         d["hourly"]

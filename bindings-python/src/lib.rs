@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 
 mod clock;
 mod decision;
+mod direct;
 mod error;
 mod fastcall;
 mod key;
@@ -34,6 +35,7 @@ fn _ratomic(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<token_bucket::TokenBucket>()?;
     m.add_class::<window::FixedWindow>()?;
     m.add_class::<window::SlidingWindow>()?;
+    m.add_class::<direct::DirectTokenBucket>()?;
     m.add_class::<limiter::Limiter>()?;
     m.add_class::<limiter::LimitSet>()?;
     m.add_class::<stack::Stack>()?;

@@ -10,6 +10,7 @@ use ratomic::StackMember;
 
 use crate::clock::Time;
 use crate::decision::{make_names, MultiDecision, Names};
+use crate::direct::DirectTokenBucket;
 use crate::error::{argument_type, invalid_argument, type_name, CoreResultExt};
 use crate::key::{key_bytes, Cost};
 use crate::keyed::KeyedCore;
@@ -46,11 +47,14 @@ fn member(obj: &Bound<'_, PyAny>) -> PyResult<(Arc<dyn StackMember>, Py<PyAny>, 
     } else if let Ok(l) = obj.cast::<Limiter>() {
         let l = l.get();
         Ok((l.inner.clone(), l.time.to_object(py)?, l.time.is_monotonic()))
+    } else if let Ok(d) = obj.cast::<DirectTokenBucket>() {
+        let d = d.get();
+        Ok((d.inner.clone(), d.time.to_object(py)?, d.time.is_monotonic()))
     } else {
         Err(argument_type(
             py,
             format!(
-                "a stack member must be a TokenBucket, FixedWindow, SlidingWindow or Limiter, not {}",
+                "a stack member must be a TokenBucket, FixedWindow, SlidingWindow, Limiter or DirectTokenBucket, not {}",
                 type_name(obj)
             ),
         ))
@@ -60,8 +64,9 @@ fn member(obj: &Bound<'_, PyAny>) -> PyResult<(Arc<dyn StackMember>, Py<PyAny>, 
 #[pymethods]
 impl Stack {
     /// `members`: a mapping `{name: limiter}` or a list of `(name, limiter)`
-    /// pairs, each a `TokenBucket`, `FixedWindow`, `SlidingWindow` or
-    /// `Limiter` (shared: it keeps working on its own too). At most 16.
+    /// pairs, each a `TokenBucket`, `FixedWindow`, `SlidingWindow`,
+    /// `Limiter` or `DirectTokenBucket` (whose key is ignored). Members are
+    /// shared: each keeps working on its own too. At most 16.
     ///
     /// The stack reads one clock per call and gives that time to every
     /// member. `clock=None` uses the members' clock, which must then be the

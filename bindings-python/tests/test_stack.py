@@ -60,3 +60,13 @@ def test_stack_errors(clock):
     with pytest.raises(ratomic.InvalidArgumentError):
         ratomic.Stack({})
     assert tb.peek("k", 0).remaining == 2
+
+
+def test_stack_with_a_global_bucket(clock):
+    per_user = ratomic.TokenBucket("2/s", clock=clock)
+    everyone = ratomic.DirectTokenBucket(3, 1.0, clock=clock)
+    stack = ratomic.Stack({"user": per_user, "global": everyone})
+    assert stack.allow(["alice", ""]) and stack.allow(["bob", ""]) and stack.allow(["carol", ""])
+    d = stack.allow(["dave", "ignored"])
+    assert d.denied_by == ("global",)
+    assert per_user.peek("dave", 0).remaining == 2, "dave was not charged"

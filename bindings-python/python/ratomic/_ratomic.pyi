@@ -9,6 +9,7 @@ __all__ = [
     "ArgumentTypeError",
     "CostExceedsLimitError",
     "Decision",
+    "DirectTokenBucket",
     "FixedWindow",
     "InvalidArgumentError",
     "InvalidRateError",
@@ -41,6 +42,9 @@ _RuleLike = Union[str, "Rule"]
 
 _LimitsArg = Union["LimitSet", Sequence[str], None]
 """The limits a ``Limiter`` call is subject to: all (None), a ``LimitSet`` or names."""
+
+_Member = Union["TokenBucket", "FixedWindow", "SlidingWindow", "Limiter", "DirectTokenBucket"]
+"""A ``Stack`` member (a ``DirectTokenBucket`` ignores its key)."""
 
 class RatomicError(Exception):
     """Base class of every error ratomic raises."""
@@ -245,6 +249,32 @@ class SlidingWindow(_Keyed):
     def window(self) -> float: ...
 
 @final
+class DirectTokenBucket:
+    """One token bucket for all traffic: no key."""
+
+    def __new__(
+        cls,
+        capacity: int | str,
+        refill_per_sec: float | str | None = None,
+        *,
+        clock: ManualClock | _Clock | None = None,
+    ) -> DirectTokenBucket: ...
+    def allow(self, cost: int = 1) -> Decision: ...
+    def peek(self, cost: int = 1) -> Decision: ...
+    def refund(self, tokens: int) -> None: ...
+    def reset(self) -> None: ...
+    @property
+    def limit(self) -> int: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def refill_per_sec(self) -> float: ...
+    @property
+    def clock(self) -> ManualClock | _Clock | None: ...
+    @property
+    def rule(self) -> Rule: ...
+
+@final
 class LimitSet:
     """Which of a ``Limiter``'s limits a call is subject to."""
 
@@ -290,8 +320,7 @@ class Stack:
 
     def __new__(
         cls,
-        members: Mapping[str, TokenBucket | FixedWindow | SlidingWindow | Limiter]
-        | Iterable[tuple[str, TokenBucket | FixedWindow | SlidingWindow | Limiter]],
+        members: Mapping[str, _Member] | Iterable[tuple[str, _Member]],
         *,
         clock: ManualClock | _Clock | None = None,
     ) -> Stack: ...
@@ -301,5 +330,5 @@ class Stack:
     @property
     def names(self) -> tuple[str, ...]: ...
     @property
-    def members(self) -> tuple[TokenBucket | FixedWindow | SlidingWindow | Limiter, ...]: ...
+    def members(self) -> tuple[_Member, ...]: ...
 

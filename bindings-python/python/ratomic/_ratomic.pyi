@@ -1,0 +1,334 @@
+# Hand-written stub for the compiled module; `python -m mypy.stubtest ratomic`
+# (run by run-tests.sh) checks it against the real thing.
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Final, Literal, Union, final
+
+__all__ = [
+    "__version__",
+    "ArgumentTypeError",
+    "CostExceedsLimitError",
+    "Decision",
+    "DirectTokenBucket",
+    "FixedWindow",
+    "InvalidArgumentError",
+    "InvalidRateError",
+    "KeyTooLongError",
+    "KeyTypeError",
+    "LimitSet",
+    "Limiter",
+    "ManualClock",
+    "MultiDecision",
+    "RatomicError",
+    "Rule",
+    "SlidingWindow",
+    "Stack",
+    "TokenBucket",
+]
+
+__version__: Final[str]
+
+_Key = Union[str, bytes]
+"""A key: any str (as its UTF-8 bytes) or bytes, at most ``max_key_len`` bytes."""
+
+_Clock = Callable[[], float]
+"""A clock: any callable returning seconds (monotonic in production)."""
+
+_Request = Union[str, bytes, tuple[Union[str, bytes], int]]
+"""One ``allow_many`` request: a key (cost 1) or a ``(key, cost)`` pair."""
+
+_RuleLike = Union[str, "Rule"]
+"""A rule for a ``Limiter``: a rate string (a token bucket) or a ``Rule``."""
+
+_LimitsArg = Union["LimitSet", Sequence[str], None]
+"""The limits a ``Limiter`` call is subject to: all (None), a ``LimitSet`` or names."""
+
+_Member = Union["TokenBucket", "FixedWindow", "SlidingWindow", "Limiter", "DirectTokenBucket"]
+"""A ``Stack`` member (a ``DirectTokenBucket`` ignores its key)."""
+
+class RatomicError(Exception):
+    """Base class of every error ratomic raises."""
+
+class InvalidArgumentError(RatomicError, ValueError):
+    """An argument is out of range. Also a ValueError."""
+
+class InvalidRateError(InvalidArgumentError):
+    """A rate string such as "10/s" could not be parsed."""
+
+class CostExceedsLimitError(InvalidArgumentError):
+    """A call asked for more than the key can ever hold."""
+
+class KeyTooLongError(InvalidArgumentError):
+    """A key is longer than the limiter's max_key_len."""
+
+class ArgumentTypeError(RatomicError, TypeError):
+    """An argument has the wrong type. Also a TypeError."""
+
+class KeyTypeError(ArgumentTypeError):
+    """A key is neither str nor bytes."""
+
+@final
+class Decision:
+    """The answer to one call. Immutable; truthy exactly when allowed."""
+
+    @property
+    def allowed(self) -> bool:
+        """Whether the cost was granted and consumed."""
+    @property
+    def remaining(self) -> int:
+        """Whole tokens the key still has right after the call."""
+    @property
+    def limit(self) -> int:
+        """The most the key can ever hold (capacity, burst or window limit)."""
+    @property
+    def retry_after(self) -> float:
+        """Seconds until the same call would pass: 0.0 when allowed, > 0 when denied."""
+    @property
+    def reset_after(self) -> float:
+        """Seconds until the key is full again if nothing consumes."""
+    @property
+    def retry_after_ns(self) -> int:
+        """``retry_after`` in whole nanoseconds (exact)."""
+    @property
+    def reset_after_ns(self) -> int:
+        """``reset_after`` in whole nanoseconds (exact)."""
+    def __bool__(self) -> bool: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class MultiDecision:
+    """The answer to a ``Limiter`` or ``Stack`` call: combined, plus one
+    ``Decision`` per limit. Immutable; truthy exactly when allowed."""
+
+    @property
+    def allowed(self) -> bool: ...
+    @property
+    def remaining(self) -> int:
+        """The smallest remaining among the limits."""
+    @property
+    def limit(self) -> int:
+        """The limit of the limit with the least remaining."""
+    @property
+    def retry_after(self) -> float:
+        """The largest wait among the limits that denied (0.0 when allowed)."""
+    @property
+    def reset_after(self) -> float:
+        """The largest reset_after among the limits."""
+    @property
+    def decision(self) -> Decision:
+        """The combined answer as a plain ``Decision``."""
+    @property
+    def entries(self) -> dict[str, Decision]:
+        """``{name: Decision}`` for every limit the call was subject to."""
+    @property
+    def denied_by(self) -> tuple[str, ...]:
+        """The names of the limits that denied the call (empty when allowed)."""
+    def get(self, name: str) -> Decision | None: ...
+    def __getitem__(self, key: str, /) -> Decision: ...
+    def __contains__(self, key: object, /) -> bool: ...
+    def __len__(self) -> int: ...
+    def __bool__(self) -> bool: ...
+
+@final
+class ManualClock:
+    """A clock that moves only when told to (for tests). Read natively by
+    the limiters it is given to; also a callable returning seconds."""
+
+    def __new__(cls, start: float = 0.0) -> ManualClock: ...
+    def advance(self, seconds: float) -> None:
+        """Moves time forward by ``seconds`` (finite, >= 0)."""
+    def set(self, seconds: float) -> None:
+        """Sets the time (forward or back)."""
+    def now(self) -> float:
+        """The time, in seconds."""
+    def now_ns(self) -> int:
+        """The time, in whole nanoseconds."""
+    def __call__(self) -> float: ...
+
+@final
+class Rule:
+    """One limit of a ``Limiter``."""
+
+    @staticmethod
+    def token_bucket(capacity: int | str, refill_per_sec: float | str | None = None) -> Rule: ...
+    @staticmethod
+    def fixed_window(limit: int | str, window: float | None = None) -> Rule: ...
+    @staticmethod
+    def sliding_window(limit: int | str, window: float | None = None) -> Rule: ...
+    @property
+    def kind(self) -> Literal["token_bucket", "fixed_window", "sliding_window"]: ...
+    @property
+    def limit(self) -> int: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    __hash__: None  # type: ignore[assignment]
+
+class _Keyed:
+    # Not a runtime class: the operations TokenBucket, FixedWindow and
+    # SlidingWindow share (each defines them itself).
+    def allow(self, key: _Key, cost: int = 1) -> Decision:
+        """Takes ``cost`` from ``key`` if it has that much; a denial is a falsy Decision."""
+    def peek(self, key: _Key, cost: int = 1) -> Decision:
+        """What ``allow`` would answer, changing nothing."""
+    def refund(self, key: _Key, tokens: int) -> None:
+        """Gives ``tokens`` back to ``key`` (never above full)."""
+    def reset(self, key: _Key) -> None:
+        """Forgets ``key``: it is full again."""
+    def allow_many(self, requests: Iterable[_Request]) -> list[Decision]:
+        """Decides many requests at one clock reading; checks them all first."""
+    def gc(self) -> int:
+        """Drops keys that are full again; returns how many."""
+    def memory_bytes(self) -> int: ...
+    def __len__(self) -> int: ...
+    @property
+    def limit(self) -> int: ...
+    @property
+    def max_key_len(self) -> int: ...
+    @property
+    def clock(self) -> ManualClock | _Clock | None: ...
+    @property
+    def rule(self) -> Rule: ...
+
+@final
+class TokenBucket(_Keyed):
+    """A token bucket per key (GCRA)."""
+
+    def __new__(
+        cls,
+        capacity: int | str,
+        refill_per_sec: float | str | None = None,
+        *,
+        clock: ManualClock | _Clock | None = None,
+        max_keys: int | None = None,
+        max_key_len: int | None = None,
+    ) -> TokenBucket: ...
+    @staticmethod
+    def from_rate(
+        rate: str,
+        *,
+        burst: int | None = None,
+        clock: ManualClock | _Clock | None = None,
+        max_keys: int | None = None,
+        max_key_len: int | None = None,
+    ) -> TokenBucket: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def refill_per_sec(self) -> float: ...
+
+@final
+class FixedWindow(_Keyed):
+    """At most ``limit`` calls per key in each window, aligned to the clock's epoch."""
+
+    def __new__(
+        cls,
+        limit: int | str,
+        window: float | None = None,
+        *,
+        clock: ManualClock | _Clock | None = None,
+        max_keys: int | None = None,
+        max_key_len: int | None = None,
+    ) -> FixedWindow: ...
+    @property
+    def window(self) -> float: ...
+
+@final
+class SlidingWindow(_Keyed):
+    """At most ``limit`` calls per key in any window (sliding-window counter)."""
+
+    def __new__(
+        cls,
+        limit: int | str,
+        window: float | None = None,
+        *,
+        clock: ManualClock | _Clock | None = None,
+        max_keys: int | None = None,
+        max_key_len: int | None = None,
+    ) -> SlidingWindow: ...
+    @property
+    def window(self) -> float: ...
+
+@final
+class DirectTokenBucket:
+    """One token bucket for all traffic: no key."""
+
+    def __new__(
+        cls,
+        capacity: int | str,
+        refill_per_sec: float | str | None = None,
+        *,
+        clock: ManualClock | _Clock | None = None,
+    ) -> DirectTokenBucket: ...
+    def allow(self, cost: int = 1) -> Decision: ...
+    def peek(self, cost: int = 1) -> Decision: ...
+    def refund(self, tokens: int) -> None: ...
+    def reset(self) -> None: ...
+    @property
+    def limit(self) -> int: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def refill_per_sec(self) -> float: ...
+    @property
+    def clock(self) -> ManualClock | _Clock | None: ...
+    @property
+    def rule(self) -> Rule: ...
+
+@final
+class LimitSet:
+    """Which of a ``Limiter``'s limits a call is subject to."""
+
+    @property
+    def names(self) -> tuple[str, ...]: ...
+    def __len__(self) -> int: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Limiter:
+    """Several named limits on one key, all or nothing."""
+
+    def __new__(
+        cls,
+        limits: Mapping[str, _RuleLike] | Iterable[tuple[str, _RuleLike]],
+        *,
+        clock: ManualClock | _Clock | None = None,
+        max_keys: int | None = None,
+        max_key_len: int | None = None,
+    ) -> Limiter: ...
+    def allow(self, key: _Key, cost: int = 1, *, limits: _LimitsArg = None) -> MultiDecision: ...
+    def peek(self, key: _Key, cost: int = 1, *, limits: _LimitsArg = None) -> MultiDecision: ...
+    def refund(self, key: _Key, tokens: int, *, limits: _LimitsArg = None) -> None: ...
+    def reset(self, key: _Key) -> None: ...
+    def allow_many(self, requests: Iterable[_Request], *, limits: _LimitsArg = None) -> list[MultiDecision]: ...
+    def limit_set(self, names: Sequence[str]) -> LimitSet: ...
+    def gc(self) -> int: ...
+    def memory_bytes(self) -> int: ...
+    def __len__(self) -> int: ...
+    @property
+    def names(self) -> tuple[str, ...]: ...
+    @property
+    def rules(self) -> dict[str, Rule]: ...
+    @property
+    def clock(self) -> ManualClock | _Clock | None: ...
+    @property
+    def max_key_len(self) -> int: ...
+
+@final
+class Stack:
+    """Limiters on different keys (per IP, per user, ...), all or nothing."""
+
+    def __new__(
+        cls,
+        members: Mapping[str, _Member] | Iterable[tuple[str, _Member]],
+        *,
+        clock: ManualClock | _Clock | None = None,
+    ) -> Stack: ...
+    def allow(self, keys: Sequence[_Key], cost: int = 1) -> MultiDecision: ...
+    def peek(self, keys: Sequence[_Key], cost: int = 1) -> MultiDecision: ...
+    def __len__(self) -> int: ...
+    @property
+    def names(self) -> tuple[str, ...]: ...
+    @property
+    def members(self) -> tuple[_Member, ...]: ...
+

@@ -1,0 +1,105 @@
+//! `DirectTokenBucket`: one token bucket for all traffic, no key.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+
+use crate::clock::Time;
+use crate::decision::Decision;
+use crate::error::CoreResultExt;
+use crate::key::{whole, Cost};
+use crate::rule::{quota, rule_repr, Rule};
+
+/// One token bucket for everything (a global limit): no key, no lookup.
+/// Takes its arguments as `TokenBucket` does, without the key options.
+#[pyclass(frozen, module = "ratomic", name = "DirectTokenBucket")]
+pub struct DirectTokenBucket {
+    pub(crate) inner: Arc<ratomic::DirectTokenBucket>,
+    pub(crate) time: Time,
+}
+
+impl DirectTokenBucket {
+    fn now(&self, py: Python<'_>) -> PyResult<u64> {
+        self.time.now(py, || self.inner.now())
+    }
+}
+
+#[pymethods]
+impl DirectTokenBucket {
+    /// `DirectTokenBucket(100, 50.0)`, `DirectTokenBucket("1000/s")` or
+    /// `DirectTokenBucket(200, "100/s")`.
+    #[new]
+    #[pyo3(signature = (capacity, refill_per_sec=None, *, clock=None))]
+    fn new(
+        capacity: &Bound<'_, PyAny>,
+        refill_per_sec: Option<&Bound<'_, PyAny>>,
+        clock: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let q = quota(capacity, refill_per_sec)?;
+        let time = Time::from_arg(clock)?;
+        Ok(DirectTokenBucket { inner: Arc::new(ratomic::DirectTokenBucket::new(q)), time })
+    }
+
+    /// Takes `cost` (default 1) if the bucket has that much.
+    #[pyo3(signature = (cost = Cost::ONE), text_signature = "($self, cost=1)")]
+    fn allow(&self, py: Python<'_>, cost: Cost) -> PyResult<Decision> {
+        let now = self.now(py)?;
+        self.inner.allow_at(cost.0, now).map(Decision).py_err(py)
+    }
+
+    /// What `allow(cost)` would answer, changing nothing.
+    #[pyo3(signature = (cost = Cost::ONE), text_signature = "($self, cost=1)")]
+    fn peek(&self, py: Python<'_>, cost: Cost) -> PyResult<Decision> {
+        let now = self.now(py)?;
+        self.inner.peek_at(cost.0, now).map(Decision).py_err(py)
+    }
+
+    /// Gives `tokens` back (never above full).
+    fn refund(&self, py: Python<'_>, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
+        let tokens = whole(tokens, "tokens")?;
+        let now = self.now(py)?;
+        self.inner.refund_at(tokens, now);
+        Ok(())
+    }
+
+    /// Fills the bucket again.
+    fn reset(&self) {
+        self.inner.reset();
+    }
+
+    /// The most the bucket holds: the largest cost a call may ask.
+    #[getter]
+    fn limit(&self) -> u64 {
+        self.inner.limit()
+    }
+
+    /// The bucket's capacity (burst).
+    #[getter]
+    fn capacity(&self) -> u64 {
+        self.inner.quota().capacity()
+    }
+
+    /// Tokens refilled per second.
+    #[getter]
+    fn refill_per_sec(&self) -> f64 {
+        self.inner.quota().refill_per_sec()
+    }
+
+    /// The clock given to the constructor (None: the monotonic default).
+    #[getter]
+    fn clock(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.time.to_object(py)
+    }
+
+    /// This bucket's rule, for building a `Limiter`.
+    #[getter]
+    fn rule(&self) -> Rule {
+        Rule(ratomic::Rule::from(*self.inner.algorithm()))
+    }
+
+    fn __repr__(&self) -> String {
+        let rule = rule_repr(&ratomic::Rule::from(*self.inner.algorithm()));
+        let args = rule.split_once('(').map_or("", |(_, a)| a.trim_end_matches(')'));
+        format!("DirectTokenBucket({args})")
+    }
+}

@@ -1,0 +1,126 @@
+//! Keys and other call arguments, taken from Python objects without copying.
+
+use std::os::raw::c_char;
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyInt, PyString};
+
+use crate::error::{argument_type, invalid_argument, key_type, type_name};
+
+extern "C" {
+    // Part of the stable ABI from 3.10 (so pyo3-ffi only declares it there
+    // under abi3), but exported by every CPython since 3.3, 3.9 included: the
+    // wheel's floor. It returns the str's cached UTF-8 bytes (for an ASCII
+    // str, its own buffer), so a str key is read with no copy and no
+    // allocation, where `PyUnicode_AsUTF8String` would make a bytes object on
+    // every call.
+    fn PyUnicode_AsUTF8AndSize(unicode: *mut ffi::PyObject, size: *mut ffi::Py_ssize_t) -> *const c_char;
+}
+
+/// A key's bytes: a `str`'s UTF-8 encoding, or a `bytes`' contents. Borrowed
+/// from the object, which the caller holds for as long as the slice lives.
+#[inline]
+pub fn key_bytes<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
+    if let Ok(s) = obj.cast::<PyString>() {
+        let mut size: ffi::Py_ssize_t = 0;
+        // SAFETY: `s` is a str (checked above) and we are attached to the
+        // interpreter; the returned buffer is owned by the str object and
+        // lives as long as it, which outlives `'a` because `obj` is borrowed
+        // for `'a`.
+        let data = unsafe { PyUnicode_AsUTF8AndSize(s.as_ptr(), &mut size) };
+        if data.is_null() {
+            // A str with lone surrogates has no UTF-8 form (UnicodeEncodeError).
+            return Err(PyErr::fetch(obj.py()));
+        }
+        // SAFETY: CPython guarantees `size` valid bytes at `data`.
+        return Ok(unsafe { std::slice::from_raw_parts(data.cast::<u8>(), size as usize) });
+    }
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(b.as_bytes());
+    }
+    Err(not_a_key(obj))
+}
+
+#[cold]
+fn not_a_key(obj: &Bound<'_, PyAny>) -> PyErr {
+    key_type(obj.py(), format!("a key must be str or bytes, not {}", type_name(obj)))
+}
+
+/// A whole number ≥ 0 (a cost, a token count, an option), with errors a
+/// Python user expects: `ArgumentTypeError` for a non-int (a float, a str),
+/// `InvalidArgumentError` for a negative or too large int.
+#[inline]
+pub fn whole(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
+    match obj.extract::<u64>() {
+        Ok(n) if !obj.is_instance_of::<pyo3::types::PyBool>() => Ok(n),
+        _ => Err(not_whole(obj, name)),
+    }
+}
+
+#[cold]
+fn not_whole(obj: &Bound<'_, PyAny>, name: &str) -> PyErr {
+    let py = obj.py();
+    if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<pyo3::types::PyBool>() {
+        invalid_argument(py, format!("invalid {name}: {obj} (must be a whole number from 0 to 2**64 - 1)"))
+    } else {
+        argument_type(py, format!("{name} must be an int, not {}", type_name(obj)))
+    }
+}
+
+/// [`whole`] as a `usize` (for sizes).
+pub fn size(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
+    let n = whole(obj, name)?;
+    usize::try_from(n).map_err(|_| invalid_argument(obj.py(), format!("invalid {name}: {n} (too large)")))
+}
+
+/// A number (int or float, not bool or str) as an `f64`.
+pub fn number(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
+    let numeric = (obj.is_instance_of::<PyInt>() || obj.is_instance_of::<pyo3::types::PyFloat>())
+        && !obj.is_instance_of::<pyo3::types::PyBool>();
+    if !numeric {
+        return Err(argument_type(obj.py(), format!("{name} must be a number, not {}", type_name(obj))));
+    }
+    obj.extract::<f64>().map_err(|_| invalid_argument(obj.py(), format!("invalid {name}: {obj} (too large)")))
+}
+
+/// Most nanoseconds any time or duration may be (the engine's 63-bit range).
+pub const MAX_NANOS: u64 = (1 << 63) - 1;
+
+/// Seconds (finite, ≥ 0) as whole nanoseconds, rounded to the nearest.
+pub fn seconds_to_nanos(py: Python<'_>, secs: f64, name: &str) -> PyResult<u64> {
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(invalid_argument(py, format!("invalid {name}: {secs} (must be a finite number of seconds ≥ 0)")));
+    }
+    let ns = (secs * 1e9).round();
+    if ns > MAX_NANOS as f64 {
+        return Err(invalid_argument(
+            py,
+            format!("invalid {name}: {secs} (must be less than 2**63 nanoseconds, about 292 years)"),
+        ));
+    }
+    Ok(ns as u64)
+}
+
+/// Nanoseconds as float seconds.
+#[inline]
+pub fn nanos_to_seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// A call's cost (or a refund's token count): a whole number ≥ 0.
+#[derive(Clone, Copy, Debug)]
+pub struct Cost(pub u64);
+
+impl Cost {
+    pub const ONE: Cost = Cost(1);
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Cost {
+    type Error = PyErr;
+
+    #[inline]
+    fn extract(obj: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        whole(&obj, "cost").map(Cost)
+    }
+}

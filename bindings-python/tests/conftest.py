@@ -1,0 +1,8 @@
+import pytest
+
+import ratomic
+
+
+@pytest.fixture
+def clock() -> ratomic.ManualClock:
+    return ratomic.ManualClock()

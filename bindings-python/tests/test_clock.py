@@ -1,0 +1,88 @@
+"""Clocks: ManualClock, callables, and what a bad clock does."""
+
+import pytest
+
+import ratomic
+
+
+def test_manual_clock():
+    c = ratomic.ManualClock()
+    assert c.now() == 0.0 and c() == 0.0
+    c.advance(1.5)
+    assert c.now() == 1.5 and c.now_ns() == 1_500_000_000
+    c.set(0.25)
+    assert c.now() == 0.25
+    assert repr(c) == "ManualClock(now=0.25)"
+    assert ratomic.ManualClock(10).now() == 10.0
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ratomic.InvalidArgumentError):
+            c.advance(bad)
+        with pytest.raises(ratomic.InvalidArgumentError):
+            c.set(bad)
+    with pytest.raises(ratomic.ArgumentTypeError):
+        c.advance("1")
+    assert c.now() == 0.25
+
+
+def test_one_clock_drives_many_limiters(clock):
+    a = ratomic.TokenBucket(1, 1.0, clock=clock)
+    b = ratomic.FixedWindow(1, 1.0, clock=clock)
+    a.allow("k"), b.allow("k")
+    assert not a.allow("k") and not b.allow("k")
+    clock.advance(1.0)
+    assert a.allow("k") and b.allow("k")
+
+
+def test_callable_clock_returns_seconds():
+    now = [100.0]
+    tb = ratomic.TokenBucket(1, 2.0, clock=lambda: now[0])
+    assert tb.allow("k")
+    assert not tb.allow("k")
+    now[0] += 0.5
+    assert tb.allow("k")
+    now[0] = 200  # an int is a number too
+    assert tb.allow("k")
+
+
+def test_raising_clock_propagates_and_changes_nothing():
+    state = {"fail": False, "t": 0.0}
+
+    def clock():
+        if state["fail"]:
+            raise RuntimeError("clock broke")
+        return state["t"]
+
+    tb = ratomic.TokenBucket(2, 1.0, clock=clock)
+    assert tb.allow("k")
+    state["fail"] = True
+    for op in (lambda: tb.allow("k"), lambda: tb.peek("k"), lambda: tb.reset("k"), lambda: tb.refund("k", 1),
+               lambda: tb.allow_many(["k"]), tb.gc):
+        with pytest.raises(RuntimeError, match="clock broke"):
+            op()
+    state["fail"] = False
+    assert tb.peek("k", 0).remaining == 1
+
+
+@pytest.mark.parametrize("value", ["12", None, [1.0], True])
+def test_clock_returning_a_non_number_is_a_type_error(value):
+    t = {"v": 0.0}
+    tb = ratomic.TokenBucket(2, 1.0, clock=lambda: t["v"])
+    tb.allow("k")
+    t["v"] = value
+    with pytest.raises(TypeError) as e:
+        tb.allow("k")
+    assert isinstance(e.value, ratomic.ArgumentTypeError)
+    t["v"] = 0.0
+    assert tb.peek("k", 0).remaining == 1
+
+
+@pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf")])
+def test_clock_returning_a_bad_number_is_a_value_error(value):
+    tb = ratomic.TokenBucket(2, 1.0, clock=lambda: value)
+    with pytest.raises(ratomic.InvalidArgumentError):
+        tb.allow("k")
+
+
+def test_clock_must_be_callable():
+    with pytest.raises(ratomic.ArgumentTypeError):
+        ratomic.TokenBucket(1, 1.0, clock=5)

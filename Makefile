@@ -3,7 +3,10 @@
 #   make test          # what CI runs (.ci/run): everything below
 #   make test-rust     # workspace tests, doc tests, property tests; benches build
 #   make test-loom     # loom models of every CAS protocol
+#   make test-ffi      # the C ABI: header drift, C/C++ tests under ASan+UBSan and valgrind, install
+#   make test-python   # the Python package: fresh venv, wheel, pytest, stubtest
 #   make test-node     # the Node addon: npm ci, build, typings drift, node --test, tsc
+#   make lint          # rustfmt and clippy, warnings as errors
 #
 # Bounded settings keep CI well under 30 minutes on 2 cores; raise them by
 # hand for deeper runs, e.g.
@@ -15,9 +18,9 @@ LOOM_MAX_PREEMPTIONS ?= 2
 PROPTEST_CASES ?= 256
 export PROPTEST_CASES
 
-.PHONY: test test-rust test-loom test-node lint
+.PHONY: test test-rust test-loom test-ffi test-python test-node lint
 
-test: test-rust test-loom test-node
+test: lint test-rust test-loom test-ffi test-python test-node
 
 test-rust:
 	$(CARGO) test
@@ -26,6 +29,12 @@ test-rust:
 test-loom:
 	RUSTFLAGS="--cfg ratomic_loom" LOOM_MAX_PREEMPTIONS=$(LOOM_MAX_PREEMPTIONS) CARGO_TARGET_DIR=target/loom \
 		$(CARGO) test -p ratomic --release --test loom
+
+test-ffi:
+	bash ffi-c/run-tests.sh
+
+test-python:
+	bash bindings-python/run-tests.sh
 
 test-node:
 	bash bindings-node/run-tests.sh

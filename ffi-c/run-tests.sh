@@ -88,10 +88,10 @@ prefix="$build/prefix"
 make -s -C "$here" install PREFIX="$prefix" >/dev/null
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 [[ "$(pkg-config --modversion ratomic)" == "$(sed -n 's/^#define RATOMIC_VERSION_STRING "\(.*\)"/\1/p' include/ratomic.h)" ]]
-# The first ```c block after the example marker in README.section.md.
+# The first ```c block after the example marker in the project README.
 awk '/<!-- example:c/ {armed=1; next} armed && /^```c$/ {on=1; next} on && /^```$/ {exit} on {print}' \
-    "$here/README.section.md" > "$build/example.c"
-[[ -s "$build/example.c" ]] || { echo "no C example found in README.section.md" >&2; exit 1; }
+    "$root/README.md" > "$build/example.c"
+[[ -s "$build/example.c" ]] || { echo "no C example found in README.md" >&2; exit 1; }
 (
     cd "$build"
     # The command the README shows, verbatim apart from the warning flags.

@@ -1,12 +1,13 @@
 'use strict'
-// The README's example runs as written (with require('ratomic') pointing here).
+// The project README's Node example (its first ```js block) runs as written
+// (with require('ratomic') pointing here).
 const test = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
 
 test('the README example runs', async () => {
-  const md = fs.readFileSync(path.join(__dirname, '..', 'README.section.md'), 'utf8')
+  const md = fs.readFileSync(path.join(__dirname, '..', '..', 'README.md'), 'utf8')
   const code = md.match(/```js\n([\s\S]*?)```/)[1]
   const lines = []
   const log = (...args) => lines.push(args.map((a) => (typeof a === 'string' ? a : JSON.stringify(a))).join(' '))

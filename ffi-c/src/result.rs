@@ -66,7 +66,9 @@ impl ratomic_result {
             Some(RATOMIC_KEY_TOO_LONG) => c"key is longer than the limiter's max_key_len",
             Some(RATOMIC_BUFFER_TOO_SMALL) => c"the caller's array is too small for the answer",
             Some(RATOMIC_PANIC) => c"internal panic caught at the C boundary (a bug in ratomic; please report it)",
-            Some(RATOMIC_OTHER_ERROR) => c"an error with no specific code in this version (see ratomic_last_error_message)",
+            Some(RATOMIC_OTHER_ERROR) => {
+                c"an error with no specific code in this version (see ratomic_last_error_message)"
+            }
             None => c"unknown ratomic_result code",
         }
     }

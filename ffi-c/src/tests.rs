@@ -22,10 +22,8 @@ fn last_error() -> String {
     let mut buf = [0 as std::ffi::c_char; 256];
     let mut len = 0usize;
     // SAFETY: `buf` holds 256 bytes; `len` is writable.
-    assert_eq!(
-        unsafe { ratomic_last_error_message(buf.as_mut_ptr(), buf.len(), &mut len) },
-        ratomic_result::RATOMIC_OK
-    );
+    let code = unsafe { ratomic_last_error_message(buf.as_mut_ptr(), buf.len(), &mut len) };
+    assert_eq!(code, ratomic_result::RATOMIC_OK);
     // SAFETY: the function NUL-terminates within `buf`.
     unsafe { CStr::from_ptr(buf.as_ptr()) }.to_str().unwrap().to_owned()
 }

@@ -133,7 +133,7 @@ impl<'a> BytesProbe<'a> {
         let mut bytes = [0u8; 24];
         if key.len() <= INLINE_MAX {
             bytes[0] = key.len() as u8;
-            bytes[1..=key.len()].copy_from_slice(key);
+            copy_short(key, &mut bytes);
             BytesProbe { words: words(&bytes), long: None }
         } else {
             // Header word: tag + length; second word: the first 8 bytes. The
@@ -142,6 +142,29 @@ impl<'a> BytesProbe<'a> {
             bytes[4..8].copy_from_slice(&(key.len() as u32).to_ne_bytes());
             bytes[8..16].copy_from_slice(&key[..8]);
             BytesProbe { words: words(&bytes), long: Some(key) }
+        }
+    }
+}
+
+/// `bytes[1..=key.len()] = key` for a key of at most 23 bytes, with
+/// fixed-size (possibly overlapping) copies instead of a call to `memcpy`:
+/// this runs on every call with a string key.
+#[inline]
+fn copy_short(key: &[u8], bytes: &mut [u8; 24]) {
+    let n = key.len();
+    debug_assert!(n <= INLINE_MAX);
+    if n >= 8 {
+        bytes[1..9].copy_from_slice(&key[..8]);
+        if n > 16 {
+            bytes[9..17].copy_from_slice(&key[8..16]);
+        }
+        bytes[n - 7..n + 1].copy_from_slice(&key[n - 8..]);
+    } else if n >= 4 {
+        bytes[1..5].copy_from_slice(&key[..4]);
+        bytes[n - 3..n + 1].copy_from_slice(&key[n - 4..]);
+    } else {
+        for (i, &b) in key.iter().enumerate() {
+            bytes[1 + i] = b;
         }
     }
 }
@@ -242,6 +265,19 @@ mod tests {
         let h = FixedState::with_seed(7);
         let (hash, probe) = key.probe(&h, 1 << 20).unwrap();
         (hash, ByteKey::from_probe(&probe))
+    }
+
+    #[test]
+    fn short_keys_copy_like_a_plain_copy() {
+        let source: Vec<u8> = (1..=23).collect();
+        for n in 0..=INLINE_MAX {
+            let key = &source[..n];
+            let mut fast = [0u8; 24];
+            copy_short(key, &mut fast);
+            let mut plain = [0u8; 24];
+            plain[1..=n].copy_from_slice(key);
+            assert_eq!(fast, plain, "length {n}");
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Turns criterion's results (target/criterion) into the ratio tables of
-BENCHMARKS.section.md: ratomic vs governor, the algorithms vs TokenBucket,
+BENCHMARKS.md: ratomic vs governor, the algorithms vs TokenBucket,
 allow_many vs single calls, and the key stores.
 
 Usage: python3 benches/report.py [target/criterion]   (from the repo root)

@@ -4,7 +4,7 @@
 //! The benches themselves are in `benches/` (criterion: `cargo bench -p
 //! ratomic-benches`), the one-off measurements in `src/bin/` (`clocks`,
 //! `memory`, `sliding_accuracy`). Results and the commands that produced them
-//! are in `BENCHMARKS.section.md`.
+//! are in the root `BENCHMARKS.md`.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;

@@ -3,7 +3,7 @@
 //! algorithm is pure arithmetic on a state word, which keeps the lock-free
 //! protocol in one place (`keyed.rs`, `direct.rs`) and model-checked once.
 
-use crate::decision::Decision;
+use crate::decision::Verdict;
 use crate::error::{Error, Result};
 use crate::sync::{AtomicU64, Ordering};
 
@@ -28,7 +28,7 @@ pub trait Algorithm: sealed::Sealed + Send + Sync + 'static {
     /// consumes, the state to store. `None` means "write nothing" (denials,
     /// cost 0). `cost ≤ limit()` has been checked.
     #[doc(hidden)]
-    fn decide(&self, state: u64, now: u64, cost: u64) -> (Decision, Option<u64>);
+    fn decide(&self, state: u64, now: u64, cost: u64) -> (Verdict, Option<u64>);
 
     /// The state after giving back `tokens` at `now` (never above full), or
     /// `None` when nothing changes.
@@ -77,7 +77,7 @@ pub trait Algorithm: sealed::Sealed + Send + Sync + 'static {
 /// read-decide-write atomic in the word's modification order; nothing else is
 /// published through it.
 #[inline]
-pub(crate) fn cas_decide<A: Algorithm>(alg: &A, cell: &AtomicU64, now: u64, cost: u64) -> Decision {
+pub(crate) fn cas_decide<A: Algorithm>(alg: &A, cell: &AtomicU64, now: u64, cost: u64) -> Verdict {
     let mut current = cell.load(Ordering::Relaxed);
     loop {
         let (decision, next) = alg.decide(current, now, cost);
@@ -92,7 +92,7 @@ pub(crate) fn cas_decide<A: Algorithm>(alg: &A, cell: &AtomicU64, now: u64, cost
 /// Like [`cas_decide`], and also returns the state it stored, if any: the
 /// receipt a give-back needs.
 #[inline]
-pub(crate) fn cas_charge<A: Algorithm>(alg: &A, cell: &AtomicU64, now: u64, cost: u64) -> (Decision, Option<u64>) {
+pub(crate) fn cas_charge<A: Algorithm>(alg: &A, cell: &AtomicU64, now: u64, cost: u64) -> (Verdict, Option<u64>) {
     let mut current = cell.load(Ordering::Relaxed);
     loop {
         let (decision, next) = alg.decide(current, now, cost);
@@ -132,6 +132,6 @@ pub(crate) fn cas_refund<A: Algorithm>(alg: &A, cell: &AtomicU64, now: u64, toke
 
 /// The answer `cost` would get, without changing anything.
 #[inline]
-pub(crate) fn peek<A: Algorithm>(alg: &A, cell: &AtomicU64, now: u64, cost: u64) -> Decision {
+pub(crate) fn peek<A: Algorithm>(alg: &A, cell: &AtomicU64, now: u64, cost: u64) -> Verdict {
     alg.decide(cell.load(Ordering::Relaxed), now, cost).0
 }

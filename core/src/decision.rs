@@ -41,28 +41,55 @@ impl Decision {
     pub fn reset_after_nanos(&self) -> u64 {
         duration_nanos(self.reset_after)
     }
+}
 
+/// A decision as the engine computes it, its durations in nanoseconds: what
+/// algorithms return, converted to a [`Decision`] once, at the API edge
+/// (multi-limit calls combine several without converting each).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub(crate) allowed: bool,
+    pub(crate) remaining: u64,
+    pub(crate) limit: u64,
+    pub(crate) retry_ns: u64,
+    pub(crate) reset_ns: u64,
+}
+
+impl Verdict {
     #[inline]
     pub(crate) fn allowed(remaining: u64, limit: u64, reset_after_ns: u64) -> Self {
-        Decision {
-            allowed: true,
-            remaining,
-            limit,
-            retry_after: Duration::ZERO,
-            reset_after: Duration::from_nanos(reset_after_ns),
-        }
+        Verdict { allowed: true, remaining, limit, retry_ns: 0, reset_ns: reset_after_ns }
     }
 
     #[inline]
     pub(crate) fn denied(remaining: u64, limit: u64, retry_after_ns: u64, reset_after_ns: u64) -> Self {
         debug_assert!(retry_after_ns > 0, "a denial must carry a positive retry_after");
+        Verdict { allowed: false, remaining, limit, retry_ns: retry_after_ns, reset_ns: reset_after_ns }
+    }
+
+    /// The public form.
+    #[inline]
+    pub(crate) fn decision(self) -> Decision {
         Decision {
-            allowed: false,
-            remaining,
-            limit,
-            retry_after: Duration::from_nanos(retry_after_ns),
-            reset_after: Duration::from_nanos(reset_after_ns),
+            allowed: self.allowed,
+            remaining: self.remaining,
+            limit: self.limit,
+            retry_after: Duration::from_nanos(self.retry_ns),
+            reset_after: Duration::from_nanos(self.reset_ns),
         }
+    }
+
+    /// `retry_after` in nanoseconds (as [`Decision::retry_after_nanos`]).
+    #[cfg(test)]
+    pub(crate) fn retry_after_nanos(&self) -> u64 {
+        self.retry_ns
+    }
+
+    /// `reset_after` in nanoseconds (as [`Decision::reset_after_nanos`]).
+    #[cfg(test)]
+    pub(crate) fn reset_after_nanos(&self) -> u64 {
+        self.reset_ns
     }
 }
 

@@ -50,7 +50,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// Takes one token if there is one.
     #[inline]
     pub fn allow(&self) -> Decision {
-        cas_decide(&self.alg, &self.state, self.now(), 1)
+        cas_decide(&self.alg, &self.state, self.now(), 1).decision()
     }
 
     /// Takes `cost` tokens if there are that many. Errors (changing nothing)
@@ -64,20 +64,20 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     #[inline]
     pub fn allow_at(&self, cost: u64, now: u64) -> Result<Decision> {
         self.alg.check_cost(cost)?;
-        Ok(cas_decide(&self.alg, &self.state, now, cost))
+        Ok(cas_decide(&self.alg, &self.state, now, cost).decision())
     }
 
     /// What `allow` would answer, changing nothing.
     #[inline]
     pub fn peek(&self) -> Decision {
-        peek(&self.alg, &self.state, self.now(), 1)
+        peek(&self.alg, &self.state, self.now(), 1).decision()
     }
 
     /// What `allow_n(cost)` would answer at `now`, changing nothing.
     #[inline]
     pub fn peek_at(&self, cost: u64, now: u64) -> Result<Decision> {
         self.alg.check_cost(cost)?;
-        Ok(peek(&self.alg, &self.state, now, cost))
+        Ok(peek(&self.alg, &self.state, now, cost).decision())
     }
 
     /// Gives `tokens` back, never filling above full.
@@ -99,7 +99,8 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
 impl<A: Algorithm, C: Clock> Direct<A, C> {
     pub(crate) fn charge_at(&self, cost: u64, now: u64) -> Result<(Decision, Option<u64>)> {
         self.alg.check_cost(cost)?;
-        Ok(cas_charge(&self.alg, &self.state, now, cost))
+        let (verdict, stored) = cas_charge(&self.alg, &self.state, now, cost);
+        Ok((verdict.decision(), stored))
     }
 
     pub(crate) fn give_back_at(&self, charged: u64, cost: u64, now: u64) {

@@ -8,7 +8,7 @@
 //! step, no fractions lost.
 
 use crate::algorithm::{sealed, Algorithm};
-use crate::decision::Decision;
+use crate::decision::Verdict;
 use crate::div::Divider;
 use crate::quota::Quota;
 use crate::rate::MAX_NANOS;
@@ -57,7 +57,7 @@ impl Algorithm for Gcra {
     }
 
     #[inline]
-    fn decide(&self, tat: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
+    fn decide(&self, tat: u64, now: u64, cost: u64) -> (Verdict, Option<u64>) {
         // Clamping `now` to 2^63 − 1 and τ < 2^63 keep every stored TAT below
         // 2^64 − 1, the store's "empty slot" marker.
         let now = now.min(MAX_NANOS);
@@ -67,11 +67,11 @@ impl Algorithm for Gcra {
         let slack = self.tau - need;
         if d > slack {
             // new − now = d + need > τ. Waiting d − slack makes it exactly τ.
-            let decision = Decision::denied(self.tokens(d), self.quota.capacity(), d - slack, d);
+            let decision = Verdict::denied(self.tokens(d), self.quota.capacity(), d - slack, d);
             (decision, None)
         } else {
             let after = d + need;
-            let decision = Decision::allowed(self.tokens(after), self.quota.capacity(), after);
+            let decision = Verdict::allowed(self.tokens(after), self.quota.capacity(), after);
             (decision, (cost != 0).then_some(tat + need))
         }
     }

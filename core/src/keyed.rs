@@ -101,10 +101,11 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     pub fn allow_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<Decision> {
         self.alg.check_cost(cost)?;
         let (hash, probe) = key.as_key().probe(self.store.hasher(), self.max_key_len)?;
-        Ok(self.store.update(hash, &probe, now, &self.alg, |states| {
-            let (decision, stored) = cas_charge(&self.alg, &states[0], now, cost);
-            (decision, stored.is_some())
-        }))
+        let verdict = self.store.update(hash, &probe, now, &self.alg, |states| {
+            let (verdict, stored) = cas_charge(&self.alg, &states[0], now, cost);
+            (verdict, stored.is_some())
+        });
+        Ok(verdict.decision())
     }
 
     /// Many independent calls in one: each `(key, cost)` pair is decided as
@@ -162,7 +163,9 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     pub fn peek_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<Decision> {
         self.alg.check_cost(cost)?;
         let (hash, probe) = key.as_key().probe(self.store.hasher(), self.max_key_len)?;
-        Ok(self.store.update(hash, &probe, now, &self.alg, |states| (peek(&self.alg, &states[0], now, cost), false)))
+        let verdict =
+            self.store.update(hash, &probe, now, &self.alg, |states| (peek(&self.alg, &states[0], now, cost), false));
+        Ok(verdict.decision())
     }
 
     /// Gives `tokens` back to `key` (say, for work that was admitted but not
@@ -236,10 +239,11 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     pub(crate) fn charge_at(&self, key: &K, cost: u64, now: u64) -> Result<(Decision, Option<u64>)> {
         self.alg.check_cost(cost)?;
         let (hash, probe) = key.probe(self.store.hasher(), self.max_key_len)?;
-        Ok(self.store.update(hash, &probe, now, &self.alg, |states| {
-            let (decision, stored) = cas_charge(&self.alg, &states[0], now, cost);
-            ((decision, stored), stored.is_some())
-        }))
+        let (verdict, stored) = self.store.update(hash, &probe, now, &self.alg, |states| {
+            let (verdict, stored) = cas_charge(&self.alg, &states[0], now, cost);
+            ((verdict, stored), stored.is_some())
+        });
+        Ok((verdict.decision(), stored))
     }
 
     /// Gives back a charge made by [`charge_at`](Self::charge_at).

@@ -68,6 +68,8 @@ mod window;
 pub use algorithm::Algorithm;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use decision::Decision;
+#[doc(hidden)]
+pub use decision::Verdict;
 pub use direct::Direct;
 pub use error::{Error, Result};
 pub use fixed_window::FixedWindow;

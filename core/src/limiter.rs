@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 
 use crate::algorithm::{cas_charge, cas_refund, cas_uncharge, peek, Algorithm};
 use crate::clock::{Clock, MonotonicClock};
-use crate::decision::Decision;
+use crate::decision::{Decision, Verdict};
 use crate::error::{Error, Result};
 use crate::key::{AsKey, Key};
 use crate::rate::MAX_NANOS;
@@ -146,6 +146,7 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
+    /// A stack member's answer.
     #[inline]
     pub(crate) fn new(d: &Decision) -> Self {
         debug_assert_eq!(d.allowed, d.retry_after.is_zero());
@@ -155,6 +156,13 @@ impl Entry {
             retry_ns: d.retry_after_nanos(),
             reset_ns: nanos(d.reset_after),
         }
+    }
+
+    /// A limit's answer, as its algorithm gave it.
+    #[inline]
+    fn of(v: &Verdict) -> Self {
+        debug_assert_eq!(v.allowed, v.retry_ns == 0);
+        Entry { remaining: v.remaining, limit: v.limit, retry_ns: v.retry_ns, reset_ns: v.reset_ns }
     }
 
     #[inline]
@@ -493,7 +501,7 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
                 denied = !decision.allowed;
                 decision
             };
-            entries.push(Entry::new(&decision));
+            entries.push(Entry::of(&decision));
         }
         if denied {
             self.give_back(states, receipts, cost, now);
@@ -614,7 +622,7 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
         let entries = l.store.update(hash, &probe, now, &l.rules, |states| {
             let entries = (0..l.rules.0.len())
                 .filter(|&i| self.set.contains(i))
-                .map(|i| Entry::new(&peek(&l.rules.0[i], &states[i], now, cost)))
+                .map(|i| Entry::of(&peek(&l.rules.0[i], &states[i], now, cost)))
                 .collect();
             (entries, false)
         });

@@ -1,7 +1,7 @@
 //! One rule of several: the algorithms a [`Limiter`](crate::Limiter) can mix.
 
 use crate::algorithm::{sealed, Algorithm};
-use crate::decision::Decision;
+use crate::decision::Verdict;
 use crate::error::Result;
 use crate::gcra::Gcra;
 use crate::quota::Quota;
@@ -102,7 +102,7 @@ impl Algorithm for Rule {
     }
 
     #[inline]
-    fn decide(&self, state: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
+    fn decide(&self, state: u64, now: u64, cost: u64) -> (Verdict, Option<u64>) {
         dispatch!(self, a => a.decide(state, now, cost))
     }
 

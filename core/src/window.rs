@@ -33,7 +33,7 @@
 use std::time::Duration;
 
 use crate::algorithm::{sealed, Algorithm};
-use crate::decision::Decision;
+use crate::decision::Verdict;
 use crate::div::Divider;
 use crate::error::{Error, Result};
 use crate::rate::{Rate, MAX_NANOS};
@@ -214,17 +214,17 @@ impl Algorithm for FixedWindowCounter {
     }
 
     #[inline]
-    fn decide(&self, state: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
+    fn decide(&self, state: u64, now: u64, cost: u64) -> (Verdict, Option<u64>) {
         let (f, count) = self.view(state, now);
         let limit = self.w.limit;
         let to_end = self.w.until_end(f);
         if count + cost <= limit {
             let after = count + cost;
             let reset = if after > 0 { to_end } else { 0 };
-            (Decision::allowed(limit - after, limit, reset), (cost > 0).then(|| self.pack(f.index, after)))
+            (Verdict::allowed(limit - after, limit, reset), (cost > 0).then(|| self.pack(f.index, after)))
         } else {
             // The count resets when the window ends, and cost ≤ limit.
-            (Decision::denied(limit - count, limit, to_end, to_end), None)
+            (Verdict::denied(limit - count, limit, to_end, to_end), None)
         }
     }
 
@@ -393,16 +393,16 @@ impl Algorithm for SlidingWindowCounter {
     }
 
     #[inline]
-    fn decide(&self, state: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
+    fn decide(&self, state: u64, now: u64, cost: u64) -> (Verdict, Option<u64>) {
         let c = self.view(state, now);
         let limit = self.w.limit;
         let after = c.cur + cost;
         let carried = self.carried(&c);
         if after + carried <= limit {
-            let d = Decision::allowed(limit - after - carried, limit, self.reset_after(&c, after));
+            let d = Verdict::allowed(limit - after - carried, limit, self.reset_after(&c, after));
             (d, (cost > 0).then(|| self.pack(c.frame.index, c.prev, after)))
         } else {
-            let d = Decision::denied(
+            let d = Verdict::denied(
                 self.remaining(c.cur, carried),
                 limit,
                 self.retry_after(&c, cost),
@@ -482,7 +482,7 @@ mod tests {
     }
 
     /// Runs `calls` of `cost` at `now`, threading the state; returns the decisions.
-    fn run<A: Algorithm>(a: &A, state: &mut u64, now: u64, cost: u64, calls: usize) -> Vec<Decision> {
+    fn run<A: Algorithm>(a: &A, state: &mut u64, now: u64, cost: u64, calls: usize) -> Vec<Verdict> {
         (0..calls)
             .map(|_| {
                 let (d, next) = a.decide(*state, now, cost);

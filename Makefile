@@ -6,7 +6,7 @@
 #   make test-ffi      # the C ABI: header drift, C/C++ tests under ASan+UBSan and valgrind, install
 #   make test-python   # the Python package: fresh venv, wheel, pytest, stubtest
 #   make test-node     # the Node addon: npm ci, build, typings drift, node --test, tsc
-#   make lint          # rustfmt and clippy, warnings as errors
+#   make lint          # rustfmt, clippy and rustdoc, warnings as errors
 #
 # Bounded settings keep CI well under 30 minutes on 2 cores; raise them by
 # hand for deeper runs, e.g.
@@ -42,3 +42,4 @@ test-node:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic

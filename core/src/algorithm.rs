@@ -12,7 +12,7 @@ pub(crate) mod sealed {
 }
 
 /// A rate-limiting algorithm: the rule that turns one key's 64-bit state, a
-/// time and a cost into a [`Decision`].
+/// time and a cost into a [`Decision`](crate::Decision).
 ///
 /// Sealed: the implementations are [`Gcra`](crate::Gcra) (token bucket) and
 /// the window algorithms. Its methods are the engine's business.

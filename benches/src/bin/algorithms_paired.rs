@@ -30,11 +30,14 @@ fn rate() -> Rate {
     Rate::new(200_000, Duration::from_secs(1)).expect("valid rate")
 }
 
+/// One call under test: `(key, now) -> allowed`.
+type Call<'a> = Box<dyn Fn(&u64, u64) -> bool + 'a>;
+
 /// One side of a pair: its own keys cursor and simulated time.
 struct Side<'a> {
     cycle: Cycle<'a, u64>,
     now: u64,
-    call: Box<dyn Fn(&u64, u64) -> bool + 'a>,
+    call: Call<'a>,
 }
 
 impl<'a> Side<'a> {
@@ -107,7 +110,7 @@ fn main() {
             .clock(ManualClock::new())
             .build()
             .expect("limiter");
-        let others: [(&str, f64, Box<dyn Fn(&u64, u64) -> bool + '_>); 3] = [
+        let others: [(&str, f64, Call<'_>); 3] = [
             ("FixedWindow", 1.2, Box::new(|k, now| fw.allow_at(k, 1, now).expect("valid call").allowed)),
             ("SlidingWindow", 1.2, Box::new(|k, now| sw.allow_at(k, 1, now).expect("valid call").allowed)),
             ("Limiter (TB + FW)", 1.6, Box::new(|k, now| li.allow_at(k, 1, now).expect("valid call").allowed())),

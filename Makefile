@@ -1,7 +1,7 @@
 # ratomic: one command builds everything and runs every test.
 #
 #   make test          # what CI runs (.ci/run): everything below
-#   make test-rust     # workspace tests, doc tests, property tests; benches build
+#   make test-rust     # workspace tests, doc tests, property tests, stress tests (release); benches build
 #   make test-loom     # loom models of every CAS protocol
 #   make test-ffi      # the C ABI: header drift, C/C++ tests under ASan+UBSan and valgrind, install
 #   make test-python   # the Python package: fresh venv, wheel, pytest, stubtest
@@ -11,7 +11,7 @@
 # Bounded settings keep CI well under 30 minutes on 2 cores; raise them by
 # hand for deeper runs, e.g.
 #   make test-loom LOOM_MAX_PREEMPTIONS=3
-#   make test-rust PROPTEST_CASES=20000
+#   make test-rust PROPTEST_CASES=20000 RATOMIC_STRESS_SCALE=20
 
 CARGO ?= cargo
 LOOM_MAX_PREEMPTIONS ?= 2
@@ -24,6 +24,7 @@ test: lint test-rust test-loom test-ffi test-python test-node
 
 test-rust:
 	$(CARGO) test
+	$(CARGO) test -p ratomic --release --test stress
 	$(CARGO) check -p ratomic-benches --benches --bins
 
 test-loom:

@@ -35,14 +35,6 @@ pub trait Algorithm: sealed::Sealed + Send + Sync + 'static {
     #[doc(hidden)]
     fn refund(&self, state: u64, now: u64, tokens: u64) -> Option<u64>;
 
-    /// Takes back a charge of `cost` this limiter made when it stored
-    /// `charged` (the state a successful `decide` returned), for the
-    /// all-or-nothing protocols: a multi-limit call gives back what it
-    /// charged when a later limit denies. `state` is the word now, possibly
-    /// changed by other calls since. `None` when nothing changes.
-    #[doc(hidden)]
-    fn uncharge(&self, state: u64, charged: u64, now: u64, cost: u64) -> Option<u64>;
-
     /// Nanoseconds until `state` carries no information (the key is full
     /// again and could be forgotten without changing any later decision);
     /// 0 means "droppable now".
@@ -89,32 +81,76 @@ pub(crate) fn cas_decide<A: Algorithm>(alg: &A, cell: &AtomicU64, now: u64, cost
     }
 }
 
-/// Like [`cas_decide`], and also returns the state it stored, if any: the
-/// receipt a give-back needs.
+/// What one successful charge did to one state word: the value it replaced
+/// and the value it stored. The receipt an all-or-nothing call keeps so it
+/// can take the charge back if another limit denies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Charge {
+    pub(crate) before: u64,
+    pub(crate) after: u64,
+}
+
+/// Like [`cas_decide`], and also returns what it changed, if anything.
 #[inline]
-pub(crate) fn cas_charge<A: Algorithm>(alg: &A, cell: &AtomicU64, now: u64, cost: u64) -> (Verdict, Option<u64>) {
-    let mut current = cell.load(Ordering::Relaxed);
+pub(crate) fn cas_charge<A: Algorithm>(alg: &A, cell: &AtomicU64, now: u64, cost: u64) -> (Verdict, Option<Charge>) {
+    let current = cell.load(Ordering::Relaxed);
+    let (decision, next) = alg.decide(current, now, cost);
+    match next {
+        None => (decision, None),
+        Some(next) => charge_from(alg, cell, current, next, decision, now, cost),
+    }
+}
+
+/// Finishes a charge already decided on a reading of the word (`current`,
+/// giving `decision` and `next`): stores `next` if the word still holds
+/// `current`, else decides again on what it holds, as [`cas_charge`] does.
+#[inline]
+pub(crate) fn charge_from<A: Algorithm>(
+    alg: &A,
+    cell: &AtomicU64,
+    mut current: u64,
+    mut next: u64,
+    mut decision: Verdict,
+    now: u64,
+    cost: u64,
+) -> (Verdict, Option<Charge>) {
     loop {
-        let (decision, next) = alg.decide(current, now, cost);
-        let Some(next) = next else { return (decision, None) };
         match cell.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return (decision, Some(next)),
-            Err(actual) => current = actual,
+            Ok(_) => return (decision, Some(Charge { before: current, after: next })),
+            Err(actual) => {
+                current = actual;
+                let (d, n) = alg.decide(current, now, cost);
+                decision = d;
+                match n {
+                    Some(n) => next = n,
+                    None => return (decision, None),
+                }
+            }
         }
     }
 }
 
-/// Gives back a charge made by [`cas_charge`] (which stored `charged`).
+/// Takes back a charge, exactly: if the word still holds what the charge
+/// stored, it gets back what it held before; otherwise nothing changes and
+/// the charge stays. Returns whether it was taken back.
+///
+/// # Why exactly, and never more
+///
+/// A give-back that subtracts the charge from whatever the word holds now
+/// over-grants: GCRA's `max(TAT, now)` lets a later call with a later clock
+/// reading absorb an earlier charge, and subtracting that charge afterwards
+/// erases the later call's (SPEC §4.4; replayed in this module's tests).
+/// A word that still holds exactly this charge's result has seen no other
+/// write since (every allowed charge moves it, so only a give-back of a
+/// charge made after this one — itself exact — or a refund or reset can
+/// bring it back to the same value), so restoring `before` is exactly the
+/// history without this charge. When the word has moved, the charge is kept:
+/// the tokens come back by refill, never by a guess. The callers make that
+/// rare by deciding every limit before charging any (a call a limit denies
+/// charges nothing) and by charging the tightest limit first.
 #[inline]
-pub(crate) fn cas_uncharge<A: Algorithm>(alg: &A, cell: &AtomicU64, charged: u64, now: u64, cost: u64) {
-    let mut current = cell.load(Ordering::Relaxed);
-    loop {
-        let Some(next) = alg.uncharge(current, charged, now, cost) else { return };
-        match cell.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return,
-            Err(actual) => current = actual,
-        }
-    }
+pub(crate) fn restore(cell: &AtomicU64, charge: Charge) -> bool {
+    cell.compare_exchange(charge.after, charge.before, Ordering::Relaxed, Ordering::Relaxed).is_ok()
 }
 
 /// Gives back `tokens` with a CAS loop; returns whether anything changed.
@@ -134,4 +170,44 @@ pub(crate) fn cas_refund<A: Algorithm>(alg: &A, cell: &AtomicU64, now: u64, toke
 #[inline]
 pub(crate) fn peek<A: Algorithm>(alg: &A, cell: &AtomicU64, now: u64, cost: u64) -> Verdict {
     alg.decide(cell.load(Ordering::Relaxed), now, cost).0
+}
+
+#[cfg(all(test, not(ratomic_loom)))]
+mod tests {
+    use super::*;
+    use crate::gcra::Gcra;
+    use crate::quota::Quota;
+    use crate::rate::Rate;
+    use std::time::Duration;
+
+    /// The adversarial review's replay on one GCRA word (burst 1, T = 50 ns):
+    /// A charges at t = 100, B is allowed at t = 200 (its `max(TAT, now)`
+    /// absorbs A's charge), A's other limit denies and A gives back. The old
+    /// give-back (`max(TAT − T, now_A)`) left TAT at 200, and C was allowed
+    /// at t = 200 too: two grants at one instant with capacity 1.
+    #[test]
+    fn a_give_back_never_erases_a_later_call_s_charge() {
+        let g = Gcra::new(Quota::from_rate(Rate::new(1, Duration::from_nanos(50)).unwrap()).unwrap());
+        let word = AtomicU64::new(0);
+        let (a, charge) = cas_charge(&g, &word, 100, 1);
+        assert!(a.allowed);
+        assert_eq!(charge, Some(Charge { before: 0, after: 150 }));
+        let (b, _) = cas_charge(&g, &word, 200, 1);
+        assert!(b.allowed);
+        assert!(!restore(&word, charge.unwrap()), "the word moved: A's charge stays");
+        let (c, _) = cas_charge(&g, &word, 200, 1);
+        assert!(!c.allowed, "B holds the only token at t = 200");
+    }
+
+    #[test]
+    fn an_untouched_charge_is_taken_back_exactly() {
+        let g = Gcra::new(Quota::from_rate(Rate::new(2, Duration::from_nanos(100)).unwrap()).unwrap());
+        let word = AtomicU64::new(0);
+        let (_, first) = cas_charge(&g, &word, 100, 1);
+        let (_, second) = cas_charge(&g, &word, 100, 1);
+        // Taken back in reverse order, both are exact: the word is as new.
+        assert!(restore(&word, second.unwrap()));
+        assert!(restore(&word, first.unwrap()));
+        assert_eq!(word.load(Ordering::Relaxed), 0);
+    }
 }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::algorithm::{cas_charge, cas_decide, cas_refund, cas_uncharge, peek, Algorithm};
+use crate::algorithm::{cas_charge, cas_decide, cas_refund, peek, restore, Algorithm, Charge};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::Result;
@@ -97,14 +97,16 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
 }
 
 impl<A: Algorithm, C: Clock> Direct<A, C> {
-    pub(crate) fn charge_at(&self, cost: u64, now: u64) -> Result<(Decision, Option<u64>)> {
+    /// A call's charge for a [`Stack`](crate::Stack), with its receipt.
+    pub(crate) fn charge_at(&self, cost: u64, now: u64) -> Result<(Decision, Option<Charge>)> {
         self.alg.check_cost(cost)?;
-        let (verdict, stored) = cas_charge(&self.alg, &self.state, now, cost);
-        Ok((verdict.decision(), stored))
+        let (verdict, charge) = cas_charge(&self.alg, &self.state, now, cost);
+        Ok((verdict.decision(), charge))
     }
 
-    pub(crate) fn give_back_at(&self, charged: u64, cost: u64, now: u64) {
-        cas_uncharge(&self.alg, &self.state, charged, now, cost);
+    /// Takes back a charge made by [`charge_at`](Self::charge_at), exactly.
+    pub(crate) fn give_back_at(&self, charge: Charge) {
+        restore(&self.state, charge);
     }
 }
 

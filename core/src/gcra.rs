@@ -87,13 +87,6 @@ impl Algorithm for Gcra {
     }
 
     #[inline]
-    fn uncharge(&self, tat: u64, _charged: u64, now: u64, cost: u64) -> Option<u64> {
-        // Time is tokens: giving back is moving TAT back by cost·T, which is
-        // exactly a refund (the charge moved it forward by that much).
-        self.refund(tat, now, cost)
-    }
-
-    #[inline]
     fn idle_after(&self, tat: u64, now: u64) -> u64 {
         tat.saturating_sub(now)
     }

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use crate::algorithm::{cas_charge, cas_refund, cas_uncharge, peek, Algorithm};
+use crate::algorithm::{cas_charge, cas_refund, peek, restore, Algorithm, Charge};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::Result;
@@ -102,8 +102,8 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
         self.alg.check_cost(cost)?;
         let (hash, probe) = key.as_key().probe(self.store.hasher(), self.max_key_len)?;
         let verdict = self.store.update(hash, &probe, now, &self.alg, |states| {
-            let (verdict, stored) = cas_charge(&self.alg, &states[0], now, cost);
-            (verdict, stored.is_some())
+            let (verdict, charge) = cas_charge(&self.alg, &states[0], now, cost);
+            (verdict, charge.is_some())
         });
         Ok(verdict.decision())
     }
@@ -234,24 +234,24 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
 }
 
 impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
-    /// A call's charge for a [`Stack`](crate::Stack): the decision and the
-    /// state it stored (the receipt for giving it back).
-    pub(crate) fn charge_at(&self, key: &K, cost: u64, now: u64) -> Result<(Decision, Option<u64>)> {
+    /// A call's charge for a [`Stack`](crate::Stack): the decision and, if
+    /// it wrote, the receipt for taking it back.
+    pub(crate) fn charge_at(&self, key: &K, cost: u64, now: u64) -> Result<(Decision, Option<Charge>)> {
         self.alg.check_cost(cost)?;
         let (hash, probe) = key.probe(self.store.hasher(), self.max_key_len)?;
-        let (verdict, stored) = self.store.update(hash, &probe, now, &self.alg, |states| {
-            let (verdict, stored) = cas_charge(&self.alg, &states[0], now, cost);
-            ((verdict, stored), stored.is_some())
+        let (verdict, charge) = self.store.update(hash, &probe, now, &self.alg, |states| {
+            let (verdict, charge) = cas_charge(&self.alg, &states[0], now, cost);
+            ((verdict, charge), charge.is_some())
         });
-        Ok((verdict.decision(), stored))
+        Ok((verdict.decision(), charge))
     }
 
-    /// Gives back a charge made by [`charge_at`](Self::charge_at).
-    pub(crate) fn give_back_at(&self, key: &K, charged: u64, cost: u64, now: u64) {
+    /// Takes back a charge made by [`charge_at`](Self::charge_at), exactly
+    /// (see [`restore`]); a key forgotten since keeps nothing to take back.
+    pub(crate) fn give_back_at(&self, key: &K, charge: Charge) {
         if let Ok((hash, probe)) = key.probe(self.store.hasher(), self.max_key_len) {
-            self.store.update(hash, &probe, now, &self.alg, |states| {
-                cas_uncharge(&self.alg, &states[0], charged, now, cost);
-                ((), true)
+            self.store.with_existing(hash, &probe, |states| {
+                restore(&states[0], charge);
             });
         }
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::algorithm::{cas_charge, cas_refund, cas_uncharge, peek, Algorithm};
+use crate::algorithm::{cas_refund, charge_from, peek, restore, Algorithm, Charge};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::{Decision, Verdict};
 use crate::error::{Error, Result};
@@ -125,11 +125,29 @@ impl Retention for Rules {
     }
 }
 
-/// What a multi-limit charge stored in each limit it charged.
+/// What a multi-limit charge did to each limit it charged: what a
+/// [`Stack`](crate::Stack) needs to take the whole call back.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Receipts {
-    words: [u64; MAX_LIMITS],
+    charges: [Charge; MAX_LIMITS],
     charged: u16,
+}
+
+impl Receipts {
+    #[inline]
+    fn new() -> Self {
+        Receipts { charges: [Charge::default(); MAX_LIMITS], charged: 0 }
+    }
+
+    /// Takes back every charge, exactly (see [`restore`]).
+    fn restore(&self, states: &[crate::sync::AtomicU64]) {
+        let mut bits = self.charged;
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            restore(&states[i], self.charges[i]);
+        }
+    }
 }
 
 /// One limit's answer, compact: a [`Decision`] with its durations as
@@ -158,6 +176,18 @@ impl Entry {
         }
     }
 
+    /// The verdict this entry was made from.
+    #[inline]
+    fn verdict(&self) -> Verdict {
+        Verdict {
+            allowed: self.allowed(),
+            remaining: self.remaining,
+            limit: self.limit,
+            retry_ns: self.retry_ns,
+            reset_ns: self.reset_ns,
+        }
+    }
+
     /// A limit's answer, as its algorithm gave it.
     #[inline]
     fn of(v: &Verdict) -> Self {
@@ -168,6 +198,11 @@ impl Entry {
     #[inline]
     fn allowed(&self) -> bool {
         self.retry_ns == 0
+    }
+
+    #[inline]
+    pub(crate) fn remaining(&self) -> u64 {
+        self.remaining
     }
 
     #[inline]
@@ -469,11 +504,22 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         self.store.table_bytes()
     }
 
-    /// Charges every limit in `set` in order, stopping at the first denial
-    /// (the rest are peeked, for their answers), and gives back what was
-    /// charged if any limit denied. Returns the entries and whether the call
-    /// was allowed and charged something, in which case `receipts` says how
-    /// to give it back.
+    /// Charges every limit in `set`, or none, and returns the entries (in
+    /// limit order) and whether the call was allowed. On success `receipts`
+    /// holds what was charged.
+    ///
+    /// The protocol (see [`restore`] for why it never over-grants):
+    /// 1. Every selected limit decides on one reading of its word. If any
+    ///    denies, the call is denied and nothing is written — the common
+    ///    denial costs no write and no give-back.
+    /// 2. Otherwise the limits are charged tightest first (least remaining
+    ///    after the call), each by a CAS from the word it read; a word that
+    ///    moved meanwhile is decided again.
+    /// 3. If a limit now denies (another call took its last tokens since
+    ///    step 1), the limits already charged are taken back exactly.
+    ///
+    /// Charging the tightest limit first makes step 3 rare: the limit most
+    /// likely to deny is the one charged before any other.
     #[inline]
     fn charge(
         &self,
@@ -484,60 +530,77 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         receipts: &mut Receipts,
     ) -> (Entries, bool) {
         let mut entries = Entries::new();
+        let mut index = [0u8; MAX_LIMITS]; // entry k is limit index[k]
+        let mut next = [0u64; MAX_LIMITS];
         let mut denied = false;
         let mut bits = set.0;
         while bits != 0 {
             let i = bits.trailing_zeros() as usize;
             bits &= bits - 1;
+            let seen = states[i].load(crate::sync::Ordering::Relaxed);
+            let (verdict, n) = self.rules.0[i].decide(seen, now, cost);
+            denied |= !verdict.allowed;
+            index[entries.len()] = i as u8;
+            receipts.charges[i] = Charge { before: seen, after: 0 };
+            next[i] = n.unwrap_or(seen);
+            entries.push(Entry::of(&verdict));
+        }
+        if denied || cost == 0 {
+            return (entries, false); // cost 0 charges nothing and answers like peek
+        }
+        // Tightest first: a stable insertion sort of the (at most 16) entries.
+        let count = entries.len();
+        let mut order = [0u8; MAX_LIMITS];
+        for k in 0..count {
+            let mut j = k;
+            while j > 0 && entries[order[j - 1] as usize].remaining > entries[k].remaining {
+                order[j] = order[j - 1];
+                j -= 1;
+            }
+            order[j] = k as u8;
+        }
+        for &k in &order[..count] {
+            let (k, i) = (k as usize, index[k as usize] as usize);
             let rule = &self.rules.0[i];
-            let decision = if denied {
-                peek(rule, &states[i], now, cost)
-            } else {
-                let (decision, stored) = cas_charge(rule, &states[i], now, cost);
-                if let Some(s) = stored {
-                    receipts.words[i] = s;
+            let seen = receipts.charges[i].before;
+            let first = entries[k].verdict();
+            let (verdict, charge) = charge_from(rule, &states[i], seen, next[i], first, now, cost);
+            entries[k] = Entry::of(&verdict);
+            match charge {
+                Some(c) => {
+                    receipts.charges[i] = c;
                     receipts.charged |= 1 << i;
                 }
-                denied = !decision.allowed;
-                decision
-            };
-            entries.push(Entry::of(&decision));
-        }
-        if denied {
-            self.give_back(states, receipts, cost, now);
-            receipts.charged = 0;
-        }
-        (entries, receipts.charged != 0)
-    }
-
-    fn give_back(&self, states: &[crate::sync::AtomicU64], receipts: &Receipts, cost: u64, now: u64) {
-        for (i, rule) in self.rules.0.iter().enumerate() {
-            if receipts.charged & (1 << i) != 0 {
-                cas_uncharge(rule, &states[i], receipts.words[i], now, cost);
+                None => {
+                    receipts.restore(states);
+                    receipts.charged = 0;
+                    return (entries, false);
+                }
             }
         }
+        (entries, true)
     }
 
     /// A call's charge for a [`Stack`](crate::Stack): like `allow_at`, plus
-    /// the receipts to give it back.
+    /// the receipts to take it back.
     pub(crate) fn charge_at(&self, key: &K, cost: u64, now: u64) -> Result<(MultiDecision<'_>, Option<Receipts>)> {
         self.check_set(self.all, cost)?;
         let (hash, probe) = key.probe(self.store.hasher(), self.max_key_len)?;
         let (entries, receipts) = self.store.update(hash, &probe, now, &self.rules, |states| {
-            let mut receipts = Receipts { words: [0; MAX_LIMITS], charged: 0 };
-            let (entries, charged) = self.charge(states, self.all, cost, now, &mut receipts);
+            let mut receipts = Receipts::new();
+            let (entries, allowed) = self.charge(states, self.all, cost, now, &mut receipts);
+            let charged = allowed && receipts.charged != 0;
             ((entries, charged.then_some(receipts)), charged)
         });
         Ok((MultiDecision::combine(entries, self.all.0, &self.names), receipts))
     }
 
-    /// Gives back a charge made by [`charge_at`](Self::charge_at).
-    pub(crate) fn give_back_at(&self, key: &K, receipts: &Receipts, cost: u64, now: u64) {
+    /// Takes back a charge made by [`charge_at`](Self::charge_at), exactly
+    /// (see [`restore`]); a key that has been forgotten since keeps nothing
+    /// to take back.
+    pub(crate) fn give_back_at(&self, key: &K, receipts: &Receipts) {
         if let Ok((hash, probe)) = key.probe(self.store.hasher(), self.max_key_len) {
-            self.store.update(hash, &probe, now, &self.rules, |states| {
-                self.give_back(states, receipts, cost, now);
-                ((), true)
-            });
+            self.store.with_existing(hash, &probe, |states| receipts.restore(states));
         }
     }
 
@@ -596,8 +659,9 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
         l.check_set(self.set, cost)?;
         let (hash, probe) = key.as_key().probe(l.store.hasher(), l.max_key_len)?;
         let entries = l.store.update(hash, &probe, now, &l.rules, |states| {
-            let mut receipts = Receipts { words: [0; MAX_LIMITS], charged: 0 };
-            l.charge(states, self.set, cost, now, &mut receipts)
+            let mut receipts = Receipts::new();
+            let (entries, allowed) = l.charge(states, self.set, cost, now, &mut receipts);
+            (entries, allowed && receipts.charged != 0)
         });
         Ok(MultiDecision::combine(entries, self.set.0, &l.names))
     }

@@ -112,11 +112,6 @@ impl Algorithm for Rule {
     }
 
     #[inline]
-    fn uncharge(&self, state: u64, charged: u64, now: u64, cost: u64) -> Option<u64> {
-        dispatch!(self, a => a.uncharge(state, charged, now, cost))
-    }
-
-    #[inline]
     fn idle_after(&self, state: u64, now: u64) -> u64 {
         dispatch!(self, a => a.idle_after(state, now))
     }

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Charge};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::direct::Direct;
@@ -30,19 +30,19 @@ pub trait StackMember: private::Sealed + Send + Sync {
     #[doc(hidden)]
     fn peek(&self, key: &[u8], cost: u64, now: u64) -> Result<Decision>;
     #[doc(hidden)]
-    fn give_back(&self, key: &[u8], receipt: &Receipt, cost: u64, now: u64);
+    fn give_back(&self, key: &[u8], receipt: &Receipt);
 }
 
 /// What a member stored when it charged a call: what giving it back needs.
 #[doc(hidden)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Receipt(Inner);
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 enum Inner {
     Nothing,
-    Word(u64),
-    Limits(Receipts),
+    Word(Charge),
+    Limits(Box<Receipts>),
 }
 
 impl<A: Algorithm, C: Clock> private::Sealed for Keyed<A, [u8], C> {}
@@ -57,9 +57,9 @@ impl<A: Algorithm, C: Clock> StackMember for Keyed<A, [u8], C> {
     fn peek(&self, key: &[u8], cost: u64, now: u64) -> Result<Decision> {
         self.peek_at(key, cost, now)
     }
-    fn give_back(&self, key: &[u8], receipt: &Receipt, cost: u64, now: u64) {
-        if let Inner::Word(charged) = receipt.0 {
-            self.give_back_at(key, charged, cost, now);
+    fn give_back(&self, key: &[u8], receipt: &Receipt) {
+        if let Inner::Word(charge) = receipt.0 {
+            self.give_back_at(key, charge);
         }
     }
 }
@@ -71,14 +71,14 @@ impl<C: Clock> StackMember for Limiter<[u8], C> {
     }
     fn charge(&self, key: &[u8], cost: u64, now: u64) -> Result<(Decision, Receipt)> {
         let (d, receipts) = self.charge_at(key, cost, now)?;
-        Ok((d.decision, Receipt(receipts.map_or(Inner::Nothing, Inner::Limits))))
+        Ok((d.decision, Receipt(receipts.map_or(Inner::Nothing, |r| Inner::Limits(Box::new(r))))))
     }
     fn peek(&self, key: &[u8], cost: u64, now: u64) -> Result<Decision> {
         Ok(self.peek_at(key, cost, now)?.decision)
     }
-    fn give_back(&self, key: &[u8], receipt: &Receipt, cost: u64, now: u64) {
+    fn give_back(&self, key: &[u8], receipt: &Receipt) {
         if let Inner::Limits(r) = &receipt.0 {
-            self.give_back_at(key, r, cost, now);
+            self.give_back_at(key, r);
         }
     }
 }
@@ -96,9 +96,9 @@ impl<A: Algorithm, C: Clock> StackMember for Direct<A, C> {
     fn peek(&self, _key: &[u8], cost: u64, now: u64) -> Result<Decision> {
         self.peek_at(cost, now)
     }
-    fn give_back(&self, _key: &[u8], receipt: &Receipt, cost: u64, now: u64) {
-        if let Inner::Word(charged) = receipt.0 {
-            self.give_back_at(charged, cost, now);
+    fn give_back(&self, _key: &[u8], receipt: &Receipt) {
+        if let Inner::Word(charge) = receipt.0 {
+            self.give_back_at(charge);
         }
     }
 }
@@ -181,26 +181,41 @@ impl<C: Clock> Stack<C> {
     }
 
     /// [`allow_n`](Self::allow_n) at time `now`.
+    ///
+    /// Every member is asked first (a peek); if any denies, nothing is
+    /// charged. Otherwise the members are charged tightest first (least
+    /// remaining after the call), and if one denies after all (another call
+    /// took its last tokens meanwhile) the members already charged are given
+    /// back exactly what this call took, when nothing else has changed them
+    /// since; a member that did change keeps the charge (a spurious denial
+    /// later, never an over-grant).
     pub fn allow_at<Q: AsRef<[u8]>>(&self, keys: &[Q], cost: u64, now: u64) -> Result<MultiDecision<'_>> {
         self.validate(keys, cost)?;
         let mut entries = Entries::new();
-        let mut receipts: Vec<Receipt> = Vec::with_capacity(self.members.len());
         let mut denied = false;
         for (member, key) in self.members.iter().zip(keys) {
-            let decision = if denied {
-                member.peek(key.as_ref(), cost, now)?
-            } else {
-                let (decision, receipt) = member.charge(key.as_ref(), cost, now)?;
-                receipts.push(receipt);
-                denied = !decision.allowed;
-                decision
-            };
+            let decision = member.peek(key.as_ref(), cost, now)?;
+            denied |= !decision.allowed;
             entries.push(Entry::new(&decision));
         }
-        if denied {
-            for ((member, key), receipt) in self.members.iter().zip(keys).zip(&receipts) {
-                member.give_back(key.as_ref(), receipt, cost, now);
+        if denied || cost == 0 {
+            return Ok(MultiDecision::combine(entries, self.mask(), &self.names));
+        }
+        let count = self.members.len();
+        let mut order: Vec<usize> = (0..count).collect();
+        order.sort_by_key(|&k| entries[k].remaining());
+        let mut receipts: Vec<(usize, Receipt)> = Vec::with_capacity(count);
+        for k in order {
+            let key = keys[k].as_ref();
+            let (decision, receipt) = self.members[k].charge(key, cost, now)?;
+            entries[k] = Entry::new(&decision);
+            if !decision.allowed {
+                for (j, receipt) in &receipts {
+                    self.members[*j].give_back(keys[*j].as_ref(), receipt);
+                }
+                break;
             }
+            receipts.push((k, receipt));
         }
         Ok(MultiDecision::combine(entries, self.mask(), &self.names))
     }

@@ -235,13 +235,6 @@ impl Algorithm for FixedWindowCounter {
     }
 
     #[inline]
-    fn uncharge(&self, state: u64, charged: u64, _now: u64, cost: u64) -> Option<u64> {
-        let (index, count) = self.unpack(state);
-        // Only the window that was charged holds the charge.
-        (index == self.unpack(charged).0 && count > 0).then(|| self.pack(index, count - cost.min(count)))
-    }
-
-    #[inline]
     fn idle_after(&self, state: u64, now: u64) -> u64 {
         let (f, count) = self.view(state, now);
         if count > 0 {
@@ -419,21 +412,6 @@ impl Algorithm for SlidingWindowCounter {
     }
 
     #[inline]
-    fn uncharge(&self, state: u64, charged: u64, _now: u64, cost: u64) -> Option<u64> {
-        let (index, prev, cur) = self.unpack(state);
-        let charged_index = self.unpack(charged).0;
-        let mask = self.w.packing.index_mask();
-        if index == charged_index && cur > 0 {
-            Some(self.pack(index, prev, cur - cost.min(cur)))
-        } else if index.wrapping_sub(charged_index) & mask == 1 && prev > 0 {
-            // The window rolled over since the charge: it is in `prev` now.
-            Some(self.pack(index, prev - cost.min(prev), cur))
-        } else {
-            None
-        }
-    }
-
-    #[inline]
     fn idle_after(&self, state: u64, now: u64) -> u64 {
         let c = self.view(state, now);
         self.reset_after(&c, c.cur)
@@ -516,17 +494,13 @@ mod tests {
     }
 
     #[test]
-    fn fixed_window_refund_and_uncharge_stay_in_their_window() {
+    fn fixed_window_refund_stays_in_its_window() {
         let f = fixed(5, 10);
         let (_, charged) = f.decide(0, 3, 2);
         let charged = charged.unwrap();
         assert_eq!(f.decide(charged, 4, 0).0.remaining, 3);
         let back = f.refund(charged, 4, 1).unwrap();
         assert_eq!(f.decide(back, 4, 0).0.remaining, 4);
-        assert_eq!(f.uncharge(charged, charged, 3, 2).map(|s| f.decide(s, 4, 0).0.remaining), Some(5));
-        // A later window's state is not touched by a give-back of an earlier charge.
-        let (_, later) = f.decide(charged, 13, 1);
-        assert_eq!(f.uncharge(later.unwrap(), charged, 3, 2), None);
         assert_eq!(f.refund(charged, 13, 1), None, "nothing to refund in a new window");
     }
 

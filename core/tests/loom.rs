@@ -1,4 +1,10 @@
-//! loom models of every CAS protocol in the token bucket.
+//! loom models of every CAS protocol in the engine.
+//!
+//! Threads read their own clocks: a model gives each thread its own `now`
+//! (a thread that read the clock earlier, or a caller of the `*_at` API), so
+//! calls stamped out of order race, as they do in production. Assertions
+//! are the conformance bound over the grants each model records, or exact
+//! outcomes where the model pins them.
 //!
 //! Run with (CI uses a preemption bound of 2):
 //! `RUSTFLAGS="--cfg ratomic_loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p ratomic --release --test loom`
@@ -324,5 +330,118 @@ fn a_stale_window_call_never_overwrites_a_later_window() {
         let _ = a.join().unwrap();
         assert!(b.join().unwrap());
         assert_eq!(l.peek_at("k", 0, 15).unwrap().remaining, 0);
+    });
+}
+
+/// Checks the token-bucket bound over `(stamp, cost)` grants: in every
+/// interval `[a, b]` of stamps, at most `B + (b − a)/T` tokens.
+fn conforms(grants: &[(u64, u64)], burst: u64, t: u64) -> bool {
+    grants.iter().all(|&(a, _)| {
+        grants.iter().all(|&(b, _)| {
+            let inside: u64 = grants.iter().filter(|&&(s, _)| a <= s && s <= b).map(|&(_, c)| c).sum();
+            b < a || inside * t <= (b - a) + burst * t
+        })
+    })
+}
+
+#[test]
+fn calls_with_their_own_clock_readings_conform() {
+    // Burst 2, one token per 10 ns; three calls stamped 0, 14 and 7 race.
+    loom::model(|| {
+        let l = bucket(2, 16);
+        let handles: Vec<_> = [0u64, 14, 7]
+            .into_iter()
+            .map(|now| {
+                let l = l.clone();
+                thread::spawn(move || (now, allowed(&l, "k", now)))
+            })
+            .collect();
+        let mut grants: Vec<(u64, u64)> =
+            handles.into_iter().map(|h| h.join().unwrap()).filter(|&(_, a)| a).map(|(t, _)| (t, 1)).collect();
+        // A fourth call at the latest stamp sees everything before it.
+        if allowed(&l, "k", 14) {
+            grants.push((14, 1));
+        }
+        assert!(conforms(&grants, 2, 10), "{grants:?}");
+    });
+}
+
+/// The give-back race of the adversarial review, as a model: limit `a`
+/// (burst 1, T = 10 ns) is charged by a call stamped 0 that limit `b` may
+/// then deny (a racing call takes b's one token), while a call subject to
+/// `a` alone is stamped 20 — after `a` has refilled, so its `max(TAT, now)`
+/// absorbs the first call's charge. Giving that charge back must not erase
+/// the second call's: a third call at 20 is then denied.
+#[test]
+fn a_limiter_give_back_never_erases_a_later_call_s_charge() {
+    loom::model(|| {
+        let l = limiter(&[("a", rule(1)), ("b", rule(1))]);
+        let both = {
+            let l = l.clone();
+            thread::spawn(move || l.allow_at("k", 1, 0).unwrap().allowed())
+        };
+        let b_thief = {
+            let l = l.clone();
+            thread::spawn(move || {
+                let b = l.limit_set(&["b"]).unwrap();
+                l.select(b).allow_at("k", 1, 0).unwrap().allowed()
+            })
+        };
+        let later = {
+            let l = l.clone();
+            thread::spawn(move || {
+                let a = l.limit_set(&["a"]).unwrap();
+                l.select(a).allow_at("k", 1, 20).unwrap().allowed()
+            })
+        };
+        let got_both = both.join().unwrap();
+        let got_b = b_thief.join().unwrap();
+        let got_later = later.join().unwrap();
+        assert!(got_both ^ got_b, "b's one token went to exactly one of them");
+        let a = l.limit_set(&["a"]).unwrap();
+        let third = l.select(a).allow_at("k", 1, 20).unwrap().allowed();
+        let mut grants = vec![];
+        if got_both {
+            grants.push((0, 1));
+        }
+        if got_later {
+            grants.push((20, 1));
+        }
+        if third {
+            grants.push((20, 1));
+        }
+        assert!(conforms(&grants, 1, 10), "limit a granted {grants:?}");
+    });
+}
+
+/// The same race through a [`Stack`]: the IP's bucket is charged first by a
+/// call whose user bucket a racing call may drain, while another caller on
+/// the IP alone is stamped later.
+#[test]
+fn a_stack_give_back_never_erases_a_later_call_s_charge() {
+    loom::model(|| {
+        let unwrap = |b: Arc<Bucket>| std::sync::Arc::new(Arc::try_unwrap(b).ok().unwrap());
+        let ip = unwrap(bucket(1, 16));
+        let user = unwrap(bucket(1, 16));
+        let stack =
+            Arc::new(ratomic::Stack::builder().member("ip", ip.clone()).member("user", user.clone()).build().unwrap());
+        let call = {
+            let s = stack.clone();
+            thread::spawn(move || s.allow_at(&["1.2.3.4", "alice"], 1, 0).unwrap().allowed())
+        };
+        let thief = {
+            let user = user.clone();
+            thread::spawn(move || allowed(&user, "alice", 0))
+        };
+        let later = {
+            let ip = ip.clone();
+            thread::spawn(move || allowed(&ip, "1.2.3.4", 20))
+        };
+        let (got_call, got_thief, got_later) = (call.join().unwrap(), thief.join().unwrap(), later.join().unwrap());
+        assert!(got_call ^ got_thief, "alice's one token went to exactly one of them");
+        let third = allowed(&ip, "1.2.3.4", 20);
+        let grants: Vec<(u64, u64)> =
+            [(got_call, 0), (got_later, 20), (third, 20)].into_iter().filter(|g| g.0).map(|g| (g.1, 1)).collect();
+        assert!(conforms(&grants, 1, 10), "the IP granted {grants:?}");
     });
 }

@@ -93,9 +93,16 @@ fn concurrent_stack_calls_never_over_grant_any_member() {
         let granted = handles.into_iter().map(|h| h.join().unwrap()).filter(|&a| a).count() as u64;
         assert!(granted <= 5, "the IP allows 5");
         assert!(granted >= 1);
-        assert_eq!(f.ip.peek_n("1.1.1.1", 0).unwrap().remaining, 5 - granted);
-        assert_eq!(f.global.peek_at(0, 0).unwrap().remaining, 8 - granted);
+        // Every grant charged every member. A denied call takes back what it
+        // charged only where nothing moved the word since (never more), so a
+        // member may keep a denied call's charge: at most one per denial.
+        let denied = 32 - granted;
+        let ip_used = 5 - f.ip.peek_n("1.1.1.1", 0).unwrap().remaining;
+        let global_used = 8 - f.global.peek_at(0, 0).unwrap().remaining;
         let users: u64 = ["alice", "bob"].iter().map(|u| 3 - f.user.peek_n(*u, 0).unwrap().decision.remaining).sum();
-        assert_eq!(users, granted, "every grant charged exactly one user");
+        for (name, used) in [("ip", ip_used), ("global", global_used), ("users", users)] {
+            assert!(used >= granted, "{name}: {used} used for {granted} grants");
+            assert!(used <= granted + denied, "{name}: {used} used for {granted} grants and {denied} denials");
+        }
     }
 }

@@ -235,6 +235,15 @@ impl<S: StoredKey> Store<S> {
         self.insert_slow(lock, hash, probe, now, retention, op)
     }
 
+    /// Runs `op` on the key's state words if the key is held; does nothing
+    /// (and inserts nothing) if it is not.
+    pub(crate) fn with_existing(&self, hash: u64, probe: &S::Probe<'_>, op: impl FnOnce(&[AtomicU64])) {
+        let shard = sync::read(self.shard(hash));
+        if let Some(i) = shard.table.find(hash, probe) {
+            op(shard.table.states(i));
+        }
+    }
+
     #[cold]
     fn insert_slow<R>(
         &self,

@@ -14,8 +14,8 @@ use crate::workload::{Arrival, Workload};
 /// The most requests one simulation offers (memory and patience).
 pub const MAX_REQUESTS: u64 = 10_000_000;
 
-/// The longest simulation, in seconds: a year (window counters keep idle
-/// keys exact for at least that long).
+/// The longest simulation, in seconds: a year (a bound on patience and on
+/// the per-second table, not on the engine).
 pub const MAX_SECONDS: f64 = 31_536_000.0;
 
 /// Everything a simulation needs, as the command line gave it.

@@ -70,7 +70,7 @@ impl Verdict {
 
     /// The public form.
     #[inline]
-    pub(crate) fn decision(self) -> Decision {
+    pub fn decision(self) -> Decision {
         Decision {
             allowed: self.allowed,
             remaining: self.remaining,

@@ -1,5 +1,6 @@
 //! The crate's one error type.
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// Everything that can go wrong when configuring or calling a limiter.
@@ -25,7 +26,7 @@ pub enum Error {
         /// The offending value, as given.
         value: String,
         /// What the parameter must be.
-        reason: &'static str,
+        reason: Cow<'static, str>,
     },
     /// A call asked for more tokens than the key can ever hold.
     CostExceedsLimit {
@@ -44,8 +45,8 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn invalid(name: &'static str, value: impl fmt::Display, reason: &'static str) -> Self {
-        Error::InvalidArgument { name, value: value.to_string(), reason }
+    pub(crate) fn invalid(name: &'static str, value: impl fmt::Display, reason: impl Into<Cow<'static, str>>) -> Self {
+        Error::InvalidArgument { name, value: value.to_string(), reason: reason.into() }
     }
 }
 

@@ -182,7 +182,7 @@ fn kind() -> impl Strategy<Value = Kind> {
 }
 
 fn window_case() -> impl Strategy<Value = (Kind, u64, u64, Vec<Op>)> {
-    (prop_oneof![Just(Kind::Fixed), Just(Kind::Sliding)], 1..=6u64, 1..=200u64)
+    (prop_oneof![Just(Kind::Fixed), Just(Kind::Sliding)], 1..=6u64, 32..=200u64)
         .prop_flat_map(|(k, l, w)| (Just(k), Just(l), Just(w), ops(l, 2 * w)))
 }
 
@@ -213,7 +213,7 @@ proptest! {
 
     #[test]
     fn limiter_matches_the_composed_models(
-        rules in prop::collection::vec((kind(), 1..=5u64, 1..=100u64), 1..=3),
+        rules in prop::collection::vec((kind(), 1..=5u64, 32..=100u64), 1..=3),
         steps in ops(5, 300),
     ) {
         let clock = ManualClock::starting_at(10_000);

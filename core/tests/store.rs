@@ -153,3 +153,39 @@ fn reset_is_exact_even_when_the_shard_floor_is_ahead() {
     l.reset("c").unwrap();
     assert_eq!(l.allow_n("c", 2).unwrap().remaining, 0, "a reset key is full");
 }
+
+/// The adversarial review's replay (issue 11, part 2): fixed window of 5 per
+/// 4000 ns, one shard; K uses 4 in window 5, another key 1 in window 6, and
+/// `gc_at(8W)` forgets both. A call on K stamped back in window 5 must get
+/// the answer a limiter that did not forget gives: denied (4 + 2 > 5). The
+/// old join kept window 6's count and dropped window 5's, so it was allowed.
+#[test]
+fn a_call_stamped_before_a_gc_gets_the_answer_it_would_have_got() {
+    use ratomic::{FixedWindow, Rate, SlidingWindow};
+    const W: u64 = 4_000;
+    let rate = Rate::new(5, Duration::from_nanos(W)).unwrap();
+    let fixed = |gc: bool| {
+        let l = FixedWindow::builder(rate).unwrap().clock(ManualClock::new()).shards(1).build().unwrap();
+        assert!(l.allow_at("K", 4, 5 * W + 10).unwrap().allowed);
+        assert!(l.allow_at("other", 1, 6 * W + 10).unwrap().allowed);
+        if gc {
+            assert_eq!(l.gc_at(8 * W), 2);
+        }
+        l.allow_at("K", 2, 5 * W + 20).unwrap()
+    };
+    let (after_gc, kept) = (fixed(true), fixed(false));
+    assert!(!kept.allowed && !after_gc.allowed, "{after_gc:?}");
+    assert!(after_gc.remaining <= kept.remaining && after_gc.retry_after >= kept.retry_after);
+    let sliding = |gc: bool| {
+        let l = SlidingWindow::builder(rate).unwrap().clock(ManualClock::new()).shards(1).build().unwrap();
+        assert!(l.allow_at("K", 4, 5 * W + 10).unwrap().allowed);
+        assert!(l.allow_at("other", 1, 6 * W + 10).unwrap().allowed);
+        if gc {
+            assert_eq!(l.gc_at(9 * W), 2);
+        }
+        l.allow_at("K", 2, 5 * W + 20).unwrap()
+    };
+    let (after_gc, kept) = (sliding(true), sliding(false));
+    assert!(!kept.allowed && !after_gc.allowed, "{after_gc:?}");
+    assert!(after_gc.remaining <= kept.remaining && after_gc.retry_after >= kept.retry_after);
+}

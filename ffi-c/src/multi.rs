@@ -99,7 +99,7 @@ pub unsafe extern "C" fn ratomic_multi_limiter_new(
             return Err(Failure::Core(Error::InvalidArgument {
                 name: "count",
                 value: count.to_string(),
-                reason: "a multi-limit limiter holds between 1 and 16 limits",
+                reason: "a multi-limit limiter holds between 1 and 16 limits".into(),
             }));
         }
         // SAFETY: non-NULL; the caller guarantees `count` (≤ 16) readable specs.

@@ -281,7 +281,7 @@ unsafe fn many(
             return Err(Failure::Core(ratomic_core::Error::InvalidArgument {
                 name: "count",
                 value: count.to_string(),
-                reason: "is larger than any array",
+                reason: "is larger than any array".into(),
             }));
         }
         // SAFETY: non-NULL; the caller guarantees `count` readable requests.

@@ -70,6 +70,12 @@ pub unsafe trait StoredKey: Sized + Send + Sync + 'static {
     fn from_probe(probe: &Self::Probe<'_>) -> Self;
     #[doc(hidden)]
     fn rehash<H: BuildHasher>(&self, hasher: &H) -> u64;
+    /// Bytes this key holds outside its slot (0 for keys stored inline).
+    #[doc(hidden)]
+    fn heap_bytes(&self) -> usize;
+    /// Bytes a key made from this probe would hold outside its slot.
+    #[doc(hidden)]
+    fn probe_heap_bytes(probe: &Self::Probe<'_>) -> usize;
 }
 
 // ---- u64 -------------------------------------------------------------------
@@ -96,6 +102,14 @@ unsafe impl StoredKey for u64 {
     #[inline]
     fn rehash<H: BuildHasher>(&self, hasher: &H) -> u64 {
         hasher.hash_one(*self)
+    }
+    #[inline]
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+    #[inline]
+    fn probe_heap_bytes(_: &u64) -> usize {
+        0
     }
 }
 
@@ -236,6 +250,18 @@ unsafe impl StoredKey for ByteKey {
     #[inline]
     fn rehash<H: BuildHasher>(&self, hasher: &H) -> u64 {
         hasher.hash_one(self.bytes())
+    }
+    #[inline]
+    fn heap_bytes(&self) -> usize {
+        if self.is_heap() {
+            self.heap_len()
+        } else {
+            0
+        }
+    }
+    #[inline]
+    fn probe_heap_bytes(probe: &BytesProbe<'_>) -> usize {
+        probe.long.map_or(0, <[u8]>::len)
     }
 }
 

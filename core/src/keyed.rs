@@ -226,10 +226,11 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
         self.store.gc(now, &self.alg)
     }
 
-    /// Bytes of key-slot memory the limiter holds (its tables; excludes heap
-    /// copies of keys longer than 23 bytes).
+    /// Bytes of memory the limiter's store holds: its tables, the keys
+    /// longer than 23 bytes (stored outside the tables) and the summaries of
+    /// evicted keys. Bounded by the store's [`Options`].
     pub fn memory_bytes(&self) -> usize {
-        self.store.table_bytes()
+        self.store.memory_bytes()
     }
 }
 
@@ -329,6 +330,18 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Builder<A, K, C> {
     /// See [`Options::max_key_len`].
     pub fn max_key_len(mut self, n: usize) -> Self {
         self.options.max_key_len = n;
+        self
+    }
+
+    /// See [`Options::max_key_bytes`].
+    pub fn max_key_bytes(mut self, n: usize) -> Self {
+        self.options.max_key_bytes = n;
+        self
+    }
+
+    /// See [`Options::eviction`] and [`Eviction`](crate::Eviction).
+    pub fn eviction(mut self, policy: crate::Eviction) -> Self {
+        self.options.eviction = policy;
         self
     }
 

@@ -82,7 +82,7 @@ pub use rate::Rate;
 pub use rule::Rule;
 pub use sliding_window::SlidingWindow;
 pub use stack::{Receipt, Stack, StackBuilder, StackMember};
-pub use store::Options;
+pub use store::{Eviction, Options};
 pub use token_bucket::{DirectTokenBucket, TokenBucket};
 pub use window::{FixedWindowCounter, SlidingWindowCounter};
 

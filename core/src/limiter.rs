@@ -499,9 +499,10 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         self.store.gc(now, &self.rules)
     }
 
-    /// Bytes of key-slot memory the limiter holds.
+    /// Bytes of memory the limiter's store holds (see
+    /// [`Keyed::memory_bytes`](crate::Keyed::memory_bytes)).
     pub fn memory_bytes(&self) -> usize {
-        self.store.table_bytes()
+        self.store.memory_bytes()
     }
 
     /// Charges every limit in `set`, or none, and returns the entries (in
@@ -790,6 +791,18 @@ impl<K: ?Sized + Key, C: Clock> LimiterBuilder<K, C> {
     /// See [`Options::max_key_len`].
     pub fn max_key_len(mut self, n: usize) -> Self {
         self.options.max_key_len = n;
+        self
+    }
+
+    /// See [`Options::max_key_bytes`].
+    pub fn max_key_bytes(mut self, n: usize) -> Self {
+        self.options.max_key_bytes = n;
+        self
+    }
+
+    /// See [`Options::eviction`] and [`Eviction`](crate::Eviction).
+    pub fn eviction(mut self, policy: crate::Eviction) -> Self {
+        self.options.eviction = policy;
         self
     }
 

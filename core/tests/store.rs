@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use ratomic::{Clock, ManualClock, Quota, TokenBucket};
+use ratomic::{Clock, Eviction, ManualClock, Quota, TokenBucket};
 
 const SEC: u64 = 1_000_000_000;
 
@@ -145,13 +145,80 @@ fn long_keys_survive_rebuilds() {
 }
 
 #[test]
-fn reset_is_exact_even_when_the_shard_floor_is_ahead() {
-    let (l, _clock) = limiter(Quota::new(2, 1.0).unwrap(), 1);
-    let _ = l.allow_n("a", 2).unwrap();
-    let _ = l.allow("b").unwrap(); // evicts "a": the floor now holds its empty bucket
-    assert!(!l.allow("c").unwrap().allowed, "new keys start from the floor");
-    l.reset("c").unwrap();
-    assert_eq!(l.allow_n("c", 2).unwrap().remaining, 0, "a reset key is full");
+fn an_evicted_key_comes_back_to_its_own_state_and_a_reset_is_exact() {
+    for policy in [Eviction::Fair, Eviction::Strict] {
+        let clock = ManualClock::new();
+        let l = TokenBucket::builder(Quota::new(2, 1.0).unwrap())
+            .clock(clock.clone())
+            .max_keys(1)
+            .eviction(policy)
+            .build()
+            .unwrap();
+        let _ = l.allow_n("a", 2).unwrap();
+        let _ = l.allow("b").unwrap(); // room for one key: "a" is evicted, not yet full
+        assert_eq!(l.len(), 1);
+        assert!(!l.allow("a").unwrap().allowed, "{policy:?}: an evicted empty bucket stays empty");
+        l.reset("a").unwrap();
+        assert_eq!(l.allow_n("a", 2).unwrap().remaining, 0, "{policy:?}: a reset key is full");
+    }
+}
+
+/// An attacker rotating single-use keys (say, one per IP of a botnet) at a
+/// store bounded to 1,000 keys, while honest users each call once a minute:
+/// under the fair policy the churn never denies an honest call; under the
+/// strict one it denies most of them — the documented price of never
+/// over-granting (figures at full scale in BENCHMARKS.md, "eviction").
+#[test]
+fn churn_on_other_keys_never_denies_an_honest_key_under_the_fair_policy() {
+    let run = |policy: Eviction| {
+        let clock = ManualClock::new();
+        let l = TokenBucket::builder(Quota::per_hour(100).unwrap())
+            .clock(clock.clone())
+            .max_keys(1_000)
+            .eviction(policy)
+            .build()
+            .unwrap();
+        let (mut denied, mut honest) = (0, 0);
+        let mut attacker = 0u64;
+        for second in 0..180u64 {
+            for _ in 0..3_000 {
+                attacker += 1;
+                let _ = l.allow(&format!("bot:{attacker}")).unwrap();
+            }
+            // 500 honest users, each calling once a minute, spread over the minute.
+            for u in (0..500u64).filter(|u| u % 60 == second % 60) {
+                honest += 1;
+                denied += u32::from(!l.allow(&format!("user:{u}")).unwrap().allowed);
+            }
+            clock.advance(Duration::from_secs(1));
+        }
+        (denied, honest)
+    };
+    let (denied, honest) = run(Eviction::Fair);
+    assert_eq!(denied, 0, "fair: {denied} of {honest} honest calls denied");
+    let (denied, honest) = run(Eviction::Strict);
+    assert!(denied * 2 > honest, "strict: the churn denies most new keys ({denied} of {honest})");
+}
+
+#[test]
+fn long_keys_are_bounded_in_bytes_and_counted() {
+    let clock = ManualClock::new();
+    let l = TokenBucket::builder(Quota::per_hour(10).unwrap())
+        .clock(clock)
+        .shards(4)
+        .max_key_bytes(64 << 10)
+        .build()
+        .unwrap();
+    let empty = l.memory_bytes();
+    for i in 0..10_000u32 {
+        let key = format!("{i:08}{}", "x".repeat(992)); // 1000-byte keys, all distinct
+        assert!(l.allow(&key).unwrap().allowed, "a new key is never denied by the churn");
+    }
+    let held = l.len();
+    assert!(held <= 64 + 4, "{held} keys of 1000 bytes held under a 64 KiB budget");
+    let bytes = l.memory_bytes() - empty;
+    assert!(bytes >= held * 1000, "memory_bytes counts the long keys ({bytes} for {held})");
+    assert!(bytes < (64 << 10) + 64 * 1024, "{bytes} bytes");
 }
 
 /// The adversarial review's replay (issue 11, part 2): fixed window of 5 per

@@ -205,13 +205,13 @@ impl<S: StoredKey> Table<S> {
         self.live -= 1;
     }
 
-    /// Keeps the keys for which `keep(key, states)` is true and removes the
-    /// rest in place (no allocation), calling `dropped(states)` for each
-    /// removed key's last states. `rehash` gives a stored key's hash.
+    /// Keeps the keys for which `keep(states)` is true and removes the rest
+    /// in place (no allocation), calling `dropped(key, states)` for each
+    /// removed key and its last states. `rehash` gives a stored key's hash.
     pub(crate) fn retain(
         &mut self,
         mut keep: impl FnMut(&[u64]) -> bool,
-        mut dropped: impl FnMut(&[u64]),
+        mut dropped: impl FnMut(&S, &[u64]),
         rehash: impl Fn(&S) -> u64,
     ) {
         let Some(start) = (0..self.cap).find(|&i| !self.is_occupied(i)) else {
@@ -229,7 +229,7 @@ impl<S: StoredKey> Table<S> {
                     *b = cell.load(Ordering::Relaxed);
                 }
                 if !keep(&buf[..self.width]) {
-                    dropped(&buf[..self.width]);
+                    dropped(self.key(i), &buf[..self.width]);
                     self.remove(i, &rehash);
                     continue;
                 }
@@ -238,8 +238,9 @@ impl<S: StoredKey> Table<S> {
         }
     }
 
-    /// Moves every key out, calling `each(key, states)`; leaves the table empty.
-    pub(crate) fn drain(&mut self, mut each: impl FnMut(S, &[u64])) {
+    /// Moves every key out, calling `each(slot, key, states)`; leaves the
+    /// table empty.
+    pub(crate) fn drain(&mut self, mut each: impl FnMut(usize, S, &[u64])) {
         let mut buf = vec![0u64; self.width];
         for i in 0..self.cap {
             if !self.is_occupied(i) {
@@ -252,7 +253,7 @@ impl<S: StoredKey> Table<S> {
             // SAFETY: the slot was occupied and is now marked empty, so the
             // key is read out exactly once.
             let key = unsafe { ptr::read(self.slot_ptr(i) as *const S) };
-            each(key, &buf);
+            each(i, key, &buf);
         }
         self.live = 0;
     }
@@ -346,7 +347,7 @@ mod tests {
             }
             // Drop the keys whose second word is odd (a key is its first word − 1).
             let mut dropped = Vec::new();
-            t.retain(|states| states[1] % 2 == 0, |states| dropped.push(states[0] - 1), |s| h(*s));
+            t.retain(|states| states[1] % 2 == 0, |_, states| dropped.push(states[0] - 1), |s| h(*s));
             let mut expect_dropped: Vec<_> = model.iter().filter(|(_, v)| *v % 2 == 1).map(|(k, _)| *k).collect();
             model.retain(|_, v| *v % 2 == 0);
             dropped.sort_unstable();
@@ -367,7 +368,7 @@ mod tests {
             t.insert(h(k), k, &[k + 100]);
         }
         let mut seen = Vec::new();
-        t.drain(|k, s| seen.push((k, s[0])));
+        t.drain(|_, k, s| seen.push((k, s[0])));
         seen.sort();
         assert_eq!(seen, (0..7).map(|k| (k, k + 100)).collect::<Vec<_>>());
         assert_eq!(t.live(), 0);

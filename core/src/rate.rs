@@ -8,7 +8,12 @@ use crate::error::{Error, Result};
 
 const NS_PER_MS: u64 = 1_000_000;
 const NS_PER_S: u64 = 1_000_000_000;
+const NS_PER_US: u64 = 1_000;
 const UNITS: &[(&str, u64)] = &[
+    ("ns", 1),
+    ("us", NS_PER_US),
+    ("µs", NS_PER_US),
+    ("μs", NS_PER_US),
     ("ms", NS_PER_MS),
     ("s", NS_PER_S),
     ("sec", NS_PER_S),
@@ -89,9 +94,10 @@ impl Rate {
 
     /// Parses `"<count>/<period>"`, e.g. `"10/s"`, `"100/min"`, `"5000/h"`,
     /// `"1000/15m"`, `"3/250ms"`, `"86400/d"`. Units: `ms`, `s`/`sec`/`second`,
-    /// `m`/`min`/`minute`, `h`/`hr`/`hour`, `d`/`day`, plurals accepted.
-    /// Surrounding whitespace is ignored; anything else is an error that
-    /// quotes the input.
+    /// `m`/`min`/`minute`, `h`/`hr`/`hour`, `d`/`day`, plurals accepted — and,
+    /// so that every [`Rate`] prints as a string that parses back to it, `ns`
+    /// and `us` (also `µs`) for periods finer than a millisecond. Surrounding
+    /// whitespace is ignored; anything else is an error that quotes the input.
     pub fn parse(input: &str) -> Result<Self> {
         let err = |reason| Error::InvalidRate { input: input.to_owned(), reason };
         let s = input.trim();
@@ -114,7 +120,9 @@ impl Rate {
             .iter()
             .find(|(name, _)| *name == unit)
             .map(|&(_, ns)| ns)
-            .ok_or_else(|| err("unknown unit (use ms, s, m, h or d)"))?;
+            .ok_or_else(|| {
+                err("unknown unit (use ms, s/sec/second, m/min/minute, h/hr/hour or d/day, plurals accepted; or ns, us)")
+            })?;
         let period_ns = multiplier
             .checked_mul(unit_ns)
             .filter(|&ns| ns <= MAX_NANOS)
@@ -174,6 +182,8 @@ impl fmt::Display for Rate {
             ("m", 60 * NS_PER_S),
             ("s", NS_PER_S),
             ("ms", NS_PER_MS),
+            ("us", NS_PER_US),
+            ("ns", 1),
         ];
         for &(unit, ns) in SHOW {
             if self.period_ns % ns == 0 {
@@ -181,8 +191,7 @@ impl fmt::Display for Rate {
                 return if n == 1 { write!(f, "{}/{unit}", self.count) } else { write!(f, "{}/{n}{unit}", self.count) };
             }
         }
-        // Sub-millisecond periods come only from `Rate::new`; show them in ns.
-        write!(f, "{}/{}ns", self.count, self.period_ns)
+        unreachable!("every period is a whole number of nanoseconds")
     }
 }
 
@@ -244,11 +253,17 @@ mod tests {
 
     #[test]
     fn display_round_trips() {
-        for s in ["10/s", "100/m", "5000/h", "1000/15m", "3/250ms", "86400/d", "1/90s"] {
+        for s in ["10/s", "100/m", "5000/h", "1000/15m", "3/250ms", "86400/d", "1/90s", "3/500us", "7/1ns"] {
             let r = Rate::parse(s).unwrap();
             assert_eq!(Rate::parse(&r.to_string()).unwrap(), r, "{s}");
         }
         assert_eq!(Rate::parse("60/60s").unwrap().to_string(), "60/m");
+        assert_eq!(Rate::parse("3/500µs").unwrap().to_string(), "3/500us");
+        // Every period, however built, prints as a rate that parses back to it.
+        for ns in [1, 999, 1_000, 500_000, 1_000_001, 123_456_789, 86_400 * NS_PER_S + 1, MAX_NANOS] {
+            let r = Rate::new(3, Duration::from_nanos(ns)).unwrap();
+            assert_eq!(Rate::parse(&r.to_string()).unwrap(), r, "{r} from {ns} ns");
+        }
     }
 
     #[test]

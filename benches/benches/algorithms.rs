@@ -102,7 +102,7 @@ fn batches(c: &mut Criterion) {
             b.iter(|| {
                 i = (i + 1) % chunks;
                 out.clear();
-                tb.allow_many_at(keys[i * BATCH..(i + 1) * BATCH].iter().map(|k| (k, 1)), now, &mut out);
+                tb.allow_many_at(keys[i * BATCH..(i + 1) * BATCH].iter().map(|k| (k, 1)), now, &mut out).unwrap();
                 black_box(&out);
             })
         });

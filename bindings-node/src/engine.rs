@@ -157,7 +157,7 @@ impl Engine {
     }
 
     /// Drops keys that are full again at `now`; returns how many.
-    pub fn gc_at(&self, now: u64) -> usize {
+    pub fn gc_at(&self, now: u64) -> ratomic::Result<usize> {
         match self {
             Engine::TokenBucket(l) => l.gc_at(now),
             Engine::FixedWindow(l) => l.gc_at(now),

@@ -163,7 +163,8 @@ impl NativeLimiter {
     pub fn gc(&self, env: Env, now_ms: f64) -> Result<f64> {
         let now =
             if now_ms < 0.0 { self.engine.now() } else { hot::ms_to_ns(now_ms).map_err(|e| e.into_napi(&env))? };
-        Ok(self.engine.gc_at(now) as f64)
+        let n = self.engine.gc_at(now).map_err(|e| JsFailure::from(e).into_napi(&env))?;
+        Ok(n as f64)
     }
 
     /// The limit names of a multi-limit limiter, in order (empty otherwise).

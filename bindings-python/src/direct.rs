@@ -58,8 +58,7 @@ impl DirectTokenBucket {
     fn refund(&self, py: Python<'_>, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
         let tokens = whole(tokens, "tokens")?;
         let now = self.now(py)?;
-        self.inner.refund_at(tokens, now);
-        Ok(())
+        self.inner.refund_at(tokens, now).py_err(py)
     }
 
     /// Fills the bucket again.

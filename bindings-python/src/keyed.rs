@@ -84,7 +84,7 @@ impl<A: Algorithm> KeyedCore<A> {
     }
 
     pub fn gc(&self, py: Python<'_>) -> PyResult<usize> {
-        Ok(self.inner.gc_at(self.now(py)?))
+        self.inner.gc_at(self.now(py)?).py_err(py)
     }
 }
 

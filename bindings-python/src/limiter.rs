@@ -283,7 +283,7 @@ impl Limiter {
 
     /// Drops every key all of whose limits are full again; returns how many.
     fn gc(&self, py: Python<'_>) -> PyResult<usize> {
-        Ok(self.inner.gc_at(self.now(py)?))
+        self.inner.gc_at(self.now(py)?).py_err(py)
     }
 
     /// Bytes of key-slot memory held.

@@ -33,22 +33,80 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use crate::error::{Error, Result};
+
+/// The last valid time, in nanoseconds since a clock's epoch: `2^62 − 1`
+/// (about 146 years). A clock reading or an `*_at` time beyond it is an error
+/// that changes no state; it is never clamped.
+pub const MAX_TIME: u64 = (1 << 62) - 1;
+
+/// `now` if it is a valid time, else the error every face reports.
+#[inline]
+pub(crate) fn checked(now: u64) -> Result<u64> {
+    if now <= MAX_TIME {
+        Ok(now)
+    } else {
+        Err(bad_time(now))
+    }
+}
+
+#[cold]
+fn bad_time(now: u64) -> Error {
+    Error::invalid("now", now, "a time must be at most 2^62 − 1 ns (about 146 years after the clock's epoch)")
+}
+
+/// Which timeline a [`Clock`] reads: two clocks with the same id give the
+/// same readings. A [`Stack`](crate::Stack) refuses members whose clocks'
+/// ids differ from its own, since it passes one reading to all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ClockId(usize);
+
+impl ClockId {
+    /// The timeline every [`MonotonicClock`] reads.
+    pub const MONOTONIC: ClockId = ClockId(0);
+
+    /// The id of one particular object's timeline: its address. Clocks that
+    /// share state through a pointer (as [`ManualClock`]'s clones do) should
+    /// pass that pointer, so that every clone has the same id.
+    pub fn of<T: ?Sized>(object: &T) -> ClockId {
+        ClockId((object as *const T).cast::<()>() as usize)
+    }
+}
+
 /// A source of time for a limiter: nanoseconds since an arbitrary epoch.
 ///
 /// The engine never grants more because a clock stepped back (SPEC §4.1), but
 /// a clock that jumps back makes limiters deny more than they should until it
-/// catches up, so production clocks should be monotonic.
-///
-/// Readings are clamped to `2^63 − 1` ns (about 292 years after the epoch).
+/// catches up, so production clocks should be monotonic. Readings must stay
+/// at or below [`MAX_TIME`]; a call that reads a later time is an error.
 pub trait Clock: Send + Sync {
     /// Nanoseconds since this clock's epoch.
     fn now(&self) -> u64;
+
+    /// Waits `d` on this clock's timeline: what a blocking `acquire` does
+    /// between tries. Sleeps the thread by default; [`ManualClock`] moves
+    /// itself forward instead, so tests never sleep.
+    fn sleep(&self, d: Duration) {
+        std::thread::sleep(d);
+    }
+
+    /// Which timeline the clock reads (see [`ClockId`]). By default the
+    /// clock's own address: only the clock itself is known to agree with it.
+    fn id(&self) -> ClockId {
+        ClockId::of(self)
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
     #[inline]
     fn now(&self) -> u64 {
         (**self).now()
+    }
+    fn sleep(&self, d: Duration) {
+        (**self).sleep(d);
+    }
+    fn id(&self) -> ClockId {
+        (**self).id()
     }
 }
 
@@ -57,12 +115,24 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
     fn now(&self) -> u64 {
         (**self).now()
     }
+    fn sleep(&self, d: Duration) {
+        (**self).sleep(d);
+    }
+    fn id(&self) -> ClockId {
+        (**self).id()
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for Box<C> {
     #[inline]
     fn now(&self) -> u64 {
         (**self).now()
+    }
+    fn sleep(&self, d: Duration) {
+        (**self).sleep(d);
+    }
+    fn id(&self) -> ClockId {
+        (**self).id()
     }
 }
 
@@ -124,6 +194,11 @@ impl Clock for MonotonicClock {
     #[inline]
     fn now(&self) -> u64 {
         self.source.now()
+    }
+
+    /// Every `MonotonicClock` reads one timeline.
+    fn id(&self) -> ClockId {
+        ClockId::MONOTONIC
     }
 }
 
@@ -376,6 +451,16 @@ impl Clock for ManualClock {
     #[inline]
     fn now(&self) -> u64 {
         self.ns.load(Ordering::Relaxed)
+    }
+
+    /// Simulated waiting: moves the clock (every clone of it) forward by `d`.
+    fn sleep(&self, d: Duration) {
+        self.advance(d);
+    }
+
+    /// Every clone shares one timeline.
+    fn id(&self) -> ClockId {
+        ClockId::of(&*self.ns)
     }
 }
 

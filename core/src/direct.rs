@@ -2,11 +2,13 @@
 
 use std::fmt;
 
+use std::time::Duration;
+
 use crate::algorithm::{cas_charge, cas_decide, cas_refund, peek, restore, Algorithm, Charge};
-use crate::clock::{Clock, MonotonicClock};
+use crate::base;
+use crate::clock::{checked, Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::Result;
-use crate::rate::MAX_NANOS;
 use crate::sync::{AtomicU64, Ordering};
 
 /// One limit with one state word: the cheapest limiter there is, for a
@@ -39,7 +41,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// The clock's reading now, as the `*_at` methods expect it.
     #[inline]
     pub fn now(&self) -> u64 {
-        self.clock.now().min(MAX_NANOS)
+        self.clock.now()
     }
 
     /// The most the bucket can hold.
@@ -47,10 +49,12 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
         self.alg.limit()
     }
 
-    /// Takes one token if there is one.
+    /// Takes one token if there is one. Errors (changing nothing) only if
+    /// the clock reads past [`MAX_TIME`](crate::MAX_TIME).
     #[inline]
-    pub fn allow(&self) -> Decision {
-        cas_decide(&self.alg, &self.state, self.now(), 1).decision()
+    pub fn allow(&self) -> Result<Decision> {
+        let now = checked(self.now())?;
+        Ok(cas_decide(&self.alg, &self.state, now, 1).decision())
     }
 
     /// Takes `cost` tokens if there are that many. Errors (changing nothing)
@@ -63,42 +67,62 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// [`allow_n`](Self::allow_n) at time `now`.
     #[inline]
     pub fn allow_at(&self, cost: u64, now: u64) -> Result<Decision> {
+        let now = checked(now)?;
         self.alg.check_cost(cost)?;
         Ok(cas_decide(&self.alg, &self.state, now, cost).decision())
     }
 
     /// What `allow` would answer, changing nothing.
     #[inline]
-    pub fn peek(&self) -> Decision {
-        peek(&self.alg, &self.state, self.now(), 1).decision()
+    pub fn peek(&self) -> Result<Decision> {
+        self.peek_at(1, self.now())
     }
 
     /// What `allow_n(cost)` would answer at `now`, changing nothing.
     #[inline]
     pub fn peek_at(&self, cost: u64, now: u64) -> Result<Decision> {
+        let now = checked(now)?;
         self.alg.check_cost(cost)?;
         Ok(peek(&self.alg, &self.state, now, cost).decision())
     }
 
     /// Gives `tokens` back, never filling above full.
-    pub fn refund(&self, tokens: u64) {
-        self.refund_at(tokens, self.now());
+    pub fn refund(&self, tokens: u64) -> Result<()> {
+        self.refund_at(tokens, self.now())
     }
 
     /// [`refund`](Self::refund) at time `now`.
-    pub fn refund_at(&self, tokens: u64, now: u64) {
-        cas_refund(&self.alg, &self.state, now, tokens);
+    pub fn refund_at(&self, tokens: u64, now: u64) -> Result<()> {
+        cas_refund(&self.alg, &self.state, checked(now)?, tokens);
+        Ok(())
     }
 
     /// Makes the bucket full again.
     pub fn reset(&self) {
         self.state.store(A::PRISTINE, Ordering::Relaxed);
     }
+
+    /// Takes `cost`, waiting out denials; see
+    /// [`Keyed::acquire`](crate::Keyed::acquire).
+    pub fn acquire(&self, cost: u64, timeout: Option<Duration>) -> Result<Decision> {
+        base::acquire(timeout, || self.allow_n(cost), |d| (d.allowed, d.retry_after), |d| self.clock.sleep(d))
+    }
+
+    /// [`acquire`](Self::acquire) for async code on any runtime; see
+    /// [`Keyed::acquire_with`](crate::Keyed::acquire_with).
+    pub async fn acquire_with<F, Fut>(&self, cost: u64, timeout: Option<Duration>, sleep: F) -> Result<Decision>
+    where
+        F: FnMut(Duration) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        base::acquire_async(timeout, || self.allow_n(cost), |d| (d.allowed, d.retry_after), sleep).await
+    }
 }
 
 impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// A call's charge for a [`Stack`](crate::Stack), with its receipt.
     pub(crate) fn charge_at(&self, cost: u64, now: u64) -> Result<(Decision, Option<Charge>)> {
+        let now = checked(now)?;
         self.alg.check_cost(cost)?;
         let (verdict, charge) = cas_charge(&self.alg, &self.state, now, cost);
         Ok((verdict.decision(), charge))

@@ -42,6 +42,24 @@ pub enum Error {
         /// The longest key the limiter accepts.
         max: usize,
     },
+    /// A request of a batch (`allow_many`) is invalid: the whole batch was
+    /// refused and nothing changed (SPEC §4.6).
+    InvalidRequest {
+        /// The position of the first invalid request.
+        index: usize,
+        /// What is wrong with it.
+        error: Box<Error>,
+    },
+}
+
+impl Error {
+    /// The error itself, or for a batch, the error of its invalid request.
+    pub fn cause(&self) -> &Error {
+        match self {
+            Error::InvalidRequest { error, .. } => error.cause(),
+            e => e,
+        }
+    }
 }
 
 impl Error {
@@ -64,6 +82,9 @@ impl fmt::Display for Error {
             }
             Error::KeyTooLong { len, max } => {
                 write!(f, "key is {len} bytes long; the limit is {max} bytes")
+            }
+            Error::InvalidRequest { index, error } => {
+                write!(f, "request {index} of the batch: {error} (nothing in the batch was decided)")
             }
         }
     }

@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
+use crate::base::Builder;
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::Result;
 use crate::key::Key;
-use crate::keyed::{Builder, Keyed};
+use crate::keyed::Keyed;
 use crate::rate::Rate;
 use crate::store::Options;
 use crate::window::FixedWindowCounter;

@@ -45,6 +45,7 @@
 #![warn(missing_docs)]
 
 mod algorithm;
+mod base;
 mod clock;
 mod decision;
 mod direct;
@@ -66,7 +67,8 @@ mod token_bucket;
 mod window;
 
 pub use algorithm::Algorithm;
-pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use base::Builder;
+pub use clock::{Clock, ClockId, ManualClock, MonotonicClock, MAX_TIME};
 pub use decision::Decision;
 #[doc(hidden)]
 pub use decision::Verdict;
@@ -75,8 +77,8 @@ pub use error::{Error, Result};
 pub use fixed_window::FixedWindow;
 pub use gcra::Gcra;
 pub use key::{AsKey, Key, StoredKey};
-pub use keyed::{Builder, Keyed};
-pub use limiter::{LimitSet, Limiter, LimiterBuilder, MultiDecision, NamedDecision, Selected, MAX_LIMITS};
+pub use keyed::Keyed;
+pub use limiter::{LimitSet, Limiter, LimiterBuilder, Limits, MultiDecision, NamedDecision, Selected, MAX_LIMITS};
 pub use quota::Quota;
 pub use rate::Rate;
 pub use rule::Rule;

@@ -1,19 +1,18 @@
 //! Several named limits on one key, all or nothing (SPEC §4.4).
 
 use std::fmt;
-use std::marker::PhantomData;
 use std::time::Duration;
 
 use smallvec::SmallVec;
 
 use crate::algorithm::{cas_refund, charge_from, peek, restore, Algorithm, Charge};
-use crate::clock::{Clock, MonotonicClock};
+use crate::base::{self, Base, Builder};
+use crate::clock::{checked, Clock, MonotonicClock};
 use crate::decision::{Decision, Verdict};
 use crate::error::{Error, Result};
 use crate::key::{AsKey, Key};
-use crate::rate::MAX_NANOS;
 use crate::rule::Rule;
-use crate::store::{Options, Retention, Store, MAX_WIDTH};
+use crate::store::{Retention, MAX_WIDTH};
 
 /// The most limits one [`Limiter`] holds.
 pub const MAX_LIMITS: usize = MAX_WIDTH;
@@ -66,13 +65,9 @@ pub const MAX_LIMITS: usize = MAX_WIDTH;
 /// # Ok::<(), ratomic::Error>(())
 /// ```
 pub struct Limiter<K: ?Sized + Key = [u8], C: Clock = MonotonicClock> {
-    rules: Rules,
+    base: Base<Rules, K, C>,
     names: Box<[Box<str>]>,
-    store: Store<K::Stored>,
-    clock: C,
-    max_key_len: usize,
     all: LimitSet,
-    _key: PhantomData<fn(&K)>,
 }
 
 /// Which of a [`Limiter`]'s limits a call is subject to: a bitmask, made
@@ -251,7 +246,11 @@ pub struct MultiDecision<'a> {
 
 /// One limit's part in a [`MultiDecision`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NamedDecision<'a> {
+    /// The limit's position among the limiter's limits (or the member's in
+    /// its stack), as in [`Limiter::names`].
+    pub index: usize,
     /// The limit's name.
     pub name: &'a str,
     /// What the limit answered.
@@ -298,7 +297,8 @@ impl<'a> MultiDecision<'a> {
             for _ in 0..k {
                 m &= m - 1;
             }
-            NamedDecision { name: &self.names[m.trailing_zeros() as usize], decision: e.decision() }
+            let index = m.trailing_zeros() as usize;
+            NamedDecision { index, name: &self.names[index], decision: e.decision() }
         })
     }
 
@@ -330,7 +330,7 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
 
     /// The limiter's rules, in the same order as [`names`](Self::names).
     pub fn rules(&self) -> &[Rule] {
-        &self.rules.0
+        &self.base.rules.0
     }
 
     /// The set of limits with these names; errors on an unknown name or an
@@ -355,12 +355,6 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         let set = LimitSet(bits);
         self.check_set(set, 0)?;
         Ok(set)
-    }
-
-    /// Checks a call's arguments (the cost against every limit, the key's
-    /// length) as `allow_n` would, changing nothing.
-    pub fn check<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64) -> Result<()> {
-        self.validate(key.as_key(), cost)
     }
 
     /// Every limit: what the plain methods use.
@@ -396,17 +390,23 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     /// The clock's reading now, as the `*_at` methods expect it.
     #[inline]
     pub fn now(&self) -> u64 {
-        self.clock.now().min(MAX_NANOS)
+        self.base.clock.now()
     }
 
     /// The longest key, in bytes, this limiter accepts (see [`Options::max_key_len`]).
     pub fn max_key_len(&self) -> usize {
-        self.max_key_len
+        self.base.max_key_len()
     }
 
     /// The limiter's clock.
     pub fn clock(&self) -> &C {
-        &self.clock
+        &self.base.clock
+    }
+
+    /// Checks a call's arguments (the cost against every limit, the key's
+    /// length) as `allow_n` would, changing nothing.
+    pub fn check<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64) -> Result<()> {
+        self.select(self.all).check(key, cost)
     }
 
     /// Takes one token from every limit of `key`, or from none.
@@ -427,15 +427,14 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         self.select(self.all).allow_at(key, cost, now)
     }
 
-    /// Many independent calls at one clock reading; see
-    /// [`TokenBucket::allow_many`](crate::TokenBucket::allow_many).
-    pub fn allow_many<'q, Q, I>(&self, requests: I) -> Vec<Result<MultiDecision<'_>>>
+    /// Many calls at one clock reading, all checked before any is decided;
+    /// see [`Keyed::allow_many`](crate::Keyed::allow_many).
+    pub fn allow_many<'q, Q, I>(&self, requests: I) -> Result<Vec<MultiDecision<'_>>>
     where
         Q: ?Sized + AsKey<K> + 'q,
         I: IntoIterator<Item = (&'q Q, u64)>,
     {
-        let now = self.now();
-        requests.into_iter().map(|(key, cost)| self.allow_at(key, cost, now)).collect()
+        self.select(self.all).allow_many(requests)
     }
 
     /// What `allow` would answer, changing nothing.
@@ -473,14 +472,40 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
 
     /// [`reset`](Self::reset) at time `now`.
     pub fn reset_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, now: u64) -> Result<()> {
-        let (hash, probe) = key.as_key().probe(self.store.hasher(), self.max_key_len)?;
-        self.store.reset(hash, &probe, now, &self.rules);
-        Ok(())
+        self.base.reset_at(key.as_key(), now)
     }
 
-    /// Keys currently held (see [`TokenBucket::len`](crate::TokenBucket::len)).
+    /// Takes `cost` from every limit of `key`, waiting out denials; see
+    /// [`Keyed::acquire`](crate::Keyed::acquire).
+    pub fn acquire<Q: ?Sized + AsKey<K>>(
+        &self,
+        key: &Q,
+        cost: u64,
+        timeout: Option<Duration>,
+    ) -> Result<MultiDecision<'_>> {
+        self.select(self.all).acquire(key, cost, timeout)
+    }
+
+    /// [`acquire`](Self::acquire) for async code on any runtime; see
+    /// [`Keyed::acquire_with`](crate::Keyed::acquire_with).
+    pub async fn acquire_with<Q, F, Fut>(
+        &self,
+        key: &Q,
+        cost: u64,
+        timeout: Option<Duration>,
+        sleep: F,
+    ) -> Result<MultiDecision<'_>>
+    where
+        Q: ?Sized + AsKey<K>,
+        F: FnMut(Duration) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        self.select(self.all).acquire_with(key, cost, timeout, sleep).await
+    }
+
+    /// Keys currently held (see [`Keyed::len`](crate::Keyed::len)).
     pub fn len(&self) -> usize {
-        self.store.len()
+        self.base.len()
     }
 
     /// Whether no key is held.
@@ -490,19 +515,19 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
 
     /// Drops every key all of whose limits are full again (losslessly).
     /// Returns how many keys were dropped.
-    pub fn gc(&self) -> usize {
+    pub fn gc(&self) -> Result<usize> {
         self.gc_at(self.now())
     }
 
     /// [`gc`](Self::gc) at time `now`.
-    pub fn gc_at(&self, now: u64) -> usize {
-        self.store.gc(now, &self.rules)
+    pub fn gc_at(&self, now: u64) -> Result<usize> {
+        self.base.gc_at(now)
     }
 
     /// Bytes of memory the limiter's store holds (see
     /// [`Keyed::memory_bytes`](crate::Keyed::memory_bytes)).
     pub fn memory_bytes(&self) -> usize {
-        self.store.memory_bytes()
+        self.base.memory_bytes()
     }
 
     /// Charges every limit in `set`, or none, and returns the entries (in
@@ -530,6 +555,7 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         now: u64,
         receipts: &mut Receipts,
     ) -> (Entries, bool) {
+        let rules = &self.base.rules.0;
         let mut entries = Entries::new();
         let mut index = [0u8; MAX_LIMITS]; // entry k is limit index[k]
         let mut next = [0u64; MAX_LIMITS];
@@ -539,7 +565,7 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
             let i = bits.trailing_zeros() as usize;
             bits &= bits - 1;
             let seen = states[i].load(crate::sync::Ordering::Relaxed);
-            let (verdict, n) = self.rules.0[i].decide(seen, now, cost);
+            let (verdict, n) = rules[i].decide(seen, now, cost);
             denied |= !verdict.allowed;
             index[entries.len()] = i as u8;
             receipts.charges[i] = Charge { before: seen, after: 0 };
@@ -562,10 +588,9 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         }
         for &k in &order[..count] {
             let (k, i) = (k as usize, index[k as usize] as usize);
-            let rule = &self.rules.0[i];
             let seen = receipts.charges[i].before;
             let first = entries[k].verdict();
-            let (verdict, charge) = charge_from(rule, &states[i], seen, next[i], first, now, cost);
+            let (verdict, charge) = charge_from(&rules[i], &states[i], seen, next[i], first, now, cost);
             entries[k] = Entry::of(&verdict);
             match charge {
                 Some(c) => {
@@ -586,13 +611,12 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     /// the receipts to take it back.
     pub(crate) fn charge_at(&self, key: &K, cost: u64, now: u64) -> Result<(MultiDecision<'_>, Option<Receipts>)> {
         self.check_set(self.all, cost)?;
-        let (hash, probe) = key.probe(self.store.hasher(), self.max_key_len)?;
-        let (entries, receipts) = self.store.update(hash, &probe, now, &self.rules, |states| {
+        let (entries, receipts) = self.base.update(key, now, |states| {
             let mut receipts = Receipts::new();
             let (entries, allowed) = self.charge(states, self.all, cost, now, &mut receipts);
             let charged = allowed && receipts.charged != 0;
             ((entries, charged.then_some(receipts)), charged)
-        });
+        })?;
         Ok((MultiDecision::combine(entries, self.all.0, &self.names), receipts))
     }
 
@@ -600,23 +624,16 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     /// (see [`restore`]); a key that has been forgotten since keeps nothing
     /// to take back.
     pub(crate) fn give_back_at(&self, key: &K, receipts: &Receipts) {
-        if let Ok((hash, probe)) = key.probe(self.store.hasher(), self.max_key_len) {
-            self.store.with_existing(hash, &probe, |states| receipts.restore(states));
-        }
-    }
-
-    /// Checks a call's arguments without touching any state.
-    pub(crate) fn validate(&self, key: &K, cost: u64) -> Result<()> {
-        self.check_set(self.all, cost)?;
-        key.probe(self.store.hasher(), self.max_key_len).map(|_| ())
+        self.base.with_existing(key, |states| receipts.restore(states));
     }
 
     fn check_set(&self, set: LimitSet, cost: u64) -> Result<()> {
-        if set.0 >> self.rules.0.len() != 0 {
+        let rules = &self.base.rules.0;
+        if set.0 >> rules.len() != 0 {
             return Err(Error::invalid("limit set", format!("{:#x}", set.0), "was made for another limiter"));
         }
-        let selected = (0..self.rules.0.len()).filter(|&i| set.contains(i));
-        match selected.map(|i| self.rules.0[i].limit()).min() {
+        let selected = (0..rules.len()).filter(|&i| set.contains(i));
+        match selected.map(|i| rules[i].limit()).min() {
             None => Err(Error::invalid("limit set", "[]", "must name at least one limit")),
             Some(limit) if cost > limit => Err(Error::CostExceedsLimit { cost, limit }),
             Some(_) => Ok(()),
@@ -641,6 +658,18 @@ impl<K: ?Sized + Key, C: Clock> fmt::Debug for Selected<'_, K, C> {
 }
 
 impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
+    /// The limits this view's calls are subject to.
+    pub fn limits(&self) -> LimitSet {
+        self.set
+    }
+
+    /// Checks a call's arguments (the cost against every selected limit, the
+    /// key's length, the set itself) as `allow_n` would, changing nothing.
+    pub fn check<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64) -> Result<()> {
+        self.limiter.check_set(self.set, cost)?;
+        self.limiter.base.probe(key.as_key()).map(|_| ())
+    }
+
     /// Takes one token from every selected limit of `key`, or from none.
     #[inline]
     pub fn allow<Q: ?Sized + AsKey<K>>(&self, key: &Q) -> Result<MultiDecision<'l>> {
@@ -658,13 +687,54 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
     pub fn allow_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<MultiDecision<'l>> {
         let l = self.limiter;
         l.check_set(self.set, cost)?;
-        let (hash, probe) = key.as_key().probe(l.store.hasher(), l.max_key_len)?;
-        let entries = l.store.update(hash, &probe, now, &l.rules, |states| {
-            let mut receipts = Receipts::new();
-            let (entries, allowed) = l.charge(states, self.set, cost, now, &mut receipts);
-            (entries, allowed && receipts.charged != 0)
-        });
+        let entries = l.base.update(key.as_key(), now, |states| self.charge(states, cost, now))?;
         Ok(MultiDecision::combine(entries, self.set.0, &l.names))
+    }
+
+    #[inline]
+    fn charge(&self, states: &[crate::sync::AtomicU64], cost: u64, now: u64) -> (Entries, bool) {
+        let mut receipts = Receipts::new();
+        let (entries, allowed) = self.limiter.charge(states, self.set, cost, now, &mut receipts);
+        (entries, allowed && receipts.charged != 0)
+    }
+
+    /// Many calls at one clock reading, all checked before any is decided;
+    /// see [`Keyed::allow_many`](crate::Keyed::allow_many).
+    pub fn allow_many<'q, Q, I>(&self, requests: I) -> Result<Vec<MultiDecision<'l>>>
+    where
+        Q: ?Sized + AsKey<K> + 'q,
+        I: IntoIterator<Item = (&'q Q, u64)>,
+    {
+        let mut out = Vec::new();
+        self.allow_many_at(requests, self.limiter.now(), &mut out)?;
+        Ok(out)
+    }
+
+    /// [`allow_many`](Self::allow_many) at time `now`, appending to `out`.
+    /// On an error nothing is appended and nothing changes.
+    pub fn allow_many_at<'q, Q, I>(&self, requests: I, now: u64, out: &mut Vec<MultiDecision<'l>>) -> Result<()>
+    where
+        Q: ?Sized + AsKey<K> + 'q,
+        I: IntoIterator<Item = (&'q Q, u64)>,
+    {
+        let l = self.limiter;
+        let now = checked(now)?;
+        let prepared = requests
+            .into_iter()
+            .enumerate()
+            .map(|(index, (key, cost))| {
+                l.check_set(self.set, cost)
+                    .and_then(|()| l.base.probe(key.as_key()))
+                    .map(|(hash, probe)| (hash, probe, cost))
+                    .map_err(|e| Error::InvalidRequest { index, error: Box::new(e) })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        out.reserve(prepared.len());
+        out.extend(prepared.into_iter().map(|(hash, probe, cost)| {
+            let entries = l.base.update_probed(hash, &probe, now, |states| self.charge(states, cost, now));
+            MultiDecision::combine(entries, self.set.0, &l.names)
+        }));
+        Ok(())
     }
 
     /// What `allow` would answer, changing nothing.
@@ -683,14 +753,14 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
     pub fn peek_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<MultiDecision<'l>> {
         let l = self.limiter;
         l.check_set(self.set, cost)?;
-        let (hash, probe) = key.as_key().probe(l.store.hasher(), l.max_key_len)?;
-        let entries = l.store.update(hash, &probe, now, &l.rules, |states| {
-            let entries = (0..l.rules.0.len())
+        let rules = &l.base.rules.0;
+        let entries = l.base.update(key.as_key(), now, |states| {
+            let entries = (0..rules.len())
                 .filter(|&i| self.set.contains(i))
-                .map(|i| Entry::of(&peek(&l.rules.0[i], &states[i], now, cost)))
+                .map(|i| Entry::of(&peek(&rules[i], &states[i], now, cost)))
                 .collect();
             (entries, false)
-        });
+        })?;
         Ok(MultiDecision::combine(entries, self.set.0, &l.names))
     }
 
@@ -702,18 +772,52 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
     /// [`refund`](Self::refund) at time `now`.
     pub fn refund_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, tokens: u64, now: u64) -> Result<()> {
         let l = self.limiter;
-        let (hash, probe) = key.as_key().probe(l.store.hasher(), l.max_key_len)?;
-        l.store.update(hash, &probe, now, &l.rules, |states| {
+        l.check_set(self.set, 0)?;
+        let rules = &l.base.rules.0;
+        l.base.update(key.as_key(), now, |states| {
             let mut changed = false;
-            for (i, rule) in l.rules.0.iter().enumerate() {
+            for (i, rule) in rules.iter().enumerate() {
                 if self.set.contains(i) {
                     changed |= cas_refund(rule, &states[i], now, tokens);
                 }
             }
             ((), changed)
-        });
-        Ok(())
+        })
     }
+
+    /// Takes `cost` from every selected limit, waiting out denials; see
+    /// [`Keyed::acquire`](crate::Keyed::acquire).
+    pub fn acquire<Q: ?Sized + AsKey<K>>(
+        &self,
+        key: &Q,
+        cost: u64,
+        timeout: Option<Duration>,
+    ) -> Result<MultiDecision<'l>> {
+        let clock = &self.limiter.base.clock;
+        base::acquire(timeout, || self.allow_n(key, cost), answer, |d| clock.sleep(d))
+    }
+
+    /// [`acquire`](Self::acquire) for async code on any runtime; see
+    /// [`Keyed::acquire_with`](crate::Keyed::acquire_with).
+    pub async fn acquire_with<Q, F, Fut>(
+        &self,
+        key: &Q,
+        cost: u64,
+        timeout: Option<Duration>,
+        sleep: F,
+    ) -> Result<MultiDecision<'l>>
+    where
+        Q: ?Sized + AsKey<K>,
+        F: FnMut(Duration) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        base::acquire_async(timeout, || self.allow_n(key, cost), answer, sleep).await
+    }
+}
+
+/// `(allowed, retry_after)` of a decision, for the acquire loops.
+fn answer(d: &MultiDecision<'_>) -> (bool, Duration) {
+    (d.decision.allowed, d.decision.retry_after)
 }
 
 impl<K: ?Sized + Key, C: Clock + fmt::Debug> fmt::Debug for Limiter<K, C> {
@@ -725,14 +829,9 @@ impl<K: ?Sized + Key, C: Clock + fmt::Debug> fmt::Debug for Limiter<K, C> {
 
 impl Limiter {
     /// Starts building a limiter: add limits with
-    /// [`LimiterBuilder::limit`].
+    /// [`LimiterBuilder::limit`](Builder::limit).
     pub fn builder() -> LimiterBuilder {
-        LimiterBuilder {
-            limits: Vec::new(),
-            clock: MonotonicClock::new(),
-            options: Options::default(),
-            _key: PhantomData,
-        }
+        Builder::new(Limits(Vec::new()))
     }
 
     /// A limiter over byte-string keys with the default clock and options.
@@ -748,99 +847,43 @@ impl Limiter {
     }
 }
 
-/// Builds a [`Limiter`]: its named limits, key type, clock and store options.
-#[derive(Debug)]
-#[must_use = "call .build() to get the limiter"]
-pub struct LimiterBuilder<K: ?Sized = [u8], C = MonotonicClock> {
-    limits: Vec<(String, Rule)>,
-    clock: C,
-    options: Options,
-    _key: PhantomData<fn(&K)>,
-}
+/// The named limits a [`LimiterBuilder`] has collected.
+#[derive(Clone, Debug, Default)]
+pub struct Limits(Vec<(String, Rule)>);
 
-impl<K: ?Sized + Key, C: Clock> LimiterBuilder<K, C> {
+/// Builds a [`Limiter`]: its named limits, key type, clock and store options.
+pub type LimiterBuilder<K = [u8], C = MonotonicClock> = Builder<Limits, K, C>;
+
+impl<K: ?Sized + Key, C: Clock> Builder<Limits, K, C> {
     /// Adds a limit. Names must be unique and non-empty; at most
     /// [`MAX_LIMITS`] limits.
     pub fn limit(mut self, name: impl Into<String>, rule: impl Into<Rule>) -> Self {
-        self.limits.push((name.into(), rule.into()));
-        self
-    }
-
-    /// Index keys by `K2` instead (`[u8]` or `u64`).
-    pub fn keys<K2: ?Sized + Key>(self) -> LimiterBuilder<K2, C> {
-        LimiterBuilder { limits: self.limits, clock: self.clock, options: self.options, _key: PhantomData }
-    }
-
-    /// Use `clock` instead of the default [`MonotonicClock`].
-    pub fn clock<C2: Clock>(self, clock: C2) -> LimiterBuilder<K, C2> {
-        LimiterBuilder { limits: self.limits, clock, options: self.options, _key: PhantomData }
-    }
-
-    /// Replace all store options at once.
-    pub fn options(mut self, options: Options) -> Self {
-        self.options = options;
-        self
-    }
-
-    /// See [`Options::max_keys`].
-    pub fn max_keys(mut self, n: usize) -> Self {
-        self.options.max_keys = n;
-        self
-    }
-
-    /// See [`Options::max_key_len`].
-    pub fn max_key_len(mut self, n: usize) -> Self {
-        self.options.max_key_len = n;
-        self
-    }
-
-    /// See [`Options::max_key_bytes`].
-    pub fn max_key_bytes(mut self, n: usize) -> Self {
-        self.options.max_key_bytes = n;
-        self
-    }
-
-    /// See [`Options::eviction`] and [`Eviction`](crate::Eviction).
-    pub fn eviction(mut self, policy: crate::Eviction) -> Self {
-        self.options.eviction = policy;
-        self
-    }
-
-    /// See [`Options::shards`].
-    pub fn shards(mut self, n: usize) -> Self {
-        self.options.shards = Some(n);
+        self.what.0.push((name.into(), rule.into()));
         self
     }
 
     /// The limiter; errors on no limits, more than [`MAX_LIMITS`], an empty
     /// or duplicate name, or an option out of range.
     pub fn build(self) -> Result<Limiter<K, C>> {
-        if self.limits.is_empty() {
+        let limits = self.what.0;
+        if limits.is_empty() {
             return Err(Error::invalid("limits", "[]", "a Limiter needs at least one limit"));
         }
-        if self.limits.len() > MAX_LIMITS {
-            return Err(Error::invalid("limits", self.limits.len(), "a Limiter holds at most 16 limits"));
+        if limits.len() > MAX_LIMITS {
+            return Err(Error::invalid("limits", limits.len(), "a Limiter holds at most 16 limits"));
         }
-        for (i, (name, _)) in self.limits.iter().enumerate() {
+        for (i, (name, _)) in limits.iter().enumerate() {
             if name.is_empty() {
                 return Err(Error::invalid("limit name", "\"\"", "must not be empty"));
             }
-            if self.limits[..i].iter().any(|(n, _)| n == name) {
+            if limits[..i].iter().any(|(n, _)| n == name) {
                 return Err(Error::invalid("limit name", format!("{name:?}"), "is used twice"));
             }
         }
-        let (names, rules): (Vec<_>, Vec<_>) = self.limits.into_iter().map(|(n, r)| (n.into_boxed_str(), r)).unzip();
+        let (names, rules): (Vec<_>, Vec<_>) = limits.into_iter().map(|(n, r)| (n.into_boxed_str(), r)).unzip();
         let rules = Rules(rules.into_boxed_slice());
-        let store = Store::new(&self.options, rules.0.len(), &rules)?;
-        let all = LimitSet(((1u32 << rules.0.len()) - 1) as u16);
-        Ok(Limiter {
-            rules,
-            names: names.into_boxed_slice(),
-            store,
-            clock: self.clock,
-            max_key_len: self.options.max_key_len,
-            all,
-            _key: PhantomData,
-        })
+        let width = rules.0.len();
+        let all = LimitSet(((1u32 << width) - 1) as u16);
+        Ok(Limiter { base: Base::new(rules, width, self.clock, &self.options)?, names: names.into_boxed_slice(), all })
     }
 }

@@ -116,13 +116,9 @@ impl Rate {
         if multiplier == 0 {
             return Err(err("the period must be longer than zero"));
         }
-        let unit_ns = UNITS
-            .iter()
-            .find(|(name, _)| *name == unit)
-            .map(|&(_, ns)| ns)
-            .ok_or_else(|| {
-                err("unknown unit (use ms, s/sec/second, m/min/minute, h/hr/hour or d/day, plurals accepted; or ns, us)")
-            })?;
+        let unit_ns = UNITS.iter().find(|(name, _)| *name == unit).map(|&(_, ns)| ns).ok_or_else(|| {
+            err("unknown unit (use ms, s/sec/second, m/min/minute, h/hr/hour or d/day, plurals accepted; or ns, us)")
+        })?;
         let period_ns = multiplier
             .checked_mul(unit_ns)
             .filter(|&ns| ns <= MAX_NANOS)

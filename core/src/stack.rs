@@ -3,15 +3,16 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Charge};
-use crate::clock::{Clock, MonotonicClock};
+use crate::base;
+use crate::clock::{checked, Clock, ClockId, MonotonicClock};
 use crate::decision::Decision;
 use crate::direct::Direct;
 use crate::error::{Error, Result};
 use crate::keyed::Keyed;
 use crate::limiter::{Entries, Entry, Limiter, MultiDecision, Receipts};
-use crate::rate::MAX_NANOS;
 
 mod private {
     pub trait Sealed {}
@@ -24,13 +25,19 @@ mod private {
 /// Sealed; its methods are the stack's business.
 pub trait StackMember: private::Sealed + Send + Sync {
     #[doc(hidden)]
-    fn validate(&self, key: &[u8], cost: u64) -> Result<()>;
+    fn check(&self, key: &[u8], cost: u64) -> Result<()>;
     #[doc(hidden)]
     fn charge(&self, key: &[u8], cost: u64, now: u64) -> Result<(Decision, Receipt)>;
     #[doc(hidden)]
     fn peek(&self, key: &[u8], cost: u64, now: u64) -> Result<Decision>;
     #[doc(hidden)]
     fn give_back(&self, key: &[u8], receipt: &Receipt);
+    #[doc(hidden)]
+    fn refund(&self, key: &[u8], tokens: u64, now: u64) -> Result<()>;
+    #[doc(hidden)]
+    fn reset(&self, key: &[u8], now: u64) -> Result<()>;
+    #[doc(hidden)]
+    fn clock_id(&self) -> ClockId;
 }
 
 /// What a member stored when it charged a call: what giving it back needs.
@@ -47,8 +54,8 @@ enum Inner {
 
 impl<A: Algorithm, C: Clock> private::Sealed for Keyed<A, [u8], C> {}
 impl<A: Algorithm, C: Clock> StackMember for Keyed<A, [u8], C> {
-    fn validate(&self, key: &[u8], cost: u64) -> Result<()> {
-        Keyed::validate(self, key, cost)
+    fn check(&self, key: &[u8], cost: u64) -> Result<()> {
+        Keyed::check(self, key, cost)
     }
     fn charge(&self, key: &[u8], cost: u64, now: u64) -> Result<(Decision, Receipt)> {
         let (d, stored) = self.charge_at(key, cost, now)?;
@@ -62,12 +69,21 @@ impl<A: Algorithm, C: Clock> StackMember for Keyed<A, [u8], C> {
             self.give_back_at(key, charge);
         }
     }
+    fn refund(&self, key: &[u8], tokens: u64, now: u64) -> Result<()> {
+        self.refund_at(key, tokens, now)
+    }
+    fn reset(&self, key: &[u8], now: u64) -> Result<()> {
+        self.reset_at(key, now)
+    }
+    fn clock_id(&self) -> ClockId {
+        self.clock().id()
+    }
 }
 
 impl<C: Clock> private::Sealed for Limiter<[u8], C> {}
 impl<C: Clock> StackMember for Limiter<[u8], C> {
-    fn validate(&self, key: &[u8], cost: u64) -> Result<()> {
-        Limiter::validate(self, key, cost)
+    fn check(&self, key: &[u8], cost: u64) -> Result<()> {
+        Limiter::check(self, key, cost)
     }
     fn charge(&self, key: &[u8], cost: u64, now: u64) -> Result<(Decision, Receipt)> {
         let (d, receipts) = self.charge_at(key, cost, now)?;
@@ -81,12 +97,21 @@ impl<C: Clock> StackMember for Limiter<[u8], C> {
             self.give_back_at(key, r);
         }
     }
+    fn refund(&self, key: &[u8], tokens: u64, now: u64) -> Result<()> {
+        self.refund_at(key, tokens, now)
+    }
+    fn reset(&self, key: &[u8], now: u64) -> Result<()> {
+        self.reset_at(key, now)
+    }
+    fn clock_id(&self) -> ClockId {
+        self.clock().id()
+    }
 }
 
 impl<A: Algorithm, C: Clock> private::Sealed for Direct<A, C> {}
 /// The key is ignored: a direct bucket is one limit for everything.
 impl<A: Algorithm, C: Clock> StackMember for Direct<A, C> {
-    fn validate(&self, _key: &[u8], cost: u64) -> Result<()> {
+    fn check(&self, _key: &[u8], cost: u64) -> Result<()> {
         self.algorithm().check_cost(cost)
     }
     fn charge(&self, _key: &[u8], cost: u64, now: u64) -> Result<(Decision, Receipt)> {
@@ -101,6 +126,17 @@ impl<A: Algorithm, C: Clock> StackMember for Direct<A, C> {
             self.give_back_at(charge);
         }
     }
+    fn refund(&self, _key: &[u8], tokens: u64, now: u64) -> Result<()> {
+        self.refund_at(tokens, now)
+    }
+    fn reset(&self, _key: &[u8], now: u64) -> Result<()> {
+        checked(now)?;
+        Direct::reset(self);
+        Ok(())
+    }
+    fn clock_id(&self) -> ClockId {
+        self.clock().id()
+    }
 }
 
 /// Several limiters, each on its own key, decided all or nothing: say 100/s
@@ -112,8 +148,10 @@ impl<A: Algorithm, C: Clock> StackMember for Direct<A, C> {
 ///
 /// Members are shared (`Arc`), so the same limiter can also be used on its
 /// own or in other stacks. The stack reads one clock for the whole call and
-/// passes that time to every member, so members should share its timeline:
-/// every [`MonotonicClock`] does; [`ManualClock`](crate::ManualClock) clones do.
+/// passes that time to every member, so every member must read the stack's
+/// timeline: [`build`](StackBuilder::build) refuses a member whose clock has
+/// another [`ClockId`] (every [`MonotonicClock`] shares one;
+/// [`ManualClock`](crate::ManualClock) clones share theirs).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -166,7 +204,7 @@ impl<C: Clock> Stack<C> {
     /// The clock's reading now.
     #[inline]
     pub fn now(&self) -> u64 {
-        self.clock.now().min(MAX_NANOS)
+        self.clock.now()
     }
 
     /// One token from every member, each on its key (`keys[i]` for member
@@ -190,7 +228,8 @@ impl<C: Clock> Stack<C> {
     /// since; a member that did change keeps the charge (a spurious denial
     /// later, never an over-grant).
     pub fn allow_at<Q: AsRef<[u8]>>(&self, keys: &[Q], cost: u64, now: u64) -> Result<MultiDecision<'_>> {
-        self.validate(keys, cost)?;
+        let now = checked(now)?;
+        self.check(keys, cost)?;
         let mut entries = Entries::new();
         let mut denied = false;
         for (member, key) in self.members.iter().zip(keys) {
@@ -227,7 +266,8 @@ impl<C: Clock> Stack<C> {
 
     /// What `allow_n` would answer at `now`, changing nothing.
     pub fn peek_at<Q: AsRef<[u8]>>(&self, keys: &[Q], cost: u64, now: u64) -> Result<MultiDecision<'_>> {
-        self.validate(keys, cost)?;
+        let now = checked(now)?;
+        self.check(keys, cost)?;
         let mut entries = Entries::new();
         for (member, key) in self.members.iter().zip(keys) {
             entries.push(Entry::new(&member.peek(key.as_ref(), cost, now)?));
@@ -240,13 +280,74 @@ impl<C: Clock> Stack<C> {
         (((1u32 << self.members.len()) - 1) & 0xffff) as u16
     }
 
-    /// Every error is found before anything is charged.
-    fn validate<Q: AsRef<[u8]>>(&self, keys: &[Q], cost: u64) -> Result<()> {
+    /// Gives `tokens` back to every member, each on its key (never above
+    /// full): for work that was admitted but not done.
+    pub fn refund<Q: AsRef<[u8]>>(&self, keys: &[Q], tokens: u64) -> Result<()> {
+        self.refund_at(keys, tokens, self.now())
+    }
+
+    /// [`refund`](Self::refund) at time `now`.
+    pub fn refund_at<Q: AsRef<[u8]>>(&self, keys: &[Q], tokens: u64, now: u64) -> Result<()> {
+        let now = checked(now)?;
+        self.check(keys, 0)?;
+        for (member, key) in self.members.iter().zip(keys) {
+            member.refund(key.as_ref(), tokens, now)?;
+        }
+        Ok(())
+    }
+
+    /// Forgets every member's key: each is full again (a direct bucket
+    /// member is reset for everyone).
+    pub fn reset<Q: AsRef<[u8]>>(&self, keys: &[Q]) -> Result<()> {
+        self.reset_at(keys, self.now())
+    }
+
+    /// [`reset`](Self::reset) at time `now`.
+    pub fn reset_at<Q: AsRef<[u8]>>(&self, keys: &[Q], now: u64) -> Result<()> {
+        let now = checked(now)?;
+        self.check(keys, 0)?;
+        for (member, key) in self.members.iter().zip(keys) {
+            member.reset(key.as_ref(), now)?;
+        }
+        Ok(())
+    }
+
+    /// `cost` from every member, waiting out denials; see
+    /// [`Keyed::acquire`](crate::Keyed::acquire).
+    pub fn acquire<Q: AsRef<[u8]>>(
+        &self,
+        keys: &[Q],
+        cost: u64,
+        timeout: Option<Duration>,
+    ) -> Result<MultiDecision<'_>> {
+        base::acquire(timeout, || self.allow_n(keys, cost), answer, |d| self.clock.sleep(d))
+    }
+
+    /// [`acquire`](Self::acquire) for async code on any runtime; see
+    /// [`Keyed::acquire_with`](crate::Keyed::acquire_with).
+    pub async fn acquire_with<Q, F, Fut>(
+        &self,
+        keys: &[Q],
+        cost: u64,
+        timeout: Option<Duration>,
+        sleep: F,
+    ) -> Result<MultiDecision<'_>>
+    where
+        Q: AsRef<[u8]>,
+        F: FnMut(Duration) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        base::acquire_async(timeout, || self.allow_n(keys, cost), answer, sleep).await
+    }
+
+    /// Checks a call's arguments against every member (one key per member,
+    /// each key's length, the cost against each limit), changing nothing.
+    pub fn check<Q: AsRef<[u8]>>(&self, keys: &[Q], cost: u64) -> Result<()> {
         if keys.len() != self.members.len() {
             return Err(Error::invalid("keys", keys.len(), "a stack call needs exactly one key per member"));
         }
         for (member, key) in self.members.iter().zip(keys) {
-            member.validate(key.as_ref(), cost)?;
+            member.check(key.as_ref(), cost)?;
         }
         Ok(())
     }
@@ -284,8 +385,8 @@ impl<C: Clock> StackBuilder<C> {
         StackBuilder { members: self.members, clock }
     }
 
-    /// The stack; errors on no members, more than 16, or an empty or
-    /// duplicate name.
+    /// The stack; errors on no members, more than 16, an empty or duplicate
+    /// name, or a member whose clock is not the stack's (see [`ClockId`]).
     pub fn build(self) -> Result<Stack<C>> {
         if self.members.is_empty() {
             return Err(Error::invalid("members", "[]", "a Stack needs at least one member"));
@@ -301,7 +402,21 @@ impl<C: Clock> StackBuilder<C> {
                 return Err(Error::invalid("member name", format!("{name:?}"), "is used twice"));
             }
         }
+        let id = self.clock.id();
+        if let Some((name, _)) = self.members.iter().find(|(_, m)| m.clock_id() != id) {
+            return Err(Error::invalid(
+                "member",
+                format!("{name:?}"),
+                "reads another clock than the stack: the stack passes its one reading to every member, so all must \
+                 read the same clock (give the stack that clock with .clock(...))",
+            ));
+        }
         let (names, members): (Vec<_>, Vec<_>) = self.members.into_iter().map(|(n, m)| (n.into_boxed_str(), m)).unzip();
         Ok(Stack { members: members.into_boxed_slice(), names: names.into_boxed_slice(), clock: self.clock })
     }
+}
+
+/// `(allowed, retry_after)` of a decision, for the acquire loops.
+fn answer(d: &MultiDecision<'_>) -> (bool, Duration) {
+    (d.decision.allowed, d.decision.retry_after)
 }

@@ -1,9 +1,10 @@
 //! The token bucket (GCRA) limiters: keyed and direct.
 
+use crate::base::Builder;
 use crate::clock::{Clock, MonotonicClock};
 use crate::direct::Direct;
 use crate::gcra::Gcra;
-use crate::keyed::{Builder, Keyed};
+use crate::keyed::Keyed;
 use crate::quota::Quota;
 use crate::store::Options;
 
@@ -41,7 +42,7 @@ pub type TokenBucket<K = [u8], C = MonotonicClock> = Keyed<Gcra, K, C>;
 /// use ratomic::{DirectTokenBucket, Quota};
 ///
 /// let limiter = DirectTokenBucket::new(Quota::per_second(100)?);
-/// assert!(limiter.allow().allowed);
+/// assert!(limiter.allow()?.allowed);
 /// # Ok::<(), ratomic::Error>(())
 /// ```
 pub type DirectTokenBucket<C = MonotonicClock> = Direct<Gcra, C>;

@@ -150,9 +150,9 @@ fn limiter_forgets_a_key_only_when_all_limits_are_idle() {
     let (l, clock) = burst_and_daily();
     let _ = l.allow("u").unwrap();
     clock.advance(Duration::from_secs(1));
-    assert_eq!(l.gc(), 0, "the daily count still matters");
+    assert_eq!(l.gc().unwrap(), 0, "the daily count still matters");
     clock.advance(Duration::from_secs(86_400));
-    assert_eq!(l.gc(), 1);
+    assert_eq!(l.gc().unwrap(), 1);
     assert_eq!(l.len(), 0);
 }
 
@@ -175,4 +175,69 @@ fn check_and_limit_set_bits_change_nothing() {
     assert!(limiter.limit_set_from_bits(0).is_err(), "empty");
     assert!(limiter.limit_set_from_bits(0b100).is_err(), "no limit at position 2");
     assert!(limiter.select(b).allow_n("k", 5).unwrap().allowed(), "b alone allows 5");
+}
+
+#[test]
+fn entries_carry_their_limit_s_index_and_a_selection_checks_its_own_limits() {
+    let clock = ManualClock::new();
+    let l = Limiter::builder()
+        .limit("small", Rule::parse("2/s").unwrap())
+        .limit("big", Rule::parse("10/s").unwrap())
+        .clock(clock)
+        .build()
+        .unwrap();
+    let d = l.select(l.limit_set(&["big"]).unwrap()).allow("k").unwrap();
+    let e: Vec<_> = d.entries().map(|e| (e.index, e.name)).collect();
+    assert_eq!(e, [(1, "big")]);
+    let big = l.select(l.limit_set(&["big"]).unwrap());
+    assert!(big.check("k", 5).is_ok(), "5 fits the big limit alone");
+    assert_eq!(l.check("k", 5), Err(Error::CostExceedsLimit { cost: 5, limit: 2 }));
+    assert_eq!(big.limits(), l.limit_set(&["big"]).unwrap());
+}
+
+#[test]
+fn a_limiter_acquires_on_its_clock_and_in_async_code() {
+    let clock = ManualClock::new();
+    let l = Limiter::builder()
+        .limit("burst", Rule::parse("2/s").unwrap())
+        .limit("daily", Rule::fixed_window(Rate::parse("3/d").unwrap()).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let _ = l.allow_n("k", 2).unwrap();
+    assert!(l.acquire("k", 1, None).unwrap().allowed());
+    assert_eq!(ratomic::Clock::now(&clock), 500_000_000);
+    // The daily window is spent: the next wait (the rest of the day) passes the timeout.
+    let d = l.acquire("k", 1, Some(Duration::from_secs(60))).unwrap();
+    assert!(!d.allowed() && d.denied_by().any(|n| n == "daily"));
+    assert!(d.decision.retry_after > Duration::from_secs(60), "the day's end, beyond the timeout");
+    // acquire_with awaits any sleep future: here one that moves the manual clock.
+    let slept = std::cell::Cell::new(Duration::ZERO);
+    let fut = l.acquire_with("other", 2, None, |d| {
+        slept.set(slept.get() + d);
+        let c = clock.clone();
+        async move { c.advance(d) }
+    });
+    let d = block_on(fut).unwrap();
+    assert!(d.allowed());
+    assert_eq!(slept.get(), Duration::ZERO, "a fresh key needs no wait");
+}
+
+/// Polls a future whose awaits are all ready (the test's sleeps move a
+/// manual clock and return), without an async runtime.
+fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
+    fn raw() -> RawWaker {
+        RawWaker::new(std::ptr::null(), &VTABLE)
+    }
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(|_| raw(), |_| {}, |_| {}, |_| {});
+    // SAFETY: the vtable's functions do nothing and never touch the data pointer.
+    let waker = unsafe { Waker::from_raw(raw()) };
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
 }

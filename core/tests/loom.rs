@@ -118,7 +118,7 @@ fn gc_racing_a_stale_allow_never_grants_more() {
         assert!(allowed(&l, "k", 0));
         let g = {
             let l = l.clone();
-            thread::spawn(move || l.gc_at(10))
+            thread::spawn(move || l.gc_at(10).unwrap())
         };
         let a = {
             let l = l.clone();

@@ -128,7 +128,7 @@ fn run_evicting(b: u64, t: u64, ops: &[Op], max_keys: usize, eviction: Eviction)
                 }
             }
             Op::Gc => {
-                limiter.gc();
+                limiter.gc().unwrap();
             }
             _ => {}
         }
@@ -175,7 +175,7 @@ proptest! {
                     model.reset(KEYS[k]);
                 }
                 Op::Gc => {
-                    limiter.gc();
+                    limiter.gc().unwrap();
                 }
             }
         }

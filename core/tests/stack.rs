@@ -106,3 +106,51 @@ fn concurrent_stack_calls_never_over_grant_any_member() {
         }
     }
 }
+
+#[test]
+fn a_stack_refuses_members_on_another_clock() {
+    let clock = ManualClock::new();
+    let on_clock = Arc::new(TokenBucket::builder(Quota::parse("5/s").unwrap()).clock(clock.clone()).build().unwrap());
+    let other = Arc::new(TokenBucket::builder(Quota::parse("5/s").unwrap()).clock(ManualClock::new()).build().unwrap());
+    let monotonic = Arc::new(TokenBucket::new(Quota::parse("5/s").unwrap()));
+    // The stack's own clock is monotonic unless given: a manual-clock member is refused.
+    let e = Stack::builder().member("a", on_clock.clone()).build().unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "member", .. }), "{e}");
+    assert!(e.to_string().contains("\"a\""), "{e}");
+    let e = Stack::builder().member("a", on_clock.clone()).member("b", other).clock(clock.clone()).build();
+    assert!(e.is_err(), "a clock that is not a clone of the stack's is another timeline");
+    assert!(Stack::builder().member("a", on_clock).clock(clock.clone()).build().is_ok());
+    assert!(Stack::builder().member("m", monotonic.clone()).build().is_ok(), "every MonotonicClock agrees");
+    assert!(Stack::builder().member("m", monotonic).clock(clock).build().is_err());
+}
+
+#[test]
+fn a_stack_refunds_resets_and_acquires_on_every_member() {
+    let f = fixture();
+    let keys = ["1.1.1.1", "alice", ""];
+    for _ in 0..3 {
+        assert!(f.stack.allow(&keys).unwrap().allowed());
+    }
+    assert!(!f.stack.allow(&keys).unwrap().allowed());
+    f.stack.refund(&keys, 1).unwrap();
+    assert_eq!(f.ip.peek_n(keys[0], 0).unwrap().remaining, 3);
+    assert_eq!(f.user.peek_n(keys[1], 0).unwrap().get("daily").unwrap().remaining, 98);
+    assert_eq!(f.global.peek_at(0, 0).unwrap().remaining, 6);
+    f.stack.reset(&keys).unwrap();
+    assert_eq!(f.ip.peek_n(keys[0], 0).unwrap().remaining, 5);
+    assert_eq!(f.user.peek_n(keys[1], 0).unwrap().get("daily").unwrap().remaining, 100);
+    assert_eq!(f.global.peek_at(0, 0).unwrap().remaining, 8);
+    // Errors change nothing, on every member.
+    assert!(f.stack.refund(&keys[..2], 1).is_err());
+    // acquire waits on the stack's (manual) clock: the user's burst refills
+    // one token every 333 ms.
+    for _ in 0..3 {
+        assert!(f.stack.allow(&keys).unwrap().allowed());
+    }
+    let before = f.stack.now();
+    let d = f.stack.acquire(&keys, 1, None).unwrap();
+    assert!(d.allowed());
+    assert_eq!(f.stack.now() - before, 333_333_333, "waited exactly one token of the user's burst");
+    let d = f.stack.acquire(&keys, 1, Some(std::time::Duration::from_millis(10))).unwrap();
+    assert!(!d.allowed(), "with a timeout shorter than the wait, the denial comes back at once");
+}

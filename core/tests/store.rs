@@ -36,7 +36,7 @@ fn dropping_full_buckets_changes_no_decision() {
         let cost = rng.next() % 3;
         assert_eq!(kept.allow_n(&key, cost).unwrap(), forgetful.allow_n(&key, cost).unwrap(), "step {step}");
         if step % 997 == 0 {
-            dropped += forgetful.gc();
+            dropped += forgetful.gc().unwrap();
         }
     }
     assert!(dropped > 1_000, "the test must actually drop keys (dropped {dropped})");
@@ -53,9 +53,9 @@ fn gc_forgets_exactly_the_full_buckets_and_shrinks() {
     assert_eq!(l.len(), 10_001);
     let big = l.memory_bytes();
     clock.advance(Duration::from_millis(999)); // nobody full yet
-    assert_eq!(l.gc(), 0);
+    assert_eq!(l.gc().unwrap(), 0);
     clock.advance(Duration::from_millis(1)); // one-token keys are full now; "busy" is not
-    assert_eq!(l.gc(), 10_000);
+    assert_eq!(l.gc().unwrap(), 10_000);
     assert_eq!(l.len(), 1);
     assert!(l.memory_bytes() * 100 < big, "tables shrink: {} -> {}", big, l.memory_bytes());
     assert_eq!(l.peek_n("busy", 0).unwrap().remaining, 1, "the busy key was kept, half refilled");
@@ -155,8 +155,11 @@ fn an_evicted_key_comes_back_to_its_own_state_and_a_reset_is_exact() {
             .build()
             .unwrap();
         let _ = l.allow_n("a", 2).unwrap();
-        let _ = l.allow("b").unwrap(); // room for one key: "a" is evicted, not yet full
-        assert_eq!(l.len(), 1);
+        // Room for one key: "a" is evicted, not yet full. (Under Strict, "b"
+        // starts from its summary cell: if it shares drained "a"'s, it is
+        // denied and not stored.)
+        let _ = l.allow("b").unwrap();
+        assert!(l.len() <= 1);
         assert!(!l.allow("a").unwrap().allowed, "{policy:?}: an evicted empty bucket stays empty");
         l.reset("a").unwrap();
         assert_eq!(l.allow_n("a", 2).unwrap().remaining, 0, "{policy:?}: a reset key is full");
@@ -236,7 +239,7 @@ fn a_call_stamped_before_a_gc_gets_the_answer_it_would_have_got() {
         assert!(l.allow_at("K", 4, 5 * W + 10).unwrap().allowed);
         assert!(l.allow_at("other", 1, 6 * W + 10).unwrap().allowed);
         if gc {
-            assert_eq!(l.gc_at(8 * W), 2);
+            assert_eq!(l.gc_at(8 * W).unwrap(), 2);
         }
         l.allow_at("K", 2, 5 * W + 20).unwrap()
     };
@@ -248,7 +251,7 @@ fn a_call_stamped_before_a_gc_gets_the_answer_it_would_have_got() {
         assert!(l.allow_at("K", 4, 5 * W + 10).unwrap().allowed);
         assert!(l.allow_at("other", 1, 6 * W + 10).unwrap().allowed);
         if gc {
-            assert_eq!(l.gc_at(9 * W), 2);
+            assert_eq!(l.gc_at(9 * W).unwrap(), 2);
         }
         l.allow_at("K", 2, 5 * W + 20).unwrap()
     };

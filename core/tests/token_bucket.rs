@@ -197,12 +197,40 @@ fn u64_keys() {
 #[test]
 fn allow_many_decides_each_pair_in_order() {
     let (limiter, _clock) = bucket(2, 1.0);
+    let out = limiter.allow_many([(b"a".as_slice(), 1), (b"a", 1), (b"a", 1), (b"b", 2)]).unwrap();
+    let allowed: Vec<_> = out.iter().map(|d| d.allowed).collect();
+    assert_eq!(allowed, [true, true, false, true]);
+}
+
+#[test]
+fn a_batch_with_an_invalid_request_fails_whole_and_changes_nothing() {
+    // SPEC §4.6: every request is checked before any is decided.
+    let (limiter, _clock) = bucket(2, 1.0);
     let long = [b'x'; 2000];
-    let out = limiter.allow_many([(b"a".as_slice(), 1), (b"a", 1), (b"a", 1), (b"b", 2), (b"c", 3), (&long, 1)]);
-    let allowed: Vec<_> = out.iter().map(|r| r.as_ref().map(|d| d.allowed).ok()).collect();
-    assert_eq!(allowed, [Some(true), Some(true), Some(false), Some(true), None, None]);
-    assert!(matches!(out[4], Err(Error::CostExceedsLimit { .. })));
-    assert!(matches!(out[5], Err(Error::KeyTooLong { .. })));
+    let err = limiter.allow_many([(b"a".as_slice(), 1), (b"b", 3), (&long, 1)]).unwrap_err();
+    assert_eq!(err, Error::InvalidRequest { index: 1, error: Box::new(Error::CostExceedsLimit { cost: 3, limit: 2 }) });
+    assert_eq!(err.cause(), &Error::CostExceedsLimit { cost: 3, limit: 2 });
+    assert!(err.to_string().starts_with("request 1 of the batch: cost 3 exceeds"), "{err}");
+    let err = limiter.allow_many([(b"a".as_slice(), 1), (&long, 1)]).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidRequest { index: 1, ref error } if matches!(**error, Error::KeyTooLong { .. }))
+    );
+    assert_eq!(limiter.peek_n("a", 0).unwrap().remaining, 2, "request 0 was not charged");
+    assert!(limiter.is_empty());
+}
+
+#[test]
+fn a_time_beyond_the_last_valid_one_is_an_error_and_changes_nothing() {
+    use ratomic::MAX_TIME;
+    let (limiter, clock) = bucket(2, 1.0);
+    assert!(limiter.allow_at("k", 1, MAX_TIME).unwrap().allowed);
+    let e = limiter.allow_at("k", 1, MAX_TIME + 1).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "now", .. }), "{e}");
+    clock.set_nanos(u64::MAX); // a clock that reads nonsense is never clamped
+    assert!(limiter.allow("other").is_err());
+    assert!(limiter.peek("other").is_err());
+    assert!(limiter.gc().is_err());
+    assert_eq!(limiter.len(), 1, "nothing was stored");
 }
 
 #[test]
@@ -221,16 +249,16 @@ fn clock_stepping_back_never_grants_more() {
 fn direct_bucket() {
     let clock = ManualClock::new();
     let b = DirectTokenBucket::with_clock(Quota::new(2, 1.0).unwrap(), clock.clone());
-    assert!(b.allow().allowed);
-    assert!(b.allow().allowed);
-    let d = b.allow();
+    assert!(b.allow().unwrap().allowed);
+    assert!(b.allow().unwrap().allowed);
+    let d = b.allow().unwrap();
     assert_eq!((d.allowed, d.retry_after), (false, Duration::from_secs(1)));
     assert_eq!(b.allow_n(3), Err(Error::CostExceedsLimit { cost: 3, limit: 2 }));
-    b.refund(1);
-    assert!(b.peek().allowed);
+    b.refund(1).unwrap();
+    assert!(b.peek().unwrap().allowed);
     b.reset();
     assert_eq!(b.peek_at(0, b.now()).unwrap().remaining, 2);
-    assert_eq!(b.peek().remaining, 1, "peek answers what allow would: one token taken");
+    assert_eq!(b.peek().unwrap().remaining, 1, "peek answers what allow would: one token taken");
     clock.advance(Duration::from_secs(5));
     assert_eq!(b.allow_n(2).unwrap().remaining, 0);
 }

@@ -88,16 +88,16 @@ fn windows_peek_refund_reset_len_gc() {
     assert_eq!(l.len(), 0);
     let _ = l.allow("b").unwrap();
     clock.advance(Duration::from_millis(1999));
-    assert_eq!(l.gc(), 0, "b still counts in the sliding window");
+    assert_eq!(l.gc().unwrap(), 0, "b still counts in the sliding window");
     clock.advance(Duration::from_millis(1));
-    assert_eq!(l.gc(), 1);
+    assert_eq!(l.gc().unwrap(), 1);
 
     let (f, clock) = fixed("4/s");
     let _ = f.allow("b").unwrap();
     clock.advance(Duration::from_millis(999));
-    assert_eq!(f.gc(), 0);
+    assert_eq!(f.gc().unwrap(), 0);
     clock.advance(Duration::from_millis(1));
-    assert_eq!(f.gc(), 1);
+    assert_eq!(f.gc().unwrap(), 1);
 }
 
 fn gc_changes_no_decision<A: Algorithm + Copy>(alg: A, kind: &str) {
@@ -120,7 +120,7 @@ fn gc_changes_no_decision<A: Algorithm + Copy>(alg: A, kind: &str) {
             clock.now()
         );
         if step % 500 == 0 {
-            dropped += forgetful.gc();
+            dropped += forgetful.gc().unwrap();
         }
     }
     assert!(dropped > 500, "{kind}: dropped {dropped}");

@@ -237,7 +237,7 @@ fn bench(c: &mut Criterion) {
             let batch = &keys[start..start + BATCH];
             start = (start + BATCH) % KEYS;
             out.clear();
-            rust.allow_many_at(batch.iter().map(|k| (k.as_slice(), 1)), rust.now(), &mut out);
+            rust.allow_many_at(batch.iter().map(|k| (k.as_slice(), 1)), rust.now(), &mut out).unwrap();
             black_box(&out);
         })
     });

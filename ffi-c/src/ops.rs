@@ -401,7 +401,7 @@ pub unsafe extern "C" fn ratomic_gc(limiter: *const ratomic_limiter, dropped: *m
         // SAFETY: the caller passes a live limiter or NULL.
         let l = unsafe { arg_ref(limiter, "limiter") }?;
         let now = l.now();
-        let n = with_kind!(&l.kind, k => k.gc_at(now), m => m.limiter.gc_at(now));
+        let n = with_kind!(&l.kind, k => k.gc_at(now), m => m.limiter.gc_at(now))?;
         if !dropped.is_null() {
             // SAFETY: non-NULL; writable as the caller guarantees.
             unsafe { write_out(dropped, n) };

@@ -93,7 +93,7 @@ fn attack(max_keys: usize, eviction: Eviction, minutes: u64) -> Tally {
         }
         clock.advance(Duration::from_secs(1));
         if second % 60 == 59 {
-            unbounded.gc(); // keeps the reference's memory to the live keys
+            unbounded.gc().unwrap(); // keeps the reference's memory to the live keys
         }
     }
     t
@@ -121,7 +121,7 @@ fn attack_on_heavy_users(max_keys: usize, eviction: Eviction, minutes: u64) -> T
         }
         clock.advance(Duration::from_secs(1));
         if second % 60 == 59 {
-            unbounded.gc();
+            unbounded.gc().unwrap();
         }
     }
     t

@@ -1,0 +1,221 @@
+//! What every keyed limiter is made of, once: the rule(s), the bounded key
+//! store, the clock and the key rules, and the builder that assembles them.
+//! [`Keyed`](crate::Keyed) (one rule) and [`Limiter`](crate::Limiter)
+//! (several) are thin over it.
+
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use crate::clock::{checked, Clock, MonotonicClock};
+use crate::error::Result;
+use crate::key::{Key, Probe};
+use crate::store::{Eviction, Options, Retention, Store};
+use crate::sync::AtomicU64;
+
+/// The rule(s), the store, the clock and the longest key.
+pub(crate) struct Base<R, K: ?Sized + Key, C> {
+    pub(crate) rules: R,
+    store: Store<K::Stored>,
+    pub(crate) clock: C,
+    max_key_len: usize,
+    _key: PhantomData<fn(&K)>,
+}
+
+impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
+    /// A store for `width` state words per key.
+    pub(crate) fn new(rules: R, width: usize, clock: C, options: &Options) -> Result<Self> {
+        let store = Store::new(options, width, &rules)?;
+        Ok(Base { rules, store, clock, max_key_len: options.max_key_len, _key: PhantomData })
+    }
+
+    /// The longest key accepted.
+    #[inline]
+    pub(crate) fn max_key_len(&self) -> usize {
+        self.max_key_len
+    }
+
+    /// The key's hash and prepared form; errors if it is too long.
+    #[inline]
+    pub(crate) fn probe<'k>(&self, key: &'k K) -> Result<(u64, Probe<'k, K>)> {
+        key.probe(self.store.hasher(), self.max_key_len)
+    }
+
+    /// Runs `op` on `key`'s state words at `now` (see
+    /// [`Store::update`]); errors, changing nothing, on an invalid time or
+    /// key.
+    #[inline]
+    pub(crate) fn update<T>(&self, key: &K, now: u64, op: impl Fn(&[AtomicU64]) -> (T, bool)) -> Result<T> {
+        let now = checked(now)?;
+        let (hash, probe) = self.probe(key)?;
+        Ok(self.store.update(hash, &probe, now, &self.rules, op))
+    }
+
+    /// [`update`](Self::update) for a key already probed, at a time
+    /// already checked.
+    #[inline]
+    pub(crate) fn update_probed<T>(
+        &self,
+        hash: u64,
+        probe: &Probe<'_, K>,
+        now: u64,
+        op: impl Fn(&[AtomicU64]) -> (T, bool),
+    ) -> T {
+        self.store.update(hash, probe, now, &self.rules, op)
+    }
+
+    /// Runs `op` on `key`'s state words if the store holds the key.
+    pub(crate) fn with_existing(&self, key: &K, op: impl FnOnce(&[AtomicU64])) {
+        if let Ok((hash, probe)) = self.probe(key) {
+            self.store.with_existing(hash, &probe, op);
+        }
+    }
+
+    /// Forgets `key`: it is full again.
+    pub(crate) fn reset_at(&self, key: &K, now: u64) -> Result<()> {
+        let now = checked(now)?;
+        let (hash, probe) = self.probe(key)?;
+        self.store.reset(hash, &probe, now, &self.rules);
+        Ok(())
+    }
+
+    /// Drops every key that carries no information at `now`.
+    pub(crate) fn gc_at(&self, now: u64) -> Result<usize> {
+        Ok(self.store.gc(checked(now)?, &self.rules))
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.store.len()
+    }
+
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.store.memory_bytes()
+    }
+}
+
+/// Waits out denials: calls `attempt` until it allows, sleeping with `sleep`
+/// through each `retry_after`, and returns the allowing answer — or, once the
+/// next wait would take the total past `timeout`, the denial, without
+/// waiting (a denial is a value). `answer` reads `(allowed, retry_after)`.
+pub(crate) fn acquire<D>(
+    timeout: Option<Duration>,
+    mut attempt: impl FnMut() -> Result<D>,
+    answer: impl Fn(&D) -> (bool, Duration),
+    mut sleep: impl FnMut(Duration),
+) -> Result<D> {
+    let mut waited = Duration::ZERO;
+    loop {
+        let d = attempt()?;
+        let (allowed, wait) = answer(&d);
+        if allowed || timeout.is_some_and(|t| waited + wait > t) {
+            return Ok(d);
+        }
+        sleep(wait);
+        waited += wait;
+    }
+}
+
+/// [`acquire`] for any async runtime: `sleep(d)` returns a future that
+/// completes after `d`.
+pub(crate) async fn acquire_async<D, F, Fut>(
+    timeout: Option<Duration>,
+    mut attempt: impl FnMut() -> Result<D>,
+    answer: impl Fn(&D) -> (bool, Duration),
+    mut sleep: F,
+) -> Result<D>
+where
+    F: FnMut(Duration) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut waited = Duration::ZERO;
+    loop {
+        let d = attempt()?;
+        let (allowed, wait) = answer(&d);
+        if allowed || timeout.is_some_and(|t| waited + wait > t) {
+            return Ok(d);
+        }
+        sleep(wait).await;
+        waited += wait;
+    }
+}
+
+/// Builds a keyed limiter: what it enforces (`T`: an algorithm for a
+/// [`Keyed`](crate::Keyed) limiter, named limits for a
+/// [`Limiter`](crate::Limiter)), the key type, the clock and the store
+/// [`Options`]. Start from [`TokenBucket::builder`](crate::TokenBucket::builder),
+/// [`FixedWindow::builder`](crate::FixedWindow::builder), … or
+/// [`Limiter::builder`](crate::Limiter::builder).
+///
+/// ```
+/// use ratomic::{ManualClock, Quota, TokenBucket};
+///
+/// let clock = ManualClock::new();
+/// let limiter = TokenBucket::builder(Quota::per_second(5)?)
+///     .keys::<u64>()
+///     .clock(clock.clone())
+///     .max_keys(10_000)
+///     .build()?;
+/// assert!(limiter.allow(&42)?.allowed);
+/// # Ok::<(), ratomic::Error>(())
+/// ```
+#[derive(Debug)]
+#[must_use = "call .build() to get the limiter"]
+pub struct Builder<T, K: ?Sized = [u8], C = MonotonicClock> {
+    pub(crate) what: T,
+    pub(crate) clock: C,
+    pub(crate) options: Options,
+    _key: PhantomData<fn(&K)>,
+}
+
+impl<T> Builder<T> {
+    pub(crate) fn new(what: T) -> Self {
+        Builder { what, clock: MonotonicClock::new(), options: Options::default(), _key: PhantomData }
+    }
+}
+
+impl<T, K: ?Sized + Key, C: Clock> Builder<T, K, C> {
+    /// Index keys by `K2` instead (`[u8]` or `u64`).
+    pub fn keys<K2: ?Sized + Key>(self) -> Builder<T, K2, C> {
+        Builder { what: self.what, clock: self.clock, options: self.options, _key: PhantomData }
+    }
+
+    /// Use `clock` instead of the default [`MonotonicClock`].
+    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<T, K, C2> {
+        Builder { what: self.what, clock, options: self.options, _key: PhantomData }
+    }
+
+    /// Replace all store options at once.
+    pub fn options(mut self, options: Options) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// See [`Options::max_keys`].
+    pub fn max_keys(mut self, n: usize) -> Self {
+        self.options.max_keys = n;
+        self
+    }
+
+    /// See [`Options::max_key_len`].
+    pub fn max_key_len(mut self, n: usize) -> Self {
+        self.options.max_key_len = n;
+        self
+    }
+
+    /// See [`Options::max_key_bytes`].
+    pub fn max_key_bytes(mut self, n: usize) -> Self {
+        self.options.max_key_bytes = n;
+        self
+    }
+
+    /// See [`Options::shards`].
+    pub fn shards(mut self, n: usize) -> Self {
+        self.options.shards = Some(n);
+        self
+    }
+
+    /// See [`Options::eviction`] and [`Eviction`].
+    pub fn eviction(mut self, policy: Eviction) -> Self {
+        self.options.eviction = policy;
+        self
+    }
+}

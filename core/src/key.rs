@@ -6,7 +6,9 @@
 //! follows a pointer. Longer keys live on the heap; the slot keeps their
 //! length and first eight bytes, so a probe rarely dereferences them.
 
+use std::fmt;
 use std::hash::BuildHasher;
+use std::ptr::NonNull;
 
 use crate::error::{Error, Result};
 
@@ -52,6 +54,10 @@ mod private {
     pub trait Sealed {}
     impl Sealed for [u8] {}
     impl Sealed for u64 {}
+    /// Seals [`StoredKey`](super::StoredKey): its safety contract is the
+    /// store's business, so no other crate implements it.
+    pub trait SealedStored {}
+    impl SealedStored for u64 {}
 }
 
 /// What a slot holds. `Probe` is a key prepared once per call for cheap
@@ -61,7 +67,7 @@ mod private {
 /// `size_of::<Self>()` must be a multiple of 8 and `align_of` at most 8
 /// (slots are laid out in `u64` words), and `hash` must agree with the
 /// `Key::probe` hash of the key it was made from.
-pub unsafe trait StoredKey: Sized + Send + Sync + 'static {
+pub unsafe trait StoredKey: private::SealedStored + Sized + Send + Sync + 'static {
     #[doc(hidden)]
     type Probe<'a>;
     #[doc(hidden)]
@@ -192,20 +198,47 @@ fn words(b: &[u8; 24]) -> [u64; 3] {
 /// A byte key as a slot stores it: 24 bytes, inline up to 23 bytes long,
 /// otherwise a header, an 8-byte prefix and an owning pointer.
 #[doc(hidden)]
-#[derive(Debug)]
 #[repr(C)]
-pub struct ByteKey {
+pub union ByteKey {
+    /// An inline key: its length byte and up to 23 bytes. Also the view
+    /// every key is compared through (a heap key's header word, whose first
+    /// byte is [`HEAP_TAG`], never equals an inline key's).
     words: [u64; 3],
+    heap: HeapKey,
+}
+
+/// A key longer than 23 bytes: header (tag + length), first 8 bytes, and
+/// the owned bytes (a `Box<[u8]>` as a raw pointer, keeping its provenance).
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct HeapKey {
+    header: u64,
+    prefix: u64,
+    ptr: NonNull<u8>,
+}
+
+impl fmt::Debug for ByteKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ByteKey").field(&self.bytes()).finish()
+    }
 }
 
 impl ByteKey {
+    /// The first word, the same in both forms.
+    #[inline]
+    fn header(&self) -> u64 {
+        // SAFETY: both forms begin with an initialised u64 (all bytes are
+        // initialised in either form).
+        unsafe { self.words[0] }
+    }
+
     #[inline]
     fn is_heap(&self) -> bool {
-        self.words[0].to_ne_bytes()[0] == HEAP_TAG
+        self.header().to_ne_bytes()[0] == HEAP_TAG
     }
 
     fn heap_len(&self) -> usize {
-        let b = self.words[0].to_ne_bytes();
+        let b = self.header().to_ne_bytes();
         u32::from_ne_bytes(b[4..8].try_into().unwrap()) as usize
     }
 
@@ -213,15 +246,17 @@ impl ByteKey {
     pub(crate) fn bytes(&self) -> &[u8] {
         if self.is_heap() {
             // SAFETY: a heap ByteKey owns a live allocation of `heap_len`
-            // bytes at `words[2]` (made by `from_probe`, freed only by Drop).
-            unsafe { std::slice::from_raw_parts(self.words[2] as usize as *const u8, self.heap_len()) }
+            // bytes at `heap.ptr` (made by `from_probe`, freed only by Drop).
+            unsafe { std::slice::from_raw_parts(self.heap.ptr.as_ptr(), self.heap_len()) }
         } else {
-            // SAFETY: `words` is 24 initialised bytes; the length byte is ≤ 23.
+            // SAFETY: an inline key is 24 initialised bytes; its length byte is ≤ 23.
             let all: &[u8; 24] = unsafe { &*(self.words.as_ptr() as *const [u8; 24]) };
             &all[1..=all[0] as usize]
         }
     }
 }
+
+impl private::SealedStored for ByteKey {}
 
 // SAFETY: 24 bytes, align 8, `#[repr(C)]`; `rehash` hashes the same bytes
 // `[u8]::probe` hashed. The heap pointer is uniquely owned, so sending and
@@ -232,8 +267,13 @@ unsafe impl StoredKey for ByteKey {
     #[inline]
     fn matches(&self, probe: &BytesProbe<'_>) -> bool {
         match probe.long {
-            None => self.words == probe.words,
-            Some(long) => self.words[..2] == probe.words[..2] && self.bytes() == long,
+            // SAFETY: every bit of either form is initialised; comparing a
+            // heap key's words to an inline probe's is false at the header.
+            None => unsafe { self.words == probe.words },
+            Some(long) => {
+                // SAFETY: as above; the heap view is read only for heap keys.
+                self.is_heap() && unsafe { self.heap.prefix == probe.words[1] } && self.bytes() == long
+            }
         }
     }
 
@@ -241,8 +281,10 @@ unsafe impl StoredKey for ByteKey {
         match probe.long {
             None => ByteKey { words: probe.words },
             Some(long) => {
-                let ptr = Box::into_raw(Box::<[u8]>::from(long)) as *mut u8;
-                ByteKey { words: [probe.words[0], probe.words[1], ptr as usize as u64] }
+                let raw = Box::into_raw(Box::<[u8]>::from(long)).cast::<u8>();
+                // SAFETY: `Box::into_raw` never returns null.
+                let ptr = unsafe { NonNull::new_unchecked(raw) };
+                ByteKey { heap: HeapKey { header: probe.words[0], prefix: probe.words[1], ptr } }
             }
         }
     }
@@ -269,9 +311,9 @@ impl Drop for ByteKey {
     fn drop(&mut self) {
         if self.is_heap() {
             let len = self.heap_len();
-            let ptr = self.words[2] as usize as *mut u8;
             // SAFETY: made by `Box::into_raw` of a `[u8]` of `len` bytes in
             // `from_probe`; dropped exactly once, here.
+            let ptr = unsafe { self.heap.ptr.as_ptr() };
             drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) });
         }
     }

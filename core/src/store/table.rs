@@ -92,9 +92,12 @@ impl<S: StoredKey> Table<S> {
         self.live
     }
 
+    /// Slot `i`'s address. Checked in every build: every safe accessor
+    /// goes through here, so an index out of bounds panics rather than
+    /// reading past the allocation.
     #[inline]
     fn slot_ptr(&self, i: usize) -> *mut u8 {
-        debug_assert!(i < self.cap);
+        assert!(i < self.cap, "slot {i} of a table of {}", self.cap);
         // SAFETY: i < cap, so the offset is inside the allocation.
         unsafe { self.ptr.as_ptr().add(i * self.stride) }
     }
@@ -112,10 +115,10 @@ impl<S: StoredKey> Table<S> {
         unsafe { std::slice::from_raw_parts(self.state_ptr(i, 0), self.width) }
     }
 
-    /// Slot `i`'s key; the slot must be occupied.
+    /// Slot `i`'s key; panics if the slot is empty.
     #[inline]
     pub(crate) fn key(&self, i: usize) -> &S {
-        debug_assert!(self.is_occupied(i));
+        assert!(self.is_occupied(i), "slot {i} is empty");
         // SAFETY: occupied slots hold an initialised key at offset 0.
         unsafe { &*(self.slot_ptr(i) as *const S) }
     }

@@ -311,9 +311,10 @@ impl Drop for ByteKey {
     fn drop(&mut self) {
         if self.is_heap() {
             let len = self.heap_len();
+            // SAFETY: a heap key (checked above) holds its `HeapKey` form.
+            let ptr = unsafe { self.heap.ptr.as_ptr() };
             // SAFETY: made by `Box::into_raw` of a `[u8]` of `len` bytes in
             // `from_probe`; dropped exactly once, here.
-            let ptr = unsafe { self.heap.ptr.as_ptr() };
             drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) });
         }
     }

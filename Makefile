@@ -28,7 +28,7 @@ test-rust:
 	$(CARGO) check -p ratomic-benches --benches --bins
 
 test-loom:
-	RUSTFLAGS="--cfg ratomic_loom" LOOM_MAX_PREEMPTIONS=$(LOOM_MAX_PREEMPTIONS) CARGO_TARGET_DIR=target/loom \
+	RUSTFLAGS="--cfg ratomic_loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=$(LOOM_MAX_PREEMPTIONS) CARGO_TARGET_DIR=target/loom \
 		$(CARGO) test -p ratomic --release --test loom
 
 test-ffi:

@@ -5,6 +5,7 @@
 
 use crate::decision::Verdict;
 use crate::error::{Error, Result};
+use crate::store::{Cells, Conflict, Frozen};
 use crate::sync::{AtomicU64, Ordering};
 
 pub(crate) mod sealed {
@@ -151,6 +152,85 @@ pub(crate) fn charge_from<A: Algorithm>(
 #[inline]
 pub(crate) fn restore(cell: &AtomicU64, charge: Charge) -> bool {
     cell.compare_exchange(charge.after, charge.before, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+}
+
+/// [`cas_charge`] on word `i` of a stored key (see `store/cells.rs`).
+#[inline]
+pub(crate) fn charge_in<A: Algorithm>(
+    alg: &A,
+    cells: &mut Cells<'_>,
+    i: usize,
+    now: u64,
+    cost: u64,
+) -> Result<(Verdict, Option<Charge>), Frozen> {
+    let current = cells.load(i)?;
+    let (decision, next) = alg.decide(current, now, cost);
+    match next {
+        None => Ok((decision, None)),
+        Some(next) => charge_from_in(alg, cells, i, current, next, decision, now, cost),
+    }
+}
+
+/// [`charge_from`] on word `i` of a stored key.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) fn charge_from_in<A: Algorithm>(
+    alg: &A,
+    cells: &mut Cells<'_>,
+    i: usize,
+    mut current: u64,
+    mut next: u64,
+    mut decision: Verdict,
+    now: u64,
+    cost: u64,
+) -> Result<(Verdict, Option<Charge>), Frozen> {
+    loop {
+        match cells.cas(i, current, next) {
+            Ok(()) => return Ok((decision, Some(Charge { before: current, after: next }))),
+            Err(Conflict::Frozen) => return Err(Frozen),
+            Err(Conflict::Changed(actual)) => {
+                current = actual;
+                let (d, n) = alg.decide(current, now, cost);
+                decision = d;
+                match n {
+                    Some(n) => next = n,
+                    None => return Ok((decision, None)),
+                }
+            }
+        }
+    }
+}
+
+/// [`cas_refund`] on word `i` of a stored key.
+#[inline]
+pub(crate) fn refund_in<A: Algorithm>(
+    alg: &A,
+    cells: &mut Cells<'_>,
+    i: usize,
+    now: u64,
+    tokens: u64,
+) -> Result<bool, Frozen> {
+    let mut current = cells.load(i)?;
+    loop {
+        let Some(next) = alg.refund(current, now, tokens) else { return Ok(false) };
+        match cells.cas(i, current, next) {
+            Ok(()) => return Ok(true),
+            Err(Conflict::Frozen) => return Err(Frozen),
+            Err(Conflict::Changed(actual)) => current = actual,
+        }
+    }
+}
+
+/// [`peek`] on word `i` of a stored key.
+#[inline]
+pub(crate) fn peek_in<A: Algorithm>(
+    alg: &A,
+    cells: &Cells<'_>,
+    i: usize,
+    now: u64,
+    cost: u64,
+) -> Result<Verdict, Frozen> {
+    Ok(alg.decide(cells.load(i)?, now, cost).0)
 }
 
 /// Gives back `tokens` with a CAS loop; returns whether anything changed.

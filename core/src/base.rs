@@ -9,8 +9,7 @@ use std::time::Duration;
 use crate::clock::{checked, Clock, MonotonicClock};
 use crate::error::Result;
 use crate::key::{Key, Probe};
-use crate::store::{Eviction, Options, Retention, Store};
-use crate::sync::AtomicU64;
+use crate::store::{Cells, Eviction, Frozen, Options, Retention, Store};
 
 /// The rule(s), the store, the clock and the longest key.
 pub(crate) struct Base<R, K: ?Sized + Key, C> {
@@ -44,7 +43,7 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
     /// [`Store::update`]); errors, changing nothing, on an invalid time or
     /// key.
     #[inline]
-    pub(crate) fn update<T>(&self, key: &K, now: u64, op: impl Fn(&[AtomicU64]) -> (T, bool)) -> Result<T> {
+    pub(crate) fn update<T>(&self, key: &K, now: u64, op: impl Fn(&mut Cells<'_>) -> Result<T, Frozen>) -> Result<T> {
         let now = checked(now)?;
         let (hash, probe) = self.probe(key)?;
         Ok(self.store.update(hash, &probe, now, &self.rules, op))
@@ -58,16 +57,25 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
         hash: u64,
         probe: &Probe<'_, K>,
         now: u64,
-        op: impl Fn(&[AtomicU64]) -> (T, bool),
+        op: impl Fn(&mut Cells<'_>) -> Result<T, Frozen>,
     ) -> T {
         self.store.update(hash, probe, now, &self.rules, op)
     }
 
-    /// Runs `op` on `key`'s state words if the store holds the key.
-    pub(crate) fn with_existing(&self, key: &K, op: impl FnOnce(&[AtomicU64])) {
-        if let Ok((hash, probe)) = self.probe(key) {
-            self.store.with_existing(hash, &probe, op);
-        }
+    /// Runs an operation that credits `key` (a refund, a give-back) on its
+    /// state words at `now`, with the key's slot locked (see
+    /// [`Store::update_locked`]). A key the store does not hold is inserted
+    /// with what `op` changed if `insert`, else left alone (`None`).
+    pub(crate) fn credit<T>(
+        &self,
+        key: &K,
+        now: u64,
+        insert: bool,
+        op: impl Fn(&mut Cells<'_>) -> Result<T, Frozen>,
+    ) -> Result<Option<T>> {
+        let now = checked(now)?;
+        let (hash, probe) = self.probe(key)?;
+        Ok(self.store.update_locked(hash, &probe, now, &self.rules, insert, op))
     }
 
     /// Forgets `key`: it is full again.
@@ -85,6 +93,12 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
 
     pub(crate) fn len(&self) -> usize {
         self.store.len()
+    }
+
+    /// Migrates every shard now (see [`Store::force_migration`]).
+    pub(crate) fn force_migration_at(&self, now: u64) -> Result<()> {
+        self.store.force_migration(checked(now)?, &self.rules);
+        Ok(())
     }
 
     pub(crate) fn memory_bytes(&self) -> usize {

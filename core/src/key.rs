@@ -1,16 +1,20 @@
 //! Key types: how a key is hashed, compared and stored in a slot.
 //!
-//! Byte keys are stored inline when they are at most 23 bytes long (the
-//! common case: user ids, IPs, API keys), so a slot is 24 bytes of key plus
-//! 8 bytes of state, and looking an existing key up never allocates or
-//! follows a pointer. Longer keys live on the heap; the slot keeps their
-//! length and first eight bytes, so a probe rarely dereferences them.
+//! A slot stores its key as atomic words, so that lookups can read it while
+//! another thread may be reusing the slot (the store validates what it read;
+//! see `store/table.rs`). A `u64` key is one word. A byte key is three:
+//! inline when it is at most 23 bytes long (the common case: user ids, IPs,
+//! API keys), so looking it up never follows a pointer; longer keys live on
+//! the heap, the slot keeping their length, their first eight bytes and the
+//! pointer, so a probe rarely dereferences them. A heap key's block carries
+//! its own length, so even a pointer read from a slot being rewritten is
+//! never read past its end, and blocks are freed through the epoch only once
+//! no lookup can still be reading them.
 
-use std::fmt;
 use std::hash::BuildHasher;
-use std::ptr::NonNull;
 
 use crate::error::{Error, Result};
+use crate::sync::{epoch, AtomicU64, Ordering};
 
 /// The key types a keyed limiter can be indexed by: `[u8]` (any bytes, the
 /// default; `&str`, `String`, `Vec<u8>` and byte arrays pass as keys) or
@@ -57,31 +61,50 @@ mod private {
     /// Seals [`StoredKey`](super::StoredKey): its safety contract is the
     /// store's business, so no other crate implements it.
     pub trait SealedStored {}
-    impl SealedStored for u64 {}
 }
 
-/// What a slot holds. `Probe` is a key prepared once per call for cheap
-/// comparison against many slots.
+/// How a key type is stored in a slot: `WORDS` atomic words. `Probe` is a
+/// key prepared once per call for cheap comparison against many slots.
 ///
 /// # Safety
-/// `size_of::<Self>()` must be a multiple of 8 and `align_of` at most 8
-/// (slots are laid out in `u64` words), and `hash` must agree with the
-/// `Key::probe` hash of the key it was made from.
-pub unsafe trait StoredKey: private::SealedStored + Sized + Send + Sync + 'static {
+/// `rehash` must agree with the `Key::probe` hash of the key the words were
+/// stored from; `free`/`retire` must free exactly what `store` allocated.
+pub unsafe trait StoredKey: private::SealedStored + Send + Sync + 'static {
+    /// Words a stored key occupies.
     #[doc(hidden)]
-    type Probe<'a>;
+    const WORDS: usize;
     #[doc(hidden)]
-    fn matches(&self, probe: &Self::Probe<'_>) -> bool;
+    type Probe<'a>: Copy;
+    /// Whether `words` hold the probe's key. Reads atomically; the words
+    /// may be being rewritten (the caller validates), but what this reads
+    /// never outlives the caller's epoch guard.
     #[doc(hidden)]
-    fn from_probe(probe: &Self::Probe<'_>) -> Self;
+    fn matches(words: &[AtomicU64], probe: &Self::Probe<'_>) -> bool;
+    /// Writes the probe's key into words the caller owns (allocating a long
+    /// key's bytes).
     #[doc(hidden)]
-    fn rehash<H: BuildHasher>(&self, hasher: &H) -> u64;
-    /// Bytes this key holds outside its slot (0 for keys stored inline).
+    fn store(words: &[AtomicU64], probe: &Self::Probe<'_>);
+    /// The hash of the key the words hold.
     #[doc(hidden)]
-    fn heap_bytes(&self) -> usize;
+    fn rehash<H: BuildHasher>(words: &[AtomicU64], hasher: &H) -> u64;
+    /// Bytes the stored key holds outside its slot (0 for keys inline).
+    #[doc(hidden)]
+    fn heap_bytes(words: &[AtomicU64]) -> usize;
     /// Bytes a key made from this probe would hold outside its slot.
     #[doc(hidden)]
     fn probe_heap_bytes(probe: &Self::Probe<'_>) -> usize;
+    /// Frees what the words own once no thread pinned now can read it.
+    #[doc(hidden)]
+    fn retire(words: &[AtomicU64], guard: &epoch::Guard);
+    /// Makes the words own nothing (after [`retire`](Self::retire)).
+    #[doc(hidden)]
+    fn clear(words: &[AtomicU64]);
+    /// Frees what the words own now.
+    ///
+    /// # Safety
+    /// No other thread may read the words' key any more.
+    #[doc(hidden)]
+    unsafe fn free(words: &[AtomicU64]);
 }
 
 // ---- u64 -------------------------------------------------------------------
@@ -94,29 +117,38 @@ impl Key for u64 {
     }
 }
 
-// SAFETY: 8 bytes, align 8; `rehash` hashes the same u64 `probe` hashed.
+impl private::SealedStored for u64 {}
+
+// SAFETY: `rehash` hashes the same u64 `probe` hashed; nothing is allocated.
 unsafe impl StoredKey for u64 {
+    const WORDS: usize = 1;
     type Probe<'a> = u64;
     #[inline]
-    fn matches(&self, probe: &u64) -> bool {
-        *self == *probe
+    fn matches(words: &[AtomicU64], probe: &u64) -> bool {
+        words[0].load(Ordering::Relaxed) == *probe
     }
     #[inline]
-    fn from_probe(probe: &u64) -> Self {
-        *probe
+    fn store(words: &[AtomicU64], probe: &u64) {
+        words[0].store(*probe, Ordering::Relaxed);
     }
     #[inline]
-    fn rehash<H: BuildHasher>(&self, hasher: &H) -> u64 {
-        hasher.hash_one(*self)
+    fn rehash<H: BuildHasher>(words: &[AtomicU64], hasher: &H) -> u64 {
+        hasher.hash_one(words[0].load(Ordering::Relaxed))
     }
     #[inline]
-    fn heap_bytes(&self) -> usize {
+    fn heap_bytes(_: &[AtomicU64]) -> usize {
         0
     }
     #[inline]
     fn probe_heap_bytes(_: &u64) -> usize {
         0
     }
+    #[inline]
+    fn retire(_: &[AtomicU64], _: &epoch::Guard) {}
+    #[inline]
+    fn clear(_: &[AtomicU64]) {}
+    #[inline]
+    unsafe fn free(_: &[AtomicU64]) {}
 }
 
 // ---- bytes -----------------------------------------------------------------
@@ -127,8 +159,9 @@ const INLINE_MAX: usize = 23;
 /// length, at most 23).
 const HEAP_TAG: u8 = 0xFF;
 
-/// A byte key prepared for lookup: the three words a slot would hold, plus
-/// the bytes themselves when they are too long to inline.
+/// A byte key prepared for lookup: the three words a slot would hold (for a
+/// long key, the header and prefix; the pointer word is never compared),
+/// plus the bytes themselves when they are too long to inline.
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug)]
 pub struct BytesProbe<'a> {
@@ -156,8 +189,7 @@ impl<'a> BytesProbe<'a> {
             copy_short(key, &mut bytes);
             BytesProbe { words: words(&bytes), long: None }
         } else {
-            // Header word: tag + length; second word: the first 8 bytes. The
-            // third word (the heap pointer) is never compared.
+            // Header word: tag + length; second word: the first 8 bytes.
             bytes[0] = HEAP_TAG;
             bytes[4..8].copy_from_slice(&(key.len() as u32).to_ne_bytes());
             bytes[8..16].copy_from_slice(&key[..8]);
@@ -195,145 +227,183 @@ fn words(b: &[u8; 24]) -> [u64; 3] {
     [w(0), w(1), w(2)]
 }
 
-/// A byte key as a slot stores it: 24 bytes, inline up to 23 bytes long,
-/// otherwise a header, an 8-byte prefix and an owning pointer.
+/// The byte-key storage: three words, inline up to 23 bytes, otherwise a
+/// header, an 8-byte prefix and a pointer to a heap block.
 #[doc(hidden)]
-#[repr(C)]
-pub union ByteKey {
-    /// An inline key: its length byte and up to 23 bytes. Also the view
-    /// every key is compared through (a heap key's header word, whose first
-    /// byte is [`HEAP_TAG`], never equals an inline key's).
-    words: [u64; 3],
-    heap: HeapKey,
-}
+#[derive(Debug)]
+pub enum ByteKey {}
 
-/// A key longer than 23 bytes: header (tag + length), first 8 bytes, and
-/// the owned bytes (a `Box<[u8]>` as a raw pointer, keeping its provenance).
-#[derive(Clone, Copy)]
-#[repr(C)]
-struct HeapKey {
-    header: u64,
-    prefix: u64,
-    ptr: NonNull<u8>,
-}
+impl private::SealedStored for ByteKey {}
 
-impl fmt::Debug for ByteKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("ByteKey").field(&self.bytes()).finish()
+/// A long key's heap block: its length (8 bytes, native endian, unaligned)
+/// then its bytes. The block carries its own length so that a reader never
+/// trusts a slot's length word for how far it may read.
+mod block {
+    /// Allocates a block for `key`; returns its address.
+    pub(super) fn alloc(key: &[u8]) -> *mut u8 {
+        let mut v = Vec::with_capacity(8 + key.len());
+        v.extend_from_slice(&(key.len() as u64).to_ne_bytes());
+        v.extend_from_slice(key);
+        Box::into_raw(v.into_boxed_slice()).cast::<u8>()
+    }
+
+    /// The block's bytes.
+    ///
+    /// # Safety
+    /// `ptr` must come from [`alloc`] and not be freed while the slice lives.
+    pub(super) unsafe fn bytes<'a>(ptr: *const u8) -> &'a [u8] {
+        // SAFETY: a block starts with its 8-byte length, then that many bytes.
+        unsafe {
+            let len = ptr.cast::<u64>().read_unaligned() as usize;
+            std::slice::from_raw_parts(ptr.add(8), len)
+        }
+    }
+
+    /// Frees a block.
+    ///
+    /// # Safety
+    /// `ptr` must come from [`alloc`], be freed once, and no longer be read.
+    pub(super) unsafe fn free(ptr: *mut u8) {
+        // SAFETY: as above; the allocation was a boxed slice of 8 + len bytes.
+        unsafe {
+            let len = ptr.cast::<u64>().read_unaligned() as usize;
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, 8 + len)));
+        }
+    }
+
+    /// A block's address, as it is kept in a slot's third word (its
+    /// provenance exposed, to be recovered by [`from_word`]).
+    pub(super) fn to_word(ptr: *mut u8) -> u64 {
+        ptr.expose_provenance() as u64
+    }
+
+    /// The block a slot's third word points at.
+    pub(super) fn from_word(word: u64) -> *mut u8 {
+        std::ptr::with_exposed_provenance_mut(word as usize)
     }
 }
 
 impl ByteKey {
-    /// The first word, the same in both forms.
     #[inline]
-    fn header(&self) -> u64 {
-        // SAFETY: both forms begin with an initialised u64 (all bytes are
-        // initialised in either form).
-        unsafe { self.words[0] }
+    fn is_heap(header: u64) -> bool {
+        header.to_ne_bytes()[0] == HEAP_TAG
     }
 
-    #[inline]
-    fn is_heap(&self) -> bool {
-        self.header().to_ne_bytes()[0] == HEAP_TAG
-    }
-
-    fn heap_len(&self) -> usize {
-        let b = self.header().to_ne_bytes();
+    fn heap_len(header: u64) -> usize {
+        let b = header.to_ne_bytes();
         u32::from_ne_bytes(b[4..8].try_into().unwrap()) as usize
     }
 
-    /// The key's bytes.
-    pub(crate) fn bytes(&self) -> &[u8] {
-        if self.is_heap() {
-            // SAFETY: a heap ByteKey owns a live allocation of `heap_len`
-            // bytes at `heap.ptr` (made by `from_probe`, freed only by Drop).
-            unsafe { std::slice::from_raw_parts(self.heap.ptr.as_ptr(), self.heap_len()) }
+    /// Calls `f` with the bytes of the key the words hold (at least as long
+    /// as the caller's epoch guard: a heap block is freed through the epoch).
+    fn with_bytes<R>(words: &[AtomicU64], f: impl FnOnce(&[u8]) -> R) -> R {
+        let header = words[0].load(Ordering::Relaxed);
+        if Self::is_heap(header) {
+            let ptr = block::from_word(words[2].load(Ordering::Relaxed));
+            // SAFETY: the word holds a block made by `store`; it is freed
+            // only through `retire` (after every pinned reader) or `free`
+            // (when no reader exists).
+            f(unsafe { block::bytes(ptr) })
         } else {
-            // SAFETY: an inline key is 24 initialised bytes; its length byte is ≤ 23.
-            let all: &[u8; 24] = unsafe { &*(self.words.as_ptr() as *const [u8; 24]) };
-            &all[1..=all[0] as usize]
+            let w = [header, words[1].load(Ordering::Relaxed), words[2].load(Ordering::Relaxed)];
+            let mut all = [0u8; 24];
+            for (i, x) in w.iter().enumerate() {
+                all[i * 8..i * 8 + 8].copy_from_slice(&x.to_ne_bytes());
+            }
+            let len = (all[0] as usize).min(INLINE_MAX);
+            f(&all[1..=len])
         }
     }
 }
 
-impl private::SealedStored for ByteKey {}
-
-// SAFETY: 24 bytes, align 8, `#[repr(C)]`; `rehash` hashes the same bytes
-// `[u8]::probe` hashed. The heap pointer is uniquely owned, so sending and
-// sharing a ByteKey is sending and sharing a `Box<[u8]>`.
+// SAFETY: `rehash` hashes the bytes `[u8]::probe` hashed; `store` allocates
+// a block only for heap keys, which `retire`/`free` release exactly once.
 unsafe impl StoredKey for ByteKey {
+    const WORDS: usize = 3;
     type Probe<'a> = BytesProbe<'a>;
 
     #[inline]
-    fn matches(&self, probe: &BytesProbe<'_>) -> bool {
+    fn matches(words: &[AtomicU64], probe: &BytesProbe<'_>) -> bool {
+        let header = words[0].load(Ordering::Relaxed);
+        if header != probe.words[0] || words[1].load(Ordering::Relaxed) != probe.words[1] {
+            return false;
+        }
         match probe.long {
-            // SAFETY: every bit of either form is initialised; comparing a
-            // heap key's words to an inline probe's is false at the header.
-            None => unsafe { self.words == probe.words },
+            None => words[2].load(Ordering::Relaxed) == probe.words[2],
             Some(long) => {
-                // SAFETY: as above; the heap view is read only for heap keys.
-                self.is_heap() && unsafe { self.heap.prefix == probe.words[1] } && self.bytes() == long
+                let ptr = block::from_word(words[2].load(Ordering::Relaxed));
+                // SAFETY: a heap header was read, so the third word holds a
+                // block pointer (possibly of a newer key, if the slot is
+                // being rewritten: still a live block, read within its own
+                // length; the caller validates the match).
+                unsafe { block::bytes(ptr) == long }
             }
         }
     }
 
-    fn from_probe(probe: &BytesProbe<'_>) -> Self {
-        match probe.long {
-            None => ByteKey { words: probe.words },
-            Some(long) => {
-                let raw = Box::into_raw(Box::<[u8]>::from(long)).cast::<u8>();
-                // SAFETY: `Box::into_raw` never returns null.
-                let ptr = unsafe { NonNull::new_unchecked(raw) };
-                ByteKey { heap: HeapKey { header: probe.words[0], prefix: probe.words[1], ptr } }
-            }
-        }
+    fn store(words: &[AtomicU64], probe: &BytesProbe<'_>) {
+        words[0].store(probe.words[0], Ordering::Relaxed);
+        words[1].store(probe.words[1], Ordering::Relaxed);
+        let third = match probe.long {
+            None => probe.words[2],
+            Some(long) => block::to_word(block::alloc(long)),
+        };
+        words[2].store(third, Ordering::Relaxed);
     }
 
     #[inline]
-    fn rehash<H: BuildHasher>(&self, hasher: &H) -> u64 {
-        hasher.hash_one(self.bytes())
+    fn rehash<H: BuildHasher>(words: &[AtomicU64], hasher: &H) -> u64 {
+        Self::with_bytes(words, |b| hasher.hash_one(b))
     }
+
     #[inline]
-    fn heap_bytes(&self) -> usize {
-        if self.is_heap() {
-            self.heap_len()
+    fn heap_bytes(words: &[AtomicU64]) -> usize {
+        let header = words[0].load(Ordering::Relaxed);
+        if Self::is_heap(header) {
+            Self::heap_len(header)
         } else {
             0
         }
     }
+
     #[inline]
     fn probe_heap_bytes(probe: &BytesProbe<'_>) -> usize {
         probe.long.map_or(0, <[u8]>::len)
     }
-}
 
-impl Drop for ByteKey {
-    fn drop(&mut self) {
-        if self.is_heap() {
-            let len = self.heap_len();
-            // SAFETY: a heap key (checked above) holds its `HeapKey` form.
-            let ptr = unsafe { self.heap.ptr.as_ptr() };
-            // SAFETY: made by `Box::into_raw` of a `[u8]` of `len` bytes in
-            // `from_probe`; dropped exactly once, here.
-            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) });
+    fn retire(words: &[AtomicU64], guard: &epoch::Guard) {
+        if Self::is_heap(words[0].load(Ordering::Relaxed)) {
+            let word = words[2].load(Ordering::Relaxed);
+            // SAFETY: the block is unreachable from the slot once the caller
+            // reuses it; the epoch runs this after every thread pinned now.
+            unsafe { guard.defer_unchecked(move || block::free(block::from_word(word))) };
+        }
+    }
+
+    fn clear(words: &[AtomicU64]) {
+        // An inline empty key: owns nothing.
+        words[0].store(0, Ordering::Relaxed);
+    }
+
+    unsafe fn free(words: &[AtomicU64]) {
+        if Self::is_heap(words[0].load(Ordering::Relaxed)) {
+            // SAFETY: the caller's contract: nobody reads the key any more.
+            unsafe { block::free(block::from_word(words[2].load(Ordering::Relaxed))) };
         }
     }
 }
 
-// SAFETY: see `StoredKey for ByteKey`.
-unsafe impl Send for ByteKey {}
-// SAFETY: shared access only reads the owned bytes.
-unsafe impl Sync for ByteKey {}
-
-#[cfg(test)]
+#[cfg(all(test, not(ratomic_loom)))]
 mod tests {
     use super::*;
     use foldhash::fast::FixedState;
 
-    fn stored(key: &[u8]) -> (u64, ByteKey) {
+    fn stored(key: &[u8]) -> (u64, [AtomicU64; 3]) {
         let h = FixedState::with_seed(7);
         let (hash, probe) = key.probe(&h, 1 << 20).unwrap();
-        (hash, ByteKey::from_probe(&probe))
+        let words = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+        ByteKey::store(&words, &probe);
+        (hash, words)
     }
 
     #[test]
@@ -366,13 +436,16 @@ mod tests {
             [b"same-prefix".as_slice(), &[2; 40]].concat(),
         ];
         for a in &keys {
-            let (hash, s) = stored(a);
-            assert_eq!(s.bytes(), a.as_slice());
-            assert_eq!(s.rehash(&h), hash);
+            let (hash, words) = stored(a);
+            ByteKey::with_bytes(&words, |b| assert_eq!(b, a.as_slice()));
+            assert_eq!(ByteKey::rehash(&words, &h), hash);
+            assert_eq!(ByteKey::heap_bytes(&words), if a.len() > INLINE_MAX { a.len() } else { 0 });
             for b in &keys {
                 let (_, probe) = b.as_slice().probe(&h, 1 << 20).unwrap();
-                assert_eq!(s.matches(&probe), a == b, "{a:?} vs {b:?}");
+                assert_eq!(ByteKey::matches(&words, &probe), a == b, "{a:?} vs {b:?}");
             }
+            // SAFETY: these words are this test's alone.
+            unsafe { ByteKey::free(&words) };
         }
     }
 
@@ -381,10 +454,5 @@ mod tests {
         let h = FixedState::with_seed(7);
         assert_eq!([0u8; 11].as_slice().probe(&h, 10).map(|_| ()), Err(Error::KeyTooLong { len: 11, max: 10 }));
         assert!([0u8; 10].as_slice().probe(&h, 10).is_ok());
-    }
-
-    #[test]
-    fn slots_are_compact() {
-        assert_eq!(std::mem::size_of::<ByteKey>(), 24);
     }
 }

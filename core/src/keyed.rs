@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::algorithm::{cas_charge, cas_refund, peek, restore, Algorithm, Charge};
+use crate::algorithm::{charge_in, peek_in, refund_in, Algorithm, Charge};
 use crate::base::{self, Base, Builder};
 use crate::clock::{checked, Clock, MonotonicClock};
 use crate::decision::Decision;
@@ -98,10 +98,7 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     pub fn allow_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<Decision> {
         let alg = &self.base.rules;
         alg.check_cost(cost)?;
-        let verdict = self.base.update(key.as_key(), now, |states| {
-            let (verdict, charge) = cas_charge(alg, &states[0], now, cost);
-            (verdict, charge.is_some())
-        })?;
+        let verdict = self.base.update(key.as_key(), now, |cells| Ok(charge_in(alg, cells, 0, now, cost)?.0))?;
         Ok(verdict.decision())
     }
 
@@ -156,10 +153,8 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
             .collect::<Result<Vec<_>>>()?;
         out.reserve(prepared.len());
         out.extend(prepared.into_iter().map(|(hash, probe, cost)| {
-            let verdict = self.base.update_probed(hash, &probe, now, |states| {
-                let (verdict, charge) = cas_charge(alg, &states[0], now, cost);
-                (verdict, charge.is_some())
-            });
+            let verdict =
+                self.base.update_probed(hash, &probe, now, |cells| Ok(charge_in(alg, cells, 0, now, cost)?.0));
             verdict.decision()
         }));
         Ok(())
@@ -184,7 +179,7 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     pub fn peek_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<Decision> {
         let alg = &self.base.rules;
         alg.check_cost(cost)?;
-        let verdict = self.base.update(key.as_key(), now, |states| (peek(alg, &states[0], now, cost), false))?;
+        let verdict = self.base.update(key.as_key(), now, |cells| peek_in(alg, cells, 0, now, cost))?;
         Ok(verdict.decision())
     }
 
@@ -198,7 +193,7 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// [`refund`](Self::refund) at time `now`.
     pub fn refund_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, tokens: u64, now: u64) -> Result<()> {
         let alg = &self.base.rules;
-        self.base.update(key.as_key(), now, |states| ((), cas_refund(alg, &states[0], now, tokens)))
+        self.base.credit(key.as_key(), now, true, |cells| refund_in(alg, cells, 0, now, tokens).map(drop)).map(drop)
     }
 
     /// Forgets `key`: it is full again.
@@ -291,6 +286,14 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
         self.base.gc_at(now)
     }
 
+    /// Moves every key to a new table now, as the store does when it grows:
+    /// for tests and models of migration racing other calls. Not needed in
+    /// normal use.
+    #[doc(hidden)]
+    pub fn force_migration_at(&self, now: u64) -> Result<()> {
+        self.base.force_migration_at(now)
+    }
+
     /// Bytes of memory the limiter's store holds: its tables, the keys
     /// longer than 23 bytes (stored outside the tables) and the summaries of
     /// evicted keys. Bounded by the store's [`Options`].
@@ -310,18 +313,19 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     pub(crate) fn charge_at(&self, key: &K, cost: u64, now: u64) -> Result<(Decision, Option<Charge>)> {
         let alg = &self.base.rules;
         alg.check_cost(cost)?;
-        let (verdict, charge) = self.base.update(key, now, |states| {
-            let (verdict, charge) = cas_charge(alg, &states[0], now, cost);
-            ((verdict, charge), charge.is_some())
-        })?;
+        let (verdict, charge) = self.base.update(key, now, |cells| charge_in(alg, cells, 0, now, cost))?;
         Ok((verdict.decision(), charge))
     }
 
     /// Takes back a charge made by [`charge_at`](Self::charge_at), exactly
-    /// (see [`restore`]); a key forgotten since keeps nothing to take back.
+    /// (see [`restore`](crate::algorithm::restore)); a key forgotten since
+    /// keeps nothing to take back.
     pub(crate) fn give_back_at(&self, key: &K, charge: Charge) {
-        self.base.with_existing(key, |states| {
-            restore(&states[0], charge);
+        // The key was probed when charged, so it cannot be refused now;
+        // `now` only matters to an insert, and there is none.
+        let _ = self.base.credit(key, 0, false, |cells| {
+            cells.restore(0, charge);
+            Ok(())
         });
     }
 }

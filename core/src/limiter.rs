@@ -5,14 +5,14 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::algorithm::{cas_refund, charge_from, peek, restore, Algorithm, Charge};
+use crate::algorithm::{charge_from_in, peek_in, refund_in, Algorithm, Charge};
 use crate::base::{self, Base, Builder};
 use crate::clock::{checked, Clock, MonotonicClock};
 use crate::decision::{Decision, Verdict};
 use crate::error::{Error, Result};
 use crate::key::{AsKey, Key};
 use crate::rule::Rule;
-use crate::store::{Retention, MAX_WIDTH};
+use crate::store::{Cells, Frozen, Retention, MAX_WIDTH};
 
 /// The most limits one [`Limiter`] holds.
 pub const MAX_LIMITS: usize = MAX_WIDTH;
@@ -134,13 +134,14 @@ impl Receipts {
         Receipts { charges: [Charge::default(); MAX_LIMITS], charged: 0 }
     }
 
-    /// Takes back every charge, exactly (see [`restore`]).
-    fn restore(&self, states: &[crate::sync::AtomicU64]) {
+    /// Takes back every charge, exactly (see
+    /// [`restore`](crate::algorithm::restore)).
+    fn restore(&self, cells: &mut Cells<'_>) {
         let mut bits = self.charged;
         while bits != 0 {
             let i = bits.trailing_zeros() as usize;
             bits &= bits - 1;
-            restore(&states[i], self.charges[i]);
+            cells.restore(i, self.charges[i]);
         }
     }
 }
@@ -393,7 +394,7 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         self.base.clock.now()
     }
 
-    /// The longest key, in bytes, this limiter accepts (see [`Options::max_key_len`]).
+    /// The longest key, in bytes, this limiter accepts (see [`Options::max_key_len`](crate::Options::max_key_len)).
     pub fn max_key_len(&self) -> usize {
         self.base.max_key_len()
     }
@@ -524,6 +525,14 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         self.base.gc_at(now)
     }
 
+    /// Moves every key to a new table now, as the store does when it grows:
+    /// for tests and models of migration racing other calls. Not needed in
+    /// normal use.
+    #[doc(hidden)]
+    pub fn force_migration_at(&self, now: u64) -> Result<()> {
+        self.base.force_migration_at(now)
+    }
+
     /// Bytes of memory the limiter's store holds (see
     /// [`Keyed::memory_bytes`](crate::Keyed::memory_bytes)).
     pub fn memory_bytes(&self) -> usize {
@@ -549,12 +558,12 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     #[inline]
     fn charge(
         &self,
-        states: &[crate::sync::AtomicU64],
+        cells: &mut Cells<'_>,
         set: LimitSet,
         cost: u64,
         now: u64,
         receipts: &mut Receipts,
-    ) -> (Entries, bool) {
+    ) -> Result<(Entries, bool), Frozen> {
         let rules = &self.base.rules.0;
         let mut entries = Entries::new();
         let mut index = [0u8; MAX_LIMITS]; // entry k is limit index[k]
@@ -564,7 +573,7 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         while bits != 0 {
             let i = bits.trailing_zeros() as usize;
             bits &= bits - 1;
-            let seen = states[i].load(crate::sync::Ordering::Relaxed);
+            let seen = cells.load(i)?;
             let (verdict, n) = rules[i].decide(seen, now, cost);
             denied |= !verdict.allowed;
             index[entries.len()] = i as u8;
@@ -573,7 +582,7 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
             entries.push(Entry::of(&verdict));
         }
         if denied || cost == 0 {
-            return (entries, false); // cost 0 charges nothing and answers like peek
+            return Ok((entries, false)); // cost 0 charges nothing and answers like peek
         }
         // Tightest first: a stable insertion sort of the (at most 16) entries.
         let count = entries.len();
@@ -590,7 +599,7 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
             let (k, i) = (k as usize, index[k as usize] as usize);
             let seen = receipts.charges[i].before;
             let first = entries[k].verdict();
-            let (verdict, charge) = charge_from(&rules[i], &states[i], seen, next[i], first, now, cost);
+            let (verdict, charge) = charge_from_in(&rules[i], cells, i, seen, next[i], first, now, cost)?;
             entries[k] = Entry::of(&verdict);
             match charge {
                 Some(c) => {
@@ -598,24 +607,24 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
                     receipts.charged |= 1 << i;
                 }
                 None => {
-                    receipts.restore(states);
+                    receipts.restore(cells);
                     receipts.charged = 0;
-                    return (entries, false);
+                    return Ok((entries, false));
                 }
             }
         }
-        (entries, true)
+        Ok((entries, true))
     }
 
     /// A call's charge for a [`Stack`](crate::Stack): like `allow_at`, plus
     /// the receipts to take it back.
     pub(crate) fn charge_at(&self, key: &K, cost: u64, now: u64) -> Result<(MultiDecision<'_>, Option<Receipts>)> {
         self.check_set(self.all, cost)?;
-        let (entries, receipts) = self.base.update(key, now, |states| {
+        let (entries, receipts) = self.base.update(key, now, |cells| {
             let mut receipts = Receipts::new();
-            let (entries, allowed) = self.charge(states, self.all, cost, now, &mut receipts);
+            let (entries, allowed) = self.charge(cells, self.all, cost, now, &mut receipts)?;
             let charged = allowed && receipts.charged != 0;
-            ((entries, charged.then_some(receipts)), charged)
+            Ok((entries, charged.then_some(receipts)))
         })?;
         Ok((MultiDecision::combine(entries, self.all.0, &self.names), receipts))
     }
@@ -624,7 +633,12 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     /// (see [`restore`]); a key that has been forgotten since keeps nothing
     /// to take back.
     pub(crate) fn give_back_at(&self, key: &K, receipts: &Receipts) {
-        self.base.with_existing(key, |states| receipts.restore(states));
+        // The key was probed when charged, so it cannot be refused now;
+        // `now` only matters to an insert, and there is none.
+        let _ = self.base.credit(key, 0, false, |cells| {
+            receipts.restore(cells);
+            Ok(())
+        });
     }
 
     fn check_set(&self, set: LimitSet, cost: u64) -> Result<()> {
@@ -687,15 +701,14 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
     pub fn allow_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<MultiDecision<'l>> {
         let l = self.limiter;
         l.check_set(self.set, cost)?;
-        let entries = l.base.update(key.as_key(), now, |states| self.charge(states, cost, now))?;
+        let entries = l.base.update(key.as_key(), now, |cells| self.charge(cells, cost, now))?;
         Ok(MultiDecision::combine(entries, self.set.0, &l.names))
     }
 
     #[inline]
-    fn charge(&self, states: &[crate::sync::AtomicU64], cost: u64, now: u64) -> (Entries, bool) {
+    fn charge(&self, cells: &mut Cells<'_>, cost: u64, now: u64) -> Result<Entries, Frozen> {
         let mut receipts = Receipts::new();
-        let (entries, allowed) = self.limiter.charge(states, self.set, cost, now, &mut receipts);
-        (entries, allowed && receipts.charged != 0)
+        Ok(self.limiter.charge(cells, self.set, cost, now, &mut receipts)?.0)
     }
 
     /// Many calls at one clock reading, all checked before any is decided;
@@ -731,7 +744,7 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
             .collect::<Result<Vec<_>>>()?;
         out.reserve(prepared.len());
         out.extend(prepared.into_iter().map(|(hash, probe, cost)| {
-            let entries = l.base.update_probed(hash, &probe, now, |states| self.charge(states, cost, now));
+            let entries = l.base.update_probed(hash, &probe, now, |cells| self.charge(cells, cost, now));
             MultiDecision::combine(entries, self.set.0, &l.names)
         }));
         Ok(())
@@ -754,12 +767,11 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
         let l = self.limiter;
         l.check_set(self.set, cost)?;
         let rules = &l.base.rules.0;
-        let entries = l.base.update(key.as_key(), now, |states| {
-            let entries = (0..rules.len())
+        let entries = l.base.update(key.as_key(), now, |cells| {
+            (0..rules.len())
                 .filter(|&i| self.set.contains(i))
-                .map(|i| Entry::of(&peek(&rules[i], &states[i], now, cost)))
-                .collect();
-            (entries, false)
+                .map(|i| Ok(Entry::of(&peek_in(&rules[i], cells, i, now, cost)?)))
+                .collect()
         })?;
         Ok(MultiDecision::combine(entries, self.set.0, &l.names))
     }
@@ -774,15 +786,16 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
         let l = self.limiter;
         l.check_set(self.set, 0)?;
         let rules = &l.base.rules.0;
-        l.base.update(key.as_key(), now, |states| {
-            let mut changed = false;
-            for (i, rule) in rules.iter().enumerate() {
-                if self.set.contains(i) {
-                    changed |= cas_refund(rule, &states[i], now, tokens);
+        l.base
+            .credit(key.as_key(), now, true, |cells| {
+                for (i, rule) in rules.iter().enumerate() {
+                    if self.set.contains(i) {
+                        refund_in(rule, cells, i, now, tokens)?;
+                    }
                 }
-            }
-            ((), changed)
-        })
+                Ok(())
+            })
+            .map(drop)
     }
 
     /// Takes `cost` from every selected limit, waiting out denials; see

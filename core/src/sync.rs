@@ -1,33 +1,45 @@
 //! The one place that chooses between `std`'s and loom's synchronisation
 //! primitives, so every CAS protocol in the crate can be model-checked with
-//! `RUSTFLAGS="--cfg ratomic_loom"` (see `tests/loom.rs`).
+//! `RUSTFLAGS="--cfg ratomic_loom --cfg crossbeam_loom"` (see `tests/loom.rs`).
+//!
+//! Memory reclamation (old tables after a store grows, long keys after their
+//! slot is reused) is crossbeam-epoch's, which runs under loom too.
+
+pub(crate) use crossbeam_epoch as epoch;
 
 #[cfg(ratomic_loom)]
-pub(crate) use loom::sync::{
-    atomic::{AtomicU64, Ordering},
-    RwLock, RwLockReadGuard, RwLockWriteGuard,
-};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 #[cfg(not(ratomic_loom))]
-pub(crate) use std::sync::{
-    atomic::{AtomicU64, Ordering},
-    RwLock, RwLockReadGuard, RwLockWriteGuard,
-};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// Read-locks, ignoring poisoning: nothing in this crate panics while holding
-/// a lock, and a table left by a panicking thread is still structurally valid.
-#[inline]
-pub(crate) fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    match lock.read() {
-        Ok(g) => g,
-        Err(poisoned) => poisoned.into_inner(),
+/// A counter that steers heuristics only (when a shard is maintained, what
+/// `len` reports), never a protocol's correctness: std's atomic even under
+/// loom, so models do not explore every interleaving of its updates.
+pub(crate) type Counter = std::sync::atomic::AtomicUsize;
+
+/// One step of a wait for another thread's short, bounded step (an insert
+/// publishing its key, a slot being moved): a pause, and every so often a
+/// yield, so a preempted owner gets the CPU back. Under loom, a yield, so
+/// the model checker runs the owner.
+pub(crate) struct Backoff(#[cfg_attr(ratomic_loom, allow(dead_code))] u32);
+
+impl Backoff {
+    pub(crate) fn new() -> Self {
+        Backoff(0)
     }
-}
 
-/// Write-locks, ignoring poisoning (see [`read`]).
-#[inline]
-pub(crate) fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    match lock.write() {
-        Ok(g) => g,
-        Err(poisoned) => poisoned.into_inner(),
+    #[inline]
+    pub(crate) fn snooze(&mut self) {
+        #[cfg(ratomic_loom)]
+        loom::thread::yield_now();
+        #[cfg(not(ratomic_loom))]
+        {
+            self.0 = self.0.wrapping_add(1);
+            if self.0 % 64 == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
     }
 }

@@ -6,23 +6,54 @@
 //! are the conformance bound over the grants each model records, or exact
 //! outcomes where the model pins them.
 //!
-//! Run with (CI uses a preemption bound of 2):
-//! `RUSTFLAGS="--cfg ratomic_loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p ratomic --release --test loom`
+//! Memory reclamation runs under loom too (crossbeam-epoch's own atomics,
+//! with `--cfg crossbeam_loom`): a model that migrates a table frees the old
+//! one through the epoch, and loom fails it if any thread then touches it.
+//!
+//! The store's protocols take many steps per call, so the models are as
+//! small as each property allows: the main thread is one of the racing
+//! callers, keys are `u64` (one word) wherever the key type plays no part,
+//! and keys a model does not mean to insert concurrently are inserted
+//! before the race. Run with (CI uses a preemption bound of 2):
+//! `RUSTFLAGS="--cfg ratomic_loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p ratomic --release --test loom`
 #![cfg(ratomic_loom)]
 
 use loom::sync::Arc;
 use loom::thread;
-use ratomic::{DirectTokenBucket, Gcra, Keyed, MonotonicClock, Options, Quota, Rate, TokenBucket};
+use ratomic::{DirectTokenBucket, Gcra, Keyed, Limiter, MonotonicClock, Options, Quota, Rate, Rule, Stack};
 use std::time::Duration;
 
-type Bucket = Keyed<Gcra, [u8], MonotonicClock>;
+/// Runs a model: loom's settings from the environment (`LOOM_MAX_PREEMPTIONS`
+/// …), with room for the longest executions (an eviction scans a shard).
+fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+    let mut builder = loom::model::Builder::new();
+    builder.max_branches = 1_000_000;
+    builder.check(f);
+}
 
-/// A bucket of `b` tokens, one token per 10 ns, one shard, as small as a model needs.
-fn bucket(b: u64, max_keys: usize) -> Arc<Bucket> {
-    let quota = Quota::from_rate(Rate::new(b, Duration::from_nanos(10 * b)).unwrap()).unwrap();
+/// A model with three threads that each walk a whole keyed call (two of them
+/// a multi-limit one): its state space grows fastest, so it runs with one
+/// preemption fewer than the others (at least one: a bound of one already
+/// finds the give-back race this model was written for, in well under a
+/// second; `LOOM_MAX_PREEMPTIONS=3` by hand explores it at two).
+fn heavy_model<F: Fn() + Sync + Send + 'static>(f: F) {
+    let mut builder = loom::model::Builder::new();
+    builder.max_branches = 1_000_000;
+    builder.preemption_bound = Some(builder.preemption_bound.unwrap_or(2).saturating_sub(1).max(1));
+    builder.check(f);
+}
+
+type Bucket<K> = Keyed<Gcra, K, MonotonicClock>;
+
+fn quota(b: u64) -> Quota {
+    Quota::from_rate(Rate::new(b, Duration::from_nanos(10 * b)).unwrap()).unwrap()
+}
+
+/// A bucket of `b` tokens (one per 10 ns) over `K` keys, one shard.
+fn bucket<K: ?Sized + ratomic::Key>(b: u64, max_keys: usize) -> Arc<Bucket<K>> {
     Arc::new(
-        TokenBucket::with_algorithm(
-            Gcra::new(quota),
+        Keyed::with_algorithm(
+            Gcra::new(quota(b)),
             MonotonicClock::new(),
             Options::default().shards(1).max_keys(max_keys),
         )
@@ -30,307 +61,17 @@ fn bucket(b: u64, max_keys: usize) -> Arc<Bucket> {
     )
 }
 
-fn allowed(l: &Bucket, key: &str, now: u64) -> bool {
-    l.allow_at(key, 1, now).unwrap().allowed
+fn allowed(l: &Bucket<u64>, key: u64, now: u64) -> bool {
+    l.allow_at(&key, 1, now).unwrap().allowed
 }
 
-#[test]
-fn concurrent_allows_on_a_new_key_grant_exactly_capacity() {
-    loom::model(|| {
-        let l = bucket(2, 16);
-        let handles: Vec<_> = (0..3)
-            .map(|_| {
-                let l = l.clone();
-                thread::spawn(move || allowed(&l, "k", 0))
-            })
-            .collect();
-        let granted = handles.into_iter().map(|h| h.join().unwrap()).filter(|&a| a).count();
-        assert_eq!(granted, 2);
-    });
+fn rule(b: u64) -> Rule {
+    Rule::token_bucket(quota(b))
 }
 
-#[test]
-fn concurrent_allows_on_an_existing_key_grant_exactly_what_is_left() {
-    loom::model(|| {
-        let l = bucket(3, 16);
-        assert!(allowed(&l, "k", 0));
-        let handles: Vec<_> = (0..3)
-            .map(|_| {
-                let l = l.clone();
-                thread::spawn(move || allowed(&l, "k", 0))
-            })
-            .collect();
-        let granted = handles.into_iter().map(|h| h.join().unwrap()).filter(|&a| a).count();
-        assert_eq!(granted, 2);
-    });
-}
-
-#[test]
-fn refund_racing_allow_conserves_tokens() {
-    loom::model(|| {
-        let l = bucket(1, 16);
-        assert!(allowed(&l, "k", 0)); // empty now
-        let r = {
-            let l = l.clone();
-            thread::spawn(move || l.refund_at("k", 1, 0).unwrap())
-        };
-        let a = {
-            let l = l.clone();
-            thread::spawn(move || allowed(&l, "k", 0))
-        };
-        r.join().unwrap();
-        let got = a.join().unwrap();
-        // Either the allow saw the refunded token (and took it), or it came
-        // first, was denied, and the token is still there.
-        let left = l.peek_at("k", 0, 0).unwrap().remaining;
-        assert_eq!(left, if got { 0 } else { 1 });
-    });
-}
-
-#[test]
-fn reset_racing_allow_is_linearizable() {
-    loom::model(|| {
-        let l = bucket(1, 16);
-        assert!(allowed(&l, "k", 0));
-        let r = {
-            let l = l.clone();
-            thread::spawn(move || l.reset_at("k", 0).unwrap())
-        };
-        let a = {
-            let l = l.clone();
-            thread::spawn(move || allowed(&l, "k", 0))
-        };
-        r.join().unwrap();
-        let got = a.join().unwrap();
-        let left = l.peek_at("k", 0, 0).unwrap().remaining;
-        // allow before reset: denied, then full (1). After: granted, empty (0).
-        assert_eq!(left, if got { 0 } else { 1 });
-    });
-}
-
-#[test]
-fn gc_racing_a_stale_allow_never_grants_more() {
-    // The key is empty until t = 10. A gc at t = 10 drops it (it is full then)
-    // while an allow that read the clock at t = 5 runs: that allow must be
-    // denied whether it runs before or after the drop.
-    loom::model(|| {
-        let l = bucket(1, 16);
-        assert!(allowed(&l, "k", 0));
-        let g = {
-            let l = l.clone();
-            thread::spawn(move || l.gc_at(10).unwrap())
-        };
-        let a = {
-            let l = l.clone();
-            thread::spawn(move || allowed(&l, "k", 5))
-        };
-        assert_eq!(g.join().unwrap(), 1);
-        assert!(!a.join().unwrap());
-        assert!(allowed(&l, "k", 10));
-    });
-}
-
-#[test]
-fn eviction_under_max_keys_racing_allow_never_grants_more() {
-    // max_keys = 1: a new key evicts the drained one. The drained key must
-    // stay drained whether its allow runs before or after the eviction.
-    loom::model(|| {
-        let l = bucket(1, 1);
-        assert!(allowed(&l, "victim", 0));
-        let e = {
-            let l = l.clone();
-            thread::spawn(move || {
-                let _ = l.allow_at("other", 1, 0).unwrap();
-            })
-        };
-        let a = {
-            let l = l.clone();
-            thread::spawn(move || allowed(&l, "victim", 0))
-        };
-        e.join().unwrap();
-        assert!(!a.join().unwrap());
-        assert!(l.len() <= 1);
-    });
-}
-
-#[test]
-fn concurrent_inserts_of_different_keys_lose_nothing() {
-    // Two keys inserted concurrently into one shard, forcing a rebuild, while
-    // a third key is being charged: every charge lands.
-    loom::model(|| {
-        let l = bucket(2, 16);
-        assert!(allowed(&l, "c", 0));
-        let handles: Vec<_> = ["a", "b", "c"]
-            .into_iter()
-            .map(|k| {
-                let l = l.clone();
-                thread::spawn(move || allowed(&l, k, 0))
-            })
-            .collect();
-        for h in handles {
-            assert!(h.join().unwrap());
-        }
-        for k in ["a", "b"] {
-            assert_eq!(l.peek_at(k, 0, 0).unwrap().remaining, 1);
-        }
-        assert_eq!(l.peek_at("c", 0, 0).unwrap().remaining, 0);
-    });
-}
-
-#[test]
-fn direct_bucket_grants_exactly_capacity() {
-    loom::model(|| {
-        let quota = Quota::from_rate(Rate::new(2, Duration::from_nanos(20)).unwrap()).unwrap();
-        let b = Arc::new(DirectTokenBucket::with_clock(quota, MonotonicClock::new()));
-        let handles: Vec<_> = (0..3)
-            .map(|_| {
-                let b = b.clone();
-                thread::spawn(move || b.allow_at(1, 0).unwrap().allowed)
-            })
-            .collect();
-        let granted = handles.into_iter().map(|h| h.join().unwrap()).filter(|&a| a).count();
-        assert_eq!(granted, 2);
-    });
-}
-
-fn rule(b: u64) -> ratomic::Rule {
-    ratomic::Rule::token_bucket(Quota::from_rate(Rate::new(b, Duration::from_nanos(10 * b)).unwrap()).unwrap())
-}
-
-fn limiter(limits: &[(&str, ratomic::Rule)]) -> Arc<ratomic::Limiter<[u8], MonotonicClock>> {
-    let b = limits.iter().fold(ratomic::Limiter::builder(), |b, (n, r)| b.limit(*n, *r));
+fn limiter(limits: &[(&str, Rule)]) -> Arc<Limiter<u64, MonotonicClock>> {
+    let b = limits.iter().fold(Limiter::builder().keys::<u64>(), |b, (n, r)| b.limit(*n, *r));
     Arc::new(b.shards(1).build().unwrap())
-}
-
-#[test]
-fn concurrent_multi_limit_calls_never_over_grant() {
-    // a holds 2, b holds 1: whatever the interleaving, exactly one of two
-    // calls passes (the one that gets b), and afterwards the limits hold
-    // exactly what that one call took.
-    loom::model(|| {
-        let l = limiter(&[("a", rule(2)), ("b", rule(1))]);
-        let handles: Vec<_> = (0..2)
-            .map(|_| {
-                let l = l.clone();
-                thread::spawn(move || l.allow_at("k", 1, 0).unwrap().allowed())
-            })
-            .collect();
-        let granted = handles.into_iter().map(|h| h.join().unwrap()).filter(|&a| a).count();
-        assert_eq!(granted, 1);
-        let now = l.peek_at("k", 0, 0).unwrap();
-        assert_eq!(now.get("a").unwrap().remaining, 1);
-        assert_eq!(now.get("b").unwrap().remaining, 0);
-    });
-}
-
-#[test]
-fn a_denied_multi_limit_call_leaves_every_limit_as_it_found_it() {
-    // b is drained, so the all-limits call is always denied and must give a
-    // back; a call on a alone races with that give-back. It may be denied
-    // spuriously (it saw a charged), but a is never over-granted, and once
-    // both calls are done a holds exactly what the a-only call took.
-    loom::model(|| {
-        let l = limiter(&[("a", rule(1)), ("b", rule(1))]);
-        let only_b = l.limit_set(&["b"]).unwrap();
-        assert!(l.select(only_b).allow_at("k", 1, 0).unwrap().allowed());
-        let both = {
-            let l = l.clone();
-            thread::spawn(move || l.allow_at("k", 1, 0).unwrap().allowed())
-        };
-        let only_a = {
-            let l = l.clone();
-            thread::spawn(move || {
-                let a = l.limit_set(&["a"]).unwrap();
-                l.select(a).allow_at("k", 1, 0).unwrap().allowed()
-            })
-        };
-        assert!(!both.join().unwrap());
-        let got = only_a.join().unwrap();
-        let a_left = l.peek_at("k", 0, 0).unwrap().get("a").unwrap().remaining;
-        assert_eq!(a_left, if got { 0 } else { 1 });
-    });
-}
-
-#[test]
-fn concurrent_stack_calls_never_over_grant_and_give_back_exactly() {
-    // Two callers on the same IP (2 tokens) and different users (1 token
-    // each, but bob's is already spent): alice can pass, bob never can, and
-    // bob's give-back must leave the IP bucket exactly as alice left it.
-    loom::model(|| {
-        // The stack shares its members through std's Arc (not a sync
-        // primitive loom needs to see); the buckets inside are loom's.
-        let unwrap = |b: Arc<Bucket>| std::sync::Arc::new(Arc::try_unwrap(b).ok().unwrap());
-        let ip = unwrap(bucket(2, 16));
-        let user = unwrap(bucket(1, 16));
-        assert!(allowed(&user, "bob", 0));
-        let stack =
-            Arc::new(ratomic::Stack::builder().member("ip", ip.clone()).member("user", user.clone()).build().unwrap());
-        let calls: Vec<_> = ["alice", "bob"]
-            .into_iter()
-            .map(|who| {
-                let s = stack.clone();
-                thread::spawn(move || s.allow_at(&["1.2.3.4", who], 1, 0).unwrap().allowed())
-            })
-            .collect();
-        let results: Vec<bool> = calls.into_iter().map(|h| h.join().unwrap()).collect();
-        assert_eq!(results, [true, false]);
-        assert_eq!(ip.peek_at("1.2.3.4", 0, 0).unwrap().remaining, 1);
-        assert_eq!(user.peek_at("alice", 0, 0).unwrap().remaining, 0);
-    });
-}
-
-fn three_callers_on_a_limit_of_two<A: ratomic::Algorithm>(alg: A) {
-    let l = Arc::new(
-        Keyed::<_, [u8], _>::with_algorithm(alg, MonotonicClock::new(), Options::default().shards(1)).unwrap(),
-    );
-    let handles: Vec<_> = (0..3)
-        .map(|_| {
-            let l = l.clone();
-            thread::spawn(move || l.allow_at("k", 1, 10).unwrap().allowed)
-        })
-        .collect();
-    assert_eq!(handles.into_iter().map(|h| h.join().unwrap()).filter(|&a| a).count(), 2);
-}
-
-#[test]
-fn concurrent_fixed_window_calls_grant_exactly_the_limit() {
-    let rate = Rate::new(2, Duration::from_nanos(100)).unwrap();
-    loom::model(move || three_callers_on_a_limit_of_two(ratomic::FixedWindowCounter::new(rate).unwrap()));
-}
-
-#[test]
-fn concurrent_sliding_window_calls_grant_exactly_the_limit() {
-    let rate = Rate::new(2, Duration::from_nanos(100)).unwrap();
-    loom::model(move || three_callers_on_a_limit_of_two(ratomic::SlidingWindowCounter::new(rate).unwrap()));
-}
-
-#[test]
-fn a_stale_window_call_never_overwrites_a_later_window() {
-    // Window 10 ns, limit 1. B counts in window 1 (t = 15); A read the clock
-    // in window 0 (t = 5). If B ran first, A is counted in window 1 and
-    // denied; either way window 1 holds exactly B's call.
-    loom::model(|| {
-        let rate = Rate::new(1, Duration::from_nanos(10)).unwrap();
-        let l = Arc::new(
-            Keyed::<_, [u8], _>::with_algorithm(
-                ratomic::FixedWindowCounter::new(rate).unwrap(),
-                MonotonicClock::new(),
-                Options::default().shards(1),
-            )
-            .unwrap(),
-        );
-        let a = {
-            let l = l.clone();
-            thread::spawn(move || l.allow_at("k", 1, 5).unwrap().allowed)
-        };
-        let b = {
-            let l = l.clone();
-            thread::spawn(move || l.allow_at("k", 1, 15).unwrap().allowed)
-        };
-        let _ = a.join().unwrap();
-        assert!(b.join().unwrap());
-        assert_eq!(l.peek_at("k", 0, 15).unwrap().remaining, 0);
-    });
 }
 
 /// Checks the token-bucket bound over `(stamp, cost)` grants: in every
@@ -344,25 +85,288 @@ fn conforms(grants: &[(u64, u64)], burst: u64, t: u64) -> bool {
     })
 }
 
+// ---- one key's state --------------------------------------------------------
+
+#[test]
+fn concurrent_allows_on_an_existing_key_grant_exactly_what_is_left() {
+    model(|| {
+        let l = bucket::<u64>(2, 16);
+        assert!(allowed(&l, 7, 0));
+        let h = {
+            let l = l.clone();
+            thread::spawn(move || allowed(&l, 7, 0))
+        };
+        let mine = allowed(&l, 7, 0);
+        assert!(h.join().unwrap() ^ mine, "one token left: exactly one call gets it");
+    });
+}
+
+#[test]
+fn refund_racing_allow_conserves_tokens() {
+    model(|| {
+        let l = bucket::<u64>(1, 16);
+        assert!(allowed(&l, 7, 0)); // empty now
+        let r = {
+            let l = l.clone();
+            thread::spawn(move || l.refund_at(&7, 1, 0).unwrap())
+        };
+        let got = allowed(&l, 7, 0);
+        r.join().unwrap();
+        // Either the allow saw the refunded token (and took it), or it came
+        // first, was denied, and the token is still there.
+        let left = l.peek_at(&7, 0, 0).unwrap().remaining;
+        assert_eq!(left, if got { 0 } else { 1 });
+    });
+}
+
+#[test]
+fn reset_racing_allow_is_linearizable() {
+    model(|| {
+        let l = bucket::<u64>(1, 16);
+        assert!(allowed(&l, 7, 0));
+        let r = {
+            let l = l.clone();
+            thread::spawn(move || l.reset_at(&7, 0).unwrap())
+        };
+        let got = allowed(&l, 7, 0);
+        r.join().unwrap();
+        let left = l.peek_at(&7, 0, 0).unwrap().remaining;
+        // allow before reset: denied, then full (1). After: granted, empty (0).
+        assert_eq!(left, if got { 0 } else { 1 });
+    });
+}
+
 #[test]
 fn calls_with_their_own_clock_readings_conform() {
-    // Burst 2, one token per 10 ns; three calls stamped 0, 14 and 7 race.
-    loom::model(|| {
-        let l = bucket(2, 16);
-        let handles: Vec<_> = [0u64, 14, 7]
+    // Burst 2, one token per 10 ns; calls stamped 0, 14 and 7 race on a key
+    // that already holds one charge from t = 0. (Three threads through whole
+    // calls: see `heavy_model`.)
+    heavy_model(|| {
+        let l = bucket::<u64>(2, 16);
+        assert!(allowed(&l, 7, 0));
+        let handles: Vec<_> = [0u64, 14]
             .into_iter()
             .map(|now| {
                 let l = l.clone();
-                thread::spawn(move || (now, allowed(&l, "k", now)))
+                thread::spawn(move || (now, allowed(&l, 7, now)))
             })
             .collect();
-        let mut grants: Vec<(u64, u64)> =
-            handles.into_iter().map(|h| h.join().unwrap()).filter(|&(_, a)| a).map(|(t, _)| (t, 1)).collect();
-        // A fourth call at the latest stamp sees everything before it.
-        if allowed(&l, "k", 14) {
-            grants.push((14, 1));
+        let mut grants = vec![(0, 1)];
+        if allowed(&l, 7, 7) {
+            grants.push((7, 1));
         }
+        grants.extend(handles.into_iter().map(|h| h.join().unwrap()).filter(|&(_, a)| a).map(|(t, _)| (t, 1)));
         assert!(conforms(&grants, 2, 10), "{grants:?}");
+    });
+}
+
+#[test]
+fn direct_bucket_grants_exactly_capacity() {
+    model(|| {
+        let b = Arc::new(DirectTokenBucket::with_clock(quota(2), MonotonicClock::new()));
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let b = b.clone();
+                thread::spawn(move || b.allow_at(1, 0).unwrap().allowed)
+            })
+            .collect();
+        let mine = b.allow_at(1, 0).unwrap().allowed;
+        let granted = handles.into_iter().map(|h| h.join().unwrap()).filter(|&a| a).count() + usize::from(mine);
+        assert_eq!(granted, 2);
+    });
+}
+
+// ---- the lock-free store ---------------------------------------------------
+
+#[test]
+fn inserts_of_one_new_key_race_to_exactly_one_slot() {
+    // Two threads insert the same new key at once: one copy of it, and both
+    // charges on it.
+    model(|| {
+        let l = bucket::<u64>(3, 16);
+        let h = {
+            let l = l.clone();
+            thread::spawn(move || allowed(&l, 7, 0))
+        };
+        let mine = allowed(&l, 7, 0);
+        assert!(h.join().unwrap() && mine);
+        assert_eq!(l.len(), 1, "one copy of the key");
+        assert_eq!(l.peek_at(&7, 0, 0).unwrap().remaining, 1, "both charges on it");
+    });
+}
+
+#[test]
+fn concurrent_allows_on_a_new_key_grant_exactly_capacity() {
+    model(|| {
+        let l = bucket::<u64>(1, 16);
+        let h = {
+            let l = l.clone();
+            thread::spawn(move || allowed(&l, 7, 0))
+        };
+        let mine = allowed(&l, 7, 0);
+        assert!(h.join().unwrap() ^ mine, "a new key of one token: exactly one call gets it");
+    });
+}
+
+#[test]
+fn a_lookup_racing_an_insert_sees_all_of_it_or_none() {
+    model(|| {
+        let l = bucket::<u64>(3, 16);
+        let h = {
+            let l = l.clone();
+            thread::spawn(move || l.allow_at(&7, 2, 0).unwrap().allowed)
+        };
+        let seen = l.peek_at(&7, 0, 0).unwrap().remaining;
+        assert!(h.join().unwrap());
+        assert!(seen == 3 || seen == 1, "before the insert (3) or after it (1), never between: {seen}");
+    });
+}
+
+#[test]
+fn concurrent_inserts_of_different_keys_lose_nothing() {
+    model(|| {
+        let l = bucket::<u64>(2, 16);
+        let h = {
+            let l = l.clone();
+            thread::spawn(move || allowed(&l, 1, 0))
+        };
+        assert!(allowed(&l, 2, 0));
+        assert!(h.join().unwrap());
+        assert_eq!(l.len(), 2);
+        for k in [1, 2] {
+            assert_eq!(l.peek_at(&k, 0, 0).unwrap().remaining, 1);
+        }
+    });
+}
+
+#[test]
+fn byte_keys_race_to_exactly_one_slot() {
+    // The same, with a byte key (three key words, compared word by word
+    // while the other thread may be writing them).
+    model(|| {
+        let l = bucket::<[u8]>(3, 16);
+        let h = {
+            let l = l.clone();
+            thread::spawn(move || l.allow_at("k", 1, 0).unwrap().allowed)
+        };
+        assert!(l.allow_at("k", 1, 0).unwrap().allowed);
+        assert!(h.join().unwrap());
+        assert_eq!(l.len(), 1);
+        assert_eq!(l.peek_at("k", 0, 0).unwrap().remaining, 1);
+    });
+}
+
+#[test]
+fn calls_racing_a_migration_lose_no_charge_and_grant_nothing_extra() {
+    // The key holds one charge; a call takes another while the table
+    // migrates under it: afterwards the key holds exactly both, in one copy
+    // (and the old table is freed through the epoch while the call may still
+    // be reading it).
+    model(|| {
+        let l = bucket::<u64>(3, 16);
+        assert!(allowed(&l, 7, 0));
+        let h = {
+            let l = l.clone();
+            thread::spawn(move || allowed(&l, 7, 0))
+        };
+        l.force_migration_at(0).unwrap();
+        assert!(h.join().unwrap());
+        assert_eq!(l.len(), 1);
+        assert_eq!(l.peek_at(&7, 0, 0).unwrap().remaining, 1);
+    });
+}
+
+#[test]
+fn an_insert_racing_a_migration_lands_once() {
+    model(|| {
+        let l = bucket::<u64>(3, 16);
+        assert!(allowed(&l, 1, 0));
+        let h = {
+            let l = l.clone();
+            thread::spawn(move || l.allow_at(&7, 2, 0).unwrap().allowed)
+        };
+        l.force_migration_at(0).unwrap();
+        assert!(h.join().unwrap());
+        assert_eq!(l.len(), 2);
+        assert_eq!(l.peek_at(&7, 0, 0).unwrap().remaining, 1, "the new key, once, with its charge");
+        assert_eq!(l.peek_at(&1, 0, 0).unwrap().remaining, 2, "the old key moved intact");
+    });
+}
+
+#[test]
+fn gc_racing_a_stale_allow_never_grants_more() {
+    // The key is empty until t = 10. A gc at t = 10 drops it (it is full then)
+    // while an allow that read the clock at t = 5 runs: that allow must be
+    // denied whether it runs before or after the drop.
+    model(|| {
+        let l = bucket::<u64>(1, 16);
+        assert!(allowed(&l, 7, 0));
+        let a = {
+            let l = l.clone();
+            thread::spawn(move || allowed(&l, 7, 5))
+        };
+        assert_eq!(l.gc_at(10).unwrap(), 1);
+        assert!(!a.join().unwrap());
+        assert!(allowed(&l, 7, 10));
+    });
+}
+
+#[test]
+fn eviction_under_max_keys_racing_allow_never_grants_more() {
+    // max_keys = 1: a new key evicts the drained one. The drained key must
+    // stay drained whether its allow runs before or after the eviction.
+    model(|| {
+        let l = bucket::<u64>(1, 1);
+        assert!(allowed(&l, 7, 0));
+        let a = {
+            let l = l.clone();
+            thread::spawn(move || allowed(&l, 7, 0))
+        };
+        let _ = l.allow_at(&8, 1, 0).unwrap();
+        assert!(!a.join().unwrap());
+        assert!(l.len() <= 1);
+    });
+}
+
+// ---- all or nothing: Limiter and Stack ---------------------------------------
+
+#[test]
+fn concurrent_multi_limit_calls_never_over_grant() {
+    // a holds 2, b holds 1: whatever the interleaving, exactly one of two
+    // calls passes (the one that gets b), and afterwards the limits hold
+    // exactly what that one call took.
+    model(|| {
+        let l = limiter(&[("a", rule(2)), ("b", rule(1))]);
+        let h = {
+            let l = l.clone();
+            thread::spawn(move || l.allow_at(&7, 1, 0).unwrap().allowed())
+        };
+        let mine = l.allow_at(&7, 1, 0).unwrap().allowed();
+        assert!(h.join().unwrap() ^ mine);
+        let now = l.peek_at(&7, 0, 0).unwrap();
+        assert_eq!(now.get("a").unwrap().remaining, 1);
+        assert_eq!(now.get("b").unwrap().remaining, 0);
+    });
+}
+
+#[test]
+fn a_denied_multi_limit_call_leaves_every_limit_as_it_found_it() {
+    // b is drained, so the all-limits call is always denied; a call on a
+    // alone races with it. a is never over-granted, and once both calls are
+    // done a holds exactly what the a-only call took.
+    model(|| {
+        let l = limiter(&[("a", rule(1)), ("b", rule(1))]);
+        let only_b = l.limit_set(&["b"]).unwrap();
+        assert!(l.select(only_b).allow_at(&7, 1, 0).unwrap().allowed());
+        let both = {
+            let l = l.clone();
+            thread::spawn(move || l.allow_at(&7, 1, 0).unwrap().allowed())
+        };
+        let a = l.limit_set(&["a"]).unwrap();
+        let got = l.select(a).allow_at(&7, 1, 0).unwrap().allowed();
+        assert!(!both.join().unwrap());
+        let a_left = l.peek_at(&7, 0, 0).unwrap().get("a").unwrap().remaining;
+        assert_eq!(a_left, if got { 0 } else { 1 });
     });
 }
 
@@ -374,42 +378,29 @@ fn calls_with_their_own_clock_readings_conform() {
 /// the second call's: a third call at 20 is then denied.
 #[test]
 fn a_limiter_give_back_never_erases_a_later_call_s_charge() {
-    loom::model(|| {
+    heavy_model(|| {
         let l = limiter(&[("a", rule(1)), ("b", rule(1))]);
+        // The key exists (a's token spent at -10 ≡ full by 0): no insert in the race.
+        assert!(l.select(l.limit_set(&["a"]).unwrap()).allow_at(&7, 1, 0).unwrap().allowed());
         let both = {
             let l = l.clone();
-            thread::spawn(move || l.allow_at("k", 1, 0).unwrap().allowed())
+            thread::spawn(move || l.allow_at(&7, 1, 10).unwrap().allowed())
         };
         let b_thief = {
             let l = l.clone();
-            thread::spawn(move || {
-                let b = l.limit_set(&["b"]).unwrap();
-                l.select(b).allow_at("k", 1, 0).unwrap().allowed()
-            })
+            thread::spawn(move || l.select(l.limit_set(&["b"]).unwrap()).allow_at(&7, 1, 10).unwrap().allowed())
         };
-        let later = {
-            let l = l.clone();
-            thread::spawn(move || {
-                let a = l.limit_set(&["a"]).unwrap();
-                l.select(a).allow_at("k", 1, 20).unwrap().allowed()
-            })
-        };
+        let only_a = l.limit_set(&["a"]).unwrap();
+        let got_later = l.select(only_a).allow_at(&7, 1, 30).unwrap().allowed();
         let got_both = both.join().unwrap();
         let got_b = b_thief.join().unwrap();
-        let got_later = later.join().unwrap();
         assert!(got_both ^ got_b, "b's one token went to exactly one of them");
-        let a = l.limit_set(&["a"]).unwrap();
-        let third = l.select(a).allow_at("k", 1, 20).unwrap().allowed();
-        let mut grants = vec![];
-        if got_both {
-            grants.push((0, 1));
-        }
-        if got_later {
-            grants.push((20, 1));
-        }
-        if third {
-            grants.push((20, 1));
-        }
+        let third = l.select(only_a).allow_at(&7, 1, 30).unwrap().allowed();
+        let grants: Vec<(u64, u64)> = [(true, 0), (got_both, 10), (got_later, 30), (third, 30)]
+            .into_iter()
+            .filter(|g| g.0)
+            .map(|g| (g.1, 1))
+            .collect();
         assert!(conforms(&grants, 1, 10), "limit a granted {grants:?}");
     });
 }
@@ -419,29 +410,106 @@ fn a_limiter_give_back_never_erases_a_later_call_s_charge() {
 /// the IP alone is stamped later.
 #[test]
 fn a_stack_give_back_never_erases_a_later_call_s_charge() {
-    loom::model(|| {
-        let unwrap = |b: Arc<Bucket>| std::sync::Arc::new(Arc::try_unwrap(b).ok().unwrap());
+    heavy_model(|| {
+        // The stack shares its members through std's Arc (not a sync
+        // primitive loom needs to see); the buckets inside are loom's.
+        let unwrap = |b: Arc<Bucket<[u8]>>| std::sync::Arc::new(Arc::try_unwrap(b).ok().unwrap());
         let ip = unwrap(bucket(1, 16));
         let user = unwrap(bucket(1, 16));
-        let stack =
-            Arc::new(ratomic::Stack::builder().member("ip", ip.clone()).member("user", user.clone()).build().unwrap());
+        // Both keys exist before the race.
+        assert!(ip.allow_at("1.2.3.4", 1, 0).unwrap().allowed);
+        assert!(user.allow_at("alice", 1, 0).unwrap().allowed);
+        let stack = Arc::new(Stack::builder().member("ip", ip.clone()).member("user", user.clone()).build().unwrap());
         let call = {
             let s = stack.clone();
-            thread::spawn(move || s.allow_at(&["1.2.3.4", "alice"], 1, 0).unwrap().allowed())
+            thread::spawn(move || s.allow_at(&["1.2.3.4", "alice"], 1, 10).unwrap().allowed())
         };
         let thief = {
             let user = user.clone();
-            thread::spawn(move || allowed(&user, "alice", 0))
+            thread::spawn(move || user.allow_at("alice", 1, 10).unwrap().allowed)
         };
-        let later = {
-            let ip = ip.clone();
-            thread::spawn(move || allowed(&ip, "1.2.3.4", 20))
-        };
-        let (got_call, got_thief, got_later) = (call.join().unwrap(), thief.join().unwrap(), later.join().unwrap());
+        let got_later = ip.allow_at("1.2.3.4", 1, 30).unwrap().allowed;
+        let (got_call, got_thief) = (call.join().unwrap(), thief.join().unwrap());
         assert!(got_call ^ got_thief, "alice's one token went to exactly one of them");
-        let third = allowed(&ip, "1.2.3.4", 20);
-        let grants: Vec<(u64, u64)> =
-            [(got_call, 0), (got_later, 20), (third, 20)].into_iter().filter(|g| g.0).map(|g| (g.1, 1)).collect();
+        let third = ip.allow_at("1.2.3.4", 1, 30).unwrap().allowed;
+        let grants: Vec<(u64, u64)> = [(true, 0), (got_call, 10), (got_later, 30), (third, 30)]
+            .into_iter()
+            .filter(|g| g.0)
+            .map(|g| (g.1, 1))
+            .collect();
         assert!(conforms(&grants, 1, 10), "the IP granted {grants:?}");
+    });
+}
+
+#[test]
+fn concurrent_stack_calls_never_over_grant_and_give_back_exactly() {
+    // Two callers on the same IP (2 tokens) and different users (alice has
+    // one token left, bob none): alice can pass, bob never can, and the IP is
+    // left exactly as alice's call left it.
+    model(|| {
+        let unwrap = |b: Arc<Bucket<[u8]>>| std::sync::Arc::new(Arc::try_unwrap(b).ok().unwrap());
+        let ip = unwrap(bucket(2, 16));
+        let user = unwrap(bucket(2, 16));
+        assert!(user.allow_at("bob", 2, 0).unwrap().allowed);
+        assert!(user.allow_at("alice", 1, 0).unwrap().allowed);
+        let stack = Arc::new(Stack::builder().member("ip", ip.clone()).member("user", user.clone()).build().unwrap());
+        let bob = {
+            let s = stack.clone();
+            thread::spawn(move || s.allow_at(&["1.2.3.4", "bob"], 1, 0).unwrap().allowed())
+        };
+        let alice = stack.allow_at(&["1.2.3.4", "alice"], 1, 0).unwrap().allowed();
+        assert_eq!((alice, bob.join().unwrap()), (true, false));
+        assert_eq!(ip.peek_at("1.2.3.4", 0, 0).unwrap().remaining, 1);
+        assert_eq!(user.peek_at("alice", 0, 0).unwrap().remaining, 0);
+    });
+}
+
+// ---- windows ------------------------------------------------------------------
+
+fn two_callers_on_a_limit_of_one<A: ratomic::Algorithm>(alg: A) {
+    let l =
+        Arc::new(Keyed::<_, u64, _>::with_algorithm(alg, MonotonicClock::new(), Options::default().shards(1)).unwrap());
+    let h = {
+        let l = l.clone();
+        thread::spawn(move || l.allow_at(&7, 1, 10).unwrap().allowed)
+    };
+    let mine = l.allow_at(&7, 1, 10).unwrap().allowed;
+    assert!(h.join().unwrap() ^ mine);
+}
+
+#[test]
+fn concurrent_fixed_window_calls_grant_exactly_the_limit() {
+    let rate = Rate::new(1, Duration::from_nanos(100)).unwrap();
+    model(move || two_callers_on_a_limit_of_one(ratomic::FixedWindowCounter::new(rate).unwrap()));
+}
+
+#[test]
+fn concurrent_sliding_window_calls_grant_exactly_the_limit() {
+    let rate = Rate::new(1, Duration::from_nanos(100)).unwrap();
+    model(move || two_callers_on_a_limit_of_one(ratomic::SlidingWindowCounter::new(rate).unwrap()));
+}
+
+#[test]
+fn a_stale_window_call_never_overwrites_a_later_window() {
+    // Window 10 ns, limit 1. B counts in window 1 (t = 15); A read the clock
+    // in window 0 (t = 5). If B ran first, A is counted in window 1 and
+    // denied; either way window 1 holds exactly B's call.
+    model(|| {
+        let rate = Rate::new(1, Duration::from_nanos(10)).unwrap();
+        let l = Arc::new(
+            Keyed::<_, u64, _>::with_algorithm(
+                ratomic::FixedWindowCounter::new(rate).unwrap(),
+                MonotonicClock::new(),
+                Options::default().shards(1),
+            )
+            .unwrap(),
+        );
+        let a = {
+            let l = l.clone();
+            thread::spawn(move || l.allow_at(&7, 1, 5).unwrap().allowed)
+        };
+        assert!(l.allow_at(&7, 1, 15).unwrap().allowed);
+        let _ = a.join().unwrap();
+        assert_eq!(l.peek_at(&7, 0, 15).unwrap().remaining, 0);
     });
 }

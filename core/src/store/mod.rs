@@ -2,13 +2,36 @@
 //! hash, bounded in keys and in bytes, and forgetting full buckets without
 //! changing any decision.
 //!
-//! # Design (chosen by measurement; see `BENCHMARKS.md`, "key store")
+//! # Design: no locks on the way to a key's state
 //!
-//! Each shard is an open-addressing table (`table.rs`) behind a
-//! reader-writer lock. Calls on keys that exist — the hot path — take the
-//! read lock, find the slot and run the algorithm's CAS loop on its state
-//! word; many threads do this at once on the same shard. The write lock is
-//! taken only to insert a key, to rebuild a table, or to forget a key.
+//! Each shard is an open-addressing table (`table.rs`) of atomic words, in
+//! which every change is a compare-and-swap; a slot's first state word is
+//! also its control word, so a call on a stored key — the hot path — does
+//! the probe's loads, the algorithm's CAS on the state and one re-read of
+//! the key (the slot may have been reused meanwhile: `cells.rs` takes the
+//! change back exactly and the call runs again). An insert claims a free
+//! slot with one CAS, writes the key, checks it is the key's only copy and
+//! publishes the state with one more. No call takes a lock.
+//!
+//! Three things are done by one thread at a time per shard (the shard's
+//! maintainer flag, taken with a CAS; an insert that finds it taken goes on
+//! if its table still has room): forgetting and evicting keys in place, and
+//! migrating to a new table. A migration first closes the old table (no
+//! key is published in it any more; new keys wait the length of one scan),
+//! forgets its idle keys in place, and sizes the new table for the keys
+//! left, reserving their room before any new key can reach it — so the new
+//! table never fills under the keys it adopts. It then freezes each slot of the old table
+//! (free slots marked so no insert can claim them; a live slot locked, its
+//! states captured and copied into the new table) while calls go on: a call
+//! that meets a frozen slot waits for that one slot, then follows the new
+//! table; new keys go to the new table as soon as it exists. Old tables and
+//! long keys' heap blocks are freed through an epoch (crossbeam-epoch), once
+//! no call that might read them is still running.
+//!
+//! Operations that *credit* a key (refunds, give-backs, resets) lock its
+//! slot instead (`update_locked`): a credit must not land on a slot reused
+//! by another key. Every protocol here is model-checked with loom
+//! (`core/tests/loom.rs`).
 //!
 //! The hasher is foldhash with a per-process random seed (plus a per-store
 //! one): fast on short keys, and attackers who choose keys cannot predict
@@ -48,6 +71,7 @@
 //! new keys. Measured under attack and under honest churn in `BENCHMARKS.md`
 //! ("eviction").
 
+mod cells;
 mod summary;
 mod table;
 
@@ -56,9 +80,10 @@ use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
 use crate::key::StoredKey;
-use crate::sync::{self, AtomicU64, Ordering, RwLock};
+use crate::sync::{epoch, AtomicBool, AtomicU64, Backoff, Counter, Ordering};
+pub(crate) use cells::{Cells, Conflict, Frozen};
 use summary::Summary;
-use table::Table;
+use table::{Find, Table, BUSY, CLAIMED, DEAD, EMPTY, FIRST_MARKER, LOCKED, MOVED, MOVED_EMPTY};
 
 /// Most state words one key can have (the most limits one `Limiter` holds).
 pub(crate) const MAX_WIDTH: usize = 16;
@@ -255,21 +280,28 @@ type Hasher = foldhash::fast::RandomState;
 #[cfg(ratomic_loom)]
 type Hasher = foldhash::fast::FixedState;
 
-/// Keeps each shard's lock on its own cache lines (two, for the adjacent-line
-/// prefetcher), so threads working on different shards do not contend.
+/// Keeps each shard's counters on their own cache lines (two, for the
+/// adjacent-line prefetcher), so threads inserting into different shards do
+/// not contend. Lookups of existing keys touch no shard word but the table
+/// pointer, which only changes when the shard migrates.
 #[repr(align(128))]
 struct Padded<T>(T);
 
 struct Shard<S: StoredKey> {
-    table: Table<S>,
+    table: epoch::Atomic<Table<S>>,
     /// What the shard remembers of keys it no longer holds.
     summary: Summary,
+    /// Keys held (published slots).
+    live: Counter,
     /// Bytes of keys stored outside their slots.
-    key_bytes: usize,
+    key_bytes: Counter,
+    /// Set while one thread maintains the shard: evicts, migrates, forgets.
+    /// The summary's single writer.
+    maintaining: AtomicBool,
 }
 
 pub(crate) struct Store<S: StoredKey> {
-    shards: Box<[Padded<RwLock<Shard<S>>>]>,
+    shards: Box<[Padded<Shard<S>>]>,
     mask: usize,
     hasher: Hasher,
     width: usize,
@@ -279,6 +311,14 @@ pub(crate) struct Store<S: StoredKey> {
     max_cells: usize,
 }
 
+/// Why an operation went round again.
+enum Next {
+    /// Done.
+    Done,
+    /// Look the key up again from the shard's current table.
+    Retry,
+}
+
 impl<S: StoredKey> Store<S> {
     pub(crate) fn new(options: &Options, width: usize, retention: &impl Retention) -> Result<Self> {
         options.validate()?;
@@ -286,11 +326,13 @@ impl<S: StoredKey> Store<S> {
         let count = options.shard_count();
         let shards = (0..count)
             .map(|_| {
-                Padded(RwLock::new(Shard {
-                    table: Table::empty(width),
+                Padded(Shard {
+                    table: epoch::Atomic::new(Table::new(MIN_CAPACITY, width)),
                     summary: Summary::new(width, options.eviction, retention),
-                    key_bytes: 0,
-                }))
+                    live: Counter::new(0),
+                    key_bytes: Counter::new(0),
+                    maintaining: AtomicBool::new(false),
+                })
             })
             .collect();
         let max_per_shard = options.max_keys.div_ceil(count);
@@ -311,14 +353,14 @@ impl<S: StoredKey> Store<S> {
     }
 
     #[inline]
-    fn shard(&self, hash: u64) -> &RwLock<Shard<S>> {
+    fn shard(&self, hash: u64) -> &Shard<S> {
         &self.shards[hash as usize & self.mask].0
     }
 
-    /// Runs `op` on the key's state words and returns its result. `op` also
-    /// says whether it changed them; it may run more than once (only the
-    /// last result is returned) and must touch nothing but the words it is
-    /// given.
+    /// Runs `op` on the key's state words and returns its result. `op` may
+    /// run more than once (only the last result is returned) and must touch
+    /// nothing but the words it is given; what it changed is judged from
+    /// what it wrote through them.
     ///
     /// A key that is absent answers from what its shard remembers of it
     /// (see `summary.rs`); it is inserted only if `op` changed that state,
@@ -330,58 +372,208 @@ impl<S: StoredKey> Store<S> {
         probe: &S::Probe<'_>,
         now: u64,
         retention: &impl Retention,
-        op: impl Fn(&[AtomicU64]) -> (R, bool),
+        op: impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
     ) -> R {
-        let lock = self.shard(hash);
-        {
-            let shard = sync::read(lock);
-            if let Some(i) = shard.table.find(hash, probe) {
-                return op(shard.table.states(i)).0;
-            }
-            let (initial, _) = shard.summary.initial(hash, retention);
-            let (r, changed) = self.on_copy(&initial, &op);
-            if changed.is_none() {
-                return r;
+        let guard = epoch::pin();
+        let shard = self.shard(hash);
+        let mut table = shard.table.load(Ordering::Acquire, &guard);
+        loop {
+            // SAFETY: tables are freed only through the epoch, and we are pinned.
+            let t = unsafe { table.deref() };
+            match t.find(hash, probe, &guard) {
+                Find::Found(i) => {
+                    let mut cells = Cells::new(t.states(i));
+                    match op(&mut cells) {
+                        Ok(r) if t.holds(i, probe, &guard) => return r,
+                        // The slot was given to another key meanwhile: take
+                        // back exactly what we did to it, and look again.
+                        Ok(_) => cells.undo(),
+                        // Being forgotten or moved: wait for it to settle.
+                        Err(Frozen) => {
+                            cells.undo();
+                            t.wait_change(i, LOCKED);
+                        }
+                    }
+                    table = shard.table.load(Ordering::Acquire, &guard);
+                }
+                Find::Absent { free } => {
+                    // While the table migrates, new keys go to the next one.
+                    let next = t.next.load(Ordering::SeqCst, &guard);
+                    if !next.is_null() {
+                        table = next;
+                        continue;
+                    }
+                    if let Some(r) = self.run_absent(shard, t, hash, probe, free, now, retention, &op, &guard) {
+                        return r;
+                    }
+                    table = shard.table.load(Ordering::Acquire, &guard);
+                }
             }
         }
-        self.insert_slow(lock, hash, probe, now, retention, op)
     }
 
-    /// Runs `op` on the key's state words if the key is held; does nothing
-    /// (and inserts nothing) if it is not.
-    pub(crate) fn with_existing(&self, hash: u64, probe: &S::Probe<'_>, op: impl FnOnce(&[AtomicU64])) {
-        let shard = sync::read(self.shard(hash));
-        if let Some(i) = shard.table.find(hash, probe) {
-            op(shard.table.states(i));
-        }
-    }
-
-    #[cold]
-    fn insert_slow<R>(
+    /// Like [`update`](Self::update), but for an operation that *credits*
+    /// a key (a refund, a give-back): on a stored key, `op` runs while the
+    /// slot is locked and known to hold this key. A lock-free credit can
+    /// land on a slot that was forgotten and reused by another key between
+    /// the probe and the CAS (an ABA on the state's value), and if that key
+    /// moves on before the credit is taken back (see `cells.rs`) it keeps
+    /// tokens that were never its own: a charge that lands that way only
+    /// denies, a credit would over-grant. Credits are rare; the lock makes
+    /// them exact. Calls on the key meanwhile wait for the slot, for a few
+    /// loads and stores.
+    ///
+    /// A key the store does not hold is inserted with what `op` changed if
+    /// `insert`, else left alone (`None`).
+    pub(crate) fn update_locked<R>(
         &self,
-        lock: &RwLock<Shard<S>>,
         hash: u64,
         probe: &S::Probe<'_>,
         now: u64,
         retention: &impl Retention,
-        op: impl Fn(&[AtomicU64]) -> (R, bool),
-    ) -> R {
-        let mut shard = sync::write(lock);
-        if let Some(i) = shard.table.find(hash, probe) {
-            return op(shard.table.states(i)).0; // inserted by another call meanwhile
-        }
-        let bytes = S::probe_heap_bytes(probe);
-        self.make_room(&mut shard, now, retention, 1, bytes);
-        let (initial, own_cell) = shard.summary.initial(hash, retention);
-        let (r, changed) = self.on_copy(&initial, &op);
-        if let Some(states) = changed {
-            shard.table.insert(hash, S::from_probe(probe), &states[..self.width]);
-            shard.key_bytes += bytes;
-            if let Some(i) = own_cell {
-                shard.summary.clear(i); // the table holds the key's state again
+        insert: bool,
+        op: impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
+    ) -> Option<R> {
+        let guard = epoch::pin();
+        let shard = self.shard(hash);
+        let mut table = shard.table.load(Ordering::Acquire, &guard);
+        loop {
+            // SAFETY: as in `update`.
+            let t = unsafe { table.deref() };
+            match t.find(hash, probe, &guard) {
+                Find::Found(i) => {
+                    if let Some(mut states) = self.lock_key(t, i, probe, &guard) {
+                        let (r, changed) = self.on_copy(&states, &op);
+                        if let Some(new) = changed {
+                            states = new;
+                        }
+                        t.unlock(i, &states[..self.width]);
+                        return Some(r);
+                    }
+                    table = shard.table.load(Ordering::Acquire, &guard);
+                }
+                Find::Absent { free } => {
+                    let next = t.next.load(Ordering::SeqCst, &guard);
+                    if !next.is_null() {
+                        table = next;
+                        continue;
+                    }
+                    if !insert {
+                        return None;
+                    }
+                    if let Some(r) = self.run_absent(shard, t, hash, probe, free, now, retention, &op, &guard) {
+                        return Some(r);
+                    }
+                    table = shard.table.load(Ordering::Acquire, &guard);
+                }
             }
         }
-        r
+    }
+
+    /// Locks slot `i`, found to hold the probed key, and captures its
+    /// states; `None` (after waiting for a slot being forgotten or moved to
+    /// settle) if the slot no longer holds a live copy of the key: look again.
+    fn lock_key(&self, t: &Table<S>, i: usize, probe: &S::Probe<'_>, guard: &epoch::Guard) -> Option<[u64; MAX_WIDTH]> {
+        let first = t.control(i);
+        if first >= FIRST_MARKER {
+            if first == LOCKED {
+                t.wait_change(i, LOCKED);
+            }
+            return None;
+        }
+        let states = t.lock_all(i, first)?;
+        // Locked, the slot cannot change hands: check it is still ours (it
+        // may have been reused by another key since the probe found it).
+        if !t.holds(i, probe, guard) {
+            t.unlock(i, &states[..self.width]);
+            return None;
+        }
+        Some(states)
+    }
+
+    /// Runs `op` for a key absent from `t` (which is not migrating): on
+    /// what its shard remembers of it, inserting it if `op` changed that.
+    /// `None` when the caller must look again (see [`insert`](Self::insert)).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn run_absent<R>(
+        &self,
+        shard: &Shard<S>,
+        t: &Table<S>,
+        hash: u64,
+        probe: &S::Probe<'_>,
+        free: Option<(usize, u64)>,
+        now: u64,
+        retention: &impl Retention,
+        op: &impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
+        guard: &epoch::Guard,
+    ) -> Option<R> {
+        let initial = shard.summary.initial(hash, retention, guard);
+        let (r, changed) = self.on_copy(&initial, op);
+        let Some(states) = changed else { return Some(r) };
+        match self.insert(shard, t, hash, probe, free, &states, now, retention, guard) {
+            Next::Done => Some(r),
+            Next::Retry => None,
+        }
+    }
+
+    /// Inserts a key absent from `t` with `states`. `Retry` when the caller
+    /// must look again (another thread inserted the key or took the slot,
+    /// the table started migrating, or the shard needed room first).
+    #[allow(clippy::too_many_arguments)]
+    fn insert(
+        &self,
+        shard: &Shard<S>,
+        t: &Table<S>,
+        hash: u64,
+        probe: &S::Probe<'_>,
+        free: Option<(usize, u64)>,
+        states: &[u64; MAX_WIDTH],
+        now: u64,
+        retention: &impl Retention,
+        guard: &epoch::Guard,
+    ) -> Next {
+        let bytes = S::probe_heap_bytes(probe);
+        // Room first: a chain must always end at an EMPTY slot, and the
+        // bounds hold before the key comes in, not after.
+        let full = t.used.load(Ordering::Relaxed) + 1 > t.capacity() * 7 / 8;
+        let over = shard.live.load(Ordering::Relaxed) + 1 > self.max_per_shard
+            || shard.key_bytes.load(Ordering::Relaxed) + bytes > self.max_bytes_per_shard;
+        if t.closed.load(Ordering::SeqCst) {
+            // A migration is sizing the next table: it appears in a moment.
+            Backoff::new().snooze();
+            return Next::Retry;
+        }
+        let free = free.filter(|_| !full && !over);
+        let reserved = matches!(free, Some((_, EMPTY))) && t.reserve();
+        let Some((i, from)) = free.filter(|&(_, from)| from == DEAD || reserved) else {
+            self.maintain(
+                shard,
+                now,
+                retention,
+                guard,
+                Trigger::Insert { bytes, must: full || free.is_none() || !reserved },
+            );
+            return Next::Retry;
+        };
+        if !t.claim(i, from, probe, states, guard) {
+            if reserved {
+                t.unreserve(1);
+            }
+            return Next::Retry;
+        }
+        // A table that started migrating takes no new key (see `migrate`).
+        let published = t.verify(hash, probe, i, guard) && !t.closed.load(Ordering::SeqCst) && t.publish(i, states[0]);
+        if !published {
+            t.abandon(i, guard);
+            return Next::Retry;
+        }
+        shard.live.fetch_add(1, Ordering::Relaxed);
+        shard.key_bytes.fetch_add(bytes, Ordering::Relaxed);
+        if t.used.load(Ordering::Relaxed) > t.capacity() * MAX_LOAD.0 / MAX_LOAD.1 {
+            self.maintain(shard, now, retention, guard, Trigger::Insert { bytes: 0, must: false });
+        }
+        Next::Done
     }
 
     /// Runs `op` on a private copy of `states`: the answer for an absent
@@ -389,7 +581,7 @@ impl<S: StoredKey> Store<S> {
     fn on_copy<R>(
         &self,
         states: &[u64; MAX_WIDTH],
-        op: &impl Fn(&[AtomicU64]) -> (R, bool),
+        op: &impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
     ) -> (R, Option<[u64; MAX_WIDTH]>) {
         #[cfg(not(ratomic_loom))]
         {
@@ -403,196 +595,395 @@ impl<S: StoredKey> Store<S> {
             // SAFETY: `AtomicU64` has the size and bit validity of `u64`, and
             // `Words` gives the alignment it needs (8); the slice borrows the
             // private copy exclusively until `op` returns.
-            let cells = unsafe { std::slice::from_raw_parts(ptr, self.width) };
-            let (r, changed) = op(cells);
+            let words_ref = unsafe { std::slice::from_raw_parts(ptr, self.width) };
+            let mut cells = Cells::new(words_ref);
+            let r = op(&mut cells).expect("a private copy holds no marker");
+            let changed = cells.wrote();
             (r, changed.then_some(words.0))
         }
         #[cfg(ratomic_loom)]
         {
-            let cells: [AtomicU64; MAX_WIDTH] = std::array::from_fn(|w| AtomicU64::new(states[w]));
-            let (r, changed) = op(&cells[..self.width]);
-            (r, changed.then(|| std::array::from_fn(|w| cells[w].load(Ordering::Relaxed))))
+            let words: [AtomicU64; MAX_WIDTH] = std::array::from_fn(|w| AtomicU64::new(states[w]));
+            let mut cells = Cells::new(&words[..self.width]);
+            let r = op(&mut cells).expect("a private copy holds no marker");
+            let changed = cells.wrote();
+            (r, changed.then(|| std::array::from_fn(|w| words[w].load(Ordering::Relaxed))))
         }
     }
 
     /// Forgets the key: afterwards it answers as a key never seen, for any
     /// call stamped at or after `now`.
     pub(crate) fn reset(&self, hash: u64, probe: &S::Probe<'_>, now: u64, retention: &impl Retention) {
-        let mut shard = sync::write(self.shard(hash));
-        shard.summary.clear_key(hash);
-        let (initial, _) = shard.summary.initial(hash, retention);
-        // Would the key, absent, start less than full? Then store a fresh
-        // state explicitly, so the reset is exact.
-        let summary_matters = retention.idle_after(&initial[..self.width], now) > 0;
+        let guard = epoch::pin();
+        let shard = self.shard(hash);
         let mut pristine = [0; MAX_WIDTH];
         retention.pristine(&mut pristine[..self.width]);
-        match shard.table.find(hash, probe) {
-            Some(i) if summary_matters => {
-                for (cell, &v) in shard.table.states(i).iter().zip(&pristine) {
-                    cell.store(v, Ordering::Relaxed);
+        // Would the key, absent, start less than full (its own summary, or
+        // a join)? Then it is stored with fresh states, so the reset is exact.
+        let summary_matters =
+            || retention.idle_after(&shard.summary.initial(hash, retention, &guard)[..self.width], now) > 0;
+        let mut table = shard.table.load(Ordering::Acquire, &guard);
+        loop {
+            // SAFETY: as in `update`.
+            let t = unsafe { table.deref() };
+            match t.find(hash, probe, &guard) {
+                Find::Found(i) => {
+                    if self.lock_key(t, i, probe, &guard).is_some() {
+                        if summary_matters() {
+                            t.unlock(i, &pristine[..self.width]);
+                        } else {
+                            shard.key_bytes.fetch_sub(S::heap_bytes(t.key(i)), Ordering::Relaxed);
+                            t.release(i, &guard);
+                            shard.live.fetch_sub(1, Ordering::Relaxed);
+                        }
+                        return;
+                    }
+                    table = shard.table.load(Ordering::Acquire, &guard);
+                }
+                Find::Absent { free } => {
+                    let next = t.next.load(Ordering::SeqCst, &guard);
+                    if !next.is_null() {
+                        table = next;
+                        continue;
+                    }
+                    if !summary_matters() {
+                        return;
+                    }
+                    match self.insert(shard, t, hash, probe, free, &pristine, now, retention, &guard) {
+                        Next::Done => return,
+                        Next::Retry => table = shard.table.load(Ordering::Acquire, &guard),
+                    }
                 }
             }
-            Some(i) => {
-                shard.key_bytes -= shard.table.key(i).heap_bytes();
-                shard.table.remove(i, |k| k.rehash(&self.hasher));
-            }
-            None if summary_matters => {
-                let bytes = S::probe_heap_bytes(probe);
-                self.make_room(&mut shard, now, retention, 1, bytes);
-                shard.table.insert(hash, S::from_probe(probe), &pristine[..self.width]);
-                shard.key_bytes += bytes;
-            }
-            None => {}
         }
     }
 
     /// Keys currently stored (including full buckets not yet forgotten).
     pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|s| sync::read(&s.0).table.live()).sum()
+        self.shards.iter().map(|s| s.0.live.load(Ordering::Relaxed)).sum()
     }
 
     /// Bytes the store holds: every shard's table, the keys stored outside
     /// their slots, and the summaries of evicted keys.
     pub(crate) fn memory_bytes(&self) -> usize {
+        let guard = epoch::pin();
         self.shards
             .iter()
             .map(|s| {
-                let shard = sync::read(&s.0);
-                Table::<S>::bytes_for(shard.table.capacity(), self.width) + shard.key_bytes + shard.summary.bytes()
+                let shard = &s.0;
+                let table = shard.table.load(Ordering::Acquire, &guard);
+                // SAFETY: as in `update`.
+                let cap = unsafe { table.deref() }.capacity();
+                Table::<S>::bytes_for(cap, self.width)
+                    + shard.key_bytes.load(Ordering::Relaxed)
+                    + shard.summary.bytes(&guard)
             })
             .sum()
+    }
+
+    /// Migrates every shard to a new table of the same size, now: what
+    /// growth does, on demand, for tests and models of migration racing
+    /// other calls.
+    pub(crate) fn force_migration(&self, now: u64, retention: &impl Retention) {
+        let guard = epoch::pin();
+        for s in self.shards.iter() {
+            let shard = &s.0;
+            let mut backoff = Backoff::new();
+            while shard.maintaining.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+                backoff.snooze();
+            }
+            let table = shard.table.load(Ordering::Acquire, &guard);
+            // SAFETY: as in `update`.
+            let cap = unsafe { table.deref() }.capacity();
+            self.migrate(shard, table, cap, now, retention, &guard);
+            shard.maintaining.store(false, Ordering::Release);
+        }
     }
 
     /// Forgets every key that carries no information at `now`, shrinking
     /// tables that have become sparse. Returns how many keys were dropped.
     pub(crate) fn gc(&self, now: u64, retention: &impl Retention) -> usize {
+        let guard = epoch::pin();
         self.shards
             .iter()
             .map(|s| {
-                let mut shard = sync::write(&s.0);
-                let before = shard.table.live();
-                self.make_room(&mut shard, now, retention, 0, 0);
-                before - shard.table.live()
+                let before = s.0.live.load(Ordering::Relaxed);
+                self.maintain(&s.0, now, retention, &guard, Trigger::Gc);
+                before.saturating_sub(s.0.live.load(Ordering::Relaxed))
             })
             .sum()
     }
+}
 
-    /// Ensures `extra` more keys holding `extra_bytes` more key bytes fit (in
-    /// load, in `max_keys` and in `max_key_bytes`), rebuilding the table
-    /// without droppable keys and, if the shard is still over a bound,
-    /// without the keys closest to full. With `extra == 0` (gc) the table is
-    /// rebuilt only if that drops or shrinks something.
-    fn make_room(&self, shard: &mut Shard<S>, now: u64, retention: &impl Retention, extra: usize, extra_bytes: usize) {
-        let table = &shard.table;
-        let fits_load = (table.live() + extra) * MAX_LOAD.1 <= table.capacity() * MAX_LOAD.0;
-        let fits_keys = table.live() + extra <= self.max_per_shard;
-        let fits_bytes = shard.key_bytes + extra_bytes <= self.max_bytes_per_shard;
-        if extra > 0 && fits_load && fits_keys && fits_bytes {
-            return;
+/// What asked for maintenance.
+#[derive(Clone, Copy, Debug)]
+enum Trigger {
+    /// An insert: room for one more key of `bytes` long-key bytes; `must`
+    /// when the insert cannot proceed without it (it then waits for another
+    /// maintainer rather than skipping).
+    Insert { bytes: usize, must: bool },
+    /// `gc`: forget every full key and shrink a sparse table.
+    Gc,
+}
+
+impl<S: StoredKey> Store<S> {
+    /// Maintains a shard, one thread at a time: evicts keys to respect the
+    /// bounds, then migrates to a new table if the current one is too full
+    /// (dropping full keys on the way) or, on `gc`, to forget full keys and
+    /// shrink. An insert that does not need it skips it when another thread
+    /// is already at it.
+    fn maintain(&self, shard: &Shard<S>, now: u64, retention: &impl Retention, guard: &epoch::Guard, why: Trigger) {
+        let mut backoff = Backoff::new();
+        while shard.maintaining.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            match why {
+                Trigger::Insert { must: false, .. } => return,
+                _ => {
+                    // Wait for the other maintainer, then see what is left to do.
+                    backoff.snooze();
+                }
+            }
         }
-
-        // Pass 1: which keys still carry information, and their key bytes.
-        let mut buf = [0u64; MAX_WIDTH];
-        let mut wait_of = |i: usize| {
-            for (b, cell) in buf.iter_mut().zip(table.states(i)) {
-                *b = cell.load(Ordering::Relaxed);
-            }
-            retention.idle_after(&buf[..self.width], now)
+        let table = shard.table.load(Ordering::Acquire, guard);
+        // SAFETY: as in `update`; only the maintainer replaces it.
+        let t = unsafe { table.deref() };
+        let extra = matches!(why, Trigger::Insert { .. }) as usize;
+        let extra_bytes = match why {
+            Trigger::Insert { bytes, .. } => bytes,
+            Trigger::Gc => 0,
         };
-        let (mut survivors, mut survivor_bytes) = (0, 0);
-        table.for_each_occupied(|i| {
-            if wait_of(i) > 0 {
-                survivors += 1;
-                survivor_bytes += table.key(i).heap_bytes();
+
+        // Pass 1: every live key, with how long until it would be
+        // droppable (0: it carries no information now).
+        let w = self.width;
+        let mut keys: Vec<(u64, usize, usize, u64)> = Vec::new(); // (wait, bytes, slot, first)
+        for i in 0..t.capacity() {
+            let mut states = [0u64; MAX_WIDTH];
+            if !Self::read_live(t, i, &mut states[..w]) {
+                continue;
             }
-        });
+            let wait = retention.idle_after(&states[..w], now);
+            keys.push((wait, S::heap_bytes(t.key(i)), i, states[0]));
+        }
+        let idle = keys.iter().filter(|k| k.0 == 0).count();
+        let survivors = keys.len() - idle;
+        let survivor_bytes: usize = keys.iter().filter(|k| k.0 > 0).map(|k| k.1).sum();
+
+        // Pass 2: if a bound binds, forget in place every full key and,
+        // among the others, the ones closest to full — an eighth of the
+        // shard at a time, so eviction is amortised over the inserts that
+        // refill it — then, while the byte budget binds, long keys in the
+        // same order.
         let limit = self.max_per_shard;
-        let over_keys = survivors + extra > limit;
         let byte_limit = self.max_bytes_per_shard;
-        let over_bytes = survivor_bytes + extra_bytes > byte_limit;
-
-        // Victims, if a bound binds: the keys closest to full, an eighth of
-        // the shard at a time (so eviction is amortised over the inserts
-        // that refill it); then, while the byte budget binds, long keys in
-        // the same order.
-        let mut victims: Option<Vec<bool>> = None;
-        let mut keep = survivors;
+        let over_keys = keys.len() + extra > limit;
+        let over_bytes = shard.key_bytes.load(Ordering::Relaxed) + extra_bytes > byte_limit;
+        let mut kept = survivors;
         if over_keys || over_bytes {
-            let mut candidates = Vec::with_capacity(survivors);
-            table.for_each_occupied(|i| {
-                let wait = wait_of(i);
-                if wait > 0 {
-                    candidates.push((wait, table.key(i).heap_bytes(), i));
-                }
-            });
-            candidates.sort_unstable_by_key(|&(wait, _, _)| wait);
-            let mut marked = vec![false; table.capacity()];
-            let keep_keys = if over_keys { survivors.min((limit - limit / 8).min(limit - extra)) } else { survivors };
-            let mut bytes = survivor_bytes;
-            for &(_, b, i) in &candidates[..survivors - keep_keys] {
-                marked[i] = true;
-                bytes -= b;
-            }
-            keep = keep_keys;
+            keys.sort_unstable_by_key(|&(wait, ..)| wait);
+            let keep_keys = if survivors + extra > limit {
+                survivors.min((limit - limit / 8).min(limit - extra))
+            } else {
+                survivors
+            };
+            let cells = (t.capacity() / 8).max(8).next_power_of_two().min(self.max_cells);
             let byte_target = (byte_limit - byte_limit / 8).min(byte_limit.saturating_sub(extra_bytes));
-            for &(_, b, i) in &candidates[survivors - keep_keys..] {
-                if bytes <= byte_target {
-                    break;
-                }
-                if b > 0 {
-                    marked[i] = true;
+            let mut bytes = survivor_bytes;
+            let cut = keys.len() - keep_keys; // the idle keys, then the survivors to evict
+            for (k, &(wait, b, i, first)) in keys.iter().enumerate() {
+                let evict = k < cut || (bytes > byte_target && b > 0);
+                if evict && self.forget(shard, t, i, first, now, cells, retention, guard) && wait > 0 {
                     bytes -= b;
-                    keep -= 1;
+                    kept -= 1;
                 }
             }
-            victims = Some(marked);
         }
 
-        let mut new_cap = if keep + extra == 0 {
-            0
-        } else {
-            ((keep + extra) * TARGET_LOAD.1).div_ceil(TARGET_LOAD.0).max(MIN_CAPACITY)
-        };
-        if extra > 0 {
-            // A rebuild for room never shrinks the table: keys that went idle
-            // and come back (most clients of a per-IP limit) would otherwise
-            // shrink and regrow it over and over. `gc` shrinks it.
-            new_cap = new_cap.max(table.capacity());
-        }
-        if extra == 0 && keep == table.live() && new_cap >= table.capacity() {
-            return; // gc found nothing to drop and nothing to shrink
-        }
-
-        // Pass 2: drop what goes — idle keys and victims — remembering each
-        // in the summary; in place when the size stays and nothing is
-        // evicted (no allocation), else by moving what stays into a table
-        // of the new size.
-        let Shard { table, summary, key_bytes } = shard;
-        let width = self.width;
-        let hasher = &self.hasher;
-        // Summaries for a quarter of the keys the shard holds (a power of
-        // two, at least 8, at most a quarter of its share of max_keys).
-        let cells = (table.live() / 4).max(8).next_power_of_two().min(self.max_cells);
-        let mut forget = |key: &S, states: &[u64]| {
-            let wait = retention.idle_after(states, now);
-            summary.forget(key.rehash(hasher), states, wait, now, cells, retention);
-            *key_bytes -= key.heap_bytes();
-        };
-        match victims {
-            None if new_cap == table.capacity() && new_cap > 0 => {
-                table.retain(|states| retention.idle_after(states, now) > 0, &mut forget, |key| key.rehash(hasher));
+        // Pass 3: migrate when the table is too full (dead slots count: they
+        // lengthen chains), dropping full keys on the way; or on gc when that
+        // drops or shrinks something. The new table holds the keys kept at a
+        // load of 1/2.
+        let used = t.used.load(Ordering::Relaxed);
+        let target = ((kept + extra) * TARGET_LOAD.1).div_ceil(TARGET_LOAD.0);
+        let (migrate, new_cap) = match why {
+            // A rebuild for room never shrinks the table: keys that went
+            // idle and come back (most clients of a per-IP limit) would
+            // otherwise shrink and regrow it over and over. `gc` shrinks it.
+            Trigger::Insert { .. } => {
+                ((used + extra) * MAX_LOAD.1 > t.capacity() * MAX_LOAD.0, target.max(MIN_CAPACITY).max(t.capacity()))
             }
-            victims => {
-                let mut fresh = Table::with_capacity(new_cap, width);
-                table.drain(|slot, key, states| {
-                    let evicted = victims.as_ref().is_some_and(|v| v[slot]);
-                    if evicted || retention.idle_after(states, now) == 0 {
-                        forget(&key, states);
-                    } else {
-                        fresh.insert(key.rehash(hasher), key, states);
+            Trigger::Gc => {
+                let cap = if kept == 0 { 0 } else { target.max(MIN_CAPACITY) };
+                (idle > 0 || cap < t.capacity(), cap)
+            }
+        };
+        if migrate {
+            let table = shard.table.load(Ordering::Acquire, guard);
+            self.migrate(shard, table, new_cap, now, retention, guard);
+        }
+        shard.maintaining.store(false, Ordering::Release);
+    }
+
+    /// Reads live slot `i`'s states into `out`; false if the slot is not live
+    /// or holds a marker.
+    fn read_live(t: &Table<S>, i: usize, out: &mut [u64]) -> bool {
+        for (o, w) in out.iter_mut().zip(t.states(i)) {
+            *o = w.load(Ordering::Acquire);
+            if *o >= FIRST_MARKER {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Forgets live slot `i` (first state `first`) in place: locks it,
+    /// captures its states, remembers them in the summary and releases the
+    /// slot. False if the slot changed since it was read (it is then left
+    /// alone).
+    #[allow(clippy::too_many_arguments)]
+    fn forget(
+        &self,
+        shard: &Shard<S>,
+        t: &Table<S>,
+        i: usize,
+        first: u64,
+        now: u64,
+        cells: usize,
+        retention: &impl Retention,
+        guard: &epoch::Guard,
+    ) -> bool {
+        let Some(states) = t.lock_all(i, first) else { return false };
+        let wait = retention.idle_after(&states[..self.width], now);
+        self.drop_locked(shard, t, i, &states[..self.width], wait, now, cells, retention, guard);
+        true
+    }
+
+    /// Forgets locked slot `i`, whose captured states are `states` (`wait`
+    /// ns from idle): remembered in the summary, the slot released.
+    #[allow(clippy::too_many_arguments)]
+    fn drop_locked(
+        &self,
+        shard: &Shard<S>,
+        t: &Table<S>,
+        i: usize,
+        states: &[u64],
+        wait: u64,
+        now: u64,
+        cells: usize,
+        retention: &impl Retention,
+        guard: &epoch::Guard,
+    ) {
+        let hash = S::rehash(t.key(i), &self.hasher);
+        shard.summary.forget(hash, states, wait, now, cells, retention, guard);
+        shard.key_bytes.fetch_sub(S::heap_bytes(t.key(i)), Ordering::Relaxed);
+        t.release(i, guard);
+        shard.live.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Moves every key of `old` that still carries information to a new
+    /// table of `cap` slots, forgetting the rest, while other threads keep
+    /// working: each slot is locked, captured and moved on its own; lookups
+    /// of a key not moved yet still find it in `old`, and new keys go to the
+    /// new table from the moment it is announced. `old` is freed through
+    /// the epoch.
+    fn migrate(
+        &self,
+        shard: &Shard<S>,
+        old: epoch::Shared<'_, Table<S>>,
+        cap: usize,
+        now: u64,
+        retention: &impl Retention,
+        guard: &epoch::Guard,
+    ) {
+        // SAFETY: as in `update`.
+        let from = unsafe { old.deref() };
+        // Close the old table first: no key is published in it from now on
+        // (an inserter checks `closed` after claiming its slot, and its
+        // claim is then seen by the count below, or it sees `closed` and
+        // gives the slot up). So the keys to move are at most the slots
+        // now live or settling, and the new table reserves room for all of
+        // them before any new key can reach it: it never fills up under the
+        // keys it adopts, however many new keys race the migration.
+        from.closed.store(true, Ordering::SeqCst);
+        let cells = (from.capacity() / 8).max(8).next_power_of_two().min(self.max_cells);
+        // Keys that carry no information are forgotten in place first, so
+        // the new table is sized for the keys that will move.
+        let w = self.width;
+        for i in 0..from.capacity() {
+            let mut states = [0u64; MAX_WIDTH];
+            if !Self::read_live(from, i, &mut states[..w]) || retention.idle_after(&states[..w], now) > 0 {
+                continue;
+            }
+            if let Some(states) = from.lock_all(i, states[0]) {
+                match retention.idle_after(&states[..w], now) {
+                    0 => self.drop_locked(shard, from, i, &states[..w], 0, now, cells, retention, guard),
+                    _ => from.unlock(i, &states[..w]),
+                }
+            }
+        }
+        let bound =
+            (0..from.capacity()).filter(|&i| !matches!(from.control(i), EMPTY | DEAD | MOVED | MOVED_EMPTY)).count();
+        let cap = cap.max(if bound == 0 { 0 } else { (bound * 8).div_ceil(7) + 1 });
+        let table = Table::new(cap, self.width);
+        table.used.store(bound, Ordering::SeqCst);
+        let new = epoch::Owned::new(table).into_shared(guard);
+        // SAFETY: just made; published below.
+        let to = unsafe { new.deref() };
+        from.next.store(new, Ordering::SeqCst);
+        let mut adopted = 0;
+        for i in 0..from.capacity() {
+            let mut backoff = Backoff::new();
+            loop {
+                let c = from.control(i);
+                match c {
+                    EMPTY | DEAD => {
+                        if from.freeze_free(i, c, guard) {
+                            break;
+                        }
                     }
-                });
-                *table = fresh;
+                    MOVED | MOVED_EMPTY => break,
+                    // An inserter settling (it will see the migration and
+                    // give the slot up, or publish first), or a reset: wait.
+                    CLAIMED | BUSY | LOCKED => backoff.snooze(),
+                    first => {
+                        let Some(states) = from.lock_all(i, first) else { continue };
+                        let wait = retention.idle_after(&states[..self.width], now);
+                        let hash = S::rehash(from.key(i), &self.hasher);
+                        if wait == 0 {
+                            // Full: forgotten on the way (the floor keeps it).
+                            shard.summary.forget(hash, &states[..self.width], 0, now, cells, retention, guard);
+                            shard.key_bytes.fetch_sub(S::heap_bytes(from.key(i)), Ordering::Relaxed);
+                            S::retire(from.key(i), guard);
+                            shard.live.fetch_sub(1, Ordering::Relaxed);
+                        } else {
+                            adopted += to.adopt(hash, from.key(i), &states[..self.width]) as usize;
+                        }
+                        from.mark_moved(i);
+                        break;
+                    }
+                }
+            }
+        }
+        // The reservations the moved keys did not use (full keys dropped on
+        // the way, inserts given up, keys adopted into DEAD slots).
+        to.unreserve(bound - adopted);
+        shard.table.store(new, Ordering::SeqCst);
+        // SAFETY: replaced above; threads pinned now may still read it.
+        unsafe { guard.defer_destroy(old) };
+    }
+}
+
+impl<S: StoredKey> Drop for Store<S> {
+    fn drop(&mut self) {
+        // SAFETY: dropping the store: no other thread can reach its tables.
+        unsafe {
+            let guard = epoch::unprotected();
+            for s in self.shards.iter() {
+                let table = s.0.table.load(Ordering::Relaxed, guard);
+                let next = table.deref().next.load(Ordering::Relaxed, guard);
+                if !next.is_null() {
+                    drop(next.into_owned());
+                }
+                drop(table.into_owned());
             }
         }
     }

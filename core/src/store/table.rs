@@ -1,85 +1,215 @@
-//! One shard's open-addressing table: linear probing over slots laid out in
-//! one allocation, each slot a key followed by `width` atomic state words.
+//! One shard's table: open addressing with linear probing over a region of
+//! atomic words, changed only by compare-and-swap.
 //!
-//! The table itself is not synchronised: the shard's lock guards its shape
-//! (which slots hold which keys), and only the state words are touched by
-//! readers, atomically. A slot is empty when its first state word is
-//! [`EMPTY`]; no algorithm ever stores that value.
+//! # Layout
 //!
-//! Capacities are any whole number (the home slot is `hash·cap >> 64`), so
-//! tables grow by ~1.4× instead of doubling and the memory per key stays
-//! within a narrow band; see `store/mod.rs` for the load factors.
+//! `cap` slots of `stride` words: first the key's `width` state words (one
+//! per limit), then the key's words (one for a `u64` key, three for bytes;
+//! see `key.rs`). Capacities are any whole number (the home slot is
+//! `hash·cap >> 64`). The words start on a cache line, so 16- and 32-byte
+//! slots never straddle two lines.
+//!
+//! # A slot's life: its first state word is its control word
+//!
+//! Markers at the very top of `u64` ([`FIRST_MARKER`] and up; no algorithm
+//! state reaches them) say what a slot is; any other value in the first word
+//! means the slot holds a live key, and *is* that key's first state:
+//!
+//! ```text
+//! EMPTY ─claim→ CLAIMED ─(key written)→ BUSY ─publish→ state ─lock→ LOCKED ─release→ DEAD
+//!                                        │                  ↑          │unlock            │
+//!                                        └─lost/abandon→ DEAD          └→ state   DEAD ─claim→ CLAIMED
+//! (while the table migrates: EMPTY → MOVED_EMPTY, DEAD → MOVED, state → LOCKED → MOVED)
+//! ```
+//!
+//! - **EMPTY** ends every probe chain; a slot is never made EMPTY again, so
+//!   a key is always found between its home and the first EMPTY.
+//! - **CLAIMED**: an inserter won the slot (one CAS) and writes the key and
+//!   the other state words. **BUSY**: the key is written; the inserter checks
+//!   that no other copy of the key exists before publishing. Nothing reads a
+//!   slot's states before it is published.
+//! - **Live**: the first word is a state. Operations CAS the state words
+//!   directly: a lookup of an existing key does only loads and the state's
+//!   CAS, and then re-reads the key to make sure the slot was not reused by
+//!   another key meanwhile (see `cells.rs` for what happens if it was).
+//! - **LOCKED**: one thread took the slot to forget it or move it, by a CAS
+//!   from the state it read; it then captures the other words (each CAS to
+//!   `CAPTURED`, which makes every other CAS on it fail) and so holds the
+//!   key's final state. **DEAD**: forgotten; the slot does not end chains and
+//!   may be claimed by any key.
+//!
+//! # Uniqueness without a lock
+//!
+//! Two inserters of one key may claim two different free slots of its chain.
+//! Before publishing, each scans the chain (up to the first EMPTY) for
+//! another copy: a published or locked copy wins over it (it abandons its
+//! slot, DEAD); between two BUSY copies the one earlier in the chain wins,
+//! and kills the other by CASing it BUSY → DEAD, which its owner learns when
+//! its own publishing CAS fails. A claimed slot's key is not readable yet,
+//! so scans wait for CLAIMED slots to become BUSY (a few stores away).
+//!
+//! Waiting happens in three places only, each for one other thread's short,
+//! bounded step: a CLAIMED slot (its key being written), a BUSY copy of the
+//! same key (about to be published or abandoned), a LOCKED copy of the same
+//! key (being forgotten or moved). No lock is held across anything else.
 
-use std::alloc::{self, Layout};
 use std::marker::PhantomData;
-use std::mem::{align_of, size_of};
-use std::ptr::{self, NonNull};
 
 use crate::key::StoredKey;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{epoch, AtomicBool, AtomicU64, Backoff, Counter, Ordering};
 
-/// The marker of an empty slot, in its first state word.
+pub(crate) use super::cells::FIRST_MARKER;
+use super::MAX_WIDTH;
+
+/// Never used: ends every probe chain.
 pub(crate) const EMPTY: u64 = u64::MAX;
+/// Forgotten: free for any key, but does not end chains.
+pub(crate) const DEAD: u64 = u64::MAX - 1;
+/// An inserter owns the slot and is writing its key.
+pub(crate) const CLAIMED: u64 = u64::MAX - 2;
+/// The key is written; its inserter is checking it is the only copy.
+pub(crate) const BUSY: u64 = u64::MAX - 3;
+/// One thread holds the slot to forget or move it.
+pub(crate) const LOCKED: u64 = u64::MAX - 4;
+/// (Migration) the slot's key, if any, is now in the next table.
+pub(crate) const MOVED: u64 = u64::MAX - 5;
+/// (Migration) the slot was empty: still ends chains.
+pub(crate) const MOVED_EMPTY: u64 = u64::MAX - 6;
+/// A state word taken by the thread that holds the slot.
+pub(crate) const CAPTURED: u64 = u64::MAX - 7;
 
-/// Slots start on cache-line boundaries so a 16- or 32-byte slot never
-/// straddles two lines.
-const ALIGN: usize = 64;
+const _: () = assert!(CAPTURED >= FIRST_MARKER);
+
+/// What a probe found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Find {
+    /// The key is live in this slot.
+    Found(usize),
+    /// The key is not in this table; `free` is where it may be inserted
+    /// (the first DEAD slot of its chain, else the EMPTY slot ending it),
+    /// with the control value to claim it from. (While the table migrates,
+    /// a key absent here is looked for, and inserted, in the next table.)
+    Absent { free: Option<(usize, u64)> },
+}
+
+/// The table's words, on a cache-line boundary.
+struct Words {
+    #[cfg(not(ratomic_loom))]
+    ptr: std::ptr::NonNull<AtomicU64>,
+    #[cfg(ratomic_loom)]
+    vec: Vec<AtomicU64>,
+    #[cfg_attr(ratomic_loom, allow(dead_code))]
+    len: usize,
+}
+
+// SAFETY: the words are atomics, shared by reference only.
+unsafe impl Send for Words {}
+// SAFETY: as above.
+unsafe impl Sync for Words {}
+
+impl Words {
+    /// `len` words, each `init(i)`.
+    fn new(len: usize, init: impl Fn(usize) -> u64) -> Self {
+        #[cfg(not(ratomic_loom))]
+        {
+            if len == 0 {
+                return Words { ptr: std::ptr::NonNull::dangling(), len };
+            }
+            let layout = Self::layout(len);
+            // SAFETY: the layout has a non-zero size.
+            let raw = unsafe { std::alloc::alloc(layout) }.cast::<AtomicU64>();
+            let ptr = std::ptr::NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+            for i in 0..len {
+                // SAFETY: in bounds of the fresh allocation, aligned.
+                unsafe { ptr.as_ptr().add(i).write(AtomicU64::new(init(i))) };
+            }
+            Words { ptr, len }
+        }
+        #[cfg(ratomic_loom)]
+        {
+            Words { vec: (0..len).map(|i| AtomicU64::new(init(i))).collect(), len }
+        }
+    }
+
+    #[cfg(not(ratomic_loom))]
+    fn layout(len: usize) -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align(len * 8, 64).expect("table size overflows isize")
+    }
+
+    #[inline]
+    fn all(&self) -> &[AtomicU64] {
+        #[cfg(not(ratomic_loom))]
+        {
+            // SAFETY: `len` initialised atomics live at `ptr` until drop.
+            unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        }
+        #[cfg(ratomic_loom)]
+        {
+            &self.vec
+        }
+    }
+}
+
+#[cfg(not(ratomic_loom))]
+impl Drop for Words {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: allocated in `new` with this layout; atomics need no drop.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), Self::layout(self.len)) };
+        }
+    }
+}
 
 pub(crate) struct Table<S: StoredKey> {
-    ptr: NonNull<u8>,
+    words: Words,
     cap: usize,
     width: usize,
     stride: usize,
-    live: usize,
-    _owns: PhantomData<S>,
+    /// Slots that are not EMPTY, plus the slots a migration into this
+    /// table has reserved for the keys it moves. Never above 7/8 of the
+    /// capacity (an insert reserves its EMPTY slot here before claiming it,
+    /// see [`reserve`](Self::reserve)), so a chain always ends at an EMPTY
+    /// slot; the store migrates when it passes 3/4.
+    pub(crate) used: Counter,
+    /// Set when a migration begins: from then on no key is published here
+    /// (new keys wait for `next`, then go there).
+    pub(crate) closed: AtomicBool,
+    /// The table this one is migrating to, once it exists.
+    pub(crate) next: epoch::Atomic<Table<S>>,
+    _keys: PhantomData<S>,
 }
 
-// SAFETY: the table owns its keys (`S: Send + Sync`) and atomics; shared
-// access reads keys and touches state words atomically.
-unsafe impl<S: StoredKey> Send for Table<S> {}
-// SAFETY: see above.
-unsafe impl<S: StoredKey> Sync for Table<S> {}
-
 impl<S: StoredKey> Table<S> {
-    const KEY_SIZE: usize = {
-        assert!(size_of::<S>() % 8 == 0 && align_of::<S>() <= 8);
-        size_of::<S>()
-    };
-
-    fn stride(width: usize) -> usize {
-        let unit = align_of::<S>().max(align_of::<AtomicU64>());
-        (Self::KEY_SIZE + width * size_of::<AtomicU64>()).next_multiple_of(unit)
-    }
-
-    /// Bytes a table of `cap` slots of `width` words occupies.
-    pub(crate) fn bytes_for(cap: usize, width: usize) -> usize {
-        cap * Self::stride(width)
-    }
-
-    /// A table with no slots and no allocation.
-    pub(crate) fn empty(width: usize) -> Self {
-        Table { ptr: NonNull::dangling(), cap: 0, width, stride: Self::stride(width), live: 0, _owns: PhantomData }
-    }
-
-    /// A table of `cap` empty slots.
-    pub(crate) fn with_capacity(cap: usize, width: usize) -> Self {
-        let mut t = Self::empty(width);
-        if cap == 0 {
-            return t;
+    /// A table of `cap` empty slots of `width` state words.
+    pub(crate) fn new(cap: usize, width: usize) -> Self {
+        let stride = width + S::WORDS;
+        let words = Words::new(cap * stride, |i| if i % stride == 0 { EMPTY } else { 0 });
+        Table {
+            words,
+            cap,
+            width,
+            stride,
+            used: Counter::new(0),
+            closed: AtomicBool::new(false),
+            next: epoch::Atomic::null(),
+            _keys: PhantomData,
         }
-        let layout = Layout::from_size_align(cap * t.stride, ALIGN).expect("table size overflows isize");
-        // SAFETY: the layout has a non-zero size.
-        let raw = unsafe { alloc::alloc(layout) };
-        t.ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        t.cap = cap;
-        for i in 0..cap {
-            for w in 0..width {
-                let init = if w == 0 { EMPTY } else { 0 };
-                // SAFETY: in bounds of the fresh allocation, suitably aligned.
-                unsafe { ptr::write(t.state_ptr(i, w), AtomicU64::new(init)) };
-            }
+    }
+
+    /// Reserves one EMPTY slot for an insert: false (reserving nothing) if
+    /// that would take the table past 7/8 full. The reservation is exact —
+    /// no number of racing inserters takes the last EMPTY slots.
+    pub(crate) fn reserve(&self) -> bool {
+        if self.used.fetch_add(1, Ordering::SeqCst) < self.capacity() * 7 / 8 {
+            return true;
         }
-        t
+        self.used.fetch_sub(1, Ordering::SeqCst);
+        false
+    }
+
+    /// Gives back a reservation that was not used.
+    pub(crate) fn unreserve(&self, n: usize) {
+        self.used.fetch_sub(n, Ordering::SeqCst);
     }
 
     #[inline]
@@ -87,45 +217,28 @@ impl<S: StoredKey> Table<S> {
         self.cap
     }
 
-    #[inline]
-    pub(crate) fn live(&self) -> usize {
-        self.live
+    /// Bytes a table of `cap` slots of `width` state words occupies.
+    pub(crate) fn bytes_for(cap: usize, width: usize) -> usize {
+        cap * (width + S::WORDS) * 8
     }
 
-    /// Slot `i`'s address. Checked in every build: every safe accessor
-    /// goes through here, so an index out of bounds panics rather than
-    /// reading past the allocation.
-    #[inline]
-    fn slot_ptr(&self, i: usize) -> *mut u8 {
-        assert!(i < self.cap, "slot {i} of a table of {}", self.cap);
-        // SAFETY: i < cap, so the offset is inside the allocation.
-        unsafe { self.ptr.as_ptr().add(i * self.stride) }
-    }
-
-    #[inline]
-    fn state_ptr(&self, i: usize, w: usize) -> *mut AtomicU64 {
-        // SAFETY: the state words follow the key inside slot i.
-        unsafe { self.slot_ptr(i).add(Self::KEY_SIZE + w * size_of::<AtomicU64>()) as *mut AtomicU64 }
-    }
-
-    /// Slot `i`'s state words.
+    /// Slot `i`'s state words (the first is its control word).
     #[inline]
     pub(crate) fn states(&self, i: usize) -> &[AtomicU64] {
-        // SAFETY: `width` initialised atomics live contiguously after the key.
-        unsafe { std::slice::from_raw_parts(self.state_ptr(i, 0), self.width) }
+        let at = i * self.stride;
+        &self.words.all()[at..at + self.width]
     }
 
-    /// Slot `i`'s key; panics if the slot is empty.
+    /// Slot `i`'s key words.
     #[inline]
-    pub(crate) fn key(&self, i: usize) -> &S {
-        assert!(self.is_occupied(i), "slot {i} is empty");
-        // SAFETY: occupied slots hold an initialised key at offset 0.
-        unsafe { &*(self.slot_ptr(i) as *const S) }
+    pub(crate) fn key(&self, i: usize) -> &[AtomicU64] {
+        let at = i * self.stride + self.width;
+        &self.words.all()[at..at + S::WORDS]
     }
 
     #[inline]
-    pub(crate) fn is_occupied(&self, i: usize) -> bool {
-        self.states(i)[0].load(Ordering::Relaxed) != EMPTY
+    pub(crate) fn control(&self, i: usize) -> u64 {
+        self.states(i)[0].load(Ordering::SeqCst)
     }
 
     #[inline]
@@ -134,7 +247,7 @@ impl<S: StoredKey> Table<S> {
     }
 
     #[inline]
-    fn next(&self, i: usize) -> usize {
+    fn next_slot(&self, i: usize) -> usize {
         if i + 1 == self.cap {
             0
         } else {
@@ -142,239 +255,280 @@ impl<S: StoredKey> Table<S> {
         }
     }
 
-    /// The slot holding the key, if any.
-    #[inline]
-    pub(crate) fn find(&self, hash: u64, probe: &S::Probe<'_>) -> Option<usize> {
+    /// Waits until slot `i`'s control word is no longer `c`; returns the new one.
+    pub(crate) fn wait_change(&self, i: usize, c: u64) -> u64 {
+        let mut backoff = Backoff::new();
+        loop {
+            let now = self.control(i);
+            if now != c {
+                return now;
+            }
+            backoff.snooze();
+        }
+    }
+
+    /// Finds the key's live slot, or where it may be inserted. The guard
+    /// keeps what the probe reads of other slots' keys alive.
+    pub(crate) fn find(&self, hash: u64, probe: &S::Probe<'_>, _guard: &epoch::Guard) -> Find {
         if self.cap == 0 {
-            return None;
+            return Find::Absent { free: None };
         }
         let mut i = self.home(hash);
-        // The load factor stays below 1, so an empty slot ends every probe.
-        loop {
-            if !self.is_occupied(i) {
-                return None;
-            }
-            if self.key(i).matches(probe) {
-                return Some(i);
-            }
-            i = self.next(i);
-        }
-    }
-
-    /// Puts a key that is not in the table into it. There must be a free slot.
-    pub(crate) fn insert(&mut self, hash: u64, key: S, init: &[u64]) -> usize {
-        debug_assert!(self.live < self.cap && init.len() == self.width && init[0] != EMPTY);
-        let mut i = self.home(hash);
-        while self.is_occupied(i) {
-            i = self.next(i);
-        }
-        // SAFETY: slot i is empty, so its key bytes are uninitialised.
-        unsafe { ptr::write(self.slot_ptr(i) as *mut S, key) };
-        let states = self.states(i);
-        for (cell, &v) in states.iter().zip(init).rev() {
-            cell.store(v, Ordering::Relaxed); // word 0 last: it marks the slot occupied
-        }
-        self.live += 1;
-        i
-    }
-
-    /// Removes slot `i`'s key, shifting later keys of its probe run back so
-    /// no tombstone is left. `rehash` gives a stored key's hash.
-    pub(crate) fn remove(&mut self, hole: usize, rehash: impl Fn(&S) -> u64) {
-        // SAFETY: the slot is occupied; its key is dropped exactly once.
-        unsafe { ptr::drop_in_place(self.slot_ptr(hole) as *mut S) };
-        let mut hole = hole;
-        let mut j = hole;
-        loop {
-            j = self.next(j);
-            if !self.is_occupied(j) {
+        let mut free = None;
+        for _ in 0..self.cap {
+            let mut c = self.control(i);
+            loop {
+                match c {
+                    EMPTY => return Find::Absent { free: free.or(Some((i, EMPTY))) },
+                    // Migration has passed the chain's end: not here.
+                    MOVED_EMPTY => return Find::Absent { free: None },
+                    // A key moved on (or a free slot frozen): keep looking,
+                    // ours may not have been moved yet.
+                    MOVED => {}
+                    DEAD => {
+                        if free.is_none() {
+                            free = Some((i, DEAD));
+                        }
+                    }
+                    // Its key may be ours: wait for it to be written.
+                    CLAIMED => {
+                        c = self.wait_change(i, c);
+                        continue;
+                    }
+                    // Ours, about to be published, abandoned, forgotten or moved: wait.
+                    BUSY | LOCKED if S::matches(self.key(i), probe) => {
+                        c = self.wait_change(i, c);
+                        continue;
+                    }
+                    BUSY | LOCKED | CAPTURED => {}
+                    _ => {
+                        if S::matches(self.key(i), probe) {
+                            return Find::Found(i);
+                        }
+                    }
+                }
                 break;
             }
-            let home = self.home(rehash(self.key(j)));
-            // The entry at j may fill the hole unless its home lies cyclically in (hole, j].
-            let stays = if hole <= j { hole < home && home <= j } else { hole < home || home <= j };
-            if stays {
-                continue;
-            }
-            // SAFETY: move j's key into the hole (whose key was dropped or moved out).
-            unsafe { ptr::copy_nonoverlapping(self.slot_ptr(j), self.slot_ptr(hole), Self::KEY_SIZE) };
-            for w in 0..self.width {
-                let v = self.states(j)[w].load(Ordering::Relaxed);
-                self.states(hole)[w].store(v, Ordering::Relaxed);
-            }
-            hole = j;
+            i = self.next_slot(i);
         }
-        self.states(hole)[0].store(EMPTY, Ordering::Relaxed);
-        self.live -= 1;
+        Find::Absent { free }
     }
 
-    /// Keeps the keys for which `keep(states)` is true and removes the rest
-    /// in place (no allocation), calling `dropped(key, states)` for each
-    /// removed key and its last states. `rehash` gives a stored key's hash.
-    pub(crate) fn retain(
-        &mut self,
-        mut keep: impl FnMut(&[u64]) -> bool,
-        mut dropped: impl FnMut(&S, &[u64]),
-        rehash: impl Fn(&S) -> u64,
-    ) {
-        let Some(start) = (0..self.cap).find(|&i| !self.is_occupied(i)) else {
-            debug_assert!(self.cap == 0, "the load factor keeps a slot free");
-            return;
-        };
-        // Walk once round from an empty slot, so no probe run crosses the
-        // walk's end: a removal only shifts back keys the walk has yet to
-        // see, into the slot it is looking at, which it then looks at again.
-        let mut buf = [0u64; super::MAX_WIDTH];
-        let mut i = self.next(start);
-        while i != start {
-            if self.is_occupied(i) {
-                for (b, cell) in buf.iter_mut().zip(self.states(i)) {
-                    *b = cell.load(Ordering::Relaxed);
+    /// Whether live slot `i` still holds the probe's key: the check after an
+    /// operation on its states (see the module docs).
+    #[inline]
+    pub(crate) fn holds(&self, i: usize, probe: &S::Probe<'_>, _guard: &epoch::Guard) -> bool {
+        S::matches(self.key(i), probe)
+    }
+
+    /// Claims free slot `i` (whose control word was `from`: EMPTY, for
+    /// which the caller holds a [`reserve`](Self::reserve)ation, or DEAD)
+    /// and writes the key and the states after the first; the slot is then
+    /// BUSY, and the caller must [`verify`](Self::verify) and
+    /// [`publish`](Self::publish) or [`abandon`](Self::abandon) it.
+    /// Returns false if another thread took the slot first.
+    pub(crate) fn claim(
+        &self,
+        i: usize,
+        from: u64,
+        probe: &S::Probe<'_>,
+        states: &[u64],
+        guard: &epoch::Guard,
+    ) -> bool {
+        let word = &self.states(i)[0];
+        if word.compare_exchange(from, CLAIMED, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+            return false;
+        }
+        let key = self.key(i);
+        if from == DEAD {
+            // A slot given up by a losing inserter still owns its key.
+            S::retire(key, guard);
+        }
+        S::store(key, probe);
+        for (w, &v) in self.states(i).iter().zip(states).skip(1) {
+            // Release: an operation whose CAS reads one of these states sees
+            // the key written above (its check after the CAS relies on it).
+            w.store(v, Ordering::Release);
+        }
+        word.store(BUSY, Ordering::SeqCst);
+        true
+    }
+
+    /// Checks that the key BUSY in slot `mine` is its only copy (see the
+    /// module docs): true if it is (publish it), false if another copy wins
+    /// (abandon it). Kills later BUSY copies; loses to published, locked or
+    /// earlier ones. The caller must also check, after this, that the table
+    /// has not started migrating.
+    pub(crate) fn verify(&self, hash: u64, probe: &S::Probe<'_>, mine: usize, _guard: &epoch::Guard) -> bool {
+        let mut i = self.home(hash);
+        let mut seen_mine = false;
+        for _ in 0..self.cap {
+            if i == mine {
+                seen_mine = true;
+            } else {
+                let mut c = self.control(i);
+                loop {
+                    match c {
+                        EMPTY | MOVED_EMPTY => return true,
+                        DEAD | MOVED | CAPTURED => {}
+                        CLAIMED => {
+                            c = self.wait_change(i, c);
+                            continue;
+                        }
+                        BUSY if S::matches(self.key(i), probe) => {
+                            if !seen_mine {
+                                return false; // an earlier copy wins
+                            }
+                            if let Err(now) =
+                                self.states(i)[0].compare_exchange(BUSY, DEAD, Ordering::SeqCst, Ordering::SeqCst)
+                            {
+                                c = now;
+                                continue;
+                            }
+                        }
+                        BUSY => {}
+                        LOCKED if S::matches(self.key(i), probe) => return false,
+                        LOCKED => {}
+                        _ => {
+                            if S::matches(self.key(i), probe) {
+                                return false; // a published copy wins
+                            }
+                        }
+                    }
+                    break;
                 }
-                if !keep(&buf[..self.width]) {
-                    dropped(self.key(i), &buf[..self.width]);
-                    self.remove(i, &rehash);
-                    continue;
+            }
+            i = self.next_slot(i);
+        }
+        true
+    }
+
+    /// Publishes BUSY slot `i` with its first state. False if another
+    /// inserter killed it meanwhile (the slot is then DEAD).
+    pub(crate) fn publish(&self, i: usize, first: u64) -> bool {
+        debug_assert!(first < FIRST_MARKER);
+        self.states(i)[0].compare_exchange(BUSY, first, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+    }
+
+    /// Gives up BUSY slot `i` (lost, or the table is migrating): DEAD, its
+    /// key retired. If another inserter killed it first, the slot is DEAD
+    /// already and keeps its key for the next claimant to retire.
+    pub(crate) fn abandon(&self, i: usize, guard: &epoch::Guard) {
+        if self.states(i)[0].compare_exchange(BUSY, LOCKED, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            self.release(i, guard);
+        }
+    }
+
+    /// Locks live slot `i`, whose first state was read as `first`. False if
+    /// it changed (decide again on what it holds now).
+    pub(crate) fn lock(&self, i: usize, first: u64) -> bool {
+        debug_assert!(first < FIRST_MARKER);
+        self.states(i)[0].compare_exchange(first, LOCKED, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+    }
+
+    /// Locks live slot `i` (see [`lock`](Self::lock)) and captures its other
+    /// state words: its final states, or `None` if the first changed.
+    pub(crate) fn lock_all(&self, i: usize, first: u64) -> Option<[u64; MAX_WIDTH]> {
+        if !self.lock(i, first) {
+            return None;
+        }
+        let mut states = [0u64; MAX_WIDTH];
+        states[0] = first;
+        for (w, state) in states.iter_mut().enumerate().take(self.width).skip(1) {
+            *state = self.capture(i, w);
+        }
+        Some(states)
+    }
+
+    /// Takes state word `w` (≥ 1) of locked slot `i`: returns its final
+    /// state; every later CAS on it fails.
+    pub(crate) fn capture(&self, i: usize, w: usize) -> u64 {
+        let word = &self.states(i)[w];
+        let mut v = word.load(Ordering::Acquire);
+        loop {
+            debug_assert!(v < FIRST_MARKER, "only the slot's holder captures its words");
+            match word.compare_exchange_weak(v, CAPTURED, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return v,
+                Err(now) => v = now,
+            }
+        }
+    }
+
+    /// Puts locked slot `i` back as it was: `states` its captured states
+    /// (the first is what the lock replaced). Used when a forget changes its
+    /// mind (a key that is no longer idle) or a reset stores fresh states.
+    pub(crate) fn unlock(&self, i: usize, states: &[u64]) {
+        let words = self.states(i);
+        for (w, &v) in words.iter().zip(states).skip(1) {
+            w.store(v, Ordering::Release);
+        }
+        words[0].store(states[0], Ordering::SeqCst);
+    }
+
+    /// Forgets locked slot `i`: its key is retired and the slot DEAD.
+    pub(crate) fn release(&self, i: usize, guard: &epoch::Guard) {
+        let key = self.key(i);
+        S::retire(key, guard);
+        S::clear(key);
+        self.states(i)[0].store(DEAD, Ordering::SeqCst);
+    }
+
+    /// Marks locked slot `i` moved: its key now belongs to the next table.
+    pub(crate) fn mark_moved(&self, i: usize) {
+        self.states(i)[0].store(MOVED, Ordering::SeqCst);
+    }
+
+    /// (Migration) puts a key known to be unique — taken from slot `from`
+    /// of the table this one replaces, with its states — into a free slot:
+    /// the key's words move (with what they own), so the old slot must be
+    /// marked moved, not released. The migration reserved room for it (in
+    /// `used`); returns whether it took an EMPTY slot (a reservation used).
+    pub(crate) fn adopt(&self, hash: u64, key: &[AtomicU64], states: &[u64]) -> bool {
+        let mut i = self.home(hash);
+        loop {
+            let word = &self.states(i)[0];
+            let c = word.load(Ordering::SeqCst);
+            if (c == EMPTY || c == DEAD)
+                && word.compare_exchange(c, CLAIMED, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+            {
+                for (to, from) in self.key(i).iter().zip(key) {
+                    to.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
                 }
+                for (w, &v) in self.states(i).iter().zip(states).skip(1) {
+                    w.store(v, Ordering::Release);
+                }
+                word.store(states[0], Ordering::SeqCst);
+                return c == EMPTY;
             }
-            i = self.next(i);
+            i = self.next_slot(i);
         }
     }
 
-    /// Moves every key out, calling `each(slot, key, states)`; leaves the
-    /// table empty.
-    pub(crate) fn drain(&mut self, mut each: impl FnMut(usize, S, &[u64])) {
-        let mut buf = vec![0u64; self.width];
-        for i in 0..self.cap {
-            if !self.is_occupied(i) {
-                continue;
-            }
-            for (b, cell) in buf.iter_mut().zip(self.states(i)) {
-                *b = cell.load(Ordering::Relaxed);
-            }
-            self.states(i)[0].store(EMPTY, Ordering::Relaxed);
-            // SAFETY: the slot was occupied and is now marked empty, so the
-            // key is read out exactly once.
-            let key = unsafe { ptr::read(self.slot_ptr(i) as *const S) };
-            each(i, key, &buf);
+    /// Freezes free slot `i` for migration (EMPTY → MOVED_EMPTY, DEAD →
+    /// MOVED, retiring what a DEAD slot still owns). False if it was claimed.
+    pub(crate) fn freeze_free(&self, i: usize, from: u64, guard: &epoch::Guard) -> bool {
+        let to = if from == EMPTY { MOVED_EMPTY } else { MOVED };
+        let done = self.states(i)[0].compare_exchange(from, to, Ordering::SeqCst, Ordering::SeqCst).is_ok();
+        if done && from == DEAD {
+            S::retire(self.key(i), guard);
         }
-        self.live = 0;
-    }
-
-    /// Calls `each(i)` for every occupied slot.
-    pub(crate) fn for_each_occupied(&self, mut each: impl FnMut(usize)) {
-        for i in 0..self.cap {
-            if self.is_occupied(i) {
-                each(i);
-            }
-        }
+        done
     }
 }
 
 impl<S: StoredKey> Drop for Table<S> {
     fn drop(&mut self) {
-        if self.cap == 0 {
-            return;
-        }
         for i in 0..self.cap {
-            if self.is_occupied(i) {
-                // SAFETY: occupied slots own an initialised key.
-                unsafe { ptr::drop_in_place(self.slot_ptr(i) as *mut S) };
-            }
-            for w in 0..self.width {
-                // SAFETY: every state word was initialised in `with_capacity`.
-                unsafe { ptr::drop_in_place(self.state_ptr(i, w)) };
-            }
-        }
-        let layout = Layout::from_size_align(self.cap * self.stride, ALIGN).expect("layout was valid at allocation");
-        // SAFETY: allocated in `with_capacity` with this layout.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) };
-    }
-}
-
-#[cfg(all(test, not(ratomic_loom)))]
-mod tests {
-    use super::*;
-    use std::collections::HashMap;
-
-    fn h(k: u64) -> u64 {
-        // Deliberately clustered hashes to exercise wrap-around and shifting.
-        (k % 4) << 62
-    }
-
-    #[test]
-    fn insert_find_remove_against_a_hashmap() {
-        let mut t: Table<u64> = Table::with_capacity(13, 2);
-        let mut model = HashMap::new();
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        for step in 0..20_000u64 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let k = seed % 16;
-            match (t.find(h(k), &k), model.contains_key(&k)) {
-                (Some(i), true) => {
-                    assert_eq!(t.states(i)[1].load(Ordering::Relaxed), model[&k]);
-                    if step % 3 == 0 {
-                        t.remove(i, |s| h(*s));
-                        model.remove(&k);
-                    }
-                }
-                (None, false) if t.live() < 12 => {
-                    t.insert(h(k), k, &[k, step]);
-                    model.insert(k, step);
-                }
-                (None, false) => {}
-                (found, expected) => panic!("key {k}: found {found:?}, model has it: {expected}"),
-            }
-            assert_eq!(t.live(), model.len());
-        }
-    }
-
-    #[test]
-    fn retain_in_place_against_a_hashmap() {
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
-        for round in 0..500u64 {
-            let cap = 5 + (round % 17) as usize;
-            let mut t: Table<u64> = Table::with_capacity(cap, 2);
-            let mut model = HashMap::new();
-            while t.live() < cap * 3 / 4 {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                let k = seed % 64;
-                if t.find(h(k), &k).is_none() {
-                    t.insert(h(k), k, &[k + 1, seed]);
-                    model.insert(k, seed);
-                }
-            }
-            // Drop the keys whose second word is odd (a key is its first word − 1).
-            let mut dropped = Vec::new();
-            t.retain(|states| states[1] % 2 == 0, |_, states| dropped.push(states[0] - 1), |s| h(*s));
-            let mut expect_dropped: Vec<_> = model.iter().filter(|(_, v)| *v % 2 == 1).map(|(k, _)| *k).collect();
-            model.retain(|_, v| *v % 2 == 0);
-            dropped.sort_unstable();
-            expect_dropped.sort_unstable();
-            assert_eq!(dropped, expect_dropped, "round {round}");
-            assert_eq!(t.live(), model.len());
-            for k in 0..64u64 {
-                let found = t.find(h(k), &k).map(|i| t.states(i)[1].load(Ordering::Relaxed));
-                assert_eq!(found, model.get(&k).copied(), "round {round}, key {k}");
+            let c = self.states(i)[0].load(Ordering::Relaxed);
+            // Slots that own a key: published, locked, busy, or given up by
+            // a losing inserter (DEAD with its key not yet retired: `free`
+            // of a cleared key does nothing). Moved slots' keys moved on.
+            let owns = c < FIRST_MARKER || matches!(c, LOCKED | BUSY | DEAD);
+            if owns {
+                // SAFETY: the table is dropped only when no thread can
+                // reach it (the epoch, or the store's own drop).
+                unsafe { S::free(self.key(i)) };
             }
         }
-    }
-
-    #[test]
-    fn drain_moves_every_key_out() {
-        let mut t: Table<u64> = Table::with_capacity(10, 1);
-        for k in 0..7u64 {
-            t.insert(h(k), k, &[k + 100]);
-        }
-        let mut seen = Vec::new();
-        t.drain(|_, k, s| seen.push((k, s[0])));
-        seen.sort();
-        assert_eq!(seen, (0..7).map(|k| (k, k + 100)).collect::<Vec<_>>());
-        assert_eq!(t.live(), 0);
-        assert_eq!(t.find(h(3), &3), None);
     }
 }

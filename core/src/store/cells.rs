@@ -1,0 +1,127 @@
+//! The state words one operation works on, and the record of what it
+//! changed.
+//!
+//! Every algorithm reads and writes a key's state through [`Cells`]: loads
+//! that refuse a word that is not a state (its slot is being forgotten or
+//! moved: see `table.rs`'s markers), and compare-and-swaps that log what they
+//! changed. The store runs an operation on the slot it found, then checks
+//! the slot still holds the same key; if another key took the slot over
+//! meanwhile, it takes every logged change back, exactly, and runs the
+//! operation again where the key now is.
+
+use std::mem::MaybeUninit;
+
+use crate::algorithm::Charge;
+use crate::sync::{AtomicU64, Ordering};
+
+use super::MAX_WIDTH;
+
+/// Values from here up are markers, never states: slot control values in a
+/// slot's first word (`table.rs`) and captured words in the others. Every
+/// algorithm's states stay below (a GCRA TAT is below `2^62 + 2^63`, a
+/// window's packed state below `2^63`).
+pub(crate) const FIRST_MARKER: u64 = u64::MAX - 15;
+
+/// A word holds a marker, not a state: the slot is being forgotten or moved
+/// (or is not a key's any more). The operation stops; the store waits for
+/// the slot to settle and runs it again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Frozen;
+
+/// Why a compare-and-swap did not happen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Conflict {
+    /// The word holds another state: decide again on it.
+    Changed(u64),
+    /// The word holds a marker: stop (see [`Frozen`]).
+    Frozen,
+}
+
+impl From<Frozen> for Conflict {
+    fn from(_: Frozen) -> Self {
+        Conflict::Frozen
+    }
+}
+
+/// The state words of one key, as an operation sees them.
+pub(crate) struct Cells<'a> {
+    words: &'a [AtomicU64],
+    /// `(word, before, after)` of every compare-and-swap that succeeded:
+    /// the first `n` entries are written (left uninitialised otherwise:
+    /// this runs on every call).
+    log: [MaybeUninit<(usize, u64, u64)>; MAX_WIDTH],
+    n: usize,
+}
+
+impl<'a> Cells<'a> {
+    #[inline]
+    pub(crate) fn new(words: &'a [AtomicU64]) -> Self {
+        Cells { words, log: [const { MaybeUninit::uninit() }; MAX_WIDTH], n: 0 }
+    }
+
+    /// Word `i`'s state.
+    #[inline]
+    pub(crate) fn load(&self, i: usize) -> Result<u64, Frozen> {
+        let v = self.words[i].load(Ordering::Acquire);
+        if v >= FIRST_MARKER {
+            Err(Frozen)
+        } else {
+            Ok(v)
+        }
+    }
+
+    /// Stores `new` in word `i` if it holds `current`, and logs it.
+    #[inline]
+    pub(crate) fn cas(&mut self, i: usize, current: u64, new: u64) -> Result<(), Conflict> {
+        debug_assert!(new < FIRST_MARKER, "an algorithm produced a marker value");
+        match self.words[i].compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                self.log[self.n] = MaybeUninit::new((i, current, new));
+                self.n += 1;
+                Ok(())
+            }
+            Err(actual) if actual >= FIRST_MARKER => Err(Conflict::Frozen),
+            Err(actual) => Err(Conflict::Changed(actual)),
+        }
+    }
+
+    /// Takes back one charge this operation made on word `i`, exactly: if
+    /// the word still holds what the charge stored, it gets back what it
+    /// held before (see [`restore`](crate::algorithm::restore)). Returns
+    /// whether it did.
+    pub(crate) fn restore(&mut self, i: usize, charge: Charge) -> bool {
+        let done =
+            self.words[i].compare_exchange(charge.after, charge.before, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+        if done {
+            // Forget the logged change: the word is as before it.
+            if let Some(k) = (0..self.n).rev().find(|&k| self.entry(k) == (i, charge.before, charge.after)) {
+                self.log.copy_within(k + 1..self.n, k);
+                self.n -= 1;
+            }
+        }
+        done
+    }
+
+    /// Whether the operation changed anything.
+    #[inline]
+    pub(crate) fn wrote(&self) -> bool {
+        self.n > 0
+    }
+
+    /// Takes back every change the operation made, newest first, exactly
+    /// (a word that moved on since keeps the change: see the module docs).
+    pub(crate) fn undo(&mut self) {
+        while self.n > 0 {
+            self.n -= 1;
+            let (i, before, after) = self.entry(self.n);
+            let _ = self.words[i].compare_exchange(after, before, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    #[inline]
+    fn entry(&self, k: usize) -> (usize, u64, u64) {
+        debug_assert!(k < self.n);
+        // SAFETY: entries below `n` were written by `cas`.
+        unsafe { self.log[k].assume_init() }
+    }
+}

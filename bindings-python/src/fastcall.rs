@@ -1,4 +1,4 @@
-//! The hot calls — `allow` and `peek` on the keyed limiters — as
+//! The hot calls — `allow` and `peek` on the keyed limiters (`Keyed`) — as
 //! `METH_FASTCALL` methods.
 //!
 //! # Why
@@ -24,11 +24,9 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
-use ratomic::Algorithm;
-
 use crate::decision::Decision;
 use crate::key::whole;
-use crate::keyed::KeyedCore;
+use crate::keyed::Keyed;
 
 /// `METH_FASTCALL` (CPython's `methodobject.h`, unchanged since 3.7).
 const METH_FASTCALL: c_int = 0x0080;
@@ -39,12 +37,6 @@ type FastWithKeywords = unsafe extern "C" fn(
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject;
-
-/// A pyclass holding a keyed limiter.
-pub trait HasKeyed: pyo3::PyClass<Frozen = pyo3::pyclass::boolean_struct::True> + Sync {
-    type A: Algorithm;
-    fn keyed(&self) -> &KeyedCore<Self::A>;
-}
 
 #[derive(Clone, Copy)]
 enum Op {
@@ -104,7 +96,7 @@ fn parse_args<'py>(
 }
 
 #[inline(always)]
-unsafe fn call<T: HasKeyed>(
+unsafe fn call(
     op: Op,
     slf: *mut ffi::PyObject,
     args: *const *mut ffi::PyObject,
@@ -115,9 +107,9 @@ unsafe fn call<T: HasKeyed>(
     let py = unsafe { Python::assume_attached() };
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> PyResult<*mut ffi::PyObject> {
         // SAFETY: a method descriptor checks that `self` is an instance of
-        // the type it was made for (`T`'s type) before calling.
-        let slf = unsafe { Bound::from_borrowed_ptr(py, slf).cast_into_unchecked::<T>() };
-        let core = slf.get().keyed();
+        // the type it was made for (`Keyed`, or a subclass) before calling.
+        let slf = unsafe { Bound::from_borrowed_ptr(py, slf).cast_into_unchecked::<Keyed>() };
+        let core = slf.get();
         let name = match op {
             Op::Allow => "allow",
             Op::Peek => "peek",
@@ -140,8 +132,8 @@ unsafe fn call<T: HasKeyed>(
             parse_args(py, name, all, nargs, kw.as_ref())?
         };
         let d: Decision = match op {
-            Op::Allow => core.allow(py, &key, cost)?,
-            Op::Peek => core.peek(py, &key, cost)?,
+            Op::Allow => core.allow_call(py, &key, cost)?,
+            Op::Peek => core.peek_call(py, &key, cost)?,
         };
         Ok(Bound::new(py, d)?.into_ptr())
     }));
@@ -163,31 +155,31 @@ unsafe fn call<T: HasKeyed>(
     }
 }
 
-unsafe extern "C" fn allow<T: HasKeyed>(
+unsafe extern "C" fn allow(
     slf: *mut ffi::PyObject,
     args: *const *mut ffi::PyObject,
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
     // SAFETY: forwarded as received from CPython.
-    unsafe { call::<T>(Op::Allow, slf, args, nargs, kwnames) }
+    unsafe { call(Op::Allow, slf, args, nargs, kwnames) }
 }
 
-unsafe extern "C" fn peek<T: HasKeyed>(
+unsafe extern "C" fn peek(
     slf: *mut ffi::PyObject,
     args: *const *mut ffi::PyObject,
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
     // SAFETY: forwarded as received from CPython.
-    unsafe { call::<T>(Op::Peek, slf, args, nargs, kwnames) }
+    unsafe { call(Op::Peek, slf, args, nargs, kwnames) }
 }
 
-/// Replaces `T.allow` and `T.peek` (made by PyO3) with the fastcall
-/// versions, keeping their docs and signatures.
-pub fn install<T: HasKeyed>(py: Python<'_>) -> PyResult<()> {
-    let ty = py.get_type::<T>();
-    let fast: [(&CStr, FastWithKeywords); 2] = [(c"allow", allow::<T>), (c"peek", peek::<T>)];
+/// Replaces `Keyed.allow` and `Keyed.peek` (made by PyO3) with the
+/// fastcall versions, keeping their docs and signatures.
+pub fn install(py: Python<'_>) -> PyResult<()> {
+    let ty = py.get_type::<Keyed>();
+    let fast: [(&CStr, FastWithKeywords); 2] = [(c"allow", allow), (c"peek", peek)];
     for (name, f) in fast {
         let doc = ty.getattr(name.to_str().expect("ASCII name"))?.getattr("__doc__")?;
         let doc = if doc.is_none() { String::new() } else { doc.extract::<String>()? };

@@ -1,26 +1,19 @@
 //! Keys and the other call arguments (whole numbers, numbers), taken from
 //! Python objects without copying.
 
-use std::os::raw::c_char;
-
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt, PyString};
 
 use crate::error::{argument_type, invalid_argument, key_encoding, key_type, type_name};
 
-extern "C" {
-    // Part of the stable ABI from 3.10 (so pyo3-ffi only declares it there
-    // under abi3), but exported by every CPython since 3.3, 3.9 included: the
-    // wheel's floor. It returns the str's cached UTF-8 bytes (for an ASCII
-    // str, its own buffer), so a str key is read with no copy and no
-    // allocation, where `PyUnicode_AsUTF8String` would make a bytes object on
-    // every call.
-    fn PyUnicode_AsUTF8AndSize(unicode: *mut ffi::PyObject, size: *mut ffi::Py_ssize_t) -> *const c_char;
-}
-
 /// A key's bytes: a `str`'s UTF-8 encoding, or a `bytes`' contents. Borrowed
 /// from the object, which the caller holds for as long as the slice lives.
+///
+/// A str is read with `PyUnicode_AsUTF8AndSize` (stable ABI from 3.10),
+/// which returns the str's cached UTF-8 bytes (for an ASCII str, its own
+/// buffer): no copy and no allocation, where `PyUnicode_AsUTF8String` would
+/// make a bytes object on every call.
 #[inline]
 pub fn key_bytes<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
     if let Ok(s) = obj.cast::<PyString>() {
@@ -29,7 +22,7 @@ pub fn key_bytes<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
         // interpreter; the returned buffer is owned by the str object and
         // lives as long as it, which outlives `'a` because `obj` is borrowed
         // for `'a`.
-        let data = unsafe { PyUnicode_AsUTF8AndSize(s.as_ptr(), &mut size) };
+        let data = unsafe { ffi::PyUnicode_AsUTF8AndSize(s.as_ptr(), &mut size) };
         if data.is_null() {
             return Err(not_utf8(obj.py(), PyErr::fetch(obj.py())));
         }

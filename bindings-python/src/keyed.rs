@@ -42,20 +42,6 @@ impl Keyed {
     fn now(&self, py: Python<'_>) -> PyResult<u64> {
         self.inner.clock().read(py)
     }
-
-    /// `allow(key, cost)`, for the fast-call layer too.
-    #[inline]
-    pub fn allow_call(&self, py: Python<'_>, key: &Bound<'_, PyAny>, cost: u64) -> PyResult<Decision> {
-        let key = key_bytes(key)?;
-        self.inner.allow_at(key, cost, self.now(py)?).map(Decision).py_err(py)
-    }
-
-    /// `peek(key, cost)`, for the fast-call layer too.
-    #[inline]
-    pub fn peek_call(&self, py: Python<'_>, key: &Bound<'_, PyAny>, cost: u64) -> PyResult<Decision> {
-        let key = key_bytes(key)?;
-        self.inner.peek_at(key, cost, self.now(py)?).map(Decision).py_err(py)
-    }
 }
 
 #[pymethods]
@@ -65,14 +51,16 @@ impl Keyed {
     #[pyo3(signature = (key, cost = Cost::ONE), text_signature = "($self, key, cost=1)")]
     #[inline]
     fn allow(&self, py: Python<'_>, key: &Bound<'_, PyAny>, cost: Cost) -> PyResult<Decision> {
-        self.allow_call(py, key, cost.0)
+        let key = key_bytes(key)?;
+        self.inner.allow_at(key, cost.0, self.now(py)?).map(Decision).py_err(py)
     }
 
     /// What `allow(key, cost)` would answer, changing nothing.
     /// `peek(key, 0)` reports the key's state as it is.
     #[pyo3(signature = (key, cost = Cost::ONE), text_signature = "($self, key, cost=1)")]
     fn peek(&self, py: Python<'_>, key: &Bound<'_, PyAny>, cost: Cost) -> PyResult<Decision> {
-        self.peek_call(py, key, cost.0)
+        let key = key_bytes(key)?;
+        self.inner.peek_at(key, cost.0, self.now(py)?).map(Decision).py_err(py)
     }
 
     /// Gives `tokens` back to `key` (never above full).

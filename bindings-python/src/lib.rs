@@ -20,7 +20,6 @@ mod clock;
 mod decision;
 mod direct;
 mod error;
-mod fastcall;
 mod fixed_window;
 mod key;
 mod keyed;
@@ -47,6 +46,5 @@ fn _ratomic(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<limiter::LimitSet>()?;
     m.add_class::<stack::Stack>()?;
     error::Exceptions::register(m)?;
-    fastcall::install(m.py())?;
     Ok(())
 }

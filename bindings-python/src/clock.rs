@@ -93,12 +93,8 @@ pub fn seconds_to_nanos(py: Python<'_>, secs: f64, name: &str) -> PyResult<u64> 
     Ok((secs * 1e9).round() as u64)
 }
 
-/// A duration from Python seconds (see [`seconds_to_nanos`]).
-pub fn seconds_to_duration(py: Python<'_>, secs: f64, name: &str) -> PyResult<Duration> {
-    seconds_to_nanos(py, secs, name).map(Duration::from_nanos)
-}
-
-/// Nanoseconds as float seconds.
+/// Nanoseconds as float seconds: the one conversion back (a `Duration`
+/// from core reads as `as_secs_f64`).
 #[inline]
 pub fn nanos_to_seconds(ns: u64) -> f64 {
     ns as f64 / 1e9

@@ -8,7 +8,7 @@ use pyo3::types::PyString;
 
 use ratomic::{Quota, Rate};
 
-use crate::clock::{nanos_to_seconds, py_float_repr, seconds_to_duration};
+use crate::clock::{py_float_repr, seconds_to_nanos};
 use crate::error::{argument_type, type_name, CoreResultExt};
 use crate::key::{number, whole};
 
@@ -76,8 +76,8 @@ pub fn rate(limit: &Bound<'_, PyAny>, window: Option<&Bound<'_, PyAny>>) -> PyRe
     }
     // Core checks the rate: a limit of at least 1, a window longer than
     // zero and at most 2^63 − 1 ns.
-    let window = seconds_to_duration(py, number(window, "window")?, "window")?;
-    Rate::new(count, window).py_err(py)
+    let window = seconds_to_nanos(py, number(window, "window")?, "window")?;
+    Rate::new(count, Duration::from_nanos(window)).py_err(py)
 }
 
 /// One limit of a `Limiter`: a token bucket, a fixed window or a sliding
@@ -143,10 +143,10 @@ pub fn rule_repr(rule: &ratomic::Rule) -> String {
             format!("Rule.token_bucket({}, {})", q.capacity(), py_float_repr(q.refill_per_sec()))
         }
         ratomic::Rule::FixedWindow(f) => {
-            format!("Rule.fixed_window({}, {})", window_count(rule), window_secs(f.window()))
+            format!("Rule.fixed_window({}, {})", window_count(rule), py_float_repr(f.window().as_secs_f64()))
         }
         ratomic::Rule::SlidingWindow(s) => {
-            format!("Rule.sliding_window({}, {})", window_count(rule), window_secs(s.window()))
+            format!("Rule.sliding_window({}, {})", window_count(rule), py_float_repr(s.window().as_secs_f64()))
         }
         other => format!("{other:?}"),
     }
@@ -155,11 +155,6 @@ pub fn rule_repr(rule: &ratomic::Rule) -> String {
 fn window_count(rule: &ratomic::Rule) -> u64 {
     use ratomic::Algorithm;
     rule.limit()
-}
-
-/// A window length as Python float seconds.
-fn window_secs(d: Duration) -> String {
-    py_float_repr(nanos_to_seconds(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)))
 }
 
 /// A `Rule` from a `Limiter`'s limits: a `Rule` or a rate string.

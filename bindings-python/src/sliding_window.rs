@@ -1,10 +1,11 @@
 //! `SlidingWindow`: a sliding-window counter per key (a `Keyed` limiter).
 
+use std::time::Duration;
+
 use pyo3::prelude::*;
 
 use ratomic::Rule;
 
-use crate::clock::nanos_to_seconds;
 use crate::error::CoreResultExt;
 use crate::keyed::Keyed;
 use crate::rule::rate;
@@ -14,8 +15,7 @@ use crate::store::StoreArgs;
 /// sliding-window counter approximation (SPEC §4.3).
 #[pyclass(frozen, extends = Keyed, module = "ratomic", name = "SlidingWindow")]
 pub struct SlidingWindow {
-    /// The window length in nanoseconds.
-    window_ns: u64,
+    window: Duration,
 }
 
 #[pymethods]
@@ -40,12 +40,12 @@ impl SlidingWindow {
         let rate = rate(limit, window)?;
         let rule = Rule::sliding_window(rate).py_err(py)?;
         let store = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction };
-        Ok((SlidingWindow { window_ns: rate.period_nanos() }, Keyed::new(py, rule, clock, store.options()?)?))
+        Ok((SlidingWindow { window: rate.period() }, Keyed::new(py, rule, clock, store.options()?)?))
     }
 
     /// The window length, in seconds.
     #[getter]
     fn window(&self) -> f64 {
-        nanos_to_seconds(self.window_ns)
+        self.window.as_secs_f64()
     }
 }

@@ -2,7 +2,7 @@
 # Builds the ratomic wheel into a fresh virtual environment and runs every
 # Python test: pytest (tests/, including the README examples and
 # mypy.stubtest), then stubtest once more on its own so a stub drift is
-# reported plainly. Needs Rust and Python >= 3.9; installs the rest
+# reported plainly. Needs Rust and Python >= 3.10; installs the rest
 # (pinned in requirements-dev.txt) into bindings-python/.venv.
 #
 #   bindings-python/run-tests.sh            # from anywhere

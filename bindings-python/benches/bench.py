@@ -47,8 +47,9 @@ def ensure_peers() -> None:
 #
 # "allowed" runs use a limit no run reaches, and (for ratomic) a refill slow
 # enough that no key becomes full again during the run, so every key stays
-# live in the store: 10^7 tokens refilled at 10/s, or 10^7 per day. "Denied"
-# runs drain one key of a limit of 1 per hour first.
+# live in the store: 10^7 tokens refilled at 10/s, or 10^7 per day (5·10^6
+# for the sliding window, whose largest limit for a day is 8,388,607).
+# "Denied" runs drain one key of a limit of 1 per hour first.
 
 
 def ratomic_factory(kind: str) -> Callable[[bool], Callable[[str], object]]:
@@ -60,7 +61,7 @@ def ratomic_factory(kind: str) -> Callable[[bool], Callable[[str], object]]:
         elif kind == "FixedWindow":
             lim = ratomic.FixedWindow(1, 3600.0) if deny else ratomic.FixedWindow(10**7, 86400.0)
         else:
-            lim = ratomic.SlidingWindow(1, 3600.0) if deny else ratomic.SlidingWindow(10**7, 86400.0)
+            lim = ratomic.SlidingWindow(1, 3600.0) if deny else ratomic.SlidingWindow(5 * 10**6, 86400.0)
         return lim.allow  # a Decision, truthy when allowed
 
     return make

@@ -1,13 +1,19 @@
 //! Time: the default monotonic clock, the Rust `ManualClock`, or any Python
-//! callable that returns seconds.
+//! callable that returns seconds, as one `ratomic::Clock` ([`Time`]) that
+//! every limiter of this face is built with. Core thus knows which timeline
+//! each limiter reads, and refuses a `Stack` whose members read different
+//! ones; and every time reaches core unclamped, so core's bound
+//! (`ratomic::MAX_TIME`) is the only one.
+
+use std::time::Duration;
 
 use pyo3::prelude::*;
-use pyo3::types::PyFloat;
+use pyo3::types::{PyFloat, PyInt};
 
-use ratomic::Clock;
+use ratomic::{Clock, ClockId};
 
 use crate::error::{argument_type, invalid_argument, type_name};
-use crate::key::{nanos_to_seconds, number, seconds_to_nanos, MAX_NANOS};
+use crate::key::number;
 
 /// A clock that moves only when told to, for tests and simulations.
 ///
@@ -27,24 +33,20 @@ impl ManualClock {
     #[new]
     #[pyo3(signature = (start=None), text_signature = "(start=0.0)")]
     fn new(py: Python<'_>, start: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        let secs = match start {
-            Some(s) => number(s, "start")?,
-            None => 0.0,
+        let ns = match start {
+            Some(s) => seconds_to_nanos(py, number(s, "start")?, "start")?,
+            None => 0,
         };
-        let ns = seconds_to_nanos(py, secs, "start")?;
         Ok(ManualClock { inner: ratomic::ManualClock::starting_at(ns) })
     }
 
-    /// Moves time forward by `seconds` (finite, ≥ 0).
+    /// Moves time forward by `seconds` (≥ 0).
     fn advance(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
-        let ns = seconds_to_nanos(py, number(seconds, "seconds")?, "seconds")?;
-        // Saturate at the engine's range rather than wrap.
-        let room = MAX_NANOS - self.inner.now().min(MAX_NANOS);
-        self.inner.advance_nanos(ns.min(room));
+        self.inner.advance_nanos(seconds_to_nanos(py, number(seconds, "seconds")?, "seconds")?);
         Ok(())
     }
 
-    /// Sets the time to `seconds` (forward or back; finite, ≥ 0).
+    /// Sets the time to `seconds` (forward or back; ≥ 0).
     fn set(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
         self.inner.set_nanos(seconds_to_nanos(py, number(seconds, "seconds")?, "seconds")?);
         Ok(())
@@ -75,10 +77,34 @@ pub fn py_float_repr(x: f64) -> String {
     Python::attach(|py| PyFloat::new(py, x).repr().map(|r| r.to_string())).unwrap_or_else(|_| x.to_string())
 }
 
-/// Where a limiter gets the time.
+/// Seconds from Python as whole nanoseconds, rounded to the nearest: the one
+/// conversion of a time or a duration into the engine's unit.
+///
+/// NaN, infinities and negative numbers are no number of seconds at all:
+/// `InvalidArgumentError` naming `name`. A finite number too large for 64
+/// bits of nanoseconds becomes 2^64 − 1 ns, which core refuses wherever it
+/// matters (a time past `ratomic::MAX_TIME`, a window longer than 2^63 − 1
+/// ns), so no value is ever clamped into range.
+pub fn seconds_to_nanos(py: Python<'_>, secs: f64, name: &str) -> PyResult<u64> {
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(invalid_argument(py, format!("invalid {name}: {secs} (must be a finite number of seconds ≥ 0)")));
+    }
+    // `as` saturates: anything at or past 2^64 ns becomes u64::MAX.
+    Ok((secs * 1e9).round() as u64)
+}
+
+/// Nanoseconds as float seconds: the one conversion back (a `Duration`
+/// from core reads as `as_secs_f64`).
+#[inline]
+pub fn nanos_to_seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// Where a limiter gets the time: the `ratomic::Clock` of every limiter in
+/// this face.
 pub enum Time {
     /// The engine's own monotonic clock, read inside the call.
-    Monotonic,
+    Monotonic(ratomic::MonotonicClock),
     /// A ratomic `ManualClock`, read natively (and the Python object, to
     /// hand back as the limiter's `clock`).
     Manual(ratomic::ManualClock, Py<PyAny>),
@@ -90,7 +116,7 @@ impl Time {
     /// From the `clock=` argument: None, a `ManualClock`, or a callable.
     pub fn from_arg(clock: Option<&Bound<'_, PyAny>>) -> PyResult<Time> {
         let Some(clock) = clock.filter(|c| !c.is_none()) else {
-            return Ok(Time::Monotonic);
+            return Ok(Time::Monotonic(ratomic::MonotonicClock::new()));
         };
         if let Ok(manual) = clock.cast::<ManualClock>() {
             return Ok(Time::Manual(manual.get().inner.clone(), clock.clone().unbind()));
@@ -107,32 +133,79 @@ impl Time {
         Ok(Time::Callable(clock.clone().unbind()))
     }
 
-    /// The time now, in nanoseconds, for the `*_at` methods. A callable that
-    /// raises propagates its exception; one that returns something other
-    /// than a number raises `ArgumentTypeError` (a `TypeError`); a negative
-    /// or non-finite number raises `InvalidArgumentError`.
+    /// The time now, in nanoseconds, for the core's `*_at` methods, which
+    /// refuse a time past `ratomic::MAX_TIME`. A callable that raises
+    /// propagates its exception; one that returns something other than a
+    /// number raises `ArgumentTypeError` (a `TypeError`); NaN or a negative
+    /// number raises `InvalidArgumentError`.
     #[inline]
-    pub fn now(&self, py: Python<'_>, monotonic: impl FnOnce() -> u64) -> PyResult<u64> {
+    pub fn read(&self, py: Python<'_>) -> PyResult<u64> {
         match self {
-            Time::Monotonic => Ok(monotonic()),
-            Time::Manual(c, _) => Ok(c.now().min(MAX_NANOS)),
+            Time::Monotonic(c) => Ok(c.now()),
+            Time::Manual(c, _) => Ok(c.now()),
             Time::Callable(f) => read_callable(py, f),
         }
     }
 
-    /// The object to show as the `clock` attribute.
-    pub fn to_object(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        Ok(match self {
-            Time::Monotonic => py.None(),
+    /// The object to show as the `clock` attribute (None: the monotonic default).
+    pub fn to_object(&self, py: Python<'_>) -> Py<PyAny> {
+        match self {
+            Time::Monotonic(_) => py.None(),
             Time::Manual(_, obj) => obj.clone_ref(py),
             Time::Callable(f) => f.clone_ref(py),
-        })
+        }
     }
 
-    /// Whether this is the default clock (calls can read it in Rust).
+    /// Another handle on the same clock.
+    pub fn clone_ref(&self, py: Python<'_>) -> Time {
+        match self {
+            Time::Monotonic(c) => Time::Monotonic(*c),
+            Time::Manual(c, obj) => Time::Manual(c.clone(), obj.clone_ref(py)),
+            Time::Callable(f) => Time::Callable(f.clone_ref(py)),
+        }
+    }
+}
+
+/// What core sees. This face reads the time itself ([`Time::read`]) and
+/// calls core's `*_at` methods, so a Python clock's exception reaches the
+/// caller; `now` here serves only core code that reads the clock on its own.
+impl Clock for Time {
     #[inline]
-    pub fn is_monotonic(&self) -> bool {
-        matches!(self, Time::Monotonic)
+    fn now(&self) -> u64 {
+        match self {
+            Time::Monotonic(c) => c.now(),
+            Time::Manual(c, _) => c.now(),
+            // A failed reading is reported as unraisable and gives a time
+            // past MAX_TIME, which core refuses, changing nothing.
+            Time::Callable(f) => Python::attach(|py| {
+                read_callable(py, f).unwrap_or_else(|e| {
+                    e.write_unraisable(py, None);
+                    u64::MAX
+                })
+            }),
+        }
+    }
+
+    fn sleep(&self, d: Duration) {
+        match self {
+            Time::Manual(c, _) => c.sleep(d),
+            _ => std::thread::sleep(d),
+        }
+    }
+
+    /// Limiters share a timeline when they share the monotonic default, one
+    /// `ManualClock`, or one callable object.
+    fn id(&self) -> ClockId {
+        match self {
+            Time::Monotonic(c) => c.id(),
+            Time::Manual(c, _) => c.id(),
+            // SAFETY: an empty slice at the object's address reads nothing
+            // (any non-null, aligned pointer makes a valid empty slice); it
+            // only gives `ClockId::of` the address. The object outlives the
+            // limiter holding this `Time`, so no other object can take the
+            // address meanwhile.
+            Time::Callable(f) => ClockId::of(unsafe { std::slice::from_raw_parts(f.as_ptr().cast::<u8>(), 0) }),
+        }
     }
 }
 
@@ -140,19 +213,15 @@ fn read_callable(py: Python<'_>, f: &Py<PyAny>) -> PyResult<u64> {
     let value = f.bind(py).call0()?;
     let secs = if let Ok(x) = value.cast::<PyFloat>() {
         x.value()
-    } else if value.is_instance_of::<pyo3::types::PyInt>() && !value.is_instance_of::<pyo3::types::PyBool>() {
-        value.extract::<f64>()?
+    } else if value.is_instance_of::<PyInt>() && !value.is_instance_of::<pyo3::types::PyBool>() {
+        // An int too large for a float: as large a float as there is, which
+        // core then refuses as a time; or, negative, no time at all.
+        value.extract::<f64>().unwrap_or_else(|_| if value.lt(0).unwrap_or(false) { -1.0 } else { f64::MAX })
     } else {
         return Err(argument_type(
             py,
             format!("the clock returned {}, expected a number of seconds", type_name(&value)),
         ));
     };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(invalid_argument(
-            py,
-            format!("the clock returned {secs}, expected a finite number of seconds ≥ 0"),
-        ));
-    }
-    Ok(((secs * 1e9).round() as u64).min(MAX_NANOS))
+    seconds_to_nanos(py, secs, "clock reading")
 }

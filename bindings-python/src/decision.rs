@@ -6,8 +6,7 @@ use pyo3::exceptions::PyKeyError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
-use crate::clock::py_float_repr;
-use crate::key::nanos_to_seconds;
+use crate::clock::{nanos_to_seconds, py_float_repr};
 
 /// The answer to one call (SPEC §2). Immutable; truthy exactly when allowed.
 ///
@@ -110,17 +109,7 @@ pub struct MultiDecision {
 impl MultiDecision {
     /// From a core multi-decision of the limiter whose names are `names`.
     pub fn from_core(d: &ratomic::MultiDecision<'_>, names: &Names) -> Self {
-        // Entries come in the limiter's order, so one pass pairs them up.
-        let mut j = 0;
-        let entries = d
-            .entries()
-            .map(|e| {
-                while j + 1 < names.len() && *names[j].0 != *e.name {
-                    j += 1;
-                }
-                (j, e.decision)
-            })
-            .collect();
+        let entries = d.entries().map(|e| (e.index, e.decision)).collect();
         MultiDecision { decision: d.decision, entries, names: names.clone() }
     }
 

@@ -10,17 +10,20 @@ use crate::error::CoreResultExt;
 use crate::key::{whole, Cost};
 use crate::rule::{quota, rule_repr, Rule};
 
+/// The core bucket, on this face's clock.
+pub type Core = ratomic::DirectTokenBucket<Time>;
+
 /// One token bucket for everything (a global limit): no key, no lookup.
 /// Takes its arguments as `TokenBucket` does, without the key options.
 #[pyclass(frozen, module = "ratomic", name = "DirectTokenBucket")]
 pub struct DirectTokenBucket {
-    pub(crate) inner: Arc<ratomic::DirectTokenBucket>,
-    pub(crate) time: Time,
+    /// Shared, so a `Stack` can hold it too.
+    pub(crate) inner: Arc<Core>,
 }
 
 impl DirectTokenBucket {
     fn now(&self, py: Python<'_>) -> PyResult<u64> {
-        self.time.now(py, || self.inner.now())
+        self.inner.clock().read(py)
     }
 }
 
@@ -37,7 +40,7 @@ impl DirectTokenBucket {
     ) -> PyResult<Self> {
         let q = quota(capacity, refill_per_sec)?;
         let time = Time::from_arg(clock)?;
-        Ok(DirectTokenBucket { inner: Arc::new(ratomic::DirectTokenBucket::new(q)), time })
+        Ok(DirectTokenBucket { inner: Arc::new(Core::with_clock(q, time)) })
     }
 
     /// Takes `cost` (default 1) if the bucket has that much.
@@ -86,8 +89,8 @@ impl DirectTokenBucket {
 
     /// The clock given to the constructor (None: the monotonic default).
     #[getter]
-    fn clock(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.time.to_object(py)
+    fn clock(&self, py: Python<'_>) -> Py<PyAny> {
+        self.inner.clock().to_object(py)
     }
 
     /// This bucket's rule, for building a `Limiter`.

@@ -6,15 +6,18 @@
 //! ├── InvalidArgumentError(RatomicError, ValueError)
 //! │   ├── InvalidRateError          a rate string that does not parse
 //! │   ├── CostExceedsLimitError     a cost above the limit: could never pass
-//! │   └── KeyTooLongError           a key longer than max_key_len
+//! │   ├── KeyTooLongError           a key longer than max_key_len
+//! │   └── KeyEncodingError(.., UnicodeError)  a str key with no UTF-8 form
 //! └── ArgumentTypeError(RatomicError, TypeError)
 //!     └── KeyTypeError              a key that is neither str nor bytes
 //! ```
 //!
 //! The classes have two bases each, which `create_exception!` cannot make,
-//! so they are built once with `type(name, bases, namespace)`.
+//! so they are built once with `type(name, bases, namespace)`. Every class
+//! has an `index` attribute: None, or for a batch (`allow_many`), the
+//! position of the first invalid request (SPEC §4.6).
 
-use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyException, PyTypeError, PyUnicodeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
@@ -26,6 +29,7 @@ pub struct Exceptions {
     pub invalid_rate: Py<PyType>,
     pub cost_exceeds_limit: Py<PyType>,
     pub key_too_long: Py<PyType>,
+    pub key_encoding: Py<PyType>,
     pub argument_type: Py<PyType>,
     pub key_type: Py<PyType>,
 }
@@ -50,8 +54,15 @@ impl Exceptions {
         let exc = py.get_type::<PyException>();
         let value = py.get_type::<PyValueError>();
         let type_ = py.get_type::<PyTypeError>();
-        let base = make_class(py, "RatomicError", &[&exc], "Base class of every error ratomic raises.")?;
+        let base = make_class(
+            py,
+            "RatomicError",
+            &[&exc],
+            "Base class of every error ratomic raises. `index` is None, or for a batch \
+             (allow_many), the position of the first invalid request: nothing in the batch was decided.",
+        )?;
         let base_b = base.bind(py);
+        base_b.setattr("index", py.None())?;
         let invalid = make_class(
             py,
             "InvalidArgumentError",
@@ -86,6 +97,13 @@ impl Exceptions {
                 &[invalid_b],
                 "A key is longer than the limiter's max_key_len.",
             )?,
+            key_encoding: make_class(
+                py,
+                "KeyEncodingError",
+                &[invalid_b, &py.get_type::<PyUnicodeError>()],
+                "A str key has no UTF-8 form (it holds a lone surrogate such as '\\ud800'): \
+                 encode it yourself and pass bytes. Also a UnicodeError.",
+            )?,
             key_type: make_class(
                 py,
                 "KeyTypeError",
@@ -108,6 +126,7 @@ impl Exceptions {
             ("InvalidRateError", &e.invalid_rate),
             ("CostExceedsLimitError", &e.cost_exceeds_limit),
             ("KeyTooLongError", &e.key_too_long),
+            ("KeyEncodingError", &e.key_encoding),
             ("ArgumentTypeError", &e.argument_type),
             ("KeyTypeError", &e.key_type),
         ] {
@@ -121,17 +140,45 @@ fn raise(py: Python<'_>, ty: &Py<PyType>, msg: String) -> PyErr {
     PyErr::from_type(ty.bind(py).clone(), msg)
 }
 
-/// A core error as the matching Python exception, with the core's message.
+/// A core error as the matching Python exception, with the core's message;
+/// a batch's error is its invalid request's class, with `index` set.
 #[cold]
 pub fn core_error(py: Python<'_>, err: ratomic::Error) -> PyErr {
     let e = Exceptions::get(py);
-    let ty = match &err {
+    let ty = match err.cause() {
         ratomic::Error::InvalidRate { .. } => &e.invalid_rate,
         ratomic::Error::CostExceedsLimit { .. } => &e.cost_exceeds_limit,
         ratomic::Error::KeyTooLong { .. } => &e.key_too_long,
         _ => &e.invalid_argument,
     };
-    raise(py, ty, err.to_string())
+    let index = match err {
+        ratomic::Error::InvalidRequest { index, .. } => Some(index),
+        _ => None,
+    };
+    with_index(py, raise(py, ty, err.to_string()), index)
+}
+
+/// An error this face found in request `index` of a batch (a key or a cost
+/// of the wrong type), said as core says its own (`Error::InvalidRequest`):
+/// the same class, the message naming the request, `index` set. Errors that
+/// are not ratomic's pass unchanged.
+#[cold]
+pub fn in_batch(py: Python<'_>, index: usize, err: PyErr) -> PyErr {
+    if !err.is_instance(py, Exceptions::get(py).ratomic_error.bind(py)) {
+        return err;
+    }
+    let msg = format!("request {index} of the batch: {} (nothing in the batch was decided)", err.value(py));
+    let out = PyErr::from_type(err.get_type(py), msg);
+    out.set_cause(py, err.cause(py));
+    with_index(py, out, Some(index))
+}
+
+fn with_index(py: Python<'_>, err: PyErr, index: Option<usize>) -> PyErr {
+    if let Some(i) = index {
+        // Setting an attribute on a fresh exception of our own classes cannot fail.
+        let _ = err.value(py).setattr("index", i);
+    }
+    err
 }
 
 /// `InvalidArgumentError(msg)`.
@@ -144,6 +191,14 @@ pub fn invalid_argument(py: Python<'_>, msg: String) -> PyErr {
 #[cold]
 pub fn argument_type(py: Python<'_>, msg: String) -> PyErr {
     raise(py, &Exceptions::get(py).argument_type, msg)
+}
+
+/// `KeyEncodingError(msg)`, caused by `cause` (the `UnicodeEncodeError`).
+#[cold]
+pub fn key_encoding(py: Python<'_>, msg: String, cause: PyErr) -> PyErr {
+    let err = raise(py, &Exceptions::get(py).key_encoding, msg);
+    err.set_cause(py, Some(cause));
+    err
 }
 
 /// `KeyTypeError(msg)`.

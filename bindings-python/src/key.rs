@@ -1,25 +1,19 @@
-//! Keys and other call arguments, taken from Python objects without copying.
-
-use std::os::raw::c_char;
+//! Keys and the other call arguments (whole numbers, numbers), taken from
+//! Python objects without copying.
 
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt, PyString};
 
-use crate::error::{argument_type, invalid_argument, key_type, type_name};
-
-extern "C" {
-    // Part of the stable ABI from 3.10 (so pyo3-ffi only declares it there
-    // under abi3), but exported by every CPython since 3.3, 3.9 included: the
-    // wheel's floor. It returns the str's cached UTF-8 bytes (for an ASCII
-    // str, its own buffer), so a str key is read with no copy and no
-    // allocation, where `PyUnicode_AsUTF8String` would make a bytes object on
-    // every call.
-    fn PyUnicode_AsUTF8AndSize(unicode: *mut ffi::PyObject, size: *mut ffi::Py_ssize_t) -> *const c_char;
-}
+use crate::error::{argument_type, invalid_argument, key_encoding, key_type, type_name};
 
 /// A key's bytes: a `str`'s UTF-8 encoding, or a `bytes`' contents. Borrowed
 /// from the object, which the caller holds for as long as the slice lives.
+///
+/// A str is read with `PyUnicode_AsUTF8AndSize` (stable ABI from 3.10),
+/// which returns the str's cached UTF-8 bytes (for an ASCII str, its own
+/// buffer): no copy and no allocation, where `PyUnicode_AsUTF8String` would
+/// make a bytes object on every call.
 #[inline]
 pub fn key_bytes<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
     if let Ok(s) = obj.cast::<PyString>() {
@@ -28,10 +22,9 @@ pub fn key_bytes<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
         // interpreter; the returned buffer is owned by the str object and
         // lives as long as it, which outlives `'a` because `obj` is borrowed
         // for `'a`.
-        let data = unsafe { PyUnicode_AsUTF8AndSize(s.as_ptr(), &mut size) };
+        let data = unsafe { ffi::PyUnicode_AsUTF8AndSize(s.as_ptr(), &mut size) };
         if data.is_null() {
-            // A str with lone surrogates has no UTF-8 form (UnicodeEncodeError).
-            return Err(PyErr::fetch(obj.py()));
+            return Err(not_utf8(obj.py(), PyErr::fetch(obj.py())));
         }
         // SAFETY: CPython guarantees `size` valid bytes at `data`.
         return Ok(unsafe { std::slice::from_raw_parts(data.cast::<u8>(), size as usize) });
@@ -40,6 +33,28 @@ pub fn key_bytes<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
         return Ok(b.as_bytes());
     }
     Err(not_a_key(obj))
+}
+
+/// A str with a lone surrogate has no UTF-8 form: rather than pick an
+/// encoding for it (which Node could not match), the key is refused, with
+/// what to do instead.
+#[cold]
+fn not_utf8(py: Python<'_>, err: PyErr) -> PyErr {
+    let value = err.value(py);
+    let at = value.getattr("start").and_then(|s| s.extract::<usize>()).ok();
+    let ch = at.and_then(|i| value.getattr("object").ok()?.get_item(i).ok()?.repr().ok().map(|r| r.to_string()));
+    let what = match (ch, at) {
+        (Some(ch), Some(at)) => format!("{ch} at position {at} is a lone surrogate"),
+        _ => "it holds a lone surrogate".to_owned(),
+    };
+    key_encoding(
+        py,
+        format!(
+            "invalid key: {what}, so the str has no UTF-8 form; encode the key yourself and pass \
+             bytes (for example key.encode('utf-8', 'surrogatepass'))"
+        ),
+        err,
+    )
 }
 
 #[cold]
@@ -82,30 +97,6 @@ pub fn number(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
         return Err(argument_type(obj.py(), format!("{name} must be a number, not {}", type_name(obj))));
     }
     obj.extract::<f64>().map_err(|_| invalid_argument(obj.py(), format!("invalid {name}: {obj} (too large)")))
-}
-
-/// Most nanoseconds any time or duration may be (the engine's 63-bit range).
-pub const MAX_NANOS: u64 = (1 << 63) - 1;
-
-/// Seconds (finite, ≥ 0) as whole nanoseconds, rounded to the nearest.
-pub fn seconds_to_nanos(py: Python<'_>, secs: f64, name: &str) -> PyResult<u64> {
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(invalid_argument(py, format!("invalid {name}: {secs} (must be a finite number of seconds ≥ 0)")));
-    }
-    let ns = (secs * 1e9).round();
-    if ns > MAX_NANOS as f64 {
-        return Err(invalid_argument(
-            py,
-            format!("invalid {name}: {secs} (must be less than 2**63 nanoseconds, about 292 years)"),
-        ));
-    }
-    Ok(ns as u64)
-}
-
-/// Nanoseconds as float seconds.
-#[inline]
-pub fn nanos_to_seconds(ns: u64) -> f64 {
-    ns as f64 / 1e9
 }
 
 /// A call's cost (or a refund's token count): a whole number ≥ 0.

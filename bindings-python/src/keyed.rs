@@ -1,5 +1,6 @@
-//! The keyed limiters — `TokenBucket`, `FixedWindow`, `SlidingWindow` —
-//! which share every operation, as the core's `Keyed` does.
+//! `Keyed`: any single-rule limiter — core's `Keyed<Rule>` — and the base
+//! class of `TokenBucket`, `FixedWindow` and `SlidingWindow`, which add
+//! only their constructors and getters. Every operation lives here, once.
 //!
 //! Calls keep the GIL: one takes well under a microsecond and never
 //! blocks, and releasing and re-taking the GIL would cost more than the
@@ -9,240 +10,192 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
-use ratomic::{Algorithm, Keyed};
+use ratomic::{Options, Rule};
 
 use crate::clock::Time;
 use crate::decision::Decision;
-use crate::error::{argument_type, type_name, CoreResultExt};
-use crate::key::{key_bytes, whole};
+use crate::error::{argument_type, core_error, in_batch, type_name, CoreResultExt};
+use crate::key::{key_bytes, whole, Cost};
+use crate::rule::rule_repr;
 
-/// What every keyed class holds: the core limiter (shared, so a `Stack` can
-/// hold it too) and where it gets the time.
-pub struct KeyedCore<A: Algorithm> {
-    pub inner: Arc<Keyed<A>>,
-    pub time: Time,
+/// The core limiter every keyed class holds.
+pub type Core = ratomic::Keyed<Rule, [u8], Time>;
+
+/// A limiter with one rule and a state per key: the base class of
+/// `TokenBucket`, `FixedWindow` and `SlidingWindow` (built through them).
+#[pyclass(frozen, subclass, module = "ratomic", name = "Keyed")]
+pub struct Keyed {
+    /// Shared, so a `Stack` can hold it too.
+    pub(crate) inner: Arc<Core>,
 }
 
-impl<A: Algorithm> KeyedCore<A> {
-    #[inline]
-    pub fn now(&self, py: Python<'_>) -> PyResult<u64> {
-        self.time.now(py, || self.inner.now())
+impl Keyed {
+    /// A limiter for `rule`, reading `clock` (the `clock=` argument).
+    pub fn new(py: Python<'_>, rule: Rule, clock: Option<&Bound<'_, PyAny>>, options: Options) -> PyResult<Self> {
+        let inner = ratomic::Keyed::with_algorithm(rule, Time::from_arg(clock)?, options).py_err(py)?;
+        Ok(Keyed { inner: Arc::new(inner) })
     }
 
     #[inline]
-    pub fn allow(&self, py: Python<'_>, key: &Bound<'_, PyAny>, cost: u64) -> PyResult<Decision> {
-        let key = key_bytes(key)?;
-        let result = if self.time.is_monotonic() {
-            self.inner.allow_n(key, cost)
-        } else {
-            self.inner.allow_at(key, cost, self.now(py)?)
-        };
-        result.map(Decision).py_err(py)
+    fn now(&self, py: Python<'_>) -> PyResult<u64> {
+        self.inner.clock().read(py)
     }
+}
 
+#[pymethods]
+impl Keyed {
+    /// Takes `cost` (default 1) from `key` if it has that much.
+    /// A denial is a falsy `Decision`, never an exception.
+    #[pyo3(signature = (key, cost = Cost::ONE), text_signature = "($self, key, cost=1)")]
     #[inline]
-    pub fn peek(&self, py: Python<'_>, key: &Bound<'_, PyAny>, cost: u64) -> PyResult<Decision> {
+    fn allow(&self, py: Python<'_>, key: &Bound<'_, PyAny>, cost: Cost) -> PyResult<Decision> {
         let key = key_bytes(key)?;
-        let result = if self.time.is_monotonic() {
-            self.inner.peek_n(key, cost)
-        } else {
-            self.inner.peek_at(key, cost, self.now(py)?)
-        };
-        result.map(Decision).py_err(py)
+        self.inner.allow_at(key, cost.0, self.now(py)?).map(Decision).py_err(py)
     }
 
-    pub fn refund(&self, py: Python<'_>, key: &Bound<'_, PyAny>, tokens: u64) -> PyResult<()> {
+    /// What `allow(key, cost)` would answer, changing nothing.
+    /// `peek(key, 0)` reports the key's state as it is.
+    #[pyo3(signature = (key, cost = Cost::ONE), text_signature = "($self, key, cost=1)")]
+    fn peek(&self, py: Python<'_>, key: &Bound<'_, PyAny>, cost: Cost) -> PyResult<Decision> {
         let key = key_bytes(key)?;
-        let now = self.now(py)?;
-        self.inner.refund_at(key, tokens, now).py_err(py)
+        self.inner.peek_at(key, cost.0, self.now(py)?).map(Decision).py_err(py)
     }
 
-    pub fn reset(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// Gives `tokens` back to `key` (never above full).
+    fn refund(&self, py: Python<'_>, key: &Bound<'_, PyAny>, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
         let key = key_bytes(key)?;
-        let now = self.now(py)?;
-        self.inner.reset_at(key, now).py_err(py)
+        let tokens = whole(tokens, "tokens")?;
+        self.inner.refund_at(key, tokens, self.now(py)?).py_err(py)
     }
 
-    /// Every request is checked before any is decided, so a bad one raises
-    /// with nothing charged; then all are decided at one clock reading.
-    pub fn allow_many(&self, py: Python<'_>, requests: &Bound<'_, PyAny>) -> PyResult<Vec<Decision>> {
-        let items = requests_of(requests)?;
-        let mut parsed: Vec<(&[u8], u64)> = Vec::with_capacity(items.len());
-        for (key, cost) in &items {
-            let bytes = key_bytes(key)?;
-            let cost = match cost {
-                Some(c) => whole(c, "cost")?,
-                None => 1,
-            };
-            check_call(bytes, cost, self.inner.limit(), self.inner.max_key_len()).py_err(py)?;
-            parsed.push((bytes, cost));
-        }
-        let now = self.now(py)?;
-        parsed.iter().map(|&(key, cost)| self.inner.allow_at(key, cost, now).map(Decision).py_err(py)).collect()
+    /// Forgets `key`: it is full again.
+    fn reset(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        let key = key_bytes(key)?;
+        self.inner.reset_at(key, self.now(py)?).py_err(py)
     }
 
-    pub fn gc(&self, py: Python<'_>) -> PyResult<usize> {
+    /// Decides many requests at one clock reading: each item is a key (cost
+    /// 1) or a `(key, cost)` pair. Every item is checked first: if one is
+    /// invalid, the error (its `index` set) names the first invalid one,
+    /// and nothing is charged.
+    fn allow_many(&self, py: Python<'_>, requests: &Bound<'_, PyAny>) -> PyResult<Vec<Decision>> {
+        let items = batch(requests, |key, cost| self.inner.check(key, cost))?;
+        let requests = keys_of(&items)?;
+        let mut out = Vec::with_capacity(requests.len());
+        self.inner.allow_many_at(requests.iter().copied(), self.now(py)?, &mut out).py_err(py)?;
+        Ok(out.into_iter().map(Decision).collect())
+    }
+
+    /// Drops every key whose bucket is full again (no later decision
+    /// changes); returns how many. Optional: the same work happens,
+    /// amortised, inside calls.
+    fn gc(&self, py: Python<'_>) -> PyResult<usize> {
         self.inner.gc_at(self.now(py)?).py_err(py)
     }
+
+    /// Bytes of memory the store holds: its slots, keys longer than 23
+    /// bytes, and the summaries of evicted keys.
+    fn memory_bytes(&self) -> usize {
+        self.inner.memory_bytes()
+    }
+
+    /// Keys held (call `gc()` first for an exact count of keys being limited).
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// The most a key can hold: the largest cost a call may ask.
+    #[getter]
+    fn limit(&self) -> u64 {
+        self.inner.limit()
+    }
+
+    /// The longest key accepted, in bytes.
+    #[getter]
+    fn max_key_len(&self) -> usize {
+        self.inner.max_key_len()
+    }
+
+    /// The clock given to the constructor (None: the monotonic default).
+    #[getter]
+    fn clock(&self, py: Python<'_>) -> Py<PyAny> {
+        self.inner.clock().to_object(py)
+    }
+
+    /// This limiter's rule, for building a `Limiter`.
+    #[getter]
+    fn rule(&self) -> crate::rule::Rule {
+        crate::rule::Rule(*self.inner.algorithm())
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let rule = rule_repr(slf.get().inner.algorithm());
+        let args = rule.split_once('(').map_or("", |(_, a)| a.trim_end_matches(')'));
+        Ok(format!("{}({}, keys={})", slf.get_type().name()?, args, slf.get().inner.len()))
+    }
 }
 
-/// The checks the core makes before touching any state, made up front for
-/// a batch.
-pub fn check_call(key: &[u8], cost: u64, limit: u64, max_key_len: usize) -> Result<(), ratomic::Error> {
-    if cost > limit {
-        return Err(ratomic::Error::CostExceedsLimit { cost, limit });
-    }
-    if key.len() > max_key_len {
-        return Err(ratomic::Error::KeyTooLong { len: key.len(), max: max_key_len });
-    }
-    Ok(())
-}
-
-/// One `allow_many` request: a key and its cost (None: 1).
-pub type Request<'py> = (Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
-
-/// The items of an `allow_many` argument: each a key (cost 1) or a
-/// `(key, cost)` pair.
-pub fn requests_of<'py>(requests: &Bound<'py, PyAny>) -> PyResult<Vec<Request<'py>>> {
+/// The requests of an `allow_many` argument, each a key (cost 1) or a
+/// `(key, cost)` pair, as `(key, cost)`: every key a str or bytes with a
+/// UTF-8 form, every cost a whole number. When request `j` is not, the
+/// error is that of the first request core's `check` refuses before `j`, if
+/// any, else `j`'s own: either way it names the first invalid request
+/// (SPEC §4.6).
+pub fn batch<'py>(
+    requests: &Bound<'py, PyAny>,
+    check: impl Fn(&[u8], u64) -> ratomic::Result<()>,
+) -> PyResult<Vec<(Bound<'py, PyAny>, u64)>> {
     let py = requests.py();
-    if requests.is_instance_of::<PyString>() || requests.is_instance_of::<pyo3::types::PyBytes>() {
+    if requests.is_instance_of::<PyString>() || requests.is_instance_of::<PyBytes>() {
         return Err(argument_type(
             py,
             "allow_many takes an iterable of keys or (key, cost) pairs, not a single key".to_owned(),
         ));
     }
-    let mut out = Vec::with_capacity(requests.len().unwrap_or(0));
-    for item in requests.try_iter()? {
-        let item = item?;
-        if item.is_instance_of::<PyTuple>() || item.is_instance_of::<PyList>() {
-            if item.len()? != 2 {
-                return Err(argument_type(
-                    py,
-                    format!(
-                        "each request must be a key or a (key, cost) pair, not a {}-item {}",
-                        item.len()?,
-                        type_name(&item)
-                    ),
-                ));
+    let mut out: Vec<(Bound<'py, PyAny>, u64)> = Vec::with_capacity(requests.len().unwrap_or(0));
+    for (j, item) in requests.try_iter()?.enumerate() {
+        match request(item?) {
+            Ok(r) => out.push(r),
+            Err(err) => {
+                for (i, (key, cost)) in out.iter().enumerate() {
+                    if let Err(error) = check(key_bytes(key)?, *cost) {
+                        return Err(core_error(
+                            py,
+                            ratomic::Error::InvalidRequest { index: i, error: Box::new(error) },
+                        ));
+                    }
+                }
+                return Err(in_batch(py, j, err));
             }
-            out.push((item.get_item(0)?, Some(item.get_item(1)?)));
-        } else {
-            out.push((item, None));
         }
     }
     Ok(out)
 }
 
-/// The `#[pymethods]` every keyed class shares, plus the class's own
-/// (`$extra`: constructors and getters).
-macro_rules! keyed_class {
-    ($ty:ident, { $($extra:tt)* }) => {
-        #[pyo3::pymethods]
-        impl $ty {
-            /// Takes `cost` (default 1) from `key` if it has that much.
-            /// A denial is a falsy `Decision`, never an exception.
-            #[pyo3(signature = (key, cost = $crate::key::Cost::ONE), text_signature = "($self, key, cost=1)")]
-            #[inline]
-            fn allow(
-                &self,
-                py: pyo3::Python<'_>,
-                key: &pyo3::Bound<'_, pyo3::PyAny>,
-                cost: $crate::key::Cost,
-            ) -> pyo3::PyResult<$crate::decision::Decision> {
-                self.core.allow(py, key, cost.0)
-            }
-
-            /// What `allow(key, cost)` would answer, changing nothing.
-            /// `peek(key, 0)` reports the key's state as it is.
-            #[pyo3(signature = (key, cost = $crate::key::Cost::ONE), text_signature = "($self, key, cost=1)")]
-            fn peek(
-                &self,
-                py: pyo3::Python<'_>,
-                key: &pyo3::Bound<'_, pyo3::PyAny>,
-                cost: $crate::key::Cost,
-            ) -> pyo3::PyResult<$crate::decision::Decision> {
-                self.core.peek(py, key, cost.0)
-            }
-
-            /// Gives `tokens` back to `key` (never above full).
-            fn refund(
-                &self,
-                py: pyo3::Python<'_>,
-                key: &pyo3::Bound<'_, pyo3::PyAny>,
-                tokens: &pyo3::Bound<'_, pyo3::PyAny>,
-            ) -> pyo3::PyResult<()> {
-                let tokens = $crate::key::whole(tokens, "tokens")?;
-                self.core.refund(py, key, tokens)
-            }
-
-            /// Forgets `key`: it is full again.
-            fn reset(&self, py: pyo3::Python<'_>, key: &pyo3::Bound<'_, pyo3::PyAny>) -> pyo3::PyResult<()> {
-                self.core.reset(py, key)
-            }
-
-            /// Decides many requests at one clock reading: each item is a
-            /// key (cost 1) or a `(key, cost)` pair. Every item is checked
-            /// first, so a bad one raises with nothing charged.
-            fn allow_many(
-                &self,
-                py: pyo3::Python<'_>,
-                requests: &pyo3::Bound<'_, pyo3::PyAny>,
-            ) -> pyo3::PyResult<Vec<$crate::decision::Decision>> {
-                self.core.allow_many(py, requests)
-            }
-
-            /// Drops every key whose bucket is full again (no later decision
-            /// changes); returns how many. Optional: the same work happens,
-            /// amortised, inside calls.
-            fn gc(&self, py: pyo3::Python<'_>) -> pyo3::PyResult<usize> {
-                self.core.gc(py)
-            }
-
-            /// Bytes of key-slot memory held.
-            fn memory_bytes(&self) -> usize {
-                self.core.inner.memory_bytes()
-            }
-
-            /// Keys held (call `gc()` first for an exact count of keys being limited).
-            fn __len__(&self) -> usize {
-                self.core.inner.len()
-            }
-
-            /// The most a key can hold: the largest cost a call may ask.
-            #[getter]
-            fn limit(&self) -> u64 {
-                self.core.inner.limit()
-            }
-
-            /// The longest key accepted, in bytes.
-            #[getter]
-            fn max_key_len(&self) -> usize {
-                self.core.inner.max_key_len()
-            }
-
-            /// The clock given to the constructor (None: the monotonic default).
-            #[getter]
-            fn clock(&self, py: pyo3::Python<'_>) -> pyo3::PyResult<pyo3::Py<pyo3::PyAny>> {
-                self.core.time.to_object(py)
-            }
-
-            /// This limiter's rule, for building a `Limiter`.
-            #[getter]
-            fn rule(&self) -> $crate::rule::Rule {
-                $crate::rule::Rule(ratomic::Rule::from(*self.core.inner.algorithm()))
-            }
-
-            fn __repr__(&self) -> String {
-                let rule = $crate::rule::rule_repr(&ratomic::Rule::from(*self.core.inner.algorithm()));
-                let args = rule.split_once('(').map_or("", |(_, a)| a.trim_end_matches(')'));
-                format!("{}({}, keys={})", stringify!($ty), args, self.core.inner.len())
-            }
-
-            $($extra)*
+/// One request: a key, or a `(key, cost)` pair (a tuple or a list).
+fn request(item: Bound<'_, PyAny>) -> PyResult<(Bound<'_, PyAny>, u64)> {
+    let (key, cost) = if item.is_instance_of::<PyTuple>() || item.is_instance_of::<PyList>() {
+        if item.len()? != 2 {
+            return Err(argument_type(
+                item.py(),
+                format!(
+                    "each request must be a key or a (key, cost) pair, not a {}-item {}",
+                    item.len()?,
+                    type_name(&item)
+                ),
+            ));
         }
+        (item.get_item(0)?, whole(&item.get_item(1)?, "cost")?)
+    } else {
+        (item, 1)
     };
+    key_bytes(&key)?;
+    Ok((key, cost))
 }
 
-pub(crate) use keyed_class;
+/// The requests' keys as bytes, borrowed from the request objects.
+pub fn keys_of<'a>(items: &'a [(Bound<'_, PyAny>, u64)]) -> PyResult<Vec<(&'a [u8], u64)>> {
+    items.iter().map(|(key, cost)| Ok((key_bytes(key)?, *cost))).collect()
+}

@@ -1,10 +1,14 @@
 //! `ratomic._ratomic`: the Python face of ratomic, re-exported by the
 //! `ratomic` package (`python/ratomic/__init__.py`).
 //!
-//! One file per core module it wraps: `token_bucket.rs` and `window.rs`
-//! (over the shared `keyed.rs`), `limiter.rs`, `stack.rs`, `clock.rs`,
-//! `decision.rs`, `rule.rs`; `error.rs` maps core errors to Python
-//! exceptions and `key.rs` reads keys and numbers from Python objects.
+//! One file per core module it wraps, under the same name: `keyed.rs`
+//! (every single-rule limiter's operations) with `token_bucket.rs`,
+//! `fixed_window.rs` and `sliding_window.rs` (their constructors),
+//! `limiter.rs`, `stack.rs`, `direct.rs`, `clock.rs`, `decision.rs`,
+//! `rule.rs`, `store.rs` (the store options), `key.rs` (keys, and the other
+//! arguments read from Python objects) and `error.rs` (core errors as
+//! Python exceptions). The face holds no decision logic: it converts
+//! types, maps errors and reads clocks.
 
 // Python sees these types through their `__repr__`; a Rust `Debug` would
 // only duplicate it.
@@ -16,14 +20,15 @@ mod clock;
 mod decision;
 mod direct;
 mod error;
-mod fastcall;
+mod fixed_window;
 mod key;
 mod keyed;
 mod limiter;
 mod rule;
+mod sliding_window;
 mod stack;
+mod store;
 mod token_bucket;
-mod window;
 
 #[pymodule]
 fn _ratomic(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -32,17 +37,14 @@ fn _ratomic(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<decision::MultiDecision>()?;
     m.add_class::<clock::ManualClock>()?;
     m.add_class::<rule::Rule>()?;
+    m.add_class::<keyed::Keyed>()?;
     m.add_class::<token_bucket::TokenBucket>()?;
-    m.add_class::<window::FixedWindow>()?;
-    m.add_class::<window::SlidingWindow>()?;
+    m.add_class::<fixed_window::FixedWindow>()?;
+    m.add_class::<sliding_window::SlidingWindow>()?;
     m.add_class::<direct::DirectTokenBucket>()?;
     m.add_class::<limiter::Limiter>()?;
     m.add_class::<limiter::LimitSet>()?;
     m.add_class::<stack::Stack>()?;
     error::Exceptions::register(m)?;
-    let py = m.py();
-    fastcall::install::<token_bucket::TokenBucket>(py)?;
-    fastcall::install::<window::FixedWindow>(py)?;
-    fastcall::install::<window::SlidingWindow>(py)?;
     Ok(())
 }

@@ -6,14 +6,15 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyMapping, PyString, PyTuple};
 
-use ratomic::{Algorithm, LimitSet as CoreLimitSet};
+use ratomic::LimitSet as CoreLimitSet;
 
 use crate::clock::Time;
 use crate::decision::{make_names, MultiDecision, Names};
 use crate::error::{argument_type, invalid_argument, type_name, CoreResultExt};
 use crate::key::{key_bytes, whole, Cost};
-use crate::keyed::{check_call, requests_of};
-use crate::rule::{options, rule_arg, rule_repr, Rule};
+use crate::keyed::{batch, keys_of};
+use crate::rule::{rule_arg, rule_repr, Rule};
+use crate::store::StoreArgs;
 
 /// `(name, value)` pairs from a mapping (its items, in order) or an
 /// iterable of pairs.
@@ -42,8 +43,7 @@ pub fn named_pairs<'py>(arg: &Bound<'py, PyAny>, what: &str) -> PyResult<Vec<(St
 /// allowed only if every limit allows it, and then every limit is charged.
 #[pyclass(frozen, module = "ratomic", name = "Limiter")]
 pub struct Limiter {
-    pub(crate) inner: Arc<ratomic::Limiter>,
-    pub(crate) time: Time,
+    pub(crate) inner: Arc<ratomic::Limiter<[u8], Time>>,
     names: Names,
 }
 
@@ -115,23 +115,11 @@ impl Limiter {
     }
 
     fn now(&self, py: Python<'_>) -> PyResult<u64> {
-        self.time.now(py, || self.inner.now())
+        self.inner.clock().read(py)
     }
 
     fn multi(&self, d: ratomic::Result<ratomic::MultiDecision<'_>>, py: Python<'_>) -> PyResult<MultiDecision> {
         Ok(MultiDecision::from_core(&d.py_err(py)?, &self.names))
-    }
-
-    /// The smallest limit among `set`: the largest cost a call on it may ask.
-    fn limit_of(&self, set: CoreLimitSet) -> u64 {
-        self.inner
-            .rules()
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| set.contains(*i))
-            .map(|(_, r)| r.limit())
-            .min()
-            .unwrap_or(0)
     }
 }
 
@@ -141,22 +129,25 @@ impl Limiter {
     /// where a rule is a rate string (a token bucket, e.g. `"10/s"`) or a
     /// `Rule` (`Rule.fixed_window("1000/day")`, ...). At most 16 limits.
     #[new]
-    #[pyo3(signature = (limits, *, clock=None, max_keys=None, max_key_len=None))]
+    #[pyo3(signature = (limits, *, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, eviction=None))]
     fn new(
         py: Python<'_>,
         limits: &Bound<'_, PyAny>,
         clock: Option<&Bound<'_, PyAny>>,
         max_keys: Option<&Bound<'_, PyAny>>,
         max_key_len: Option<&Bound<'_, PyAny>>,
+        max_key_bytes: Option<&Bound<'_, PyAny>>,
+        eviction: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let time = Time::from_arg(clock)?;
-        let mut builder = ratomic::Limiter::builder().options(options(max_keys, max_key_len)?);
+        let store = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction };
+        let mut builder = ratomic::Limiter::builder().options(store.options()?).clock(time);
         for (name, rule) in named_pairs(limits, "limits")? {
             builder = builder.limit(name, rule_arg(&rule)?);
         }
         let inner = builder.build().py_err(py)?;
         let names = make_names(py, inner.names());
-        Ok(Limiter { inner: Arc::new(inner), time, names })
+        Ok(Limiter { inner: Arc::new(inner), names })
     }
 
     /// Takes `cost` from every limit (or every limit in `limits`) of `key`,
@@ -215,8 +206,9 @@ impl Limiter {
     }
 
     /// Many requests at one clock reading; each item a key or a `(key,
-    /// cost)` pair. Every item is checked first: a bad one raises with
-    /// nothing charged.
+    /// cost)` pair. Every item is checked first: if one is invalid, the
+    /// error (its `index` set) names the first invalid one, and nothing is
+    /// charged.
     #[pyo3(signature = (requests, *, limits=None))]
     fn allow_many(
         &self,
@@ -224,22 +216,12 @@ impl Limiter {
         requests: &Bound<'_, PyAny>,
         limits: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<MultiDecision>> {
-        let set = self.set_of(limits)?;
-        let limit = self.limit_of(set);
-        let items = requests_of(requests)?;
-        let mut parsed: Vec<(&[u8], u64)> = Vec::with_capacity(items.len());
-        for (key, cost) in &items {
-            let bytes = key_bytes(key)?;
-            let cost = match cost {
-                Some(c) => whole(c, "cost")?,
-                None => 1,
-            };
-            check_call(bytes, cost, limit, self.inner.max_key_len()).py_err(py)?;
-            parsed.push((bytes, cost));
-        }
-        let now = self.now(py)?;
-        let selected = self.inner.select(set);
-        parsed.iter().map(|&(key, cost)| self.multi(selected.allow_at(key, cost, now), py)).collect()
+        let selected = self.inner.select(self.set_of(limits)?);
+        let items = batch(requests, |key, cost| selected.check(key, cost))?;
+        let requests = keys_of(&items)?;
+        let mut out = Vec::with_capacity(requests.len());
+        selected.allow_many_at(requests.iter().copied(), self.now(py)?, &mut out).py_err(py)?;
+        Ok(out.iter().map(|d| MultiDecision::from_core(d, &self.names)).collect())
     }
 
     /// The set of limits with these names, to pass as `limits=`.
@@ -271,8 +253,8 @@ impl Limiter {
 
     /// The clock given to the constructor (None: the monotonic default).
     #[getter]
-    fn clock(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.time.to_object(py)
+    fn clock(&self, py: Python<'_>) -> Py<PyAny> {
+        self.inner.clock().to_object(py)
     }
 
     /// The longest key accepted, in bytes.
@@ -286,7 +268,7 @@ impl Limiter {
         self.inner.gc_at(self.now(py)?).py_err(py)
     }
 
-    /// Bytes of key-slot memory held.
+    /// Bytes of memory the store holds (see `Keyed.memory_bytes`).
     fn memory_bytes(&self) -> usize {
         self.inner.memory_bytes()
     }

@@ -6,11 +6,11 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use ratomic::{Options, Quota, Rate};
+use ratomic::{Quota, Rate};
 
-use crate::clock::py_float_repr;
-use crate::error::{argument_type, invalid_argument, type_name, CoreResultExt};
-use crate::key::{nanos_to_seconds, number, seconds_to_nanos, size, whole};
+use crate::clock::{py_float_repr, seconds_to_nanos};
+use crate::error::{argument_type, type_name, CoreResultExt};
+use crate::key::{number, whole};
 
 /// A token-bucket quota from `(capacity, refill_per_sec)`:
 /// - `("10/s", None)`: a rate string, burst = count;
@@ -74,27 +74,10 @@ pub fn rate(limit: &Bound<'_, PyAny>, window: Option<&Bound<'_, PyAny>>) -> PyRe
             ),
         ));
     }
-    let secs = number(window, "window")?;
-    let ns = seconds_to_nanos(py, secs, "window")?;
-    if ns == 0 {
-        return Err(invalid_argument(py, format!("invalid window: {secs} (must be longer than zero)")));
-    }
-    if count == 0 {
-        return Err(invalid_argument(py, "invalid limit: 0 (must be at least 1)".to_owned()));
-    }
-    Rate::new(count, Duration::from_nanos(ns)).py_err(py)
-}
-
-/// Store options from the keyword arguments.
-pub fn options(max_keys: Option<&Bound<'_, PyAny>>, max_key_len: Option<&Bound<'_, PyAny>>) -> PyResult<Options> {
-    let mut o = Options::default();
-    if let Some(n) = max_keys.filter(|n| !n.is_none()) {
-        o = o.max_keys(size(n, "max_keys")?);
-    }
-    if let Some(n) = max_key_len.filter(|n| !n.is_none()) {
-        o = o.max_key_len(size(n, "max_key_len")?);
-    }
-    Ok(o)
+    // Core checks the rate: a limit of at least 1, a window longer than
+    // zero and at most 2^63 − 1 ns.
+    let window = seconds_to_nanos(py, number(window, "window")?, "window")?;
+    Rate::new(count, Duration::from_nanos(window)).py_err(py)
 }
 
 /// One limit of a `Limiter`: a token bucket, a fixed window or a sliding
@@ -160,10 +143,10 @@ pub fn rule_repr(rule: &ratomic::Rule) -> String {
             format!("Rule.token_bucket({}, {})", q.capacity(), py_float_repr(q.refill_per_sec()))
         }
         ratomic::Rule::FixedWindow(f) => {
-            format!("Rule.fixed_window({}, {})", window_count(rule), window_secs(f.window()))
+            format!("Rule.fixed_window({}, {})", window_count(rule), py_float_repr(f.window().as_secs_f64()))
         }
         ratomic::Rule::SlidingWindow(s) => {
-            format!("Rule.sliding_window({}, {})", window_count(rule), window_secs(s.window()))
+            format!("Rule.sliding_window({}, {})", window_count(rule), py_float_repr(s.window().as_secs_f64()))
         }
         other => format!("{other:?}"),
     }
@@ -172,11 +155,6 @@ pub fn rule_repr(rule: &ratomic::Rule) -> String {
 fn window_count(rule: &ratomic::Rule) -> u64 {
     use ratomic::Algorithm;
     rule.limit()
-}
-
-/// A window length as Python float seconds.
-pub fn window_secs(d: Duration) -> String {
-    py_float_repr(nanos_to_seconds(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)))
 }
 
 /// A `Rule` from a `Limiter`'s limits: a `Rule` or a rate string.

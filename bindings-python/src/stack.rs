@@ -4,55 +4,41 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyTuple};
+use pyo3::types::{PyBytes, PyString, PyTuple};
 
 use ratomic::StackMember;
 
 use crate::clock::Time;
 use crate::decision::{make_names, MultiDecision, Names};
 use crate::direct::DirectTokenBucket;
-use crate::error::{argument_type, invalid_argument, type_name, CoreResultExt};
-use crate::key::{key_bytes, Cost};
-use crate::keyed::KeyedCore;
+use crate::error::{argument_type, type_name, CoreResultExt};
+use crate::key::{key_bytes, whole, Cost};
+use crate::keyed::Keyed;
 use crate::limiter::{named_pairs, Limiter};
-use crate::token_bucket::TokenBucket;
-use crate::window::{FixedWindow, SlidingWindow};
 
 /// Several limiters, each on its own key, decided all or nothing: a call
 /// passes only if every member allows it, and then every member is charged.
 #[pyclass(frozen, module = "ratomic", name = "Stack")]
 pub struct Stack {
-    inner: ratomic::Stack,
-    time: Time,
+    inner: ratomic::Stack<Time>,
     names: Names,
     members: Py<PyTuple>,
 }
 
-/// A member's core limiter, its clock object and whether that is the
-/// monotonic default.
-fn member(obj: &Bound<'_, PyAny>) -> PyResult<(Arc<dyn StackMember>, Py<PyAny>, bool)> {
-    let py = obj.py();
-    fn keyed<A: ratomic::Algorithm>(
-        py: Python<'_>,
-        c: &KeyedCore<A>,
-    ) -> PyResult<(Arc<dyn StackMember>, Py<PyAny>, bool)> {
-        Ok((c.inner.clone(), c.time.to_object(py)?, c.time.is_monotonic()))
-    }
-    if let Ok(t) = obj.cast::<TokenBucket>() {
-        keyed(py, &t.get().core)
-    } else if let Ok(f) = obj.cast::<FixedWindow>() {
-        keyed(py, &f.get().core)
-    } else if let Ok(s) = obj.cast::<SlidingWindow>() {
-        keyed(py, &s.get().core)
+/// A member's core limiter and its clock.
+fn member<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<(Arc<dyn StackMember>, &'a Time)> {
+    if let Ok(k) = obj.cast::<Keyed>() {
+        let inner = &k.get().inner;
+        Ok((inner.clone(), inner.clock()))
     } else if let Ok(l) = obj.cast::<Limiter>() {
-        let l = l.get();
-        Ok((l.inner.clone(), l.time.to_object(py)?, l.time.is_monotonic()))
+        let inner = &l.get().inner;
+        Ok((inner.clone(), inner.clock()))
     } else if let Ok(d) = obj.cast::<DirectTokenBucket>() {
-        let d = d.get();
-        Ok((d.inner.clone(), d.time.to_object(py)?, d.time.is_monotonic()))
+        let inner = &d.get().inner;
+        Ok((inner.clone(), inner.clock()))
     } else {
         Err(argument_type(
-            py,
+            obj.py(),
             format!(
                 "a stack member must be a TokenBucket, FixedWindow, SlidingWindow, Limiter or DirectTokenBucket, not {}",
                 type_name(obj)
@@ -69,43 +55,31 @@ impl Stack {
     /// shared: each keeps working on its own too. At most 16.
     ///
     /// The stack reads one clock per call and gives that time to every
-    /// member. `clock=None` uses the members' clock, which must then be the
-    /// same for all of them (all the default, or the same object).
+    /// member, so all members must read the same clock (all the default,
+    /// one `ManualClock`, or one callable); core refuses a member on
+    /// another. `clock=None` is that clock; a `clock=` given must be it too.
     #[new]
     #[pyo3(signature = (members, *, clock=None))]
     fn new(py: Python<'_>, members: &Bound<'_, PyAny>, clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let pairs = named_pairs(members, "members")?;
-        let mut builder = ratomic::Stack::builder();
-        let mut clocks: Vec<(Py<PyAny>, bool)> = Vec::new();
-        let mut objects = Vec::new();
+        let mut parts = Vec::with_capacity(pairs.len());
         for (name, obj) in &pairs {
-            let (m, c, mono) = member(obj)?;
+            parts.push((name, member(obj)?));
+        }
+        let time = match (clock.filter(|c| !c.is_none()), parts.first()) {
+            (Some(c), _) => Time::from_arg(Some(c))?,
+            (None, Some((_, (_, first)))) => first.clone_ref(py),
+            // No members: core refuses the stack, whatever its clock.
+            (None, None) => Time::from_arg(None)?,
+        };
+        let mut builder = ratomic::Stack::builder().clock(time);
+        for (name, (m, _)) in parts {
             builder = builder.member_dyn(name.clone(), m);
-            clocks.push((c, mono));
-            objects.push(obj.clone());
         }
         let inner = builder.build().py_err(py)?;
-        let time = match clock.filter(|c| !c.is_none()) {
-            Some(c) => Time::from_arg(Some(c))?,
-            None => {
-                let (first, first_mono) = &clocks[0];
-                let same = clocks.iter().all(|(c, mono)| mono == first_mono && c.bind(py).is(first.bind(py)));
-                if !same {
-                    return Err(invalid_argument(
-                        py,
-                        "the stack's members use different clocks: pass clock= to say which one the stack reads"
-                            .to_owned(),
-                    ));
-                }
-                if *first_mono {
-                    Time::Monotonic
-                } else {
-                    Time::from_arg(Some(first.bind(py)))?
-                }
-            }
-        };
         let names = make_names(py, inner.names());
-        Ok(Stack { inner, time, names, members: PyTuple::new(py, objects)?.unbind() })
+        let objects = pairs.into_iter().map(|(_, obj)| obj);
+        Ok(Stack { inner, names, members: PyTuple::new(py, objects)?.unbind() })
     }
 
     /// Takes `cost` from every member, each on its key (`keys[i]` for member
@@ -113,18 +87,35 @@ impl Stack {
     #[pyo3(signature = (keys, cost = Cost::ONE), text_signature = "($self, keys, cost=1)")]
     fn allow(&self, py: Python<'_>, keys: &Bound<'_, PyAny>, cost: Cost) -> PyResult<MultiDecision> {
         let held = self.keys(keys)?;
-        let keys: Vec<&[u8]> = held.iter().map(key_bytes).collect::<PyResult<_>>()?;
-        let now = self.time.now(py, || self.inner.now())?;
-        Ok(MultiDecision::from_core(&self.inner.allow_at(&keys, cost.0, now).py_err(py)?, &self.names))
+        let keys = bytes_of(&held)?;
+        let d = self.inner.allow_at(&keys, cost.0, self.now(py)?).py_err(py)?;
+        Ok(MultiDecision::from_core(&d, &self.names))
     }
 
     /// What `allow` would answer, changing nothing.
     #[pyo3(signature = (keys, cost = Cost::ONE), text_signature = "($self, keys, cost=1)")]
     fn peek(&self, py: Python<'_>, keys: &Bound<'_, PyAny>, cost: Cost) -> PyResult<MultiDecision> {
         let held = self.keys(keys)?;
-        let keys: Vec<&[u8]> = held.iter().map(key_bytes).collect::<PyResult<_>>()?;
-        let now = self.time.now(py, || self.inner.now())?;
-        Ok(MultiDecision::from_core(&self.inner.peek_at(&keys, cost.0, now).py_err(py)?, &self.names))
+        let keys = bytes_of(&held)?;
+        let d = self.inner.peek_at(&keys, cost.0, self.now(py)?).py_err(py)?;
+        Ok(MultiDecision::from_core(&d, &self.names))
+    }
+
+    /// Gives `tokens` back to every member, each on its key (never above
+    /// full): for work that was admitted but not done.
+    fn refund(&self, py: Python<'_>, keys: &Bound<'_, PyAny>, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
+        let held = self.keys(keys)?;
+        let keys = bytes_of(&held)?;
+        let tokens = whole(tokens, "tokens")?;
+        self.inner.refund_at(&keys, tokens, self.now(py)?).py_err(py)
+    }
+
+    /// Forgets every member's key: each is full again (a `DirectTokenBucket`
+    /// member is reset for everyone).
+    fn reset(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<()> {
+        let held = self.keys(keys)?;
+        let keys = bytes_of(&held)?;
+        self.inner.reset_at(&keys, self.now(py)?).py_err(py)
     }
 
     /// The members' names, in order.
@@ -137,6 +128,12 @@ impl Stack {
     #[getter]
     fn members<'py>(&self, py: Python<'py>) -> Bound<'py, PyTuple> {
         self.members.bind(py).clone()
+    }
+
+    /// The clock every call reads, the members' (None: the monotonic default).
+    #[getter]
+    fn clock(&self, py: Python<'_>) -> Py<PyAny> {
+        self.inner.clock().to_object(py)
     }
 
     /// How many members.
@@ -156,8 +153,13 @@ impl Stack {
 }
 
 impl Stack {
+    fn now(&self, py: Python<'_>) -> PyResult<u64> {
+        self.inner.clock().read(py)
+    }
+
+    /// A call's keys, one per member (core checks the count).
     fn keys<'py>(&self, keys: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
-        if keys.is_instance_of::<PyString>() || keys.is_instance_of::<pyo3::types::PyBytes>() {
+        if keys.is_instance_of::<PyString>() || keys.is_instance_of::<PyBytes>() {
             return Err(argument_type(
                 keys.py(),
                 format!("a stack call takes one key per member (a list of {}), not a single key", self.names.len()),
@@ -165,4 +167,9 @@ impl Stack {
         }
         keys.try_iter()?.collect()
     }
+}
+
+/// Keys as bytes, borrowed from the key objects.
+fn bytes_of<'a>(keys: &'a [Bound<'_, PyAny>]) -> PyResult<Vec<&'a [u8]>> {
+    keys.iter().map(key_bytes).collect()
 }

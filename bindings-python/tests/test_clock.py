@@ -76,11 +76,54 @@ def test_clock_returning_a_non_number_is_a_type_error(value):
     assert tb.peek("k", 0).remaining == 1
 
 
-@pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf")])
-def test_clock_returning_a_bad_number_is_a_value_error(value):
+@pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf"), float("-inf"), -(10**400)])
+def test_clock_returning_no_time_is_a_value_error(value):
     tb = ratomic.TokenBucket(2, 1.0, clock=lambda: value)
-    with pytest.raises(ratomic.InvalidArgumentError):
+    with pytest.raises(ratomic.InvalidArgumentError, match="clock reading"):
         tb.allow("k")
+
+
+# Times are nanoseconds below 2**62 (SPEC §6): a later reading is an error
+# from core, never clamped, and changes nothing.
+LAST = (2**62 - 1) / 1e9
+LIMITERS = {
+    "TokenBucket": lambda c: ratomic.TokenBucket(2, 1.0, clock=c),
+    "FixedWindow": lambda c: ratomic.FixedWindow(2, 1.0, clock=c),
+    "SlidingWindow": lambda c: ratomic.SlidingWindow(2, 1.0, clock=c),
+    "Limiter": lambda c: ratomic.Limiter({"a": "2/s", "b": ratomic.Rule.fixed_window("5/min")}, clock=c),
+}
+
+
+@pytest.mark.parametrize("make", LIMITERS.values(), ids=LIMITERS.keys())
+@pytest.mark.parametrize("late", [1e300, 4.62e9, 10**400, 2**64])
+def test_clock_reading_past_the_last_time_is_an_error(make, late):
+    now = [4.6e9]  # about 146 years: still valid
+    lim = make(lambda: now[0])
+    assert lim.allow("k")
+    now[0] = late
+    for op in (lambda: lim.allow("k"), lambda: lim.peek("k"), lambda: lim.reset("k"),
+               lambda: lim.refund("k", 1), lambda: lim.allow_many(["k"]), lim.gc):
+        with pytest.raises(ratomic.InvalidArgumentError, match="invalid now: .*2\\^62"):
+            op()
+    now[0] = 4.6e9
+    assert lim.peek("k", 0).remaining == 1, "nothing changed"
+
+
+def test_manual_clock_past_the_last_time(clock):
+    tb = ratomic.TokenBucket(2, 1.0, clock=clock)
+    direct = ratomic.DirectTokenBucket(2, 1.0, clock=clock)
+    clock.set(LAST - 1.0)
+    assert tb.allow("k") and direct.allow()
+    clock.advance(2.0)
+    with pytest.raises(ratomic.InvalidArgumentError, match="now"):
+        tb.allow("k")
+    with pytest.raises(ratomic.InvalidArgumentError, match="now"):
+        direct.allow()
+    clock.advance(1e300)  # saturates in the clock; still refused
+    with pytest.raises(ratomic.InvalidArgumentError, match="now"):
+        tb.peek("k")
+    clock.set(LAST - 1.0)
+    assert tb.peek("k", 0).remaining == 1 and direct.peek(0).remaining == 1
 
 
 def test_clock_must_be_callable():

@@ -9,11 +9,13 @@ E = ratomic
 
 def test_hierarchy():
     assert issubclass(E.InvalidArgumentError, E.RatomicError) and issubclass(E.InvalidArgumentError, ValueError)
-    for cls in (E.InvalidRateError, E.CostExceedsLimitError, E.KeyTooLongError):
+    for cls in (E.InvalidRateError, E.CostExceedsLimitError, E.KeyTooLongError, E.KeyEncodingError):
         assert issubclass(cls, E.InvalidArgumentError)
+    assert issubclass(E.KeyEncodingError, UnicodeError)
     assert issubclass(E.ArgumentTypeError, E.RatomicError) and issubclass(E.ArgumentTypeError, TypeError)
     assert issubclass(E.KeyTypeError, E.ArgumentTypeError)
     assert E.RatomicError.__module__ == "ratomic"
+    assert E.RatomicError("x").index is None, "only a batch's error names a request"
 
 
 @pytest.mark.parametrize(
@@ -49,11 +51,15 @@ def test_token_bucket_arguments(args, exc, match):
 @pytest.mark.parametrize(
     "args, exc, match",
     [
-        ((10, 0.0), E.InvalidArgumentError, "window"),
+        # Core checks the rate (its count and period), the face the types.
+        ((10, 0.0), E.InvalidArgumentError, "period"),
+        ((10, 1e-10), E.InvalidArgumentError, "period"),
         ((10, -1.0), E.InvalidArgumentError, "window"),
         ((10, float("nan")), E.InvalidArgumentError, "window"),
-        ((10, 1e300), E.InvalidArgumentError, "window"),
-        ((0, 1.0), E.InvalidArgumentError, "limit"),
+        ((10, float("inf")), E.InvalidArgumentError, "window"),
+        ((10, 1e300), E.InvalidArgumentError, "period"),
+        ((10, 2.0**63 / 1e9), E.InvalidArgumentError, "period"),
+        ((0, 1.0), E.InvalidArgumentError, "count"),
         ((-5, 1.0), E.InvalidArgumentError, "limit"),
         ((10,), E.ArgumentTypeError, "window"),
         ((10, "1m"), E.ArgumentTypeError, "window"),
@@ -75,6 +81,11 @@ def test_window_arguments(cls, args, exc, match):
         ({"max_keys": 1.5}, E.ArgumentTypeError),
         ({"max_key_len": 0}, E.InvalidArgumentError),
         ({"max_key_len": "64"}, E.ArgumentTypeError),
+        ({"max_key_bytes": -1}, E.InvalidArgumentError),
+        ({"max_key_bytes": 1.0}, E.ArgumentTypeError),
+        ({"eviction": "lru"}, E.InvalidArgumentError),
+        ({"eviction": "Fair"}, E.InvalidArgumentError),
+        ({"eviction": 1}, E.ArgumentTypeError),
         ({"burst": 0}, E.InvalidArgumentError),
         ({"burst": "5"}, E.ArgumentTypeError),
     ],
@@ -112,9 +123,26 @@ def test_overlong_key(limiter):
     assert limiter.allow("12345678")
 
 
-def test_key_with_lone_surrogate(limiter):
-    with pytest.raises(UnicodeEncodeError):
-        limiter.allow("\ud800")
+@pytest.mark.parametrize("key", ["\ud800", "\udbff", "\udc00", "user:\udfff", "a\ud83d"])
+def test_key_with_lone_surrogate_is_refused(limiter, key):
+    # Such a str has no UTF-8 form; Node refuses the same keys (issue 11).
+    for op in (limiter.allow, limiter.peek, limiter.reset, lambda k: limiter.refund(k, 1)):
+        with pytest.raises(ValueError, match="lone surrogate.*encode the key yourself and pass bytes") as e:
+            op(key)
+        assert isinstance(e.value, ratomic.KeyEncodingError)
+        assert isinstance(e.value, UnicodeError) and isinstance(e.value.__cause__, UnicodeEncodeError)
+    with pytest.raises(ratomic.KeyEncodingError, match="request 1 of the batch") as e:
+        limiter.allow_many(["k", key])
+    assert e.value.index == 1
+    assert limiter.peek("k", 0).remaining == 5 and len(limiter) == 0, "nothing changed"
+    # What the message suggests works, and is a key of its own.
+    assert limiter.allow(key.encode("utf-8", "surrogatepass")).remaining == 4
+
+
+def test_replacement_character_is_a_valid_key(limiter):
+    assert limiter.allow("\ufffd").remaining == 4
+    assert limiter.allow("\ufffd".encode()).remaining == 3, "the same key as its UTF-8 bytes"
+    assert limiter.peek("\ud800".encode("utf-8", "surrogatepass"), 0).remaining == 5, "and not a surrogate's"
 
 
 def test_cost_above_limit_changes_nothing(limiter):
@@ -133,9 +161,10 @@ def test_bad_cost(limiter, cost, exc):
         limiter.allow("k", cost)
     with pytest.raises(exc):
         limiter.refund("k", cost)
-    with pytest.raises(exc):
-        limiter.allow_many([("k", cost)])
-    assert limiter.peek("k", 0).remaining == 5
+    with pytest.raises(exc) as e:
+        limiter.allow_many(["a", ("k", cost)])
+    assert e.value.index == 1 and str(e.value).startswith("request 1 of the batch: ")
+    assert limiter.peek("k", 0).remaining == 5 and limiter.peek("a", 0).remaining == 5
 
 
 def test_bad_allow_many_requests(limiter):
@@ -163,3 +192,26 @@ def test_call_signatures(cls):
             method("a", foo=1)
     with pytest.raises(TypeError):
         cls.allow(ratomic.Limiter({"a": "1/s"}), "a")
+
+
+STORE_OPTIONS = {"max_keys": 1000, "max_key_len": 64, "max_key_bytes": 4096, "eviction": "strict"}
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda **kw: ratomic.TokenBucket(10, 1.0, **kw),
+        lambda **kw: ratomic.TokenBucket.from_rate("10/s", **kw),
+        lambda **kw: ratomic.FixedWindow("10/s", **kw),
+        lambda **kw: ratomic.SlidingWindow("10/s", **kw),
+        lambda **kw: ratomic.Limiter({"a": "10/s"}, **kw),
+    ],
+    ids=["TokenBucket", "TokenBucket.from_rate", "FixedWindow", "SlidingWindow", "Limiter"],
+)
+def test_every_keyed_limiter_takes_the_store_options(make):
+    lim = make(**STORE_OPTIONS)
+    assert lim.max_key_len == 64 and lim.allow("k")
+    for name, bad in [("max_keys", 0), ("max_key_len", 0), ("eviction", "lru"), ("max_key_bytes", -1)]:
+        with pytest.raises(ratomic.InvalidArgumentError, match=name):
+            make(**{**STORE_OPTIONS, name: bad})
+    assert make(eviction="fair", max_key_bytes=None).allow("k")

@@ -201,6 +201,25 @@ impl<C: Clock> Stack<C> {
         self.names.iter().map(|n| &**n)
     }
 
+    /// The stack's clock: the one every member reads (as
+    /// [`Keyed::clock`](crate::Keyed::clock) is a limiter's). A face that
+    /// reads time itself, from a clock core cannot call, reads it here.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{Clock, ManualClock, Quota, Stack, TokenBucket};
+    ///
+    /// let clock = ManualClock::starting_at(7);
+    /// let member = Arc::new(TokenBucket::builder(Quota::parse("1/s")?).clock(clock.clone()).build()?);
+    /// let stack = Stack::builder().member("ip", member).clock(clock.clone()).build()?;
+    /// assert_eq!(stack.clock().id(), clock.id());
+    /// assert_eq!(stack.clock().now(), 7);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
     /// The clock's reading now.
     #[inline]
     pub fn now(&self) -> u64 {

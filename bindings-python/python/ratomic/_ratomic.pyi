@@ -4,6 +4,8 @@
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, Literal, Union, final
 
+from typing_extensions import disjoint_base
+
 __all__ = [
     "__version__",
     "ArgumentTypeError",
@@ -13,8 +15,10 @@ __all__ = [
     "FixedWindow",
     "InvalidArgumentError",
     "InvalidRateError",
+    "KeyEncodingError",
     "KeyTooLongError",
     "KeyTypeError",
+    "Keyed",
     "LimitSet",
     "Limiter",
     "ManualClock",
@@ -29,7 +33,13 @@ __all__ = [
 __version__: Final[str]
 
 _Key = Union[str, bytes]
-"""A key: any str (as its UTF-8 bytes) or bytes, at most ``max_key_len`` bytes."""
+"""A key: a str (as its UTF-8 bytes; a lone surrogate has none and raises
+``KeyEncodingError``) or bytes, at most ``max_key_len`` bytes."""
+
+_Eviction = Literal["fair", "strict"]
+"""What a full store does with keys it must evict before they are full
+again: ``"fair"`` (the default; churn on other keys never denies a key) or
+``"strict"`` (never grants more than remembering every key would)."""
 
 _Clock = Callable[[], float]
 """A clock: any callable returning seconds (monotonic in production)."""
@@ -43,11 +53,15 @@ _RuleLike = Union[str, "Rule"]
 _LimitsArg = Union["LimitSet", Sequence[str], None]
 """The limits a ``Limiter`` call is subject to: all (None), a ``LimitSet`` or names."""
 
-_Member = Union["TokenBucket", "FixedWindow", "SlidingWindow", "Limiter", "DirectTokenBucket"]
+_Member = Union["Keyed", "Limiter", "DirectTokenBucket"]
 """A ``Stack`` member (a ``DirectTokenBucket`` ignores its key)."""
 
 class RatomicError(Exception):
     """Base class of every error ratomic raises."""
+
+    index: int | None
+    """None, or for a batch (``allow_many``), the position of the first
+    invalid request: nothing in the batch was decided."""
 
 class InvalidArgumentError(RatomicError, ValueError):
     """An argument is out of range. Also a ValueError."""
@@ -60,6 +74,10 @@ class CostExceedsLimitError(InvalidArgumentError):
 
 class KeyTooLongError(InvalidArgumentError):
     """A key is longer than the limiter's max_key_len."""
+
+class KeyEncodingError(InvalidArgumentError, UnicodeError):
+    """A str key has no UTF-8 form (a lone surrogate such as '\\ud800'):
+    encode it yourself and pass bytes. Also a UnicodeError."""
 
 class ArgumentTypeError(RatomicError, TypeError):
     """An argument has the wrong type. Also a TypeError."""
@@ -163,9 +181,12 @@ class Rule:
     def __eq__(self, value: object, /) -> bool: ...
     __hash__: None  # type: ignore[assignment]
 
-class _Keyed:
-    # Not a runtime class: the operations TokenBucket, FixedWindow and
-    # SlidingWindow share (each defines them itself).
+@disjoint_base
+class Keyed:
+    """A limiter with one rule and a state per key: the base class of
+    ``TokenBucket``, ``FixedWindow`` and ``SlidingWindow``, which hold every
+    operation here (built through them, never directly)."""
+
     def allow(self, key: _Key, cost: int = 1) -> Decision:
         """Takes ``cost`` from ``key`` if it has that much; a denial is a falsy Decision."""
     def peek(self, key: _Key, cost: int = 1) -> Decision:
@@ -175,10 +196,12 @@ class _Keyed:
     def reset(self, key: _Key) -> None:
         """Forgets ``key``: it is full again."""
     def allow_many(self, requests: Iterable[_Request]) -> list[Decision]:
-        """Decides many requests at one clock reading; checks them all first."""
+        """Decides many requests at one clock reading; checks them all
+        first (an error names the first invalid one in its ``index``)."""
     def gc(self) -> int:
         """Drops keys that are full again; returns how many."""
-    def memory_bytes(self) -> int: ...
+    def memory_bytes(self) -> int:
+        """Bytes of memory the store holds (slots, long keys, summaries)."""
     def __len__(self) -> int: ...
     @property
     def limit(self) -> int: ...
@@ -190,7 +213,7 @@ class _Keyed:
     def rule(self) -> Rule: ...
 
 @final
-class TokenBucket(_Keyed):
+class TokenBucket(Keyed):
     """A token bucket per key (GCRA)."""
 
     def __new__(
@@ -201,6 +224,8 @@ class TokenBucket(_Keyed):
         clock: ManualClock | _Clock | None = None,
         max_keys: int | None = None,
         max_key_len: int | None = None,
+        max_key_bytes: int | None = None,
+        eviction: _Eviction | None = None,
     ) -> TokenBucket: ...
     @staticmethod
     def from_rate(
@@ -210,6 +235,8 @@ class TokenBucket(_Keyed):
         clock: ManualClock | _Clock | None = None,
         max_keys: int | None = None,
         max_key_len: int | None = None,
+        max_key_bytes: int | None = None,
+        eviction: _Eviction | None = None,
     ) -> TokenBucket: ...
     @property
     def capacity(self) -> int: ...
@@ -217,7 +244,7 @@ class TokenBucket(_Keyed):
     def refill_per_sec(self) -> float: ...
 
 @final
-class FixedWindow(_Keyed):
+class FixedWindow(Keyed):
     """At most ``limit`` calls per key in each window, aligned to the clock's epoch."""
 
     def __new__(
@@ -228,12 +255,14 @@ class FixedWindow(_Keyed):
         clock: ManualClock | _Clock | None = None,
         max_keys: int | None = None,
         max_key_len: int | None = None,
+        max_key_bytes: int | None = None,
+        eviction: _Eviction | None = None,
     ) -> FixedWindow: ...
     @property
     def window(self) -> float: ...
 
 @final
-class SlidingWindow(_Keyed):
+class SlidingWindow(Keyed):
     """At most ``limit`` calls per key in any window (sliding-window counter)."""
 
     def __new__(
@@ -244,6 +273,8 @@ class SlidingWindow(_Keyed):
         clock: ManualClock | _Clock | None = None,
         max_keys: int | None = None,
         max_key_len: int | None = None,
+        max_key_bytes: int | None = None,
+        eviction: _Eviction | None = None,
     ) -> SlidingWindow: ...
     @property
     def window(self) -> float: ...
@@ -295,6 +326,8 @@ class Limiter:
         clock: ManualClock | _Clock | None = None,
         max_keys: int | None = None,
         max_key_len: int | None = None,
+        max_key_bytes: int | None = None,
+        eviction: _Eviction | None = None,
     ) -> Limiter: ...
     def allow(self, key: _Key, cost: int = 1, *, limits: _LimitsArg = None) -> MultiDecision: ...
     def peek(self, key: _Key, cost: int = 1, *, limits: _LimitsArg = None) -> MultiDecision: ...
@@ -326,9 +359,15 @@ class Stack:
     ) -> Stack: ...
     def allow(self, keys: Sequence[_Key], cost: int = 1) -> MultiDecision: ...
     def peek(self, keys: Sequence[_Key], cost: int = 1) -> MultiDecision: ...
+    def refund(self, keys: Sequence[_Key], tokens: int) -> None:
+        """Gives ``tokens`` back to every member, each on its key (never above full)."""
+    def reset(self, keys: Sequence[_Key]) -> None:
+        """Forgets every member's key (a ``DirectTokenBucket`` member is reset for everyone)."""
     def __len__(self) -> int: ...
     @property
     def names(self) -> tuple[str, ...]: ...
     @property
     def members(self) -> tuple[_Member, ...]: ...
+    @property
+    def clock(self) -> ManualClock | _Clock | None: ...
 

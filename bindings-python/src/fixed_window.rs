@@ -1,0 +1,51 @@
+//! `FixedWindow`: a fixed-window counter per key (a `Keyed` limiter).
+
+use std::time::Duration;
+
+use pyo3::prelude::*;
+
+use ratomic::Rule;
+
+use crate::error::CoreResultExt;
+use crate::keyed::Keyed;
+use crate::rule::rate;
+use crate::store::StoreArgs;
+
+/// At most `limit` calls per key in each window of `window` seconds, windows
+/// aligned to the clock's epoch (SPEC §4.2).
+#[pyclass(frozen, extends = Keyed, module = "ratomic", name = "FixedWindow")]
+pub struct FixedWindow {
+    window: Duration,
+}
+
+#[pymethods]
+impl FixedWindow {
+    /// `(100, 60.0)`: 100 calls per 60-second window; or a rate string:
+    /// `("100/min")`.
+    #[new]
+    #[pyo3(signature = (
+        limit, window=None, *, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, eviction=None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        limit: &Bound<'_, PyAny>,
+        window: Option<&Bound<'_, PyAny>>,
+        clock: Option<&Bound<'_, PyAny>>,
+        max_keys: Option<&Bound<'_, PyAny>>,
+        max_key_len: Option<&Bound<'_, PyAny>>,
+        max_key_bytes: Option<&Bound<'_, PyAny>>,
+        eviction: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(Self, Keyed)> {
+        let rate = rate(limit, window)?;
+        let rule = Rule::fixed_window(rate).py_err(py)?;
+        let store = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction };
+        Ok((FixedWindow { window: rate.period() }, Keyed::new(py, rule, clock, store.options()?)?))
+    }
+
+    /// The window length, in seconds.
+    #[getter]
+    fn window(&self) -> f64 {
+        self.window.as_secs_f64()
+    }
+}

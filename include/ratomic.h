@@ -7,7 +7,10 @@
  * Conventions: every function returns a ratomic_result (RATOMIC_OK = 0) and
  * writes its out-parameters only on RATOMIC_OK; every pointer is checked for
  * NULL; no Rust panic ever unwinds into C (it becomes RATOMIC_PANIC);
- * ratomic_limiter_free accepts NULL. All times are in nanoseconds.
+ * ratomic_limiter_free accepts NULL. All times are in nanoseconds, at most
+ * RATOMIC_MAX_TIME: a later time (an _at argument or a clock reading) is an
+ * error that changes nothing, never clamped. Each function's comment lists
+ * what it returns on each error.
  */
 
 #ifndef RATOMIC_H
@@ -22,6 +25,18 @@
 #define RATOMIC_VERSION_PATCH 0
 #define RATOMIC_VERSION_STRING "0.1.0"
 
+
+/*
+ The last valid time, in nanoseconds: 2^62 − 1 (about 146 years after
+ the clock's zero). An `_at` time or a clock reading beyond it is
+ `RATOMIC_INVALID_ARGUMENT`, and the call changes nothing: never clamped.
+ */
+#define RATOMIC_MAX_TIME 4611686018427387903
+
+/*
+ `ratomic_acquire`'s `timeout_ns` for "wait as long as it takes".
+ */
+#define RATOMIC_NO_TIMEOUT UINT64_MAX
 
 /*
  What a ratomic function reports. `RATOMIC_OK` (0) is success; every other
@@ -51,8 +66,10 @@ enum ratomic_result
   RATOMIC_INVALID_RATE = 2,
   /*
    A numeric or named argument is out of range: a NaN, infinite, zero
-   or negative rate, a zero window or capacity, an unknown algorithm,
-   an empty or duplicate limit name, an option out of range.
+   or negative rate, a zero window or capacity, a window limit above
+   the window's largest, an unknown algorithm, an empty or duplicate
+   limit name, an option out of range, or a time (an `_at` argument or
+   a clock reading) past `RATOMIC_MAX_TIME`.
    */
   RATOMIC_INVALID_ARGUMENT = 3,
   /*
@@ -77,6 +94,12 @@ enum ratomic_result
    An error this version of the C ABI has no specific code for.
    */
   RATOMIC_OTHER_ERROR = 8,
+  /*
+   A request of a batch (`ratomic_allow_many`) is invalid: the whole
+   batch was refused and nothing changed. `ratomic_last_error_request`
+   gives the first invalid request's index and its own code.
+   */
+  RATOMIC_INVALID_REQUEST = 9,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -87,7 +110,8 @@ typedef uint32_t ratomic_result;
 #endif // __cplusplus
 
 /*
- The algorithm of one limit in a `ratomic_limit_spec`.
+ The algorithm of one limit: in a `ratomic_limit_spec`, a
+ `ratomic_limit_info`, and for `ratomic_window_max_limit`.
  */
 enum ratomic_algorithm
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -117,6 +141,52 @@ typedef uint32_t ratomic_algorithm;
 #endif // __cplusplus
 
 /*
+ What a limiter does with a key it must evict to respect `max_keys` (or
+ `max_key_bytes`) before that key's bucket is full again: the
+ `ratomic_options::eviction` field.
+
+ Both policies evict the keys closest to full first, and neither matters
+ to a limiter that never holds `max_keys` keys that are not full. No
+ policy can keep memory bounded, never grant more than remembering every
+ key would, and keep one client's churn from denying another, all at
+ once: this is the trade, made explicit.
+ */
+enum ratomic_eviction
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /*
+   The default (a zeroed `ratomic_options`). An evicted key's state is
+   kept in a bounded array of per-hash summaries (a quarter as many as
+   `max_keys`), so the key finds its own state when it comes back and
+   no other key ever starts from it: **churn on other keys (an
+   attacker's single-use keys) never denies a call that would be
+   allowed by itself**. The bound on what it can over-grant: a key
+   evicted with `u` tokens used whose summary is displaced before it
+   comes back starts full — at most `u` extra tokens (one limit's worth)
+   per eviction of that key.
+   */
+  RATOMIC_EVICTION_FAIR = 0,
+  /*
+   Never grants more than remembering every key would: evicted states
+   are joined into the summary their key hashes to, and every key new
+   to the limiter starts from its summary. The price: sustained churn
+   beyond `max_keys` drives the summaries towards empty, and new keys —
+   honest users included — are denied until they refill. For limits
+   where an over-grant is worse than a denial (a paid quota).
+   */
+  RATOMIC_EVICTION_STRICT = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum ratomic_eviction ratomic_eviction;
+#else
+typedef uint32_t ratomic_eviction;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/*
  A rate limiter of any kind: token bucket, fixed window, sliding window,
  or several named limits on one key. Opaque: made by a `ratomic_*_new` /
  `ratomic_*_from_rate` function, used through a `const ratomic_limiter *`,
@@ -135,41 +205,98 @@ typedef struct ratomic_limiter ratomic_limiter;
 
  It is called on the thread of each limiter call, possibly from many
  threads at once, so it must be thread-safe. It must not unwind (no C++
- exception, no `longjmp`) out of the call. Readings above 2^63 − 1 are
- treated as 2^63 − 1.
+ exception, no `longjmp`) out of the call. A reading above
+ `RATOMIC_MAX_TIME` (2^62 − 1 ns, about 146 years) is never clamped: the
+ call that read it fails with `RATOMIC_INVALID_ARGUMENT` and changes
+ nothing.
  */
 typedef uint64_t (*ratomic_clock_fn)(void *user_data);
 
 /*
+ How `ratomic_acquire` waits `ns` nanoseconds on the clock's timeline
+ before it tries again. Called with the `clock_user_data` given in
+ `ratomic_options`, on the thread that called `ratomic_acquire`; it must
+ be thread-safe and must not unwind out of the call.
+
+ A test's clock moves itself forward by `ns` here instead of sleeping,
+ so that no test ever sleeps; a program whose clock callback reads real
+ time sleeps (e.g. with `nanosleep`) or leaves this NULL.
+ */
+typedef void (*ratomic_sleep_fn)(void *user_data, uint64_t ns);
+
+/*
  Options for the `*_new` / `*_from_rate` constructors. Pass NULL for all
  defaults; a zeroed struct (`ratomic_options o = {0};`) is also all
- defaults, field by field.
+ defaults, field by field: 0 (or NULL) in any field means its default.
+ New fields are only ever appended, and their zero is their default, so
+ code that zeroes the struct before setting the fields it knows keeps
+ working when it is rebuilt against a newer header. (The library's
+ SONAME carries its minor version while ratomic is 0.x: a program is
+ rebuilt against each minor version's header.)
+
+ # Memory: `max_keys`, `max_key_len`, `max_key_bytes`, `eviction`
+
+ A limiter remembers the keys whose buckets are not full, in a store
+ sharded by key hash. Keys whose buckets are full again are dropped
+ without changing any decision (on growth, or by `ratomic_gc`). Each
+ shard holds at most `max_keys / shards` keys and `max_key_bytes /
+ shards` bytes of keys longer than 23 bytes (at least one `max_key_len`
+ key always fits); when a shard is full of keys that are not full, it
+ evicts the eighth of them closest to full (long keys first when the
+ byte budget binds), so a call never blocks, never allocates beyond the
+ bound and never fails for lack of room. What an evicted key answers when
+ it comes back is the `eviction` policy (see `ratomic_eviction`). Memory
+ held: about 2 × `max_keys` slots (24 bytes of key + 8 per limit), plus
+ `max_key_bytes` of long keys, plus summaries for up to `max_keys / 4`
+ evicted keys: with the defaults and one limit, at most 256 MiB of slots,
+ 64 MiB of long keys and 16 MiB of summaries.
 
  Ownership: the caller owns the struct; the constructor copies it (but
  keeps `clock_user_data` as a pointer: see below).
  */
 typedef struct {
   /*
-   Most keys held at once (approximate: enforced per shard). 0 = the
-   default, 4,194,304.
+   Most keys held at once (approximate: enforced per shard, so the true
+   bound is `max_keys` rounded up to a multiple of the shard count).
+   0 = the default, 4,194,304.
    */
   size_t max_keys;
   /*
    Longest key accepted, in bytes; longer keys give
-   `RATOMIC_KEY_TOO_LONG`. 0 = the default, 1024. At most 2^32 − 1.
+   `RATOMIC_KEY_TOO_LONG`. 0 = the default, 1024. At most 2^32 − 1
+   (else `RATOMIC_INVALID_ARGUMENT`).
    */
   size_t max_key_len;
   /*
    Where time comes from for the calls without `_at`. NULL = the
-   library's monotonic clock (`CLOCK_MONOTONIC`-like, in ns since the
-   first limiter was made in this process).
+   library's monotonic clock (`CLOCK_MONOTONIC`, in ns since the first
+   limiter was made in this process).
    */
   ratomic_clock_fn clock;
   /*
-   Passed to `clock` on every call. Borrowed: it must stay valid until
-   the limiter is freed (ratomic never frees it).
+   Passed to `clock` and `clock_sleep` on every call. Borrowed: it must
+   stay valid until the limiter is freed (ratomic never frees it).
    */
   void *clock_user_data;
+  /*
+   Most bytes of keys longer than 23 bytes held at once (shorter keys
+   are stored inline and count only towards `max_keys`); enforced per
+   shard like `max_keys`. 0 = the default, 64 MiB.
+   */
+  size_t max_key_bytes;
+  /*
+   A `ratomic_eviction` value (a plain integer so that any value from C
+   is safe to pass: unknown ones give `RATOMIC_INVALID_ARGUMENT`).
+   0 = `RATOMIC_EVICTION_FAIR`, the default.
+   */
+  uint32_t eviction;
+  /*
+   How `ratomic_acquire` waits between tries. NULL = the calling thread
+   sleeps (`nanosleep`) for the wait. Give one with a `clock` callback
+   that reads a manual clock, and move that clock forward in it, so
+   that tests never sleep.
+   */
+  ratomic_sleep_fn clock_sleep;
 } ratomic_options;
 
 /*
@@ -182,7 +309,8 @@ typedef struct {
    */
   const char *name;
   /*
-   The rate string, e.g. `"10/s"`, `"1000/day"`. Copied.
+   The rate string, e.g. `"10/s"`, `"1000/day"`, in the syntax of
+   `ratomic_token_bucket_from_rate`. Copied.
    */
   const char *rate;
   /*
@@ -258,6 +386,44 @@ typedef struct {
   uint64_t cost;
 } ratomic_request;
 
+/*
+ One limit of a limiter, read back (`ratomic_limit_get`): what it
+ enforces, as the engine holds it.
+ */
+typedef struct {
+  /*
+   The limit's name, NUL-terminated: as given to
+   `ratomic_multi_limiter_new`, or `"token_bucket"`, `"fixed_window"` or
+   `"sliding_window"` for a single-rule limiter. Borrowed from the
+   limiter: valid until it is freed; do not free it.
+   */
+  const char *name;
+  /*
+   A `ratomic_algorithm` value.
+   */
+  uint32_t algorithm;
+  /*
+   The most a key can hold, and the largest cost a call may ask: a
+   token bucket's capacity, a window's limit.
+   */
+  uint64_t limit;
+  /*
+   A window's length in nanoseconds; for a token bucket, the time an
+   empty bucket takes to become full again (`limit` × `interval_ns`).
+   */
+  uint64_t period_ns;
+  /*
+   A token bucket's emission interval `T`: the nanoseconds one token
+   takes to refill (rounded down, at least 1). 0 for a window.
+   */
+  uint64_t interval_ns;
+  /*
+   A token bucket's refill rate in tokens per second, as given (or
+   count / period of its rate string). 0 for a window.
+   */
+  double refill_per_sec;
+} ratomic_limit_info;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -265,14 +431,17 @@ extern "C" {
 /*
  Makes a token bucket per key: each key holds up to `capacity` tokens
  (≥ 1), refilled continuously at `refill_per_sec` tokens per **second**
- (finite, > 0); a new key starts full. GCRA, exact to the nanosecond.
+ (finite, > 0); a new key starts full. GCRA, exact to the nanosecond: one
+ token refills every `T` = 10^9 / `refill_per_sec` ns (rounded down, at
+ least 1), and `capacity` × `T` must fit in 63 bits of nanoseconds.
 
  `options` may be NULL (all defaults). On `RATOMIC_OK`, `*out` is a new
- limiter.
+ limiter; on any error `*out` is untouched.
 
- Errors: `RATOMIC_NULL_ARGUMENT` (out), `RATOMIC_INVALID_ARGUMENT`
- (capacity 0, `refill_per_sec` NaN, infinite, ≤ 0 or too small, an option
- out of range).
+ Errors: `RATOMIC_NULL_ARGUMENT` (out); `RATOMIC_INVALID_ARGUMENT`
+ (capacity 0; `refill_per_sec` NaN, infinite, ≤ 0, or so small that one
+ token would take more than 2^63 ns; `capacity` × `T` above 2^63 − 1 ns;
+ an option out of range); `RATOMIC_PANIC`.
 
  Ownership: the caller owns `*out` and must release it with
  `ratomic_limiter_free`. Thread-safety: safe from any thread.
@@ -289,12 +458,20 @@ ratomic_result ratomic_token_bucket_new(uint64_t capacity,
 /*
  Makes a token bucket per key from a rate string: `"10/s"` is a burst of
  10 refilled over one second (`"100/min"`, `"5/2s"`, `"1000/h"`,
- `"1000/day"`, `"3/250ms"`). `rate` is NUL-terminated UTF-8.
+ `"1000/day"`, `"3/250ms"`). `rate` is NUL-terminated UTF-8,
+ `"<count>/<period>"`: count a whole number ≥ 1; period an optional whole
+ number and a unit, one of `ns`, `us`, `ms`, `s`/`sec`/`second`,
+ `m`/`min`/`minute`, `h`/`hr`/`hour`, `d`/`day` (plurals accepted), at most
+ 2^63 − 1 ns; surrounding whitespace is ignored. One token refills every
+ period / count ns (rounded down, at least 1).
 
- `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter.
+ `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter; on any
+ error `*out` is untouched.
 
- Errors: `RATOMIC_NULL_ARGUMENT` (rate, out), `RATOMIC_INVALID_RATE`
- (malformed or non-UTF-8 rate), `RATOMIC_INVALID_ARGUMENT` (an option).
+ Errors: `RATOMIC_NULL_ARGUMENT` (rate, out); `RATOMIC_INVALID_RATE` (a
+ malformed or non-UTF-8 rate, a count of 0, a zero or too long period,
+ an unknown unit: the message quotes the input); `RATOMIC_INVALID_ARGUMENT`
+ (an option out of range); `RATOMIC_PANIC`.
 
  Ownership: `rate` is only read during the call; the caller owns `*out`
  and must release it with `ratomic_limiter_free`. Thread-safety: safe from
@@ -313,10 +490,18 @@ ratomic_result ratomic_token_bucket_from_rate(const char *rate,
  window of `window_ns` **nanoseconds** (> 0), windows aligned to the
  clock's zero. Cheapest, but allows up to 2 × `limit` across a boundary.
 
- `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter.
+ Range: a key's state is one 64-bit word holding the window's whole index
+ (up to `RATOMIC_MAX_TIME` / `window_ns`, so that an idle key always reads
+ as idle) and its count, so a window length admits a largest limit: at
+ least one call per nanosecond of window (2^30 − 1 per second), in
+ practice any. `ratomic_window_max_limit` gives it.
 
- Errors: `RATOMIC_NULL_ARGUMENT` (out), `RATOMIC_INVALID_ARGUMENT` (limit
- 0, window 0 or above 2^63 − 1 ns, an option).
+ `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter; on any
+ error `*out` is untouched.
+
+ Errors: `RATOMIC_NULL_ARGUMENT` (out); `RATOMIC_INVALID_ARGUMENT` (limit
+ 0; window 0 or above 2^63 − 1 ns; a limit above the window's largest,
+ named in the message; an option out of range); `RATOMIC_PANIC`.
 
  Ownership: the caller owns `*out` and must release it with
  `ratomic_limiter_free`. Thread-safety: safe from any thread.
@@ -332,10 +517,17 @@ ratomic_result ratomic_fixed_window_new(uint64_t limit,
 
 /*
  Makes a fixed-window limiter from a rate string: `"100/min"` is at most
- 100 calls per key in each minute. `rate` is NUL-terminated UTF-8.
+ 100 calls per key in each minute. `rate` is NUL-terminated UTF-8, in the
+ syntax of `ratomic_token_bucket_from_rate`. The window's range is as in
+ `ratomic_fixed_window_new`.
 
- Errors: `RATOMIC_NULL_ARGUMENT` (rate, out), `RATOMIC_INVALID_RATE`,
- `RATOMIC_INVALID_ARGUMENT` (an option).
+ On `RATOMIC_OK`, `*out` is a new limiter; on any error `*out` is
+ untouched.
+
+ Errors: `RATOMIC_NULL_ARGUMENT` (rate, out); `RATOMIC_INVALID_RATE` (a
+ malformed or non-UTF-8 rate, as for `ratomic_token_bucket_from_rate`);
+ `RATOMIC_INVALID_ARGUMENT` (a count above the window's largest limit,
+ named in the message; an option out of range); `RATOMIC_PANIC`.
 
  Ownership: `rate` is only read during the call; the caller owns `*out`
  (release with `ratomic_limiter_free`). Thread-safety: safe from any
@@ -350,13 +542,24 @@ ratomic_result ratomic_fixed_window_from_rate(const char *rate,
 
 /*
  Makes a sliding-window limiter: at most `limit` calls (≥ 1) per key in
- any window of `window_ns` **nanoseconds** (> 0), by the sliding-window
- counter (the previous window's count weighted by its overlap).
+ any window of `window_ns` **nanoseconds** (> 1), by the sliding-window
+ counter (the previous window's count weighted by its overlap, in exact
+ integer arithmetic).
 
- `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter.
+ Range: a key's state is one 64-bit word holding the window's whole index
+ (up to `RATOMIC_MAX_TIME` / `window_ns`, so that an idle key always reads
+ as idle, however long it waits) and two counts, so a window length
+ admits a largest limit: 32,767 per second, 262,143 per minute, 2,097,151
+ per hour, 8,388,607 per day (a longer window never admits less; a window
+ of 1 ns admits none). `ratomic_window_max_limit` gives it for any window. For a
+ larger limit use a longer window, a fixed window or a token bucket.
 
- Errors: `RATOMIC_NULL_ARGUMENT` (out), `RATOMIC_INVALID_ARGUMENT` (limit
- 0, window 0 or above 2^63 − 1 ns, an option).
+ `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter; on any
+ error `*out` is untouched.
+
+ Errors: `RATOMIC_NULL_ARGUMENT` (out); `RATOMIC_INVALID_ARGUMENT` (limit
+ 0; window 0 or above 2^63 − 1 ns; a limit above the window's largest,
+ named in the message; an option out of range); `RATOMIC_PANIC`.
 
  Ownership: the caller owns `*out` and must release it with
  `ratomic_limiter_free`. Thread-safety: safe from any thread.
@@ -371,10 +574,18 @@ ratomic_result ratomic_sliding_window_new(uint64_t limit,
 
 /*
  Makes a sliding-window limiter from a rate string: `"100/min"` is at
- most 100 calls per key in any minute. `rate` is NUL-terminated UTF-8.
+ most 100 calls per key in any minute. `rate` is NUL-terminated UTF-8, in
+ the syntax of `ratomic_token_bucket_from_rate`. The window's range is as
+ in `ratomic_sliding_window_new`: `"40000/s"` and `"40000/2s"` are
+ refused (at most 32,767 for either), `"40000/4s"` is not (65,535).
 
- Errors: `RATOMIC_NULL_ARGUMENT` (rate, out), `RATOMIC_INVALID_RATE`,
- `RATOMIC_INVALID_ARGUMENT` (an option).
+ On `RATOMIC_OK`, `*out` is a new limiter; on any error `*out` is
+ untouched.
+
+ Errors: `RATOMIC_NULL_ARGUMENT` (rate, out); `RATOMIC_INVALID_RATE` (a
+ malformed or non-UTF-8 rate, as for `ratomic_token_bucket_from_rate`);
+ `RATOMIC_INVALID_ARGUMENT` (a count above the window's largest limit,
+ named in the message; an option out of range); `RATOMIC_PANIC`.
 
  Ownership: `rate` is only read during the call; the caller owns `*out`
  (release with `ratomic_limiter_free`). Thread-safety: safe from any
@@ -404,19 +615,27 @@ void ratomic_limiter_free(ratomic_limiter *limiter);
 /*
  Makes a limiter of several named limits on each key — say a burst of
  `"10/s"` and `"1000/day"` — decided all or nothing: a call passes only if
- every limit allows it, and only then is every limit charged. One key
- lookup serves all limits. `limits` is an array of `count` specs
- (1 ≤ count ≤ 16).
+ every limit allows it, and only then is every limit charged; otherwise
+ none is. Under concurrency a call may be denied spuriously while another
+ call's tokens are being given back, but no limit ever grants more than
+ it allows alone. One key lookup serves all limits. `limits` is an array
+ of `count` specs (1 ≤ count ≤ 16); each window's range is as in
+ `ratomic_fixed_window_new` / `ratomic_sliding_window_new`.
 
  Use it with every operation (`ratomic_allow`, `ratomic_peek`, …: the
- decision is the tightest limit's) and with `ratomic_allow_detailed` to
- learn which limit denied.
+ decision is the combined one: `remaining` the smallest, `retry_after_ns`
+ the largest among the limits that deny, `reset_after_ns` the largest,
+ `limit` that of the limit with the least remaining) and with
+ `ratomic_allow_detailed` to learn which limit denied.
 
- `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter.
+ `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter; on any
+ error `*out` is untouched.
 
- Errors: `RATOMIC_NULL_ARGUMENT` (limits, a name or rate, out),
- `RATOMIC_INVALID_RATE`, `RATOMIC_INVALID_ARGUMENT` (count 0 or above 16,
- an empty, duplicate or non-UTF-8 name, an unknown algorithm, an option).
+ Errors: `RATOMIC_NULL_ARGUMENT` (limits, a name or rate, out);
+ `RATOMIC_INVALID_RATE` (a malformed or non-UTF-8 rate);
+ `RATOMIC_INVALID_ARGUMENT` (count 0 or above 16; an empty, duplicate or
+ non-UTF-8 name; an unknown algorithm; a window limit above its window's
+ largest; an option out of range); `RATOMIC_PANIC`.
 
  Ownership: the specs and their strings are copied; the caller owns
  `*out` and must release it with `ratomic_limiter_free`. Thread-safety:
@@ -434,10 +653,11 @@ ratomic_result ratomic_multi_limiter_new(const ratomic_limit_spec *limits,
 
 /*
  Writes the number of limits in `limiter` to `*out`: the size of the
- entries array `ratomic_allow_detailed` needs. 1 for a token bucket or
- window limiter.
+ entries array `ratomic_allow_detailed` needs, and the indices
+ `ratomic_limit_get` accepts. 1 for a token bucket or window limiter.
 
- Errors: `RATOMIC_NULL_ARGUMENT`, `RATOMIC_PANIC`.
+ Errors (`*out` untouched): `RATOMIC_NULL_ARGUMENT` (limiter, out),
+ `RATOMIC_PANIC`.
 
  Ownership: borrows `limiter`. Thread-safety: safe from any thread.
 
@@ -459,7 +679,9 @@ ratomic_result ratomic_limit_count(const ratomic_limiter *limiter, size_t *out);
  `ratomic_limit_count` (else `RATOMIC_BUFFER_TOO_SMALL`, nothing written,
  nothing consumed).
 
- Errors: as `ratomic_allow`, plus `RATOMIC_BUFFER_TOO_SMALL`.
+ Errors (nothing consumed, nothing written): as `ratomic_allow` (with
+ `RATOMIC_NULL_ARGUMENT` also for entries and entries_len), plus
+ `RATOMIC_BUFFER_TOO_SMALL`.
 
  Ownership: the caller owns the arrays; each entry's `name` is borrowed
  from the limiter (valid until it is freed). Thread-safety: safe from many
@@ -482,6 +704,9 @@ ratomic_result ratomic_allow_detailed(const ratomic_limiter *limiter,
  `ratomic_allow_detailed` at time `now_ns` (nanoseconds; see
  `ratomic_allow_at`).
 
+ Errors as `ratomic_allow_detailed`; `RATOMIC_INVALID_ARGUMENT` when
+ `now_ns` is above `RATOMIC_MAX_TIME`.
+
  # Safety
  As `ratomic_allow_detailed`.
  */
@@ -498,6 +723,8 @@ ratomic_result ratomic_allow_detailed_at(const ratomic_limiter *limiter,
 /*
  `ratomic_allow_detailed` that changes nothing (as `ratomic_peek`).
 
+ Errors as `ratomic_allow_detailed`.
+
  # Safety
  As `ratomic_allow_detailed`.
  */
@@ -512,6 +739,8 @@ ratomic_result ratomic_peek_detailed(const ratomic_limiter *limiter,
 
 /*
  `ratomic_peek_detailed` at time `now_ns` (nanoseconds).
+
+ Errors as `ratomic_allow_detailed_at`.
 
  # Safety
  As `ratomic_allow_detailed`.
@@ -532,13 +761,17 @@ ratomic_result ratomic_peek_detailed_at(const ratomic_limiter *limiter,
  A denial is `RATOMIC_OK` with `decision->allowed == false` and a
  positive `retry_after_ns`; it consumes nothing. Cost 0 answers like a
  peek. For a multi-limit limiter, the call passes only if every limit
- allows it (all or nothing); the decision is the tightest limit's.
+ allows it (all or nothing); the decision is the combined one (see
+ `ratomic_multi_limiter_new`).
 
  `key` is `key_len` bytes, any bytes; NULL is allowed when `key_len` is 0.
 
- Errors (no state changed, `*decision` untouched): `RATOMIC_NULL_ARGUMENT`,
- `RATOMIC_COST_EXCEEDS_LIMIT` (a cost above the limit could never pass),
- `RATOMIC_KEY_TOO_LONG`, `RATOMIC_PANIC` (a bug in ratomic, caught).
+ Errors (no state changed, `*decision` untouched): `RATOMIC_NULL_ARGUMENT`
+ (limiter, decision, or key with a non-zero `key_len`);
+ `RATOMIC_COST_EXCEEDS_LIMIT` (a cost above the limit could never pass);
+ `RATOMIC_KEY_TOO_LONG` (above the limiter's `max_key_len`, checked before
+ `key` is read); `RATOMIC_INVALID_ARGUMENT` (the clock read past
+ `RATOMIC_MAX_TIME`); `RATOMIC_PANIC` (a bug in ratomic, caught).
 
  Ownership: borrows `limiter` and `key` for the call; the caller owns
  `*decision`. Thread-safety: safe to call from many threads at once on
@@ -556,11 +789,13 @@ ratomic_result ratomic_allow(const ratomic_limiter *limiter,
 
 /*
  `ratomic_allow` at time `now_ns` (**nanoseconds** on the same timeline as
- the limiter's clock: the callback's, or the one `ratomic_now` reads).
- Time that steps back never grants more, but makes the limiter deny more
- than it should until time catches up: pass non-decreasing times.
+ the limiter's clock: the callback's, or the one `ratomic_now` reads; at
+ most `RATOMIC_MAX_TIME`). Time that steps back never grants more, but
+ makes the limiter deny more than it should until time catches up: pass
+ non-decreasing times.
 
- Ownership, thread-safety and errors as `ratomic_allow`.
+ Errors as `ratomic_allow`; `RATOMIC_INVALID_ARGUMENT` when `now_ns` is
+ above `RATOMIC_MAX_TIME`. Ownership and thread-safety as `ratomic_allow`.
 
  # Safety
  As `ratomic_allow`.
@@ -577,7 +812,7 @@ ratomic_result ratomic_allow_at(const ratomic_limiter *limiter,
  `remaining` is what would be left after that cost; cost 0 reports the
  key as it is.
 
- Ownership, thread-safety and errors as `ratomic_allow`.
+ Errors, ownership and thread-safety as `ratomic_allow`.
 
  # Safety
  As `ratomic_allow`.
@@ -591,6 +826,8 @@ ratomic_result ratomic_peek(const ratomic_limiter *limiter,
 /*
  `ratomic_peek` at time `now_ns` (nanoseconds; see `ratomic_allow_at`).
 
+ Errors as `ratomic_allow_at`.
+
  # Safety
  As `ratomic_allow`.
  */
@@ -602,11 +839,45 @@ ratomic_result ratomic_peek_at(const ratomic_limiter *limiter,
                                ratomic_decision *decision);
 
 /*
+ Takes `cost` tokens from `key`, waiting out denials: tries as
+ `ratomic_allow` does and, while it is denied, waits the denial's
+ `retry_after_ns` (through `ratomic_options::clock_sleep`, or by sleeping
+ the thread) and tries again. Writes the allowing decision — or, once the
+ next wait would take the total waited past `timeout_ns`, that denial
+ (`allowed == false`), without waiting for it: a timeout is a decision,
+ not an error. `timeout_ns` 0 never waits; `RATOMIC_NO_TIMEOUT` waits as
+ long as it takes. Other callers may take the tokens during a wait, so a
+ call can wait more than once.
+
+ Blocks the calling thread. There is no `_at` form: a call that waits
+ must read the time after waiting, so tests give the limiter a clock
+ callback and a `clock_sleep` that moves that clock instead of sleeping.
+
+ Errors (`*decision` untouched; nothing was taken): as `ratomic_allow`,
+ reported at once for a bad call (a cost above the limit never waits), or
+ after a wait if the clock then reads past `RATOMIC_MAX_TIME`.
+
+ Ownership: borrows `limiter` and `key` for the call; the caller owns
+ `*decision`. Thread-safety: safe from many threads at once.
+
+ # Safety
+ As `ratomic_allow`.
+ */
+ratomic_result ratomic_acquire(const ratomic_limiter *limiter,
+                               const uint8_t *key,
+                               size_t key_len,
+                               uint64_t cost,
+                               uint64_t timeout_ns,
+                               ratomic_decision *decision);
+
+/*
  Gives `tokens` back to `key` (work admitted but not done). A key never
  fills above its limit: refunding a full key, or one never seen, does
  nothing. For a multi-limit limiter, every limit gets them back.
 
- Errors: `RATOMIC_NULL_ARGUMENT`, `RATOMIC_KEY_TOO_LONG`, `RATOMIC_PANIC`.
+ Errors (nothing changed): `RATOMIC_NULL_ARGUMENT` (limiter, or key with a
+ non-zero `key_len`); `RATOMIC_KEY_TOO_LONG`; `RATOMIC_INVALID_ARGUMENT`
+ (the clock read past `RATOMIC_MAX_TIME`); `RATOMIC_PANIC`.
 
  Ownership: borrows `limiter` and `key` for the call. Thread-safety: safe
  from many threads at once.
@@ -623,6 +894,9 @@ ratomic_result ratomic_refund(const ratomic_limiter *limiter,
 /*
  `ratomic_refund` at time `now_ns` (nanoseconds; see `ratomic_allow_at`).
 
+ Errors as `ratomic_refund`; `RATOMIC_INVALID_ARGUMENT` when `now_ns` is
+ above `RATOMIC_MAX_TIME`.
+
  # Safety
  As `ratomic_refund`.
  */
@@ -636,7 +910,7 @@ ratomic_result ratomic_refund_at(const ratomic_limiter *limiter,
  Forgets `key`: it is full again (for every limit of a multi-limit
  limiter).
 
- Errors: `RATOMIC_NULL_ARGUMENT`, `RATOMIC_KEY_TOO_LONG`, `RATOMIC_PANIC`.
+ Errors as `ratomic_refund`.
 
  Ownership: borrows `limiter` and `key` for the call. Thread-safety: safe
  from many threads at once.
@@ -649,6 +923,8 @@ ratomic_result ratomic_reset(const ratomic_limiter *limiter, const uint8_t *key,
 /*
  `ratomic_reset` at time `now_ns` (nanoseconds; see `ratomic_allow_at`).
 
+ Errors as `ratomic_refund_at`.
+
  # Safety
  As `ratomic_refund`.
  */
@@ -659,32 +935,39 @@ ratomic_result ratomic_reset_at(const ratomic_limiter *limiter,
 
 /*
  Decides `count` independent requests in order, all at one reading of the
- clock, as `ratomic_allow` would one by one. `results[i]` receives each
- request's own code; `decisions[i]` is written only where `results[i]` is
- `RATOMIC_OK`. An invalid request fails alone.
+ clock, as `ratomic_allow` would one by one, and writes `decisions[i]`
+ for `requests[i]`. Every request is checked before any is decided: if
+ one is invalid (a cost above the limit, a key too long, a NULL key with
+ a non-zero length), the whole batch fails with
+ `RATOMIC_INVALID_REQUEST`, nothing is decided or changed, no decision is
+ written, and `ratomic_last_error_request` gives the first invalid
+ request's index and its own code (the message names both).
 
  When `count` is 0 the arrays may be NULL and nothing is written.
 
- Errors of the whole call (nothing decided, arrays untouched):
- `RATOMIC_NULL_ARGUMENT`, `RATOMIC_INVALID_ARGUMENT` (count too large),
- `RATOMIC_PANIC`.
+ Errors (nothing decided, `decisions` untouched): `RATOMIC_INVALID_REQUEST`
+ (above); `RATOMIC_NULL_ARGUMENT` (limiter; requests or decisions when
+ `count` > 0); `RATOMIC_INVALID_ARGUMENT` (count larger than any array;
+ the clock read past `RATOMIC_MAX_TIME`); `RATOMIC_PANIC`.
 
  Ownership: borrows all arrays for the call; the caller owns them.
  Thread-safety: safe from many threads at once.
 
  # Safety
  `limiter` must be a live limiter; `requests` must point to `count`
- readable requests whose keys are valid; `decisions` and `results` to
- `count` writable elements each.
+ readable requests whose keys are valid; `decisions` to `count` writable
+ decisions.
  */
 ratomic_result ratomic_allow_many(const ratomic_limiter *limiter,
                                   const ratomic_request *requests,
                                   size_t count,
-                                  ratomic_decision *decisions,
-                                  ratomic_result *results);
+                                  ratomic_decision *decisions);
 
 /*
  `ratomic_allow_many` at time `now_ns` (nanoseconds; see `ratomic_allow_at`).
+
+ Errors as `ratomic_allow_many`; `RATOMIC_INVALID_ARGUMENT` when `now_ns`
+ is above `RATOMIC_MAX_TIME`.
 
  # Safety
  As `ratomic_allow_many`.
@@ -693,8 +976,7 @@ ratomic_result ratomic_allow_many_at(const ratomic_limiter *limiter,
                                      const ratomic_request *requests,
                                      size_t count,
                                      uint64_t now_ns,
-                                     ratomic_decision *decisions,
-                                     ratomic_result *results);
+                                     ratomic_decision *decisions);
 
 /*
  Writes the number of keys the limiter holds to `*out`. A key that has
@@ -702,7 +984,8 @@ ratomic_result ratomic_allow_many_at(const ratomic_limiter *limiter,
  growth or `ratomic_gc`); call `ratomic_gc` first for an exact count of
  keys being limited.
 
- Errors: `RATOMIC_NULL_ARGUMENT`, `RATOMIC_PANIC`.
+ Errors (`*out` untouched): `RATOMIC_NULL_ARGUMENT` (limiter, out),
+ `RATOMIC_PANIC`.
 
  Ownership: borrows `limiter`. Thread-safety: safe from many threads at
  once (a count taken while others call is a snapshot).
@@ -714,11 +997,13 @@ ratomic_result ratomic_key_count(const ratomic_limiter *limiter, size_t *out);
 
 /*
  Drops every key that is full again (losslessly: no later decision
- changes) at the limiter's clock, and writes how many were dropped to
- `*dropped` (which may be NULL). Optional: the same work happens,
- amortised, inside calls.
+ changes, even one stamped with an earlier time) at the limiter's clock,
+ and writes how many were dropped to `*dropped` (which may be NULL).
+ Optional: the same work happens, amortised, inside calls.
 
- Errors: `RATOMIC_NULL_ARGUMENT` (limiter), `RATOMIC_PANIC`.
+ Errors (`*dropped` untouched): `RATOMIC_NULL_ARGUMENT` (limiter);
+ `RATOMIC_INVALID_ARGUMENT` (the clock read past `RATOMIC_MAX_TIME`);
+ `RATOMIC_PANIC`.
 
  Ownership: borrows `limiter`. Thread-safety: safe from many threads at
  once.
@@ -729,11 +1014,25 @@ ratomic_result ratomic_key_count(const ratomic_limiter *limiter, size_t *out);
 ratomic_result ratomic_gc(const ratomic_limiter *limiter, size_t *dropped);
 
 /*
+ `ratomic_gc` at time `now_ns` (nanoseconds; see `ratomic_allow_at`):
+ drops the keys that are full at that time.
+
+ Errors as `ratomic_gc`; `RATOMIC_INVALID_ARGUMENT` when `now_ns` is above
+ `RATOMIC_MAX_TIME`.
+
+ # Safety
+ As `ratomic_gc`.
+ */
+ratomic_result ratomic_gc_at(const ratomic_limiter *limiter, uint64_t now_ns, size_t *dropped);
+
+/*
  Writes the limiter's clock reading, in **nanoseconds**, to `*out_ns`: the
  callback's value if one was given, else the library's monotonic clock.
  Use it to drive the `_at` functions from one reading.
 
- Errors: `RATOMIC_NULL_ARGUMENT`, `RATOMIC_PANIC`.
+ Errors (`*out_ns` untouched): `RATOMIC_NULL_ARGUMENT` (limiter, out_ns);
+ `RATOMIC_INVALID_ARGUMENT` (the clock read past `RATOMIC_MAX_TIME`);
+ `RATOMIC_PANIC`.
 
  Ownership: borrows `limiter`. Thread-safety: safe from any thread.
 
@@ -778,6 +1077,69 @@ const char *ratomic_version(void);
  `buf` must point to `buf_len` writable bytes.
  */
 ratomic_result ratomic_last_error_message(char *buf, size_t buf_len, size_t *out_len);
+
+/*
+ Writes the first invalid request of the most recent failed call **on
+ this thread**, when that call was a batch that returned
+ `RATOMIC_INVALID_REQUEST`: its index in the batch to `*out_index`, and
+ the code that request alone would have returned (e.g.
+ `RATOMIC_COST_EXCEEDS_LIMIT`, `RATOMIC_KEY_TOO_LONG`,
+ `RATOMIC_NULL_ARGUMENT` for a NULL key) to `*out_code`. Successful calls
+ do not clear it.
+
+ Errors (nothing written): `RATOMIC_NULL_ARGUMENT` (out_index, out_code);
+ `RATOMIC_INVALID_ARGUMENT` when the most recent failed call on this
+ thread was not a batch refused for one of its requests (that failure
+ is then the last error, as for any other call).
+
+ Ownership: the caller owns both out-parameters. Thread-safety: each
+ thread has its own last error.
+
+ # Safety
+ `out_index` and `out_code` must be valid for writes.
+ */
+ratomic_result ratomic_last_error_request(size_t *out_index, ratomic_result *out_code);
+
+/*
+ Writes what limit `index` of `limiter` enforces to `*out`: its name,
+ algorithm and parameters. `index` runs from 0 to `ratomic_limit_count`
+ − 1, in the order the limits were given (a single-rule limiter has one).
+
+ Errors (`*out` untouched): `RATOMIC_NULL_ARGUMENT` (limiter, out);
+ `RATOMIC_INVALID_ARGUMENT` (`index` ≥ the limit count); `RATOMIC_PANIC`.
+
+ Ownership: borrows `limiter`; `out->name` is borrowed from it (valid
+ until it is freed). Thread-safety: safe from any thread.
+
+ # Safety
+ `limiter` must be a live limiter; `out` valid for writes.
+ */
+ratomic_result ratomic_limit_get(const ratomic_limiter *limiter,
+                                 size_t index,
+                                 ratomic_limit_info *out);
+
+/*
+ Writes to `*out` the largest limit a window of `window_ns` nanoseconds
+ admits for `algorithm` (`RATOMIC_ALGORITHM_FIXED_WINDOW` or
+ `RATOMIC_ALGORITHM_SLIDING_WINDOW`): a window constructor given a larger
+ limit fails with `RATOMIC_INVALID_ARGUMENT`. A window's state is one
+ 64-bit word holding its whole index (up to `RATOMIC_MAX_TIME` /
+ `window_ns`) and its count (fixed) or two counts (sliding), so longer
+ windows never admit less: sliding, 32,767 for 1 s (and 2 s), 65,535
+ for 4 s, 262,143 for a minute, 2,097,151 for an hour, 8,388,607 for a
+ day, 0 for 1 ns; fixed, at least `window_ns` (one call per nanosecond)
+ for any window up to `RATOMIC_MAX_TIME`.
+
+ Errors (`*out` untouched): `RATOMIC_NULL_ARGUMENT` (out);
+ `RATOMIC_INVALID_ARGUMENT` (a token bucket or unknown algorithm; window 0
+ or above 2^63 − 1 ns); `RATOMIC_PANIC`.
+
+ Thread-safety: safe from any thread.
+
+ # Safety
+ `out` must be valid for writes.
+ */
+ratomic_result ratomic_window_max_limit(uint32_t algorithm, uint64_t window_ns, uint64_t *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -40,6 +40,22 @@ use crate::error::{Error, Result};
 /// that changes no state; it is never clamped.
 pub const MAX_TIME: u64 = (1 << 62) - 1;
 
+/// `now` if it is a valid time (at most [`MAX_TIME`]), else the error every
+/// `*_at` method returns for it: for a face that reads a clock itself and
+/// must refuse a reading past the bound with the same error, without
+/// calling a limiter.
+///
+/// ```
+/// use ratomic::{check_time, Error, MAX_TIME};
+///
+/// assert_eq!(check_time(MAX_TIME)?, MAX_TIME);
+/// assert!(matches!(check_time(MAX_TIME + 1), Err(Error::InvalidArgument { name: "now", .. })));
+/// # Ok::<(), ratomic::Error>(())
+/// ```
+pub fn check_time(now: u64) -> Result<u64> {
+    checked(now)
+}
+
 /// `now` if it is a valid time, else the error every face reports.
 #[inline]
 pub(crate) fn checked(now: u64) -> Result<u64> {
@@ -487,6 +503,17 @@ mod tests {
         let ta = a.now();
         // Another thread's reading may lag by the anchor's slack, never more.
         assert!(b.now() + 2_000_000 >= ta);
+    }
+
+    #[test]
+    fn check_time_accepts_up_to_max_time_and_refuses_past_it_as_every_at_call_does() {
+        assert_eq!(check_time(0).unwrap(), 0);
+        assert_eq!(check_time(MAX_TIME).unwrap(), MAX_TIME);
+        for t in [MAX_TIME + 1, u64::MAX] {
+            let e = check_time(t).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument { name: "now", .. }), "{e:?}");
+            assert_eq!(Err(e), checked(t));
+        }
     }
 
     #[test]

@@ -46,7 +46,7 @@ type Limiter = c_void;
 type NewFn = unsafe extern "C" fn(u64, f64, *const c_void, *mut *mut Limiter) -> u32;
 type AllowFn = unsafe extern "C" fn(*const Limiter, *const u8, usize, u64, *mut Decision) -> u32;
 type AllowAtFn = unsafe extern "C" fn(*const Limiter, *const u8, usize, u64, u64, *mut Decision) -> u32;
-type ManyFn = unsafe extern "C" fn(*const Limiter, *const Request, usize, *mut Decision, *mut u32) -> u32;
+type ManyFn = unsafe extern "C" fn(*const Limiter, *const Request, usize, *mut Decision) -> u32;
 type FreeFn = unsafe extern "C" fn(*mut Limiter);
 
 /// The C ABI, loaded from `target/release/libratomic.so`.
@@ -229,7 +229,6 @@ fn bench(c: &mut Criterion) {
     let cl = abi.token_bucket(CAPACITY, PER_SEC);
     let requests: Vec<Request> = keys.iter().map(|k| Request { key: k.as_ptr(), key_len: k.len(), cost: 1 }).collect();
     let mut decisions = vec![Decision::default(); BATCH];
-    let mut results = vec![0u32; BATCH];
     let mut out = Vec::with_capacity(BATCH);
     let mut start = 0usize;
     group.bench_function("rust", |b| {
@@ -247,8 +246,7 @@ fn bench(c: &mut Criterion) {
             let batch = &requests[start..start + BATCH];
             start = (start + BATCH) % KEYS;
             // SAFETY: live limiter; arrays of BATCH elements.
-            let rc =
-                unsafe { (abi.allow_many)(cl, batch.as_ptr(), BATCH, decisions.as_mut_ptr(), results.as_mut_ptr()) };
+            let rc = unsafe { (abi.allow_many)(cl, batch.as_ptr(), BATCH, decisions.as_mut_ptr()) };
             assert_eq!(rc, 0);
             black_box(&decisions);
         })

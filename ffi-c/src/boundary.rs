@@ -10,7 +10,7 @@ use ratomic_core::Error;
 use crate::result::{ratomic_result, set_last_error};
 
 /// Why a call failed, before it becomes a [`ratomic_result`] and this
-/// thread's last error message.
+/// thread's last error.
 #[derive(Debug)]
 pub(crate) enum Failure {
     /// A required pointer argument (named) was NULL.
@@ -23,6 +23,11 @@ pub(crate) enum Failure {
     BufferTooSmall { need: usize, have: usize },
     /// An enum argument (named) holds a value with no meaning.
     UnknownValue { name: &'static str, value: u32 },
+    /// Request `index` of a batch failed as `cause` says, found by the C
+    /// face before the engine saw the batch (a key C cannot read).
+    Request { index: usize, cause: Box<Failure> },
+    /// Something this version of the C ABI has no way to express.
+    Unsupported(&'static str),
 }
 
 impl From<Error> for Failure {
@@ -32,31 +37,57 @@ impl From<Error> for Failure {
     }
 }
 
+/// The code of an engine error.
+fn code_of(e: &Error) -> ratomic_result {
+    use ratomic_result::*;
+    match e {
+        Error::InvalidRate { .. } => RATOMIC_INVALID_RATE,
+        Error::InvalidArgument { .. } => RATOMIC_INVALID_ARGUMENT,
+        Error::CostExceedsLimit { .. } => RATOMIC_COST_EXCEEDS_LIMIT,
+        Error::KeyTooLong { .. } => RATOMIC_KEY_TOO_LONG,
+        Error::InvalidRequest { .. } => RATOMIC_INVALID_REQUEST,
+        _ => RATOMIC_OTHER_ERROR,
+    }
+}
+
 impl Failure {
-    /// Records the detailed message and returns the code.
+    /// Records the detailed message (and, for a batch, the invalid
+    /// request) as this thread's last error and returns the code.
     #[cold]
     pub(crate) fn record(self) -> ratomic_result {
-        use ratomic_result::*;
-        let (code, message) = match self {
-            Failure::Null(name) => (RATOMIC_NULL_ARGUMENT, format!("{name} must not be NULL")),
-            Failure::NotUtf8 { name, code } => (code, format!("{name} is not valid UTF-8")),
-            Failure::BufferTooSmall { need, have } => {
-                (RATOMIC_BUFFER_TOO_SMALL, format!("the entries array holds {have}; this limiter needs {need}"))
-            }
-            Failure::UnknownValue { name, value } => (RATOMIC_INVALID_ARGUMENT, format!("unknown {name}: {value}")),
-            Failure::Core(e) => {
-                let code = match &e {
-                    Error::InvalidRate { .. } => RATOMIC_INVALID_RATE,
-                    Error::InvalidArgument { .. } => RATOMIC_INVALID_ARGUMENT,
-                    Error::CostExceedsLimit { .. } => RATOMIC_COST_EXCEEDS_LIMIT,
-                    Error::KeyTooLong { .. } => RATOMIC_KEY_TOO_LONG,
-                    _ => RATOMIC_OTHER_ERROR,
-                };
-                (code, e.to_string())
-            }
-        };
-        set_last_error(message);
+        let (code, message, request) = self.describe();
+        set_last_error(message, request);
         code
+    }
+
+    /// The code, the message, and for a batch the invalid request's index
+    /// and own code.
+    fn describe(self) -> (ratomic_result, String, Option<(usize, ratomic_result)>) {
+        use ratomic_result::*;
+        match self {
+            Failure::Null(name) => (RATOMIC_NULL_ARGUMENT, format!("{name} must not be NULL"), None),
+            Failure::NotUtf8 { name, code } => (code, format!("{name} is not valid UTF-8"), None),
+            Failure::BufferTooSmall { need, have } => {
+                (RATOMIC_BUFFER_TOO_SMALL, format!("the entries array holds {have}; this limiter needs {need}"), None)
+            }
+            Failure::UnknownValue { name, value } => {
+                (RATOMIC_INVALID_ARGUMENT, format!("unknown {name}: {value}"), None)
+            }
+            Failure::Unsupported(what) => (RATOMIC_OTHER_ERROR, what.to_owned(), None),
+            Failure::Request { index, cause } => {
+                let (cause, message, _) = cause.describe();
+                // Worded as the engine words its own (`Error::InvalidRequest`).
+                let message = format!("request {index} of the batch: {message} (nothing in the batch was decided)");
+                (RATOMIC_INVALID_REQUEST, message, Some((index, cause)))
+            }
+            Failure::Core(e) => {
+                let request = match &e {
+                    Error::InvalidRequest { index, .. } => Some((*index, code_of(e.cause()))),
+                    _ => None,
+                };
+                (code_of(&e), e.to_string(), request)
+            }
+        }
     }
 }
 
@@ -89,7 +120,7 @@ fn panicked(payload: Box<dyn Any + Send>) -> ratomic_result {
         .unwrap_or_else(|| "a non-string payload".to_owned());
     // Dropping a panic payload can itself panic; never let that escape.
     let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
-    set_last_error(format!("internal panic caught at the C boundary: {what}"));
+    set_last_error(format!("internal panic caught at the C boundary: {what}"), None);
     ratomic_result::RATOMIC_PANIC
 }
 

@@ -7,7 +7,10 @@
 //!
 //! - One opaque handle, [`ratomic_limiter`], for every limiter kind (token
 //!   bucket, fixed window, sliding window, several named limits), so the same
-//!   operations ([`ratomic_allow`], [`ratomic_peek`], …) work on each.
+//!   operations ([`ratomic_allow`], [`ratomic_peek`], …) work on each. It
+//!   holds core's own types (`Keyed<Rule>` or `Limiter`): this crate moves
+//!   bytes, maps types and errors, and reads the caller's clock; every
+//!   decision and check is core's.
 //! - Every function returns a [`ratomic_result`]; its numbers are fixed and
 //!   never reused. Out-parameters are written only when it is `RATOMIC_OK`.
 //! - Every pointer is checked for NULL; every body runs inside one panic
@@ -26,6 +29,7 @@ mod multi;
 mod ops;
 mod options;
 mod result;
+mod rule;
 
 pub use decision::{ratomic_decision, ratomic_limit_decision};
 pub use limiter::{
@@ -34,16 +38,19 @@ pub use limiter::{
     ratomic_token_bucket_new,
 };
 pub use multi::{
-    ratomic_algorithm, ratomic_allow_detailed, ratomic_allow_detailed_at, ratomic_limit_count, ratomic_limit_spec,
+    ratomic_allow_detailed, ratomic_allow_detailed_at, ratomic_limit_count, ratomic_limit_spec,
     ratomic_multi_limiter_new, ratomic_peek_detailed, ratomic_peek_detailed_at,
 };
 pub use ops::{
-    ratomic_allow, ratomic_allow_at, ratomic_allow_many, ratomic_allow_many_at, ratomic_gc, ratomic_key_count,
-    ratomic_now, ratomic_peek, ratomic_peek_at, ratomic_refund, ratomic_refund_at, ratomic_request, ratomic_reset,
-    ratomic_reset_at,
+    ratomic_acquire, ratomic_allow, ratomic_allow_at, ratomic_allow_many, ratomic_allow_many_at, ratomic_gc,
+    ratomic_gc_at, ratomic_key_count, ratomic_now, ratomic_peek, ratomic_peek_at, ratomic_refund, ratomic_refund_at,
+    ratomic_request, ratomic_reset, ratomic_reset_at, RATOMIC_MAX_TIME, RATOMIC_NO_TIMEOUT,
 };
-pub use options::{ratomic_clock_fn, ratomic_options};
-pub use result::{ratomic_last_error_message, ratomic_result, ratomic_result_message, ratomic_version};
+pub use options::{ratomic_clock_fn, ratomic_eviction, ratomic_options, ratomic_sleep_fn};
+pub use result::{
+    ratomic_last_error_message, ratomic_last_error_request, ratomic_result, ratomic_result_message, ratomic_version,
+};
+pub use rule::{ratomic_algorithm, ratomic_limit_get, ratomic_limit_info, ratomic_window_max_limit};
 
 #[cfg(test)]
 mod tests;

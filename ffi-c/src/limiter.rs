@@ -1,16 +1,18 @@
-//! The one opaque handle for every limiter kind, its constructors and `free`.
+//! The one opaque handle for every limiter, its constructors and `free`.
+//!
+//! A handle holds core's own "any limiter" types: a `Keyed<Rule>` for one
+//! rule (token bucket, fixed or sliding window) or a `Limiter` for several
+//! named ones, both on the caller's clock ([`FfiClock`]).
 
 use std::ffi::{c_char, CString};
 use std::time::Duration;
 
-use ratomic_core::{Algorithm, Builder, FixedWindow, Keyed, Limiter, Quota, Rate, SlidingWindow, TokenBucket};
+use ratomic_core::{Keyed, Limiter, Quota, Rate, Rule};
 
 use crate::boundary::{out_ptr, str_arg, write_out, Failure};
-use crate::options::{ratomic_options, ClockSource, Resolved};
+use crate::options::{ratomic_options, FfiClock, Resolved};
 use crate::result::ratomic_result;
-
-/// Largest time the engine represents: 2^63 − 1 ns (about 292 years).
-pub(crate) const MAX_NANOS: u64 = (1 << 63) - 1;
+use crate::rule::ratomic_algorithm;
 
 /// A rate limiter of any kind: token bucket, fixed window, sliding window,
 /// or several named limits on one key. Opaque: made by a `ratomic_*_new` /
@@ -21,93 +23,83 @@ pub(crate) const MAX_NANOS: u64 = (1 << 63) - 1;
 /// threads at once (it is lock-free inside), except `ratomic_limiter_free`,
 /// which must not race with any other use of the same limiter.
 pub struct ratomic_limiter {
-    pub(crate) kind: Kind,
-    pub(crate) clock: ClockSource,
+    pub(crate) engine: Engine,
+    /// One name per limit, in order, NUL-terminated for C: a multi-limit
+    /// limiter's names, or the algorithm's name for a single rule.
+    pub(crate) names: Box<[CString]>,
 }
 
 impl std::fmt::Debug for ratomic_limiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match &self.kind {
-            Kind::TokenBucket(_) => "token_bucket",
-            Kind::FixedWindow(_) => "fixed_window",
-            Kind::SlidingWindow(_) => "sliding_window",
-            Kind::Multi(_) => "multi",
-        };
-        f.debug_struct("ratomic_limiter").field("kind", &kind).field("clock", &self.clock).finish_non_exhaustive()
+        f.debug_struct("ratomic_limiter").field("names", &self.names).finish_non_exhaustive()
     }
 }
 
-/// What a handle holds.
-pub(crate) enum Kind {
-    TokenBucket(TokenBucket),
-    FixedWindow(FixedWindow),
-    SlidingWindow(SlidingWindow),
-    Multi(Multi),
+/// Core's limiter behind a handle.
+pub(crate) enum Engine {
+    /// One rule, any algorithm.
+    One(Keyed<Rule, [u8], FfiClock>),
+    /// Several named rules on each key, all or nothing.
+    Many(Limiter<[u8], FfiClock>),
 }
 
-/// Several named limits, with their names as C strings for
-/// `ratomic_limit_decision::name`.
-pub(crate) struct Multi {
-    pub(crate) limiter: Limiter,
-    pub(crate) names: Box<[CString]>,
-}
-
-/// Applies `body` to whichever keyed limiter `kind` holds, or to the
-/// multi-limit limiter in the last arm.
-macro_rules! with_kind {
-    ($kind:expr, $l:ident => $keyed:expr, $m:ident => $multi:expr) => {
-        match $kind {
-            $crate::limiter::Kind::TokenBucket($l) => $keyed,
-            $crate::limiter::Kind::FixedWindow($l) => $keyed,
-            $crate::limiter::Kind::SlidingWindow($l) => $keyed,
-            $crate::limiter::Kind::Multi($m) => $multi,
+/// Applies `$one` to a single-rule limiter or `$many` to a multi-limit one:
+/// core's two types share their method names, not a trait.
+macro_rules! with_engine {
+    ($l:expr, $k:ident => $one:expr, $m:ident => $many:expr) => {
+        match &$l.engine {
+            $crate::limiter::Engine::One($k) => $one,
+            $crate::limiter::Engine::Many($m) => $many,
         }
     };
 }
 
 impl ratomic_limiter {
-    /// The time for the calls without `_at`: the caller's clock if given,
-    /// else the library's monotonic clock.
+    /// The clock's reading for the calls without `_at` (unchecked: the
+    /// engine refuses a reading past `MAX_TIME`).
     #[inline]
     pub(crate) fn now(&self) -> u64 {
-        match self.clock {
-            ClockSource::Monotonic => with_kind!(&self.kind, l => l.now(), m => m.limiter.now()),
-            // SAFETY: the caller gave this function and context in
-            // `ratomic_options` and promised both stay valid until free.
-            ClockSource::Callback { f, user_data } => unsafe { f(user_data) }.min(MAX_NANOS),
-            #[cfg(test)]
-            ClockSource::Panicking => panic!("the test clock panics"),
-        }
+        with_engine!(self, k => k.now(), m => m.now())
     }
 
     /// The longest key this limiter accepts.
     #[inline]
     pub(crate) fn max_key_len(&self) -> usize {
-        with_kind!(&self.kind, l => l.max_key_len(), m => m.limiter.max_key_len())
+        with_engine!(self, k => k.max_key_len(), m => m.max_key_len())
+    }
+
+    /// The limiter's rules, in order.
+    pub(crate) fn rules(&self) -> &[Rule] {
+        with_engine!(self, k => std::slice::from_ref(k.algorithm()), m => m.rules())
+    }
+
+    /// A single-rule limiter on `rule`, handed to C through `out`.
+    ///
+    /// # Safety
+    /// `out` must have passed [`out_ptr`]; `options` as [`Resolved::from_ptr`].
+    pub(crate) unsafe fn make_one(
+        rule: Rule,
+        options: *const ratomic_options,
+        out: *mut *mut ratomic_limiter,
+    ) -> Result<(), Failure> {
+        let name = ratomic_algorithm::of(&rule)?.name();
+        // SAFETY: forwarded from the caller.
+        let o = unsafe { Resolved::from_ptr(options) }?;
+        let keyed = Keyed::with_algorithm(rule, o.clock, o.options)?;
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::hand_out(Engine::One(keyed), Box::new([name.to_owned()]), out) };
+        Ok(())
     }
 
     /// Boxes the limiter and hands it to C through `out`.
     ///
     /// # Safety
     /// `out` must have passed [`out_ptr`].
-    pub(crate) unsafe fn hand_out(kind: Kind, clock: ClockSource, out: *mut *mut ratomic_limiter) {
-        let handle = Box::into_raw(Box::new(ratomic_limiter { kind, clock }));
+    pub(crate) unsafe fn hand_out(engine: Engine, names: Box<[CString]>, out: *mut *mut ratomic_limiter) {
+        let handle = Box::into_raw(Box::new(ratomic_limiter { engine, names }));
         // SAFETY: `out` is non-NULL and writable, as the caller checked.
         unsafe { write_out(out, handle) };
     }
-}
-
-/// Builds a keyed limiter with the store options the caller gave.
-pub(crate) fn build_keyed<A: Algorithm>(builder: Builder<A>, o: &Resolved) -> Result<Keyed<A>, Failure> {
-    let builder = match o.max_keys {
-        Some(n) => builder.max_keys(n),
-        None => builder,
-    };
-    let builder = match o.max_key_len {
-        Some(n) => builder.max_key_len(n),
-        None => builder,
-    };
-    Ok(builder.build()?)
 }
 
 /// A window rate from a count and a length in nanoseconds.
@@ -127,14 +119,17 @@ unsafe fn rate_arg(rate: *const c_char) -> Result<Rate, Failure> {
 
 /// Makes a token bucket per key: each key holds up to `capacity` tokens
 /// (≥ 1), refilled continuously at `refill_per_sec` tokens per **second**
-/// (finite, > 0); a new key starts full. GCRA, exact to the nanosecond.
+/// (finite, > 0); a new key starts full. GCRA, exact to the nanosecond: one
+/// token refills every `T` = 10^9 / `refill_per_sec` ns (rounded down, at
+/// least 1), and `capacity` × `T` must fit in 63 bits of nanoseconds.
 ///
 /// `options` may be NULL (all defaults). On `RATOMIC_OK`, `*out` is a new
-/// limiter.
+/// limiter; on any error `*out` is untouched.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (out), `RATOMIC_INVALID_ARGUMENT`
-/// (capacity 0, `refill_per_sec` NaN, infinite, ≤ 0 or too small, an option
-/// out of range).
+/// Errors: `RATOMIC_NULL_ARGUMENT` (out); `RATOMIC_INVALID_ARGUMENT`
+/// (capacity 0; `refill_per_sec` NaN, infinite, ≤ 0, or so small that one
+/// token would take more than 2^63 ns; `capacity` × `T` above 2^63 − 1 ns;
+/// an option out of range); `RATOMIC_PANIC`.
 ///
 /// Ownership: the caller owns `*out` and must release it with
 /// `ratomic_limiter_free`. Thread-safety: safe from any thread.
@@ -151,23 +146,28 @@ pub unsafe extern "C" fn ratomic_token_bucket_new(
 ) -> ratomic_result {
     ffi_boundary!({
         let out = out_ptr(out, "out")?;
-        // SAFETY: forwarded from the caller.
-        let o = unsafe { Resolved::from_ptr(options) };
-        let limiter = build_keyed(TokenBucket::builder(Quota::new(capacity, refill_per_sec)?), &o)?;
-        // SAFETY: `out` was checked above.
-        unsafe { ratomic_limiter::hand_out(Kind::TokenBucket(limiter), o.clock, out) };
-        Ok(())
+        let rule = Rule::token_bucket(Quota::new(capacity, refill_per_sec)?);
+        // SAFETY: forwarded from the caller; `out` was checked above.
+        unsafe { ratomic_limiter::make_one(rule, options, out) }
     })
 }
 
 /// Makes a token bucket per key from a rate string: `"10/s"` is a burst of
 /// 10 refilled over one second (`"100/min"`, `"5/2s"`, `"1000/h"`,
-/// `"1000/day"`, `"3/250ms"`). `rate` is NUL-terminated UTF-8.
+/// `"1000/day"`, `"3/250ms"`). `rate` is NUL-terminated UTF-8,
+/// `"<count>/<period>"`: count a whole number ≥ 1; period an optional whole
+/// number and a unit, one of `ns`, `us`, `ms`, `s`/`sec`/`second`,
+/// `m`/`min`/`minute`, `h`/`hr`/`hour`, `d`/`day` (plurals accepted), at most
+/// 2^63 − 1 ns; surrounding whitespace is ignored. One token refills every
+/// period / count ns (rounded down, at least 1).
 ///
-/// `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter.
+/// `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter; on any
+/// error `*out` is untouched.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (rate, out), `RATOMIC_INVALID_RATE`
-/// (malformed or non-UTF-8 rate), `RATOMIC_INVALID_ARGUMENT` (an option).
+/// Errors: `RATOMIC_NULL_ARGUMENT` (rate, out); `RATOMIC_INVALID_RATE` (a
+/// malformed or non-UTF-8 rate, a count of 0, a zero or too long period,
+/// an unknown unit: the message quotes the input); `RATOMIC_INVALID_ARGUMENT`
+/// (an option out of range); `RATOMIC_PANIC`.
 ///
 /// Ownership: `rate` is only read during the call; the caller owns `*out`
 /// and must release it with `ratomic_limiter_free`. Thread-safety: safe from
@@ -185,13 +185,9 @@ pub unsafe extern "C" fn ratomic_token_bucket_from_rate(
     ffi_boundary!({
         let out = out_ptr(out, "out")?;
         // SAFETY: forwarded from the caller.
-        let rate = unsafe { rate_arg(rate) }?;
-        // SAFETY: forwarded from the caller.
-        let o = unsafe { Resolved::from_ptr(options) };
-        let limiter = build_keyed(TokenBucket::builder(Quota::from_rate(rate)?), &o)?;
-        // SAFETY: `out` was checked above.
-        unsafe { ratomic_limiter::hand_out(Kind::TokenBucket(limiter), o.clock, out) };
-        Ok(())
+        let rule = Rule::token_bucket(Quota::from_rate(unsafe { rate_arg(rate) }?)?);
+        // SAFETY: forwarded from the caller; `out` was checked above.
+        unsafe { ratomic_limiter::make_one(rule, options, out) }
     })
 }
 
@@ -199,10 +195,18 @@ pub unsafe extern "C" fn ratomic_token_bucket_from_rate(
 /// window of `window_ns` **nanoseconds** (> 0), windows aligned to the
 /// clock's zero. Cheapest, but allows up to 2 × `limit` across a boundary.
 ///
-/// `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter.
+/// Range: a key's state is one 64-bit word holding the window's whole index
+/// (up to `RATOMIC_MAX_TIME` / `window_ns`, so that an idle key always reads
+/// as idle) and its count, so a window length admits a largest limit: at
+/// least one call per nanosecond of window (2^30 − 1 per second), in
+/// practice any. `ratomic_window_max_limit` gives it.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (out), `RATOMIC_INVALID_ARGUMENT` (limit
-/// 0, window 0 or above 2^63 − 1 ns, an option).
+/// `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter; on any
+/// error `*out` is untouched.
+///
+/// Errors: `RATOMIC_NULL_ARGUMENT` (out); `RATOMIC_INVALID_ARGUMENT` (limit
+/// 0; window 0 or above 2^63 − 1 ns; a limit above the window's largest,
+/// named in the message; an option out of range); `RATOMIC_PANIC`.
 ///
 /// Ownership: the caller owns `*out` and must release it with
 /// `ratomic_limiter_free`. Thread-safety: safe from any thread.
@@ -219,20 +223,24 @@ pub unsafe extern "C" fn ratomic_fixed_window_new(
 ) -> ratomic_result {
     ffi_boundary!({
         let out = out_ptr(out, "out")?;
-        // SAFETY: forwarded from the caller.
-        let o = unsafe { Resolved::from_ptr(options) };
-        let limiter = build_keyed(FixedWindow::builder(window_rate(limit, window_ns)?)?, &o)?;
-        // SAFETY: `out` was checked above.
-        unsafe { ratomic_limiter::hand_out(Kind::FixedWindow(limiter), o.clock, out) };
-        Ok(())
+        let rule = Rule::fixed_window(window_rate(limit, window_ns)?)?;
+        // SAFETY: forwarded from the caller; `out` was checked above.
+        unsafe { ratomic_limiter::make_one(rule, options, out) }
     })
 }
 
 /// Makes a fixed-window limiter from a rate string: `"100/min"` is at most
-/// 100 calls per key in each minute. `rate` is NUL-terminated UTF-8.
+/// 100 calls per key in each minute. `rate` is NUL-terminated UTF-8, in the
+/// syntax of `ratomic_token_bucket_from_rate`. The window's range is as in
+/// `ratomic_fixed_window_new`.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (rate, out), `RATOMIC_INVALID_RATE`,
-/// `RATOMIC_INVALID_ARGUMENT` (an option).
+/// On `RATOMIC_OK`, `*out` is a new limiter; on any error `*out` is
+/// untouched.
+///
+/// Errors: `RATOMIC_NULL_ARGUMENT` (rate, out); `RATOMIC_INVALID_RATE` (a
+/// malformed or non-UTF-8 rate, as for `ratomic_token_bucket_from_rate`);
+/// `RATOMIC_INVALID_ARGUMENT` (a count above the window's largest limit,
+/// named in the message; an option out of range); `RATOMIC_PANIC`.
 ///
 /// Ownership: `rate` is only read during the call; the caller owns `*out`
 /// (release with `ratomic_limiter_free`). Thread-safety: safe from any
@@ -249,24 +257,31 @@ pub unsafe extern "C" fn ratomic_fixed_window_from_rate(
     ffi_boundary!({
         let out = out_ptr(out, "out")?;
         // SAFETY: forwarded from the caller.
-        let rate = unsafe { rate_arg(rate) }?;
-        // SAFETY: forwarded from the caller.
-        let o = unsafe { Resolved::from_ptr(options) };
-        let limiter = build_keyed(FixedWindow::builder(rate)?, &o)?;
-        // SAFETY: `out` was checked above.
-        unsafe { ratomic_limiter::hand_out(Kind::FixedWindow(limiter), o.clock, out) };
-        Ok(())
+        let rule = Rule::fixed_window(unsafe { rate_arg(rate) }?)?;
+        // SAFETY: forwarded from the caller; `out` was checked above.
+        unsafe { ratomic_limiter::make_one(rule, options, out) }
     })
 }
 
 /// Makes a sliding-window limiter: at most `limit` calls (≥ 1) per key in
-/// any window of `window_ns` **nanoseconds** (> 0), by the sliding-window
-/// counter (the previous window's count weighted by its overlap).
+/// any window of `window_ns` **nanoseconds** (> 1), by the sliding-window
+/// counter (the previous window's count weighted by its overlap, in exact
+/// integer arithmetic).
 ///
-/// `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter.
+/// Range: a key's state is one 64-bit word holding the window's whole index
+/// (up to `RATOMIC_MAX_TIME` / `window_ns`, so that an idle key always reads
+/// as idle, however long it waits) and two counts, so a window length
+/// admits a largest limit: 32,767 per second, 262,143 per minute, 2,097,151
+/// per hour, 8,388,607 per day (a longer window never admits less; a window
+/// of 1 ns admits none). `ratomic_window_max_limit` gives it for any window. For a
+/// larger limit use a longer window, a fixed window or a token bucket.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (out), `RATOMIC_INVALID_ARGUMENT` (limit
-/// 0, window 0 or above 2^63 − 1 ns, an option).
+/// `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter; on any
+/// error `*out` is untouched.
+///
+/// Errors: `RATOMIC_NULL_ARGUMENT` (out); `RATOMIC_INVALID_ARGUMENT` (limit
+/// 0; window 0 or above 2^63 − 1 ns; a limit above the window's largest,
+/// named in the message; an option out of range); `RATOMIC_PANIC`.
 ///
 /// Ownership: the caller owns `*out` and must release it with
 /// `ratomic_limiter_free`. Thread-safety: safe from any thread.
@@ -282,20 +297,25 @@ pub unsafe extern "C" fn ratomic_sliding_window_new(
 ) -> ratomic_result {
     ffi_boundary!({
         let out = out_ptr(out, "out")?;
-        // SAFETY: forwarded from the caller.
-        let o = unsafe { Resolved::from_ptr(options) };
-        let limiter = build_keyed(SlidingWindow::builder(window_rate(limit, window_ns)?)?, &o)?;
-        // SAFETY: `out` was checked above.
-        unsafe { ratomic_limiter::hand_out(Kind::SlidingWindow(limiter), o.clock, out) };
-        Ok(())
+        let rule = Rule::sliding_window(window_rate(limit, window_ns)?)?;
+        // SAFETY: forwarded from the caller; `out` was checked above.
+        unsafe { ratomic_limiter::make_one(rule, options, out) }
     })
 }
 
 /// Makes a sliding-window limiter from a rate string: `"100/min"` is at
-/// most 100 calls per key in any minute. `rate` is NUL-terminated UTF-8.
+/// most 100 calls per key in any minute. `rate` is NUL-terminated UTF-8, in
+/// the syntax of `ratomic_token_bucket_from_rate`. The window's range is as
+/// in `ratomic_sliding_window_new`: `"40000/s"` and `"40000/2s"` are
+/// refused (at most 32,767 for either), `"40000/4s"` is not (65,535).
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (rate, out), `RATOMIC_INVALID_RATE`,
-/// `RATOMIC_INVALID_ARGUMENT` (an option).
+/// On `RATOMIC_OK`, `*out` is a new limiter; on any error `*out` is
+/// untouched.
+///
+/// Errors: `RATOMIC_NULL_ARGUMENT` (rate, out); `RATOMIC_INVALID_RATE` (a
+/// malformed or non-UTF-8 rate, as for `ratomic_token_bucket_from_rate`);
+/// `RATOMIC_INVALID_ARGUMENT` (a count above the window's largest limit,
+/// named in the message; an option out of range); `RATOMIC_PANIC`.
 ///
 /// Ownership: `rate` is only read during the call; the caller owns `*out`
 /// (release with `ratomic_limiter_free`). Thread-safety: safe from any
@@ -312,13 +332,9 @@ pub unsafe extern "C" fn ratomic_sliding_window_from_rate(
     ffi_boundary!({
         let out = out_ptr(out, "out")?;
         // SAFETY: forwarded from the caller.
-        let rate = unsafe { rate_arg(rate) }?;
-        // SAFETY: forwarded from the caller.
-        let o = unsafe { Resolved::from_ptr(options) };
-        let limiter = build_keyed(SlidingWindow::builder(rate)?, &o)?;
-        // SAFETY: `out` was checked above.
-        unsafe { ratomic_limiter::hand_out(Kind::SlidingWindow(limiter), o.clock, out) };
-        Ok(())
+        let rule = Rule::sliding_window(unsafe { rate_arg(rate) }?)?;
+        // SAFETY: forwarded from the caller; `out` was checked above.
+        unsafe { ratomic_limiter::make_one(rule, options, out) }
     })
 }
 

@@ -3,26 +3,14 @@
 
 use std::ffi::{c_char, CStr};
 
-use ratomic_core::{Error, Limiter, Quota, Rate, Rule, MAX_LIMITS};
+use ratomic_core::{Error, Limiter, Rate, MAX_LIMITS};
 
 use crate::boundary::{arg_ref, key_arg, out_ptr, str_arg, write_out, Failure};
 use crate::decision::{ratomic_decision, ratomic_limit_decision};
-use crate::limiter::{ratomic_limiter, Kind, Multi, MAX_NANOS};
+use crate::limiter::{ratomic_limiter, Engine};
 use crate::options::{ratomic_options, Resolved};
 use crate::result::ratomic_result;
-
-/// The algorithm of one limit in a `ratomic_limit_spec`.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ratomic_algorithm {
-    /// A GCRA token bucket: `"10/s"` is a burst of 10 refilled over 1 s.
-    RATOMIC_ALGORITHM_TOKEN_BUCKET = 0,
-    /// A fixed window: `"1000/day"` is 1000 calls per day-long window
-    /// (windows aligned to the clock's zero, not to the calendar).
-    RATOMIC_ALGORITHM_FIXED_WINDOW = 1,
-    /// A sliding-window counter: `"100/h"` is 100 calls in any hour.
-    RATOMIC_ALGORITHM_SLIDING_WINDOW = 2,
-}
+use crate::rule::ratomic_algorithm;
 
 /// One named limit for `ratomic_multi_limiter_new`.
 #[repr(C)]
@@ -31,49 +19,37 @@ pub struct ratomic_limit_spec {
     /// The limit's name: NUL-terminated UTF-8, non-empty, unique in the
     /// limiter. Copied; the caller keeps ownership.
     pub name: *const c_char,
-    /// The rate string, e.g. `"10/s"`, `"1000/day"`. Copied.
+    /// The rate string, e.g. `"10/s"`, `"1000/day"`, in the syntax of
+    /// `ratomic_token_bucket_from_rate`. Copied.
     pub rate: *const c_char,
     /// A `ratomic_algorithm` value (a plain integer so that any value from C
     /// is safe to pass: unknown ones give `RATOMIC_INVALID_ARGUMENT`).
     pub algorithm: u32,
 }
 
-/// The rule one spec describes.
-///
-/// # Safety
-/// The spec's strings must be NUL-terminated or NULL.
-unsafe fn rule(spec: &ratomic_limit_spec) -> Result<(String, Rule), Failure> {
-    // SAFETY: forwarded from the caller.
-    let name = unsafe { str_arg(spec.name, "name", ratomic_result::RATOMIC_INVALID_ARGUMENT) }?;
-    // SAFETY: forwarded from the caller.
-    let rate = unsafe { str_arg(spec.rate, "rate", ratomic_result::RATOMIC_INVALID_RATE) }?;
-    let rate = Rate::parse(rate)?;
-    let rule = match spec.algorithm {
-        a if a == ratomic_algorithm::RATOMIC_ALGORITHM_TOKEN_BUCKET as u32 => {
-            Rule::token_bucket(Quota::from_rate(rate)?)
-        }
-        a if a == ratomic_algorithm::RATOMIC_ALGORITHM_FIXED_WINDOW as u32 => Rule::fixed_window(rate)?,
-        a if a == ratomic_algorithm::RATOMIC_ALGORITHM_SLIDING_WINDOW as u32 => Rule::sliding_window(rate)?,
-        value => return Err(Failure::UnknownValue { name: "algorithm", value }),
-    };
-    Ok((name.to_owned(), rule))
-}
-
 /// Makes a limiter of several named limits on each key — say a burst of
 /// `"10/s"` and `"1000/day"` — decided all or nothing: a call passes only if
-/// every limit allows it, and only then is every limit charged. One key
-/// lookup serves all limits. `limits` is an array of `count` specs
-/// (1 ≤ count ≤ 16).
+/// every limit allows it, and only then is every limit charged; otherwise
+/// none is. Under concurrency a call may be denied spuriously while another
+/// call's tokens are being given back, but no limit ever grants more than
+/// it allows alone. One key lookup serves all limits. `limits` is an array
+/// of `count` specs (1 ≤ count ≤ 16); each window's range is as in
+/// `ratomic_fixed_window_new` / `ratomic_sliding_window_new`.
 ///
 /// Use it with every operation (`ratomic_allow`, `ratomic_peek`, …: the
-/// decision is the tightest limit's) and with `ratomic_allow_detailed` to
-/// learn which limit denied.
+/// decision is the combined one: `remaining` the smallest, `retry_after_ns`
+/// the largest among the limits that deny, `reset_after_ns` the largest,
+/// `limit` that of the limit with the least remaining) and with
+/// `ratomic_allow_detailed` to learn which limit denied.
 ///
-/// `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter.
+/// `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter; on any
+/// error `*out` is untouched.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (limits, a name or rate, out),
-/// `RATOMIC_INVALID_RATE`, `RATOMIC_INVALID_ARGUMENT` (count 0 or above 16,
-/// an empty, duplicate or non-UTF-8 name, an unknown algorithm, an option).
+/// Errors: `RATOMIC_NULL_ARGUMENT` (limits, a name or rate, out);
+/// `RATOMIC_INVALID_RATE` (a malformed or non-UTF-8 rate);
+/// `RATOMIC_INVALID_ARGUMENT` (count 0 or above 16; an empty, duplicate or
+/// non-UTF-8 name; an unknown algorithm; a window limit above its window's
+/// largest; an option out of range); `RATOMIC_PANIC`.
 ///
 /// Ownership: the specs and their strings are copied; the caller owns
 /// `*out` and must release it with `ratomic_limiter_free`. Thread-safety:
@@ -105,35 +81,32 @@ pub unsafe extern "C" fn ratomic_multi_limiter_new(
         // SAFETY: non-NULL; the caller guarantees `count` (≤ 16) readable specs.
         let specs = unsafe { std::slice::from_raw_parts(limits, count) };
         // SAFETY: forwarded from the caller.
-        let o = unsafe { Resolved::from_ptr(options) };
+        let o = unsafe { Resolved::from_ptr(options) }?;
         let mut builder = Limiter::builder();
         let mut names = Vec::with_capacity(count);
         for spec in specs {
             // SAFETY: forwarded from the caller.
-            let (name, rule) = unsafe { rule(spec) }?;
+            let name = unsafe { str_arg(spec.name, "name", ratomic_result::RATOMIC_INVALID_ARGUMENT) }?;
+            // SAFETY: forwarded from the caller.
+            let rate = unsafe { str_arg(spec.rate, "rate", ratomic_result::RATOMIC_INVALID_RATE) }?;
+            let rule = ratomic_algorithm::from_code(spec.algorithm)?.rule(Rate::parse(rate)?)?;
+            builder = builder.limit(name, rule);
             // SAFETY: `str_arg` above checked it is non-NULL and NUL-terminated.
             names.push(unsafe { CStr::from_ptr(spec.name) }.to_owned());
-            builder = builder.limit(name, rule);
         }
-        if let Some(n) = o.max_keys {
-            builder = builder.max_keys(n);
-        }
-        if let Some(n) = o.max_key_len {
-            builder = builder.max_key_len(n);
-        }
-        let limiter = builder.build()?;
-        let multi = Multi { limiter, names: names.into_boxed_slice() };
+        let limiter = builder.clock(o.clock).options(o.options).build()?;
         // SAFETY: `out` was checked above.
-        unsafe { ratomic_limiter::hand_out(Kind::Multi(multi), o.clock, out) };
+        unsafe { ratomic_limiter::hand_out(Engine::Many(limiter), names.into_boxed_slice(), out) };
         Ok(())
     })
 }
 
 /// Writes the number of limits in `limiter` to `*out`: the size of the
-/// entries array `ratomic_allow_detailed` needs. 1 for a token bucket or
-/// window limiter.
+/// entries array `ratomic_allow_detailed` needs, and the indices
+/// `ratomic_limit_get` accepts. 1 for a token bucket or window limiter.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT`, `RATOMIC_PANIC`.
+/// Errors (`*out` untouched): `RATOMIC_NULL_ARGUMENT` (limiter, out),
+/// `RATOMIC_PANIC`.
 ///
 /// Ownership: borrows `limiter`. Thread-safety: safe from any thread.
 ///
@@ -146,16 +119,9 @@ pub unsafe extern "C" fn ratomic_limit_count(limiter: *const ratomic_limiter, ou
         let l = unsafe { arg_ref(limiter, "limiter") }?;
         let out = out_ptr(out, "out")?;
         // SAFETY: checked non-NULL; writable as the caller guarantees.
-        unsafe { write_out(out, limit_count(l)) };
+        unsafe { write_out(out, l.names.len()) };
         Ok(())
     })
-}
-
-fn limit_count(l: &ratomic_limiter) -> usize {
-    match &l.kind {
-        Kind::Multi(m) => m.names.len(),
-        _ => 1,
-    }
 }
 
 /// Allow or peek with one entry per limit.
@@ -181,44 +147,33 @@ unsafe fn detailed(
         let decision = out_ptr(decision, "decision")?;
         let entries = out_ptr(entries, "entries")?;
         let entries_len = out_ptr(entries_len, "entries_len")?;
-        let need = limit_count(l);
+        let need = l.names.len();
         if entries_cap < need {
             return Err(Failure::BufferTooSmall { need, have: entries_cap });
         }
         // SAFETY: the caller passes `key_len` readable bytes at `key`.
         let key = unsafe { key_arg(key, key_len, l.max_key_len()) }?;
-        let now = match now {
-            Some(t) => t.min(MAX_NANOS),
-            None => l.now(),
+        let now = now.unwrap_or_else(|| l.now());
+        let entry = |index: usize, d: ratomic_core::Decision| {
+            let e = ratomic_limit_decision { name: l.names[index].as_ptr(), decision: d.into() };
+            // SAFETY: index < need <= entries_cap writable entries.
+            unsafe { write_out(entries.add(index), e) };
         };
-        let single = |name: &'static CStr, d: ratomic_core::Decision| {
-            // SAFETY: `entries` holds at least `need` = 1 writable entries.
-            unsafe { write_out(entries, ratomic_limit_decision { name: name.as_ptr(), decision: d.into() }) };
-            d
-        };
-        let d = match &l.kind {
-            Kind::TokenBucket(k) => {
-                single(c"token_bucket", if consume { k.allow_at(key, cost, now) } else { k.peek_at(key, cost, now) }?)
-            }
-            Kind::FixedWindow(k) => {
-                single(c"fixed_window", if consume { k.allow_at(key, cost, now) } else { k.peek_at(key, cost, now) }?)
-            }
-            Kind::SlidingWindow(k) => {
-                single(c"sliding_window", if consume { k.allow_at(key, cost, now) } else { k.peek_at(key, cost, now) }?)
-            }
-            Kind::Multi(m) => {
-                let md = if consume { m.limiter.allow_at(key, cost, now) } else { m.limiter.peek_at(key, cost, now) }?;
-                // A call on all limits has one entry per limit, in the limiter's order.
-                debug_assert_eq!(md.entries().len(), m.names.len());
-                for (i, (entry, name)) in md.entries().zip(m.names.iter()).enumerate() {
-                    debug_assert_eq!(entry.name.as_bytes(), name.to_bytes());
-                    let e = ratomic_limit_decision { name: name.as_ptr(), decision: entry.decision.into() };
-                    // SAFETY: i < need <= entries_cap writable entries.
-                    unsafe { write_out(entries.add(i), e) };
+        let d = with_engine!(l,
+            k => {
+                let d = if consume { k.allow_at(key, cost, now) } else { k.peek_at(key, cost, now) }?;
+                entry(0, d);
+                d
+            },
+            m => {
+                let md = if consume { m.allow_at(key, cost, now) } else { m.peek_at(key, cost, now) }?;
+                // A call on all limits has one entry per limit.
+                for e in md.entries() {
+                    entry(e.index, e.decision);
                 }
                 md.decision
             }
-        };
+        );
         // SAFETY: checked non-NULL above; writable as the caller guarantees.
         unsafe {
             write_out(decision, d.into());
@@ -240,7 +195,9 @@ unsafe fn detailed(
 /// `ratomic_limit_count` (else `RATOMIC_BUFFER_TOO_SMALL`, nothing written,
 /// nothing consumed).
 ///
-/// Errors: as `ratomic_allow`, plus `RATOMIC_BUFFER_TOO_SMALL`.
+/// Errors (nothing consumed, nothing written): as `ratomic_allow` (with
+/// `RATOMIC_NULL_ARGUMENT` also for entries and entries_len), plus
+/// `RATOMIC_BUFFER_TOO_SMALL`.
 ///
 /// Ownership: the caller owns the arrays; each entry's `name` is borrowed
 /// from the limiter (valid until it is freed). Thread-safety: safe from many
@@ -267,6 +224,9 @@ pub unsafe extern "C" fn ratomic_allow_detailed(
 /// `ratomic_allow_detailed` at time `now_ns` (nanoseconds; see
 /// `ratomic_allow_at`).
 ///
+/// Errors as `ratomic_allow_detailed`; `RATOMIC_INVALID_ARGUMENT` when
+/// `now_ns` is above `RATOMIC_MAX_TIME`.
+///
 /// # Safety
 /// As `ratomic_allow_detailed`.
 #[no_mangle]
@@ -287,6 +247,8 @@ pub unsafe extern "C" fn ratomic_allow_detailed_at(
 
 /// `ratomic_allow_detailed` that changes nothing (as `ratomic_peek`).
 ///
+/// Errors as `ratomic_allow_detailed`.
+///
 /// # Safety
 /// As `ratomic_allow_detailed`.
 #[no_mangle]
@@ -305,6 +267,8 @@ pub unsafe extern "C" fn ratomic_peek_detailed(
 }
 
 /// `ratomic_peek_detailed` at time `now_ns` (nanoseconds).
+///
+/// Errors as `ratomic_allow_detailed_at`.
 ///
 /// # Safety
 /// As `ratomic_allow_detailed`.

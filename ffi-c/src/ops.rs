@@ -1,16 +1,30 @@
-//! The operations every limiter kind answers: allow, peek, refund, reset,
-//! batches, the key count and the clock.
+//! The operations every limiter answers: allow, peek, refund, reset,
+//! acquire, batches, the key count, gc and the clock.
 //!
 //! Each comes in two forms: one that reads the limiter's clock (the
 //! callback from `ratomic_options`, or the library's monotonic clock), and
-//! one ending in `_at` that takes `now_ns` from the caller.
+//! one ending in `_at` that takes `now_ns` from the caller. Either way, a
+//! time past `RATOMIC_MAX_TIME` is an error that changes nothing (the
+//! engine checks it; it is never clamped).
 
 use std::mem::size_of;
+use std::time::Duration;
+
+use ratomic_core::{check_time, Error};
 
 use crate::boundary::{arg_ref, key_arg, out_ptr, write_out, Failure};
 use crate::decision::ratomic_decision;
-use crate::limiter::{ratomic_limiter, MAX_NANOS};
+use crate::limiter::ratomic_limiter;
 use crate::result::ratomic_result;
+
+/// The last valid time, in nanoseconds: 2^62 − 1 (about 146 years after
+/// the clock's zero). An `_at` time or a clock reading beyond it is
+/// `RATOMIC_INVALID_ARGUMENT`, and the call changes nothing: never clamped.
+pub const RATOMIC_MAX_TIME: u64 = 4_611_686_018_427_387_903;
+const _: () = assert!(RATOMIC_MAX_TIME == ratomic_core::MAX_TIME);
+
+/// `ratomic_acquire`'s `timeout_ns` for "wait as long as it takes".
+pub const RATOMIC_NO_TIMEOUT: u64 = u64::MAX;
 
 /// One request of a batch (`ratomic_allow_many`): a key and a cost.
 #[repr(C)]
@@ -44,13 +58,10 @@ unsafe fn decide(
         let decision = out_ptr(decision, "decision")?;
         // SAFETY: the caller passes `key_len` readable bytes at `key`.
         let key = unsafe { key_arg(key, key_len, l.max_key_len()) }?;
-        let now = match now {
-            Some(t) => t.min(MAX_NANOS),
-            None => l.now(),
-        };
-        let d = with_kind!(&l.kind,
+        let now = now.unwrap_or_else(|| l.now());
+        let d = with_engine!(l,
             k => if consume { k.allow_at(key, cost, now) } else { k.peek_at(key, cost, now) }?,
-            m => if consume { m.limiter.allow_at(key, cost, now) } else { m.limiter.peek_at(key, cost, now) }?.decision
+            m => if consume { m.allow_at(key, cost, now) } else { m.peek_at(key, cost, now) }?.decision
         );
         // SAFETY: checked non-NULL above; the caller guarantees it is writable.
         unsafe { ratomic_decision::write(decision, d) };
@@ -63,13 +74,17 @@ unsafe fn decide(
 /// A denial is `RATOMIC_OK` with `decision->allowed == false` and a
 /// positive `retry_after_ns`; it consumes nothing. Cost 0 answers like a
 /// peek. For a multi-limit limiter, the call passes only if every limit
-/// allows it (all or nothing); the decision is the tightest limit's.
+/// allows it (all or nothing); the decision is the combined one (see
+/// `ratomic_multi_limiter_new`).
 ///
 /// `key` is `key_len` bytes, any bytes; NULL is allowed when `key_len` is 0.
 ///
-/// Errors (no state changed, `*decision` untouched): `RATOMIC_NULL_ARGUMENT`,
-/// `RATOMIC_COST_EXCEEDS_LIMIT` (a cost above the limit could never pass),
-/// `RATOMIC_KEY_TOO_LONG`, `RATOMIC_PANIC` (a bug in ratomic, caught).
+/// Errors (no state changed, `*decision` untouched): `RATOMIC_NULL_ARGUMENT`
+/// (limiter, decision, or key with a non-zero `key_len`);
+/// `RATOMIC_COST_EXCEEDS_LIMIT` (a cost above the limit could never pass);
+/// `RATOMIC_KEY_TOO_LONG` (above the limiter's `max_key_len`, checked before
+/// `key` is read); `RATOMIC_INVALID_ARGUMENT` (the clock read past
+/// `RATOMIC_MAX_TIME`); `RATOMIC_PANIC` (a bug in ratomic, caught).
 ///
 /// Ownership: borrows `limiter` and `key` for the call; the caller owns
 /// `*decision`. Thread-safety: safe to call from many threads at once on
@@ -91,11 +106,13 @@ pub unsafe extern "C" fn ratomic_allow(
 }
 
 /// `ratomic_allow` at time `now_ns` (**nanoseconds** on the same timeline as
-/// the limiter's clock: the callback's, or the one `ratomic_now` reads).
-/// Time that steps back never grants more, but makes the limiter deny more
-/// than it should until time catches up: pass non-decreasing times.
+/// the limiter's clock: the callback's, or the one `ratomic_now` reads; at
+/// most `RATOMIC_MAX_TIME`). Time that steps back never grants more, but
+/// makes the limiter deny more than it should until time catches up: pass
+/// non-decreasing times.
 ///
-/// Ownership, thread-safety and errors as `ratomic_allow`.
+/// Errors as `ratomic_allow`; `RATOMIC_INVALID_ARGUMENT` when `now_ns` is
+/// above `RATOMIC_MAX_TIME`. Ownership and thread-safety as `ratomic_allow`.
 ///
 /// # Safety
 /// As `ratomic_allow`.
@@ -116,7 +133,7 @@ pub unsafe extern "C" fn ratomic_allow_at(
 /// `remaining` is what would be left after that cost; cost 0 reports the
 /// key as it is.
 ///
-/// Ownership, thread-safety and errors as `ratomic_allow`.
+/// Errors, ownership and thread-safety as `ratomic_allow`.
 ///
 /// # Safety
 /// As `ratomic_allow`.
@@ -134,6 +151,8 @@ pub unsafe extern "C" fn ratomic_peek(
 
 /// `ratomic_peek` at time `now_ns` (nanoseconds; see `ratomic_allow_at`).
 ///
+/// Errors as `ratomic_allow_at`.
+///
 /// # Safety
 /// As `ratomic_allow`.
 #[no_mangle]
@@ -147,6 +166,52 @@ pub unsafe extern "C" fn ratomic_peek_at(
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller.
     unsafe { decide(limiter, key, key_len, cost, Some(now_ns), false, decision) }
+}
+
+/// Takes `cost` tokens from `key`, waiting out denials: tries as
+/// `ratomic_allow` does and, while it is denied, waits the denial's
+/// `retry_after_ns` (through `ratomic_options::clock_sleep`, or by sleeping
+/// the thread) and tries again. Writes the allowing decision — or, once the
+/// next wait would take the total waited past `timeout_ns`, that denial
+/// (`allowed == false`), without waiting for it: a timeout is a decision,
+/// not an error. `timeout_ns` 0 never waits; `RATOMIC_NO_TIMEOUT` waits as
+/// long as it takes. Other callers may take the tokens during a wait, so a
+/// call can wait more than once.
+///
+/// Blocks the calling thread. There is no `_at` form: a call that waits
+/// must read the time after waiting, so tests give the limiter a clock
+/// callback and a `clock_sleep` that moves that clock instead of sleeping.
+///
+/// Errors (`*decision` untouched; nothing was taken): as `ratomic_allow`,
+/// reported at once for a bad call (a cost above the limit never waits), or
+/// after a wait if the clock then reads past `RATOMIC_MAX_TIME`.
+///
+/// Ownership: borrows `limiter` and `key` for the call; the caller owns
+/// `*decision`. Thread-safety: safe from many threads at once.
+///
+/// # Safety
+/// As `ratomic_allow`.
+#[no_mangle]
+pub unsafe extern "C" fn ratomic_acquire(
+    limiter: *const ratomic_limiter,
+    key: *const u8,
+    key_len: usize,
+    cost: u64,
+    timeout_ns: u64,
+    decision: *mut ratomic_decision,
+) -> ratomic_result {
+    ffi_boundary!({
+        // SAFETY: the caller passes a live limiter or NULL.
+        let l = unsafe { arg_ref(limiter, "limiter") }?;
+        let decision = out_ptr(decision, "decision")?;
+        // SAFETY: the caller passes `key_len` readable bytes at `key`.
+        let key = unsafe { key_arg(key, key_len, l.max_key_len()) }?;
+        let timeout = (timeout_ns != RATOMIC_NO_TIMEOUT).then(|| Duration::from_nanos(timeout_ns));
+        let d = with_engine!(l, k => k.acquire(key, cost, timeout)?, m => m.acquire(key, cost, timeout)?.decision);
+        // SAFETY: checked non-NULL above; the caller guarantees it is writable.
+        unsafe { ratomic_decision::write(decision, d) };
+        Ok(())
+    })
 }
 
 /// Refund or reset, at `now` or at the limiter's clock.
@@ -166,15 +231,10 @@ unsafe fn restore(
         let l = unsafe { arg_ref(limiter, "limiter") }?;
         // SAFETY: the caller passes `key_len` readable bytes at `key`.
         let key = unsafe { key_arg(key, key_len, l.max_key_len()) }?;
-        let now = match now {
-            Some(t) => t.min(MAX_NANOS),
-            None => l.now(),
-        };
+        let now = now.unwrap_or_else(|| l.now());
         match refund {
-            Some(tokens) => {
-                with_kind!(&l.kind, k => k.refund_at(key, tokens, now)?, m => m.limiter.refund_at(key, tokens, now)?)
-            }
-            None => with_kind!(&l.kind, k => k.reset_at(key, now)?, m => m.limiter.reset_at(key, now)?),
+            Some(tokens) => with_engine!(l, k => k.refund_at(key, tokens, now)?, m => m.refund_at(key, tokens, now)?),
+            None => with_engine!(l, k => k.reset_at(key, now)?, m => m.reset_at(key, now)?),
         }
         Ok(())
     })
@@ -184,7 +244,9 @@ unsafe fn restore(
 /// fills above its limit: refunding a full key, or one never seen, does
 /// nothing. For a multi-limit limiter, every limit gets them back.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT`, `RATOMIC_KEY_TOO_LONG`, `RATOMIC_PANIC`.
+/// Errors (nothing changed): `RATOMIC_NULL_ARGUMENT` (limiter, or key with a
+/// non-zero `key_len`); `RATOMIC_KEY_TOO_LONG`; `RATOMIC_INVALID_ARGUMENT`
+/// (the clock read past `RATOMIC_MAX_TIME`); `RATOMIC_PANIC`.
 ///
 /// Ownership: borrows `limiter` and `key` for the call. Thread-safety: safe
 /// from many threads at once.
@@ -205,6 +267,9 @@ pub unsafe extern "C" fn ratomic_refund(
 
 /// `ratomic_refund` at time `now_ns` (nanoseconds; see `ratomic_allow_at`).
 ///
+/// Errors as `ratomic_refund`; `RATOMIC_INVALID_ARGUMENT` when `now_ns` is
+/// above `RATOMIC_MAX_TIME`.
+///
 /// # Safety
 /// As `ratomic_refund`.
 #[no_mangle]
@@ -222,7 +287,7 @@ pub unsafe extern "C" fn ratomic_refund_at(
 /// Forgets `key`: it is full again (for every limit of a multi-limit
 /// limiter).
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT`, `RATOMIC_KEY_TOO_LONG`, `RATOMIC_PANIC`.
+/// Errors as `ratomic_refund`.
 ///
 /// Ownership: borrows `limiter` and `key` for the call. Thread-safety: safe
 /// from many threads at once.
@@ -240,6 +305,8 @@ pub unsafe extern "C" fn ratomic_reset(
 }
 
 /// `ratomic_reset` at time `now_ns` (nanoseconds; see `ratomic_allow_at`).
+///
+/// Errors as `ratomic_refund_at`.
 ///
 /// # Safety
 /// As `ratomic_refund`.
@@ -264,84 +331,110 @@ unsafe fn many(
     count: usize,
     now: Option<u64>,
     decisions: *mut ratomic_decision,
-    results: *mut ratomic_result,
 ) -> ratomic_result {
     ffi_boundary!({
         // SAFETY: the caller passes a live limiter or NULL.
         let l = unsafe { arg_ref(limiter, "limiter") }?;
-        if count == 0 {
-            return Ok(());
-        }
-        if requests.is_null() {
-            return Err(Failure::Null("requests"));
-        }
-        let decisions = out_ptr(decisions, "decisions")?;
-        let results = out_ptr(results, "results")?;
-        if count > isize::MAX as usize / size_of::<ratomic_decision>() {
-            return Err(Failure::Core(ratomic_core::Error::InvalidArgument {
-                name: "count",
-                value: count.to_string(),
-                reason: "is larger than any array".into(),
-            }));
-        }
-        // SAFETY: non-NULL; the caller guarantees `count` readable requests.
-        let requests = unsafe { std::slice::from_raw_parts(requests, count) };
-        let now = match now {
-            Some(t) => t.min(MAX_NANOS),
-            None => l.now(),
+        let requests = if count == 0 {
+            &[]
+        } else {
+            if requests.is_null() {
+                return Err(Failure::Null("requests"));
+            }
+            out_ptr(decisions, "decisions")?;
+            if count > isize::MAX as usize / size_of::<ratomic_decision>() {
+                return Err(Failure::Core(Error::InvalidArgument {
+                    name: "count",
+                    value: count.to_string(),
+                    reason: "is larger than any array".into(),
+                }));
+            }
+            // SAFETY: non-NULL; the caller guarantees `count` readable requests.
+            unsafe { std::slice::from_raw_parts(requests, count) }
         };
+        let now = check_time(now.unwrap_or_else(|| l.now()))?;
+        // The keys as slices: C must check each pointer and length before
+        // reading it, which the engine cannot do for it.
         let max_key_len = l.max_key_len();
-        for (i, r) in requests.iter().enumerate() {
+        let mut keys = Vec::with_capacity(count);
+        for (index, r) in requests.iter().enumerate() {
             // SAFETY: the caller guarantees each request's key bytes.
-            let decided = unsafe { key_arg(r.key, r.key_len, max_key_len) }.and_then(|key| {
-                Ok(with_kind!(&l.kind, k => k.allow_at(key, r.cost, now)?, m => m.limiter.allow_at(key, r.cost, now)?.decision))
-            });
-            let code = match decided {
-                Ok(d) => {
-                    // SAFETY: i < count, and the caller guarantees `count` writable decisions.
-                    unsafe { write_out(decisions.add(i), d.into()) };
-                    ratomic_result::RATOMIC_OK
-                }
-                Err(failure) => failure.record(),
-            };
-            // SAFETY: i < count, and the caller guarantees `count` writable results.
-            unsafe { write_out(results.add(i), code) };
+            match unsafe { key_arg(r.key, r.key_len, max_key_len) } {
+                Ok(key) => keys.push((key, r.cost)),
+                Err(bad_key) => return Err(first_invalid(l, &keys, index, r.cost, bad_key)),
+            }
         }
+        let requests = keys.iter().map(|&(key, cost)| (key, cost));
+        let write = |i: usize, d: ratomic_core::Decision| {
+            // SAFETY: i < count, and the caller guarantees `count` writable decisions.
+            unsafe { write_out(decisions.add(i), d.into()) };
+        };
+        with_engine!(l,
+            k => {
+                let mut out = Vec::with_capacity(count);
+                k.allow_many_at(requests, now, &mut out)?;
+                out.into_iter().enumerate().for_each(|(i, d)| write(i, d));
+            },
+            m => {
+                let mut out = Vec::with_capacity(count);
+                m.select(m.all_limits()).allow_many_at(requests, now, &mut out)?;
+                out.into_iter().enumerate().for_each(|(i, md)| write(i, md.decision));
+            }
+        );
         Ok(())
     })
 }
 
+/// The failure of a batch whose request `index` has a key C cannot read
+/// (`bad_key`): the engine's own for an earlier invalid request, or for
+/// this request's cost, as the engine would have found them first.
+fn first_invalid(l: &ratomic_limiter, before: &[(&[u8], u64)], index: usize, cost: u64, bad_key: Failure) -> Failure {
+    let check = |key: &[u8], cost: u64| with_engine!(l, k => k.check(key, cost), m => m.check(key, cost));
+    let earlier = before.iter().enumerate().find_map(|(i, &(key, cost))| check(key, cost).err().map(|e| (i, e)));
+    match earlier.or_else(|| check(&[], cost).err().map(|e| (index, e))) {
+        Some((index, e)) => Failure::Core(Error::InvalidRequest { index, error: Box::new(e) }),
+        None => Failure::Request { index, cause: Box::new(bad_key) },
+    }
+}
+
 /// Decides `count` independent requests in order, all at one reading of the
-/// clock, as `ratomic_allow` would one by one. `results[i]` receives each
-/// request's own code; `decisions[i]` is written only where `results[i]` is
-/// `RATOMIC_OK`. An invalid request fails alone.
+/// clock, as `ratomic_allow` would one by one, and writes `decisions[i]`
+/// for `requests[i]`. Every request is checked before any is decided: if
+/// one is invalid (a cost above the limit, a key too long, a NULL key with
+/// a non-zero length), the whole batch fails with
+/// `RATOMIC_INVALID_REQUEST`, nothing is decided or changed, no decision is
+/// written, and `ratomic_last_error_request` gives the first invalid
+/// request's index and its own code (the message names both).
 ///
 /// When `count` is 0 the arrays may be NULL and nothing is written.
 ///
-/// Errors of the whole call (nothing decided, arrays untouched):
-/// `RATOMIC_NULL_ARGUMENT`, `RATOMIC_INVALID_ARGUMENT` (count too large),
-/// `RATOMIC_PANIC`.
+/// Errors (nothing decided, `decisions` untouched): `RATOMIC_INVALID_REQUEST`
+/// (above); `RATOMIC_NULL_ARGUMENT` (limiter; requests or decisions when
+/// `count` > 0); `RATOMIC_INVALID_ARGUMENT` (count larger than any array;
+/// the clock read past `RATOMIC_MAX_TIME`); `RATOMIC_PANIC`.
 ///
 /// Ownership: borrows all arrays for the call; the caller owns them.
 /// Thread-safety: safe from many threads at once.
 ///
 /// # Safety
 /// `limiter` must be a live limiter; `requests` must point to `count`
-/// readable requests whose keys are valid; `decisions` and `results` to
-/// `count` writable elements each.
+/// readable requests whose keys are valid; `decisions` to `count` writable
+/// decisions.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_allow_many(
     limiter: *const ratomic_limiter,
     requests: *const ratomic_request,
     count: usize,
     decisions: *mut ratomic_decision,
-    results: *mut ratomic_result,
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller.
-    unsafe { many(limiter, requests, count, None, decisions, results) }
+    unsafe { many(limiter, requests, count, None, decisions) }
 }
 
 /// `ratomic_allow_many` at time `now_ns` (nanoseconds; see `ratomic_allow_at`).
+///
+/// Errors as `ratomic_allow_many`; `RATOMIC_INVALID_ARGUMENT` when `now_ns`
+/// is above `RATOMIC_MAX_TIME`.
 ///
 /// # Safety
 /// As `ratomic_allow_many`.
@@ -352,10 +445,9 @@ pub unsafe extern "C" fn ratomic_allow_many_at(
     count: usize,
     now_ns: u64,
     decisions: *mut ratomic_decision,
-    results: *mut ratomic_result,
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller.
-    unsafe { many(limiter, requests, count, Some(now_ns), decisions, results) }
+    unsafe { many(limiter, requests, count, Some(now_ns), decisions) }
 }
 
 /// Writes the number of keys the limiter holds to `*out`. A key that has
@@ -363,7 +455,8 @@ pub unsafe extern "C" fn ratomic_allow_many_at(
 /// growth or `ratomic_gc`); call `ratomic_gc` first for an exact count of
 /// keys being limited.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT`, `RATOMIC_PANIC`.
+/// Errors (`*out` untouched): `RATOMIC_NULL_ARGUMENT` (limiter, out),
+/// `RATOMIC_PANIC`.
 ///
 /// Ownership: borrows `limiter`. Thread-safety: safe from many threads at
 /// once (a count taken while others call is a snapshot).
@@ -376,32 +469,23 @@ pub unsafe extern "C" fn ratomic_key_count(limiter: *const ratomic_limiter, out:
         // SAFETY: the caller passes a live limiter or NULL.
         let l = unsafe { arg_ref(limiter, "limiter") }?;
         let out = out_ptr(out, "out")?;
-        let n = with_kind!(&l.kind, k => k.len(), m => m.limiter.len());
+        let n = with_engine!(l, k => k.len(), m => m.len());
         // SAFETY: checked non-NULL; writable as the caller guarantees.
         unsafe { write_out(out, n) };
         Ok(())
     })
 }
 
-/// Drops every key that is full again (losslessly: no later decision
-/// changes) at the limiter's clock, and writes how many were dropped to
-/// `*dropped` (which may be NULL). Optional: the same work happens,
-/// amortised, inside calls.
-///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (limiter), `RATOMIC_PANIC`.
-///
-/// Ownership: borrows `limiter`. Thread-safety: safe from many threads at
-/// once.
+/// gc at `now` or at the limiter's clock.
 ///
 /// # Safety
-/// `limiter` must be a live limiter; `dropped`, if non-NULL, valid for writes.
-#[no_mangle]
-pub unsafe extern "C" fn ratomic_gc(limiter: *const ratomic_limiter, dropped: *mut usize) -> ratomic_result {
+/// As the public functions that call it.
+unsafe fn gc(limiter: *const ratomic_limiter, now: Option<u64>, dropped: *mut usize) -> ratomic_result {
     ffi_boundary!({
         // SAFETY: the caller passes a live limiter or NULL.
         let l = unsafe { arg_ref(limiter, "limiter") }?;
-        let now = l.now();
-        let n = with_kind!(&l.kind, k => k.gc_at(now), m => m.limiter.gc_at(now))?;
+        let now = now.unwrap_or_else(|| l.now());
+        let n = with_engine!(l, k => k.gc_at(now), m => m.gc_at(now))?;
         if !dropped.is_null() {
             // SAFETY: non-NULL; writable as the caller guarantees.
             unsafe { write_out(dropped, n) };
@@ -410,11 +494,51 @@ pub unsafe extern "C" fn ratomic_gc(limiter: *const ratomic_limiter, dropped: *m
     })
 }
 
+/// Drops every key that is full again (losslessly: no later decision
+/// changes, even one stamped with an earlier time) at the limiter's clock,
+/// and writes how many were dropped to `*dropped` (which may be NULL).
+/// Optional: the same work happens, amortised, inside calls.
+///
+/// Errors (`*dropped` untouched): `RATOMIC_NULL_ARGUMENT` (limiter);
+/// `RATOMIC_INVALID_ARGUMENT` (the clock read past `RATOMIC_MAX_TIME`);
+/// `RATOMIC_PANIC`.
+///
+/// Ownership: borrows `limiter`. Thread-safety: safe from many threads at
+/// once.
+///
+/// # Safety
+/// `limiter` must be a live limiter; `dropped`, if non-NULL, valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn ratomic_gc(limiter: *const ratomic_limiter, dropped: *mut usize) -> ratomic_result {
+    // SAFETY: forwarded from the caller.
+    unsafe { gc(limiter, None, dropped) }
+}
+
+/// `ratomic_gc` at time `now_ns` (nanoseconds; see `ratomic_allow_at`):
+/// drops the keys that are full at that time.
+///
+/// Errors as `ratomic_gc`; `RATOMIC_INVALID_ARGUMENT` when `now_ns` is above
+/// `RATOMIC_MAX_TIME`.
+///
+/// # Safety
+/// As `ratomic_gc`.
+#[no_mangle]
+pub unsafe extern "C" fn ratomic_gc_at(
+    limiter: *const ratomic_limiter,
+    now_ns: u64,
+    dropped: *mut usize,
+) -> ratomic_result {
+    // SAFETY: forwarded from the caller.
+    unsafe { gc(limiter, Some(now_ns), dropped) }
+}
+
 /// Writes the limiter's clock reading, in **nanoseconds**, to `*out_ns`: the
 /// callback's value if one was given, else the library's monotonic clock.
 /// Use it to drive the `_at` functions from one reading.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT`, `RATOMIC_PANIC`.
+/// Errors (`*out_ns` untouched): `RATOMIC_NULL_ARGUMENT` (limiter, out_ns);
+/// `RATOMIC_INVALID_ARGUMENT` (the clock read past `RATOMIC_MAX_TIME`);
+/// `RATOMIC_PANIC`.
 ///
 /// Ownership: borrows `limiter`. Thread-safety: safe from any thread.
 ///
@@ -426,7 +550,7 @@ pub unsafe extern "C" fn ratomic_now(limiter: *const ratomic_limiter, out_ns: *m
         // SAFETY: the caller passes a live limiter or NULL.
         let l = unsafe { arg_ref(limiter, "limiter") }?;
         let out_ns = out_ptr(out_ns, "out_ns")?;
-        let now = l.now();
+        let now = check_time(l.now())?;
         // SAFETY: checked non-NULL; writable as the caller guarantees.
         unsafe { write_out(out_ns, now) };
         Ok(())

@@ -1,7 +1,7 @@
 //! `ratomic_result`: what every function returns, its messages, and the
 //! detailed message of the last failed call on a thread.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::c_char;
 
 /// What a ratomic function reports. `RATOMIC_OK` (0) is success; every other
@@ -21,8 +21,10 @@ pub enum ratomic_result {
     /// A rate string (e.g. "10/s") could not be parsed, or was not UTF-8.
     RATOMIC_INVALID_RATE = 2,
     /// A numeric or named argument is out of range: a NaN, infinite, zero
-    /// or negative rate, a zero window or capacity, an unknown algorithm,
-    /// an empty or duplicate limit name, an option out of range.
+    /// or negative rate, a zero window or capacity, a window limit above
+    /// the window's largest, an unknown algorithm, an empty or duplicate
+    /// limit name, an option out of range, or a time (an `_at` argument or
+    /// a clock reading) past `RATOMIC_MAX_TIME`.
     RATOMIC_INVALID_ARGUMENT = 3,
     /// The cost asked for is above the limit: that call could never pass.
     RATOMIC_COST_EXCEEDS_LIMIT = 4,
@@ -36,13 +38,17 @@ pub enum ratomic_result {
     RATOMIC_PANIC = 7,
     /// An error this version of the C ABI has no specific code for.
     RATOMIC_OTHER_ERROR = 8,
+    /// A request of a batch (`ratomic_allow_many`) is invalid: the whole
+    /// batch was refused and nothing changed. `ratomic_last_error_request`
+    /// gives the first invalid request's index and its own code.
+    RATOMIC_INVALID_REQUEST = 9,
 }
 
 impl ratomic_result {
     /// The static, NUL-terminated message for `code`.
     pub(crate) fn message(code: u32) -> &'static std::ffi::CStr {
         use ratomic_result::*;
-        const CODES: [ratomic_result; 9] = [
+        const CODES: [ratomic_result; 10] = [
             RATOMIC_OK,
             RATOMIC_NULL_ARGUMENT,
             RATOMIC_INVALID_RATE,
@@ -52,6 +58,7 @@ impl ratomic_result {
             RATOMIC_BUFFER_TOO_SMALL,
             RATOMIC_PANIC,
             RATOMIC_OTHER_ERROR,
+            RATOMIC_INVALID_REQUEST,
         ];
         match CODES.iter().find(|c| **c as u32 == code) {
             Some(RATOMIC_OK) => c"ok",
@@ -60,7 +67,7 @@ impl ratomic_result {
                 c"invalid rate string (expected \"<count>/<period>\", e.g. \"10/s\", \"100/min\")"
             }
             Some(RATOMIC_INVALID_ARGUMENT) => {
-                c"invalid argument (NaN, infinite, zero or negative rate, zero window, bad name or option)"
+                c"invalid argument (NaN, infinite, zero or negative rate, zero window, limit too large for its window, bad name or option, time past RATOMIC_MAX_TIME)"
             }
             Some(RATOMIC_COST_EXCEEDS_LIMIT) => c"cost exceeds the limit: this call could never be allowed",
             Some(RATOMIC_KEY_TOO_LONG) => c"key is longer than the limiter's max_key_len",
@@ -68,6 +75,9 @@ impl ratomic_result {
             Some(RATOMIC_PANIC) => c"internal panic caught at the C boundary (a bug in ratomic; please report it)",
             Some(RATOMIC_OTHER_ERROR) => {
                 c"an error with no specific code in this version (see ratomic_last_error_message)"
+            }
+            Some(RATOMIC_INVALID_REQUEST) => {
+                c"a request of the batch is invalid; nothing was decided (see ratomic_last_error_request)"
             }
             None => c"unknown ratomic_result code",
         }
@@ -97,11 +107,14 @@ pub extern "C" fn ratomic_version() -> *const c_char {
 
 thread_local! {
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+    /// The invalid request of the last failed call, if it was a batch's.
+    static LAST_REQUEST: Cell<Option<(usize, ratomic_result)>> = const { Cell::new(None) };
 }
 
-/// Records `message` as this thread's last error.
-pub(crate) fn set_last_error(message: String) {
+/// Records `message` (and a batch's invalid request) as this thread's last error.
+pub(crate) fn set_last_error(message: String, request: Option<(usize, ratomic_result)>) {
     // A thread being torn down has no slot left; the code alone must do.
+    let _ = LAST_REQUEST.try_with(|slot| slot.set(request));
     let _ = LAST_ERROR.try_with(|slot| {
         if let Ok(mut slot) = slot.try_borrow_mut() {
             *slot = message;
@@ -146,6 +159,49 @@ pub unsafe extern "C" fn ratomic_last_error_message(
         if !out_len.is_null() {
             // SAFETY: non-NULL, and the caller guarantees it is writable.
             unsafe { *out_len = message.len() };
+        }
+        Ok(())
+    })
+}
+
+/// Writes the first invalid request of the most recent failed call **on
+/// this thread**, when that call was a batch that returned
+/// `RATOMIC_INVALID_REQUEST`: its index in the batch to `*out_index`, and
+/// the code that request alone would have returned (e.g.
+/// `RATOMIC_COST_EXCEEDS_LIMIT`, `RATOMIC_KEY_TOO_LONG`,
+/// `RATOMIC_NULL_ARGUMENT` for a NULL key) to `*out_code`. Successful calls
+/// do not clear it.
+///
+/// Errors (nothing written): `RATOMIC_NULL_ARGUMENT` (out_index, out_code);
+/// `RATOMIC_INVALID_ARGUMENT` when the most recent failed call on this
+/// thread was not a batch refused for one of its requests (that failure
+/// is then the last error, as for any other call).
+///
+/// Ownership: the caller owns both out-parameters. Thread-safety: each
+/// thread has its own last error.
+///
+/// # Safety
+/// `out_index` and `out_code` must be valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn ratomic_last_error_request(
+    out_index: *mut usize,
+    out_code: *mut ratomic_result,
+) -> ratomic_result {
+    ffi_boundary!({
+        let out_index = crate::boundary::out_ptr(out_index, "out_index")?;
+        let out_code = crate::boundary::out_ptr(out_code, "out_code")?;
+        let Some((index, code)) = LAST_REQUEST.try_with(Cell::get).ok().flatten() else {
+            return Err(crate::boundary::Failure::Core(ratomic_core::Error::InvalidArgument {
+                name: "last error",
+                value: "not RATOMIC_INVALID_REQUEST".to_owned(),
+                reason: "the most recent failed call on this thread was not a batch refused for one of its requests"
+                    .into(),
+            }));
+        };
+        // SAFETY: both checked non-NULL; writable as the caller guarantees.
+        unsafe {
+            crate::boundary::write_out(out_index, index);
+            crate::boundary::write_out(out_code, code);
         }
         Ok(())
     })

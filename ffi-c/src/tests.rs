@@ -3,19 +3,18 @@
 use std::ffi::CStr;
 use std::ptr;
 
+use ratomic_core::{Keyed, Options, Quota, Rule};
+
 use crate::boundary::run;
-use crate::limiter::{ratomic_limiter, Kind};
-use crate::options::ClockSource;
+use crate::limiter::{ratomic_limiter, Engine};
+use crate::options::FfiClock;
 use crate::*;
 
 /// A token bucket (capacity 3, 1/s) whose clock panics on every reading.
 fn limiter_with_panicking_clock() -> *mut ratomic_limiter {
-    let mut out = ptr::null_mut();
-    // SAFETY: `out` is a valid out-pointer; no options.
-    assert_eq!(unsafe { ratomic_token_bucket_new(3, 1.0, ptr::null(), &mut out) }, ratomic_result::RATOMIC_OK);
-    // SAFETY: `out` was just made by the constructor and is not shared.
-    unsafe { (*out).clock = ClockSource::Panicking };
-    out
+    let rule = Rule::token_bucket(Quota::new(3, 1.0).unwrap());
+    let keyed = Keyed::with_algorithm(rule, FfiClock::panicking(), Options::default()).unwrap();
+    Box::into_raw(Box::new(ratomic_limiter { engine: Engine::One(keyed), names: Box::new([c"token_bucket".into()]) }))
 }
 
 fn last_error() -> String {
@@ -56,10 +55,9 @@ fn panicking_clock_gives_panic_result_and_writes_nothing() {
         assert_eq!(ratomic_now(l, &mut now), ratomic_result::RATOMIC_PANIC);
         assert_eq!(now, 0);
         assert_eq!(ratomic_gc(l, ptr::null_mut()), ratomic_result::RATOMIC_PANIC);
+        assert_eq!(ratomic_acquire(l, key.as_ptr(), 1, 1, RATOMIC_NO_TIMEOUT, &mut d), ratomic_result::RATOMIC_PANIC);
         let req = ratomic_request { key: key.as_ptr(), key_len: 1, cost: 1 };
-        let mut res = ratomic_result::RATOMIC_OTHER_ERROR;
-        assert_eq!(ratomic_allow_many(l, &req, 1, &mut d, &mut res), ratomic_result::RATOMIC_PANIC);
-        assert_eq!(res, ratomic_result::RATOMIC_OTHER_ERROR, "results untouched");
+        assert_eq!(ratomic_allow_many(l, &req, 1, &mut d), ratomic_result::RATOMIC_PANIC);
         let mut entries = [ratomic_limit_decision { name: ptr::null(), decision: sentinel }; 1];
         let mut n = 0usize;
         assert_eq!(
@@ -78,6 +76,9 @@ fn panicking_clock_gives_panic_result_and_writes_nothing() {
         assert!(d.allowed && d.remaining == 0 && d.limit == 3);
         assert_eq!(ratomic_allow_at(l, key.as_ptr(), 1, 1, 0, &mut d), ratomic_result::RATOMIC_OK);
         assert!(!d.allowed && d.retry_after_ns == 1_000_000_000);
+        let mut dropped = 99;
+        assert_eq!(ratomic_gc_at(l, 10_000_000_000, &mut dropped), ratomic_result::RATOMIC_OK);
+        assert_eq!(dropped, 1);
         ratomic_limiter_free(l);
     }
 }
@@ -95,6 +96,7 @@ fn every_code_has_its_own_message() {
         RATOMIC_BUFFER_TOO_SMALL,
         RATOMIC_PANIC,
         RATOMIC_OTHER_ERROR,
+        RATOMIC_INVALID_REQUEST,
     ];
     // SAFETY: the function returns static NUL-terminated strings.
     let message = |c: u32| unsafe { CStr::from_ptr(ratomic_result_message(c)) }.to_str().unwrap().to_owned();
@@ -106,7 +108,7 @@ fn every_code_has_its_own_message() {
     seen.dedup();
     assert_eq!(seen.len(), codes.len());
     // The numbers are ABI: pin them.
-    assert_eq!(codes.map(|c| c as u32), [0, 1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(codes.map(|c| c as u32), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
 }
 
 #[test]
@@ -118,7 +120,8 @@ fn kinds_are_what_their_constructors_say() {
             ratomic_sliding_window_from_rate(c"5/s".as_ptr(), ptr::null(), &mut out),
             ratomic_result::RATOMIC_OK
         );
-        assert!(matches!((*out).kind, Kind::SlidingWindow(_)));
+        assert!(matches!(&(*out).engine, Engine::One(k) if matches!(k.algorithm(), Rule::SlidingWindow(_))));
+        assert_eq!(&*(*out).names, [c"sliding_window".to_owned()]);
         ratomic_limiter_free(out);
     }
 }

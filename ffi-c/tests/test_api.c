@@ -20,7 +20,7 @@ static void test_messages_and_version(void) {
         RATOMIC_OK, RATOMIC_NULL_ARGUMENT, RATOMIC_INVALID_RATE,
         RATOMIC_INVALID_ARGUMENT, RATOMIC_COST_EXCEEDS_LIMIT,
         RATOMIC_KEY_TOO_LONG, RATOMIC_BUFFER_TOO_SMALL, RATOMIC_PANIC,
-        RATOMIC_OTHER_ERROR};
+        RATOMIC_OTHER_ERROR, RATOMIC_INVALID_REQUEST};
     const size_t n = sizeof codes / sizeof codes[0];
     const char *unknown = ratomic_result_message(4242);
     CHECK(unknown != NULL && strcmp(unknown, "unknown ratomic_result code") == 0);
@@ -35,7 +35,10 @@ static void test_messages_and_version(void) {
     CHECK(RATOMIC_OK == 0 && RATOMIC_NULL_ARGUMENT == 1 && RATOMIC_INVALID_RATE == 2 &&
           RATOMIC_INVALID_ARGUMENT == 3 && RATOMIC_COST_EXCEEDS_LIMIT == 4 &&
           RATOMIC_KEY_TOO_LONG == 5 && RATOMIC_BUFFER_TOO_SMALL == 6 &&
-          RATOMIC_PANIC == 7 && RATOMIC_OTHER_ERROR == 8);
+          RATOMIC_PANIC == 7 && RATOMIC_OTHER_ERROR == 8 && RATOMIC_INVALID_REQUEST == 9);
+    CHECK(RATOMIC_ALGORITHM_TOKEN_BUCKET == 0 && RATOMIC_ALGORITHM_FIXED_WINDOW == 1 &&
+          RATOMIC_ALGORITHM_SLIDING_WINDOW == 2);
+    CHECK(RATOMIC_EVICTION_FAIR == 0 && RATOMIC_EVICTION_STRICT == 1);
 
     char expected[32];
     snprintf(expected, sizeof expected, "%d.%d.%d", RATOMIC_VERSION_MAJOR,
@@ -93,6 +96,11 @@ static void test_constructor_errors(void) {
     CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_fixed_window_new(10, UINT64_MAX, NULL, &l));
     CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_sliding_window_new(0, NS_PER_SEC, NULL, &l));
     CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_sliding_window_new(10, 0, NULL, &l));
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_sliding_window_new(10, UINT64_MAX, NULL, &l));
+    /* Limits above a window's largest (see test_contract.c). */
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_sliding_window_new(32768, NS_PER_SEC, NULL, &l));
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_sliding_window_from_rate("32768/s", NULL, &l));
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_fixed_window_from_rate("1073741824/s", NULL, &l));
 
     /* Malformed rate strings, for each kind. */
     const char *bad[] = {"", "10", "10/", "/s", "ten/s", "10/x", "0/s", "10/0s",
@@ -109,6 +117,13 @@ static void test_constructor_errors(void) {
     o.max_key_len = (size_t)1 << 32;
     CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_token_bucket_new(10, 1.0, &o, &l));
     CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_fixed_window_from_rate("1/s", &o, &l));
+    o.max_key_len = 0;
+    o.eviction = 2; /* no such policy */
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_token_bucket_from_rate("1/s", &o, &l));
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_fixed_window_new(1, NS_PER_SEC, &o, &l));
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_sliding_window_new(1, NS_PER_SEC, &o, &l));
+    o.eviction = RATOMIC_EVICTION_STRICT;
+    o.max_key_len = (size_t)1 << 32;
     ratomic_limit_spec one = {"a", "1/s", RATOMIC_ALGORITHM_TOKEN_BUCKET};
     CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_multi_limiter_new(&one, 1, &o, &l));
     CHECK(l == NULL); /* never written by a failed constructor */
@@ -172,6 +187,18 @@ static void test_call_errors(void) {
     CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_limit_count(NULL, &n));
     CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_limit_count(l, NULL));
     CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_gc(NULL, &n));
+    CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_gc_at(NULL, 0, &n));
+    CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_acquire(NULL, KEY("k"), 1, 0, &d));
+    CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_acquire(l, KEY("k"), 1, 0, NULL));
+    ratomic_limit_info info = {NULL, 77, 77, 77, 77, 7.0};
+    CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_limit_get(NULL, 0, &info));
+    CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_limit_get(l, 0, NULL));
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_limit_get(l, 1, &info));
+    CHECK(info.name == NULL && info.limit == 77);
+    uint64_t max = 12345;
+    CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_window_max_limit(RATOMIC_ALGORITHM_FIXED_WINDOW, 1, NULL));
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_window_max_limit(RATOMIC_ALGORITHM_TOKEN_BUCKET, 1, &max));
+    CHECK(max == 12345);
     CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_now(NULL, &t));
     CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_now(l, NULL));
     CHECK(n == 12345 && t == 12345 && untouched(&d));
@@ -204,25 +231,27 @@ static void test_call_errors(void) {
     CHECK_OK(ratomic_last_error_message(msg, sizeof msg, NULL));
     CHECK(strcmp(msg, "key is 9 bytes long; the limit is 8 bytes") == 0);
 
-    /* Batches: bad arrays fail whole; bad requests fail alone. */
+    /* Batches: bad arrays fail; a bad request fails the whole batch (its
+     * index from ratomic_last_error_request; see test_contract.c). */
     ratomic_request reqs[4] = {{(const uint8_t *)"a", 1, 1},
                                {(const uint8_t *)"123456789", 9, 1},
                                {(const uint8_t *)"b", 1, 6},
                                {NULL, 1, 1}};
     ratomic_decision ds[4] = {SENTINEL, SENTINEL, SENTINEL, SENTINEL};
-    ratomic_result rs[4] = {99, 99, 99, 99};
-    CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_allow_many(NULL, reqs, 4, ds, rs));
-    CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_allow_many(l, NULL, 4, ds, rs));
-    CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_allow_many(l, reqs, 4, NULL, rs));
-    CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_allow_many(l, reqs, 4, ds, NULL));
-    CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_allow_many_at(l, reqs, 4, 0, ds, NULL));
-    CHECK(rs[0] == 99 && untouched(&ds[0]));
-    CHECK_OK(ratomic_allow_many(l, NULL, 0, NULL, NULL)); /* empty batch */
-    CHECK_OK(ratomic_allow_many(l, reqs, 4, ds, rs));
-    CHECK(rs[0] == RATOMIC_OK && ds[0].allowed && ds[0].remaining == 4);
-    CHECK(rs[1] == RATOMIC_KEY_TOO_LONG && untouched(&ds[1]));
-    CHECK(rs[2] == RATOMIC_COST_EXCEEDS_LIMIT && untouched(&ds[2]));
-    CHECK(rs[3] == RATOMIC_NULL_ARGUMENT && untouched(&ds[3]));
+    CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_allow_many(NULL, reqs, 4, ds));
+    CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_allow_many(l, NULL, 4, ds));
+    CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_allow_many(l, reqs, 4, NULL));
+    CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_allow_many_at(l, reqs, 4, 0, NULL));
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_allow_many(l, reqs, SIZE_MAX, ds));
+    CHECK_OK(ratomic_allow_many(l, NULL, 0, NULL)); /* empty batch */
+    CHECK_RC(RATOMIC_INVALID_REQUEST, ratomic_allow_many(l, reqs, 4, ds));
+    size_t bad = 99;
+    ratomic_result why = RATOMIC_OK;
+    CHECK_OK(ratomic_last_error_request(&bad, &why));
+    CHECK(bad == 1 && why == RATOMIC_KEY_TOO_LONG);
+    for (int i = 0; i < 4; i++) CHECK(untouched(&ds[i]));
+    CHECK_OK(ratomic_peek(l, KEY("a"), 0, &d));
+    CHECK(d.remaining == 5); /* "a" was not charged */
 
     /* Detailed calls: NULL pointers and an array too small. */
     ratomic_limit_decision entries[2];

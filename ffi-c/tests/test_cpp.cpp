@@ -29,6 +29,8 @@ void check(bool ok, const char *what) {
 struct manual_clock {
     uint64_t now_ns = 0;
     static uint64_t read(void *self) noexcept { return static_cast<manual_clock *>(self)->now_ns; }
+    // ratomic_acquire's wait: move the clock instead of sleeping.
+    static void sleep(void *self, uint64_t ns) noexcept { static_cast<manual_clock *>(self)->now_ns += ns; }
 };
 
 ratomic_decision allow(const limiter_ptr &l, const std::string &key, uint64_t cost = 1) {
@@ -45,6 +47,8 @@ int main() {
     ratomic_options options{};
     options.clock = &manual_clock::read;
     options.clock_user_data = &clock;
+    options.clock_sleep = &manual_clock::sleep;
+    options.eviction = RATOMIC_EVICTION_STRICT;
 
     ratomic_limiter *raw = nullptr;
     check(ratomic_token_bucket_from_rate("2/s", &options, &raw) == RATOMIC_OK, "from_rate");
@@ -70,6 +74,32 @@ int main() {
     }
     check(!d.allowed && n == 2 && std::strcmp(entries[0].name, "burst") == 0 && !entries[0].decision.allowed,
           "burst denies the third");
+
+    // acquire waits on the manual clock: 500 ms for the next token.
+    const uint64_t before = clock.now_ns;
+    ratomic_allow(l.get(), reinterpret_cast<const uint8_t *>("user"), 4, 1, &d);
+    check(!d.allowed, "drained");
+    check(ratomic_acquire(l.get(), reinterpret_cast<const uint8_t *>("user"), 4, 1, RATOMIC_NO_TIMEOUT, &d) ==
+                  RATOMIC_OK &&
+              d.allowed && clock.now_ns == before + 500000000u,
+          "acquire waits 500 ms of the clock's time");
+
+    // Every limit reads back.
+    ratomic_limit_info info{};
+    check(ratomic_limit_get(multi.get(), 1, &info) == RATOMIC_OK && std::strcmp(info.name, "minute") == 0 &&
+              info.algorithm == RATOMIC_ALGORITHM_FIXED_WINDOW && info.limit == 3 && info.period_ns == 60000000000u,
+          "limit_get");
+
+    // A batch with a bad request fails whole, naming it.
+    ratomic_request reqs[2] = {{reinterpret_cast<const uint8_t *>("a"), 1, 1},
+                               {reinterpret_cast<const uint8_t *>("b"), 1, 9}};
+    ratomic_decision ds[2]{};
+    size_t index = 0;
+    ratomic_result why = RATOMIC_OK;
+    check(ratomic_allow_many(multi.get(), reqs, 2, ds) == RATOMIC_INVALID_REQUEST &&
+              ratomic_last_error_request(&index, &why) == RATOMIC_OK && index == 1 &&
+              why == RATOMIC_COST_EXCEEDS_LIMIT,
+          "batch fails whole");
 
     ratomic_result rc = ratomic_token_bucket_from_rate("10/x", nullptr, &raw);
     check(rc == RATOMIC_INVALID_RATE, "bad rate");

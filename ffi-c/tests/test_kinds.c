@@ -87,13 +87,20 @@ static void test_token_bucket_operations(void) {
     /* Batches at one clock reading. */
     ratomic_request reqs[3] = {{(const uint8_t *)"x", 1, 2}, {(const uint8_t *)"x", 1, 2}, {(const uint8_t *)"y", 1, 3}};
     ratomic_decision ds[3];
-    ratomic_result rs[3];
-    CHECK_OK(ratomic_allow_many(l, reqs, 3, ds, rs));
-    CHECK(rs[0] == RATOMIC_OK && ds[0].allowed && ds[0].remaining == 1);
-    CHECK(rs[1] == RATOMIC_OK && !ds[1].allowed && ds[1].retry_after_ns == NS_PER_SEC);
-    CHECK(rs[2] == RATOMIC_OK && ds[2].allowed && ds[2].remaining == 0);
-    CHECK_OK(ratomic_allow_many_at(l, reqs, 1, 1000 * NS_PER_SEC, ds, rs));
-    CHECK(rs[0] == RATOMIC_OK && ds[0].allowed && ds[0].remaining == 1);
+    CHECK_OK(ratomic_allow_many(l, reqs, 3, ds));
+    CHECK(ds[0].allowed && ds[0].remaining == 1);
+    CHECK(!ds[1].allowed && ds[1].retry_after_ns == NS_PER_SEC);
+    CHECK(ds[2].allowed && ds[2].remaining == 0);
+    CHECK_OK(ratomic_allow_many_at(l, reqs, 1, 1000 * NS_PER_SEC, ds));
+    CHECK(ds[0].allowed && ds[0].remaining == 1);
+
+    /* gc at an explicit time; acquire (no wait needed on a fresh key). */
+    CHECK_OK(ratomic_gc_at(l, 2000 * NS_PER_SEC, &dropped));
+    CHECK(dropped >= 2);
+    CHECK_OK(ratomic_acquire(l, KEY("erin"), 3, 0, &d));
+    CHECK(d.allowed && d.remaining == 0);
+    CHECK_OK(ratomic_acquire(l, KEY("erin"), 1, 0, &d));
+    CHECK(!d.allowed && d.retry_after_ns == NS_PER_SEC);
 
     ratomic_limiter_free(l);
 }
@@ -228,9 +235,12 @@ static void test_multi_limit(void) {
     CHECK(n == 1); /* user:2; the reset forgot user:1 */
     ratomic_request reqs[2] = {{(const uint8_t *)"user:3", 6, 3}, {(const uint8_t *)"user:3", 6, 1}};
     ratomic_decision ds[2];
-    ratomic_result rs[2];
-    CHECK_OK(ratomic_allow_many(l, reqs, 2, ds, rs));
-    CHECK(rs[0] == RATOMIC_OK && ds[0].allowed && rs[1] == RATOMIC_OK && !ds[1].allowed);
+    CHECK_OK(ratomic_allow_many(l, reqs, 2, ds));
+    CHECK(ds[0].allowed && !ds[1].allowed);
+    CHECK_OK(ratomic_acquire(l, KEY("user:4"), 3, 0, &d));
+    CHECK(d.allowed);
+    CHECK_OK(ratomic_acquire(l, KEY("user:4"), 1, 0, &d));
+    CHECK(!d.allowed && d.retry_after_ns > 0);
     CHECK_RC(RATOMIC_COST_EXCEEDS_LIMIT, ratomic_allow(l, KEY("user:1"), 4, &d)); /* burst holds 3 */
     CHECK_RC(RATOMIC_BUFFER_TOO_SMALL, ratomic_allow_detailed(l, KEY("user:1"), 1, &d, e, 2, &len));
     CHECK_OK(ratomic_peek_at(l, KEY("user:1"), 1, 2 * NS_PER_SEC, &d));

@@ -93,7 +93,7 @@ static void *mixed(void *arg) {
         const uint8_t *k = (const uint8_t *)key;
         size_t n = (size_t)len;
         ratomic_result rc;
-        switch (i % 6) {
+        switch (i % 8) {
         case 0: rc = ratomic_allow(w->limiter, k, n, 1, &d); break;
         case 1: rc = ratomic_peek(w->limiter, k, n, 2, &d); break;
         case 2: rc = ratomic_refund(w->limiter, k, n, 1); break;
@@ -103,7 +103,14 @@ static void *mixed(void *arg) {
             rc = ratomic_key_count(w->limiter, &count);
             break;
         }
-        default: rc = ratomic_gc(w->limiter, NULL); break;
+        case 5: rc = ratomic_gc(w->limiter, NULL); break;
+        case 6: rc = ratomic_acquire(w->limiter, k, n, 1, 0, &d); break; /* never waits */
+        default: {
+            uint64_t now = 0;
+            rc = ratomic_now(w->limiter, &now);
+            if (rc == RATOMIC_OK) rc = ratomic_gc_at(w->limiter, now, NULL);
+            break;
+        }
         }
         if (rc != RATOMIC_OK) w->errors++;
     }
@@ -129,8 +136,59 @@ static void mixed_operations_race_clean(void) {
     ratomic_limiter_free(l);
 }
 
+/* ratomic_acquire's wait on a shared manual clock: moves it forward. */
+static void advance_clock(void *user_data, uint64_t ns) {
+    manual_clock_advance((manual_clock *)user_data, ns);
+}
+
+#define ACQUIRES_PER_THREAD 20
+
+static void *acquire_many(void *arg) {
+    worker *w = (worker *)arg;
+    ratomic_decision d;
+    pthread_barrier_wait(w->start);
+    for (int i = 0; i < ACQUIRES_PER_THREAD; i++) {
+        if (ratomic_acquire(w->limiter, KEY("hot"), 1, RATOMIC_NO_TIMEOUT, &d) != RATOMIC_OK || !d.allowed) {
+            w->errors++;
+        } else {
+            w->granted++;
+        }
+    }
+    return NULL;
+}
+
+/* Every acquire passes in the end, and all of them together never got more
+ * than the bucket holds plus what the clock's waits refilled. */
+static void acquire_from_many_threads_passes_and_never_over_grants(void) {
+    manual_clock clock = {0};
+    ratomic_options o = manual_clock_options(&clock);
+    o.clock_sleep = advance_clock;
+    ratomic_limiter *l = NULL;
+    CHECK_OK(ratomic_token_bucket_new(4, 100.0, &o, &l)); /* a token every 10 ms */
+    pthread_t threads[THREADS];
+    worker workers[THREADS];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, THREADS);
+    for (int i = 0; i < THREADS; i++) {
+        workers[i] = (worker){l, &start, 0, 0};
+        CHECK(pthread_create(&threads[i], NULL, acquire_many, &workers[i]) == 0);
+    }
+    int granted = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(threads[i], NULL);
+        CHECK(workers[i].errors == 0);
+        granted += workers[i].granted;
+    }
+    pthread_barrier_destroy(&start);
+    CHECK(granted == THREADS * ACQUIRES_PER_THREAD);
+    uint64_t now = atomic_load(&clock.now_ns);
+    CHECK((uint64_t)granted <= 4 + now / 10000000);
+    ratomic_limiter_free(l);
+}
+
 int main(void) {
     exactly_capacity_pass_for_every_kind();
     mixed_operations_race_clean();
+    acquire_from_many_threads_passes_and_never_over_grants();
     return finish("test_threads");
 }

@@ -32,7 +32,7 @@ pub mod slot {
 pub const OUT_LEN: usize = slot::FIRST_ENTRY + slot::ENTRY_LEN * MAX_LIMITS;
 
 /// Writes a single-rule decision; returns `allowed`.
-#[inline]
+#[inline(always)]
 pub fn write(out: &mut [f64], d: &Decision) -> bool {
     out[slot::REMAINING] = d.remaining as f64;
     out[slot::LIMIT] = d.limit as f64;

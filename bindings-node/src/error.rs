@@ -19,37 +19,49 @@ pub enum Kind {
     Error,
 }
 
-/// A failure on its way to JavaScript.
+/// A failure on its way to JavaScript. Boxed: a `Res<T>` is then two
+/// words, returned in registers on the hot path, where failures are rare.
 #[derive(Clone, Debug)]
-pub struct JsFailure {
-    pub kind: Kind,
-    pub code: &'static str,
-    pub message: String,
+pub struct JsFailure(Box<Failure>);
+
+#[derive(Clone, Debug)]
+struct Failure {
+    kind: Kind,
+    code: &'static str,
+    message: String,
     /// The position of the request a batch failed on (SPEC §4.6).
-    pub index: Option<usize>,
+    index: Option<usize>,
 }
 
 /// `Result` with a [`JsFailure`].
 pub type Res<T> = Result<T, JsFailure>;
 
 impl JsFailure {
+    fn new(kind: Kind, code: &'static str, message: String, index: Option<usize>) -> Self {
+        JsFailure(Box::new(Failure { kind, code, message, index }))
+    }
+
+    #[cold]
     pub fn type_error(code: &'static str, message: impl Into<String>) -> Self {
-        JsFailure { kind: Kind::Type, code, message: message.into(), index: None }
+        Self::new(Kind::Type, code, message.into(), None)
     }
 
+    #[cold]
     pub fn range(code: &'static str, message: impl Into<String>) -> Self {
-        JsFailure { kind: Kind::Range, code, message: message.into(), index: None }
+        Self::new(Kind::Range, code, message.into(), None)
     }
 
+    #[cold]
     pub fn error(code: &'static str, message: impl Into<String>) -> Self {
-        JsFailure { kind: Kind::Error, code, message: message.into(), index: None }
+        Self::new(Kind::Error, code, message.into(), None)
     }
 
     /// This failure as the failure of request `index` of a batch, worded as
     /// core words [`ratomic::Error::InvalidRequest`].
     pub fn in_batch(self, index: usize) -> Self {
-        let message = format!("request {index} of the batch: {} (nothing in the batch was decided)", self.message);
-        JsFailure { message, index: Some(index), ..self }
+        let f = *self.0;
+        let message = format!("request {index} of the batch: {} (nothing in the batch was decided)", f.message);
+        Self::new(f.kind, f.code, message, Some(index))
     }
 
     /// Throws this failure as a pending JavaScript exception.
@@ -57,14 +69,15 @@ impl JsFailure {
     /// # Safety
     /// `env` must be the live environment of the current call.
     pub unsafe fn throw(&self, env: sys::napi_env) {
+        let f = &*self.0;
         // SAFETY: env is live (caller's contract).
         if unsafe { self.throw_object(env) }.is_none() {
             // Creating the error object failed: throw the plain kind, without the index.
-            let code = CString::new(self.code).unwrap_or_default();
-            let message = CString::new(self.message.replace('\0', "\\0")).unwrap_or_default();
+            let code = CString::new(f.code).unwrap_or_default();
+            let message = CString::new(f.message.replace('\0', "\\0")).unwrap_or_default();
             // SAFETY: both strings are NUL-terminated and outlive the call.
             unsafe {
-                match self.kind {
+                match f.kind {
                     Kind::Type => sys::napi_throw_type_error(env, code.as_ptr(), message.as_ptr()),
                     Kind::Range => sys::napi_throw_range_error(env, code.as_ptr(), message.as_ptr()),
                     Kind::Error => sys::napi_throw_error(env, code.as_ptr(), message.as_ptr()),
@@ -75,24 +88,20 @@ impl JsFailure {
 
     /// Builds the error object (with `code` and, for a batch, `index`) and throws it.
     unsafe fn throw_object(&self, env: sys::napi_env) -> Option<()> {
+        let f = &*self.0;
         let ok = |s: sys::napi_status| (s == sys::Status::napi_ok).then_some(());
         let (mut code, mut message, mut error) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
         // SAFETY: env is live; every out-param is a valid local; the strings are
         // passed with their byte lengths.
         unsafe {
-            ok(sys::napi_create_string_utf8(env, self.code.as_ptr().cast(), self.code.len() as isize, &mut code))?;
-            ok(sys::napi_create_string_utf8(
-                env,
-                self.message.as_ptr().cast(),
-                self.message.len() as isize,
-                &mut message,
-            ))?;
-            ok(match self.kind {
+            ok(sys::napi_create_string_utf8(env, f.code.as_ptr().cast(), f.code.len() as isize, &mut code))?;
+            ok(sys::napi_create_string_utf8(env, f.message.as_ptr().cast(), f.message.len() as isize, &mut message))?;
+            ok(match f.kind {
                 Kind::Type => sys::napi_create_type_error(env, code, message, &mut error),
                 Kind::Range => sys::napi_create_range_error(env, code, message, &mut error),
                 Kind::Error => sys::napi_create_error(env, code, message, &mut error),
             })?;
-            if let Some(index) = self.index {
+            if let Some(index) = f.index {
                 let mut value = ptr::null_mut();
                 ok(sys::napi_create_double(env, index as f64, &mut value))?;
                 ok(sys::napi_set_named_property(env, error, c"index".as_ptr(), value))?;
@@ -111,6 +120,7 @@ impl JsFailure {
 }
 
 impl From<ratomic::Error> for JsFailure {
+    #[cold]
     fn from(e: ratomic::Error) -> Self {
         let message = e.to_string();
         let index = match e {
@@ -127,7 +137,7 @@ impl From<ratomic::Error> for JsFailure {
             // `Error` is non-exhaustive: a kind added to the core later is still an Error with a code.
             _ => (Kind::Error, "ERR_RATOMIC"),
         };
-        JsFailure { kind, code, message, index }
+        Self::new(kind, code, message, index)
     }
 }
 

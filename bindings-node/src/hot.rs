@@ -443,7 +443,7 @@ unsafe fn guard(env: sys::napi_env, body: impl FnOnce() -> Res<sys::napi_value>)
 }
 
 /// Reads up to `N` arguments, how many were passed, and the callback data.
-#[inline]
+#[inline(always)]
 unsafe fn args<'a, const N: usize>(
     env: sys::napi_env,
     info: sys::napi_callback_info,
@@ -461,7 +461,7 @@ unsafe fn args<'a, const N: usize>(
     Ok((argv, argc, unsafe { &**data.cast::<Rc<EnvState>>() }))
 }
 
-#[inline]
+#[inline(always)]
 unsafe fn number(env: sys::napi_env, v: sys::napi_value, name: &str) -> Res<f64> {
     let mut x = 0.0;
     // SAFETY: v is a live argument of the current call.
@@ -476,7 +476,7 @@ fn not_a_number(name: &str) -> JsFailure {
     JsFailure::type_error("ERR_RATOMIC_INVALID_ARGUMENT", format!("{name} must be a number"))
 }
 
-#[inline]
+#[inline(always)]
 unsafe fn id(env: sys::napi_env, v: sys::napi_value) -> Res<u32> {
     let mut x = 0.0;
     // SAFETY: v is a live argument of the current call.
@@ -489,7 +489,7 @@ unsafe fn id(env: sys::napi_env, v: sys::napi_value) -> Res<u32> {
 }
 
 /// A call's time: `nowMs` if passed, else (`None`) the limiter's own clock.
-#[inline]
+#[inline(always)]
 unsafe fn time(env: sys::napi_env, v: Option<sys::napi_value>) -> Res<Option<u64>> {
     match v {
         None => Ok(None),
@@ -507,7 +507,7 @@ unsafe fn boolean(env: sys::napi_env, b: bool) -> Res<sys::napi_value> {
 
 /// Runs `f` on limiter `id` with `key`'s bytes. The key is read first (that
 /// may allocate, and so run the GC), the table borrowed only for `f`.
-#[inline]
+#[inline(always)]
 unsafe fn on_key<T: Target, R>(
     env: sys::napi_env,
     state: &EnvState,

@@ -27,6 +27,6 @@ for f in index.js index.d.ts; do
 done
 [ "$drift" = 0 ]
 
-echo "== node --test and tsc --noEmit"
+echo "== tsc (the typings test, index.d.ts) and node --test"
 npm test
 echo "== bindings-node: all tests passed"

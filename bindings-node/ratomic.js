@@ -516,10 +516,12 @@ class Limiter extends BaseLimiter {
   constructor(limits, options, view) {
     let handle
     let clock
+    let family
     if (limits === INTERNAL) {
-      // A shared limiter (`view` undefined) or a selection of one (see `select`).
+      // A shared limiter (`view` undefined) or a selection (see `select`).
       handle = options
       clock = view === undefined ? undefined : view.clock
+      family = view === undefined ? undefined : view.views
     } else {
       const o = readOptions(options, OPTIONS)
       clock = o.clock
@@ -533,7 +535,7 @@ class Limiter extends BaseLimiter {
     this.#read = time.read
     this.#names = names
     this.#clock = clock
-    this.#views = view === undefined ? { byBits: new Map([[handle.bits, this]]), byNames: new Map() } : view.views
+    this.#views = family === undefined ? { byBits: new Map([[handle.bits, this]]), byNames: new Map() } : family
   }
 
   allow(key, cost) {

@@ -41,13 +41,6 @@ export declare class NativeKeyed {
   static shared(name: string, rule: RuleSpec, options?: StoreOptions | undefined | null): NativeKeyed
   /** The limiter's id in this thread's hot-path table. */
   get id(): number
-  /**
-   * Decides every request of `requests` (keys or `[key, cost?]` pairs)
-   * at one clock reading, `nowMs` or the limiter's own; see
-   * `hotPath` for the layout of each decision, led by `allowed`. A bad
-   * request fails the whole batch, naming its index; nothing changes.
-   */
-  allowMany(requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number): Float64Array
   /** Keys currently held (see core's `Keyed::len`). */
   size(): number
   /**
@@ -99,8 +92,6 @@ export declare class NativeLimiter {
   get names(): Array<string>
   /** The rules, in the order of `names`. */
   get rules(): Array<RuleInfo>
-  /** Decides every request at one clock reading (see `NativeKeyed.allowMany`). */
-  allowMany(requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number): Float64Array
   /** Keys currently held. */
   size(): number
   /**
@@ -163,13 +154,19 @@ export declare class NativeStack {
  * resetAfterMs]`, their number at `entryCount`, the first at `firstEntry`,
  * `entryLen` numbers each.
  * `op*(code, id, key, cost, nowMs?)` peeks (1, returns `allowed`, writes
- * `out`), refunds `cost` (2) or resets the key (3).
+ * `out`), refunds `cost` (2) or resets the key (3). `many*(id, requests,
+ * nowMs?)` decides a batch (keys or `[key, cost?]` pairs) at one reading,
+ * each decision led by `allowed`, one after another: into `out`, returning
+ * how many numbers it wrote, when they fit, else into a new `Float64Array`
+ * it returns. A bad request fails the whole batch, naming its index.
  */
 export declare function hotPath(): {
   allowKeyed: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean
   opKeyed: (code: number, id: number, key: string | Uint8Array, cost: number, nowMs?: number) => boolean | undefined
   allowLimiter: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean
   opLimiter: (code: number, id: number, key: string | Uint8Array, cost: number, nowMs?: number) => boolean | undefined
+  manyKeyed: (id: number, requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number) => number | Float64Array
+  manyLimiter: (id: number, requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number) => number | Float64Array
   out: Float64Array
   entryCount: number
   firstEntry: number

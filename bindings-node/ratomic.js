@@ -20,6 +20,8 @@ const {
   opKeyed: OP_KEYED,
   allowLimiter: ALLOW_LIMITER,
   opLimiter: OP_LIMITER,
+  manyKeyed: MANY_KEYED,
+  manyLimiter: MANY_LIMITER,
   out: OUT,
   entryCount: ENTRIES,
   firstEntry: FIRST_ENTRY,
@@ -224,10 +226,13 @@ function multi(allowed, o, at, names) {
   return { allowed, remaining: o[at], limit: o[at + 1], retryAfterMs: o[at + 2], resetAfterMs: o[at + 3], entries, deniedBy }
 }
 
-// A batch's decisions, one after another, each led by `allowed`.
-function decodeAll(a, decode) {
+// A batch's decisions, one after another, each led by `allowed`: in OUT
+// (the native call returned how many numbers it wrote) or in the array it
+// returned.
+function decodeAll(r, decode) {
+  const [a, length] = typeof r === 'number' ? [OUT, r] : [r, r.length]
   const out = []
-  for (let p = 0; p < a.length; p += 1 + FIRST_ENTRY + ENTRY_LEN * a[p + 1 + ENTRIES]) {
+  for (let p = 0; p < length; p += 1 + FIRST_ENTRY + ENTRY_LEN * a[p + 1 + ENTRIES]) {
     out.push(decode(a[p] === 1, a, p + 1))
   }
   return out
@@ -266,12 +271,16 @@ class BaseLimiter {
   #native
   #time
   #decode
+  #many
+  #id
 
-  constructor(token, handle, time, decode) {
+  constructor(token, handle, time, decode, many) {
     if (token !== INTERNAL) throw typeError('BaseLimiter is not constructible: use TokenBucket, FixedWindow, SlidingWindow or Limiter')
     this.#native = handle
     this.#time = time
     this.#decode = decode
+    this.#many = many
+    this.#id = handle.id
   }
 
   static {
@@ -287,7 +296,9 @@ class BaseLimiter {
 
   allowMany(requests) {
     // One clock reading for the whole batch, the native clock's included.
-    return decodeAll(this.#native.allowMany(requests, this.#at()), this.#decode)
+    const at = this.#at()
+    const r = at === undefined ? this.#many(this.#id, requests) : this.#many(this.#id, requests, at)
+    return decodeAll(r, this.#decode)
   }
 
   get size() {
@@ -328,7 +339,7 @@ class KeyedLimiter extends BaseLimiter {
 
   constructor(handle, clock) {
     const time = timeOf(clock)
-    super(INTERNAL, handle, time, single)
+    super(INTERNAL, handle, time, single, MANY_KEYED)
     this.#native = handle
     this.#id = handle.id
     this.#read = time.read
@@ -529,7 +540,7 @@ class Limiter extends BaseLimiter {
     }
     const time = timeOf(clock)
     const names = handle.names
-    super(INTERNAL, handle, time, (allowed, o, at) => multi(allowed, o, at, names))
+    super(INTERNAL, handle, time, (allowed, o, at) => multi(allowed, o, at, names), MANY_LIMITER)
     this.#native = handle
     this.#id = handle.id
     this.#read = time.read

@@ -249,3 +249,21 @@ test('eviction and maxKeyBytes reach the store', () => {
   assert.equal(deniedFair, 0)
   assert.ok(deniedStrict > 0, 'strict never grants more than remembering would')
 })
+
+test('allowMany decides batches of any size, small ones in the shared buffer and large ones in their own', () => {
+  const clock = new ManualClock()
+  const tb = new TokenBucket(2, 1, { clock })
+  const l = new Limiter({ a: '2/s', b: '3/s' }, { clock })
+  for (const size of [0, 1, 16, 17, 100, 1000]) {
+    // Key k{j} comes at j, j + 50, j + 100...: its first two calls pass.
+    const keys = Array.from({ length: size }, (_, i) => `k${i % 50}`)
+    const expected = keys.map((_, i) => Math.floor(i / 50) < 2)
+    const one = tb.allowMany(keys)
+    assert.deepEqual(one.map((d) => d.allowed), expected, `TokenBucket, ${size}`)
+    assert.deepEqual(one.slice(0, 1).map((d) => d.remaining), size > 0 ? [1] : [])
+    const many = l.allowMany(keys)
+    assert.deepEqual(many.map((d) => d.allowed), expected, `Limiter, ${size}`)
+    for (const d of many) assert.deepEqual(d.entries.map((e) => e.name), ['a', 'b'])
+    clock.advance(10_000) // every key full again
+  }
+})

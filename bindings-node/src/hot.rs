@@ -41,6 +41,7 @@ use napi::bindgen_prelude::*;
 use napi::sys;
 use napi_derive::napi;
 
+use crate::batch::{self, Requests, Unread};
 use crate::clock::ms_to_ns;
 use crate::decision::{slot, OUT_LEN};
 use crate::error::{whole, JsFailure, Res};
@@ -72,6 +73,9 @@ pub trait Target: Sized + 'static {
     fn refund(&self, key: &[u8], tokens: u64, now: u64) -> ratomic::Result<()>;
     /// Forgets `key`.
     fn reset(&self, key: &[u8], now: u64) -> ratomic::Result<()>;
+    /// Decides a batch (core's whole-batch `allow_many_at`), appending each
+    /// decision to `all`, led by `allowed`.
+    fn allow_many(&self, requests: std::result::Result<Requests, Unread>, now: u64, all: &mut Vec<f64>) -> Res<()>;
 }
 
 /// The limiters of one kind an environment's JavaScript holds, by id.
@@ -394,9 +398,13 @@ unsafe fn function(env: sys::napi_env, state: &Rc<EnvState>, name: &str, cb: Cal
 /// resetAfterMs]`, their number at `entryCount`, the first at `firstEntry`,
 /// `entryLen` numbers each.
 /// `op*(code, id, key, cost, nowMs?)` peeks (1, returns `allowed`, writes
-/// `out`), refunds `cost` (2) or resets the key (3).
+/// `out`), refunds `cost` (2) or resets the key (3). `many*(id, requests,
+/// nowMs?)` decides a batch (keys or `[key, cost?]` pairs) at one reading,
+/// each decision led by `allowed`, one after another: into `out`, returning
+/// how many numbers it wrote, when they fit, else into a new `Float64Array`
+/// it returns. A bad request fails the whole batch, naming its index.
 #[napi(
-    ts_return_type = "{\n  allowKeyed: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean\n  opKeyed: (code: number, id: number, key: string | Uint8Array, cost: number, nowMs?: number) => boolean | undefined\n  allowLimiter: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean\n  opLimiter: (code: number, id: number, key: string | Uint8Array, cost: number, nowMs?: number) => boolean | undefined\n  out: Float64Array\n  entryCount: number\n  firstEntry: number\n  entryLen: number\n}"
+    ts_return_type = "{\n  allowKeyed: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean\n  opKeyed: (code: number, id: number, key: string | Uint8Array, cost: number, nowMs?: number) => boolean | undefined\n  allowLimiter: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean\n  opLimiter: (code: number, id: number, key: string | Uint8Array, cost: number, nowMs?: number) => boolean | undefined\n  manyKeyed: (id: number, requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number) => number | Float64Array\n  manyLimiter: (id: number, requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number) => number | Float64Array\n  out: Float64Array\n  entryCount: number\n  firstEntry: number\n  entryLen: number\n}"
 )]
 pub fn hot_path(env: &Env) -> Result<Unknown<'_>> {
     // SAFETY: env is the live environment of this call.
@@ -416,6 +424,8 @@ unsafe fn make_hot_path<'env>(env: sys::napi_env) -> Res<Unknown<'env>> {
         set(c"opKeyed", function(env, &state, "op", op_cb::<crate::keyed::Handle>)?)?;
         set(c"allowLimiter", function(env, &state, "allow", allow_cb::<crate::limiter::View>)?)?;
         set(c"opLimiter", function(env, &state, "op", op_cb::<crate::limiter::View>)?)?;
+        set(c"manyKeyed", function(env, &state, "many", many_cb::<crate::keyed::Handle>)?)?;
+        set(c"manyLimiter", function(env, &state, "many", many_cb::<crate::limiter::View>)?)?;
         set(c"out", state.view(env)?)?;
         for (name, n) in
             [(c"entryCount", slot::ENTRIES), (c"firstEntry", slot::FIRST_ENTRY), (c"entryLen", slot::ENTRY_LEN)]
@@ -565,6 +575,36 @@ unsafe extern "C" fn op_cb<T: Target>(env: sys::napi_env, info: sys::napi_callba
                     Ok(ptr::null_mut())
                 }
                 _ => Err(JsFailure::error("ERR_RATOMIC", format!("unknown op {code}"))),
+            }
+        })
+    }
+}
+
+unsafe extern "C" fn many_cb<T: Target>(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: env and info are the live arguments of this callback.
+    unsafe {
+        guard(env, || {
+            let ([i, requests, now], argc, state) = args::<3>(env, info)?;
+            let id = id(env, i)?;
+            let now = time(env, (argc >= 3).then_some(now))?;
+            let max_len = T::table(state).borrow().get(id).map(T::max_key_len)?;
+            // Reading the requests may run the GC: the table is not borrowed meanwhile.
+            let requests = batch::read(env, requests, max_len)?;
+            let mut all = Vec::new();
+            {
+                let table = T::table(state).borrow();
+                let t = table.get(id)?;
+                t.allow_many(requests, now.unwrap_or_else(|| t.now()), &mut all)?;
+            }
+            let out = state.out(env)?;
+            match out.get_mut(..all.len()) {
+                Some(fits) => {
+                    fits.copy_from_slice(&all);
+                    let mut n = ptr::null_mut();
+                    status(sys::napi_create_uint32(env, all.len() as u32, &mut n), "napi_create_uint32")?;
+                    Ok(n)
+                }
+                None => batch::float64_array(env, &all),
             }
         })
     }

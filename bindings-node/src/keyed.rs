@@ -8,7 +8,7 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use ratomic::{Keyed, Rule, StackMember};
 
-use crate::batch;
+use crate::batch::{Requests, Unread};
 use crate::clock::{ms_to_ns, ns_to_ms, FaceClock, NativeClock};
 use crate::decision;
 use crate::error::Res;
@@ -53,6 +53,16 @@ impl Target for Handle {
 
     fn reset(&self, key: &[u8], now: u64) -> ratomic::Result<()> {
         self.reset_at(key, now)
+    }
+
+    fn allow_many(&self, requests: std::result::Result<Requests, Unread>, now: u64, all: &mut Vec<f64>) -> Res<()> {
+        let requests = requests.map_err(|u| u.first_invalid(|k, c| self.check(k, c)))?;
+        let mut decisions = Vec::new();
+        self.allow_many_at(requests.pairs(), now, &mut decisions)?;
+        for d in &decisions {
+            decision::append(all, |out| decision::write(out, d));
+        }
+        Ok(())
     }
 }
 
@@ -124,31 +134,6 @@ impl NativeKeyed {
     #[napi(getter)]
     pub fn id(&self) -> u32 {
         self.id
-    }
-
-    /// Decides every request of `requests` (keys or `[key, cost?]` pairs)
-    /// at one clock reading, `nowMs` or the limiter's own; see
-    /// `hotPath` for the layout of each decision, led by `allowed`. A bad
-    /// request fails the whole batch, naming its index; nothing changes.
-    #[napi(ts_args_type = "requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number")]
-    pub fn allow_many(&self, env: Env, requests: Unknown<'_>, now_ms: Option<f64>) -> Result<Float64Array> {
-        let run = || -> Res<Vec<f64>> {
-            let now = self.time(now_ms)?;
-            let l = &self.limiter;
-            // SAFETY: env and requests are live values of this call.
-            let requests = match unsafe { batch::read(env.raw(), requests.raw(), l.max_key_len()) }? {
-                Ok(r) => r,
-                Err((i, e, before)) => return Err(batch::first_invalid(i, e, &before, |k, c| l.check(k, c))),
-            };
-            let mut decisions = Vec::new();
-            l.allow_many_at(requests.pairs(), now, &mut decisions)?;
-            let mut all = Vec::with_capacity(decisions.len() * (1 + decision::slot::FIRST_ENTRY));
-            for d in &decisions {
-                decision::append(&mut all, |out| decision::write(out, d));
-            }
-            Ok(all)
-        };
-        run().map(Float64Array::new).map_err(|e| e.into_napi(&env))
     }
 
     /// Keys currently held (see core's `Keyed::len`).

@@ -8,7 +8,7 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use ratomic::{LimitSet, Limiter, StackMember};
 
-use crate::batch;
+use crate::batch::{Requests, Unread};
 use crate::clock::{ms_to_ns, ns_to_ms, FaceClock, NativeClock};
 use crate::decision;
 use crate::error::{JsFailure, Res};
@@ -58,6 +58,17 @@ impl Target for View {
     fn reset(&self, key: &[u8], now: u64) -> ratomic::Result<()> {
         // Resetting a key forgets it for every limit, whichever the view selects.
         self.limiter.reset_at(key, now)
+    }
+
+    fn allow_many(&self, requests: std::result::Result<Requests, Unread>, now: u64, all: &mut Vec<f64>) -> Res<()> {
+        let view = self.limiter.select(self.set);
+        let requests = requests.map_err(|u| u.first_invalid(|k, c| view.check(k, c)))?;
+        let mut decisions = Vec::new();
+        view.allow_many_at(requests.pairs(), now, &mut decisions)?;
+        for d in &decisions {
+            decision::append(all, |out| decision::write_multi(out, d));
+        }
+        Ok(())
     }
 }
 
@@ -190,28 +201,6 @@ impl NativeLimiter {
     #[napi(getter)]
     pub fn rules(&self) -> Vec<RuleInfo> {
         self.view.limiter.rules().iter().map(rule::info).collect()
-    }
-
-    /// Decides every request at one clock reading (see `NativeKeyed.allowMany`).
-    #[napi(ts_args_type = "requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number")]
-    pub fn allow_many(&self, env: Env, requests: Unknown<'_>, now_ms: Option<f64>) -> Result<Float64Array> {
-        let run = || -> Res<Vec<f64>> {
-            let now = self.time(now_ms)?;
-            let view = self.view.limiter.select(self.view.set);
-            // SAFETY: env and requests are live values of this call.
-            let requests = match unsafe { batch::read(env.raw(), requests.raw(), self.view.limiter.max_key_len()) }? {
-                Ok(r) => r,
-                Err((i, e, before)) => return Err(batch::first_invalid(i, e, &before, |k, c| view.check(k, c))),
-            };
-            let mut decisions = Vec::new();
-            view.allow_many_at(requests.pairs(), now, &mut decisions)?;
-            let mut all = Vec::new();
-            for d in &decisions {
-                decision::append(&mut all, |out| decision::write_multi(out, d));
-            }
-            Ok(all)
-        };
-        run().map(Float64Array::new).map_err(|e| e.into_napi(&env))
     }
 
     /// Keys currently held.

@@ -10,63 +10,107 @@
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
 /**
- * A handle to one native limiter (token bucket, fixed window, sliding
- * window, or several named limits), on the monotonic clock; every call also
- * accepts an explicit clock reading.
+ * The native identity of one JavaScript clock. `ratomic.js` makes one per
+ * clock object and passes it to every limiter built with that clock, so
+ * limiters on the same JavaScript clock have the same `ClockId`.
+ */
+export declare class NativeClock {
+  /** A new identity, distinct from every other. */
+  constructor()
+}
+
+/**
+ * A handle to a single-rule limiter, registered in this thread's hot-path
+ * table under `id` for as long as the handle lives.
+ */
+export declare class NativeKeyed {
+  /**
+   * A limiter of `rule`, storing keys as `options` say, whose calls are
+   * given the readings of the JavaScript clock `clock` (none: the
+   * monotonic clock). Out-of-range numbers and bad rate strings throw a
+   * `RangeError`.
+   */
+  constructor(rule: RuleSpec, options?: StoreOptions | undefined | null, clock?: NativeClock | undefined | null)
+  /**
+   * The process-wide limiter called `name`, made from `rule` and `options`
+   * on first use, on the monotonic clock: every worker thread that asks
+   * for the same name gets a handle to the same limiter. A different
+   * configuration under the same name throws an `Error` with code
+   * `ERR_RATOMIC_SHARED_CONFLICT`.
+   */
+  static shared(name: string, rule: RuleSpec, options?: StoreOptions | undefined | null): NativeKeyed
+  /** The limiter's id in this thread's hot-path table. */
+  get id(): number
+  /** Keys currently held (see core's `Keyed::len`). */
+  size(): number
+  /**
+   * Drops every key that is full again at `nowMs` (default: the
+   * limiter's clock); returns how many. Decisions do not change.
+   */
+  gc(nowMs?: number | undefined | null): number
+  /** Bytes of memory the limiter's store holds. */
+  memoryBytes(): number
+  /** The longest key accepted, in bytes. */
+  get maxKeyLen(): number
+  /** The rule, as the constructors accept it. */
+  get rule(): RuleInfo
+  /** The limiter's monotonic clock, in milliseconds. */
+  nowMs(): number
+  /** This limiter as a member of a `Stack`. */
+  member(): NativeMember
+}
+
+/**
+ * A handle to a `Limiter` (or a selection of its limits), registered in
+ * this thread's hot-path table under `id` for as long as the handle lives.
  */
 export declare class NativeLimiter {
   /**
-   * Builds a limiter from a checked specification.
-   *
-   * Throws a `RangeError` (code `ERR_RATOMIC_INVALID_ARGUMENT` or
-   * `ERR_RATOMIC_INVALID_RATE`) for out-of-range numbers or a bad rate string.
+   * A limiter of the named `rules` (each with its `name`), decided all or
+   * nothing, storing keys as `options` say, whose calls are given the
+   * readings of the JavaScript clock `clock` (none: the monotonic clock).
    */
-  constructor(spec: LimiterSpec)
+  constructor(rules: Array<RuleSpec>, options?: StoreOptions | undefined | null, clock?: NativeClock | undefined | null)
+  /** The process-wide limiter called `name` (see `NativeKeyed.shared`). */
+  static shared(name: string, rules: Array<RuleSpec>, options?: StoreOptions | undefined | null): NativeLimiter
+  /** The handle's id in this thread's hot-path table. */
+  get id(): number
   /**
-   * The process-wide limiter called `name`, created from `spec` on first
-   * use; every worker thread that asks for the same name gets a handle to
-   * the same limiter. Asking again with a different `spec` throws an
-   * `Error` with code `ERR_RATOMIC_SHARED_CONFLICT`.
+   * The set of limits with these names, as a bitmask (bit `i` for limit
+   * `i`). An unknown name or no name throws a `RangeError`
+   * (`ERR_RATOMIC_UNKNOWN_LIMIT`).
    */
-  static shared(name: string, spec: LimiterSpec): NativeLimiter
+  limitBits(names: Array<string>): number
   /**
    * A handle to the same limiter whose calls are subject only to the
-   * named limits (multi-limit limiters only). Unknown names throw a
-   * `RangeError`.
+   * limits in `bits` (see `limitBits`).
    */
-  select(names: Array<string>): NativeLimiter
-  /**
-   * The hot function `allow(key, cost?, nowMs?) => boolean`: charges
-   * `cost` (default 1) to `key` and writes `[remaining, limit,
-   * retryAfterMs, resetAfterMs, entryCount, ...entries]` into `out` (a
-   * `Float64Array` of `OUT_LEN`). Without `nowMs`, or with `nowMs < 0`, it
-   * reads the limiter's monotonic clock.
-   *
-   * `out` must stay attached for the function's life: never transfer its
-   * `ArrayBuffer` (ratomic.js keeps it private for that reason).
-   */
-  bindAllow(out: Float64Array): (key: string | Uint8Array, cost?: number, nowMs?: number) => boolean
-  /**
-   * The function `op(code, key, cost, nowMs) => boolean` for the colder
-   * operations: 1 peek (writes into `out` like `allow`), 2 refund `cost`
-   * tokens, 3 reset the key.
-   */
-  bindOp(out: Float64Array): (code: number, key: string | Uint8Array, cost: number, nowMs: number) => boolean
-  /** Number of live keys (keys whose state differs from full). */
+  select(bits: number): NativeLimiter
+  /** The limits this handle's calls are subject to, as a bitmask. */
+  get bits(): number
+  /** The limit names, in order. */
+  get names(): Array<string>
+  /** The rules, in the order of `names`. */
+  get rules(): Array<RuleInfo>
+  /** Keys currently held. */
   size(): number
   /**
-   * Drops every key that is full again at `nowMs` (the limiter's own
-   * clock when negative); returns how many were dropped. Decisions do not
-   * change: a full bucket carries no information.
+   * Drops every key all of whose limits are full again at `nowMs`
+   * (default: the limiter's clock); returns how many.
    */
-  gc(nowMs: number): number
-  /** The limit names of a multi-limit limiter, in order (empty otherwise). */
-  get names(): Array<string>
+  gc(nowMs?: number | undefined | null): number
+  /** Bytes of memory the limiter's store holds. */
+  memoryBytes(): number
   /** The longest key accepted, in bytes. */
   get maxKeyLen(): number
   /** The limiter's monotonic clock, in milliseconds. */
   nowMs(): number
+  /** This limiter as a member of a `Stack`: the whole limiter only. */
+  member(): NativeMember
 }
+
+/** A limiter as a stack member (made by a limiter handle's `member()`). */
+export declare class NativeMember {}
 
 /**
  * Several limiters, each on its own key, decided all or nothing: a call
@@ -75,55 +119,93 @@ export declare class NativeLimiter {
  */
 export declare class NativeStack {
   /**
-   * A stack of `members`, in order, named by `names` (same length). A
-   * `Limiter` member must be the whole limiter, not a selection.
+   * A stack of `members`, in order, named by `names` (same length), that
+   * reads the JavaScript clock `clock` (none: the monotonic clock). A
+   * member whose clock is not the stack's is an error (SPEC §4.5).
    */
-  constructor(names: Array<string>, members: Array<NativeLimiter>)
+  constructor(names: Array<string>, members: Array<NativeMember>, clock?: NativeClock | undefined | null)
   /**
-   * Charges `cost` to every member, each on its own key (`keys[i]` for
-   * member `i`), all or nothing, at `nowMs` (the monotonic clock when
-   * negative). Returns `[allowed, remaining, limit, retryAfterMs,
-   * resetAfterMs, entryCount, ...entries]` as in `NativeLimiter.bindAllow`.
+   * Charges `cost` to every member, member `i` on `keys[i]`, all or
+   * nothing, at `nowMs` (default: the stack's clock); writes the decision
+   * into the hot path's `out` and returns `allowed`.
    */
-  allow(keys: Array<string | Buffer>, cost: number, nowMs: number): Array<number>
+  allow(keys: Array<string | Uint8Array>, cost: number, nowMs?: number): boolean
   /** Answers like `allow` and changes nothing. */
-  peek(keys: Array<string | Buffer>, cost: number, nowMs: number): Array<number>
+  peek(keys: Array<string | Uint8Array>, cost: number, nowMs?: number): boolean
+  /** Gives `tokens` back to every member, each on its key (never above full). */
+  refund(keys: Array<string | Uint8Array>, tokens: number, nowMs?: number): void
+  /** Forgets every member's key: each is full again. */
+  reset(keys: Array<string | Uint8Array>, nowMs?: number): void
   /** The member names, in order. */
   get names(): Array<string>
+  /** The stack's monotonic clock, in milliseconds. */
+  nowMs(): number
 }
 
 /**
- * A whole limiter: one rule (`multi: false`) or several named rules decided
- * all or nothing (`multi: true`), plus store options.
+ * The hot-path functions of this environment, for `ratomic.js` only:
+ * `{ allowKeyed, opKeyed, allowLimiter, opLimiter, out, entryCount, firstEntry, entryLen }`.
+ *
+ * `allow*(id, key, cost?, nowMs?) => boolean` charges `cost` (default 1) to
+ * `key` on limiter `id`, at `nowMs` (default: the limiter's monotonic
+ * clock), and writes the decision into `out` (a `Float64Array`):
+ * `[remaining, limit, retryAfterMs, resetAfterMs, entryCount, ...entries]`,
+ * each entry `[index, allowed, remaining, limit, retryAfterMs,
+ * resetAfterMs]`, their number at `entryCount`, the first at `firstEntry`,
+ * `entryLen` numbers each.
+ * `op*(code, id, key, cost, nowMs?)` peeks (1, returns `allowed`, writes
+ * `out`), refunds `cost` (2) or resets the key (3). `many*(id, requests,
+ * nowMs?)` decides a batch (keys or `[key, cost?]` pairs) at one reading,
+ * each decision led by `allowed`, one after another: into `out`, returning
+ * how many numbers it wrote, when they fit, else into a new `Float64Array`
+ * it returns. A bad request fails the whole batch, naming its index.
  */
-export interface LimiterSpec {
-  /** `true` for a `Limiter` of several named rules. */
-  multi: boolean
-  /** The rules (exactly one unless `multi`). */
-  rules: Array<RuleSpec>
-  /** Most keys held at once (default 4,194,304). */
-  maxKeys?: number
-  /** Longest key in bytes (default 1024). */
-  maxKeyLen?: number
+export declare function hotPath(): {
+  allowKeyed: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean
+  opKeyed: (code: number, id: number, key: string | Uint8Array, cost: number, nowMs?: number) => boolean | undefined
+  allowLimiter: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean
+  opLimiter: (code: number, id: number, key: string | Uint8Array, cost: number, nowMs?: number) => boolean | undefined
+  manyKeyed: (id: number, requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number) => number | Float64Array
+  manyLimiter: (id: number, requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number) => number | Float64Array
+  out: Float64Array
+  entryCount: number
+  firstEntry: number
+  entryLen: number
 }
 
-/** An empty native call, the floor the benchmark compares against. */
+/** An empty native call: the benchmark's floor for crossing into Rust. */
 export declare function noop(): void
 
-/** Length of the `Float64Array` a handle writes its decisions into. */
-export declare const OUT_LEN: number
+/**
+ * A rule as JavaScript reads it back; every field is also an input a
+ * constructor accepts.
+ */
+export interface RuleInfo {
+  /** `"tokenBucket"`, `"fixedWindow"` or `"slidingWindow"`. */
+  algorithm: string
+  /** The most a key can hold: the capacity or the window's limit. */
+  limit: number
+  /** Token bucket: the capacity (burst). */
+  capacity?: number
+  /** Token bucket: tokens refilled per second. */
+  refillPerSec?: number
+  /** Window: its length in milliseconds. */
+  window?: number
+  /** Window: the rule as a rate string (`"100/m"`), which parses back to it. */
+  rate?: string
+}
 
 /**
  * One rule: a token bucket or a window counter.
  *
  * A token bucket is `capacity` + `refillPerSec`, or a `rate` string
- * (`"10/s"`: capacity 10, refilled over a second) with an optional `burst`
- * that overrides the capacity. A window is `limit` + `windowMs`, or a `rate`
- * string (`"100/min"`).
+ * (`"10/s"`: capacity 10, refilled over a second) whose capacity `burst`
+ * (or `capacity`) overrides. A window is `limit` + `windowMs`, `limit` +
+ * `window` (a duration such as `"1min"`), or a `rate` string (`"100/min"`).
  */
 export interface RuleSpec {
-  /** The limit's name (used by `Limiter`; ignored for a single limiter). */
-  name: string
+  /** The limit's name (a `Limiter`'s limits only). */
+  name?: string
   /** `"tokenBucket"`, `"fixedWindow"` or `"slidingWindow"`. */
   algorithm: string
   /** Token bucket capacity (whole number >= 1). */
@@ -138,4 +220,18 @@ export interface RuleSpec {
   limit?: number
   /** Window length in milliseconds (> 0). */
   windowMs?: number
+  /** Window length as a duration string (`"1min"`, `"250ms"`, `"h"`). */
+  window?: string
+}
+
+/** How a limiter stores its keys (see core's `Options`). */
+export interface StoreOptions {
+  /** Most keys held at once (default 4,194,304). */
+  maxKeys?: number
+  /** Longest key in bytes (default 1024). */
+  maxKeyLen?: number
+  /** Most bytes of keys longer than 23 bytes held at once (default 64 MiB). */
+  maxKeyBytes?: number
+  /** What happens to keys evicted at `maxKeys`: `"fair"` (the default) or `"strict"`. */
+  eviction?: string
 }

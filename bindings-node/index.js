@@ -835,7 +835,10 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.NativeClock = nativeBinding.NativeClock
+module.exports.NativeKeyed = nativeBinding.NativeKeyed
 module.exports.NativeLimiter = nativeBinding.NativeLimiter
+module.exports.NativeMember = nativeBinding.NativeMember
 module.exports.NativeStack = nativeBinding.NativeStack
+module.exports.hotPath = nativeBinding.hotPath
 module.exports.noop = nativeBinding.noop
-module.exports.OUT_LEN = nativeBinding.OUT_LEN

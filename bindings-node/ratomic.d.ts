@@ -1,5 +1,9 @@
-// Types of the public API in ratomic.js. The native layer's types are
-// generated from the Rust doc comments into index.d.ts.
+// Types of the public API in ratomic.js, written by hand. They are checked
+// against the implementation: __test__/typings.test.ts uses every declaration
+// below (compiled by tsc, then run), and __test__/typings-match.test.js
+// checks that the exports and members declared here are exactly those of
+// ratomic.js, each with a doc comment. The native layer's own types are
+// generated into index.d.ts, which is not part of the public API.
 
 /** The answer to one call (SPEC §2). A denial is a value, never an exception. */
 export interface Decision {
@@ -15,49 +19,88 @@ export interface Decision {
   resetAfterMs: number
 }
 
-/** One limit's part in a {@link MultiDecision}. */
+/** One limit's (or stack member's) part in a {@link MultiDecision}. */
 export interface NamedDecision extends Decision {
-  /** The limit's name. */
+  /** The limit's (or member's) name. */
   name: string
 }
 
-/** The answer of a {@link Limiter}: the combined decision plus one entry per limit. */
+/** The answer of a {@link Limiter} or a {@link Stack}: the combined decision plus one entry per limit. */
 export interface MultiDecision extends Decision {
-  /** One entry per limit the call was subject to, in the limiter's order. On a denial each is what that limit alone would answer (nothing was consumed). */
+  /**
+   * One entry per limit the call was subject to, in the limiter's order. On a
+   * denial each is what that limit alone would answer (nothing was consumed).
+   */
   entries: NamedDecision[]
   /** The names of the limits that denied the call (empty when allowed). */
   deniedBy: string[]
 }
 
-/** A key: a string (counted as its UTF-8 bytes) or a Buffer / Uint8Array. */
+/** A key: a string (counted as its UTF-8 bytes; a lone surrogate is a TypeError) or a Buffer / Uint8Array. */
 export type Key = string | Uint8Array
 
 /** A clock: any function returning milliseconds, or a {@link ManualClock}. */
 export type ClockLike = (() => number) | ManualClock
 
-/** Options every limiter accepts. */
-export interface LimiterOptions {
-  /** Where time comes from (default: a monotonic clock). A clock that throws propagates its error and changes nothing. */
-  clock?: ClockLike
+/** How a limiter stores its keys. */
+export interface StoreOptions {
   /** Most keys held at once (default 4,194,304). */
   maxKeys?: number
   /** Longest key in bytes (default 1024); a longer key is a RangeError, never truncated. */
   maxKeyLen?: number
+  /** Most bytes of keys longer than 23 bytes held at once (default 64 MiB). */
+  maxKeyBytes?: number
+  /**
+   * What happens to keys evicted to stay within `maxKeys`: `'fair'` (the default: another
+   * key's churn never denies a call that would be allowed by itself; a bounded over-grant
+   * is possible) or `'strict'` (never grants more than remembering every key would; under
+   * heavy churn, new keys may be denied).
+   */
+  eviction?: 'fair' | 'strict'
+}
+
+/** Options every limiter accepts. */
+export interface LimiterOptions extends StoreOptions {
+  /** Where time comes from (default: a monotonic clock). A clock that throws propagates its error and changes nothing. */
+  clock?: ClockLike
 }
 
 /** Options of a process-wide shared limiter: it always uses the process's monotonic clock. */
-export interface SharedOptions {
-  maxKeys?: number
-  maxKeyLen?: number
-}
+export type SharedOptions = StoreOptions
 
-/** Options of {@link BaseLimiter.acquire}. */
+/** Options of `acquire`. */
 export interface AcquireOptions {
   /** Abort the wait; the promise rejects with `signal.reason`. */
   signal?: AbortSignal
-  /** Give up (reject with code `ERR_RATOMIC_TIMEOUT`) rather than wait longer than this, in the limiter's clock's ms. */
+  /**
+   * The most to wait in total, in the clock's milliseconds: once the next wait would pass
+   * it, `acquire` resolves with that denial (a denial is a value) instead of waiting.
+   */
   timeoutMs?: number
 }
+
+/** A rule as a limiter reads it back: also valid input to the constructors and to {@link Limiter}. */
+export type RuleInfo =
+  | {
+      /** A token bucket. */
+      algorithm: 'tokenBucket'
+      /** The most a key can hold: the capacity. */
+      limit: number
+      /** The burst: the most tokens a key holds. */
+      capacity: number
+      /** Tokens refilled per second. */
+      refillPerSec: number
+    }
+  | {
+      /** A fixed or a sliding window. */
+      algorithm: 'fixedWindow' | 'slidingWindow'
+      /** The most calls a window allows. */
+      limit: number
+      /** The window's length in milliseconds. */
+      window: number
+      /** The rule as a rate string (`'100/m'`) that parses back to it. */
+      rate: string
+    }
 
 /** A clock for tests: time stands still until you move it. `acquire` waits on it too. */
 export declare class ManualClock {
@@ -67,16 +110,23 @@ export declare class ManualClock {
   now(): number
   /** Moves the clock forward by `ms` (>= 0); returns the new time. */
   advance(ms: number): number
-  /** Sets the clock to `ms` (it may go backwards); returns it. */
+  /** Sets the clock to `ms` (it may go backwards: limiters never grant more for it); returns it. */
   set(ms: number): number
   /** Resolves once the clock reaches now + `ms`; rejects with `signal.reason` on abort. */
   sleep(ms: number, signal?: AbortSignal): Promise<void>
 }
 
-/** What every limiter offers (exported for `instanceof` checks; not constructible by users). All calls but `acquire` are synchronous. */
+/**
+ * What every limiter offers (exported for `instanceof` checks; not constructible). Every
+ * call but `acquire` is synchronous. Errors are for misuse and change no state: a
+ * TypeError for an argument of the wrong type, a RangeError for one out of range (a cost
+ * above the limit, a key too long), each with a `code`.
+ */
 export declare abstract class BaseLimiter<D extends Decision = Decision> {
+  /** Use TokenBucket, FixedWindow, SlidingWindow or Limiter. */
+  protected constructor()
   /**
-   * Takes `cost` (default 1, a whole number; 0 answers like peek) from `key`.
+   * Takes `cost` (default 1, a whole number; 0 answers like `peek`) from `key`.
    * Throws a RangeError if `cost` exceeds the limit or the key is too long,
    * a TypeError for a key that is neither a string nor a Buffer.
    */
@@ -88,18 +138,31 @@ export declare abstract class BaseLimiter<D extends Decision = Decision> {
   /** Forgets `key`: it is full again. */
   reset(key: Key): void
   /**
-   * Many calls at one clock reading, in order: a key or a `[key, cost]` pair each.
-   * Every pair is checked first, so a bad one throws before any key is charged.
+   * Many calls at one clock reading, in order: a key or a `[key, cost]` pair each (SPEC §4.6).
+   * Every request is checked before any is decided: if one is invalid the whole call throws,
+   * naming the first invalid request (`error.index`), and nothing changes.
    */
   allowMany(requests: Array<Key | [Key, number?]>): D[]
-  /** Live keys (keys that are not full). */
+  /** Keys held (a key full again may count until it is dropped; `gc()` first for an exact count). */
   readonly size: number
-  /** Drops keys that are full again (memory only: decisions do not change); returns how many. */
-  gc(): number
+  /** Bytes of memory the limiter's store holds: tables, long keys, summaries of evicted keys. */
+  readonly memoryBytes: number
+  /** The longest key accepted, in bytes. */
+  readonly maxKeyLen: number
+  /** The clock the limiter was given (`undefined`: the monotonic clock). */
+  readonly clock: ClockLike | undefined
+  /** The limiter's time now, in milliseconds on its clock (the time `gc` and the calls use). */
+  now(): number
   /**
-   * Waits (on the limiter's clock) until `cost` can be taken from `key`, then takes it.
-   * Rejects with `signal.reason` on abort, or an Error with code `ERR_RATOMIC_TIMEOUT`
-   * (and the last `decision`) when the wait would pass `timeoutMs`.
+   * Drops every key that is full again at `atMs` (default: now on the limiter's clock) and
+   * returns how many. Memory only: no later decision changes, whatever time it is made at.
+   */
+  gc(atMs?: number): number
+  /**
+   * Takes `cost` from `key`, waiting (on the limiter's clock) out each denial's
+   * `retryAfterMs`. Resolves with the allowing decision, or, with `timeoutMs`, with the
+   * denial once the next wait would take the total past it. Rejects with `signal.reason`
+   * on abort, or at once on a bad call.
    */
   acquire(key: Key, cost?: number, options?: AcquireOptions): Promise<D>
 }
@@ -108,12 +171,16 @@ export declare abstract class BaseLimiter<D extends Decision = Decision> {
 export declare class TokenBucket extends BaseLimiter {
   /**
    * @param capacity burst size, a whole number >= 1
-   * @param refillPerSec tokens per second (finite, > 0), or a rate string (`"5/s"`: 5 tokens a second)
+   * @param refillPerSec tokens per second (finite, > 0), or a rate string (`'5/s'`: 5 tokens a second)
    */
   constructor(capacity: number, refillPerSec: number | string, options?: LimiterOptions)
-  /** From a rate string: `"10/s"` is a burst of 10 refilled over a second; `burst` overrides the capacity. */
+  /** From a rate string: `'10/s'` is a burst of 10 refilled over a second; `burst` overrides the capacity. */
   constructor(rate: string, options?: LimiterOptions & { burst?: number })
-  /** From a rate string: `"10/s"` is a burst of 10 refilled over a second; `burst` overrides the capacity. */
+  /** The most a key can hold: the capacity. */
+  readonly limit: number
+  /** The rule, as the constructors accept it. */
+  readonly rule: RuleInfo
+  /** From a rate string: `'10/s'` is a burst of 10 refilled over a second; `burst` overrides the capacity. */
   static fromRate(rate: string, options?: LimiterOptions & { burst?: number }): TokenBucket
   /**
    * The process-wide token bucket `name`: every worker thread asking for it gets a handle
@@ -126,10 +193,14 @@ export declare class TokenBucket extends BaseLimiter {
 
 /** At most `limit` calls per key in each window (aligned to the clock's epoch). */
 export declare class FixedWindow extends BaseLimiter {
-  /** @param window milliseconds, or a duration such as `"1min"`, `"250ms"`, `"h"` */
+  /** @param window milliseconds, or a duration such as `'1min'`, `'250ms'`, `'h'` */
   constructor(limit: number, window: number | string, options?: LimiterOptions)
-  /** From a rate string such as `"100/min"`. */
+  /** From a rate string such as `'100/min'`. */
   constructor(rate: string, options?: LimiterOptions)
+  /** The most calls a window allows. */
+  readonly limit: number
+  /** The rule, as the constructors accept it. */
+  readonly rule: RuleInfo
   /** The process-wide fixed window `name`, shared by every worker thread. */
   static shared(name: string, limit: number, window: number | string, options?: SharedOptions): FixedWindow
   static shared(name: string, rate: string, options?: SharedOptions): FixedWindow
@@ -137,10 +208,14 @@ export declare class FixedWindow extends BaseLimiter {
 
 /** At most `limit` calls per key in any sliding window (the counter approximation, exact integer arithmetic). */
 export declare class SlidingWindow extends BaseLimiter {
-  /** @param window milliseconds, or a duration such as `"1min"`, `"250ms"`, `"h"` */
+  /** @param window milliseconds, or a duration such as `'1min'`, `'250ms'`, `'h'` */
   constructor(limit: number, window: number | string, options?: LimiterOptions)
-  /** From a rate string such as `"100/min"`. */
+  /** From a rate string such as `'100/min'`. */
   constructor(rate: string, options?: LimiterOptions)
+  /** The most calls a window allows. */
+  readonly limit: number
+  /** The rule, as the constructors accept it. */
+  readonly rule: RuleInfo
   /** The process-wide sliding window `name`, shared by every worker thread. */
   static shared(name: string, limit: number, window: number | string, options?: SharedOptions): SlidingWindow
   static shared(name: string, rate: string, options?: SharedOptions): SlidingWindow
@@ -149,40 +224,83 @@ export declare class SlidingWindow extends BaseLimiter {
 /** One limit of a {@link Limiter}: a rate string is a token bucket; an object picks the algorithm. */
 export type Rule =
   | string
-  | { algorithm?: 'tokenBucket'; capacity: number; refillPerSec: number; burst?: number }
-  | { algorithm?: 'tokenBucket'; rate: string; burst?: number }
-  | { algorithm: 'fixedWindow' | 'slidingWindow'; rate: string }
-  | { algorithm: 'fixedWindow' | 'slidingWindow'; limit: number; window: number | string }
+  | {
+      /** A token bucket (the default). */
+      algorithm?: 'tokenBucket'
+      /** The burst: the most tokens a key holds (a whole number >= 1). */
+      capacity: number
+      /** Tokens refilled per second (finite, > 0). */
+      refillPerSec: number
+      /** Overrides the capacity. */
+      burst?: number
+    }
+  | {
+      /** A token bucket (the default). */
+      algorithm?: 'tokenBucket'
+      /** A rate string: `'10/s'` is a capacity of 10 refilled over a second. */
+      rate: string
+      /** Overrides the capacity the rate string implies. */
+      burst?: number
+    }
+  | {
+      /** A fixed or a sliding window. */
+      algorithm: 'fixedWindow' | 'slidingWindow'
+      /** A rate string: `'100/min'` is 100 calls per window of a minute. */
+      rate: string
+    }
+  | {
+      /** A fixed or a sliding window. */
+      algorithm: 'fixedWindow' | 'slidingWindow'
+      /** The most calls a window allows. */
+      limit: number
+      /** The window: milliseconds, or a duration such as `'1min'`. */
+      window: number | string
+    }
+  | RuleInfo
 
 /** Several named limits on one key, all or nothing (at most 16). */
 export declare class Limiter extends BaseLimiter<MultiDecision> {
   /** @param limits `{ name: rule }`, or `[{ name, ...rule }]` */
-  constructor(limits: Record<string, Rule> | Array<Rule & { name: string }>, options?: LimiterOptions)
+  constructor(limits: Record<string, Rule> | Array<Exclude<Rule, string> & { name: string }>, options?: LimiterOptions)
   /** The limit names, in order. */
   readonly names: string[]
-  /** A view of this limiter (same keys and state) whose calls are subject only to the named limits. Unknown names throw a RangeError. */
+  /** Every limit's rule, by name, as the constructor accepts them. */
+  readonly rules: Record<string, RuleInfo>
+  /**
+   * A view of this limiter (same keys and state) whose calls are subject only to the named
+   * limits: per-request limit selection. Views are cached, one per set of limits. An unknown
+   * name, or none, throws a RangeError (`ERR_RATOMIC_UNKNOWN_LIMIT`).
+   */
   select(names: string[]): Limiter
   /** The process-wide Limiter `name`, shared by every worker thread. */
-  static shared(name: string, limits: Record<string, Rule> | Array<Rule & { name: string }>, options?: SharedOptions): Limiter
+  static shared(name: string, limits: Record<string, Rule> | Array<Exclude<Rule, string> & { name: string }>, options?: SharedOptions): Limiter
 }
 
 /**
  * Limiters on different keys (per IP, per user, global), all or nothing: a call passes
  * only if every member allows its key; then every member is charged, otherwise none is.
- * Members stay usable on their own. The stack reads one clock per call (by default the
- * first member's) and passes it to every member.
+ * Members stay usable on their own. The stack reads one clock per call and passes it to
+ * every member, so all members must have the same clock (SPEC §4.5): members on
+ * different clocks throw a RangeError.
  */
 export declare class Stack {
+  /**
+   * @param members `{ name: limiter }` or `[[name, limiter]]`, at most 16
+   * @param options `clock`: the members' clock (by default the first member's); any other throws
+   */
   constructor(members: Record<string, BaseLimiter<any>> | Array<[string, BaseLimiter<any>]>, options?: { clock?: ClockLike })
   /** The member names, in order. */
   readonly names: string[]
+  /** The clock the stack reads (`undefined`: the monotonic clock). */
+  readonly clock: ClockLike | undefined
   /** Charges `cost` (default 1) to every member, member `i` on `keys[i]`, all or nothing. */
   allow(keys: Key[], cost?: number): MultiDecision
   /** Answers like `allow` and changes nothing. */
   peek(keys: Key[], cost?: number): MultiDecision
+  /** Gives `tokens` (default 1) back to every member, each on its key, never above full. */
+  refund(keys: Key[], tokens?: number): void
+  /** Forgets every member's key: each is full again. */
+  reset(keys: Key[]): void
+  /** Like {@link BaseLimiter.acquire}, for every member at once. */
+  acquire(keys: Key[], cost?: number, options?: AcquireOptions): Promise<MultiDecision>
 }
-
-/** Length of the native output buffer (internal). */
-export declare const OUT_LEN: number
-/** An empty native call: the benchmark's floor. */
-export declare function noop(): void

@@ -1,22 +1,38 @@
 'use strict'
 // The public API of the `ratomic` package. The limiters live in Rust (see
-// src/ and the generated index.js / index.d.ts); this file checks arguments,
-// reads injected clocks, and builds the Decision objects in JavaScript,
-// because V8 creates a plain object literal far faster than N-API can.
+// src/ and the generated index.js / index.d.ts); this file converts
+// arguments, reads injected clocks, and builds the Decision objects in
+// JavaScript, because V8 creates a plain object literal far faster than
+// N-API can. Every decision, check and error is core's.
+//
+// Nothing native is reachable from here: the native handles live in private
+// fields, the hot-path functions and their output buffer in this module's
+// scope, and package.json's `exports` lets `require('ratomic')` reach only
+// this file.
 
-const { NativeLimiter, NativeStack, OUT_LEN, noop } = require('./index.js')
+const { NativeKeyed, NativeLimiter, NativeStack, NativeClock, hotPath } = require('./index.js')
 
-// Slots of the output buffer (see src/engine.rs `slot`).
-const REMAINING = 0
-const LIMIT = 1
-const RETRY = 2
-const RESET = 3
-const ENTRIES = 4
-const FIRST_ENTRY = 5
-const ENTRY_LEN = 6
+// One allow and one op function per thread for each kind of limiter, each
+// taking the limiter's id: every call site below stays monomorphic (see
+// src/hot.rs). Decisions are written into OUT (layout: src/decision.rs).
+const {
+  allowKeyed: ALLOW_KEYED,
+  opKeyed: OP_KEYED,
+  allowLimiter: ALLOW_LIMITER,
+  opLimiter: OP_LIMITER,
+  manyKeyed: MANY_KEYED,
+  manyLimiter: MANY_LIMITER,
+  out: OUT,
+  entryCount: ENTRIES,
+  firstEntry: FIRST_ENTRY,
+  entryLen: ENTRY_LEN,
+} = hotPath()
 const OP_PEEK = 1
 const OP_REFUND = 2
 const OP_RESET = 3
+
+// Lets this module, and only it, call the limiter constructors' internal form.
+const INTERNAL = Symbol('ratomic internal')
 
 function typeError(message, code = 'ERR_RATOMIC_INVALID_ARGUMENT') {
   const e = new TypeError(message)
@@ -56,12 +72,10 @@ class ManualClock {
     return ms
   }
 
-  /** The current time, in milliseconds. */
   now() {
     return this.#ms
   }
 
-  /** Moves the clock forward by `ms` milliseconds (>= 0). */
   advance(ms) {
     ManualClock.#check(ms, 'ms')
     this.#ms += ms
@@ -69,17 +83,12 @@ class ManualClock {
     return this.#ms
   }
 
-  /** Sets the clock to `ms`; it may go backwards (limiters never grant more for it). */
   set(ms) {
     this.#ms = ManualClock.#check(ms, 'ms')
     this.#wake()
     return this.#ms
   }
 
-  /**
-   * Resolves once the clock reaches now + `ms`, or rejects with the signal's
-   * reason when `signal` aborts. Used by `acquire`.
-   */
   sleep(ms, signal) {
     return new Promise((resolve, reject) => {
       const sleeper = { at: this.#ms + ms, resolve, reject, signal, onAbort: null }
@@ -121,6 +130,49 @@ function realSleep(ms, signal) {
   })
 }
 
+// A limiter's time: its JavaScript clock (read, sleep) or, when `read` is
+// null, the native monotonic clock.
+function timeOf(clock) {
+  if (clock === undefined || clock === null) return { clock: undefined, read: null, sleep: realSleep }
+  if (typeof clock === 'function') return { clock, read: clock, sleep: realSleep }
+  if (typeof clock === 'object' && typeof clock.now === 'function') {
+    return {
+      clock,
+      read: () => clock.now(),
+      sleep: typeof clock.sleep === 'function' ? (ms, signal) => clock.sleep(ms, signal) : realSleep,
+    }
+  }
+  throw typeError(`clock must be a function returning milliseconds or a ManualClock, got ${describe(clock)}`)
+}
+
+// Each JavaScript clock's native identity: limiters built with the same clock
+// share it, so core can refuse a Stack of members on different clocks.
+const clockIds = new WeakMap()
+function clockId(clock) {
+  if (clock === undefined) return undefined
+  let id = clockIds.get(clock)
+  if (id === undefined) {
+    id = new NativeClock()
+    clockIds.set(clock, id)
+  }
+  return id
+}
+
+// A clock's reading, checked for type and sign; its range is core's.
+function readClock(read) {
+  const ms = read()
+  if (typeof ms !== 'number') throw typeError(`the clock must return a number of milliseconds, got ${describe(ms)}`, 'ERR_RATOMIC_INVALID_CLOCK')
+  if (!(ms >= 0)) throw rangeError(`the clock must return a finite number of milliseconds >= 0, got ${ms}`, 'ERR_RATOMIC_INVALID_CLOCK')
+  return ms
+}
+
+function number(v, name) {
+  if (typeof v !== 'number') throw typeError(`${name} must be a number, got ${describe(v)}`)
+  return v
+}
+
+const STORE_OPTIONS = ['maxKeys', 'maxKeyLen', 'maxKeyBytes', 'eviction']
+
 function readOptions(options, allowed) {
   if (options === undefined || options === null) return {}
   if (typeof options !== 'object' || Array.isArray(options)) {
@@ -129,280 +181,297 @@ function readOptions(options, allowed) {
   for (const name of Object.keys(options)) {
     if (!allowed.includes(name)) throw typeError(`unknown option ${JSON.stringify(name)} (expected one of ${allowed.join(', ')})`)
   }
-  for (const name of ['maxKeys', 'maxKeyLen', 'burst']) {
-    if (options[name] !== undefined && typeof options[name] !== 'number') {
-      throw typeError(`${name} must be a number, got ${describe(options[name])}`)
-    }
+  for (const name of ['maxKeys', 'maxKeyLen', 'maxKeyBytes', 'burst']) {
+    if (options[name] !== undefined) number(options[name], name)
+  }
+  if (options.eviction !== undefined && typeof options.eviction !== 'string') {
+    throw typeError(`eviction must be "fair" or "strict", got ${describe(options.eviction)}`)
   }
   return options
 }
 
-function clockOf(clock) {
-  if (clock === undefined || clock === null) return null
-  if (typeof clock === 'function') return { read: clock, sleep: null }
-  if (typeof clock === 'object' && typeof clock.now === 'function') {
-    return {
-      read: () => clock.now(),
-      sleep: typeof clock.sleep === 'function' ? (ms, signal) => clock.sleep(ms, signal) : null,
-    }
-  }
-  throw typeError(`clock must be a function returning milliseconds or a ManualClock, got ${describe(clock)}`)
-}
-
-function readClock(read) {
-  const ms = read()
-  if (typeof ms !== 'number') throw typeError(`the clock must return a number of milliseconds, got ${describe(ms)}`, 'ERR_RATOMIC_INVALID_CLOCK')
-  if (!(ms >= 0) || ms === Infinity) throw rangeError(`the clock must return a finite number of milliseconds >= 0, got ${ms}`, 'ERR_RATOMIC_INVALID_CLOCK')
-  return ms
-}
-
-function checkCost(cost, name = 'cost') {
-  if (cost === undefined) return 1
-  if (typeof cost !== 'number') throw typeError(`${name} must be a number, got ${describe(cost)}`)
-  return cost
-}
-
 function storeOptions(o) {
   const spec = {}
-  if (o.maxKeys !== undefined) spec.maxKeys = o.maxKeys
-  if (o.maxKeyLen !== undefined) spec.maxKeyLen = o.maxKeyLen
+  for (const name of STORE_OPTIONS) if (o[name] !== undefined) spec[name] = o[name]
   return spec
 }
 
 // A window given as milliseconds or a duration string ("1min", "250ms", "s").
 function windowRule(algorithm, what, limit, window) {
-  if (typeof limit === 'string' && window === undefined) return { name: '', algorithm, rate: limit }
+  if (typeof limit === 'string' && window === undefined) return { algorithm, rate: limit }
   if (typeof limit !== 'number') throw typeError(`${what} limit must be a number or a rate string like "100/min", got ${describe(limit)}`)
-  if (typeof window === 'number') return { name: '', algorithm, limit, windowMs: window }
-  if (typeof window === 'string') {
-    if (!Number.isInteger(limit) || limit < 1) throw rangeError(`invalid limit: ${limit} (must be a whole number >= 1)`)
-    return { name: '', algorithm, rate: `${limit}/${window.trim()}` }
-  }
+  if (typeof window === 'number') return { algorithm, limit, windowMs: window }
+  if (typeof window === 'string') return { algorithm, limit, window }
   throw typeError(`${what} window must be a number of milliseconds or a duration string like "1min", got ${describe(window)}`)
 }
 
-let outOf
+// The decision of a single-rule limiter, from `o` at `at`.
+function single(allowed, o, at) {
+  return { allowed, remaining: o[at], limit: o[at + 1], retryAfterMs: o[at + 2], resetAfterMs: o[at + 3] }
+}
+
+// The decision of a Limiter or a Stack, from `o` at `at`; entry `i` is
+// `names[index]`, its index from core.
+function multi(allowed, o, at, names) {
+  const n = o[at + ENTRIES]
+  const entries = new Array(n)
+  const deniedBy = []
+  for (let i = 0; i < n; i++) {
+    const e = at + FIRST_ENTRY + ENTRY_LEN * i
+    const name = names[o[e]]
+    const ok = o[e + 1] === 1
+    entries[i] = { name, allowed: ok, remaining: o[e + 2], limit: o[e + 3], retryAfterMs: o[e + 4], resetAfterMs: o[e + 5] }
+    if (!ok) deniedBy.push(name)
+  }
+  return { allowed, remaining: o[at], limit: o[at + 1], retryAfterMs: o[at + 2], resetAfterMs: o[at + 3], entries, deniedBy }
+}
+
+// A batch's decisions, one after another, each led by `allowed`: in OUT
+// (the native call returned how many numbers it wrote) or in the array it
+// returned.
+function decodeAll(r, decode) {
+  const [a, length] = typeof r === 'number' ? [OUT, r] : [r, r.length]
+  const out = []
+  for (let p = 0; p < length; p += 1 + FIRST_ENTRY + ENTRY_LEN * a[p + 1 + ENTRIES]) {
+    out.push(decode(a[p] === 1, a, p + 1))
+  }
+  return out
+}
+
+// Waits out denials, as core's acquire: returns the allowing decision, or
+// the denial once the next wait would take the total past `timeoutMs`.
+async function acquire(attempt, sleep, options) {
+  const o = options === undefined ? {} : options
+  if (typeof o !== 'object' || o === null) throw typeError(`acquire options must be an object, got ${describe(o)}`)
+  const { signal, timeoutMs } = o
+  if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !(timeoutMs >= 0))) {
+    throw (typeof timeoutMs !== 'number' ? typeError : rangeError)(`timeoutMs must be a number >= 0, got ${timeoutMs}`)
+  }
+  let waited = 0
+  for (;;) {
+    if (signal && signal.aborted) throw signal.reason
+    const d = attempt()
+    if (d.allowed || (timeoutMs !== undefined && waited + d.retryAfterMs > timeoutMs)) return d
+    await sleep(d.retryAfterMs, signal)
+    waited += d.retryAfterMs
+  }
+}
+
+// The native handle of a limiter (for Stack); set in BaseLimiter's static block.
+let nativeOf
+// The JavaScript clock a limiter was given (undefined: the monotonic clock).
+let clockOf
 
 /**
- * What every limiter shares: allow/peek/reset/refund/allowMany/acquire on
- * a native handle, with an optional injected clock.
+ * What every limiter offers: the cold operations, on a native handle, with
+ * an optional injected clock. The hot ones (allow, peek, refund, reset)
+ * live in the subclasses, each calling its own kind's native function.
  */
 class BaseLimiter {
   #native
-  #allow
-  #op
-  #out
-  #read
-  #sleep
-  #clock
+  #time
+  #decode
+  #many
+  #id
 
-  constructor(nativeHandle, clock) {
-    const c = clockOf(clock)
-    this.#clock = clock
-    this.#native = nativeHandle
-    this.#out = new Float64Array(new ArrayBuffer(OUT_LEN * 8))
-    this.#allow = nativeHandle.bindAllow(this.#out)
-    this.#op = nativeHandle.bindOp(this.#out)
-    this.#read = c === null ? null : c.read
-    this.#sleep = c === null ? null : c.sleep
-  }
-
-  /** @internal the limiter's time in ms, or -1 for its native monotonic clock. */
-  _now() {
-    return this.#read === null ? -1 : readClock(this.#read)
-  }
-
-  /** @internal */
-  _decision(allowed) {
-    const o = this.#out
-    return { allowed, remaining: o[REMAINING], limit: o[LIMIT], retryAfterMs: o[RETRY], resetAfterMs: o[RESET] }
-  }
-
-  /** @internal */
-  get _native() {
-    return this.#native
-  }
-
-  /** @internal the clock this limiter was given (undefined for its monotonic clock). */
-  get _clock() {
-    return this.#clock
+  constructor(token, handle, time, decode, many) {
+    if (token !== INTERNAL) throw typeError('BaseLimiter is not constructible: use TokenBucket, FixedWindow, SlidingWindow or Limiter')
+    this.#native = handle
+    this.#time = time
+    this.#decode = decode
+    this.#many = many
+    this.#id = handle.id
   }
 
   static {
-    // The output buffer never leaves this module: detaching its ArrayBuffer
-    // (by transferring it) would leave the native side a dangling pointer.
-    outOf = (limiter) => limiter.#out
+    nativeOf = (limiter) => limiter.#native
+    clockOf = (limiter) => limiter.#time.clock
   }
 
-  allow(key, cost) {
-    // Pass only the arguments there are: the native side then converts nothing
-    // but the key (cost 1 and its own monotonic clock are its defaults).
-    const allowed = this.#read !== null
-      ? this.#allow(key, cost === undefined ? 1 : cost, readClock(this.#read))
-      : cost === undefined ? this.#allow(key) : this.#allow(key, cost)
-    const o = this.#out
-    return { allowed, remaining: o[REMAINING], limit: o[LIMIT], retryAfterMs: o[RETRY], resetAfterMs: o[RESET] }
-  }
-
-  peek(key, cost) {
-    const allowed = this.#op(OP_PEEK, key, cost === undefined ? 1 : cost, this._now())
-    return this._decision(allowed)
-  }
-
-  refund(key, tokens) {
-    this.#op(OP_REFUND, key, checkCost(tokens, 'tokens'), this._now())
-  }
-
-  reset(key) {
-    this.#op(OP_RESET, key, 0, this._now())
+  // The time to pass to a native call: the JavaScript clock's reading, or
+  // undefined for the native clock.
+  #at() {
+    return this.#time.read === null ? undefined : readClock(this.#time.read)
   }
 
   allowMany(requests) {
-    if (!Array.isArray(requests)) throw typeError(`allowMany takes an array of keys or [key, cost] pairs, got ${describe(requests)}`)
     // One clock reading for the whole batch, the native clock's included.
-    const now = this.#read === null ? this.#native.nowMs() : readClock(this.#read)
-    const pairs = requests.map((r) => (Array.isArray(r) ? [r[0], r[1] === undefined ? 1 : r[1]] : [r, 1]))
-    // Check every pair first (a peek changes nothing), so a bad pair throws
-    // before any key is charged.
-    for (const [key, cost] of pairs) this.#op(OP_PEEK, key, cost, now)
-    return pairs.map(([key, cost]) => this._decision(this.#allow(key, cost, now)))
+    const at = this.#at()
+    const r = at === undefined ? this.#many(this.#id, requests) : this.#many(this.#id, requests, at)
+    return decodeAll(r, this.#decode)
   }
 
   get size() {
     return this.#native.size()
   }
 
-  gc() {
-    return this.#native.gc(this._now())
+  get memoryBytes() {
+    return this.#native.memoryBytes()
   }
 
-  async acquire(key, cost, options) {
-    const o = options === undefined ? {} : options
-    if (typeof o !== 'object' || o === null) throw typeError(`acquire options must be an object, got ${describe(o)}`)
-    const { signal, timeoutMs } = o
-    if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !(timeoutMs >= 0))) {
-      throw (typeof timeoutMs !== 'number' ? typeError : rangeError)(`timeoutMs must be a number >= 0, got ${timeoutMs}`)
-    }
-    const clockMs = () => (this.#read === null ? this.#native.nowMs() : readClock(this.#read))
-    const sleep = this.#sleep === null ? realSleep : this.#sleep
-    const deadline = timeoutMs === undefined ? Infinity : clockMs() + timeoutMs
-    for (;;) {
-      if (signal && signal.aborted) throw signal.reason
-      const d = this.allow(key, cost)
-      if (d.allowed) return d
-      if (clockMs() + d.retryAfterMs > deadline) {
-        const e = new Error(`acquire timed out: the key needs ${d.retryAfterMs} ms more, beyond timeoutMs ${timeoutMs}`)
-        e.code = 'ERR_RATOMIC_TIMEOUT'
-        e.decision = d
-        throw e
-      }
-      await sleep(d.retryAfterMs, signal)
-    }
+  get maxKeyLen() {
+    return this.#native.maxKeyLen
+  }
+
+  get clock() {
+    return this.#time.clock
+  }
+
+  now() {
+    const t = this.#at()
+    return t === undefined ? this.#native.nowMs() : t
+  }
+
+  gc(atMs) {
+    return this.#native.gc(atMs === undefined ? this.#at() : number(atMs, 'atMs'))
+  }
+
+  acquire(key, cost, options) {
+    return acquire(() => this.allow(key, cost), this.#time.sleep, options)
   }
 }
+
+// The single-rule limiters' hot path: ALLOW_KEYED / OP_KEYED on this id.
+class KeyedLimiter extends BaseLimiter {
+  #id
+  #read
+  #native
+
+  constructor(handle, clock) {
+    const time = timeOf(clock)
+    super(INTERNAL, handle, time, single, MANY_KEYED)
+    this.#native = handle
+    this.#id = handle.id
+    this.#read = time.read
+  }
+
+  allow(key, cost) {
+    // Pass only the arguments there are: the native side then converts nothing
+    // but the key (cost 1 and the native clock are its defaults).
+    const read = this.#read
+    const allowed = read !== null
+      ? ALLOW_KEYED(this.#id, key, cost === undefined ? 1 : cost, readClock(read))
+      : cost === undefined ? ALLOW_KEYED(this.#id, key) : ALLOW_KEYED(this.#id, key, cost)
+    return { allowed, remaining: OUT[0], limit: OUT[1], retryAfterMs: OUT[2], resetAfterMs: OUT[3] }
+  }
+
+  #op(code, key, n) {
+    const read = this.#read
+    return read === null ? OP_KEYED(code, this.#id, key, n) : OP_KEYED(code, this.#id, key, n, readClock(read))
+  }
+
+  peek(key, cost) {
+    return single(this.#op(OP_PEEK, key, cost === undefined ? 1 : cost), OUT, 0)
+  }
+
+  refund(key, tokens) {
+    this.#op(OP_REFUND, key, tokens === undefined ? 1 : tokens)
+  }
+
+  reset(key) {
+    this.#op(OP_RESET, key, 0)
+  }
+
+  get limit() {
+    return this.#native.rule.limit
+  }
+
+  get rule() {
+    return this.#native.rule
+  }
+}
+
+// The arguments of a token bucket: (capacity, refillPerSec | rate, options)
+// or (rate, options with burst).
+function tokenBucketRule(capacity, refillPerSec, options, optionNames) {
+  if (typeof capacity === 'string') {
+    const o = readOptions(refillPerSec, [...optionNames, 'burst'])
+    return [{ algorithm: 'tokenBucket', rate: capacity, burst: o.burst }, o]
+  }
+  if (typeof capacity !== 'number') throw typeError(`capacity must be a number, got ${describe(capacity)}`)
+  const o = readOptions(options, optionNames)
+  if (typeof refillPerSec === 'number') return [{ algorithm: 'tokenBucket', capacity, refillPerSec }, o]
+  if (typeof refillPerSec === 'string') return [{ algorithm: 'tokenBucket', rate: refillPerSec, capacity }, o]
+  throw typeError(`refillPerSec must be a number or a rate string like "10/s", got ${describe(refillPerSec)}`)
+}
+
+const OPTIONS = ['clock', ...STORE_OPTIONS]
 
 /**
  * A token bucket per key (GCRA): bursts of `capacity`, refilled at
  * `refillPerSec` tokens per second.
  */
-class TokenBucket extends BaseLimiter {
+class TokenBucket extends KeyedLimiter {
   constructor(capacity, refillPerSec, options) {
-    let rule
-    let o
-    if (typeof capacity === 'string') {
-      o = readOptions(refillPerSec, ['clock', 'maxKeys', 'maxKeyLen', 'burst'])
-      rule = { name: '', algorithm: 'tokenBucket', rate: capacity, burst: o.burst }
-    } else {
-      if (typeof capacity !== 'number') throw typeError(`capacity must be a number, got ${describe(capacity)}`)
-      o = readOptions(options, ['clock', 'maxKeys', 'maxKeyLen'])
-      if (typeof refillPerSec === 'number') rule = { name: '', algorithm: 'tokenBucket', capacity, refillPerSec }
-      else if (typeof refillPerSec === 'string') rule = { name: '', algorithm: 'tokenBucket', rate: refillPerSec, capacity }
-      else throw typeError(`refillPerSec must be a number or a rate string like "10/s", got ${describe(refillPerSec)}`)
+    if (capacity === INTERNAL) {
+      super(refillPerSec, undefined)
+      return
     }
-    super(new NativeLimiter({ multi: false, rules: [rule], ...storeOptions(o) }), o.clock)
+    const [rule, o] = tokenBucketRule(capacity, refillPerSec, options, OPTIONS)
+    const time = timeOf(o.clock)
+    super(new NativeKeyed(rule, storeOptions(o), clockId(time.clock)), o.clock)
   }
 
-  /** A token bucket from a rate string: `"10/s"` is a burst of 10 refilled over a second. */
   static fromRate(rate, options) {
     if (typeof rate !== 'string') throw typeError(`rate must be a string like "10/s", got ${describe(rate)}`)
     return new TokenBucket(rate, options)
   }
 
-  /** The process-wide token bucket `name`, shared by every worker thread. */
   static shared(name, capacity, refillPerSec, options) {
     if (typeof name !== 'string') throw typeError(`name must be a string, got ${describe(name)}`)
-    let rule
-    let o
-    if (typeof capacity === 'string') {
-      o = readOptions(refillPerSec, ['maxKeys', 'maxKeyLen', 'burst'])
-      rule = { name: '', algorithm: 'tokenBucket', rate: capacity, burst: o.burst }
-    } else {
-      if (typeof capacity !== 'number') throw typeError(`capacity must be a number, got ${describe(capacity)}`)
-      if (typeof refillPerSec !== 'number' && typeof refillPerSec !== 'string') {
-        throw typeError(`refillPerSec must be a number or a rate string like "10/s", got ${describe(refillPerSec)}`)
-      }
-      o = readOptions(options, ['maxKeys', 'maxKeyLen'])
-      rule = typeof refillPerSec === 'number'
-        ? { name: '', algorithm: 'tokenBucket', capacity, refillPerSec }
-        : { name: '', algorithm: 'tokenBucket', rate: refillPerSec, capacity }
-    }
-    return adopt(TokenBucket, NativeLimiter.shared(name, { multi: false, rules: [rule], ...storeOptions(o) }))
+    const [rule, o] = tokenBucketRule(capacity, refillPerSec, options, STORE_OPTIONS)
+    return new TokenBucket(INTERNAL, NativeKeyed.shared(name, rule, storeOptions(o)))
   }
 }
 
-// Builds an instance of a limiter class around an existing native handle.
-function adopt(Cls, nativeHandle) {
-  return Reflect.construct(Handle, [nativeHandle], Cls)
-}
-
-// The constructor `adopt` runs instead of the public one.
-function Handle(nativeHandle) {
-  return Reflect.construct(BaseLimiter, [nativeHandle, undefined], new.target)
+// The arguments of a window: (limit, window, options) or (rate, options).
+function windowArgs(algorithm, what, limit, window, options, optionNames) {
+  const stringForm = typeof limit === 'string' && (window === undefined || (typeof window === 'object' && window !== null))
+  const o = readOptions(stringForm ? window : options, optionNames)
+  return [windowRule(algorithm, what, limit, stringForm ? undefined : window), o]
 }
 
 /** At most `limit` calls per key in each fixed window of `window`. */
-class FixedWindow extends BaseLimiter {
+class FixedWindow extends KeyedLimiter {
   constructor(limit, window, options) {
-    const stringForm = typeof limit === 'string' && (window === undefined || (typeof window === 'object' && window !== null))
-    const o = readOptions(stringForm ? window : options, ['clock', 'maxKeys', 'maxKeyLen'])
-    const rule = windowRule('fixedWindow', 'FixedWindow', limit, stringForm ? undefined : window)
-    super(new NativeLimiter({ multi: false, rules: [rule], ...storeOptions(o) }), o.clock)
+    if (limit === INTERNAL) {
+      super(window, undefined)
+      return
+    }
+    const [rule, o] = windowArgs('fixedWindow', 'FixedWindow', limit, window, options, OPTIONS)
+    super(new NativeKeyed(rule, storeOptions(o), clockId(timeOf(o.clock).clock)), o.clock)
   }
 
-  /** The process-wide fixed window `name`, shared by every worker thread. */
   static shared(name, limit, window, options) {
-    return sharedWindow(FixedWindow, 'fixedWindow', name, limit, window, options)
+    if (typeof name !== 'string') throw typeError(`name must be a string, got ${describe(name)}`)
+    const [rule, o] = windowArgs('fixedWindow', 'FixedWindow', limit, window, options, STORE_OPTIONS)
+    return new FixedWindow(INTERNAL, NativeKeyed.shared(name, rule, storeOptions(o)))
   }
 }
 
 /** At most `limit` calls per key in any sliding window of `window` (counter approximation). */
-class SlidingWindow extends BaseLimiter {
+class SlidingWindow extends KeyedLimiter {
   constructor(limit, window, options) {
-    const stringForm = typeof limit === 'string' && (window === undefined || (typeof window === 'object' && window !== null))
-    const o = readOptions(stringForm ? window : options, ['clock', 'maxKeys', 'maxKeyLen'])
-    const rule = windowRule('slidingWindow', 'SlidingWindow', limit, stringForm ? undefined : window)
-    super(new NativeLimiter({ multi: false, rules: [rule], ...storeOptions(o) }), o.clock)
+    if (limit === INTERNAL) {
+      super(window, undefined)
+      return
+    }
+    const [rule, o] = windowArgs('slidingWindow', 'SlidingWindow', limit, window, options, OPTIONS)
+    super(new NativeKeyed(rule, storeOptions(o), clockId(timeOf(o.clock).clock)), o.clock)
   }
 
-  /** The process-wide sliding window `name`, shared by every worker thread. */
   static shared(name, limit, window, options) {
-    return sharedWindow(SlidingWindow, 'slidingWindow', name, limit, window, options)
+    if (typeof name !== 'string') throw typeError(`name must be a string, got ${describe(name)}`)
+    const [rule, o] = windowArgs('slidingWindow', 'SlidingWindow', limit, window, options, STORE_OPTIONS)
+    return new SlidingWindow(INTERNAL, NativeKeyed.shared(name, rule, storeOptions(o)))
   }
-}
-
-function sharedWindow(Cls, algorithm, name, limit, window, options) {
-  if (typeof name !== 'string') throw typeError(`name must be a string, got ${describe(name)}`)
-  const stringForm = typeof limit === 'string' && (window === undefined || (typeof window === 'object' && window !== null))
-  const o = readOptions(stringForm ? window : options, ['maxKeys', 'maxKeyLen'])
-  const rule = windowRule(algorithm, Cls.name, limit, stringForm ? undefined : window)
-  return adopt(Cls, NativeLimiter.shared(name, { multi: false, rules: [rule], ...storeOptions(o) }))
 }
 
 const RULE_KEYS = ['algorithm', 'capacity', 'refillPerSec', 'rate', 'burst', 'limit', 'window']
 const ALGORITHMS = ['tokenBucket', 'fixedWindow', 'slidingWindow']
 
 function limitRule(name, rule) {
-  if (typeof name !== 'string' || name === '') throw typeError(`a limit's name must be a non-empty string, got ${describe(name)}`)
+  if (typeof name !== 'string') throw typeError(`a limit's name must be a string, got ${describe(name)}`)
   if (typeof rule === 'string') return { name, algorithm: 'tokenBucket', rate: rule }
   if (typeof rule !== 'object' || rule === null) {
     throw typeError(`limit ${JSON.stringify(name)} must be a rate string or a rule object, got ${describe(rule)}`)
@@ -438,90 +507,106 @@ function limitRules(limits) {
   throw typeError(`limits must be an object { name: rule } or an array of { name, ...rule }, got ${describe(limits)}`)
 }
 
+// Names-lists remembered by one Limiter's select (a bound: the lists are the caller's).
+const MAX_REMEMBERED_SELECTIONS = 256
+
 /**
  * Several named limits on the same key, all or nothing: a call is allowed
  * only if every limit allows it, and then every limit is charged.
  */
 class Limiter extends BaseLimiter {
+  #id
+  #read
+  #native
   #names
-  #selections = new Map()
   #clock
+  // Shared by a limiter and its selections: views by limit-set bitmask, and
+  // by the exact list of names asked for (JSON: unambiguous for any strings).
+  #views
 
-  constructor(limits, options) {
-    if (limits instanceof NativeLimiter) {
-      // Internal: a selection of an existing limiter (see `select`).
-      super(limits, options)
-      this.#clock = options
+  constructor(limits, options, view) {
+    let handle
+    let clock
+    let family
+    if (limits === INTERNAL) {
+      // A shared limiter (`view` undefined) or a selection (see `select`).
+      handle = options
+      clock = view === undefined ? undefined : view.clock
+      family = view === undefined ? undefined : view.views
     } else {
-      const o = readOptions(options, ['clock', 'maxKeys', 'maxKeyLen'])
-      super(new NativeLimiter({ multi: true, rules: limitRules(limits), ...storeOptions(o) }), o.clock)
-      this.#clock = o.clock
+      const o = readOptions(options, OPTIONS)
+      clock = o.clock
+      handle = new NativeLimiter(limitRules(limits), storeOptions(o), clockId(timeOf(clock).clock))
     }
-    this.#names = this._native.names
+    const time = timeOf(clock)
+    const names = handle.names
+    super(INTERNAL, handle, time, (allowed, o, at) => multi(allowed, o, at, names), MANY_LIMITER)
+    this.#native = handle
+    this.#id = handle.id
+    this.#read = time.read
+    this.#names = names
+    this.#clock = clock
+    this.#views = family === undefined ? { byBits: new Map([[handle.bits, this]]), byNames: new Map() } : family
   }
 
-  /** The limit names, in order. */
+  allow(key, cost) {
+    const read = this.#read
+    const allowed = read !== null
+      ? ALLOW_LIMITER(this.#id, key, cost === undefined ? 1 : cost, readClock(read))
+      : cost === undefined ? ALLOW_LIMITER(this.#id, key) : ALLOW_LIMITER(this.#id, key, cost)
+    return multi(allowed, OUT, 0, this.#names)
+  }
+
+  #op(code, key, n) {
+    const read = this.#read
+    return read === null ? OP_LIMITER(code, this.#id, key, n) : OP_LIMITER(code, this.#id, key, n, readClock(read))
+  }
+
+  peek(key, cost) {
+    return multi(this.#op(OP_PEEK, key, cost === undefined ? 1 : cost), OUT, 0, this.#names)
+  }
+
+  refund(key, tokens) {
+    this.#op(OP_REFUND, key, tokens === undefined ? 1 : tokens)
+  }
+
+  reset(key) {
+    this.#op(OP_RESET, key, 0)
+  }
+
   get names() {
     return [...this.#names]
   }
 
-  /**
-   * A view of this limiter (same keys, same state) whose calls are subject
-   * only to the named limits: per-request limit selection.
-   */
+  get rules() {
+    const rules = this.#native.rules
+    return Object.fromEntries(this.#names.map((n, i) => [n, rules[i]]))
+  }
+
   select(names) {
     if (!Array.isArray(names) || names.some((n) => typeof n !== 'string')) {
       throw typeError(`select takes an array of limit names, got ${describe(names)}`)
     }
-    const id = names.join('\u0000')
-    let view = this.#selections.get(id)
+    const views = this.#views
+    const asked = JSON.stringify(names)
+    let view = views.byNames.get(asked)
     if (view === undefined) {
-      view = new Limiter(this._native.select(names), this.#clock)
-      this.#selections.set(id, view)
+      const bits = this.#native.limitBits(names) // core resolves the names, or throws
+      view = views.byBits.get(bits)
+      if (view === undefined) {
+        view = new Limiter(INTERNAL, this.#native.select(bits), { clock: this.#clock, views })
+        views.byBits.set(bits, view)
+      }
+      if (views.byNames.size < MAX_REMEMBERED_SELECTIONS) views.byNames.set(asked, view)
     }
     return view
   }
 
-  _decision(allowed) {
-    const o = outOf(this)
-    const n = o[ENTRIES]
-    const entries = new Array(n)
-    const deniedBy = []
-    for (let i = 0; i < n; i++) {
-      const at = FIRST_ENTRY + ENTRY_LEN * i
-      const name = this.#names[o[at]]
-      const ok = o[at + 1] === 1
-      entries[i] = { name, allowed: ok, remaining: o[at + 2], limit: o[at + 3], retryAfterMs: o[at + 4], resetAfterMs: o[at + 5] }
-      if (!ok) deniedBy.push(name)
-    }
-    return { allowed, remaining: o[REMAINING], limit: o[LIMIT], retryAfterMs: o[RETRY], resetAfterMs: o[RESET], entries, deniedBy }
-  }
-
-  allow(key, cost) {
-    return this._decision(super.allow(key, cost).allowed)
-  }
-
-  /** The process-wide Limiter `name`, shared by every worker thread. */
   static shared(name, limits, options) {
     if (typeof name !== 'string') throw typeError(`name must be a string, got ${describe(name)}`)
-    const o = readOptions(options, ['maxKeys', 'maxKeyLen'])
-    return new Limiter(NativeLimiter.shared(name, { multi: true, rules: limitRules(limits), ...storeOptions(o) }), undefined)
+    const o = readOptions(options, STORE_OPTIONS)
+    return new Limiter(INTERNAL, NativeLimiter.shared(name, limitRules(limits), storeOptions(o)))
   }
-}
-
-function entriesDecision(v, names) {
-  // v = [allowed, remaining, limit, retryAfterMs, resetAfterMs, entryCount, ...entries]
-  const n = v[1 + ENTRIES]
-  const entries = new Array(n)
-  const deniedBy = []
-  for (let i = 0; i < n; i++) {
-    const at = 1 + FIRST_ENTRY + ENTRY_LEN * i
-    const name = names[v[at]]
-    const ok = v[at + 1] === 1
-    entries[i] = { name, allowed: ok, remaining: v[at + 2], limit: v[at + 3], retryAfterMs: v[at + 4], resetAfterMs: v[at + 5] }
-    if (!ok) deniedBy.push(name)
-  }
-  return { allowed: v[0] === 1, remaining: v[1 + REMAINING], limit: v[1 + LIMIT], retryAfterMs: v[1 + RETRY], resetAfterMs: v[1 + RESET], entries, deniedBy }
 }
 
 /**
@@ -532,7 +617,7 @@ function entriesDecision(v, names) {
 class Stack {
   #native
   #names
-  #read
+  #time
 
   constructor(members, options) {
     const list = Array.isArray(members) ? members : members !== null && typeof members === 'object' ? Object.entries(members) : null
@@ -543,43 +628,47 @@ class Stack {
       }
     }
     const o = readOptions(options, ['clock'])
-    // The stack reads one clock for the whole call and passes it to every
-    // member: by default the first member's, so members on one clock agree.
-    const clock = 'clock' in o ? o.clock : list.length > 0 ? list[0][1]._clock : undefined
-    const c = clockOf(clock)
-    this.#native = new NativeStack(list.map((m) => m[0]), list.map((m) => m[1]._native))
+    // One clock for the stack and every member: core refuses members on another.
+    const clock = o.clock !== undefined ? o.clock : list.length > 0 ? clockOf(list[0][1]) : undefined
+    this.#time = timeOf(clock)
+    const handles = list.map((m) => nativeOf(m[1]).member())
+    this.#native = new NativeStack(list.map((m) => m[0]), handles, clockId(this.#time.clock))
     this.#names = this.#native.names
-    this.#read = c === null ? null : c.read
   }
 
-  /** The member names, in order. */
+  #at() {
+    return this.#time.read === null ? undefined : readClock(this.#time.read)
+  }
+
   get names() {
     return [...this.#names]
   }
 
-  #keys(keys) {
-    if (!Array.isArray(keys)) throw typeError(`keys must be an array with one key per member, got ${describe(keys)}`)
-    for (const k of keys) {
-      if (typeof k !== 'string' && !Buffer.isBuffer(k)) {
-        throw typeError(`key must be a string or a Buffer, got ${describe(k)}`, 'ERR_RATOMIC_INVALID_KEY')
-      }
-    }
-    return keys
+  get clock() {
+    return this.#time.clock
   }
 
-  /** Charges `cost` (default 1) to every member, member `i` on `keys[i]`, all or nothing. */
   allow(keys, cost) {
-    const k = this.#keys(keys)
-    const c = checkCost(cost)
-    return entriesDecision(this.#native.allow(k, c, this.#read === null ? -1 : readClock(this.#read)), this.#names)
+    const c = cost === undefined ? 1 : number(cost, 'cost')
+    return multi(this.#native.allow(keys, c, this.#at()), OUT, 0, this.#names)
   }
 
-  /** Answers like `allow` and changes nothing. */
   peek(keys, cost) {
-    const k = this.#keys(keys)
-    const c = checkCost(cost)
-    return entriesDecision(this.#native.peek(k, c, this.#read === null ? -1 : readClock(this.#read)), this.#names)
+    const c = cost === undefined ? 1 : number(cost, 'cost')
+    return multi(this.#native.peek(keys, c, this.#at()), OUT, 0, this.#names)
+  }
+
+  refund(keys, tokens) {
+    this.#native.refund(keys, tokens === undefined ? 1 : number(tokens, 'tokens'), this.#at())
+  }
+
+  reset(keys) {
+    this.#native.reset(keys, this.#at())
+  }
+
+  acquire(keys, cost, options) {
+    return acquire(() => this.allow(keys, cost), this.#time.sleep, options)
   }
 }
 
-module.exports = { BaseLimiter, TokenBucket, FixedWindow, SlidingWindow, Limiter, Stack, ManualClock, OUT_LEN, noop }
+module.exports = { BaseLimiter, TokenBucket, FixedWindow, SlidingWindow, Limiter, Stack, ManualClock }

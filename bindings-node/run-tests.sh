@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Installs what the Node package needs, builds the addon from source, checks
-# that the committed generated files (index.js, index.d.ts) match a fresh
-# build, and runs every test: node --test and tsc --noEmit on the typings.
+# Installs what the Node package needs (npm ci: exactly the lock, no
+# fallback), checks that every Node version package.json declares can run
+# every locked package, builds the addon from source, checks that the
+# committed generated files (index.js, index.d.ts) match a fresh build, and
+# runs every test: node --test and tsc on the typings.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 echo "== npm ci"
-npm ci --no-audit --no-fund || { echo "npm ci failed; falling back to npm install" >&2; npm install --no-audit --no-fund; }
+npm ci --no-audit --no-fund
+node scripts/check-engines.js
 
 echo "== build (napi build --platform --release)"
 committed="$(mktemp -d)"
@@ -24,6 +27,6 @@ for f in index.js index.d.ts; do
 done
 [ "$drift" = 0 ]
 
-echo "== node --test and tsc --noEmit"
+echo "== tsc (the typings test, index.d.ts) and node --test"
 npm test
 echo "== bindings-node: all tests passed"

@@ -2,7 +2,7 @@
 // acquire() waits out retryAfterMs on the limiter's clock; a ManualClock drives it.
 const test = require('node:test')
 const assert = require('node:assert/strict')
-const { TokenBucket, Limiter, ManualClock } = require('..')
+const { TokenBucket, Limiter, Stack, ManualClock } = require('..')
 
 const tick = () => new Promise((resolve) => setImmediate(resolve))
 
@@ -59,20 +59,48 @@ test('acquire rejects at once on an already aborted signal', async () => {
   assert.equal(tb.size, 0)
 })
 
-test('acquire gives up when the wait would pass timeoutMs', async () => {
+test('acquire resolves with the denial when the wait would pass timeoutMs', async () => {
   const clock = new ManualClock()
   const tb = new TokenBucket(1, 1, { clock })
   tb.allow('k')
-  await assert.rejects(tb.acquire('k', 1, { timeoutMs: 999 }), (e) => {
-    assert.equal(e.code, 'ERR_RATOMIC_TIMEOUT')
-    assert.equal(e.decision.allowed, false)
-    assert.equal(e.decision.retryAfterMs, 1000)
-    return true
-  })
+  // A denial is a value (SPEC §2), as core's and Python's acquire return it.
+  const d = await tb.acquire('k', 1, { timeoutMs: 999 })
+  assert.equal(d.allowed, false)
+  assert.equal(d.retryAfterMs, 1000)
+  assert.equal(clock.now(), 0, 'it did not wait')
   const p = tb.acquire('k', 1, { timeoutMs: 1000 })
   await tick()
   clock.advance(1000)
   assert.equal((await p).allowed, true)
+})
+
+test('timeoutMs bounds the total wait, over several waits', async () => {
+  const clock = new ManualClock()
+  const tb = new TokenBucket(1, 1, { clock })
+  tb.allow('k')
+  const p = tb.acquire('k', 1, { timeoutMs: 1500 })
+  await tick()
+  clock.advance(1000) // wakes acquire, whose retry runs after this test's next line
+  assert.equal(tb.allow('k').allowed, true, 'another caller takes the token first')
+  const d = await p
+  assert.equal(d.allowed, false, 'a second wait of 1000 ms would pass 1500 ms in total')
+  assert.equal(d.retryAfterMs, 1000)
+})
+
+test('acquire on a Stack waits for every member', async () => {
+  const clock = new ManualClock()
+  const ip = new TokenBucket(1, 1, { clock })
+  const user = new TokenBucket(1, 2, { clock })
+  const stack = new Stack({ ip, user })
+  stack.allow(['10.0.0.1', 'alice'])
+  const p = stack.acquire(['10.0.0.1', 'alice'])
+  await tick()
+  clock.advance(1000)
+  const d = await p
+  assert.equal(d.allowed, true)
+  assert.deepEqual(d.entries.map((e) => e.name), ['ip', 'user'])
+  const denied = await stack.acquire(['10.0.0.1', 'alice'], 1, { timeoutMs: 10 })
+  assert.deepEqual(denied.deniedBy, ['ip', 'user'])
 })
 
 test('acquire on a Limiter resolves with the multi-limit decision', async () => {

@@ -192,3 +192,78 @@ test('every limiter is a BaseLimiter', () => {
     assert.ok(l instanceof BaseLimiter)
   }
 })
+
+test('gc at an explicit time, on the limiter\'s clock', () => {
+  const clock = new ManualClock()
+  const tb = new TokenBucket(2, 1, { clock }) // full again 2 s after draining
+  tb.allow('k', 2)
+  assert.equal(tb.gc(1999), 0, 'not full yet at 1999 ms')
+  assert.equal(tb.size, 1)
+  assert.equal(tb.gc(2000), 1)
+  assert.equal(tb.size, 0)
+  assert.equal(tb.allow('k').remaining, 0, 'at the clock\'s time (0) the key is still drained: forgetting changed nothing')
+  const fw = new FixedWindow(5, 1000, { clock })
+  fw.allow('k')
+  assert.equal(fw.gc(fw.now() + 1000), 1)
+  const mono = new SlidingWindow(5, 1000)
+  mono.allow('k')
+  assert.equal(mono.gc(mono.now() + 2000), 1, 'a limiter on the monotonic clock reads its time with now()')
+})
+
+test('a limiter\'s rule, limit, clock and store are readable', () => {
+  const clock = new ManualClock(5)
+  const tb = new TokenBucket(10, 2, { clock, maxKeyLen: 64 })
+  assert.deepEqual(tb.rule, { algorithm: 'tokenBucket', limit: 10, capacity: 10, refillPerSec: 2 })
+  assert.equal(tb.limit, 10)
+  assert.equal(tb.clock, clock)
+  assert.equal(tb.now(), 5)
+  assert.equal(tb.maxKeyLen, 64)
+  assert.deepEqual(TokenBucket.fromRate('3/250ms', { burst: 6 }).rule, { algorithm: 'tokenBucket', limit: 6, capacity: 6, refillPerSec: 12 })
+  assert.deepEqual(new FixedWindow('100/15m').rule, { algorithm: 'fixedWindow', limit: 100, window: 900_000, rate: '100/15m' })
+  assert.deepEqual(new SlidingWindow(7, 1500).rule, { algorithm: 'slidingWindow', limit: 7, window: 1500, rate: '7/1500ms' })
+  assert.equal(new SlidingWindow(7, 1500).clock, undefined, 'the monotonic clock')
+  assert.equal(tb.memoryBytes, 0, 'no key, no table yet')
+  tb.allow('short')
+  const table = tb.memoryBytes
+  assert.ok(table > 0)
+  tb.allow('x'.repeat(60)) // a long key is stored outside the table, and counted
+  assert.ok(tb.memoryBytes >= table + 60, `${tb.memoryBytes}`)
+})
+
+test('eviction and maxKeyBytes reach the store', () => {
+  const clock = new ManualClock()
+  for (const eviction of ['fair', 'strict']) {
+    const tb = new TokenBucket(1, 1, { clock, maxKeys: 64, maxKeyBytes: 1 << 16, eviction })
+    for (let i = 0; i < 1000; i++) tb.allow(`key:${i}`)
+    assert.ok(tb.size <= 128, `${eviction}: ${tb.size} keys held`)
+  }
+  const strict = new TokenBucket(1, 1, { clock, maxKeys: 64, eviction: 'strict' })
+  const fair = new TokenBucket(1, 1, { clock, maxKeys: 64, eviction: 'fair' })
+  let deniedStrict = 0
+  let deniedFair = 0
+  // Single-use keys beyond maxKeys: strict denies new keys rather than over-grant; fair does not.
+  for (let i = 0; i < 5000; i++) {
+    if (!strict.allow(`once:${i}`).allowed) deniedStrict++
+    if (!fair.allow(`once:${i}`).allowed) deniedFair++
+  }
+  assert.equal(deniedFair, 0)
+  assert.ok(deniedStrict > 0, 'strict never grants more than remembering would')
+})
+
+test('allowMany decides batches of any size, small ones in the shared buffer and large ones in their own', () => {
+  const clock = new ManualClock()
+  const tb = new TokenBucket(2, 1, { clock })
+  const l = new Limiter({ a: '2/s', b: '3/s' }, { clock })
+  for (const size of [0, 1, 16, 17, 100, 1000]) {
+    // Key k{j} comes at j, j + 50, j + 100...: its first two calls pass.
+    const keys = Array.from({ length: size }, (_, i) => `k${i % 50}`)
+    const expected = keys.map((_, i) => Math.floor(i / 50) < 2)
+    const one = tb.allowMany(keys)
+    assert.deepEqual(one.map((d) => d.allowed), expected, `TokenBucket, ${size}`)
+    assert.deepEqual(one.slice(0, 1).map((d) => d.remaining), size > 0 ? [1] : [])
+    const many = l.allowMany(keys)
+    assert.deepEqual(many.map((d) => d.allowed), expected, `Limiter, ${size}`)
+    for (const d of many) assert.deepEqual(d.entries.map((e) => e.name), ['a', 'b'])
+    clock.advance(10_000) // every key full again
+  }
+})

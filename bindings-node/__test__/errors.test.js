@@ -104,3 +104,52 @@ test('too many limits in a Limiter is a clear error', () => {
   const limits = Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`l${i}`, '1/s']))
   assert.throws(() => new Limiter(limits), (e) => e instanceof Error && typeof e.code === 'string' && /16/.test(e.message))
 })
+
+// SPEC §4.6: every request is checked before any is decided; the first
+// invalid one fails the whole batch, naming its index.
+test('a batch with an invalid request fails whole, naming the first invalid index', () => {
+  const clock = new ManualClock()
+  const tb = new TokenBucket(2, 1, { clock })
+  assert.throws(() => tb.allowMany(['a', ['b', 3]]), {
+    name: 'RangeError', code: 'ERR_RATOMIC_COST_EXCEEDS_LIMIT', index: 1, message: /^request 1 of the batch: cost 3 exceeds the limit 2/,
+  })
+  assert.throws(() => tb.allowMany(['a', 'b', 42]), { name: 'TypeError', code: 'ERR_RATOMIC_INVALID_KEY', index: 2, message: /request 2 of the batch/ })
+  assert.throws(() => tb.allowMany([['a', 1.5]]), { name: 'RangeError', index: 0 })
+  assert.throws(() => tb.allowMany([['a', '1']]), { name: 'TypeError', index: 0 })
+  // The first invalid request is named even when a later one is invalid in another way.
+  assert.throws(() => tb.allowMany([['a', 9], 42]), { code: 'ERR_RATOMIC_COST_EXCEEDS_LIMIT', index: 0 })
+  assert.throws(() => tb.allowMany(['a', 'x'.repeat(2000), 42]), { code: 'ERR_RATOMIC_KEY_TOO_LONG', index: 1 })
+  assert.equal(tb.size, 0, 'nothing in the failed batches was decided')
+  assert.throws(() => tb.allowMany('a'), TypeError)
+  const l = new Limiter({ small: '1/s', big: '5/s' }, { clock })
+  assert.throws(() => l.allowMany(['k', ['k', 2]]), { code: 'ERR_RATOMIC_COST_EXCEEDS_LIMIT', index: 1 })
+  assert.deepEqual(l.select(['big']).allowMany([['k', 2]]).map((d) => d.remaining), [3])
+  assert.equal(l.peek('k', 0).entries[0].remaining, 1, 'small was not charged by the selection')
+})
+
+test('a clock reading past 2^62 ns, negative or not a number is an error that changes nothing (SPEC §6)', () => {
+  const CLOCK = { name: 'RangeError', code: 'ERR_RATOMIC_INVALID_CLOCK' }
+  let t = 0
+  const tb = new TokenBucket(1, 1, { clock: () => t })
+  for (const bad of [1e300, Infinity, 2 ** 62 / 1e6 + 1, -1, -Infinity, NaN]) {
+    t = bad
+    assert.throws(() => tb.allow('k'), CLOCK, String(bad))
+    assert.throws(() => tb.peek('k'), CLOCK)
+    assert.throws(() => tb.allowMany(['k']), CLOCK)
+    assert.throws(() => tb.gc(), CLOCK)
+  }
+  t = 4.6e12 // within 2^62 ns (about 4.61e12 ms)
+  assert.equal(tb.allow('k').allowed, true)
+  assert.throws(() => new TokenBucket(1, 1).gc(1e300), CLOCK)
+  assert.throws(() => new TokenBucket(1, 1).gc(-1), CLOCK)
+  assert.throws(() => new TokenBucket(1, 1).gc('0'), TypeError)
+})
+
+test('store options are checked: eviction, maxKeyBytes, maxKeys, maxKeyLen', () => {
+  assert.throws(() => new TokenBucket(1, 1, { eviction: 'lru' }), { name: 'RangeError', code: 'ERR_RATOMIC_INVALID_ARGUMENT', message: /eviction/ })
+  assert.throws(() => new TokenBucket(1, 1, { eviction: 1 }), { name: 'TypeError', message: /eviction/ })
+  assert.throws(() => new TokenBucket(1, 1, { maxKeyBytes: -1 }), { name: 'RangeError', message: /maxKeyBytes/ })
+  assert.throws(() => new TokenBucket(1, 1, { maxKeyBytes: '1' }), { name: 'TypeError', message: /maxKeyBytes/ })
+  assert.throws(() => new FixedWindow(1, 1000, { maxKeys: 0 }), { name: 'RangeError', message: /max_keys/ })
+  assert.throws(() => new SlidingWindow(1, 1000, { maxKeyLen: 0 }), { name: 'RangeError', message: /max_key_len/ })
+})

@@ -15,5 +15,7 @@ test('the README example runs', async () => {
   await run((name) => require(name === 'ratomic' ? '..' : name), { log })
   assert.deepEqual(lines[0], JSON.stringify({ allowed: false, remaining: 0, limit: 10, retryAfterMs: 100, resetAfterMs: 1000 }))
   assert.equal(lines[1], 'true')
+  assert.deepEqual(JSON.parse(lines[2]), { algorithm: 'tokenBucket', limit: 20, capacity: 20, refillPerSec: 100 / 60 })
+  assert.equal(lines[4], 'true')
   assert.equal(lines.at(-1), 'acquired true')
 })

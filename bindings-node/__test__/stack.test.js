@@ -28,7 +28,8 @@ test('stack: windows and Limiters as members; errors', () => {
   const stack = new Stack([['global', daily], ['user', l]])
   assert.equal(stack.allow(['', 'bob']).entries.length, 2)
   assert.deepEqual(stack.allow(['', 'bob']).deniedBy, ['user'])
-  assert.throws(() => stack.allow(['only one']), TypeError)
+  assert.throws(() => stack.allow(['only one']), { name: 'RangeError', message: /one key per member/ })
+  assert.throws(() => stack.allow('not an array'), TypeError)
   assert.throws(() => stack.allow(['', 5]), { name: 'TypeError', code: 'ERR_RATOMIC_INVALID_KEY' })
   assert.throws(() => stack.allow(['', 'bob'], 2), RangeError)
   assert.throws(() => new Stack({ a: 5 }), TypeError)
@@ -42,4 +43,44 @@ test('stack: more members than the core allows is a clear error, not a crash', (
   const sixteen = Object.fromEntries(Array.from({ length: 16 }, (_, i) => [`m${i}`, new TokenBucket(1, 1)]))
   const d = new Stack(sixteen).allow(Array.from({ length: 16 }, () => 'k'))
   assert.equal(d.entries.length, 16)
+})
+
+test('stack: refund and reset reach every member', () => {
+  const clock = new ManualClock()
+  const ip = new TokenBucket(3, 1, { clock })
+  const user = new FixedWindow(2, 1000, { clock })
+  const stack = new Stack({ ip, user })
+  stack.allow(['10.0.0.1', 'alice'], 2)
+  assert.deepEqual(stack.peek(['10.0.0.1', 'alice'], 0).entries.map((e) => e.remaining), [1, 0])
+  stack.refund(['10.0.0.1', 'alice'])
+  assert.deepEqual(stack.peek(['10.0.0.1', 'alice'], 0).entries.map((e) => e.remaining), [2, 1])
+  stack.refund(['10.0.0.1', 'alice'], 5)
+  assert.deepEqual(stack.peek(['10.0.0.1', 'alice'], 0).entries.map((e) => e.remaining), [3, 2], 'never above full')
+  stack.allow(['10.0.0.1', 'alice'], 2)
+  stack.reset(['10.0.0.1', 'alice'])
+  assert.equal(ip.size + user.size, 0, 'both keys forgotten')
+  assert.throws(() => stack.refund(['10.0.0.1', 'alice'], -1), RangeError)
+  assert.throws(() => stack.reset(['10.0.0.1']), RangeError)
+})
+
+// Issue 11: the stack passes one clock reading to every member, so members
+// on different clocks were silently decided on the first member's clock.
+test('stack: members on different clocks are an error at construction (SPEC §4.5)', () => {
+  const a = new ManualClock()
+  const b = new ManualClock()
+  const onA = new TokenBucket(1, 1, { clock: a })
+  const onB = new TokenBucket(1, 1, { clock: b })
+  const monotonic = new TokenBucket(1, 1)
+  const CLOCKS = { name: 'RangeError', code: 'ERR_RATOMIC_INVALID_ARGUMENT', message: /another clock/ }
+  assert.throws(() => new Stack({ onA, onB }), CLOCKS)
+  assert.throws(() => new Stack({ onA, monotonic }), CLOCKS)
+  assert.throws(() => new Stack({ monotonic, onA }), CLOCKS)
+  assert.throws(() => new Stack({ onA }, { clock: b }), CLOCKS, 'the clock option must be the members\' clock')
+  assert.throws(() => new Stack({ monotonic }, { clock: a }), CLOCKS)
+  const fn = () => 0
+  assert.throws(() => new Stack({ f: new TokenBucket(1, 1, { clock: fn }), g: new TokenBucket(1, 1, { clock: () => 0 }) }), CLOCKS)
+  // One clock for all is fine: the same ManualClock, the same function, or none.
+  assert.ok(new Stack({ onA, again: new Limiter({ l: '1/s' }, { clock: a }) }, { clock: a }))
+  assert.ok(new Stack({ f: new TokenBucket(1, 1, { clock: fn }), g: new FixedWindow(1, 1000, { clock: fn }) }))
+  assert.ok(new Stack({ monotonic, shared: TokenBucket.shared('stack-clock-test', 1, 1) }))
 })

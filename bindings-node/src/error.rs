@@ -1,8 +1,10 @@
 //! The one place where failures become JavaScript exceptions (SPEC §7):
 //! bad arguments throw `TypeError`/`RangeError`, everything else an `Error`;
-//! every exception carries a `code`.
+//! every exception carries a `code`, and an error about one request of a
+//! batch also its `index`.
 
 use std::ffi::CString;
+use std::ptr;
 
 use napi::sys;
 
@@ -17,25 +19,49 @@ pub enum Kind {
     Error,
 }
 
-/// A failure on its way to JavaScript.
+/// A failure on its way to JavaScript. Boxed: a `Res<T>` is then two
+/// words, returned in registers on the hot path, where failures are rare.
 #[derive(Clone, Debug)]
-pub struct JsFailure {
-    pub kind: Kind,
-    pub code: &'static str,
-    pub message: String,
+pub struct JsFailure(Box<Failure>);
+
+#[derive(Clone, Debug)]
+struct Failure {
+    kind: Kind,
+    code: &'static str,
+    message: String,
+    /// The position of the request a batch failed on (SPEC §4.6).
+    index: Option<usize>,
 }
 
+/// `Result` with a [`JsFailure`].
+pub type Res<T> = Result<T, JsFailure>;
+
 impl JsFailure {
+    fn new(kind: Kind, code: &'static str, message: String, index: Option<usize>) -> Self {
+        JsFailure(Box::new(Failure { kind, code, message, index }))
+    }
+
+    #[cold]
     pub fn type_error(code: &'static str, message: impl Into<String>) -> Self {
-        JsFailure { kind: Kind::Type, code, message: message.into() }
+        Self::new(Kind::Type, code, message.into(), None)
     }
 
+    #[cold]
     pub fn range(code: &'static str, message: impl Into<String>) -> Self {
-        JsFailure { kind: Kind::Range, code, message: message.into() }
+        Self::new(Kind::Range, code, message.into(), None)
     }
 
+    #[cold]
     pub fn error(code: &'static str, message: impl Into<String>) -> Self {
-        JsFailure { kind: Kind::Error, code, message: message.into() }
+        Self::new(Kind::Error, code, message.into(), None)
+    }
+
+    /// This failure as the failure of request `index` of a batch, worded as
+    /// core words [`ratomic::Error::InvalidRequest`].
+    pub fn in_batch(self, index: usize) -> Self {
+        let f = *self.0;
+        let message = format!("request {index} of the batch: {} (nothing in the batch was decided)", f.message);
+        Self::new(f.kind, f.code, message, Some(index))
     }
 
     /// Throws this failure as a pending JavaScript exception.
@@ -43,15 +69,44 @@ impl JsFailure {
     /// # Safety
     /// `env` must be the live environment of the current call.
     pub unsafe fn throw(&self, env: sys::napi_env) {
-        let code = CString::new(self.code).unwrap_or_default();
-        let message = CString::new(self.message.replace('\0', "\\0")).unwrap_or_default();
-        // SAFETY: env is live (caller's contract); both strings are NUL-terminated and outlive the call.
+        let f = &*self.0;
+        // SAFETY: env is live (caller's contract).
+        if unsafe { self.throw_object(env) }.is_none() {
+            // Creating the error object failed: throw the plain kind, without the index.
+            let code = CString::new(f.code).unwrap_or_default();
+            let message = CString::new(f.message.replace('\0', "\\0")).unwrap_or_default();
+            // SAFETY: both strings are NUL-terminated and outlive the call.
+            unsafe {
+                match f.kind {
+                    Kind::Type => sys::napi_throw_type_error(env, code.as_ptr(), message.as_ptr()),
+                    Kind::Range => sys::napi_throw_range_error(env, code.as_ptr(), message.as_ptr()),
+                    Kind::Error => sys::napi_throw_error(env, code.as_ptr(), message.as_ptr()),
+                };
+            }
+        }
+    }
+
+    /// Builds the error object (with `code` and, for a batch, `index`) and throws it.
+    unsafe fn throw_object(&self, env: sys::napi_env) -> Option<()> {
+        let f = &*self.0;
+        let ok = |s: sys::napi_status| (s == sys::Status::napi_ok).then_some(());
+        let (mut code, mut message, mut error) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+        // SAFETY: env is live; every out-param is a valid local; the strings are
+        // passed with their byte lengths.
         unsafe {
-            match self.kind {
-                Kind::Type => sys::napi_throw_type_error(env, code.as_ptr(), message.as_ptr()),
-                Kind::Range => sys::napi_throw_range_error(env, code.as_ptr(), message.as_ptr()),
-                Kind::Error => sys::napi_throw_error(env, code.as_ptr(), message.as_ptr()),
-            };
+            ok(sys::napi_create_string_utf8(env, f.code.as_ptr().cast(), f.code.len() as isize, &mut code))?;
+            ok(sys::napi_create_string_utf8(env, f.message.as_ptr().cast(), f.message.len() as isize, &mut message))?;
+            ok(match f.kind {
+                Kind::Type => sys::napi_create_type_error(env, code, message, &mut error),
+                Kind::Range => sys::napi_create_range_error(env, code, message, &mut error),
+                Kind::Error => sys::napi_create_error(env, code, message, &mut error),
+            })?;
+            if let Some(index) = f.index {
+                let mut value = ptr::null_mut();
+                ok(sys::napi_create_double(env, index as f64, &mut value))?;
+                ok(sys::napi_set_named_property(env, error, c"index".as_ptr(), value))?;
+            }
+            ok(sys::napi_throw(env, error))
         }
     }
 
@@ -65,21 +120,29 @@ impl JsFailure {
 }
 
 impl From<ratomic::Error> for JsFailure {
+    #[cold]
     fn from(e: ratomic::Error) -> Self {
         let message = e.to_string();
-        match e {
-            ratomic::Error::InvalidRate { .. } => JsFailure::range("ERR_RATOMIC_INVALID_RATE", message),
-            ratomic::Error::InvalidArgument { .. } => JsFailure::range("ERR_RATOMIC_INVALID_ARGUMENT", message),
-            ratomic::Error::CostExceedsLimit { .. } => JsFailure::range("ERR_RATOMIC_COST_EXCEEDS_LIMIT", message),
-            ratomic::Error::KeyTooLong { .. } => JsFailure::range("ERR_RATOMIC_KEY_TOO_LONG", message),
+        let index = match e {
+            ratomic::Error::InvalidRequest { index, .. } => Some(index),
+            _ => None,
+        };
+        // A batch's error is thrown as what is wrong with its request.
+        let (kind, code) = match e.cause() {
+            ratomic::Error::InvalidRate { .. } => (Kind::Range, "ERR_RATOMIC_INVALID_RATE"),
+            ratomic::Error::InvalidArgument { name: "now", .. } => (Kind::Range, "ERR_RATOMIC_INVALID_CLOCK"),
+            ratomic::Error::InvalidArgument { .. } => (Kind::Range, "ERR_RATOMIC_INVALID_ARGUMENT"),
+            ratomic::Error::CostExceedsLimit { .. } => (Kind::Range, "ERR_RATOMIC_COST_EXCEEDS_LIMIT"),
+            ratomic::Error::KeyTooLong { .. } => (Kind::Range, "ERR_RATOMIC_KEY_TOO_LONG"),
             // `Error` is non-exhaustive: a kind added to the core later is still an Error with a code.
-            _ => JsFailure::error("ERR_RATOMIC", message),
-        }
+            _ => (Kind::Error, "ERR_RATOMIC"),
+        };
+        Self::new(kind, code, message, index)
     }
 }
 
 /// A whole number in `[min, 2^53]`, or a `RangeError` naming `name`.
-pub fn whole(name: &str, value: f64, min: u64) -> Result<u64, JsFailure> {
+pub fn whole(name: &str, value: f64, min: u64) -> Res<u64> {
     const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
     if value.is_finite() && value.fract() == 0.0 && value >= min as f64 && value <= MAX_SAFE {
         Ok(value as u64)

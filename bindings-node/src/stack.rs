@@ -1,109 +1,163 @@
 //! `Stack`: limiters on different keys (per IP, per user, global) decided
-//! all or nothing in one call.
+//! all or nothing in one call, by core's `Stack`.
 
+use std::ptr;
 use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
+use napi::sys;
 use napi_derive::napi;
+use ratomic::{Stack, StackMember};
 
-use crate::engine::{write_entries, OUT_LEN};
-use crate::error::{whole, JsFailure};
-use crate::hot::ms_to_ns;
-use crate::NativeLimiter;
+use crate::clock::{ms_to_ns, ns_to_ms, FaceClock, NativeClock};
+use crate::decision;
+use crate::error::{whole, JsFailure, Res};
+use crate::hot::{status, EnvState};
+use crate::key::owned_key;
+
+/// A limiter as a stack member (made by a limiter handle's `member()`).
+#[napi]
+pub struct NativeMember {
+    member: Arc<dyn StackMember>,
+}
+
+impl NativeMember {
+    pub fn new(member: Arc<dyn StackMember>) -> Self {
+        NativeMember { member }
+    }
+}
 
 /// Several limiters, each on its own key, decided all or nothing: a call
 /// passes only if every member allows it; then every member is charged,
 /// otherwise none is.
 #[napi]
 pub struct NativeStack {
-    stack: Arc<ratomic::Stack>,
-    names: Vec<String>,
+    stack: Stack<FaceClock>,
+}
+
+/// Core's refusal of a member on another clock, in JavaScript's words.
+fn clock_mismatch(e: ratomic::Error) -> JsFailure {
+    match e {
+        ratomic::Error::InvalidArgument { name: "member", value, .. } => JsFailure::range(
+            "ERR_RATOMIC_INVALID_ARGUMENT",
+            format!(
+                "stack member {value} reads another clock than the stack: the stack reads one clock per call and \
+                 passes that time to every member, so every member must have the same clock (the same ManualClock \
+                 or function, or none for all) and the stack's `clock` option, if given, must be that clock"
+            ),
+        ),
+        other => other.into(),
+    }
 }
 
 #[napi]
 impl NativeStack {
-    /// A stack of `members`, in order, named by `names` (same length). A
-    /// `Limiter` member must be the whole limiter, not a selection.
+    /// A stack of `members`, in order, named by `names` (same length), that
+    /// reads the JavaScript clock `clock` (none: the monotonic clock). A
+    /// member whose clock is not the stack's is an error (SPEC §4.5).
     #[napi(constructor)]
-    pub fn new(env: Env, names: Vec<String>, members: Vec<&NativeLimiter>) -> Result<Self> {
-        let fail = |e: JsFailure| e.into_napi(&env);
-        if names.len() != members.len() || names.is_empty() {
-            return Err(fail(JsFailure::type_error(
-                "ERR_RATOMIC_INVALID_ARGUMENT",
-                "a Stack needs at least one member, each with a name",
-            )));
+    pub fn new(env: Env, names: Vec<String>, members: Vec<&NativeMember>, clock: Option<&NativeClock>) -> Result<Self> {
+        if names.len() != members.len() {
+            return Err(
+                JsFailure::type_error("ERR_RATOMIC_INVALID_ARGUMENT", "each stack member needs a name").into_napi(&env)
+            );
         }
-        let mut builder = ratomic::Stack::builder();
-        for (name, member) in names.iter().zip(&members) {
-            let Some(m) = member.engine().as_member() else {
-                return Err(fail(JsFailure::type_error(
-                    "ERR_RATOMIC_INVALID_ARGUMENT",
-                    format!("stack member {name:?} is a selection of a Limiter; pass the whole Limiter"),
-                )));
-            };
-            builder = builder.member_dyn(name.clone(), m);
+        let mut builder = Stack::builder().clock(FaceClock::new(clock));
+        for (name, m) in names.into_iter().zip(members) {
+            builder = builder.member_dyn(name, m.member.clone());
         }
-        let stack = builder.build().map_err(|e| fail(e.into()))?;
-        Ok(NativeStack { stack: Arc::new(stack), names })
+        let stack = builder.build().map_err(|e| clock_mismatch(e).into_napi(&env))?;
+        Ok(NativeStack { stack })
     }
 
-    /// Charges `cost` to every member, each on its own key (`keys[i]` for
-    /// member `i`), all or nothing, at `nowMs` (the monotonic clock when
-    /// negative). Returns `[allowed, remaining, limit, retryAfterMs,
-    /// resetAfterMs, entryCount, ...entries]` as in `NativeLimiter.bindAllow`.
-    #[napi]
-    pub fn allow(&self, env: Env, keys: Vec<Either<String, Buffer>>, cost: f64, now_ms: f64) -> Result<Vec<f64>> {
-        self.call(&env, keys, cost, now_ms, false)
+    /// Charges `cost` to every member, member `i` on `keys[i]`, all or
+    /// nothing, at `nowMs` (default: the stack's clock); writes the decision
+    /// into the hot path's `out` and returns `allowed`.
+    #[napi(ts_args_type = "keys: Array<string | Uint8Array>, cost: number, nowMs?: number")]
+    pub fn allow(&self, env: Env, keys: Unknown<'_>, cost: f64, now_ms: Option<f64>) -> Result<bool> {
+        self.decide(&env, keys, cost, now_ms, false)
     }
 
     /// Answers like `allow` and changes nothing.
-    #[napi]
-    pub fn peek(&self, env: Env, keys: Vec<Either<String, Buffer>>, cost: f64, now_ms: f64) -> Result<Vec<f64>> {
-        self.call(&env, keys, cost, now_ms, true)
+    #[napi(ts_args_type = "keys: Array<string | Uint8Array>, cost: number, nowMs?: number")]
+    pub fn peek(&self, env: Env, keys: Unknown<'_>, cost: f64, now_ms: Option<f64>) -> Result<bool> {
+        self.decide(&env, keys, cost, now_ms, true)
+    }
+
+    /// Gives `tokens` back to every member, each on its key (never above full).
+    #[napi(ts_args_type = "keys: Array<string | Uint8Array>, tokens: number, nowMs?: number")]
+    pub fn refund(&self, env: Env, keys: Unknown<'_>, tokens: f64, now_ms: Option<f64>) -> Result<()> {
+        let run = || -> Res<()> {
+            let (keys, now) = (self.keys(&env, keys)?, self.time(now_ms)?);
+            Ok(self.stack.refund_at(&keys, whole("tokens", tokens, 0)?, now)?)
+        };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
+    /// Forgets every member's key: each is full again.
+    #[napi(ts_args_type = "keys: Array<string | Uint8Array>, nowMs?: number")]
+    pub fn reset(&self, env: Env, keys: Unknown<'_>, now_ms: Option<f64>) -> Result<()> {
+        let run = || -> Res<()> {
+            let (keys, now) = (self.keys(&env, keys)?, self.time(now_ms)?);
+            Ok(self.stack.reset_at(&keys, now)?)
+        };
+        run().map_err(|e| e.into_napi(&env))
     }
 
     /// The member names, in order.
     #[napi(getter)]
     pub fn names(&self) -> Vec<String> {
-        self.names.clone()
+        self.stack.names().map(str::to_owned).collect()
     }
 
-    fn call(
-        &self,
-        env: &Env,
-        keys: Vec<Either<String, Buffer>>,
-        cost: f64,
-        now_ms: f64,
-        peek: bool,
-    ) -> Result<Vec<f64>> {
-        let run = || -> std::result::Result<Vec<f64>, JsFailure> {
-            if keys.len() != self.names.len() {
+    /// The stack's monotonic clock, in milliseconds.
+    #[napi]
+    pub fn now_ms(&self) -> f64 {
+        ns_to_ms(self.stack.now())
+    }
+}
+
+impl NativeStack {
+    fn time(&self, now_ms: Option<f64>) -> Res<u64> {
+        now_ms.map_or_else(|| Ok(self.stack.now()), ms_to_ns)
+    }
+
+    /// The keys of a call: an array of strings or Buffers.
+    fn keys(&self, env: &Env, keys: Unknown<'_>) -> Res<Vec<Vec<u8>>> {
+        let (env, keys) = (env.raw(), keys.raw());
+        let mut is_array = false;
+        let mut len = 0u32;
+        // SAFETY: env and keys are live values of the call in progress, throughout.
+        unsafe {
+            status(sys::napi_is_array(env, keys, &mut is_array), "napi_is_array")?;
+            if !is_array {
                 return Err(JsFailure::type_error(
                     "ERR_RATOMIC_INVALID_ARGUMENT",
-                    format!(
-                        "this stack takes {} keys ({}), got {}",
-                        self.names.len(),
-                        self.names.join(", "),
-                        keys.len()
-                    ),
+                    "keys must be an array with one key per member",
                 ));
             }
-            let cost = whole("cost", cost, 0)?;
-            let now = if now_ms < 0.0 { self.stack.now() } else { ms_to_ns(now_ms)? };
-            let keys: Vec<&[u8]> = keys
-                .iter()
-                .map(|k| match k {
-                    Either::A(s) => s.as_bytes(),
-                    Either::B(b) => &b[..],
+            status(sys::napi_get_array_length(env, keys, &mut len), "napi_get_array_length")?;
+            (0..len)
+                .map(|i| {
+                    let mut key = ptr::null_mut();
+                    status(sys::napi_get_element(env, keys, i, &mut key), "napi_get_element")?;
+                    // Each member checks its own key length.
+                    owned_key(env, key, usize::MAX)
                 })
-                .collect();
+                .collect()
+        }
+    }
+
+    fn decide(&self, env: &Env, keys: Unknown<'_>, cost: f64, now_ms: Option<f64>, peek: bool) -> Result<bool> {
+        let run = || -> Res<bool> {
+            let (keys, cost, now) = (self.keys(env, keys)?, whole("cost", cost, 0)?, self.time(now_ms)?);
             let d = if peek { self.stack.peek_at(&keys, cost, now)? } else { self.stack.allow_at(&keys, cost, now)? };
-            let mut out = vec![0.0; 1 + OUT_LEN];
-            out[0] = f64::from(u8::from(d.allowed()));
-            write_entries(&mut out[1..], |name| self.names.iter().position(|n| n == name), &d);
-            let used = 1 + crate::engine::slot::FIRST_ENTRY + crate::engine::slot::ENTRY_LEN * d.entries().len();
-            out.truncate(used);
-            Ok(out)
+            // SAFETY: env is the live environment of this call; the slice is
+            // used only here.
+            let state = unsafe { EnvState::of(env.raw())? };
+            // SAFETY: as above.
+            let out = unsafe { state.out(env.raw())? };
+            Ok(decision::write_multi(out, &d))
         };
         run().map_err(|e| e.into_napi(env))
     }

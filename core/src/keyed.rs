@@ -9,7 +9,35 @@ use crate::clock::{checked, Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::key::{AsKey, Key};
+use crate::rule::Rule;
 use crate::store::{Options, Retention};
+
+/// Runs `$body` with `$alg` bound to the limiter's algorithm — for a
+/// `Keyed<Rule>`, to the concrete algorithm inside the rule, so the call
+/// dispatches on the rule once and then runs the same monomorphic code as a
+/// `Keyed` of that algorithm. (Deciding through `Rule` inside the CAS loop
+/// measured twice as slow on a hot key, 40 ns against 20 ns: the rule's
+/// arms kept the decision out of registers.) For any other algorithm the
+/// check is a constant and the match folds away.
+macro_rules! on_algorithm {
+    ($self:ident, $alg:ident => $body:expr) => {
+        match as_rule(&$self.base.rules) {
+            Some(Rule::TokenBucket($alg)) => $body,
+            Some(Rule::FixedWindow($alg)) => $body,
+            Some(Rule::SlidingWindow($alg)) => $body,
+            _ => {
+                let $alg = &$self.base.rules;
+                $body
+            }
+        }
+    };
+}
+
+/// `alg` as a [`Rule`], if it is one (known at compile time).
+#[inline(always)]
+fn as_rule<A: Algorithm>(alg: &A) -> Option<&Rule> {
+    (alg as &dyn std::any::Any).downcast_ref::<Rule>()
+}
 
 /// A rate limiter that keeps one state word per key, for any algorithm.
 ///
@@ -96,10 +124,11 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// [`allow_n`](Self::allow_n) at time `now` (ns on this limiter's clock).
     #[inline]
     pub fn allow_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<Decision> {
-        let alg = &self.base.rules;
-        alg.check_cost(cost)?;
-        let verdict = self.base.update(key.as_key(), now, |cells| Ok(charge_in(alg, cells, 0, now, cost)?.0))?;
-        Ok(verdict.decision())
+        on_algorithm!(self, alg => {
+            alg.check_cost(cost)?;
+            let verdict = self.base.update(key.as_key(), now, |cells| Ok(charge_in(alg, cells, 0, now, cost)?.0))?;
+            Ok(verdict.decision())
+        })
     }
 
     /// Many calls in one, all at one clock reading: each `(key, cost)` pair
@@ -152,11 +181,11 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
             })
             .collect::<Result<Vec<_>>>()?;
         out.reserve(prepared.len());
-        out.extend(prepared.into_iter().map(|(hash, probe, cost)| {
+        on_algorithm!(self, alg => out.extend(prepared.into_iter().map(|(hash, probe, cost)| {
             let verdict =
                 self.base.update_probed(hash, &probe, now, |cells| Ok(charge_in(alg, cells, 0, now, cost)?.0));
             verdict.decision()
-        }));
+        })));
         Ok(())
     }
 
@@ -177,10 +206,11 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// [`peek_n`](Self::peek_n) at time `now`.
     #[inline]
     pub fn peek_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<Decision> {
-        let alg = &self.base.rules;
-        alg.check_cost(cost)?;
-        let verdict = self.base.update(key.as_key(), now, |cells| peek_in(alg, cells, 0, now, cost))?;
-        Ok(verdict.decision())
+        on_algorithm!(self, alg => {
+            alg.check_cost(cost)?;
+            let verdict = self.base.update(key.as_key(), now, |cells| peek_in(alg, cells, 0, now, cost))?;
+            Ok(verdict.decision())
+        })
     }
 
     /// Gives `tokens` back to `key` (say, for work that was admitted but not
@@ -192,8 +222,9 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
 
     /// [`refund`](Self::refund) at time `now`.
     pub fn refund_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, tokens: u64, now: u64) -> Result<()> {
-        let alg = &self.base.rules;
-        self.base.credit(key.as_key(), now, true, |cells| refund_in(alg, cells, 0, now, tokens).map(drop)).map(drop)
+        on_algorithm!(self, alg => {
+            self.base.credit(key.as_key(), now, true, |cells| refund_in(alg, cells, 0, now, tokens).map(drop)).map(drop)
+        })
     }
 
     /// Forgets `key`: it is full again.
@@ -311,10 +342,11 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// A call's charge for a [`Stack`](crate::Stack): the decision and, if
     /// it wrote, the receipt for taking it back.
     pub(crate) fn charge_at(&self, key: &K, cost: u64, now: u64) -> Result<(Decision, Option<Charge>)> {
-        let alg = &self.base.rules;
-        alg.check_cost(cost)?;
-        let (verdict, charge) = self.base.update(key, now, |cells| charge_in(alg, cells, 0, now, cost))?;
-        Ok((verdict.decision(), charge))
+        on_algorithm!(self, alg => {
+            alg.check_cost(cost)?;
+            let (verdict, charge) = self.base.update(key, now, |cells| charge_in(alg, cells, 0, now, cost))?;
+            Ok((verdict.decision(), charge))
+        })
     }
 
     /// Takes back a charge made by [`charge_at`](Self::charge_at), exactly

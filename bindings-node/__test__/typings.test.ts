@@ -1,0 +1,137 @@
+// The public typings, checked against the implementation: tsc compiles this
+// file against ratomic.d.ts (misuse must not type-check: each expected error
+// is marked), and `npm test` then runs what it emits, so every typed call
+// below is also a real call. typings-match.test.js checks that it uses every
+// declaration of ratomic.d.ts.
+import test from 'node:test'
+import assert from 'node:assert/strict'
+import {
+  AcquireOptions,
+  BaseLimiter,
+  ClockLike,
+  Decision,
+  FixedWindow,
+  Key,
+  Limiter,
+  LimiterOptions,
+  ManualClock,
+  MultiDecision,
+  NamedDecision,
+  Rule,
+  RuleInfo,
+  SharedOptions,
+  SlidingWindow,
+  Stack,
+  StoreOptions,
+  TokenBucket,
+} from 'ratomic'
+
+test('typings: a token bucket, every operation', async () => {
+  const clock: ManualClock = new ManualClock(0)
+  const options: LimiterOptions = { clock, maxKeys: 1000, maxKeyLen: 64, maxKeyBytes: 1 << 20, eviction: 'fair' }
+  const tb = new TokenBucket(10, 5, options)
+  const key: Key = 'user:1'
+  const d: Decision = tb.allow(key)
+  const fields: [boolean, number, number, number, number] = [d.allowed, d.remaining, d.limit, d.retryAfterMs, d.resetAfterMs]
+  assert.deepEqual(fields, [true, 9, 10, 0, 200])
+  assert.equal(tb.allow(Buffer.from('user:1'), 2).remaining, 7)
+  assert.equal(tb.peek('k').allowed, true)
+  tb.refund(key, 1)
+  tb.refund(key)
+  tb.reset(key)
+  const many: Decision[] = tb.allowMany(['a', ['b', 2], ['c']])
+  assert.equal(many.length, 3)
+  const size: number = tb.size
+  const bytes: number = tb.memoryBytes
+  const maxKeyLen: number = tb.maxKeyLen
+  const now: number = tb.now()
+  const dropped: number = tb.gc()
+  assert.equal(tb.gc(now + 10_000), 3)
+  assert.deepEqual([size, bytes > 0, maxKeyLen, now, dropped], [3, true, 64, 0, 0])
+  const limit: number = tb.limit
+  const rule: RuleInfo = tb.rule
+  assert.deepEqual([limit, rule.algorithm], [10, 'tokenBucket'])
+  const theClock: ClockLike | undefined = tb.clock
+  assert.equal(theClock, clock)
+  assert.equal(clock.advance(100), 100)
+  assert.equal(clock.set(0), 0)
+  assert.equal(clock.now(), 0)
+  await clock.sleep(0)
+  const acquireOptions: AcquireOptions = { signal: new AbortController().signal, timeoutMs: 500 }
+  const got: Decision = await tb.acquire(key, 1, acquireOptions)
+  assert.equal(got.allowed, true)
+  const base: BaseLimiter = tb
+  assert.ok(base instanceof BaseLimiter)
+})
+
+test('typings: constructors, rate strings, shared limiters', () => {
+  const fromRate: TokenBucket = TokenBucket.fromRate('10/s', { burst: 20 })
+  const str = new TokenBucket('100/min', { clock: () => 0, eviction: 'strict' })
+  const shared: TokenBucket = TokenBucket.shared('typings-tb', 10, 1)
+  const sharedRate: TokenBucket = TokenBucket.shared('typings-tb-rate', '10/s', { burst: 5 })
+  const sharedOptions: SharedOptions = { maxKeys: 100 }
+  const store: StoreOptions = sharedOptions
+  const fw = new FixedWindow(100, 60_000, store)
+  const fw2 = new FixedWindow('100/min')
+  const fwShared: FixedWindow = FixedWindow.shared('typings-fw', 5, '1s')
+  const sw = new SlidingWindow(100, '1min', { clock: new ManualClock() })
+  const sw2 = new SlidingWindow('3/s')
+  const swShared: SlidingWindow = SlidingWindow.shared('typings-sw', '5/s')
+  assert.deepEqual(
+    [fromRate, str, shared, sharedRate, fw, fw2, fwShared, sw, sw2, swShared].map((l) => l.limit),
+    [20, 100, 10, 5, 100, 100, 5, 100, 3, 5],
+  )
+  assert.equal(fw.rule.algorithm, 'fixedWindow')
+  assert.equal(sw.rule.algorithm, 'slidingWindow')
+})
+
+test('typings: a Limiter and its selections', () => {
+  const hourly: Rule = { algorithm: 'slidingWindow', limit: 100, window: '1h' }
+  const limiter = new Limiter({ burst: '10/s', daily: { algorithm: 'fixedWindow', rate: '1000/day' }, hourly })
+  const md: MultiDecision = limiter.allow('user:1')
+  const entry: NamedDecision = md.entries[0]
+  const deniedBy: string[] = md.deniedBy
+  assert.deepEqual([entry.name, deniedBy], ['burst', []])
+  const names: string[] = limiter.names
+  const rules: Record<string, RuleInfo> = limiter.rules
+  assert.deepEqual(Object.keys(rules), names)
+  const burstOnly: Limiter = limiter.select(['burst'])
+  assert.deepEqual(burstOnly.allow('user:1').entries.map((e) => e.name), ['burst'])
+  const again = new Limiter(Object.values(rules).map((r, i) => ({ ...r, name: names[i] })))
+  assert.deepEqual(again.rules, rules)
+  const shared: Limiter = Limiter.shared('typings-limiter', { burst: '2/s' })
+  assert.equal(shared.names.length, 1)
+})
+
+test('typings: a Stack, every operation', async () => {
+  const clock = new ManualClock()
+  const stack = new Stack({ ip: new TokenBucket(5, 1, { clock }), user: new FixedWindow(2, 1000, { clock }) }, { clock })
+  const d: MultiDecision = stack.allow(['10.0.0.1', 'alice'])
+  assert.equal(d.allowed, true)
+  assert.equal(stack.peek(['10.0.0.1', 'alice'], 1).allowed, true)
+  stack.refund(['10.0.0.1', 'alice'], 1)
+  stack.reset(['10.0.0.1', 'alice'])
+  const names: string[] = stack.names
+  const theClock: ClockLike | undefined = stack.clock
+  assert.deepEqual([names, theClock], [['ip', 'user'], clock])
+  const waited: MultiDecision = await stack.acquire(['10.0.0.1', 'alice'], 1, { timeoutMs: 0 })
+  assert.equal(waited.allowed, true)
+  const pairs = new Stack([['a', new TokenBucket(1, 1)]])
+  assert.deepEqual(pairs.names, ['a'])
+})
+
+test('typings: misuse does not compile, and throws', () => {
+  const tb = new TokenBucket(1, 1)
+  // @ts-expect-error a key is a string or a Buffer
+  assert.throws(() => tb.allow(42), TypeError)
+  // @ts-expect-error the clock is a function or a ManualClock
+  assert.throws(() => new TokenBucket(1, 1, { clock: 5 }), TypeError)
+  // @ts-expect-error eviction is 'fair' or 'strict'
+  assert.throws(() => new TokenBucket(1, 1, { eviction: 'lru' }), RangeError)
+  // @ts-expect-error BaseLimiter is not constructible
+  assert.throws(() => new BaseLimiter(), TypeError)
+  // @ts-expect-error a Decision has no `ok` field
+  assert.equal(tb.allow('k').ok, undefined)
+  // @ts-expect-error a shared limiter has no clock option
+  assert.throws(() => TokenBucket.shared('typings-misuse', 1, 1, { clock: () => 0 }), TypeError)
+})

@@ -1,0 +1,182 @@
+//! A single-rule limiter (token bucket, fixed window, sliding window): core's
+//! `Keyed<Rule>`, the one type for any of them.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+use ratomic::{Keyed, Rule, StackMember};
+
+use crate::batch::{Requests, Unread};
+use crate::clock::{ms_to_ns, ns_to_ms, FaceClock, NativeClock};
+use crate::decision;
+use crate::error::Res;
+use crate::hot::{EnvState, Table, Target};
+use crate::rule::{self, RuleInfo, RuleSpec, StoreOptions};
+use crate::shared;
+use crate::stack::NativeMember;
+
+/// The limiter behind a `TokenBucket`, `FixedWindow` or `SlidingWindow`.
+pub type KeyedRule = Keyed<Rule, [u8], FaceClock>;
+
+/// What the hot path holds of a single-rule limiter.
+pub type Handle = Arc<KeyedRule>;
+
+impl Target for Handle {
+    fn table(state: &EnvState) -> &std::cell::RefCell<Table<Self>> {
+        &state.keyed
+    }
+
+    #[inline]
+    fn max_key_len(&self) -> usize {
+        Keyed::max_key_len(self)
+    }
+
+    #[inline]
+    fn now(&self) -> u64 {
+        Keyed::now(self)
+    }
+
+    #[inline]
+    fn allow(&self, key: &[u8], cost: u64, now: u64, out: &mut [f64]) -> ratomic::Result<bool> {
+        Ok(decision::write(out, &self.allow_at(key, cost, now)?))
+    }
+
+    fn peek(&self, key: &[u8], cost: u64, now: u64, out: &mut [f64]) -> ratomic::Result<bool> {
+        Ok(decision::write(out, &self.peek_at(key, cost, now)?))
+    }
+
+    fn refund(&self, key: &[u8], tokens: u64, now: u64) -> ratomic::Result<()> {
+        self.refund_at(key, tokens, now)
+    }
+
+    fn reset(&self, key: &[u8], now: u64) -> ratomic::Result<()> {
+        self.reset_at(key, now)
+    }
+
+    fn allow_many(&self, requests: std::result::Result<Requests, Unread>, now: u64, all: &mut Vec<f64>) -> Res<()> {
+        let requests = requests.map_err(|u| u.first_invalid(|k, c| self.check(k, c)))?;
+        let mut decisions = Vec::new();
+        self.allow_many_at(requests.pairs(), now, &mut decisions)?;
+        for d in &decisions {
+            decision::append(all, |out| decision::write(out, d));
+        }
+        Ok(())
+    }
+}
+
+/// A handle to a single-rule limiter, registered in this thread's hot-path
+/// table under `id` for as long as the handle lives.
+#[napi]
+pub struct NativeKeyed {
+    limiter: Handle,
+    state: Rc<EnvState>,
+    id: u32,
+}
+
+impl Drop for NativeKeyed {
+    fn drop(&mut self) {
+        // Finalizers never run inside a hot call; if one ever did, the slot
+        // would only leak, never dangle.
+        if let Ok(mut table) = self.state.keyed.try_borrow_mut() {
+            table.remove(self.id);
+        }
+    }
+}
+
+impl NativeKeyed {
+    fn register(env: &Env, limiter: Handle) -> Result<Self> {
+        // SAFETY: env is the live environment of the call in progress.
+        let state = unsafe { EnvState::of(env.raw()) }.map_err(|e| e.into_napi(env))?;
+        let id = state.keyed.borrow_mut().insert(limiter.clone());
+        Ok(NativeKeyed { limiter, state, id })
+    }
+
+    fn build(rule: &RuleSpec, options: &StoreOptions, clock: FaceClock) -> Res<KeyedRule> {
+        Ok(Keyed::with_algorithm(rule::rule(rule)?, clock, rule::options(options)?)?)
+    }
+
+    fn time(&self, now_ms: Option<f64>) -> Res<u64> {
+        now_ms.map_or_else(|| Ok(self.limiter.now()), ms_to_ns)
+    }
+}
+
+#[napi]
+impl NativeKeyed {
+    /// A limiter of `rule`, storing keys as `options` say, whose calls are
+    /// given the readings of the JavaScript clock `clock` (none: the
+    /// monotonic clock). Out-of-range numbers and bad rate strings throw a
+    /// `RangeError`.
+    #[napi(constructor)]
+    pub fn new(env: Env, rule: RuleSpec, options: Option<StoreOptions>, clock: Option<&NativeClock>) -> Result<Self> {
+        let limiter =
+            Self::build(&rule, &options.unwrap_or_default(), FaceClock::new(clock)).map_err(|e| e.into_napi(&env))?;
+        Self::register(&env, Arc::new(limiter))
+    }
+
+    /// The process-wide limiter called `name`, made from `rule` and `options`
+    /// on first use, on the monotonic clock: every worker thread that asks
+    /// for the same name gets a handle to the same limiter. A different
+    /// configuration under the same name throws an `Error` with code
+    /// `ERR_RATOMIC_SHARED_CONFLICT`.
+    #[napi(factory)]
+    pub fn shared(env: Env, name: String, rule: RuleSpec, options: Option<StoreOptions>) -> Result<Self> {
+        let options = options.unwrap_or_default();
+        let limiter = shared::get_or_make(&name, vec![rule.clone()], options.clone(), || {
+            Self::build(&rule, &options, FaceClock::default())
+        })
+        .map_err(|e| e.into_napi(&env))?;
+        Self::register(&env, limiter)
+    }
+
+    /// The limiter's id in this thread's hot-path table.
+    #[napi(getter)]
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Keys currently held (see core's `Keyed::len`).
+    #[napi]
+    pub fn size(&self) -> f64 {
+        self.limiter.len() as f64
+    }
+
+    /// Drops every key that is full again at `nowMs` (default: the
+    /// limiter's clock); returns how many. Decisions do not change.
+    #[napi]
+    pub fn gc(&self, env: Env, now_ms: Option<f64>) -> Result<f64> {
+        let run = || -> Res<f64> { Ok(self.limiter.gc_at(self.time(now_ms)?)? as f64) };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
+    /// Bytes of memory the limiter's store holds.
+    #[napi]
+    pub fn memory_bytes(&self) -> f64 {
+        self.limiter.memory_bytes() as f64
+    }
+
+    /// The longest key accepted, in bytes.
+    #[napi(getter)]
+    pub fn max_key_len(&self) -> f64 {
+        self.limiter.max_key_len() as f64
+    }
+
+    /// The rule, as the constructors accept it.
+    #[napi(getter)]
+    pub fn rule(&self) -> RuleInfo {
+        rule::info(self.limiter.algorithm())
+    }
+
+    /// The limiter's monotonic clock, in milliseconds.
+    #[napi]
+    pub fn now_ms(&self) -> f64 {
+        ns_to_ms(self.limiter.now())
+    }
+
+    /// This limiter as a member of a `Stack`.
+    #[napi]
+    pub fn member(&self) -> NativeMember {
+        NativeMember::new(self.limiter.clone() as Arc<dyn StackMember>)
+    }
+}

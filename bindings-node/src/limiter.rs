@@ -1,0 +1,250 @@
+//! Several named limits on one key (`Limiter`): core's `Limiter`, seen
+//! through a `LimitSet` (all its limits, or a selection).
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+use ratomic::{LimitSet, Limiter, StackMember};
+
+use crate::batch::{Requests, Unread};
+use crate::clock::{ms_to_ns, ns_to_ms, FaceClock, NativeClock};
+use crate::decision;
+use crate::error::{JsFailure, Res};
+use crate::hot::{EnvState, Table, Target};
+use crate::rule::{self, RuleInfo, RuleSpec, StoreOptions};
+use crate::shared;
+use crate::stack::NativeMember;
+
+/// The limiter behind a `Limiter`.
+pub type MultiLimiter = Limiter<[u8], FaceClock>;
+
+/// A limiter and the limits a handle's calls are subject to.
+#[derive(Clone, Debug)]
+pub struct View {
+    limiter: Arc<MultiLimiter>,
+    set: LimitSet,
+}
+
+impl Target for View {
+    fn table(state: &EnvState) -> &std::cell::RefCell<Table<Self>> {
+        &state.views
+    }
+
+    #[inline]
+    fn max_key_len(&self) -> usize {
+        self.limiter.max_key_len()
+    }
+
+    #[inline]
+    fn now(&self) -> u64 {
+        self.limiter.now()
+    }
+
+    #[inline]
+    fn allow(&self, key: &[u8], cost: u64, now: u64, out: &mut [f64]) -> ratomic::Result<bool> {
+        Ok(decision::write_multi(out, &self.limiter.select(self.set).allow_at(key, cost, now)?))
+    }
+
+    fn peek(&self, key: &[u8], cost: u64, now: u64, out: &mut [f64]) -> ratomic::Result<bool> {
+        Ok(decision::write_multi(out, &self.limiter.select(self.set).peek_at(key, cost, now)?))
+    }
+
+    fn refund(&self, key: &[u8], tokens: u64, now: u64) -> ratomic::Result<()> {
+        self.limiter.select(self.set).refund_at(key, tokens, now)
+    }
+
+    fn reset(&self, key: &[u8], now: u64) -> ratomic::Result<()> {
+        // Resetting a key forgets it for every limit, whichever the view selects.
+        self.limiter.reset_at(key, now)
+    }
+
+    fn allow_many(&self, requests: std::result::Result<Requests, Unread>, now: u64, all: &mut Vec<f64>) -> Res<()> {
+        let view = self.limiter.select(self.set);
+        let requests = requests.map_err(|u| u.first_invalid(|k, c| view.check(k, c)))?;
+        let mut decisions = Vec::new();
+        view.allow_many_at(requests.pairs(), now, &mut decisions)?;
+        for d in &decisions {
+            decision::append(all, |out| decision::write_multi(out, d));
+        }
+        Ok(())
+    }
+}
+
+/// A handle to a `Limiter` (or a selection of its limits), registered in
+/// this thread's hot-path table under `id` for as long as the handle lives.
+#[napi]
+pub struct NativeLimiter {
+    view: View,
+    state: Rc<EnvState>,
+    id: u32,
+}
+
+impl Drop for NativeLimiter {
+    fn drop(&mut self) {
+        // See `NativeKeyed`'s drop.
+        if let Ok(mut table) = self.state.views.try_borrow_mut() {
+            table.remove(self.id);
+        }
+    }
+}
+
+impl NativeLimiter {
+    fn register(env: &Env, view: View) -> Result<Self> {
+        // SAFETY: env is the live environment of the call in progress.
+        let state = unsafe { EnvState::of(env.raw()) }.map_err(|e| e.into_napi(env))?;
+        let id = state.views.borrow_mut().insert(view.clone());
+        Ok(NativeLimiter { view, state, id })
+    }
+
+    fn build(rules: &[RuleSpec], options: &StoreOptions, clock: FaceClock) -> Res<MultiLimiter> {
+        let mut builder = Limiter::builder().options(rule::options(options)?).clock(clock);
+        for r in rules {
+            builder = builder.limit(r.name.clone().unwrap_or_default(), rule::rule(r)?);
+        }
+        Ok(builder.build()?)
+    }
+
+    fn whole(env: &Env, limiter: Arc<MultiLimiter>) -> Result<Self> {
+        let set = limiter.all_limits();
+        Self::register(env, View { limiter, set })
+    }
+
+    fn time(&self, now_ms: Option<f64>) -> Res<u64> {
+        now_ms.map_or_else(|| Ok(self.view.limiter.now()), ms_to_ns)
+    }
+}
+
+fn unknown_limit(e: ratomic::Error) -> JsFailure {
+    match e {
+        ratomic::Error::InvalidArgument { .. } => JsFailure::range("ERR_RATOMIC_UNKNOWN_LIMIT", e.to_string()),
+        other => other.into(),
+    }
+}
+
+#[napi]
+impl NativeLimiter {
+    /// A limiter of the named `rules` (each with its `name`), decided all or
+    /// nothing, storing keys as `options` say, whose calls are given the
+    /// readings of the JavaScript clock `clock` (none: the monotonic clock).
+    #[napi(constructor)]
+    pub fn new(
+        env: Env,
+        rules: Vec<RuleSpec>,
+        options: Option<StoreOptions>,
+        clock: Option<&NativeClock>,
+    ) -> Result<Self> {
+        let limiter =
+            Self::build(&rules, &options.unwrap_or_default(), FaceClock::new(clock)).map_err(|e| e.into_napi(&env))?;
+        Self::whole(&env, Arc::new(limiter))
+    }
+
+    /// The process-wide limiter called `name` (see `NativeKeyed.shared`).
+    #[napi(factory)]
+    pub fn shared(env: Env, name: String, rules: Vec<RuleSpec>, options: Option<StoreOptions>) -> Result<Self> {
+        let options = options.unwrap_or_default();
+        let limiter = shared::get_or_make(&name, rules.clone(), options.clone(), || {
+            Self::build(&rules, &options, FaceClock::default())
+        })
+        .map_err(|e| e.into_napi(&env))?;
+        Self::whole(&env, limiter)
+    }
+
+    /// The handle's id in this thread's hot-path table.
+    #[napi(getter)]
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The set of limits with these names, as a bitmask (bit `i` for limit
+    /// `i`). An unknown name or no name throws a `RangeError`
+    /// (`ERR_RATOMIC_UNKNOWN_LIMIT`).
+    #[napi]
+    pub fn limit_bits(&self, env: Env, names: Vec<String>) -> Result<u32> {
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        match self.view.limiter.limit_set(&names) {
+            Ok(set) => Ok(u32::from(set.bits())),
+            Err(e) => Err(unknown_limit(e).into_napi(&env)),
+        }
+    }
+
+    /// A handle to the same limiter whose calls are subject only to the
+    /// limits in `bits` (see `limitBits`).
+    #[napi]
+    pub fn select(&self, env: Env, bits: u32) -> Result<NativeLimiter> {
+        let l = &self.view.limiter;
+        let set = u16::try_from(bits)
+            .map_err(|_| ratomic::Error::InvalidArgument {
+                name: "limit set",
+                value: format!("{bits:#x}"),
+                reason: "was made for another limiter".into(),
+            })
+            .and_then(|bits| l.limit_set_from_bits(bits))
+            .map_err(|e| unknown_limit(e).into_napi(&env))?;
+        Self::register(&env, View { limiter: l.clone(), set })
+    }
+
+    /// The limits this handle's calls are subject to, as a bitmask.
+    #[napi(getter)]
+    pub fn bits(&self) -> u32 {
+        u32::from(self.view.set.bits())
+    }
+
+    /// The limit names, in order.
+    #[napi(getter)]
+    pub fn names(&self) -> Vec<String> {
+        self.view.limiter.names().map(str::to_owned).collect()
+    }
+
+    /// The rules, in the order of `names`.
+    #[napi(getter)]
+    pub fn rules(&self) -> Vec<RuleInfo> {
+        self.view.limiter.rules().iter().map(rule::info).collect()
+    }
+
+    /// Keys currently held.
+    #[napi]
+    pub fn size(&self) -> f64 {
+        self.view.limiter.len() as f64
+    }
+
+    /// Drops every key all of whose limits are full again at `nowMs`
+    /// (default: the limiter's clock); returns how many.
+    #[napi]
+    pub fn gc(&self, env: Env, now_ms: Option<f64>) -> Result<f64> {
+        let run = || -> Res<f64> { Ok(self.view.limiter.gc_at(self.time(now_ms)?)? as f64) };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
+    /// Bytes of memory the limiter's store holds.
+    #[napi]
+    pub fn memory_bytes(&self) -> f64 {
+        self.view.limiter.memory_bytes() as f64
+    }
+
+    /// The longest key accepted, in bytes.
+    #[napi(getter)]
+    pub fn max_key_len(&self) -> f64 {
+        self.view.limiter.max_key_len() as f64
+    }
+
+    /// The limiter's monotonic clock, in milliseconds.
+    #[napi]
+    pub fn now_ms(&self) -> f64 {
+        ns_to_ms(self.view.limiter.now())
+    }
+
+    /// This limiter as a member of a `Stack`: the whole limiter only.
+    #[napi]
+    pub fn member(&self, env: Env) -> Result<NativeMember> {
+        if self.view.set != self.view.limiter.all_limits() {
+            return Err(JsFailure::type_error(
+                "ERR_RATOMIC_INVALID_ARGUMENT",
+                "a selection of a Limiter cannot be a stack member; pass the whole Limiter",
+            )
+            .into_napi(&env));
+        }
+        Ok(NativeMember::new(self.view.limiter.clone() as Arc<dyn StackMember>))
+    }
+}

@@ -222,10 +222,11 @@ test('a limiter\'s rule, limit, clock and store are readable', () => {
   assert.deepEqual(new FixedWindow('100/15m').rule, { algorithm: 'fixedWindow', limit: 100, window: 900_000, rate: '100/15m' })
   assert.deepEqual(new SlidingWindow(7, 1500).rule, { algorithm: 'slidingWindow', limit: 7, window: 1500, rate: '7/1500ms' })
   assert.equal(new SlidingWindow(7, 1500).clock, undefined, 'the monotonic clock')
-  assert.equal(tb.memoryBytes, 0, 'no key, no table yet')
+  const empty = tb.memoryBytes
+  assert.ok(empty > 0 && empty <= 64 * 1024, `each shard starts with a small table: ${empty}`)
   tb.allow('short')
   const table = tb.memoryBytes
-  assert.ok(table > 0)
+  assert.ok(table >= empty)
   tb.allow('x'.repeat(60)) // a long key is stored outside the table, and counted
   assert.ok(tb.memoryBytes >= table + 60, `${tb.memoryBytes}`)
 })

@@ -3,8 +3,9 @@
 //!
 //! The benches themselves are in `benches/` (criterion: `cargo bench -p
 //! ratomic-benches`), the one-off measurements in `src/bin/` (`clocks`,
-//! `memory`, `sliding_accuracy`, `algorithms_paired`, and `ops` for
-//! profiling). Results and the commands that produced them are in the root
+//! `memory`, `sliding_accuracy`, `algorithms_paired`, `rounds` for the
+//! ratios against governor in interleaved rounds, and `ops` for profiling).
+//! Results and the commands that produced them are in the root
 //! `BENCHMARKS.md`.
 
 use std::hint::black_box;

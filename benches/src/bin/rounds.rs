@@ -1,0 +1,527 @@
+//! ratomic against governor 0.10 (and against its own floors), measured in
+//! interleaved rounds inside one process, so both sides of every ratio see
+//! the same machine.
+//!
+//! For each scenario the two sides are given the same number of calls per
+//! batch (calibrated so a batch takes ~30 ms), then timed R times each,
+//! alternately: round 0 runs ratomic then the other side, round 1 the other
+//! side then ratomic, and so on. The table shows each side's median ns per
+//! call over the rounds, and the median, minimum and maximum of the per-round
+//! ratios (ratomic ÷ other; lower is better). A preemption spoils one round
+//! and the median drops it, which criterion's one-function-after-the-other
+//! timing (`benches/vs_governor.rs`) cannot do on a shared machine.
+//!
+//! Both crates run on their default clocks (ratomic `MonotonicClock`,
+//! governor `DefaultClock`, quanta's TSC clock), except the `-manual` rows
+//! (ratomic `ManualClock`, governor `FakeRelativeClock`: time never moves).
+//! Quotas and keys are the criterion benches' (see `lib.rs`): throughput
+//! scenarios never deny, the `deny` ones use 1000/s with bursts of 50,
+//! drained first.
+//!
+//! Scenarios, with what "other" is:
+//! - `insert-u64`, `insert-str16`: 100k new keys (u64, 16-byte strings) into
+//!   an empty keyed limiter, growth included, building and dropping the
+//!   limiter excluded. Other: governor (`DashMap`).
+//! - `2threads-hot`: two threads at once on one u64 key; wall time per call
+//!   per thread. Other: governor.
+//! - `keys1m-str16`, `keys100k-u64`: every key already present, visited in
+//!   random order. Other: governor.
+//! - `direct-allow`, `direct-deny` (and `-manual`): one unkeyed bucket,
+//!   `DirectTokenBucket` against governor's direct limiter.
+//! - `floor`: `DirectTokenBucket::allow` on `MonotonicClock` against the
+//!   least any limiter on that clock can do: one `MonotonicClock::now` read
+//!   and one GCRA compare-and-swap on an `AtomicU64`, written inline here.
+//! - `limiter2-hot`, `limiter2-100k`: a `Limiter` with two token-bucket
+//!   limits against a single `TokenBucket`, u64 keys (ratomic vs ratomic).
+//!
+//! ```sh
+//! # the workspace's release profile (codegen-units = 1, lto = "thin")
+//! cargo run --release -p ratomic-benches --bin rounds [ROUNDS] [--batch-ms MS] [SCENARIO…]
+//! # cargo's default release profile: override exactly what the workspace sets
+//! CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+//!     cargo run --release -p ratomic-benches --bin rounds
+//! ```
+//!
+//! `ROUNDS` (default 15) can also be given as `RATOMIC_ROUNDS`, the batch
+//! length (default 30 ms) as `RATOMIC_BATCH_MS`. Scenario arguments keep
+//! only the scenarios whose names contain one of them. The table goes to
+//! stdout; progress goes to stderr.
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use governor::clock::FakeRelativeClock;
+use governor::RateLimiter;
+use ratomic::{Clock, DirectTokenBucket, Limiter, ManualClock, MonotonicClock, Quota, Rule, TokenBucket};
+use ratomic_benches::{
+    governor_deny, governor_huge, ratomic_deny, ratomic_huge, str_keys, time_inserts, two_threads, u64_keys, Cycle,
+};
+
+const DEFAULT_ROUNDS: usize = 15;
+const DEFAULT_BATCH_MS: u64 = 30;
+
+/// One side of a comparison: runs `n` calls and returns how long they took.
+type Side<'a> = Box<dyn FnMut(u64) -> Duration + 'a>;
+
+/// A side that makes `n` calls of `call` in a loop.
+fn looping<'a>(mut call: impl FnMut() -> bool + 'a) -> Side<'a> {
+    Box::new(move |n| {
+        let start = Instant::now();
+        for _ in 0..n {
+            black_box(call());
+        }
+        start.elapsed()
+    })
+}
+
+struct Config {
+    rounds: usize,
+    batch: Duration,
+    only: Vec<String>,
+}
+
+impl Config {
+    fn from_args() -> Config {
+        let env_num = |name: &str| {
+            std::env::var(name).ok().map(|v| v.parse::<u64>().unwrap_or_else(|_| panic!("{name} must be a number")))
+        };
+        let mut rounds = env_num("RATOMIC_ROUNDS").map_or(DEFAULT_ROUNDS, |r| r as usize);
+        let mut batch_ms = env_num("RATOMIC_BATCH_MS").unwrap_or(DEFAULT_BATCH_MS);
+        let mut only = Vec::new();
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            if arg == "--batch-ms" {
+                batch_ms = args.next().and_then(|v| v.parse().ok()).expect("--batch-ms takes a number of milliseconds");
+            } else if arg == "-h" || arg == "--help" {
+                eprintln!("usage: rounds [ROUNDS] [--batch-ms MS] [SCENARIO…]");
+                std::process::exit(0);
+            } else if let Ok(r) = arg.parse::<usize>() {
+                rounds = r;
+            } else {
+                only.push(arg);
+            }
+        }
+        assert!(rounds > 0, "at least one round");
+        assert!(batch_ms > 0, "batches of at least 1 ms");
+        Config { rounds, batch: Duration::from_millis(batch_ms), only }
+    }
+
+    fn wants(&self, scenario: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| scenario.contains(o.as_str()))
+    }
+}
+
+/// One line of the table.
+struct Row {
+    name: &'static str,
+    other: &'static str,
+    target: f64,
+    calls: u64,
+    ratomic_ns: f64,
+    other_ns: f64,
+    ratio: f64,
+    ratio_min: f64,
+    ratio_max: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Calls per batch: a multiple of `unit` such that the two sides' batches
+/// take `batch` on average.
+fn calibrate(ratomic: &mut Side<'_>, other: &mut Side<'_>, unit: u64, batch: Duration) -> u64 {
+    let mut n = unit * 1000u64.div_ceil(unit);
+    loop {
+        let spent = ratomic(n) + other(n);
+        if spent >= batch / 4 || n >= 1 << 40 {
+            let per_call = spent.as_secs_f64() / (2 * n) as f64;
+            let want = (batch.as_secs_f64() / per_call.max(1e-12)) as u64;
+            return want.div_ceil(unit).max(1) * unit;
+        }
+        n *= 4;
+    }
+}
+
+/// Times the two sides in alternating order, `cfg.rounds` times.
+fn compare(
+    cfg: &Config,
+    name: &'static str,
+    other_name: &'static str,
+    target: f64,
+    unit: u64,
+    mut ratomic: Side<'_>,
+    mut other: Side<'_>,
+) -> Row {
+    let n = calibrate(&mut ratomic, &mut other, unit, cfg.batch);
+    eprint!("{name}: {n} calls a batch, {} rounds ", cfg.rounds);
+    // One untimed batch each, at the real size.
+    ratomic(n);
+    other(n);
+    let (mut r_ns, mut o_ns, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..cfg.rounds {
+        let (r, o) = if round % 2 == 0 {
+            let r = ratomic(n);
+            (r, other(n))
+        } else {
+            let o = other(n);
+            (ratomic(n), o)
+        };
+        let (r, o) = (r.as_nanos() as f64 / n as f64, o.as_nanos() as f64 / n as f64);
+        r_ns.push(r);
+        o_ns.push(o);
+        ratios.push(r / o);
+        eprint!(".");
+    }
+    let ratio_min = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let ratio_max = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let row = Row {
+        name,
+        other: other_name,
+        target,
+        calls: n,
+        ratomic_ns: median(r_ns),
+        other_ns: median(o_ns),
+        ratio: median(ratios),
+        ratio_min,
+        ratio_max,
+    };
+    eprintln!(" {:.1} vs {:.1} ns, ratio {:.2}", row.ratomic_ns, row.other_ns, row.ratio);
+    row
+}
+
+// ---- the scenarios ------------------------------------------------------------
+
+/// `insert-*`: 100k new keys into an empty limiter, each side building (and
+/// dropping) a limiter per 100k keys outside the timing.
+fn inserts<K: Sync, R, G>(
+    cfg: &Config,
+    name: &'static str,
+    keys: &[K],
+    make_r: impl Fn() -> R,
+    call_r: impl Fn(&R, &K) -> bool,
+    make_g: impl Fn() -> G,
+    call_g: impl Fn(&G, &K) -> bool,
+) -> Row {
+    // Every first call on a key must be allowed, or this would time denials.
+    let r = make_r();
+    assert!(keys.iter().all(|k| call_r(&r, k)));
+    drop(r);
+    let g = make_g();
+    assert!(keys.iter().all(|k| call_g(&g, k)));
+    drop(g);
+    let ratomic = Box::new(|n| time_inserts(n, keys, &make_r, |l, i| call_r(l, &keys[i])));
+    let governor = Box::new(|n| time_inserts(n, keys, &make_g, |l, i| call_g(l, &keys[i])));
+    compare(cfg, name, "governor", 0.7, keys.len() as u64, ratomic, governor)
+}
+
+/// `keys*`: every key present in both limiters, visited in random order.
+fn present<K, R, G>(
+    cfg: &Config,
+    name: &'static str,
+    keys: &[K],
+    (r, call_r): (&R, impl Fn(&R, &K) -> bool),
+    (g, call_g): (&G, impl Fn(&G, &K) -> bool),
+) -> Row {
+    assert!(keys.iter().all(|k| call_r(r, k)), "the set-up is allowed");
+    assert!(keys.iter().all(|k| call_g(g, k)), "the set-up is allowed");
+    let (mut rc, mut gc) = (Cycle::new(keys, 0), Cycle::new(keys, 0));
+    let row = compare(
+        cfg,
+        name,
+        "governor",
+        0.6,
+        1,
+        looping(|| call_r(r, rc.next_key())),
+        looping(|| call_g(g, gc.next_key())),
+    );
+    assert!(call_r(r, &keys[0]) && call_g(g, &keys[0]), "every timed call was allowed");
+    row
+}
+
+fn insert_u64(cfg: &Config) -> Row {
+    let keys = u64_keys(100_000, 3);
+    inserts(
+        cfg,
+        "insert-u64",
+        &keys,
+        || TokenBucket::builder(ratomic_huge()).keys::<u64>().build().expect("limiter"),
+        |l, k| l.allow(k).expect("valid call").allowed,
+        || RateLimiter::dashmap(governor_huge()),
+        |l, k| l.check_key(k).is_ok(),
+    )
+}
+
+fn insert_str16(cfg: &Config) -> Row {
+    let keys = str_keys(100_000, 3);
+    inserts(
+        cfg,
+        "insert-str16",
+        &keys,
+        || TokenBucket::builder(ratomic_huge()).build().expect("limiter"),
+        |l, k| l.allow(k.as_str()).expect("valid call").allowed,
+        || RateLimiter::dashmap(governor_huge()),
+        |l, k| l.check_key(k).is_ok(),
+    )
+}
+
+fn two_threads_hot(cfg: &Config) -> Row {
+    let keys = u64_keys(1, 5);
+    let r = TokenBucket::builder(ratomic_huge()).keys::<u64>().build().expect("limiter");
+    let g = RateLimiter::dashmap(governor_huge());
+    assert!(r.allow(&keys[0]).expect("valid call").allowed && g.check_key(&keys[0]).is_ok());
+    let r_call = |k: &u64| r.allow(k).expect("valid call").allowed;
+    let g_call = |k: &u64| g.check_key(k).is_ok();
+    let row = compare(
+        cfg,
+        "2threads-hot",
+        "governor",
+        0.8,
+        1,
+        Box::new(|n| two_threads(n, &keys, r_call)),
+        Box::new(|n| two_threads(n, &keys, g_call)),
+    );
+    assert!(r_call(&keys[0]) && g_call(&keys[0]), "every timed call was allowed");
+    row
+}
+
+fn keys1m_str16(cfg: &Config) -> Row {
+    let keys = str_keys(1_000_000, 1);
+    let r = TokenBucket::builder(ratomic_huge()).build().expect("limiter");
+    let g = RateLimiter::dashmap(governor_huge());
+    let row = present(
+        cfg,
+        "keys1m-str16",
+        &keys,
+        (&r, |l: &TokenBucket, k: &String| l.allow(k.as_str()).expect("valid call").allowed),
+        (&g, |l: &governor::DefaultKeyedRateLimiter<String>, k: &String| l.check_key(k).is_ok()),
+    );
+    assert_eq!(r.len(), keys.len(), "every key stayed in ratomic's store");
+    row
+}
+
+fn keys100k_u64(cfg: &Config) -> Row {
+    let keys = u64_keys(100_000, 1);
+    let r = TokenBucket::builder(ratomic_huge()).keys::<u64>().build().expect("limiter");
+    let g = RateLimiter::dashmap(governor_huge());
+    let row = present(
+        cfg,
+        "keys100k-u64",
+        &keys,
+        (&r, |l: &TokenBucket<u64>, k: &u64| l.allow(k).expect("valid call").allowed),
+        (&g, |l: &governor::DefaultKeyedRateLimiter<u64>, k: &u64| l.check_key(k).is_ok()),
+    );
+    assert_eq!(r.len(), keys.len(), "every key stayed in ratomic's store");
+    row
+}
+
+/// `direct-allow` / `direct-deny`, on the default clocks or (`manual`) on
+/// clocks that never move.
+fn direct(cfg: &Config, deny: bool, manual: bool) -> Row {
+    let name = match (deny, manual) {
+        (false, false) => "direct-allow",
+        (true, false) => "direct-deny",
+        (false, true) => "direct-allow-manual",
+        (true, true) => "direct-deny-manual",
+    };
+    let (rq, gq) = if deny { (ratomic_deny(), governor_deny()) } else { (ratomic_huge(), governor_huge()) };
+    if manual {
+        let r = DirectTokenBucket::with_clock(rq, ManualClock::new());
+        let g = RateLimiter::direct_with_clock(gq, FakeRelativeClock::default());
+        direct_pair(cfg, name, deny, || r.allow().expect("valid call").allowed, || g.check().is_ok())
+    } else {
+        let r = DirectTokenBucket::new(rq);
+        let g = RateLimiter::direct(gq);
+        direct_pair(cfg, name, deny, || r.allow().expect("valid call").allowed, || g.check().is_ok())
+    }
+}
+
+fn direct_pair(cfg: &Config, name: &'static str, deny: bool, r: impl Fn() -> bool, g: impl Fn() -> bool) -> Row {
+    if deny {
+        while r() {}
+        while g() {}
+    }
+    let row = compare(cfg, name, "governor", 0.9, 1, looping(&r), looping(&g));
+    if !deny {
+        assert!(r() && g(), "every timed call was allowed");
+    }
+    row
+}
+
+/// The least a token bucket on `MonotonicClock` can do per call: read the
+/// clock once, then one GCRA step (`tat = max(TAT, now)`, pass iff
+/// `tat + T − now ≤ τ`) stored with a compare-and-swap.
+struct Floor {
+    clock: MonotonicClock,
+    tat: AtomicU64,
+    /// Nanoseconds per token.
+    t: u64,
+    /// Capacity × `t`.
+    tau: u64,
+}
+
+impl Floor {
+    fn new(quota: Quota) -> Floor {
+        let t = quota.emission_interval_nanos();
+        Floor { clock: MonotonicClock::new(), tat: AtomicU64::new(0), t, tau: quota.capacity() * t }
+    }
+
+    #[inline]
+    fn allow(&self) -> bool {
+        let now = Clock::now(&self.clock);
+        let mut seen = self.tat.load(Ordering::Relaxed);
+        loop {
+            let next = seen.max(now) + self.t;
+            if next - now > self.tau {
+                return false;
+            }
+            match self.tat.compare_exchange_weak(seen, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(actual) => seen = actual,
+            }
+        }
+    }
+}
+
+fn floor(cfg: &Config) -> Row {
+    let r = DirectTokenBucket::new(black_box(ratomic_huge()));
+    let f = Floor::new(black_box(ratomic_huge()));
+    let r_call = || r.allow().expect("valid call").allowed;
+    let row = compare(cfg, "floor", "clock read + CAS", 1.1, 1, looping(r_call), looping(|| f.allow()));
+    assert!(r_call() && f.allow(), "every timed call was allowed");
+    row
+}
+
+/// `limiter2-*`: a `Limiter` with two token-bucket limits against one
+/// `TokenBucket`, both on u64 keys and `MonotonicClock`.
+fn limiter2(cfg: &Config, name: &'static str, n: usize) -> Row {
+    let keys = u64_keys(n, 11);
+    let tb = TokenBucket::builder(ratomic_huge()).keys::<u64>().build().expect("limiter");
+    let li = Limiter::builder()
+        .keys::<u64>()
+        .limit("burst", Rule::token_bucket(ratomic_huge()))
+        .limit("sustained", Rule::token_bucket(ratomic_huge()))
+        .build()
+        .expect("limiter");
+    let li_call = |k: &u64| li.allow(k).expect("valid call").allowed();
+    let tb_call = |k: &u64| tb.allow(k).expect("valid call").allowed;
+    assert!(keys.iter().all(|k| li_call(k) && tb_call(k)), "the set-up is allowed");
+    let (mut lc, mut tc) = (Cycle::new(&keys, 0), Cycle::new(&keys, 0));
+    let row = compare(
+        cfg,
+        name,
+        "TokenBucket",
+        1.6,
+        1,
+        looping(|| li_call(black_box(lc.next_key()))),
+        looping(|| tb_call(black_box(tc.next_key()))),
+    );
+    assert!(li_call(&keys[0]) && tb_call(&keys[0]), "every timed call was allowed");
+    assert_eq!((li.len(), tb.len()), (n, n), "every key stayed in the stores");
+    row
+}
+
+// ---- the report ---------------------------------------------------------------
+
+/// How this binary was built, as far as it can tell: the profile's
+/// optimisation settings come from the environment cargo compiled it in.
+fn build_info() -> String {
+    if cfg!(debug_assertions) {
+        return "debug build (no `--release`): these figures mean nothing".into();
+    }
+    let lto = option_env!("CARGO_PROFILE_RELEASE_LTO");
+    let cgu = option_env!("CARGO_PROFILE_RELEASE_CODEGEN_UNITS");
+    let setting = |value: Option<&str>, workspace: &str| match value {
+        Some(v) => format!("{v} (environment override)"),
+        None => format!("{workspace} (workspace `[profile.release]`)"),
+    };
+    let kind = match (lto, cgu) {
+        (None, None) => "the workspace's release profile",
+        (Some("false"), Some("16")) => "cargo's default release profile (workspace settings overridden)",
+        _ => "a modified release profile",
+    };
+    format!("`--release`, {kind}: lto = {}, codegen-units = {}", setting(lto, "\"thin\""), setting(cgu, "1"))
+}
+
+/// A command's first line of output, if it runs.
+fn first_line(cmd: &str, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new(cmd).args(args).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").trim().to_owned())
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn main() {
+    let cfg = Config::from_args();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let load_before = load_average();
+    let started = Instant::now();
+
+    type Scenario = (&'static str, fn(&Config) -> Row);
+    let scenarios: [Scenario; 12] = [
+        ("insert-u64", insert_u64),
+        ("insert-str16", insert_str16),
+        ("2threads-hot", two_threads_hot),
+        ("keys1m-str16", keys1m_str16),
+        ("keys100k-u64", keys100k_u64),
+        ("direct-allow", |c| direct(c, false, false)),
+        ("direct-deny", |c| direct(c, true, false)),
+        ("direct-allow-manual", |c| direct(c, false, true)),
+        ("direct-deny-manual", |c| direct(c, true, true)),
+        ("floor", floor),
+        ("limiter2-hot", |c| limiter2(c, "limiter2-hot", 1)),
+        ("limiter2-100k", |c| limiter2(c, "limiter2-100k", 100_000)),
+    ];
+    let rows: Vec<Row> = scenarios.iter().filter(|(name, _)| cfg.wants(name)).map(|(_, run)| run(&cfg)).collect();
+
+    println!("# ratomic in interleaved rounds\n");
+    println!(
+        "{} rounds a scenario, batches of ~{} ms, ratio = ratomic ÷ other per round (lower is better).",
+        cfg.rounds,
+        cfg.batch.as_millis()
+    );
+    println!(
+        "Build: {}; rustc: {}; ratomic-benches {}.",
+        build_info(),
+        first_line("rustc", &["-V"]).unwrap_or_else(|| "unknown".into()),
+        env!("CARGO_PKG_VERSION")
+    );
+    if let Some(commit) = first_line("git", &["rev-parse", "--short", "HEAD"]) {
+        println!("Commit (of the working directory): `{commit}`.");
+    }
+    println!(
+        "Machine: {cores} cores, load average {load_before} at the start, {} at the end; {:.0} s in all.\n",
+        load_average(),
+        started.elapsed().as_secs_f64()
+    );
+    println!("| scenario | ratomic ns | other ns | ratio median | ratio min–max | target |");
+    println!("|---|---:|---:|---:|---:|---|");
+    for r in &rows {
+        let verdict = if r.ratio <= r.target { "met" } else { "**not met**" };
+        println!(
+            "| {} | {:.1} | {:.1} | {:.2} | {:.2}–{:.2} | ≤ {} {verdict} |",
+            r.name, r.ratomic_ns, r.other_ns, r.ratio, r.ratio_min, r.ratio_max, r.target
+        );
+    }
+    println!();
+    println!("\"other\" and calls per batch, by scenario:");
+    for r in &rows {
+        let ratomic = match r.name {
+            "floor" => "`DirectTokenBucket`",
+            n if n.starts_with("limiter2") => "two-limit `Limiter`",
+            _ => "ratomic",
+        };
+        println!("- `{}`: {ratomic} vs {}, {} calls a batch", r.name, r.other, r.calls);
+    }
+}

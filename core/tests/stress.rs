@@ -302,3 +302,50 @@ fn windows_in_a_limiter_never_over_grant_under_contention() {
         }
     });
 }
+
+#[test]
+fn keys_forgotten_and_evicted_under_contention_never_over_grant() {
+    // 48 keys through a store that holds 16 (strict eviction: never more
+    // than remembering every key would grant), two limits on each key, a
+    // worker that also runs gc, every call with its own clock reading: the
+    // store forgets, evicts and migrates all through the run, and every
+    // key conforms to both of its limits. Refill is slow, so keys are
+    // evicted while far from full: an eviction that lost a key's debt
+    // would show as an over-grant.
+    const KEYS: u64 = 48;
+    let clock = ManualClock::new();
+    let l = Limiter::builder()
+        .limit("a", Rule::token_bucket(quota(3, 50_000)))
+        .limit("b", Rule::token_bucket(quota(5, 100_000)))
+        .clock(clock.clone())
+        .shards(1)
+        .max_keys(16)
+        .eviction(ratomic::Eviction::Strict)
+        .keys::<u64>()
+        .build()
+        .unwrap();
+    let names: Vec<[&'static str; 2]> = (0..KEYS)
+        .map(|k| ["a", "b"].map(|limit| &*Box::leak(format!("key {k}, limit {limit}").into_boxed_str())))
+        .collect();
+    let grants = hammer(&clock, 6, 20_000 * scale(), 700, |w, i, out| {
+        let now = stamp(l.now(), w, i, 1_500);
+        let key = (i * 7 + w as u64 * 13) % KEYS;
+        if l.allow_at(&key, 1, now).unwrap().allowed() {
+            out.push((names[key as usize][0], now, 1));
+            out.push((names[key as usize][1], now, 1));
+        }
+        if w == 0 && i % 64 == 0 {
+            l.gc_at(l.now()).unwrap();
+        }
+    });
+    assert!(l.len() <= 16, "max_keys holds: {} keys", l.len());
+    let total: usize = grants.values().map(Vec::len).sum();
+    assert!(total > 500, "the run granted enough to test something ({total})");
+    for (name, mut g) in grants {
+        if name.ends_with('a') {
+            check_token_bucket(name, &mut g, 3, 50_000);
+        } else {
+            check_token_bucket(name, &mut g, 5, 100_000);
+        }
+    }
+}

@@ -112,8 +112,8 @@ impl<'a> Cells<'a> {
     /// (a word that moved on since keeps the change: see the module docs).
     pub(crate) fn undo(&mut self) {
         while self.n > 0 {
+            let (i, before, after) = self.entry(self.n - 1);
             self.n -= 1;
-            let (i, before, after) = self.entry(self.n);
             let _ = self.words[i].compare_exchange(after, before, Ordering::AcqRel, Ordering::Relaxed);
         }
     }
@@ -123,5 +123,36 @@ impl<'a> Cells<'a> {
         debug_assert!(k < self.n);
         // SAFETY: entries below `n` were written by `cas`.
         unsafe { self.log[k].assume_init() }
+    }
+}
+
+#[cfg(all(test, not(ratomic_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn undo_takes_back_every_change_newest_first_and_keeps_a_word_that_moved_on() {
+        let words: Vec<AtomicU64> = (0..3).map(AtomicU64::new).collect();
+        let mut cells = Cells::new(&words);
+        cells.cas(0, 0, 10).unwrap();
+        cells.cas(0, 10, 11).unwrap();
+        cells.cas(1, 1, 21).unwrap();
+        cells.cas(2, 2, 32).unwrap();
+        // Another thread moves word 2 on: its change is kept.
+        words[2].store(33, Ordering::Relaxed);
+        assert!(cells.wrote());
+        cells.undo();
+        assert!(!cells.wrote());
+        let now: Vec<u64> = words.iter().map(|w| w.load(Ordering::Relaxed)).collect();
+        assert_eq!(now, [0, 1, 33]);
+    }
+
+    #[test]
+    fn a_marker_stops_the_operation() {
+        let words = [AtomicU64::new(FIRST_MARKER)];
+        let mut cells = Cells::new(&words);
+        assert_eq!(cells.load(0), Err(Frozen));
+        assert_eq!(cells.cas(0, 5, 6), Err(Conflict::Frozen));
+        assert!(!cells.wrote());
     }
 }

@@ -576,14 +576,19 @@ impl<S: StoredKey> Store<S> {
             }
             return Next::Retry;
         }
+        // Counted before it is published: once published, the key may be
+        // forgotten (and uncounted) at once, and the counts must never
+        // go below zero.
+        shard.live.fetch_add(1, Ordering::Relaxed);
+        shard.key_bytes.fetch_add(bytes, Ordering::Relaxed);
         // A table that started migrating takes no new key (see `migrate`).
         let published = t.verify(hash, probe, i, guard) && !t.closed.load(Ordering::SeqCst) && t.publish(i, states[0]);
         if !published {
             t.abandon(i, guard);
+            shard.live.fetch_sub(1, Ordering::Relaxed);
+            shard.key_bytes.fetch_sub(bytes, Ordering::Relaxed);
             return Next::Retry;
         }
-        shard.live.fetch_add(1, Ordering::Relaxed);
-        shard.key_bytes.fetch_add(bytes, Ordering::Relaxed);
         if t.used.load(Ordering::Relaxed) > t.capacity() * MAX_LOAD.0 / MAX_LOAD.1 {
             self.maintain(shard, now, retention, guard, Trigger::Insert { bytes: 0, must: false });
         }
@@ -919,23 +924,27 @@ impl<S: StoredKey> Store<S> {
         // keys it adopts, however many new keys race the migration.
         from.closed.store(true, Ordering::SeqCst);
         let cells = (from.capacity() / 8).max(8).next_power_of_two().min(self.max_cells);
-        // Keys that carry no information are forgotten in place first, so
-        // the new table is sized for the keys that will move.
+        // One scan: keys that carry no information are forgotten in place,
+        // and every other slot that holds or may still publish a key is
+        // counted, so the new table is sized for the keys that will move.
         let w = self.width;
+        let mut bound = 0usize;
         for i in 0..from.capacity() {
-            let mut states = [0u64; MAX_WIDTH];
-            if !Self::read_live(from, i, &mut states[..w]) || retention.idle_after(&states[..w], now) > 0 {
+            if matches!(from.control(i), EMPTY | DEAD | MOVED | MOVED_EMPTY) {
                 continue;
             }
-            if let Some(states) = from.lock_all(i, states[0]) {
-                match retention.idle_after(&states[..w], now) {
-                    0 => self.drop_locked(shard, from, i, &states[..w], 0, now, cells, retention, guard),
-                    _ => from.unlock(i, &states[..w]),
+            let mut states = [0u64; MAX_WIDTH];
+            if Self::read_live(from, i, &mut states[..w]) && retention.idle_after(&states[..w], now) == 0 {
+                if let Some(states) = from.lock_all(i, states[0]) {
+                    if retention.idle_after(&states[..w], now) == 0 {
+                        self.drop_locked(shard, from, i, &states[..w], 0, now, cells, retention, guard);
+                        continue;
+                    }
+                    from.unlock(i, &states[..w]);
                 }
             }
+            bound += 1;
         }
-        let bound =
-            (0..from.capacity()).filter(|&i| !matches!(from.control(i), EMPTY | DEAD | MOVED | MOVED_EMPTY)).count();
         let cap = cap.max(if bound == 0 { 0 } else { (bound * 8).div_ceil(7) + 1 });
         let table = Table::new(cap, self.width);
         table.used.store(bound, Ordering::SeqCst);

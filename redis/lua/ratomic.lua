@@ -1,0 +1,239 @@
+-- ratomic on Redis: the in-memory engine's equations (SPEC §4.1–4.4) on one
+-- hash per key, a field per named limit. One script for every operation so
+-- the arithmetic exists once; loaded by SHA1 and called with EVALSHA.
+--
+-- KEYS[1]  the key's hash
+-- ARGV[1]  operation: 'a' allow, 'p' peek, 'r' refund
+-- ARGV[2]  now in whole microseconds, or '' for the server's TIME
+-- ARGV[3]  cost (allow, peek) or tokens (refund)
+-- ARGV[4]  least TTL in ms (0: exactly the time until the key is full)
+-- ARGV[5…] per limit, four values: kind ('g' GCRA, 'f' fixed window,
+--          's' sliding window), hash field, then T µs and capacity (g) or
+--          window µs and limit (f, s)
+--
+-- Reply: allow/peek: {allowed, then per limit allowed, remaining, limit,
+-- retry µs, reset µs}; refund: {fields written}.
+--
+-- Lua numbers are doubles: every value here is a whole number below 2^53
+-- (the client refuses rules and times that could leave that range), so the
+-- arithmetic is exact. Numbers are written back with '%.0f', never
+-- tostring (which keeps only 14 digits).
+
+if redis.replicate_commands then redis.replicate_commands() end
+
+local op = ARGV[1]
+local now
+if ARGV[2] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[2])
+end
+local amount = tonumber(ARGV[3])
+local ttl_floor = tonumber(ARGV[4])
+local n = (#ARGV - 4) / 4
+
+local floor = math.floor
+
+-- Exact floor division and remainder of whole numbers a ≥ 0, b > 0.
+local function divmod(a, b)
+  local q = floor(a / b)
+  local r = a - q * b
+  if r < 0 then q = q - 1; r = r + b elseif r >= b then q = q + 1; r = r - b end
+  return q, r
+end
+
+local function div_ceil(a, b)
+  local q, r = divmod(a, b)
+  if r > 0 then q = q + 1 end
+  return q
+end
+
+local function num(x) return string.format('%.0f', x) end
+
+-- GCRA (SPEC §4.1). State: TAT.
+local function gcra_view(v) return tonumber(v) or 0 end
+
+local function gcra_tokens(tau, t, d)
+  if d >= tau then return 0 end
+  return (divmod(tau - d, t))
+end
+
+local function gcra_decide(tat, t, b, cost)
+  local tau = b * t
+  if tat < now then tat = now end
+  local d = tat - now
+  local need = cost * t
+  local slack = tau - need
+  if d > slack then
+    return {0, gcra_tokens(tau, t, d), b, d - slack, d}, nil
+  end
+  local after = d + need
+  local nxt = nil
+  if cost ~= 0 then nxt = num(tat + need) end
+  return {1, gcra_tokens(tau, t, after), b, 0, after}, nxt
+end
+
+local function gcra_refund(tat, t, tokens)
+  if tat <= now then return nil end
+  local new = tat - tokens * t
+  if new < now then new = now end
+  if new == tat then return nil end
+  return num(new)
+end
+
+local function gcra_idle(v)
+  local tat = gcra_view(v)
+  if tat > now then return tat - now end
+  return 0
+end
+
+-- Windows (SPEC §4.2, §4.3), aligned to the epoch of `now`. State:
+-- 'index:count' (fixed) or 'index:prev:cur' (sliding). A call stamped
+-- before the stored window counts in the stored window.
+local function frame(stored, w)
+  local index, offset = divmod(now, w)
+  if stored == index then return index, 0, offset, 'same' end
+  if stored > index then return stored, stored * w - now, 0, 'same' end
+  if stored + 1 == index then return index, 0, offset, 'previous' end
+  return index, 0, offset, 'long_ago'
+end
+
+local function window_view(v, kind, w)
+  local index, prev, cur = 0, 0, 0
+  if v then
+    local parts = {}
+    for p in string.gmatch(v, '%d+') do parts[#parts + 1] = tonumber(p) end
+    index = parts[1]
+    if kind == 'f' then cur = parts[2] else prev = parts[2]; cur = parts[3] end
+  end
+  local fi, gap, offset, age = frame(index, w)
+  if age == 'previous' then prev = cur; cur = 0
+  elseif age == 'long_ago' then prev = 0; cur = 0 end
+  if kind == 'f' then prev = 0 end
+  return {index = fi, gap = gap, offset = offset, prev = prev, cur = cur}
+end
+
+local function window_pack(kind, c, cur)
+  if kind == 'f' then return num(c.index) .. ':' .. num(cur) end
+  return num(c.index) .. ':' .. num(c.prev) .. ':' .. num(cur)
+end
+
+local function until_end(c, w) return c.gap + w - c.offset end
+
+local function carried(c, w)
+  if c.prev == 0 then return 0 end
+  return div_ceil(c.prev * (w - c.offset), w)
+end
+
+local function window_reset(kind, c, w, cur)
+  if kind == 'f' then
+    if cur > 0 then return until_end(c, w) end
+    return 0
+  end
+  if cur > 0 then return until_end(c, w) + w end
+  if c.prev > 0 then return until_end(c, w) end
+  return 0
+end
+
+local function sliding_retry(c, w, l, cost)
+  if c.cur + cost <= l then
+    local fit = divmod((l - c.cur - cost) * w, c.prev)
+    return c.gap + (w - fit) - c.offset
+  end
+  local fit = divmod((l - cost) * w, c.cur)
+  return until_end(c, w) + (w - fit)
+end
+
+local function window_decide(kind, c, w, l, cost)
+  local after = c.cur + cost
+  local carry = carried(c, w)
+  if after + carry <= l then
+    local nxt = nil
+    if cost > 0 then nxt = window_pack(kind, c, after) end
+    return {1, l - after - carry, l, 0, window_reset(kind, c, w, after)}, nxt
+  end
+  local to_end = until_end(c, w)
+  if kind == 'f' then return {0, l - c.cur, l, to_end, to_end}, nil end
+  local remaining = l - c.cur - carry
+  if remaining < 0 then remaining = 0 end
+  return {0, remaining, l, sliding_retry(c, w, l, cost), window_reset(kind, c, w, c.cur)}, nil
+end
+
+local function window_refund(kind, c, tokens)
+  if c.cur == 0 or tokens == 0 then return nil end
+  local back = tokens
+  if back > c.cur then back = c.cur end
+  return window_pack(kind, c, c.cur - back)
+end
+
+-- One limit at a time.
+local function kind_of(i) return ARGV[4 * i + 1] end
+local function field_of(i) return ARGV[4 * i + 2] end
+local function p1(i) return tonumber(ARGV[4 * i + 3]) end
+local function p2(i) return tonumber(ARGV[4 * i + 4]) end
+
+local function decide(i, v, cost)
+  local kind = kind_of(i)
+  if kind == 'g' then return gcra_decide(gcra_view(v), p1(i), p2(i), cost) end
+  return window_decide(kind, window_view(v, kind, p1(i)), p1(i), p2(i), cost)
+end
+
+local function refund(i, v, tokens)
+  local kind = kind_of(i)
+  if kind == 'g' then return gcra_refund(gcra_view(v), p1(i), tokens) end
+  return window_refund(kind, window_view(v, kind, p1(i)), tokens)
+end
+
+local function idle(i, v)
+  local kind = kind_of(i)
+  if kind == 'g' then return gcra_idle(v) end
+  local c = window_view(v, kind, p1(i))
+  return window_reset(kind, c, p1(i), c.cur)
+end
+
+local key = KEYS[1]
+local fields = {}
+for i = 1, n do fields[i] = field_of(i) end
+local values = redis.call('HMGET', key, unpack(fields))
+
+-- Writes the changed fields and sets the key's TTL to the time until every
+-- limit is full again (rounded up to whole ms, at least 1 ms and at least the
+-- floor), or deletes the key when all are full: a full key carries nothing.
+local function store(changes)
+  local set = {}
+  local longest = 0
+  for i = 1, n do
+    local v = values[i]
+    if changes[i] then v = changes[i]; set[#set + 1] = fields[i]; set[#set + 1] = v end
+    local d = idle(i, v)
+    if d > longest then longest = d end
+  end
+  if #set == 0 then return 0 end
+  if longest == 0 then
+    redis.call('DEL', key)
+    return #set / 2
+  end
+  local ms = div_ceil(longest, 1000)
+  if ms < ttl_floor then ms = ttl_floor end
+  redis.call('HSET', key, unpack(set))
+  redis.call('PEXPIRE', key, num(ms))
+  return #set / 2
+end
+
+if op == 'r' then
+  local changes = {}
+  for i = 1, n do changes[i] = refund(i, values[i], amount) end
+  return {store(changes)}
+end
+
+local reply = {1}
+local changes = {}
+for i = 1, n do
+  local d, nxt = decide(i, values[i], amount)
+  if d[1] == 0 then reply[1] = 0 end
+  changes[i] = nxt
+  for j = 1, 5 do reply[#reply + 1] = d[j] end
+end
+if op == 'a' and reply[1] == 1 then store(changes) end
+return reply

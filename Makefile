@@ -6,6 +6,7 @@
 #   make test-ffi      # the C ABI: header drift, C/C++ tests under ASan+UBSan and valgrind, install
 #   make test-python   # the Python package: fresh venv, wheel, pytest, stubtest
 #   make test-node     # the Node addon: npm ci, build, typings drift, node --test, tsc
+#   make test-redis    # ratomic-redis against real redis-servers (installed with apt if missing)
 #   make lint          # rustfmt, clippy and rustdoc, warnings as errors
 #
 # Bounded settings keep CI well under 30 minutes on 2 cores; raise them by
@@ -18,9 +19,9 @@ LOOM_MAX_PREEMPTIONS ?= 2
 PROPTEST_CASES ?= 256
 export PROPTEST_CASES
 
-.PHONY: test test-rust test-loom test-ffi test-python test-node lint
+.PHONY: test test-rust test-loom test-ffi test-python test-node test-redis lint
 
-test: lint test-rust test-loom test-ffi test-python test-node
+test: lint test-rust test-loom test-ffi test-python test-node test-redis
 
 test-rust:
 	$(CARGO) test
@@ -40,7 +41,12 @@ test-python:
 test-node:
 	bash bindings-node/run-tests.sh
 
+test-redis:
+	bash redis/run-tests.sh
+
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p ratomic-redis --all-targets --features server-tests -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic-redis

@@ -198,8 +198,10 @@ for i = 1, n do fields[i] = field_of(i) end
 local values = redis.call('HMGET', key, unpack(fields))
 
 -- Writes the changed fields and sets the key's TTL to the time until every
--- limit is full again (rounded up to whole ms, at least 1 ms and at least the
--- floor), or deletes the key when all are full: a full key carries nothing.
+-- limit is full again, rounded up to whole ms, at least 1 ms (a TTL of 0
+-- would keep the key forever) and at least the floor. A key full at `now`
+-- is still kept that 1 ms rather than deleted: a call stamped a little
+-- earlier (the `*_at` forms, a server clock stepping back) must still see it.
 local function store(changes)
   local set = {}
   local longest = 0
@@ -210,11 +212,8 @@ local function store(changes)
     if d > longest then longest = d end
   end
   if #set == 0 then return 0 end
-  if longest == 0 then
-    redis.call('DEL', key)
-    return #set / 2
-  end
   local ms = div_ceil(longest, 1000)
+  if ms < 1 then ms = 1 end
   if ms < ttl_floor then ms = ttl_floor end
   redis.call('HSET', key, unpack(set))
   redis.call('PEXPIRE', key, num(ms))

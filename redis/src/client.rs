@@ -20,16 +20,16 @@ use crate::script;
 pub enum FailurePolicy {
     /// Return the error (the default).
     ReturnError,
-    /// Allow the call, marked [`Source::Policy`]. Never grants on misuse.
+    /// Allow the call, marked [`Source::Policy`](crate::Source::Policy). Never grants on misuse.
     FailOpen,
     /// Deny the call with this `retry_after` (at least 1 µs), marked
-    /// [`Source::Policy`].
+    /// [`Source::Policy`](crate::Source::Policy).
     FailClosed {
         /// The wait a denied caller is told.
         retry_after: Duration,
     },
     /// Decide in a local, in-memory limiter of the same rules, marked
-    /// [`Source::Fallback`]. Its state is this process's alone.
+    /// [`Source::Fallback`](crate::Source::Fallback). Its state is this process's alone.
     Fallback,
 }
 
@@ -234,10 +234,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         }
         match self.timed(eval_many(self.conn.clone(), calls)).await {
             Ok(replies) => replies.iter().map(|r| self.limits.decode(r)).collect(),
-            Err(e) if e.is_backend() && self.options.policy != FailurePolicy::ReturnError => requests
-                .iter()
-                .map(|(k, c)| self.on_failure(e.clone(), Op::Allow, k.as_ref(), *c, now))
-                .collect(),
+            Err(e) if e.is_backend() && self.options.policy != FailurePolicy::ReturnError => {
+                requests.iter().map(|(k, c)| self.on_failure(e.clone(), Op::Allow, k.as_ref(), *c, now)).collect()
+            }
             Err(e) => Err(e),
         }
     }

@@ -211,7 +211,12 @@ impl Limits {
 
     /// A decision made by a failure policy: `d` for every limit.
     pub fn policy_decision(&self, d: Decision) -> MultiDecision {
-        MultiDecision { decision: d, entries: vec![d; self.rules.len()], names: self.names.clone(), source: Source::Policy }
+        MultiDecision {
+            decision: d,
+            entries: vec![d; self.rules.len()],
+            names: self.names.clone(),
+            source: Source::Policy,
+        }
     }
 
     /// A decision of the local in-memory limiter of the same rules.

@@ -124,7 +124,7 @@ impl RedisRule {
 
 fn window(window: Duration, limit: u64) -> Result<(u64, u64), Error> {
     let ns = window.as_nanos();
-    if ns % 1000 != 0 {
+    if !ns.is_multiple_of(1000) {
         return Err(invalid("window", format!("{window:?}"), "must be a whole number of microseconds on Redis"));
     }
     let window_us = u64::try_from(ns / 1000).unwrap_or(u64::MAX);

@@ -1,1 +1,367 @@
-//! placeholder
+//! ratomic-redis against a real redis-server (started by run-tests.sh, or by
+//! the test itself where it must kill one): parity with the in-memory
+//! engine, concurrency, NOSCRIPT, batches, TTLs and faults.
+
+mod support;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use ratomic::{Decision, Quota, Rate, Rule};
+use ratomic_redis::{BlockingRedisLimiter, Error, Limits, MultiDecision, Options, RedisLimiter, RedisRule, Source};
+use redis::aio::ConnectionManager;
+use redis::Commands;
+
+const US: u64 = 1_000; // ns
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap())
+}
+
+/// One connection to the shared server for the whole test binary.
+fn manager() -> ConnectionManager {
+    static M: OnceLock<ConnectionManager> = OnceLock::new();
+    M.get_or_init(|| runtime().block_on(ConnectionManager::new(redis::Client::open(support::url()).unwrap())).unwrap())
+        .clone()
+}
+
+fn options() -> Options {
+    Options { timeout: Duration::from_secs(5), ..Options::default() }
+}
+
+/// A limiter over `rules` under a fresh prefix; its keys outlive the test
+/// (the `*_at` times below run far faster than the server's clock).
+fn limiter(name: &str, rules: &[(&str, Rule)]) -> RedisLimiter {
+    let limits = Limits::new(rules.iter().map(|(n, r)| (*n, *r)))
+        .unwrap()
+        .with_prefix(support::prefix(name))
+        .unwrap()
+        .with_ttl_floor(Duration::from_secs(3600));
+    RedisLimiter::new(manager(), limits, options())
+}
+
+fn block<T>(f: impl std::future::Future<Output = T>) -> T {
+    runtime().block_on(f)
+}
+
+// ---------------------------------------------------------------- parity
+
+#[derive(Clone, Debug)]
+enum Step {
+    Advance(u64),
+    Back(u64),
+    Allow(usize, u64),
+    Peek(usize, u64),
+    Refund(usize, u64),
+    Reset(usize),
+    Many(Vec<(usize, u64)>),
+}
+
+const KEYS: [&str; 3] = ["a", "b", "c}{"];
+
+fn steps(max_cost: u64) -> impl Strategy<Value = Vec<Step>> {
+    let step = prop_oneof![
+        3 => (0u64..400_000).prop_map(Step::Advance),
+        1 => (0u64..50_000).prop_map(Step::Back),
+        1 => (0u64..5).prop_map(|ms| Step::Advance(ms * 1000)),
+        8 => (0..KEYS.len(), 0..=max_cost).prop_map(|(k, c)| Step::Allow(k, c)),
+        2 => (0..KEYS.len(), 0..=max_cost).prop_map(|(k, c)| Step::Peek(k, c)),
+        2 => (0..KEYS.len(), 0..=max_cost + 2).prop_map(|(k, c)| Step::Refund(k, c)),
+        1 => (0..KEYS.len()).prop_map(Step::Reset),
+        1 => prop::collection::vec((0..KEYS.len(), 0..=max_cost), 1..6).prop_map(Step::Many),
+    ];
+    prop::collection::vec(step, 1..40)
+}
+
+/// The in-memory answer as Redis gives it: waits in whole µs, rounded up
+/// (only the sliding window's exact waits are not whole µs here).
+fn entries_of(d: &ratomic::MultiDecision<'_>) -> (Decision, Vec<Decision>) {
+    (in_micros(d.decision), d.entries().map(|e| in_micros(e.decision)).collect())
+}
+
+fn in_micros(d: Decision) -> Decision {
+    let up = |t: Duration| Duration::from_micros(t.as_nanos().div_ceil(1000) as u64);
+    Decision { retry_after: up(d.retry_after), reset_after: up(d.reset_after), ..d }
+}
+
+fn entries_of_redis(d: &MultiDecision) -> (Decision, Vec<Decision>) {
+    assert_eq!(d.source, Source::Redis);
+    (d.decision, d.entries().map(|(_, e)| e).collect())
+}
+
+/// Runs `steps` through the in-memory engine and through Redis at the same
+/// explicit times (whole µs) and compares every decision, field by field.
+fn parity(name: &str, rules: &[(&str, Rule)], steps: &[Step]) -> Result<(), TestCaseError> {
+    for (_, r) in rules {
+        if let RedisRule::TokenBucket { interval_us, .. } = RedisRule::from_rule(r).unwrap() {
+            let Rule::TokenBucket(g) = r else { unreachable!() };
+            prop_assert_eq!(interval_us * US, g.quota().emission_interval_nanos(), "T must be whole µs for parity");
+        }
+    }
+    let core = ratomic::Limiter::new(rules.iter().map(|(n, r)| (*n, *r))).unwrap();
+    let redis = limiter(name, rules);
+    let base: u64 = 1_700_000_000_000_000; // µs: a Unix time, so windows are far from index 0
+    let mut now = base;
+    for (i, step) in steps.iter().enumerate() {
+        let t = now * US;
+        match step {
+            Step::Advance(us) => now += us,
+            Step::Back(us) => now = (now - us).max(base),
+            Step::Allow(k, cost) => {
+                let want = entries_of(&core.allow_at(KEYS[*k], *cost, t).unwrap());
+                let got = entries_of_redis(&block(redis.allow_at(KEYS[*k], *cost, t)).unwrap());
+                prop_assert_eq!(got, want, "step {} {:?}", i, step);
+            }
+            Step::Peek(k, cost) => {
+                let want = entries_of(&core.peek_at(KEYS[*k], *cost, t).unwrap());
+                let got = entries_of_redis(&block(redis.peek_at(KEYS[*k], *cost, t)).unwrap());
+                prop_assert_eq!(got, want, "step {} {:?}", i, step);
+            }
+            Step::Refund(k, tokens) => {
+                core.refund_at(KEYS[*k], *tokens, t).unwrap();
+                block(redis.refund_at(KEYS[*k], *tokens, t)).unwrap();
+            }
+            Step::Reset(k) => {
+                core.reset_at(KEYS[*k], t).unwrap();
+                block(redis.reset(KEYS[*k])).unwrap();
+            }
+            Step::Many(reqs) => {
+                let reqs: Vec<(&str, u64)> = reqs.iter().map(|(k, c)| (KEYS[*k], *c)).collect();
+                let want: Vec<_> = reqs.iter().map(|(k, c)| entries_of(&core.allow_at(*k, *c, t).unwrap())).collect();
+                let got: Vec<_> = block(redis.allow_many_at(&reqs, t)).unwrap().iter().map(entries_of_redis).collect();
+                prop_assert_eq!(got, want, "step {} {:?}", i, step);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn gcra_rule() -> impl Strategy<Value = Rule> {
+    (1u64..=6, prop::sample::select(vec![1_000u64, 20_000, 150_000, 1_000_000]))
+        .prop_map(|(cap, t_us)| Rule::token_bucket(Quota::new(cap, 1e6 / t_us as f64).unwrap()))
+}
+
+fn window() -> impl Strategy<Value = Duration> {
+    prop::sample::select(vec![10u64, 100, 1000, 1500]).prop_map(Duration::from_millis)
+}
+
+proptest! {
+    #[test]
+    fn parity_token_bucket((rule, s) in gcra_rule().prop_flat_map(|r| (Just(r), steps(6)))) {
+        let cap = ratomic::Algorithm::limit(&rule);
+        let s: Vec<Step> = s.into_iter().map(|st| clamp(st, cap)).collect();
+        parity("tb", &[("limit", rule)], &s)?;
+    }
+
+    #[test]
+    fn parity_fixed_window(limit in 1u64..=6, w in window(), s in steps(6)) {
+        let rule = Rule::fixed_window(Rate::new(limit, w).unwrap()).unwrap();
+        let s: Vec<Step> = s.into_iter().map(|st| clamp(st, limit)).collect();
+        parity("fw", &[("limit", rule)], &s)?;
+    }
+
+    #[test]
+    fn parity_sliding_window(limit in 1u64..=6, w in window(), s in steps(6)) {
+        let rule = Rule::sliding_window(Rate::new(limit, w).unwrap()).unwrap();
+        let s: Vec<Step> = s.into_iter().map(|st| clamp(st, limit)).collect();
+        parity("sw", &[("limit", rule)], &s)?;
+    }
+
+    #[test]
+    fn parity_multi_limit(
+        tb in gcra_rule(),
+        fl in 2u64..=8, fw in window(),
+        sl in 2u64..=8, sw in window(),
+        s in steps(8),
+    ) {
+        let rules = [
+            ("burst", tb),
+            ("fixed", Rule::fixed_window(Rate::new(fl, fw).unwrap()).unwrap()),
+            ("sliding", Rule::sliding_window(Rate::new(sl, sw).unwrap()).unwrap()),
+        ];
+        let max = rules.iter().map(|(_, r)| ratomic::Algorithm::limit(r)).min().unwrap();
+        let s: Vec<Step> = s.into_iter().map(|st| clamp(st, max)).collect();
+        parity("multi", &rules, &s)?;
+    }
+}
+
+/// Costs above the limit are an error (tested elsewhere); keep parity runs
+/// to valid costs.
+fn clamp(step: Step, max: u64) -> Step {
+    match step {
+        Step::Allow(k, c) => Step::Allow(k, c.min(max)),
+        Step::Peek(k, c) => Step::Peek(k, c.min(max)),
+        Step::Many(r) => Step::Many(r.into_iter().map(|(k, c)| (k, c.min(max))).collect()),
+        s => s,
+    }
+}
+
+// ----------------------------------------------------------- concurrency
+
+/// 100 tasks on 4 connections race on a bucket of 50 (refill: one token an
+/// hour): exactly 50 pass.
+#[test]
+fn hundred_tasks_on_four_connections_get_exactly_the_burst() {
+    let rule = Rule::token_bucket(Quota::new(50, 1.0 / 3600.0).unwrap());
+    let prefix = support::prefix("race");
+    let granted = block(async {
+        let mut limiters = Vec::new();
+        for _ in 0..4 {
+            let conn = ConnectionManager::new(redis::Client::open(support::url()).unwrap()).await.unwrap();
+            let limits = Limits::single(rule).unwrap().with_prefix(prefix.clone()).unwrap();
+            limiters.push(RedisLimiter::new(conn, limits, options()));
+        }
+        let tasks: Vec<_> = (0..100)
+            .map(|i| {
+                let l = limiters[i % 4].clone();
+                tokio::spawn(async move { l.allow("shared").await.unwrap().allowed() })
+            })
+            .collect();
+        let mut granted = 0;
+        for t in tasks {
+            granted += usize::from(t.await.unwrap());
+        }
+        granted
+    });
+    assert_eq!(granted, 50);
+}
+
+/// Several limits under a race: no limit is ever charged beyond itself, and
+/// the tightest decides how many pass.
+#[test]
+fn multi_limit_races_never_over_grant_any_limit() {
+    let rules = [
+        ("bucket", Rule::token_bucket(Quota::new(30, 1.0 / 3600.0).unwrap())),
+        ("window", Rule::fixed_window(Rate::parse("20/h").unwrap()).unwrap()),
+    ];
+    let l = Arc::new(limiter("multi-race", &rules));
+    let spent = block(async {
+        let tasks: Vec<_> = (0..100)
+            .map(|i| {
+                let l = l.clone();
+                let cost = 1 + (i % 2) as u64;
+                tokio::spawn(async move { (l.allow_n("k", cost).await.unwrap().allowed(), cost) })
+            })
+            .collect();
+        let mut spent = 0;
+        for t in tasks {
+            let (allowed, cost) = t.await.unwrap();
+            spent += if allowed { cost } else { 0 };
+        }
+        spent
+    });
+    let after = block(l.peek("k", 0)).unwrap();
+    let (window, bucket) = (after.get("window").unwrap(), after.get("bucket").unwrap());
+    // Every grant took its cost from both limits, and nothing else did.
+    assert_eq!(spent, 20 - window.remaining);
+    assert_eq!(spent, 30 - bucket.remaining);
+    assert!(window.remaining <= 1, "the window is (nearly) used up: {window:?}");
+}
+
+// -------------------------------------------------------- script and TTLs
+
+#[test]
+fn calls_survive_a_script_flush() {
+    let l = limiter("noscript", &[("limit", Rule::parse("5/s").unwrap())]);
+    assert!(block(l.allow_at("k", 1, 1_000_000 * US)).unwrap().allowed());
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut support::conn()).unwrap();
+    let d = block(l.allow_at("k", 1, 1_000_000 * US)).unwrap();
+    assert_eq!(d.decision.remaining, 3, "the call ran once after the reload");
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut support::conn()).unwrap();
+    let ds = block(l.allow_many_at(&[("k", 1), ("k", 1), ("j", 1)], 1_000_000 * US)).unwrap();
+    let left: Vec<u64> = ds.iter().map(|d| d.decision.remaining).collect();
+    assert_eq!(left, [2, 1, 4], "each batch call ran exactly once");
+}
+
+#[test]
+fn keys_expire_when_full_again_and_denials_write_nothing() {
+    // T = 100 ms: three tokens spent at the server's time refill in 300 ms.
+    let limits = Limits::single(Rule::parse("10/s").unwrap()).unwrap().with_prefix(support::prefix("ttl")).unwrap();
+    let key = limits.key(b"k");
+    let l = RedisLimiter::new(manager(), limits, options());
+    assert!(block(l.allow_n("k", 3)).unwrap().allowed());
+    let mut c = support::conn();
+    let pttl: i64 = c.pttl(&key).unwrap();
+    assert!(pttl > 0 && pttl <= 300, "PTTL {pttl}");
+    // A bucket drained for a day keeps its key for a day.
+    let day = Limits::single(Rule::parse("2/d").unwrap()).unwrap().with_prefix(support::prefix("ttl")).unwrap();
+    let dkey = day.key(b"k");
+    let l = RedisLimiter::new(manager(), day, options());
+    assert!(block(l.allow_n("k", 2)).unwrap().allowed());
+    let pttl: i64 = c.pttl(&dkey).unwrap();
+    assert!(pttl > 86_400_000 - 60_000 && pttl <= 86_400_000, "PTTL {pttl}");
+    let before: Vec<(String, String)> = c.hgetall(&dkey).unwrap();
+    let d = block(l.allow("k")).unwrap();
+    assert!(!d.allowed() && d.decision.retry_after > Duration::ZERO);
+    let after: Vec<(String, String)> = c.hgetall(&dkey).unwrap();
+    assert_eq!(before, after, "a denial writes nothing");
+    // Refunding everything leaves a full bucket: the key lives 1 ms more.
+    block(l.refund("k", 2)).unwrap();
+    let pttl: i64 = c.pttl(&dkey).unwrap();
+    assert!(pttl <= 1, "PTTL {pttl}");
+}
+
+#[test]
+fn reset_forgets_and_peek_changes_nothing() {
+    let l = limiter("reset", &[("limit", Rule::parse("2/h").unwrap())]);
+    let t = 5_000_000 * US;
+    assert!(block(l.allow_at("k", 2, t)).unwrap().allowed());
+    for _ in 0..3 {
+        let d = block(l.peek_at("k", 1, t)).unwrap();
+        assert!(!d.allowed());
+        assert_eq!(d.decision.retry_after, Duration::from_secs(1800));
+    }
+    block(l.reset("k")).unwrap();
+    assert_eq!(block(l.peek_at("k", 0, t)).unwrap().decision.remaining, 2);
+}
+
+#[test]
+fn allow_many_is_one_pipeline_in_request_order() {
+    let l = limiter("many", &[("limit", Rule::parse("3/h").unwrap())]);
+    let reqs: Vec<(String, u64)> = (0..16).map(|i| (format!("k{}", i % 4), 1)).collect();
+    let ds = block(l.allow_many(&reqs)).unwrap();
+    let allowed: Vec<bool> = ds.iter().map(MultiDecision::allowed).collect();
+    let want: Vec<bool> = (0..16).map(|i| i / 4 < 3).collect();
+    assert_eq!(allowed, want);
+    // An invalid request fails the whole batch, naming it; nothing changes.
+    let bad = [("k0", 1), ("k1", 4)];
+    let err = block(l.allow_many(&bad)).unwrap_err();
+    assert!(matches!(err, Error::Invalid(ratomic::Error::InvalidRequest { index: 1, .. })), "{err}");
+    assert_eq!(block(l.peek("k0", 0)).unwrap().decision.remaining, 0);
+}
+
+#[test]
+fn acquire_waits_out_retry_after_within_its_deadline() {
+    let l = limiter("acquire", &[("limit", Rule::parse("1/100ms").unwrap())]);
+    assert!(block(l.acquire("k", 1, Duration::ZERO)).unwrap().is_some());
+    assert!(block(l.acquire("k", 1, Duration::from_millis(1))).unwrap().is_none(), "the wait is ~100 ms");
+    let d = block(l.acquire("k", 1, Duration::from_secs(10))).unwrap().expect("granted after waiting");
+    assert!(d.allowed());
+}
+
+// ------------------------------------------------------------- bad input
+
+#[test]
+fn bad_input_gets_the_in_memory_errors_and_sends_nothing() {
+    let server = support::Server::start();
+    let limits = Limits::single(Rule::parse("5/s").unwrap()).unwrap();
+    let l = BlockingRedisLimiter::connect(&server.url(), limits, options()).unwrap();
+    let core = ratomic::TokenBucket::new(Quota::parse("5/s").unwrap());
+    let calls = || -> u64 {
+        let info: String = redis::cmd("INFO").arg("commandstats").query(&mut server.conn()).unwrap();
+        info.lines()
+            .find(|l| l.starts_with("cmdstat_evalsha:"))
+            .map(|l| l.split(['=', ',']).nth(1).unwrap().parse().unwrap())
+            .unwrap_or(0)
+    };
+    assert_eq!(l.allow_n("k", 6).unwrap_err(), Error::Invalid(core.allow_n("k", 6).unwrap_err()));
+    let long = vec![b'x'; 2000];
+    assert_eq!(l.allow_n(&long, 1).unwrap_err(), Error::Invalid(core.allow_n(&long[..], 1).unwrap_err()));
+    assert_eq!(l.allow_at("k", 1, u64::MAX).unwrap_err(), Error::Invalid(core.allow_at("k", 1, u64::MAX).unwrap_err()));
+    assert!(l.peek("k", 9).is_err());
+    assert_eq!(calls(), 0, "nothing reached the server");
+    assert!(l.allow_n("k", 1).unwrap().allowed());
+    assert!(calls() >= 1, "a valid call does");
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# ratomic-redis against real servers: installs redis-server with apt when it
+# is missing, starts one on a free loopback port with no persistence, runs
+# the crate's server tests (parity, concurrency, NOSCRIPT, batches, faults)
+# and stops it. Fault tests start and kill their own servers the same way.
+# Nothing listens beyond 127.0.0.1.
+#
+#   bash redis/run-tests.sh            # everything
+#   bash redis/run-tests.sh parity     # only tests whose name matches
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+cd "$root"
+
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+    echo "== installing redis-server (apt)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq redis-server >/dev/null
+fi
+redis-server --version
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# A port nothing listens on (bash's /dev/tcp connects or fails at once).
+free_port() {
+    local port
+    for _ in $(seq 1 200); do
+        port=$((20000 + RANDOM % 30000))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then echo "$port"; return; fi
+    done
+    echo "no free port found" >&2; exit 1
+}
+
+start_redis() { # port [extra args…]
+    local port=$1; shift
+    mkdir -p "$work/$port"
+    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work/$port" \
+        --daemonize no --loglevel warning "$@" >"$work/$port/log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 1 500); do
+        if redis-cli -p "$port" ping 2>/dev/null | grep -q PONG; then return; fi
+        sleep 0.01
+    done
+    echo "redis-server on port $port did not start:" >&2; cat "$work/$port/log" >&2; exit 1
+}
+
+port=$(free_port)
+start_redis "$port"
+export RATOMIC_REDIS_URL="redis://127.0.0.1:$port/"
+echo "== redis-server on $RATOMIC_REDIS_URL"
+
+cargo test -p ratomic-redis --features server-tests --test server -- "$@"

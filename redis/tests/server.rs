@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use ratomic::{Decision, Quota, Rate, Rule};
-use ratomic_redis::{BlockingRedisLimiter, Error, Limits, MultiDecision, Options, RedisLimiter, RedisRule, Source};
+use ratomic_redis::{
+    BlockingRedisLimiter, Error, FailurePolicy, Limits, MultiDecision, Options, RedisLimiter, RedisRule, Source,
+};
 use redis::aio::ConnectionManager;
 use redis::Commands;
 
@@ -364,4 +366,113 @@ fn bad_input_gets_the_in_memory_errors_and_sends_nothing() {
     assert_eq!(calls(), 0, "nothing reached the server");
     assert!(l.allow_n("k", 1).unwrap().allowed());
     assert!(calls() >= 1, "a valid call does");
+}
+
+// ----------------------------------------------------------------- faults
+
+fn fault_limits(name: &str) -> Limits {
+    Limits::single(Rule::parse("2/h").unwrap()).unwrap().with_prefix(support::prefix(name)).unwrap()
+}
+
+fn policy(policy: FailurePolicy) -> Options {
+    Options { timeout: Duration::from_millis(300), policy }
+}
+
+/// Peeks at `key` until Redis answers (at most ~10 s of polling).
+fn until_redis(l: &RedisLimiter, key: &str) -> MultiDecision {
+    for _ in 0..1000 {
+        if let Ok(d) = block(l.peek(key, 0)) {
+            if d.source == Source::Redis {
+                return d;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the limiter never reached Redis again");
+}
+
+/// Redis killed mid-run and restarted: while it is down each policy answers
+/// as chosen (the fallback within its own limits), and afterwards calls
+/// reach the new server (which has forgotten the script: NOSCRIPT path).
+#[test]
+fn a_killed_server_gets_the_policy_then_calls_recover_after_restart() {
+    let mut server = support::Server::start();
+    let connect = |p| block(RedisLimiter::connect(&server.url(), fault_limits("restart"), policy(p))).unwrap();
+    let fallback = connect(FailurePolicy::Fallback);
+    let open = connect(FailurePolicy::FailOpen);
+    let closed = connect(FailurePolicy::FailClosed { retry_after: Duration::from_secs(3) });
+    let strict = connect(FailurePolicy::ReturnError);
+    for l in [&fallback, &open, &closed, &strict] {
+        assert_eq!(block(l.allow("up")).unwrap().source, Source::Redis);
+    }
+
+    server.kill();
+    // The fallback decides locally, by the same rule: 2 of 5 pass.
+    let local: Vec<MultiDecision> = (0..5).map(|_| block(fallback.allow("down")).unwrap()).collect();
+    assert!(local.iter().all(|d| d.source == Source::Fallback), "{local:?}");
+    assert_eq!(local.iter().filter(|d| d.allowed()).count(), 2);
+    let d = block(open.allow("down")).unwrap();
+    assert!(d.allowed() && d.source == Source::Policy);
+    let d = block(closed.allow("down")).unwrap();
+    assert!(!d.allowed() && d.source == Source::Policy);
+    assert_eq!(d.decision.retry_after, Duration::from_secs(3));
+    let err = block(strict.allow("down")).unwrap_err();
+    assert!(err.is_backend(), "{err:?}");
+    // Bad input is still an error, never a policy decision.
+    assert!(matches!(block(open.allow_n("down", 3)), Err(Error::Invalid(_))));
+
+    server.restart();
+    for l in [&fallback, &open, &closed, &strict] {
+        assert_eq!(until_redis(l, "after").decision.remaining, 2);
+    }
+    // The restarted server starts empty: 2 per key again, exactly.
+    let passed = (0..4).filter(|_| block(strict.allow("after")).unwrap().allowed()).count();
+    assert_eq!(passed, 2);
+}
+
+/// A paused server (SIGSTOP): calls time out, then work again after SIGCONT.
+#[test]
+fn a_paused_server_times_out_then_recovers() {
+    let server = support::Server::start();
+    let l =
+        block(RedisLimiter::connect(&server.url(), fault_limits("pause"), policy(FailurePolicy::ReturnError))).unwrap();
+    assert!(block(l.allow("k")).unwrap().allowed());
+    server.signal("-STOP");
+    let err = block(l.allow("k")).unwrap_err();
+    assert!(matches!(err, Error::Timeout | Error::Connection(_)), "{err:?}");
+    server.signal("-CONT");
+    // The timed-out call was already sent: the server may have run it when
+    // it woke. Whichever, the bucket of 2 never passes more than 2.
+    let left = until_redis(&l, "k").decision.remaining;
+    assert!(left <= 1, "{left}");
+    let later = (0..3).filter(|_| block(l.allow("k")).unwrap().allowed()).count() as u64;
+    assert_eq!(later, left);
+}
+
+#[test]
+fn wrong_urls_refused_connections_and_servers_that_are_not_redis_are_clear_errors() {
+    let limits = || fault_limits("urls");
+    let o = policy(FailurePolicy::ReturnError);
+    let err = BlockingRedisLimiter::connect("http://127.0.0.1:1/", limits(), o).unwrap_err();
+    assert!(matches!(err, Error::Connection(_)), "{err:?}");
+    let err = BlockingRedisLimiter::connect("not a url", limits(), o).unwrap_err();
+    assert!(matches!(err, Error::Connection(_)), "{err:?}");
+    let refused = format!("redis://127.0.0.1:{}/", support::free_port());
+    let err = BlockingRedisLimiter::connect(&refused, limits(), o).unwrap_err();
+    assert!(matches!(err, Error::Connection(_) | Error::Timeout), "{err:?}");
+    // An HTTP server, not Redis: it answers garbage and hangs up.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let http = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for stream in listener.incoming().take(3) {
+            let mut s = stream.unwrap();
+            let mut buf = [0u8; 512];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n");
+        }
+    });
+    let err = BlockingRedisLimiter::connect(&format!("redis://127.0.0.1:{port}/"), limits(), o).unwrap_err();
+    assert!(err.is_backend(), "{err:?}");
+    drop(http);
 }

@@ -58,4 +58,25 @@ start_redis "$port"
 export RATOMIC_REDIS_URL="redis://127.0.0.1:$port/"
 echo "== redis-server on $RATOMIC_REDIS_URL"
 
+# A 3-node Redis Cluster (no replicas), for the cluster tests.
+cluster=()
+for _ in 1 2 3; do
+    p=$(free_port)
+    start_redis "$p" --cluster-enabled yes --cluster-config-file "$work/$p/nodes.conf" --cluster-node-timeout 5000
+    cluster+=("127.0.0.1:$p")
+done
+redis-cli --cluster create "${cluster[@]}" --cluster-replicas 0 --cluster-yes >"$work/cluster-create.log" 2>&1 ||
+    { cat "$work/cluster-create.log" >&2; exit 1; }
+for node in "${cluster[@]}"; do
+    for _ in $(seq 1 1000); do
+        if redis-cli -p "${node#*:}" cluster info | grep -q 'cluster_state:ok'; then break; fi
+        sleep 0.01
+    done
+    redis-cli -p "${node#*:}" cluster info | grep -q 'cluster_state:ok' ||
+        { echo "cluster node $node is not ok" >&2; exit 1; }
+done
+RATOMIC_REDIS_CLUSTER=$(printf 'redis://%s/,' "${cluster[@]}")
+export RATOMIC_REDIS_CLUSTER=${RATOMIC_REDIS_CLUSTER%,}
+echo "== redis cluster on $RATOMIC_REDIS_CLUSTER"
+
 cargo test -p ratomic-redis --features server-tests --test server -- "$@"

@@ -62,6 +62,9 @@ pub struct RedisLimiter<C = ConnectionManager> {
     limits: Arc<Limits>,
     options: Options,
     fallback: Option<Arc<ratomic::Limiter>>,
+    /// Batches are split by hash slot (a cluster refuses a pipeline whose
+    /// keys are in different slots).
+    by_slot: bool,
 }
 
 impl<C> std::fmt::Debug for RedisLimiter<C> {
@@ -110,7 +113,7 @@ impl RedisLimiter<ClusterConnection> {
             .build()
             .map_err(map_err)?;
         let conn = client.get_async_connection().await.map_err(map_err)?;
-        Ok(Self::new(conn, limits, options))
+        Ok(Self::new_cluster(conn, limits, options))
     }
 }
 
@@ -122,7 +125,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
             // The same rules were accepted by the in-memory engine already.
             Arc::new(ratomic::Limiter::new(rules).expect("rules accepted by Limits::new"))
         });
-        RedisLimiter { conn, limits: Arc::new(limits), options, fallback }
+        RedisLimiter { conn, limits: Arc::new(limits), options, fallback, by_slot: false }
+    }
+
+    /// A limiter over an open Redis Cluster connection: as
+    /// [`new`](Self::new), and batches are sent as one pipeline per hash
+    /// slot, all at once.
+    pub fn new_cluster(conn: C, limits: Limits, options: Options) -> Self {
+        RedisLimiter { by_slot: true, ..Self::new(conn, limits, options) }
     }
 
     /// The rules and key layout.
@@ -232,7 +242,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         for (k, cost) in requests {
             calls.push((self.limits.key(k.as_ref()), self.limits.args(Op::Allow, now, *cost)?));
         }
-        match self.timed(eval_many(self.conn.clone(), calls)).await {
+        type Sent = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<Vec<i64>>>> + Send>>;
+        let sent: Sent = if self.by_slot {
+            Box::pin(eval_by_slot(self.conn.clone(), calls))
+        } else {
+            Box::pin(eval_many(self.conn.clone(), calls))
+        };
+        match self.timed(sent).await {
             Ok(replies) => replies.iter().map(|r| self.limits.decode(r)).collect(),
             Err(e) if e.is_backend() && self.options.policy != FailurePolicy::ReturnError => {
                 requests.iter().map(|(k, c)| self.on_failure(e.clone(), Op::Allow, k.as_ref(), *c, now)).collect()
@@ -320,6 +336,34 @@ async fn eval_many<C: ConnectionLike>(mut conn: C, calls: Vec<(Vec<u8>, Vec<Vec<
         todo = again;
     }
     out.into_iter().map(|r| r.ok_or_else(|| Error::Reply("a batch call got no reply".into()))).collect()
+}
+
+/// [`eval_many`] for a cluster: one pipeline per hash slot, all in flight
+/// at once; the replies are put back in request order.
+async fn eval_by_slot<C>(conn: C, calls: Vec<(Vec<u8>, Vec<Vec<u8>>)>) -> Result<Vec<Vec<i64>>>
+where
+    C: ConnectionLike + Clone + Send + 'static,
+{
+    let mut groups: std::collections::BTreeMap<u16, (Vec<usize>, Vec<_>)> = std::collections::BTreeMap::new();
+    for (i, call) in calls.into_iter().enumerate() {
+        let group = groups.entry(crate::keys::hash_slot(&call.0)).or_default();
+        group.0.push(i);
+        group.1.push(call);
+    }
+    let total = groups.values().map(|g| g.0.len()).sum();
+    let mut set = tokio::task::JoinSet::new();
+    for (_, (indexes, calls)) in groups {
+        let conn = conn.clone();
+        set.spawn(async move { (indexes, eval_many(conn, calls).await) });
+    }
+    let mut out = vec![Vec::new(); total];
+    while let Some(done) = set.join_next().await {
+        let (indexes, replies) = done.map_err(|e| Error::Connection(format!("a batch task failed: {e}")))?;
+        for (i, r) in indexes.into_iter().zip(replies?) {
+            out[i] = r;
+        }
+    }
+    Ok(out)
 }
 
 fn evalsha(key: &[u8], args: &[Vec<u8>]) -> Cmd {

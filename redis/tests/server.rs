@@ -476,3 +476,66 @@ fn wrong_urls_refused_connections_and_servers_that_are_not_redis_are_clear_error
     assert!(err.is_backend(), "{err:?}");
     drop(http);
 }
+
+// ---------------------------------------------------------------- cluster
+
+/// On a 3-node cluster: keys spread over the nodes, each key's limits stay
+/// in one hash (one slot), multi-limit calls are all or nothing, batches
+/// over keys on different nodes work, and a script flush on every node is
+/// survived.
+#[test]
+fn a_three_node_cluster_spreads_keys_and_keeps_each_keys_limits_in_one_slot() {
+    let urls = support::cluster_urls();
+    let url_refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let rules = [
+        ("burst", Rule::token_bucket(Quota::new(3, 1.0 / 3600.0).unwrap())),
+        ("window", Rule::sliding_window(Rate::parse("2/h").unwrap()).unwrap()),
+    ];
+    let limits = Limits::new(rules).unwrap().with_prefix(support::prefix("cluster")).unwrap();
+    let l = block(RedisLimiter::connect_cluster(&url_refs, limits.clone(), options())).unwrap();
+
+    // Which node owns which slot range.
+    let mut plain = redis::Client::open(urls[0].as_str()).unwrap().get_connection().unwrap();
+    let slots: Vec<(i64, i64, Vec<redis::Value>)> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut plain).unwrap();
+    let node_of = |slot: u16| {
+        slots.iter().position(|(lo, hi, _)| (*lo..=*hi).contains(&i64::from(slot))).expect("every slot is served")
+    };
+    let keys: Vec<String> = (0..24).map(|i| format!("user:{i}")).collect();
+    let nodes: std::collections::HashSet<usize> =
+        keys.iter().map(|k| node_of(ratomic_redis::keys::hash_slot(&limits.key(k.as_bytes())))).collect();
+    assert_eq!(nodes.len(), 3, "24 keys land on all 3 nodes");
+
+    // All or nothing per key: the window (2) is the tightest.
+    for k in &keys {
+        let passed = (0..4).filter(|_| block(l.allow(k)).unwrap().allowed()).count();
+        assert_eq!(passed, 2, "{k}");
+        let d = block(l.peek(k, 0)).unwrap();
+        assert_eq!((d.get("burst").unwrap().remaining, d.get("window").unwrap().remaining), (1, 0));
+    }
+    // Each key's state is one hash on the node that owns its slot.
+    for (i, url) in urls.iter().enumerate() {
+        let mut c = redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
+        for k in &keys {
+            let rk = limits.key(k.as_bytes());
+            let slot = ratomic_redis::keys::hash_slot(&rk);
+            let owner = slots.iter().position(|(lo, hi, _)| (*lo..=*hi).contains(&i64::from(slot))).unwrap();
+            let node_port = match &slots[owner].2[1] {
+                redis::Value::Int(p) => *p,
+                other => panic!("{other:?}"),
+            };
+            if url.ends_with(&format!(":{node_port}/")) {
+                let n: i64 = redis::cmd("HLEN").arg(&rk).query(&mut c).unwrap();
+                assert_eq!(n, 2, "both limits of {k} in one hash on node {i}");
+            }
+        }
+    }
+
+    // A batch over keys on all three nodes, after every node forgot the script.
+    for url in &urls {
+        let mut c = redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
+        let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut c).unwrap();
+    }
+    let fresh: Vec<(String, u64)> = (0..12).map(|i| (format!("batch:{i}"), 1)).collect();
+    let ds = block(l.allow_many(&fresh)).unwrap();
+    assert!(ds.iter().all(|d| d.allowed() && d.decision.remaining == 1), "{ds:?}");
+}

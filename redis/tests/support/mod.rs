@@ -108,3 +108,12 @@ impl Server {
 pub fn conn() -> redis::Connection {
     redis::Client::open(url()).unwrap().get_connection().unwrap()
 }
+
+/// The 3-node cluster run-tests.sh started: its nodes' URLs.
+pub fn cluster_urls() -> Vec<String> {
+    std::env::var("RATOMIC_REDIS_CLUSTER")
+        .expect("RATOMIC_REDIS_CLUSTER: run these tests with redis/run-tests.sh")
+        .split(',')
+        .map(str::to_owned)
+        .collect()
+}

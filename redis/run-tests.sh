@@ -80,3 +80,29 @@ export RATOMIC_REDIS_CLUSTER=${RATOMIC_REDIS_CLUSTER%,}
 echo "== redis cluster on $RATOMIC_REDIS_CLUSTER"
 
 cargo test -p ratomic-redis --features server-tests --test server -- "$@"
+
+# `ratomic simulate --redis` prints what the in-memory run prints, but for
+# the line that says how long the run took and where it was decided.
+if [[ $# -eq 0 ]]; then
+    cargo build -q -p ratomic-cli
+    ratomic=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/debug/ratomic
+    runs=(
+        ""
+        "--algorithm all"
+        "--rate 10/s --rate fw:100/m --rps 20 --seconds 30"
+        "--arrival poisson --keys 20 --rps 300"
+        "--rate 7/s --rate sw:50/10s --algorithm all --arrival poisson --seconds 20"
+    )
+    for flags in "${runs[@]}"; do
+        # shellcheck disable=SC2086 # the flags are words
+        "$ratomic" simulate $flags | grep -v '^  clock ' >"$work/memory.txt"
+        # shellcheck disable=SC2086
+        "$ratomic" simulate $flags --redis "$RATOMIC_REDIS_URL" >"$work/redis-full.txt"
+        grep -q 'decided on Redis' "$work/redis-full.txt"
+        grep -v '^  clock ' "$work/redis-full.txt" >"$work/redis.txt"
+        diff -u "$work/memory.txt" "$work/redis.txt" || { echo "simulate $flags: Redis differs from memory" >&2; exit 1; }
+        echo "ok: ratomic simulate $flags --redis: the same table as in memory"
+    done
+    left=$(redis-cli -p "$port" --scan --pattern 'ratomic-simulate:*' | wc -l)
+    [[ $left -eq 0 ]] || { echo "simulate --redis left $left keys behind" >&2; exit 1; }
+fi

@@ -113,6 +113,14 @@ pub struct SimulateArgs {
     /// Use the real clock and pace requests in real time (the run takes --seconds).
     #[arg(long, help_heading = "Traffic")]
     pub realtime: bool,
+
+    /// Run the limiters on this Redis or Valkey server (e.g. redis://127.0.0.1:6379/) at the same simulated times: the same table as in memory.
+    #[arg(
+        long,
+        value_name = "URL",
+        long_help = "Run the limiters on this Redis or Valkey server (e.g. redis://127.0.0.1:6379/) instead of in memory, at the same simulated times, so the run is still instant and repeatable and prints the same table (exactly, for rates whose emission interval is whole microseconds; see ratomic-redis). Keys live under a prefix of their own and are deleted after the run."
+    )]
+    pub redis: Option<String>,
 }
 
 /// Flags of `ratomic bench`.
@@ -167,6 +175,7 @@ pub fn main_with(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
                 arrival: a.arrival,
                 seed: a.seed,
                 realtime: a.realtime,
+                redis: a.redis,
             };
             match simulate::run(config) {
                 Ok(report) => print(&report.render()),

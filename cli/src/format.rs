@@ -7,7 +7,7 @@ pub fn count(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::with_capacity(s.len() + s.len() / 3);
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -39,11 +39,11 @@ pub fn duration(d: Duration) -> String {
         1_000_000_000..=59_999_999_999 => trim(ns as f64 / 1e9, "s"),
         _ => {
             let s = d.as_secs();
-            let exact = ns % 1_000_000_000 == 0;
+            let exact = ns.is_multiple_of(1_000_000_000);
             match s {
-                _ if exact && s % 86_400 == 0 => format!("{}d", s / 86_400),
-                _ if exact && s < 86_400 && s % 3_600 == 0 => format!("{}h", s / 3_600),
-                _ if exact && s < 3_600 && s % 60 == 0 => format!("{}m", s / 60),
+                _ if exact && s.is_multiple_of(86_400) => format!("{}d", s / 86_400),
+                _ if exact && s < 86_400 && s.is_multiple_of(3_600) => format!("{}h", s / 3_600),
+                _ if exact && s < 3_600 && s.is_multiple_of(60) => format!("{}m", s / 60),
                 0..=3_599 => format!("{}m{:02}s", s / 60, s % 60),
                 3_600..=86_399 => format!("{}h{:02}m", s / 3_600, s / 60 % 60),
                 _ => format!("{}d{:02}h", s / 86_400, s / 3_600 % 24),

@@ -41,6 +41,9 @@ pub struct SimConfig {
     pub seed: u64,
     /// Use the real clock and pace requests in real time.
     pub realtime: bool,
+    /// Run the limiters on this Redis server (`redis://host:port/db`)
+    /// instead of in memory, at the same explicit times.
+    pub redis: Option<String>,
 }
 
 /// One algorithm's run over the traffic.
@@ -165,6 +168,11 @@ pub fn run(config: SimConfig) -> Result<SimReport, String> {
         .collect::<Result<Vec<SimLimiter>, _>>()?;
 
     let keys: Vec<Vec<u8>> = (0..workload.keys).map(|k| format!("key-{k}").into_bytes()).collect();
+    let remote = match &config.redis {
+        Some(_) if config.realtime => return Err("--redis runs at simulated times: drop --realtime".to_owned()),
+        Some(url) => Some(redis_lanes(url, &plans)?),
+        None => None,
+    };
     // Misuse (a cost above a limit) is an error before any traffic flows.
     for limiter in &limiters {
         let _checked =
@@ -206,19 +214,21 @@ pub fn run(config: SimConfig) -> Result<SimReport, String> {
         let bin = ((t / bin_ns) as usize).min(nbins - 1);
         offered_bins[bin] += 1;
         let key = &keys[req.key as usize][..];
-        for (lane, limiter) in lanes.iter_mut().zip(&limiters) {
-            let d = limiter.allow_at(key, config.cost, now).map_err(|e| e.to_string())?;
-            if d.allowed() {
-                lane.allowed_bins[bin] += 1;
-                lane.grants[req.key as usize].push(t);
+        for (i, (lane, limiter)) in lanes.iter_mut().zip(&limiters).enumerate() {
+            if let Some(remote) = &remote {
+                let d = remote[i].allow_at(key, config.cost, now).map_err(|e| format!("--redis: {e}"))?;
+                lane.record(bin, t, req.key, d.decision, d.entries().map(|(_, e)| e.allowed));
             } else {
-                lane.denied_bins[bin] += 1;
-                lane.retry_ns.push(d.decision.retry_after_nanos());
-                for (i, e) in d.entries().enumerate() {
-                    if !e.decision.allowed {
-                        lane.denied_by_bins[bin][i] += 1;
-                    }
-                }
+                let d = limiter.allow_at(key, config.cost, now).map_err(|e| e.to_string())?;
+                lane.record(bin, t, req.key, d.decision, d.entries().map(|e| e.decision.allowed));
+            }
+        }
+    }
+    if let Some(remote) = &remote {
+        // Leave nothing behind on the user's server.
+        for limiter in remote {
+            for key in &keys {
+                limiter.reset(key).map_err(|e| format!("--redis: {e}"))?;
             }
         }
     }
@@ -226,6 +236,44 @@ pub fn run(config: SimConfig) -> Result<SimReport, String> {
         lane.retry_ns.sort_unstable();
     }
     Ok(SimReport { config, workload, arrival_defaulted, bin_ns, offered_bins, lanes, wall: wall.elapsed() })
+}
+
+/// One Redis limiter per lane, each under a prefix of its own. The
+/// simulated clock runs far faster than the server's, so keys are kept an
+/// hour at least (see `Limits::with_ttl_floor`) and reset after the run.
+fn redis_lanes(url: &str, plans: &[Vec<Limit>]) -> Result<Vec<ratomic_redis::BlockingRedisLimiter>, String> {
+    let run = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    let options = ratomic_redis::Options { timeout: Duration::from_secs(5), ..Default::default() };
+    plans
+        .iter()
+        .enumerate()
+        .map(|(i, limits)| {
+            let limits = ratomic_redis::Limits::new(limits.iter().map(|l| (l.name.clone(), l.rule)))
+                .and_then(|l| l.with_prefix(format!("ratomic-simulate:{}:{run}:{i}:", std::process::id())))
+                .map_err(|e| format!("--redis: {e}"))?
+                .with_ttl_floor(Duration::from_secs(3600));
+            ratomic_redis::BlockingRedisLimiter::connect(url, limits, options)
+                .map_err(|e| format!("--redis {url}: {e}"))
+        })
+        .collect()
+}
+
+impl Lane {
+    /// Counts one decision in its time bin.
+    fn record(&mut self, bin: usize, t: u64, key: u32, d: ratomic::Decision, allowed: impl Iterator<Item = bool>) {
+        if d.allowed {
+            self.allowed_bins[bin] += 1;
+            self.grants[key as usize].push(t);
+        } else {
+            self.denied_bins[bin] += 1;
+            self.retry_ns.push(d.retry_after_nanos());
+            for (i, ok) in allowed.enumerate() {
+                if !ok {
+                    self.denied_by_bins[bin][i] += 1;
+                }
+            }
+        }
+    }
 }
 
 /// One-second rows for runs up to a minute; wider rows for longer runs,
@@ -335,6 +383,11 @@ impl SimReport {
         out.push_str(&format!("  {:<pad$} {keys}, cost {} per request\n", "", c.cost));
         let clock = if c.realtime {
             format!("real (monotonic clock, paced in real time: took {})", format::duration(self.wall))
+        } else if let Some(url) = &c.redis {
+            format!(
+                "simulated (manual clock, decided on Redis at {url}: took {} of real time)",
+                format::duration(self.wall)
+            )
         } else {
             format!("simulated (manual clock: took {} of real time)", format::duration(self.wall))
         };
@@ -343,7 +396,7 @@ impl SimReport {
 
     fn bin_label(&self, i: usize) -> String {
         let start = i as u64 * self.bin_ns;
-        if self.bin_ns % 1_000_000_000 == 0 {
+        if self.bin_ns.is_multiple_of(1_000_000_000) {
             format!("{}s", start / 1_000_000_000)
         } else {
             format!("{:.1}s", start as f64 / 1e9)
@@ -743,6 +796,7 @@ mod tests {
             arrival: None,
             seed: 42,
             realtime: false,
+            redis: None,
         }
     }
 

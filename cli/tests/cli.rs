@@ -263,3 +263,14 @@ fn bench_all_and_multi_limit() {
     let out = ok(&["bench", "--seconds", "0.1", "--threads", "1", "--rate", "10/s", "--rate", "1000/h"]);
     assert!(out.contains("token bucket 1000/h"), "{out}");
 }
+
+#[test]
+fn simulate_redis_refuses_bad_urls_and_realtime_with_a_message() {
+    let err = usage_error(&["simulate", "--redis", "http://127.0.0.1:1/"]);
+    assert!(err.contains("--redis"), "{err}");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let err = usage_error(&["simulate", "--redis", &format!("redis://127.0.0.1:{port}/")]);
+    assert!(err.contains("--redis"), "{err}");
+    let err = usage_error(&["simulate", "--realtime", "--redis", "redis://127.0.0.1:1/"]);
+    assert!(err.contains("drop --realtime"), "{err}");
+}

@@ -59,6 +59,17 @@ for t in "${c_tests[@]}"; do
     suites=$((suites + 1))
 done
 
+step "C test_redis (ASan + UBSan) against a real redis-server"
+# shellcheck source=redis/server.sh
+source "$root/redis/server.sh"
+trap 'redis_stop_all; rm -rf "$build"' EXIT
+redis_install
+redis_port=$(free_port)
+start_redis "$redis_port"
+"$CC" "${cflags[@]}" "${san[@]}" "$here/tests/test_redis.c" "${libs[@]}" -o "$build/test_redis"
+RATOMIC_REDIS_URL="redis://127.0.0.1:$redis_port/" "$build/test_redis"
+suites=$((suites + 1))
+
 step "C++ test_cpp (ASan + UBSan)"
 "$CXX" "${cxxflags[@]}" "${san[@]}" "$here/tests/test_cpp.cpp" "${libs[@]}" -o "$build/test_cpp"
 "$build/test_cpp"

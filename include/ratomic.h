@@ -100,6 +100,20 @@ enum ratomic_result
    gives the first invalid request's index and its own code.
    */
   RATOMIC_INVALID_REQUEST = 9,
+  /*
+   A Redis-backed limiter cannot reach its server: a bad URL, a refused
+   or broken connection.
+   */
+  RATOMIC_BACKEND_UNAVAILABLE = 10,
+  /*
+   A Redis-backed limiter's call took longer than its timeout.
+   */
+  RATOMIC_BACKEND_TIMEOUT = 11,
+  /*
+   A Redis-backed limiter's server answered an error, or something that
+   is not Redis's answer.
+   */
+  RATOMIC_BACKEND_ERROR = 12,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -183,6 +197,41 @@ enum ratomic_eviction
 typedef enum ratomic_eviction ratomic_eviction;
 #else
 typedef uint32_t ratomic_eviction;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/*
+ What a Redis-backed limiter answers when Redis fails (a refused
+ connection, a timeout, a server error).
+ */
+enum ratomic_redis_policy
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /*
+   Return the error (`RATOMIC_BACKEND_UNAVAILABLE`,
+   `RATOMIC_BACKEND_TIMEOUT` or `RATOMIC_BACKEND_ERROR`). The default.
+   */
+  RATOMIC_REDIS_RETURN_ERROR = 0,
+  /*
+   Allow the call.
+   */
+  RATOMIC_REDIS_FAIL_OPEN = 1,
+  /*
+   Deny the call with `retry_after_ns` = `fail_closed_retry_ns`.
+   */
+  RATOMIC_REDIS_FAIL_CLOSED = 2,
+  /*
+   Decide in a local in-memory limiter of the same rules.
+   */
+  RATOMIC_REDIS_FALLBACK = 3,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum ratomic_redis_policy ratomic_redis_policy;
+#else
+typedef uint32_t ratomic_redis_policy;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
@@ -385,6 +434,43 @@ typedef struct {
    */
   uint64_t cost;
 } ratomic_request;
+
+/*
+ Options for the `ratomic_redis_*_new` constructors. Pass NULL for all
+ defaults; zero fields mean "default" too.
+
+ Ownership: the caller owns the struct and its strings; they are copied.
+ */
+typedef struct {
+  /*
+   Key prefix (NUL-terminated, no braces); NULL for `"ratomic:"`. Give
+   every limiter its own.
+   */
+  const char *prefix;
+  /*
+   The longest a call may take, in ns (0: 50 ms). Connecting may take
+   four times as long.
+   */
+  uint64_t timeout_ns;
+  /*
+   A `ratomic_redis_policy` value.
+   */
+  uint32_t policy;
+  /*
+   The `retry_after_ns` of a `RATOMIC_REDIS_FAIL_CLOSED` denial (0: 1 s).
+   */
+  uint64_t fail_closed_retry_ns;
+  /*
+   Keep every written key at least this long, in ns (0: exactly until
+   it is full again). For callers of the `_at` forms whose times run
+   faster than the server's clock.
+   */
+  uint64_t ttl_floor_ns;
+  /*
+   The longest key, in bytes (0: 1024).
+   */
+  size_t max_key_len;
+} ratomic_redis_options;
 
 /*
  One limit of a limiter, read back (`ratomic_limit_get`): what it
@@ -1040,6 +1126,81 @@ ratomic_result ratomic_gc_at(const ratomic_limiter *limiter, uint64_t now_ns, si
  `limiter` must be a live limiter; `out_ns` valid for writes.
  */
 ratomic_result ratomic_now(const ratomic_limiter *limiter, uint64_t *out_ns);
+
+/*
+ Makes a token bucket per key whose state lives on the Redis (or Valkey)
+ server at `url` (`redis://host:port/db`), shared with every process
+ using the same server and prefix. The same rule and decisions as
+ `ratomic_token_bucket_new`, in whole microseconds: the emission interval
+ is rounded up to whole µs, and `capacity` × interval must stay below
+ 2^51 µs. Calls without `_at` use the server's clock; one round trip each.
+ Connects before returning (blocking, up to 4 × the timeout).
+
+ Not available on a Redis-backed limiter: `ratomic_key_count`,
+ `ratomic_gc`, `ratomic_gc_at` (`RATOMIC_OTHER_ERROR`).
+
+ Errors: as `ratomic_token_bucket_new`; `RATOMIC_NULL_ARGUMENT` (url);
+ `RATOMIC_INVALID_ARGUMENT` (a bad prefix or policy, a rule beyond exact
+ microseconds); `RATOMIC_BACKEND_UNAVAILABLE` (a bad URL, a refused
+ connection), `RATOMIC_BACKEND_TIMEOUT`, `RATOMIC_BACKEND_ERROR` (a server
+ that is not Redis). On later calls, these three report Redis failures
+ under `RATOMIC_REDIS_RETURN_ERROR` (other policies answer instead).
+
+ Ownership: the caller owns `*out` and releases it with
+ `ratomic_limiter_free` (which closes the connection). Thread-safety: safe
+ from any thread; calls from many threads share one pipelined connection.
+
+ # Safety
+ `url` must be NUL-terminated; `options` NULL or valid; `out` valid for writes.
+ */
+ratomic_result ratomic_redis_token_bucket_new(const char *url,
+                                              uint64_t capacity,
+                                              double refill_per_sec,
+                                              const ratomic_redis_options *options,
+                                              ratomic_limiter **out);
+
+/*
+ A fixed window of `limit` calls per `window_ns` per key, on Redis: as
+ `ratomic_fixed_window_new` (the window must be whole microseconds and
+ `limit` × window in µs below 2^53), and as
+ `ratomic_redis_token_bucket_new` for the rest.
+
+ # Safety
+ As `ratomic_redis_token_bucket_new`.
+ */
+ratomic_result ratomic_redis_fixed_window_new(const char *url,
+                                              uint64_t limit,
+                                              uint64_t window_ns,
+                                              const ratomic_redis_options *options,
+                                              ratomic_limiter **out);
+
+/*
+ A sliding window of `limit` calls per `window_ns` per key, on Redis: as
+ `ratomic_sliding_window_new` and `ratomic_redis_fixed_window_new`.
+
+ # Safety
+ As `ratomic_redis_token_bucket_new`.
+ */
+ratomic_result ratomic_redis_sliding_window_new(const char *url,
+                                                uint64_t limit,
+                                                uint64_t window_ns,
+                                                const ratomic_redis_options *options,
+                                                ratomic_limiter **out);
+
+/*
+ Several named limits on each key, all or nothing, on Redis: as
+ `ratomic_multi_limiter_new` (all of a key's limits live in one Redis
+ hash, so a call touches one key, in one Cluster slot), and as
+ `ratomic_redis_token_bucket_new` for the rest.
+
+ # Safety
+ As `ratomic_multi_limiter_new` and `ratomic_redis_token_bucket_new`.
+ */
+ratomic_result ratomic_redis_multi_limiter_new(const char *url,
+                                               const ratomic_limit_spec *limits,
+                                               size_t count,
+                                               const ratomic_redis_options *options,
+                                               ratomic_limiter **out);
 
 /*
  A static, NUL-terminated English message for a `ratomic_result` code;

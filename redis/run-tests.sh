@@ -13,45 +13,12 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 cd "$root"
 
-if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
-    echo "== installing redis-server (apt)"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq redis-server >/dev/null
-fi
+# shellcheck source=redis/server.sh
+source "$here/server.sh"
+trap redis_stop_all EXIT
+redis_install
 redis-server --version
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-# A port nothing listens on (bash's /dev/tcp connects or fails at once).
-free_port() {
-    local port
-    for _ in $(seq 1 200); do
-        port=$((20000 + RANDOM % 30000))
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then echo "$port"; return; fi
-    done
-    echo "no free port found" >&2; exit 1
-}
-
-start_redis() { # port [extra args…]
-    local port=$1; shift
-    mkdir -p "$work/$port"
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work/$port" \
-        --daemonize no --loglevel warning "$@" >"$work/$port/log" 2>&1 &
-    pids+=($!)
-    for _ in $(seq 1 500); do
-        if redis-cli -p "$port" ping 2>/dev/null | grep -q PONG; then return; fi
-        sleep 0.01
-    done
-    echo "redis-server on port $port did not start:" >&2; cat "$work/$port/log" >&2; exit 1
-}
+work=$redis_work
 
 port=$(free_port)
 start_redis "$port"

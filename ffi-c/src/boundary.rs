@@ -28,6 +28,17 @@ pub(crate) enum Failure {
     Request { index: usize, cause: Box<Failure> },
     /// Something this version of the C ABI has no way to express.
     Unsupported(&'static str),
+    /// A Redis-backed limiter's error that is not the engine's own.
+    Redis(ratomic_redis::Error),
+}
+
+impl From<ratomic_redis::Error> for Failure {
+    fn from(e: ratomic_redis::Error) -> Self {
+        match e {
+            ratomic_redis::Error::Invalid(e) => Failure::Core(e),
+            e => Failure::Redis(e),
+        }
+    }
 }
 
 impl From<Error> for Failure {
@@ -74,6 +85,14 @@ impl Failure {
                 (RATOMIC_INVALID_ARGUMENT, format!("unknown {name}: {value}"), None)
             }
             Failure::Unsupported(what) => (RATOMIC_OTHER_ERROR, what.to_owned(), None),
+            Failure::Redis(e) => {
+                let code = match &e {
+                    ratomic_redis::Error::Connection(_) => RATOMIC_BACKEND_UNAVAILABLE,
+                    ratomic_redis::Error::Timeout => RATOMIC_BACKEND_TIMEOUT,
+                    _ => RATOMIC_BACKEND_ERROR,
+                };
+                (code, e.to_string(), None)
+            }
             Failure::Request { index, cause } => {
                 let (cause, message, _) = cause.describe();
                 // Worded as the engine words its own (`Error::InvalidRequest`).

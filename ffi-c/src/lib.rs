@@ -28,6 +28,7 @@ mod limiter;
 mod multi;
 mod ops;
 mod options;
+mod redis;
 mod result;
 mod rule;
 
@@ -47,6 +48,10 @@ pub use ops::{
     ratomic_request, ratomic_reset, ratomic_reset_at, RATOMIC_MAX_TIME, RATOMIC_NO_TIMEOUT,
 };
 pub use options::{ratomic_clock_fn, ratomic_eviction, ratomic_options, ratomic_sleep_fn};
+pub use redis::{
+    ratomic_redis_fixed_window_new, ratomic_redis_multi_limiter_new, ratomic_redis_options, ratomic_redis_policy,
+    ratomic_redis_sliding_window_new, ratomic_redis_token_bucket_new,
+};
 pub use result::{
     ratomic_last_error_message, ratomic_last_error_request, ratomic_result, ratomic_result_message, ratomic_version,
 };

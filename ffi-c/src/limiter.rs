@@ -41,15 +41,24 @@ pub(crate) enum Engine {
     One(Keyed<Rule, [u8], FfiClock>),
     /// Several named rules on each key, all or nothing.
     Many(Limiter<[u8], FfiClock>),
+    /// One or several rules, their state on a Redis server.
+    Redis(Box<crate::redis::RedisEngine>),
 }
 
 /// Applies `$one` to a single-rule limiter or `$many` to a multi-limit one:
-/// core's two types share their method names, not a trait.
+/// core's two types share their method names, not a trait. A Redis-backed
+/// limiter is handled before this by the operations it supports; the rest
+/// return `RATOMIC_OTHER_ERROR` for it.
 macro_rules! with_engine {
     ($l:expr, $k:ident => $one:expr, $m:ident => $many:expr) => {
         match &$l.engine {
             $crate::limiter::Engine::One($k) => $one,
             $crate::limiter::Engine::Many($m) => $many,
+            $crate::limiter::Engine::Redis(_) => {
+                return Err($crate::boundary::Failure::Unsupported(
+                    "this operation is not available on a Redis-backed limiter",
+                ))
+            }
         }
     };
 }
@@ -59,18 +68,30 @@ impl ratomic_limiter {
     /// engine refuses a reading past `MAX_TIME`).
     #[inline]
     pub(crate) fn now(&self) -> u64 {
-        with_engine!(self, k => k.now(), m => m.now())
+        match &self.engine {
+            Engine::One(k) => k.now(),
+            Engine::Many(m) => m.now(),
+            Engine::Redis(r) => r.now(),
+        }
     }
 
     /// The longest key this limiter accepts.
     #[inline]
     pub(crate) fn max_key_len(&self) -> usize {
-        with_engine!(self, k => k.max_key_len(), m => m.max_key_len())
+        match &self.engine {
+            Engine::One(k) => k.max_key_len(),
+            Engine::Many(m) => m.max_key_len(),
+            Engine::Redis(r) => r.limits().max_key_len(),
+        }
     }
 
     /// The limiter's rules, in order.
     pub(crate) fn rules(&self) -> &[Rule] {
-        with_engine!(self, k => std::slice::from_ref(k.algorithm()), m => m.rules())
+        match &self.engine {
+            Engine::One(k) => std::slice::from_ref(k.algorithm()),
+            Engine::Many(m) => m.rules(),
+            Engine::Redis(r) => r.limits().core_rules(),
+        }
     }
 
     /// A single-rule limiter on `rule`, handed to C through `out`.

@@ -1,9 +1,9 @@
 //! Several named limits on one key (SPEC §4.4), and the detailed decision
 //! that says which limit denied.
 
-use std::ffi::{c_char, CStr};
+use std::ffi::{c_char, CStr, CString};
 
-use ratomic_core::{Error, Limiter, Rate, MAX_LIMITS};
+use ratomic_core::{Error, Limiter, Rate, Rule, MAX_LIMITS};
 
 use crate::boundary::{arg_ref, key_arg, out_ptr, str_arg, write_out, Failure};
 use crate::decision::{ratomic_decision, ratomic_limit_decision};
@@ -68,37 +68,52 @@ pub unsafe extern "C" fn ratomic_multi_limiter_new(
 ) -> ratomic_result {
     ffi_boundary!({
         let out = out_ptr(out, "out")?;
-        if limits.is_null() {
-            return Err(Failure::Null("limits"));
-        }
-        if count == 0 || count > MAX_LIMITS {
-            return Err(Failure::Core(Error::InvalidArgument {
-                name: "count",
-                value: count.to_string(),
-                reason: "a multi-limit limiter holds between 1 and 16 limits".into(),
-            }));
-        }
-        // SAFETY: non-NULL; the caller guarantees `count` (≤ 16) readable specs.
-        let specs = unsafe { std::slice::from_raw_parts(limits, count) };
+        // SAFETY: forwarded from the caller.
+        let (rules, names) = unsafe { specs_arg(limits, count) }?;
         // SAFETY: forwarded from the caller.
         let o = unsafe { Resolved::from_ptr(options) }?;
-        let mut builder = Limiter::builder();
-        let mut names = Vec::with_capacity(count);
-        for spec in specs {
-            // SAFETY: forwarded from the caller.
-            let name = unsafe { str_arg(spec.name, "name", ratomic_result::RATOMIC_INVALID_ARGUMENT) }?;
-            // SAFETY: forwarded from the caller.
-            let rate = unsafe { str_arg(spec.rate, "rate", ratomic_result::RATOMIC_INVALID_RATE) }?;
-            let rule = ratomic_algorithm::from_code(spec.algorithm)?.rule(Rate::parse(rate)?)?;
-            builder = builder.limit(name, rule);
-            // SAFETY: `str_arg` above checked it is non-NULL and NUL-terminated.
-            names.push(unsafe { CStr::from_ptr(spec.name) }.to_owned());
-        }
+        let builder = rules.into_iter().fold(Limiter::builder(), |b, (name, rule)| b.limit(name, rule));
         let limiter = builder.clock(o.clock).options(o.options).build()?;
         // SAFETY: `out` was checked above.
         unsafe { ratomic_limiter::hand_out(Engine::Many(limiter), names.into_boxed_slice(), out) };
         Ok(())
     })
+}
+
+/// Named rules (with the names C sees): the specs as the engine takes them.
+pub(crate) type NamedRules = (Vec<(String, Rule)>, Vec<CString>);
+
+/// The `count` specs at `limits`, parsed: 1 to 16, each name and rate a
+/// UTF-8 string, each algorithm known.
+///
+/// # Safety
+/// A non-NULL `limits` must point to `count` readable specs whose non-NULL
+/// strings are NUL-terminated.
+pub(crate) unsafe fn specs_arg(limits: *const ratomic_limit_spec, count: usize) -> Result<NamedRules, Failure> {
+    if limits.is_null() {
+        return Err(Failure::Null("limits"));
+    }
+    if count == 0 || count > MAX_LIMITS {
+        return Err(Failure::Core(Error::InvalidArgument {
+            name: "count",
+            value: count.to_string(),
+            reason: "a multi-limit limiter holds between 1 and 16 limits".into(),
+        }));
+    }
+    // SAFETY: non-NULL; the caller guarantees `count` (≤ 16) readable specs.
+    let specs = unsafe { std::slice::from_raw_parts(limits, count) };
+    let mut rules = Vec::with_capacity(count);
+    let mut names = Vec::with_capacity(count);
+    for spec in specs {
+        // SAFETY: forwarded from the caller.
+        let name = unsafe { str_arg(spec.name, "name", ratomic_result::RATOMIC_INVALID_ARGUMENT) }?;
+        // SAFETY: forwarded from the caller.
+        let rate = unsafe { str_arg(spec.rate, "rate", ratomic_result::RATOMIC_INVALID_RATE) }?;
+        rules.push((name.to_owned(), ratomic_algorithm::from_code(spec.algorithm)?.rule(Rate::parse(rate)?)?));
+        // SAFETY: `str_arg` above checked it is non-NULL and NUL-terminated.
+        names.push(unsafe { CStr::from_ptr(spec.name) }.to_owned());
+    }
+    Ok((rules, names))
 }
 
 /// Writes the number of limits in `limiter` to `*out`: the size of the
@@ -153,12 +168,22 @@ unsafe fn detailed(
         }
         // SAFETY: the caller passes `key_len` readable bytes at `key`.
         let key = unsafe { key_arg(key, key_len, l.max_key_len()) }?;
-        let now = now.unwrap_or_else(|| l.now());
         let entry = |index: usize, d: ratomic_core::Decision| {
             let e = ratomic_limit_decision { name: l.names[index].as_ptr(), decision: d.into() };
             // SAFETY: index < need <= entries_cap writable entries.
             unsafe { write_out(entries.add(index), e) };
         };
+        if let Engine::Redis(r) = &l.engine {
+            let md = r.decide(key, cost, now, consume)?;
+            md.entries().enumerate().for_each(|(i, (_, d))| entry(i, d));
+            // SAFETY: checked non-NULL above; writable as the caller guarantees.
+            unsafe {
+                write_out(decision, md.decision.into());
+                write_out(entries_len, need);
+            }
+            return Ok(());
+        }
+        let now = now.unwrap_or_else(|| l.now());
         let d = with_engine!(l,
             k => {
                 let d = if consume { k.allow_at(key, cost, now) } else { k.peek_at(key, cost, now) }?;

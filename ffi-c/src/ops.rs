@@ -14,7 +14,7 @@ use ratomic_core::{check_time, Error};
 
 use crate::boundary::{arg_ref, key_arg, out_ptr, write_out, Failure};
 use crate::decision::ratomic_decision;
-use crate::limiter::ratomic_limiter;
+use crate::limiter::{ratomic_limiter, Engine};
 use crate::result::ratomic_result;
 
 /// The last valid time, in nanoseconds: 2^62 − 1 (about 146 years after
@@ -58,6 +58,12 @@ unsafe fn decide(
         let decision = out_ptr(decision, "decision")?;
         // SAFETY: the caller passes `key_len` readable bytes at `key`.
         let key = unsafe { key_arg(key, key_len, l.max_key_len()) }?;
+        if let Engine::Redis(r) = &l.engine {
+            let d = r.decide(key, cost, now, consume)?.decision;
+            // SAFETY: checked non-NULL above; the caller guarantees it is writable.
+            unsafe { ratomic_decision::write(decision, d) };
+            return Ok(());
+        }
         let now = now.unwrap_or_else(|| l.now());
         let d = with_engine!(l,
             k => if consume { k.allow_at(key, cost, now) } else { k.peek_at(key, cost, now) }?,
@@ -207,6 +213,12 @@ pub unsafe extern "C" fn ratomic_acquire(
         // SAFETY: the caller passes `key_len` readable bytes at `key`.
         let key = unsafe { key_arg(key, key_len, l.max_key_len()) }?;
         let timeout = (timeout_ns != RATOMIC_NO_TIMEOUT).then(|| Duration::from_nanos(timeout_ns));
+        if let Engine::Redis(r) = &l.engine {
+            let d = r.acquire(key, cost, timeout)?;
+            // SAFETY: checked non-NULL above; the caller guarantees it is writable.
+            unsafe { ratomic_decision::write(decision, d) };
+            return Ok(());
+        }
         let d = with_engine!(l, k => k.acquire(key, cost, timeout)?, m => m.acquire(key, cost, timeout)?.decision);
         // SAFETY: checked non-NULL above; the caller guarantees it is writable.
         unsafe { ratomic_decision::write(decision, d) };
@@ -231,6 +243,9 @@ unsafe fn restore(
         let l = unsafe { arg_ref(limiter, "limiter") }?;
         // SAFETY: the caller passes `key_len` readable bytes at `key`.
         let key = unsafe { key_arg(key, key_len, l.max_key_len()) }?;
+        if let Engine::Redis(r) = &l.engine {
+            return r.restore(key, refund, now);
+        }
         let now = now.unwrap_or_else(|| l.now());
         match refund {
             Some(tokens) => with_engine!(l, k => k.refund_at(key, tokens, now)?, m => m.refund_at(key, tokens, now)?),
@@ -352,7 +367,10 @@ unsafe fn many(
             // SAFETY: non-NULL; the caller guarantees `count` readable requests.
             unsafe { std::slice::from_raw_parts(requests, count) }
         };
-        let now = check_time(now.unwrap_or_else(|| l.now()))?;
+        let now = match (&l.engine, now) {
+            (Engine::Redis(_), now) => now.map(check_time).transpose()?,
+            (_, now) => Some(check_time(now.unwrap_or_else(|| l.now()))?),
+        };
         // The keys as slices: C must check each pointer and length before
         // reading it, which the engine cannot do for it.
         let max_key_len = l.max_key_len();
@@ -364,11 +382,22 @@ unsafe fn many(
                 Err(bad_key) => return Err(first_invalid(l, &keys, index, r.cost, bad_key)),
             }
         }
-        let requests = keys.iter().map(|&(key, cost)| (key, cost));
         let write = |i: usize, d: ratomic_core::Decision| {
             // SAFETY: i < count, and the caller guarantees `count` writable decisions.
             unsafe { write_out(decisions.add(i), d.into()) };
         };
+        let Some(now) = now else {
+            // Only a Redis-backed limiter leaves the time to the server.
+            if let Engine::Redis(r) = &l.engine {
+                r.allow_many(&keys, None)?.into_iter().enumerate().for_each(|(i, d)| write(i, d));
+            }
+            return Ok(());
+        };
+        if let Engine::Redis(r) = &l.engine {
+            r.allow_many(&keys, Some(now))?.into_iter().enumerate().for_each(|(i, d)| write(i, d));
+            return Ok(());
+        }
+        let requests = keys.iter().map(|&(key, cost)| (key, cost));
         with_engine!(l,
             k => {
                 let mut out = Vec::with_capacity(count);
@@ -389,7 +418,14 @@ unsafe fn many(
 /// (`bad_key`): the engine's own for an earlier invalid request, or for
 /// this request's cost, as the engine would have found them first.
 fn first_invalid(l: &ratomic_limiter, before: &[(&[u8], u64)], index: usize, cost: u64, bad_key: Failure) -> Failure {
-    let check = |key: &[u8], cost: u64| with_engine!(l, k => k.check(key, cost), m => m.check(key, cost));
+    let check = |key: &[u8], cost: u64| match &l.engine {
+        Engine::One(k) => k.check(key, cost),
+        Engine::Many(m) => m.check(key, cost),
+        Engine::Redis(r) => match r.limits().check(key, cost) {
+            Err(ratomic_redis::Error::Invalid(e)) => Err(e),
+            _ => Ok(()),
+        },
+    };
     let earlier = before.iter().enumerate().find_map(|(i, &(key, cost))| check(key, cost).err().map(|e| (i, e)));
     match earlier.or_else(|| check(&[], cost).err().map(|e| (index, e))) {
         Some((index, e)) => Failure::Core(Error::InvalidRequest { index, error: Box::new(e) }),

@@ -42,13 +42,21 @@ pub enum ratomic_result {
     /// batch was refused and nothing changed. `ratomic_last_error_request`
     /// gives the first invalid request's index and its own code.
     RATOMIC_INVALID_REQUEST = 9,
+    /// A Redis-backed limiter cannot reach its server: a bad URL, a refused
+    /// or broken connection.
+    RATOMIC_BACKEND_UNAVAILABLE = 10,
+    /// A Redis-backed limiter's call took longer than its timeout.
+    RATOMIC_BACKEND_TIMEOUT = 11,
+    /// A Redis-backed limiter's server answered an error, or something that
+    /// is not Redis's answer.
+    RATOMIC_BACKEND_ERROR = 12,
 }
 
 impl ratomic_result {
     /// The static, NUL-terminated message for `code`.
     pub(crate) fn message(code: u32) -> &'static std::ffi::CStr {
         use ratomic_result::*;
-        const CODES: [ratomic_result; 10] = [
+        const CODES: [ratomic_result; 13] = [
             RATOMIC_OK,
             RATOMIC_NULL_ARGUMENT,
             RATOMIC_INVALID_RATE,
@@ -59,6 +67,9 @@ impl ratomic_result {
             RATOMIC_PANIC,
             RATOMIC_OTHER_ERROR,
             RATOMIC_INVALID_REQUEST,
+            RATOMIC_BACKEND_UNAVAILABLE,
+            RATOMIC_BACKEND_TIMEOUT,
+            RATOMIC_BACKEND_ERROR,
         ];
         match CODES.iter().find(|c| **c as u32 == code) {
             Some(RATOMIC_OK) => c"ok",
@@ -79,6 +90,9 @@ impl ratomic_result {
             Some(RATOMIC_INVALID_REQUEST) => {
                 c"a request of the batch is invalid; nothing was decided (see ratomic_last_error_request)"
             }
+            Some(RATOMIC_BACKEND_UNAVAILABLE) => c"cannot reach the Redis server (bad URL, refused or broken connection)",
+            Some(RATOMIC_BACKEND_TIMEOUT) => c"the Redis call timed out",
+            Some(RATOMIC_BACKEND_ERROR) => c"the Redis server answered an error or something that is not Redis",
             None => c"unknown ratomic_result code",
         }
     }

@@ -78,6 +78,25 @@ impl RedisLimiter<ConnectionManager> {
     /// [`ConnectionManager`], which reconnects after a broken connection (the
     /// call that sees the break fails and the policy answers it; later calls
     /// use the new connection).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use ratomic::Rule;
+    /// use ratomic_redis::{FailurePolicy, Limits, Options, RedisLimiter, Source};
+    ///
+    /// # async fn run() -> ratomic_redis::Result<()> {
+    /// let limits = Limits::new([("burst", Rule::parse("10/s")?), ("daily", Rule::parse("1000/d")?)])?
+    ///     .with_prefix("api:")?;
+    /// let options = Options { timeout: Duration::from_millis(20), policy: FailurePolicy::Fallback };
+    /// let limiter = RedisLimiter::connect("redis://127.0.0.1:6379/", limits, options).await?;
+    /// let d = limiter.allow("user:42").await?;
+    /// if !d.allowed() {
+    ///     println!("retry in {:?}; denied by {:?}", d.decision.retry_after, d.denied_by().collect::<Vec<_>>());
+    /// }
+    /// assert!(matches!(d.source, Source::Redis | Source::Fallback));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect(url: &str, limits: Limits, options: Options) -> Result<Self> {
         let client = Client::open(url).map_err(map_err)?;
         let config = ConnectionManagerConfig::new()

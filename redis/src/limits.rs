@@ -141,6 +141,11 @@ impl Limits {
         &self.prefix
     }
 
+    /// The longest key accepted, in bytes.
+    pub fn max_key_len(&self) -> usize {
+        self.max_key_len
+    }
+
     /// The largest cost a call may ask (the smallest limit).
     pub fn max_cost(&self) -> u64 {
         self.max_cost

@@ -63,13 +63,20 @@ async fn measure(p: &Arc<Peers>, ours: bool, shape: Shape, secs: f64) -> f64 {
                             let _ = p.ours.allow(&key).await.unwrap();
                         } else {
                             let mut c = p.conn.clone();
-                            let _: Vec<i64> =
-                                p.raw.key(format!("raw:{key}")).arg(10).arg(1_000_000).invoke_async(&mut c).await.unwrap();
+                            let _: Vec<i64> = p
+                                .raw
+                                .key(format!("raw:{key}"))
+                                .arg(10)
+                                .arg(1_000_000)
+                                .invoke_async(&mut c)
+                                .await
+                                .unwrap();
                         }
                         done.fetch_add(1, Ordering::Relaxed);
                     }
                     Shape::Batch(n) => {
-                        let keys: Vec<String> = (0..n).map(|j| format!("bench{{k{}}}", (i + j as u64) % KEYS)).collect();
+                        let keys: Vec<String> =
+                            (0..n).map(|j| format!("bench{{k{}}}", (i + j as u64) % KEYS)).collect();
                         i += n as u64;
                         if ours {
                             let reqs: Vec<(&str, u64)> = keys.iter().map(|k| (k.as_str(), 1)).collect();
@@ -114,7 +121,8 @@ async fn main() {
     let conn = client.get_multiplexed_async_connection().await.unwrap();
     // 100,000/s per key: T = 10 µs, τ = 1 s: every call is allowed (and written).
     let limits = Limits::single(Rule::parse("100000/s").unwrap()).unwrap().with_prefix("bench:").unwrap();
-    let ours = RedisLimiter::new(conn.clone(), limits, Options { timeout: Duration::from_secs(5), ..Options::default() });
+    let ours =
+        RedisLimiter::new(conn.clone(), limits, Options { timeout: Duration::from_secs(5), ..Options::default() });
     let p = Arc::new(Peers { ours, raw: redis::Script::new(RAW), conn });
     // Load both scripts before timing.
     let _ = p.ours.allow("warm").await.unwrap();

@@ -9,6 +9,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, ErrorKind, RedisError, ServerErrorKind};
 
 use crate::error::{Error, Result};
+use crate::guard::{Breaker, DenyCache};
 use crate::limits::{Limits, MultiDecision, Op};
 use crate::script;
 
@@ -40,11 +41,31 @@ pub struct Options {
     pub timeout: Duration,
     /// What to answer when Redis fails.
     pub policy: FailurePolicy,
+    /// Backend failures in a row that open the circuit breaker (default 5;
+    /// 0 turns it off). While open, calls do not reach Redis: the policy
+    /// answers at once, so a dead server does not add a timeout to every
+    /// request.
+    pub breaker_threshold: u32,
+    /// How long the breaker stays open before calls try Redis again
+    /// (default 1 s).
+    pub breaker_cooldown: Duration,
+    /// Keys of Redis denials kept to answer locally until their
+    /// `retry_after` ends, marked [`Source::DenyCache`](crate::Source::DenyCache)
+    /// (default 10,000; 0 turns it off). Only calls at the server's time,
+    /// and only for the same cost. The price: a `refund` or `reset` from
+    /// another process is seen here only when the cached denial ends.
+    pub deny_cache: usize,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { timeout: Duration::from_millis(50), policy: FailurePolicy::ReturnError }
+        Options {
+            timeout: Duration::from_millis(50),
+            policy: FailurePolicy::ReturnError,
+            breaker_threshold: 5,
+            breaker_cooldown: Duration::from_secs(1),
+            deny_cache: 10_000,
+        }
     }
 }
 
@@ -62,6 +83,8 @@ pub struct RedisLimiter<C = ConnectionManager> {
     limits: Arc<Limits>,
     options: Options,
     fallback: Option<Arc<ratomic::Limiter>>,
+    breaker: Arc<Breaker>,
+    denials: Arc<DenyCache>,
     /// Batches are split by hash slot (a cluster refuses a pipeline whose
     /// keys are in different slots).
     by_slot: bool,
@@ -87,7 +110,7 @@ impl RedisLimiter<ConnectionManager> {
     /// # async fn run() -> ratomic_redis::Result<()> {
     /// let limits = Limits::new([("burst", Rule::parse("10/s")?), ("daily", Rule::parse("1000/d")?)])?
     ///     .with_prefix("api:")?;
-    /// let options = Options { timeout: Duration::from_millis(20), policy: FailurePolicy::Fallback };
+    /// let options = Options { timeout: Duration::from_millis(20), policy: FailurePolicy::Fallback, ..Options::default() };
     /// let limiter = RedisLimiter::connect("redis://127.0.0.1:6379/", limits, options).await?;
     /// let d = limiter.allow("user:42").await?;
     /// if !d.allowed() {
@@ -144,7 +167,15 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
             // The same rules were accepted by the in-memory engine already.
             Arc::new(ratomic::Limiter::new(rules).expect("rules accepted by Limits::new"))
         });
-        RedisLimiter { conn, limits: Arc::new(limits), options, fallback, by_slot: false }
+        RedisLimiter {
+            conn,
+            limits: Arc::new(limits),
+            options,
+            fallback,
+            breaker: Arc::new(Breaker::new(options.breaker_threshold, options.breaker_cooldown)),
+            denials: Arc::new(DenyCache::new(options.deny_cache)),
+            by_slot: false,
+        }
     }
 
     /// A limiter over an open Redis Cluster connection: as
@@ -157,6 +188,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     /// The rules and key layout.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// Whether the circuit breaker is open: calls answer by the failure
+    /// policy without reaching Redis until its cool-down ends.
+    pub fn breaker_open(&self) -> bool {
+        self.breaker.is_open()
     }
 
     /// `allow_n(key, 1)`.
@@ -199,6 +236,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     pub async fn reset(&self, key: impl AsRef<[u8]>) -> Result<()> {
         let key = key.as_ref();
         self.limits.check(key, 0)?;
+        self.denials.forget(key);
         let mut cmd = redis::cmd("DEL");
         cmd.arg(self.limits.key(key));
         let mut conn = self.conn.clone();
@@ -241,15 +279,34 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     async fn call(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<MultiDecision> {
         self.limits.check(key, cost)?;
         let args = self.limits.args(op, now, cost)?;
+        if now.is_none() {
+            if let Some(d) = self.denials.get(key, cost) {
+                return Ok(self.limits.cached_decision(d));
+            }
+        }
+        if self.breaker.is_open() {
+            return self.on_failure(Error::Connection("the circuit breaker is open".into()), op, key, cost, now);
+        }
         match self.timed(eval(self.conn.clone(), self.limits.key(key), args)).await {
-            Ok(reply) => self.limits.decode(&reply),
-            Err(e) if e.is_backend() => self.on_failure(e, op, key, cost, now),
+            Ok(reply) => {
+                self.breaker.success();
+                let d = self.limits.decode(&reply)?;
+                if now.is_none() && op == Op::Allow {
+                    self.denials.insert(key, cost, d.decision);
+                }
+                Ok(d)
+            }
+            Err(e) if e.is_backend() => {
+                self.breaker.failure();
+                self.on_failure(e, op, key, cost, now)
+            }
             Err(e) => Err(e),
         }
     }
 
     async fn refund_inner(&self, key: &[u8], tokens: u64, now: Option<u64>) -> Result<()> {
         self.limits.check(key, 0)?;
+        self.denials.forget(key);
         let args = self.limits.args(Op::Refund, now, tokens)?;
         let reply = self.timed(eval(self.conn.clone(), self.limits.key(key), args)).await?;
         self.limits.decode_refund(&reply).map(drop)

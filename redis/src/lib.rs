@@ -45,6 +45,8 @@ pub mod script;
 
 #[cfg(feature = "client")]
 mod client;
+#[cfg(feature = "client")]
+mod guard;
 
 pub use error::{Error, Result};
 pub use limits::{Limits, MultiDecision, Op, Source, SINGLE};

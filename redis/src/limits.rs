@@ -224,6 +224,11 @@ impl Limits {
         }
     }
 
+    /// A denial answered from the local deny cache: `d` for every limit.
+    pub fn cached_decision(&self, d: Decision) -> MultiDecision {
+        MultiDecision { source: Source::DenyCache, ..self.policy_decision(d) }
+    }
+
     /// A decision of the local in-memory limiter of the same rules.
     pub fn fallback_decision(&self, d: &ratomic::MultiDecision<'_>) -> MultiDecision {
         MultiDecision {
@@ -299,6 +304,9 @@ pub enum Source {
     Fallback,
     /// The failure policy (fail open or fail closed) without any limiter.
     Policy,
+    /// The local deny cache: Redis denied this key and cost, and its
+    /// `retry_after` has not ended.
+    DenyCache,
 }
 
 impl MultiDecision {

@@ -351,13 +351,7 @@ fn bad_input_gets_the_in_memory_errors_and_sends_nothing() {
     let limits = Limits::single(Rule::parse("5/s").unwrap()).unwrap();
     let l = BlockingRedisLimiter::connect(&server.url(), limits, options()).unwrap();
     let core = ratomic::TokenBucket::new(Quota::parse("5/s").unwrap());
-    let calls = || -> u64 {
-        let info: String = redis::cmd("INFO").arg("commandstats").query(&mut server.conn()).unwrap();
-        info.lines()
-            .find(|l| l.starts_with("cmdstat_evalsha:"))
-            .map(|l| l.split(['=', ',']).nth(1).unwrap().parse().unwrap())
-            .unwrap_or(0)
-    };
+    let calls = || evalsha_calls(&server);
     assert_eq!(l.allow_n("k", 6).unwrap_err(), Error::Invalid(core.allow_n("k", 6).unwrap_err()));
     let long = vec![b'x'; 2000];
     assert_eq!(l.allow_n(&long, 1).unwrap_err(), Error::Invalid(core.allow_n(&long[..], 1).unwrap_err()));
@@ -375,7 +369,12 @@ fn fault_limits(name: &str) -> Limits {
 }
 
 fn policy(policy: FailurePolicy) -> Options {
-    Options { timeout: Duration::from_millis(300), policy }
+    Options {
+        timeout: Duration::from_millis(300),
+        policy,
+        breaker_cooldown: Duration::from_millis(50),
+        ..Options::default()
+    }
 }
 
 /// Peeks at `key` until Redis answers (at most ~10 s of polling).
@@ -538,4 +537,74 @@ fn a_three_node_cluster_spreads_keys_and_keeps_each_keys_limits_in_one_slot() {
     let fresh: Vec<(String, u64)> = (0..12).map(|i| (format!("batch:{i}"), 1)).collect();
     let ds = block(l.allow_many(&fresh)).unwrap();
     assert!(ds.iter().all(|d| d.allowed() && d.decision.remaining == 1), "{ds:?}");
+}
+
+// ------------------------------------------- deny cache and circuit breaker
+
+fn evalsha_calls(server: &support::Server) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(&mut server.conn()).unwrap();
+    info.lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .map(|l| l.split(['=', ',']).nth(1).unwrap().parse().unwrap())
+        .unwrap_or(0)
+}
+
+/// A key Redis denied is answered locally, for the same cost, until its
+/// retry_after ends; a reset through the limiter forgets it.
+#[test]
+fn denied_keys_are_answered_locally_until_their_retry_after() {
+    let server = support::Server::start();
+    let l = block(RedisLimiter::connect(&server.url(), fault_limits("deny"), options())).unwrap();
+    assert!(block(l.allow("k")).unwrap().allowed());
+    assert!(block(l.allow("k")).unwrap().allowed());
+    let denied = block(l.allow("k")).unwrap();
+    assert!(!denied.allowed() && denied.source == Source::Redis);
+    let before = evalsha_calls(&server);
+    for _ in 0..100 {
+        let d = block(l.allow("k")).unwrap();
+        assert!(!d.allowed() && d.source == Source::DenyCache);
+        assert!(d.decision.retry_after > Duration::ZERO && d.decision.retry_after <= denied.decision.retry_after);
+    }
+    assert_eq!(evalsha_calls(&server), before, "100 over-limit calls, no round trip");
+    // Another cost, or an explicit time, asks Redis.
+    assert_eq!(block(l.allow_n("k", 2)).unwrap().source, Source::Redis);
+    assert_eq!(block(l.allow_at("k", 1, 1_000 * US)).unwrap().source, Source::Redis);
+    block(l.reset("k")).unwrap();
+    let d = block(l.allow("k")).unwrap();
+    assert!(d.allowed() && d.source == Source::Redis);
+    // Turned off, every call goes to Redis.
+    let off = Options { deny_cache: 0, ..options() };
+    let l = block(RedisLimiter::connect(&server.url(), fault_limits("nocache"), off)).unwrap();
+    let sources: Vec<Source> = (0..4).map(|_| block(l.allow("k")).unwrap().source).collect();
+    assert_eq!(sources, [Source::Redis; 4]);
+}
+
+/// After `breaker_threshold` failures in a row the policy answers without
+/// calling Redis, even once the server is back, until the cool-down ends.
+#[test]
+fn the_breaker_stops_calling_a_failing_server_for_its_cooldown() {
+    let mut server = support::Server::start();
+    let o = Options {
+        timeout: Duration::from_millis(300),
+        policy: FailurePolicy::FailClosed { retry_after: Duration::from_secs(1) },
+        breaker_threshold: 2,
+        breaker_cooldown: Duration::from_secs(3600),
+        deny_cache: 0,
+    };
+    let l = block(RedisLimiter::connect(&server.url(), fault_limits("breaker"), o)).unwrap();
+    assert_eq!(block(l.allow("k")).unwrap().source, Source::Redis);
+    server.kill();
+    for _ in 0..2 {
+        assert_eq!(block(l.allow("k")).unwrap().source, Source::Policy);
+    }
+    assert!(l.breaker_open());
+    server.restart();
+    let calls = evalsha_calls(&server);
+    for _ in 0..20 {
+        let d = block(l.allow("k")).unwrap();
+        assert!(!d.allowed() && d.source == Source::Policy);
+    }
+    assert_eq!(evalsha_calls(&server), calls, "an open breaker sends nothing");
+    // Bad input is still refused as bad input.
+    assert!(matches!(block(l.allow_n("k", 9)), Err(Error::Invalid(_))));
 }

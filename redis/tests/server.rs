@@ -230,6 +230,30 @@ fn hundred_tasks_on_four_connections_get_exactly_the_burst() {
     assert_eq!(granted, 50);
 }
 
+/// Four processes race on one bucket of 50, 40 calls each: exactly 50 pass.
+#[test]
+fn four_processes_get_exactly_the_burst() {
+    let prefix = support::prefix("processes");
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_race_worker"))
+                .args([support::url(), prefix.clone(), "40".to_owned()])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let granted: u64 = workers
+        .into_iter()
+        .map(|w| {
+            let out = w.wait_with_output().unwrap();
+            assert!(out.status.success());
+            String::from_utf8(out.stdout).unwrap().trim().parse::<u64>().unwrap()
+        })
+        .sum();
+    assert_eq!(granted, 50);
+}
+
 /// Several limits under a race: no limit is ever charged beyond itself, and
 /// the tightest decides how many pass.
 #[test]

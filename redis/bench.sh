@@ -12,7 +12,9 @@ redis_install
 port=$(free_port)
 start_redis "$port"
 redis-server --version
-cargo build -q --release -p ratomic-redis --example bench_vs_raw
+cargo build -q --release -p ratomic-redis --example bench_vs_raw --example deny_cache
+echo "deny cache:"
+cargo run -q --release -p ratomic-redis --example deny_cache -- "redis://127.0.0.1:$port/"
 for run in 1 2 3; do
     echo "run $run:"
     cargo run -q --release -p ratomic-redis --example bench_vs_raw -- "redis://127.0.0.1:$port/" "${1:-3}" "${2:-1}"

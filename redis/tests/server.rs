@@ -632,3 +632,53 @@ fn the_breaker_stops_calling_a_failing_server_for_its_cooldown() {
     // Bad input is still refused as bad input.
     assert!(matches!(block(l.allow_n("k", 9)), Err(Error::Invalid(_))));
 }
+
+/// A cluster node going away: keys on the surviving nodes are still decided
+/// by Redis; keys on the dead node get the failure policy, within the
+/// timeout, and never a panic or a hang.
+#[test]
+fn a_cluster_node_going_away_leaves_the_others_serving() {
+    let mut nodes = support::own_cluster();
+    let urls: Vec<String> = nodes.iter().map(support::Server::url).collect();
+    let url_refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let o = Options {
+        timeout: Duration::from_millis(500),
+        policy: FailurePolicy::FailClosed { retry_after: Duration::from_secs(1) },
+        breaker_threshold: 0,
+        deny_cache: 0,
+        ..Options::default()
+    };
+    let limits = fault_limits("node-gone");
+    let l = block(RedisLimiter::connect_cluster(&url_refs, limits.clone(), o)).unwrap();
+    let keys: Vec<String> = (0..30).map(|i| format!("user:{i}")).collect();
+    for k in &keys {
+        assert_eq!(block(l.allow(k)).unwrap().source, Source::Redis);
+    }
+    // Which node serves which key.
+    let slots: Vec<(i64, i64, Vec<redis::Value>)> =
+        redis::cmd("CLUSTER").arg("SLOTS").query(&mut nodes[0].conn()).unwrap();
+    let port_of = |k: &str| {
+        let slot = i64::from(ratomic_redis::keys::hash_slot(&limits.key(k.as_bytes())));
+        let (_, _, node) = slots.iter().find(|(lo, hi, _)| (*lo..=*hi).contains(&slot)).unwrap();
+        match &node[1] {
+            redis::Value::Int(p) => *p as u16,
+            other => panic!("{other:?}"),
+        }
+    };
+    let gone = nodes[2].port;
+    nodes[2].kill();
+    let (mut served, mut refused) = (0, 0);
+    for k in &keys {
+        let d = block(l.allow(k)).unwrap();
+        if port_of(k) == gone {
+            assert_eq!(d.source, Source::Policy, "{k} lives on the dead node");
+            assert!(!d.allowed());
+            refused += 1;
+        } else {
+            assert_eq!(d.source, Source::Redis, "{k} lives on a surviving node");
+            assert!(d.allowed(), "second call on a bucket of 2");
+            served += 1;
+        }
+    }
+    assert!(served > 0 && refused > 0, "{served} served, {refused} refused");
+}

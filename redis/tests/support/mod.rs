@@ -29,11 +29,17 @@ pub fn free_port() -> u16 {
 pub struct Server {
     pub port: u16,
     child: Option<Child>,
+    extra: Vec<String>,
 }
 
 impl Server {
     pub fn start() -> Server {
-        let mut s = Server { port: free_port(), child: None };
+        Self::start_with(&[])
+    }
+
+    /// A server started with extra arguments (e.g. cluster mode).
+    pub fn start_with(extra: &[&str]) -> Server {
+        let mut s = Server { port: free_port(), child: None, extra: extra.iter().map(|a| a.to_string()).collect() };
         s.restart();
         s
     }
@@ -47,6 +53,7 @@ impl Server {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--dir", &std::env::temp_dir().to_string_lossy(), "--loglevel", "warning"])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -116,4 +123,48 @@ pub fn cluster_urls() -> Vec<String> {
         .split(',')
         .map(str::to_owned)
         .collect()
+}
+
+/// A 3-node cluster this test owns (no replicas; nodes keep serving their
+/// own slots when another is gone).
+pub fn own_cluster() -> Vec<Server> {
+    let dir = std::env::temp_dir();
+    let nodes: Vec<Server> = (0..3)
+        .map(|i| {
+            let conf = dir.join(format!("ratomic-test-{}-{}-{i}.conf", std::process::id(), free_port()));
+            Server::start_with(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                &conf.to_string_lossy(),
+                "--cluster-node-timeout",
+                "1000",
+                "--cluster-require-full-coverage",
+                "no",
+            ])
+        })
+        .collect();
+    let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+    let status = Command::new("redis-cli")
+        .arg("--cluster")
+        .arg("create")
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for n in &nodes {
+        let mut ok = false;
+        for _ in 0..1000 {
+            let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut n.conn()).unwrap();
+            if info.contains("cluster_state:ok") {
+                ok = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(ok, "cluster node {} never became ok", n.port);
+    }
+    nodes
 }

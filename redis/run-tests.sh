@@ -72,4 +72,13 @@ if [[ $# -eq 0 ]]; then
     done
     left=$(redis-cli -p "$port" --scan --pattern 'ratomic-simulate:*' | wc -l)
     [[ $left -eq 0 ]] || { echo "simulate --redis left $left keys behind" >&2; exit 1; }
+
+    # `ratomic bench --redis` measures real round trips, single and batched.
+    for batch in 1 16; do
+        "$ratomic" bench --redis "$RATOMIC_REDIS_URL" --seconds 0.3 --threads 2 --batch "$batch" >"$work/bench.txt"
+        grep -q "backend .*Redis at $RATOMIC_REDIS_URL" "$work/bench.txt"
+        calls=$(sed -n 's/^  \([0-9,]*\) calls in all.*/\1/p' "$work/bench.txt" | tr -d ,)
+        [[ ${calls:-0} -gt 0 ]] || { cat "$work/bench.txt" >&2; echo "bench --redis made no call" >&2; exit 1; }
+        echo "ok: ratomic bench --redis --batch $batch: $calls calls"
+    done
 fi

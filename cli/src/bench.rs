@@ -31,6 +31,10 @@ pub struct BenchConfig {
     pub seconds: f64,
     /// Show a progress bar (on stderr).
     pub progress: bool,
+    /// Measure limiters on this Redis server instead of in memory.
+    pub redis: Option<String>,
+    /// Requests per call: 1 is `allow`, more is `allow_many` (one pipeline on Redis).
+    pub batch: usize,
 }
 
 /// One algorithm's measurement.
@@ -75,11 +79,20 @@ pub fn run(config: &BenchConfig) -> Result<Vec<BenchResult>, String> {
     limits::check_bursts(&config.specs, &config.algos, &config.bursts)?;
     let plans =
         config.algos.iter().map(|&a| limits::plan(&config.specs, a, &config.bursts)).collect::<Result<Vec<_>, _>>()?;
+    if !(1..=10_000).contains(&config.batch) {
+        return Err(format!("--batch must be between 1 and 10000, got {}", config.batch));
+    }
     let duration = Duration::from_secs_f64(config.seconds);
     plans
         .into_iter()
         .zip(&config.algos)
-        .map(|(limits, &algo)| {
+        .enumerate()
+        .map(|(lane, (limits, &algo))| {
+            if let Some(url) = &config.redis {
+                let remote = RedisDecide::connect(url, lane, &limits)?;
+                let (per_thread, allowed, denied, elapsed) = measure(config, duration, algo, &remote);
+                return Ok(BenchResult { algo, limits, per_thread, allowed, denied, elapsed });
+            }
             let (per_thread, allowed, denied, elapsed) = match &limits[..] {
                 [one] => match one.rule {
                     Rule::TokenBucket(a) => measure(config, duration, algo, &keyed(a)?),
@@ -111,6 +124,46 @@ fn multi(limits: &[Limit]) -> Result<Limiter<u64>, String> {
 /// Something the benchmark can call: one decision for a `u64` key.
 trait Decide: Sync {
     fn decide(&self, key: u64) -> bool;
+
+    /// Decisions for several keys; how many were allowed.
+    fn decide_many(&self, keys: &[u64]) -> u64 {
+        keys.iter().map(|&k| u64::from(self.decide(k))).sum()
+    }
+}
+
+/// A limiter on Redis, shared by the threads (their calls are pipelined on
+/// one connection). Its deny cache is off, so every call is a round trip.
+struct RedisDecide(ratomic_redis::BlockingRedisLimiter);
+
+impl RedisDecide {
+    fn connect(url: &str, lane: usize, limits: &[Limit]) -> Result<Self, String> {
+        let run = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let rules = ratomic_redis::Limits::new(limits.iter().map(|l| (l.name.clone(), l.rule)))
+            .and_then(|l| l.with_prefix(format!("ratomic-bench:{}:{run}:{lane}:", std::process::id())))
+            .map_err(|e| format!("--redis: {e}"))?;
+        let options = ratomic_redis::Options {
+            timeout: Duration::from_secs(5),
+            deny_cache: 0,
+            ..ratomic_redis::Options::default()
+        };
+        ratomic_redis::BlockingRedisLimiter::connect(url, rules, options)
+            .map(RedisDecide)
+            .map_err(|e| format!("--redis {url}: {e}"))
+    }
+}
+
+impl Decide for RedisDecide {
+    fn decide(&self, key: u64) -> bool {
+        matches!(self.0.allow_n(key.to_le_bytes(), 1), Ok(d) if d.allowed())
+    }
+
+    fn decide_many(&self, keys: &[u64]) -> u64 {
+        let requests: Vec<([u8; 8], u64)> = keys.iter().map(|k| (k.to_le_bytes(), 1)).collect();
+        match self.0.allow_many(&requests) {
+            Ok(ds) => ds.iter().filter(|d| d.allowed()).count() as u64,
+            Err(_) => 0,
+        }
+    }
 }
 
 impl<A: ratomic::Algorithm + Sync> Decide for Keyed<A, u64, MonotonicClock> {
@@ -144,12 +197,20 @@ fn measure(
                 s.spawn(move || {
                     let mut rng = SplitMix64::new(0x5EED ^ t as u64);
                     let (mut calls, mut allowed) = (0u64, 0u64);
+                    // Round trips are slow: look at the stop flag after each on Redis.
+                    let rounds = if config.redis.is_some() { 1 } else { BATCH };
+                    let mut keys = vec![0u64; config.batch];
                     start_line.wait();
                     while !stop.load(Ordering::Relaxed) {
-                        for _ in 0..BATCH {
-                            allowed += u64::from(limiter.decide(rng.below(config.keys)));
+                        for _ in 0..rounds {
+                            if config.batch == 1 {
+                                allowed += u64::from(limiter.decide(rng.below(config.keys)));
+                            } else {
+                                keys.iter_mut().for_each(|k| *k = rng.below(config.keys));
+                                allowed += limiter.decide_many(&keys);
+                            }
                         }
-                        calls += BATCH;
+                        calls += rounds * config.batch as u64;
                     }
                     (calls, allowed)
                 })
@@ -211,6 +272,26 @@ pub fn render(config: &BenchConfig, results: &[BenchResult]) -> String {
         if config.keys == 1 { "" } else { "s" },
         format::nanos(Duration::from_secs_f64(config.seconds).as_nanos() as u64),
     ));
+    if let Some(url) = &config.redis {
+        let how = if config.batch == 1 {
+            "one round trip per call".to_owned()
+        } else {
+            format!("allow_many of {} per pipeline", config.batch)
+        };
+        out.push_str(&format!(
+            "  {:<15} Redis at {url}: {how}, server time, deny cache off
+
+",
+            "backend"
+        ));
+    } else if config.batch > 1 {
+        out.push_str(&format!(
+            "  {:<15} allow_many of {} per call
+
+",
+            "batch", config.batch
+        ));
+    }
     out.push_str(&format!(
         "  {:<15} {:>12} {:>18} {:>11} {:>14} {:>14}\n",
         "algorithm", "ops/s total", "ops/s per thread", "ns per op", "allowed", "denied"

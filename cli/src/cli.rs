@@ -149,6 +149,14 @@ pub struct BenchArgs {
     /// Token-bucket capacity (default: the rate's count).
     #[arg(long, value_name = "N")]
     pub burst: Vec<u64>,
+
+    /// Measure limiters on this Redis or Valkey server (e.g. redis://127.0.0.1:6379/): every call is a round trip.
+    #[arg(long, value_name = "URL")]
+    pub redis: Option<String>,
+
+    /// Requests per call: 1 is allow, more is allow_many (one pipeline per call on Redis).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub batch: usize,
 }
 
 fn positive_number(s: &str) -> Result<f64, String> {
@@ -193,6 +201,8 @@ pub fn main_with(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
                 keys: a.keys,
                 seconds: a.seconds,
                 progress: std::io::stdout().is_terminal() && std::io::stderr().is_terminal(),
+                redis: a.redis,
+                batch: a.batch,
             };
             match bench::run(&config) {
                 Ok(results) => print(&bench::render(&config, &results)),

@@ -274,3 +274,11 @@ fn simulate_redis_refuses_bad_urls_and_realtime_with_a_message() {
     let err = usage_error(&["simulate", "--realtime", "--redis", "redis://127.0.0.1:1/"]);
     assert!(err.contains("drop --realtime"), "{err}");
 }
+
+#[test]
+fn bench_batch_must_be_sensible() {
+    let err = usage_error(&["bench", "--batch", "0", "--seconds", "0.01"]);
+    assert!(err.contains("--batch"), "{err}");
+    let err = usage_error(&["bench", "--redis", "http://127.0.0.1:1/", "--seconds", "0.01"]);
+    assert!(err.contains("--redis"), "{err}");
+}

@@ -100,7 +100,8 @@ impl RedisLimiter<ConnectionManager> {
     /// Connects to `url` (`redis://host:port/db`) with a
     /// [`ConnectionManager`], which reconnects after a broken connection (the
     /// call that sees the break fails and the policy answers it; later calls
-    /// use the new connection).
+    /// use the new connection). The first connection must succeed: a server
+    /// that is down when this is called is an error, whatever the policy.
     ///
     /// ```no_run
     /// use std::time::Duration;

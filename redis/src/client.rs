@@ -477,7 +477,8 @@ fn map_err(e: RedisError) -> Error {
 
 /// The blocking face: the same limiter driven by its own small tokio
 /// runtime, for callers without one (the C ABI, the CLI). Share it between
-/// threads: their calls are pipelined on one connection.
+/// threads: their calls are pipelined on one connection. Do not call it (or
+/// drop it) from inside an async runtime's task: use [`RedisLimiter`] there.
 #[derive(Debug)]
 pub struct BlockingRedisLimiter {
     runtime: tokio::runtime::Runtime,

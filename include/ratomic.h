@@ -248,6 +248,16 @@ typedef uint32_t ratomic_redis_policy;
 typedef struct ratomic_limiter ratomic_limiter;
 
 /*
+ Token buckets whose quota is given with each call, one bucket per
+ (quota, key), all in one store bounded by the options' `max_keys`.
+ Opaque: made by `ratomic_quotas_new`, released with `ratomic_quotas_free`.
+
+ Thread-safety: every operation is safe from many threads at once, except
+ `ratomic_quotas_free`, which must not race with any other use.
+ */
+typedef struct ratomic_quotas ratomic_quotas;
+
+/*
  A clock: returns the current time in **nanoseconds** on any monotonic
  timeline of the caller's choice (it need not start at 0). Called with the
  `clock_user_data` given in `ratomic_options`.
@@ -434,6 +444,23 @@ typedef struct {
    */
   uint64_t cost;
 } ratomic_request;
+
+/*
+ A call's quota: a token bucket of `capacity` tokens (≥ 1) refilled at
+ `refill_per_sec` tokens a **second** (finite, > 0), exactly as
+ `ratomic_token_bucket_new` takes them. Two calls with the same two
+ values use the same bucket for a key.
+ */
+typedef struct {
+  /*
+   The most tokens a key holds (the burst), ≥ 1.
+   */
+  uint64_t capacity;
+  /*
+   Tokens refilled per second, finite and > 0.
+   */
+  double refill_per_sec;
+} ratomic_quota;
 
 /*
  Options for the `ratomic_redis_*_new` constructors. Pass NULL for all
@@ -1126,6 +1153,153 @@ ratomic_result ratomic_gc_at(const ratomic_limiter *limiter, uint64_t now_ns, si
  `limiter` must be a live limiter; `out_ns` valid for writes.
  */
 ratomic_result ratomic_now(const ratomic_limiter *limiter, uint64_t *out_ns);
+
+/*
+ Makes a `ratomic_quotas`: token buckets whose quota comes with each call.
+ `options` may be NULL (all defaults; its clock callback, `max_keys`,
+ `max_key_len`, `max_key_bytes` and eviction policy apply as to any
+ limiter). On `RATOMIC_OK`, `*out` is new; on any error it is untouched.
+
+ Errors: `RATOMIC_NULL_ARGUMENT` (out); `RATOMIC_INVALID_ARGUMENT` (an
+ option out of range); `RATOMIC_PANIC`.
+
+ Ownership: the caller owns `*out` and must release it with
+ `ratomic_quotas_free`. Thread-safety: safe from any thread.
+
+ # Safety
+ `options`, if non-NULL, must point to a valid `ratomic_options`; `out`
+ must be valid for writes.
+ */
+ratomic_result ratomic_quotas_new(const ratomic_options *options, ratomic_quotas **out);
+
+/*
+ Releases a `ratomic_quotas` and every bucket it holds. NULL is accepted
+ and does nothing.
+
+ # Safety
+ `quotas` must be NULL or a pointer from `ratomic_quotas_new` not yet
+ freed, and no other call may use it at the same time.
+ */
+void ratomic_quotas_free(ratomic_quotas *quotas);
+
+/*
+ Takes `cost` tokens from `key`'s bucket under `*quota` if it has that
+ many, and writes the decision to `*decision` (as `ratomic_allow`: a
+ denial is `RATOMIC_OK` with `allowed == false`). A quota not seen before
+ starts full; the same key under another quota is another bucket.
+
+ Errors (no state changed, `*decision` untouched): `RATOMIC_NULL_ARGUMENT`
+ (quotas, quota, decision, or key with a non-zero `key_len`);
+ `RATOMIC_INVALID_ARGUMENT` (capacity 0; `refill_per_sec` NaN, infinite or
+ ≤ 0, or a quota too slow for 63 bits of nanoseconds; the clock read past
+ `RATOMIC_MAX_TIME`); `RATOMIC_COST_EXCEEDS_LIMIT` (cost above the
+ quota's capacity); `RATOMIC_KEY_TOO_LONG`; `RATOMIC_PANIC`.
+
+ Ownership: borrows everything for the call. Thread-safety: safe from many
+ threads at once; no call grants more than its quota.
+
+ # Safety
+ `quotas` must be live; `quota` readable; `key` must point to `key_len`
+ readable bytes; `decision` valid for writes.
+ */
+ratomic_result ratomic_quotas_allow(const ratomic_quotas *quotas,
+                                    const uint8_t *key,
+                                    size_t key_len,
+                                    const ratomic_quota *quota,
+                                    uint64_t cost,
+                                    ratomic_decision *decision);
+
+/*
+ `ratomic_quotas_allow` at time `now_ns` (nanoseconds on the handle's
+ clock's timeline; see `ratomic_allow_at`). Errors as
+ `ratomic_quotas_allow`.
+
+ # Safety
+ As `ratomic_quotas_allow`.
+ */
+ratomic_result ratomic_quotas_allow_at(const ratomic_quotas *quotas,
+                                       const uint8_t *key,
+                                       size_t key_len,
+                                       const ratomic_quota *quota,
+                                       uint64_t cost,
+                                       uint64_t now_ns,
+                                       ratomic_decision *decision);
+
+/*
+ What `ratomic_quotas_allow` with this `cost` would answer, changing
+ nothing. Errors as `ratomic_quotas_allow`.
+
+ # Safety
+ As `ratomic_quotas_allow`.
+ */
+ratomic_result ratomic_quotas_peek_at(const ratomic_quotas *quotas,
+                                      const uint8_t *key,
+                                      size_t key_len,
+                                      const ratomic_quota *quota,
+                                      uint64_t cost,
+                                      uint64_t now_ns,
+                                      ratomic_decision *decision);
+
+/*
+ `ratomic_quotas_peek_at` on the handle's clock.
+
+ # Safety
+ As `ratomic_quotas_allow`.
+ */
+ratomic_result ratomic_quotas_peek(const ratomic_quotas *quotas,
+                                   const uint8_t *key,
+                                   size_t key_len,
+                                   const ratomic_quota *quota,
+                                   uint64_t cost,
+                                   ratomic_decision *decision);
+
+/*
+ Gives `tokens` back to `key`'s bucket under `*quota` (never above full;
+ a bucket never seen is left alone) at time `now_ns`.
+
+ Errors (nothing changed): as `ratomic_quotas_allow`, less the decision
+ and the cost.
+
+ # Safety
+ `quotas` must be live; `quota` readable; `key` must point to `key_len`
+ readable bytes.
+ */
+ratomic_result ratomic_quotas_refund_at(const ratomic_quotas *quotas,
+                                        const uint8_t *key,
+                                        size_t key_len,
+                                        const ratomic_quota *quota,
+                                        uint64_t tokens,
+                                        uint64_t now_ns);
+
+/*
+ Forgets `key`'s bucket under `*quota` at time `now_ns`: it is full again.
+
+ Errors (nothing changed): as `ratomic_quotas_refund_at`.
+
+ # Safety
+ As `ratomic_quotas_refund_at`.
+ */
+ratomic_result ratomic_quotas_reset_at(const ratomic_quotas *quotas,
+                                       const uint8_t *key,
+                                       size_t key_len,
+                                       const ratomic_quota *quota,
+                                       uint64_t now_ns);
+
+/*
+ Drops every bucket that is full again at `now_ns`; writes how many to
+ `*dropped` if it is non-NULL. Writes the number of buckets still held
+ to `*held` if it is non-NULL.
+
+ Errors: `RATOMIC_NULL_ARGUMENT` (quotas); `RATOMIC_INVALID_ARGUMENT`
+ (`now_ns` above `RATOMIC_MAX_TIME`); `RATOMIC_PANIC`.
+
+ # Safety
+ `quotas` must be live; `dropped` and `held`, if non-NULL, valid for writes.
+ */
+ratomic_result ratomic_quotas_gc_at(const ratomic_quotas *quotas,
+                                    uint64_t now_ns,
+                                    size_t *dropped,
+                                    size_t *held);
 
 /*
  Makes a token bucket per key whose state lives on the Redis (or Valkey)

@@ -4,7 +4,7 @@
 //! One file per core module it wraps, under the same name: `keyed.rs`
 //! (every single-rule limiter's operations) with `token_bucket.rs`,
 //! `fixed_window.rs` and `sliding_window.rs` (their constructors),
-//! `limiter.rs`, `stack.rs`, `direct.rs`, `clock.rs`, `decision.rs`,
+//! `limiter.rs`, `quotas.rs`, `stack.rs`, `direct.rs`, `clock.rs`, `decision.rs`,
 //! `rule.rs`, `store.rs` (the store options), `key.rs` (keys, and the other
 //! arguments read from Python objects) and `error.rs` (core errors as
 //! Python exceptions). The face holds no decision logic: it converts
@@ -24,6 +24,7 @@ mod fixed_window;
 mod key;
 mod keyed;
 mod limiter;
+mod quotas;
 mod rule;
 mod sliding_window;
 mod stack;
@@ -45,6 +46,7 @@ fn _ratomic(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<limiter::Limiter>()?;
     m.add_class::<limiter::LimitSet>()?;
     m.add_class::<stack::Stack>()?;
+    m.add_class::<quotas::Quotas>()?;
     error::Exceptions::register(m)?;
     Ok(())
 }

@@ -73,6 +73,10 @@ pub unsafe trait StoredKey: private::SealedStored + Send + Sync + 'static {
     /// Words a stored key occupies.
     #[doc(hidden)]
     const WORDS: usize;
+    /// Whether a stored key may own memory outside its slot (if not,
+    /// `retire`, `clear` and `free` do nothing and tables skip them).
+    #[doc(hidden)]
+    const OWNS_HEAP: bool;
     #[doc(hidden)]
     type Probe<'a>: Copy;
     /// Whether `words` hold the probe's key. Reads atomically; the words
@@ -122,6 +126,7 @@ impl private::SealedStored for u64 {}
 // SAFETY: `rehash` hashes the same u64 `probe` hashed; nothing is allocated.
 unsafe impl StoredKey for u64 {
     const WORDS: usize = 1;
+    const OWNS_HEAP: bool = false;
     type Probe<'a> = u64;
     #[inline]
     fn matches(words: &[AtomicU64], probe: &u64) -> bool {
@@ -320,6 +325,7 @@ impl ByteKey {
 // a block only for heap keys, which `retire`/`free` release exactly once.
 unsafe impl StoredKey for ByteKey {
     const WORDS: usize = 3;
+    const OWNS_HEAP: bool = true;
     type Probe<'a> = BytesProbe<'a>;
 
     #[inline]

@@ -14,6 +14,8 @@
 //!   [`LimitSet`]s choose which limits a call is subject to.
 //! - [`Stack`]: limiters on different keys (per IP, per user, global), all
 //!   or nothing, with a decision that names who denied.
+//! - [`Quotas`]: token buckets whose quota comes with each call
+//!   (per-customer quotas read from a database), in one bounded store.
 //! - [`DirectTokenBucket`]: one bucket, no key.
 //! - Batches: `allow_many` decides many `(key, cost)` pairs in one call.
 //! - Every call returns the same [`Decision`]: allowed, remaining, limit,
@@ -57,6 +59,7 @@ mod key;
 mod keyed;
 mod limiter;
 mod quota;
+mod quotas;
 mod rate;
 mod rule;
 mod sliding_window;
@@ -80,6 +83,7 @@ pub use key::{AsKey, Key, StoredKey};
 pub use keyed::Keyed;
 pub use limiter::{LimitSet, Limiter, LimiterBuilder, Limits, MultiDecision, NamedDecision, Selected, MAX_LIMITS};
 pub use quota::Quota;
+pub use quotas::{PerCall, Quotas};
 pub use rate::Rate;
 pub use rule::Rule;
 pub use sliding_window::SlidingWindow;

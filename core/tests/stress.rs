@@ -349,3 +349,42 @@ fn keys_forgotten_and_evicted_under_contention_never_over_grant() {
         }
     }
 }
+
+#[test]
+fn quotas_given_per_call_never_over_grant_under_churn() {
+    // `Quotas`: the quota comes with each call. 24 keys, each called under
+    // two different quotas (two buckets), through a store that holds 16
+    // buckets (strict eviction), with gc and per-call clock readings: every
+    // (quota, key) bucket conforms to its own quota.
+    use ratomic::Quotas;
+    const KEYS: u64 = 24;
+    let clock = ManualClock::new();
+    let l = Quotas::builder()
+        .clock(clock.clone())
+        .shards(1)
+        .max_keys(16)
+        .eviction(ratomic::Eviction::Strict)
+        .build()
+        .unwrap();
+    let quotas = [(3, 50_000), (5, 100_000)].map(|(b, t)| (quota(b, t), b, t));
+    let names: Vec<[&'static str; 2]> =
+        (0..KEYS).map(|k| [0, 1].map(|q| &*Box::leak(format!("key {k}, quota {q}").into_boxed_str()))).collect();
+    let grants = hammer(&clock, 6, 20_000 * scale(), 700, |w, i, out| {
+        let now = stamp(l.now(), w, i, 1_500);
+        let key = (i * 7 + w as u64 * 13) % KEYS;
+        let q = ((i / 3 + w as u64) % 2) as usize;
+        if l.allow_at(&key.to_le_bytes(), &quotas[q].0, 1, now).unwrap().allowed {
+            out.push((names[key as usize][q], now, 1));
+        }
+        if w == 0 && i % 64 == 0 {
+            l.gc_at(l.now()).unwrap();
+        }
+    });
+    assert!(l.len() <= 16, "max_keys holds: {} buckets", l.len());
+    let total: usize = grants.values().map(Vec::len).sum();
+    assert!(total > 500, "the run granted enough to test something ({total})");
+    for (name, mut g) in grants {
+        let (_, b, t) = quotas[usize::from(name.ends_with('1'))];
+        check_token_bucket(name, &mut g, b, t);
+    }
+}

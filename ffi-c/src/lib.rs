@@ -28,6 +28,7 @@ mod limiter;
 mod multi;
 mod ops;
 mod options;
+mod quotas;
 mod redis;
 mod result;
 mod rule;
@@ -48,6 +49,11 @@ pub use ops::{
     ratomic_request, ratomic_reset, ratomic_reset_at, RATOMIC_MAX_TIME, RATOMIC_NO_TIMEOUT,
 };
 pub use options::{ratomic_clock_fn, ratomic_eviction, ratomic_options, ratomic_sleep_fn};
+pub use quotas::{
+    ratomic_quota, ratomic_quotas, ratomic_quotas_allow, ratomic_quotas_allow_at, ratomic_quotas_free,
+    ratomic_quotas_gc_at, ratomic_quotas_new, ratomic_quotas_peek, ratomic_quotas_peek_at, ratomic_quotas_refund_at,
+    ratomic_quotas_reset_at,
+};
 pub use redis::{
     ratomic_redis_fixed_window_new, ratomic_redis_multi_limiter_new, ratomic_redis_options, ratomic_redis_policy,
     ratomic_redis_sliding_window_new, ratomic_redis_token_bucket_new,

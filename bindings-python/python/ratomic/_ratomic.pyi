@@ -23,6 +23,7 @@ __all__ = [
     "Limiter",
     "ManualClock",
     "MultiDecision",
+    "Quotas",
     "RatomicError",
     "Rule",
     "SlidingWindow",
@@ -346,6 +347,39 @@ class Limiter:
     def clock(self) -> ManualClock | _Clock | None: ...
     @property
     def max_key_len(self) -> int: ...
+
+@final
+class Quotas:
+    """Token buckets whose quota comes with each call, one bucket per
+    (quota, key), all in one bounded store: per-customer quotas read from a
+    database. A quota is a rate string (``"100/min"``: burst = count) or a
+    ``Rule.token_bucket(...)``."""
+
+    def __new__(
+        cls,
+        *,
+        clock: ManualClock | _Clock | None = None,
+        max_keys: int | None = None,
+        max_key_len: int | None = None,
+        max_key_bytes: int | None = None,
+        eviction: _Eviction | None = None,
+    ) -> Quotas: ...
+    def allow(self, key: _Key, quota: str | Rule, cost: int = 1) -> Decision:
+        """Takes ``cost`` from ``key``'s bucket under ``quota``; a denial is a falsy Decision."""
+    def peek(self, key: _Key, quota: str | Rule, cost: int = 1) -> Decision:
+        """What ``allow`` would answer, changing nothing."""
+    def refund(self, key: _Key, quota: str | Rule, tokens: int) -> None:
+        """Gives ``tokens`` back to ``key``'s bucket under ``quota`` (never above full)."""
+    def reset(self, key: _Key, quota: str | Rule) -> None:
+        """Forgets ``key``'s bucket under ``quota``: it is full again."""
+    def gc(self) -> int:
+        """Drops every bucket that is full again; returns how many."""
+    def memory_bytes(self) -> int: ...
+    def __len__(self) -> int: ...
+    @property
+    def max_key_len(self) -> int: ...
+    @property
+    def clock(self) -> ManualClock | _Clock | None: ...
 
 @final
 class Stack:

@@ -20,11 +20,12 @@
 //! key is published in it any more; new keys wait the length of one scan),
 //! forgets its idle keys in place, and sizes the new table for the keys
 //! left, reserving their room before any new key can reach it — so the new
-//! table never fills under the keys it adopts. It then freezes each slot of the old table
-//! (free slots marked so no insert can claim them; a live slot locked, its
-//! states captured and copied into the new table) while calls go on: a call
-//! that meets a frozen slot waits for that one slot, then follows the new
-//! table; new keys go to the new table as soon as it exists. Old tables and
+//! table never fills under the keys it adopts. It then freezes each slot of
+//! the old table (free slots marked so no insert can claim them; a live
+//! slot locked, its states captured and copied into the new table) while
+//! calls go on: a call that meets a frozen slot waits for that one slot,
+//! then follows the new table; new keys go to the new table as soon as it
+//! exists. Old tables and
 //! long keys' heap blocks are freed through an epoch (crossbeam-epoch), once
 //! no call that might read them is still running.
 //!
@@ -40,8 +41,9 @@
 //! # Forgetting full buckets, losslessly
 //!
 //! A key whose bucket is full again carries no information (SPEC §5). When a
-//! table would grow past its load factor it is first rebuilt without such
-//! keys; `gc` does the same on demand. No background thread, no timer: the
+//! table would grow past its load factor it is rebuilt without such keys
+//! (the migration forgets them on its way, and sizes the new table for the
+//! keys that remain); `gc` does the same on demand. No background thread, no timer: the
 //! work is amortised over inserts (a rebuild leaves at least a quarter of the
 //! table free, so it pays for itself over the inserts that fill it).
 //!
@@ -580,13 +582,17 @@ impl<S: StoredKey> Store<S> {
         // forgotten (and uncounted) at once, and the counts must never
         // go below zero.
         shard.live.fetch_add(1, Ordering::Relaxed);
-        shard.key_bytes.fetch_add(bytes, Ordering::Relaxed);
+        if bytes > 0 {
+            shard.key_bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
         // A table that started migrating takes no new key (see `migrate`).
         let published = t.verify(hash, probe, i, guard) && !t.closed.load(Ordering::SeqCst) && t.publish(i, states[0]);
         if !published {
             t.abandon(i, guard);
             shard.live.fetch_sub(1, Ordering::Relaxed);
-            shard.key_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            if bytes > 0 {
+                shard.key_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            }
             return Next::Retry;
         }
         if t.used.load(Ordering::Relaxed) > t.capacity() * MAX_LOAD.0 / MAX_LOAD.1 {
@@ -714,7 +720,7 @@ impl<S: StoredKey> Store<S> {
             let table = shard.table.load(Ordering::Acquire, &guard);
             // SAFETY: as in `update`.
             let cap = unsafe { table.deref() }.capacity();
-            self.migrate(shard, table, cap, now, retention, &guard);
+            self.migrate(shard, table, |_| cap, now, retention, &guard);
             shard.maintaining.store(false, Ordering::Release);
         }
     }
@@ -771,33 +777,39 @@ impl<S: StoredKey> Store<S> {
             Trigger::Gc => 0,
         };
 
-        // Pass 1: every live key, with how long until it would be
-        // droppable (0: it carries no information now).
+        // Pass 1, only when a bound binds (or on `gc`): every live key, with
+        // how long until it would be droppable (0: it carries no
+        // information now). Growth alone needs no scan here: the migration
+        // forgets idle keys on its way.
+        let limit = self.max_per_shard;
+        let byte_limit = self.max_bytes_per_shard;
+        let over_keys = shard.live.load(Ordering::Relaxed) + extra > limit;
+        let over_bytes = shard.key_bytes.load(Ordering::Relaxed) + extra_bytes > byte_limit;
         let w = self.width;
         let mut keys: Vec<(u64, usize, usize, u64)> = Vec::new(); // (wait, bytes, slot, first)
-        for i in 0..t.capacity() {
-            let mut states = [0u64; MAX_WIDTH];
-            if !Self::read_live(t, i, &mut states[..w]) {
-                continue;
+        let (mut kept, idle) = if over_keys || over_bytes || matches!(why, Trigger::Gc) {
+            for i in 0..t.capacity() {
+                let mut states = [0u64; MAX_WIDTH];
+                if !Self::read_live(t, i, &mut states[..w]) {
+                    continue;
+                }
+                let wait = retention.idle_after(&states[..w], now);
+                keys.push((wait, S::heap_bytes(t.key(i)), i, states[0]));
             }
-            let wait = retention.idle_after(&states[..w], now);
-            keys.push((wait, S::heap_bytes(t.key(i)), i, states[0]));
-        }
-        let idle = keys.iter().filter(|k| k.0 == 0).count();
-        let survivors = keys.len() - idle;
-        let survivor_bytes: usize = keys.iter().filter(|k| k.0 > 0).map(|k| k.1).sum();
+            let idle = keys.iter().filter(|k| k.0 == 0).count();
+            (keys.len() - idle, idle)
+        } else {
+            (shard.live.load(Ordering::Relaxed), 0)
+        };
 
         // Pass 2: if a bound binds, forget in place every full key and,
         // among the others, the ones closest to full — an eighth of the
         // shard at a time, so eviction is amortised over the inserts that
         // refill it — then, while the byte budget binds, long keys in the
         // same order.
-        let limit = self.max_per_shard;
-        let byte_limit = self.max_bytes_per_shard;
-        let over_keys = keys.len() + extra > limit;
-        let over_bytes = shard.key_bytes.load(Ordering::Relaxed) + extra_bytes > byte_limit;
-        let mut kept = survivors;
         if over_keys || over_bytes {
+            let survivors = kept;
+            let survivor_bytes: usize = keys.iter().filter(|k| k.0 > 0).map(|k| k.1).sum();
             keys.sort_unstable_by_key(|&(wait, ..)| wait);
             let keep_keys = if survivors + extra > limit {
                 survivors.min((limit - limit / 8).min(limit - extra))
@@ -819,25 +831,28 @@ impl<S: StoredKey> Store<S> {
 
         // Pass 3: migrate when the table is too full (dead slots count: they
         // lengthen chains), dropping full keys on the way; or on gc when that
-        // drops or shrinks something. The new table holds the keys kept at a
-        // load of 1/2.
+        // drops or shrinks something. The new table holds the keys that
+        // move at a load of 1/2.
         let used = t.used.load(Ordering::Relaxed);
-        let target = ((kept + extra) * TARGET_LOAD.1).div_ceil(TARGET_LOAD.0);
-        let (migrate, new_cap) = match why {
+        let at_target = |keys: usize| (keys * TARGET_LOAD.1).div_ceil(TARGET_LOAD.0).max(MIN_CAPACITY);
+        match why {
             // A rebuild for room never shrinks the table: keys that went
             // idle and come back (most clients of a per-IP limit) would
             // otherwise shrink and regrow it over and over. `gc` shrinks it.
+            // Sized by the migration's own count of the keys that move
+            // (idle keys are forgotten on its way).
             Trigger::Insert { .. } => {
-                ((used + extra) * MAX_LOAD.1 > t.capacity() * MAX_LOAD.0, target.max(MIN_CAPACITY).max(t.capacity()))
+                if (used + extra) * MAX_LOAD.1 > t.capacity() * MAX_LOAD.0 {
+                    let cap = t.capacity();
+                    self.migrate(shard, table, |moving| at_target(moving + extra).max(cap), now, retention, guard);
+                }
             }
             Trigger::Gc => {
-                let cap = if kept == 0 { 0 } else { target.max(MIN_CAPACITY) };
-                (idle > 0 || cap < t.capacity(), cap)
+                let cap = if kept == 0 { 0 } else { at_target(kept) };
+                if idle > 0 || cap < t.capacity() {
+                    self.migrate(shard, table, |_| cap, now, retention, guard);
+                }
             }
-        };
-        if migrate {
-            let table = shard.table.load(Ordering::Acquire, guard);
-            self.migrate(shard, table, new_cap, now, retention, guard);
         }
         shard.maintaining.store(false, Ordering::Release);
     }
@@ -899,7 +914,8 @@ impl<S: StoredKey> Store<S> {
     }
 
     /// Moves every key of `old` that still carries information to a new
-    /// table of `cap` slots, forgetting the rest, while other threads keep
+    /// table of `size(n)` slots (`n`: at most how many keys will move; the
+    /// table is made larger if it could not hold them), forgetting the rest, while other threads keep
     /// working: each slot is locked, captured and moved on its own; lookups
     /// of a key not moved yet still find it in `old`, and new keys go to the
     /// new table from the moment it is announced. `old` is freed through
@@ -908,7 +924,7 @@ impl<S: StoredKey> Store<S> {
         &self,
         shard: &Shard<S>,
         old: epoch::Shared<'_, Table<S>>,
-        cap: usize,
+        size: impl FnOnce(usize) -> usize,
         now: u64,
         retention: &impl Retention,
         guard: &epoch::Guard,
@@ -924,10 +940,10 @@ impl<S: StoredKey> Store<S> {
         // keys it adopts, however many new keys race the migration.
         from.closed.store(true, Ordering::SeqCst);
         let cells = (from.capacity() / 8).max(8).next_power_of_two().min(self.max_cells);
+        let w = self.width;
         // One scan: keys that carry no information are forgotten in place,
         // and every other slot that holds or may still publish a key is
         // counted, so the new table is sized for the keys that will move.
-        let w = self.width;
         let mut bound = 0usize;
         for i in 0..from.capacity() {
             if matches!(from.control(i), EMPTY | DEAD | MOVED | MOVED_EMPTY) {
@@ -945,6 +961,7 @@ impl<S: StoredKey> Store<S> {
             }
             bound += 1;
         }
+        let cap = size(bound);
         let cap = cap.max(if bound == 0 { 0 } else { (bound * 8).div_ceil(7) + 1 });
         let table = Table::new(cap, self.width);
         table.used.store(bound, Ordering::SeqCst);
@@ -958,6 +975,8 @@ impl<S: StoredKey> Store<S> {
             loop {
                 let c = from.control(i);
                 match c {
+                    // Free slots are frozen, so no insert claims them behind
+                    // the migration's back.
                     EMPTY | DEAD => {
                         if from.freeze_free(i, c, guard) {
                             break;
@@ -992,6 +1011,10 @@ impl<S: StoredKey> Store<S> {
         shard.table.store(new, Ordering::SeqCst);
         // SAFETY: replaced above; threads pinned now may still read it.
         unsafe { guard.defer_destroy(old) };
+        // Hand the old table to the global queue now rather than when this
+        // thread's bag of deferred frees fills up (64 of them): a growing
+        // store would otherwise keep dozens of old tables alive at once.
+        guard.flush();
     }
 }
 

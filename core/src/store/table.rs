@@ -109,7 +109,7 @@ unsafe impl Sync for Words {}
 
 impl Words {
     /// `len` words, each `init(i)`.
-    fn new(len: usize, init: impl Fn(usize) -> u64) -> Self {
+    fn new(len: usize, mut init: impl FnMut(usize) -> u64) -> Self {
         #[cfg(not(ratomic_loom))]
         {
             if len == 0 {
@@ -183,7 +183,18 @@ impl<S: StoredKey> Table<S> {
     /// A table of `cap` empty slots of `width` state words.
     pub(crate) fn new(cap: usize, width: usize) -> Self {
         let stride = width + S::WORDS;
-        let words = Words::new(cap * stride, |i| if i % stride == 0 { EMPTY } else { 0 });
+        // The first word of each slot EMPTY, the others 0 (counted, not
+        // divided: this runs over every word of every new table).
+        let mut left = 0;
+        let words = Words::new(cap * stride, |_| {
+            if left == 0 {
+                left = stride - 1;
+                EMPTY
+            } else {
+                left -= 1;
+                0
+            }
+        });
         Table {
             words,
             cap,
@@ -277,37 +288,46 @@ impl<S: StoredKey> Table<S> {
         let mut free = None;
         for _ in 0..self.cap {
             let mut c = self.control(i);
-            loop {
-                match c {
-                    EMPTY => return Find::Absent { free: free.or(Some((i, EMPTY))) },
-                    // Migration has passed the chain's end: not here.
-                    MOVED_EMPTY => return Find::Absent { free: None },
-                    // A key moved on (or a free slot frozen): keep looking,
-                    // ours may not have been moved yet.
-                    MOVED => {}
-                    DEAD => {
-                        if free.is_none() {
-                            free = Some((i, DEAD));
-                        }
-                    }
-                    // Its key may be ours: wait for it to be written.
-                    CLAIMED => {
-                        c = self.wait_change(i, c);
-                        continue;
-                    }
-                    // Ours, about to be published, abandoned, forgotten or moved: wait.
-                    BUSY | LOCKED if S::matches(self.key(i), probe) => {
-                        c = self.wait_change(i, c);
-                        continue;
-                    }
-                    BUSY | LOCKED | CAPTURED => {}
-                    _ => {
-                        if S::matches(self.key(i), probe) {
-                            return Find::Found(i);
-                        }
-                    }
+            // A live slot (the common case) is one compare away.
+            if c < FIRST_MARKER {
+                if S::matches(self.key(i), probe) {
+                    return Find::Found(i);
                 }
-                break;
+            } else {
+                loop {
+                    match c {
+                        EMPTY => return Find::Absent { free: free.or(Some((i, EMPTY))) },
+                        // Migration has passed the chain's end: not here.
+                        MOVED_EMPTY => return Find::Absent { free: None },
+                        DEAD => {
+                            if free.is_none() {
+                                free = Some((i, DEAD));
+                            }
+                        }
+                        // Its key may be ours: wait for it to be written.
+                        CLAIMED => {
+                            c = self.wait_change(i, c);
+                            continue;
+                        }
+                        // Ours, about to be published, abandoned, forgotten or
+                        // moved: wait.
+                        BUSY | LOCKED if S::matches(self.key(i), probe) => {
+                            c = self.wait_change(i, c);
+                            continue;
+                        }
+                        // A key moved on or a free slot frozen (keep looking:
+                        // ours may not have been moved yet), or someone
+                        // else's settling slot.
+                        BUSY | LOCKED | CAPTURED | MOVED => {}
+                        _ => {
+                            // A marker turned back into a state while we waited.
+                            if S::matches(self.key(i), probe) {
+                                return Find::Found(i);
+                            }
+                        }
+                    }
+                    break;
+                }
             }
             i = self.next_slot(i);
         }
@@ -518,6 +538,9 @@ impl<S: StoredKey> Table<S> {
 
 impl<S: StoredKey> Drop for Table<S> {
     fn drop(&mut self) {
+        if !S::OWNS_HEAP {
+            return;
+        }
         for i in 0..self.cap {
             let c = self.states(i)[0].load(Ordering::Relaxed);
             // Slots that own a key: published, locked, busy, or given up by

@@ -1,0 +1,348 @@
+//! Token buckets whose quota comes with each call: per-customer quotas read
+//! from a database, a request that carries its own limit (SPEC §4.1 for
+//! each bucket).
+//!
+//! # One store for every quota
+//!
+//! A bucket is kept per (quota, key): the store's key is the quota's
+//! emission interval and capacity (LEB128, so the pair is self-delimiting
+//! and two different quotas never share a bucket) followed by the caller's
+//! key. All buckets live in one bounded store, with the same forgetting,
+//! `max_keys`, `max_key_bytes` and [`Eviction`](crate::Eviction) policy as
+//! every keyed limiter.
+//!
+//! That needs no per-key record of the quota: a GCRA state is a theoretical
+//! arrival time, and everything the store asks of a state without a call
+//! at hand — when it is full again (`TAT ≤ now`), the state of a key never
+//! seen (`0`), and the join of forgotten states (the later TAT, which holds
+//! fewer tokens under *every* quota) — is the same for every quota. So the
+//! store forgets, evicts and answers for forgotten keys exactly as a
+//! [`TokenBucket`](crate::TokenBucket)'s does, and never grants more than
+//! remembering every bucket would.
+
+use std::fmt;
+use std::time::Duration;
+
+use smallvec::SmallVec;
+
+use crate::algorithm::{charge_in, peek_in, refund_in, Algorithm};
+use crate::base::{self, Base, Builder};
+use crate::clock::{Clock, MonotonicClock};
+use crate::decision::Decision;
+use crate::error::{Error, Result};
+use crate::gcra::Gcra;
+use crate::key::AsKey;
+use crate::quota::Quota;
+use crate::store::{Options, Retention};
+
+/// Longest quota prefix: two LEB128-encoded `u64`s.
+const MAX_PREFIX: usize = 20;
+
+/// Token buckets whose [`Quota`] is given with each call, kept per
+/// (quota, key) in one bounded store.
+///
+/// Use it when the limits are data, not configuration: each customer's
+/// quota read from a table, a plan that changes at run time, a request
+/// that names its own limit. A call with a quota the limiter has not seen
+/// before simply starts that bucket full; nothing needs declaring first.
+/// Calls on one key with two different quotas use two buckets.
+///
+/// ```
+/// use std::collections::HashMap;
+/// use ratomic::{ManualClock, Quota, Quotas};
+///
+/// // Per-customer quotas, as they would come from a database.
+/// let plans: HashMap<&str, Quota> = HashMap::from([
+///     ("free", Quota::parse("2/s")?),
+///     ("pro", Quota::parse("100/s")?),
+/// ]);
+/// let customers = [("alice", "free"), ("bob", "pro")];
+///
+/// let limiter = Quotas::builder().clock(ManualClock::new()).max_keys(100_000).build()?;
+/// for (customer, plan) in customers {
+///     let quota = &plans[plan];
+///     let granted = (0..5).filter(|_| limiter.allow(customer, quota).unwrap().allowed).count();
+///     println!("{customer} ({plan}): {granted} of 5");
+/// }
+/// assert!(!limiter.allow("alice", &plans["free"])?.allowed); // 2 a second
+/// assert!(limiter.allow("bob", &plans["pro"])?.allowed);
+/// # Ok::<(), ratomic::Error>(())
+/// ```
+///
+/// Every method is safe to call from many threads at once; each has an
+/// `_at` form taking the time (ns on the limiter's clock), like
+/// [`Keyed`](crate::Keyed)'s.
+pub struct Quotas<C: Clock = MonotonicClock> {
+    base: Base<QuotaFree, [u8], C>,
+    /// The longest key a caller may pass (the store's own bound is this
+    /// plus room for the quota prefix).
+    max_key_len: usize,
+}
+
+/// What the store asks of a GCRA state when no call is at hand, which is
+/// the same for every quota (see the module docs): the retention of a
+/// [`Gcra`] of any quota.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QuotaFree;
+
+impl QuotaFree {
+    /// Any GCRA: its `PRISTINE`, `idle_after` and `join` never read the quota.
+    fn gcra() -> Gcra {
+        Gcra::new(Quota::new(1, 1.0).expect("a valid quota"))
+    }
+}
+
+impl Retention for QuotaFree {
+    fn pristine(&self, out: &mut [u64]) {
+        out[0] = Gcra::PRISTINE;
+    }
+    fn idle_after(&self, states: &[u64], now: u64) -> u64 {
+        Algorithm::idle_after(&Self::gcra(), states[0], now)
+    }
+    fn join_into(&self, floor: &mut [u64], states: &[u64]) {
+        floor[0] = Self::gcra().join(floor[0], states[0]);
+    }
+}
+
+/// A (quota, key) pair as the store's key: the quota's emission interval
+/// and capacity, LEB128, then the key.
+fn store_key(quota: &Quota, key: &[u8]) -> SmallVec<[u8; 64]> {
+    let mut out = SmallVec::with_capacity(MAX_PREFIX + key.len());
+    for mut v in [quota.emission_interval_nanos(), quota.capacity()] {
+        loop {
+            let byte = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(byte);
+                break;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    out.extend_from_slice(key);
+    out
+}
+
+impl Quotas {
+    /// Token buckets per (quota, byte-string key) with the default clock
+    /// and options.
+    pub fn new() -> Self {
+        Self::with_options(MonotonicClock::new(), Options::default()).expect("the default options are valid")
+    }
+
+    /// Starts building a limiter whose quotas come with each call.
+    pub fn builder() -> Builder<PerCall> {
+        Builder::new(PerCall(()))
+    }
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What a [`Quotas`] builder builds: quotas given with each call (see
+/// [`Quotas::builder`]).
+#[derive(Debug)]
+pub struct PerCall(());
+
+impl<C: Clock> Builder<PerCall, [u8], C> {
+    /// The limiter; errors if an option is out of range.
+    pub fn build(self) -> Result<Quotas<C>> {
+        Quotas::with_options(self.clock, self.options)
+    }
+}
+
+impl<C: Clock> Quotas<C> {
+    /// A limiter on `clock`, storing buckets as `options` say (`max_key_len`
+    /// bounds the caller's key; the quota is stored beside it).
+    pub fn with_options(clock: C, options: Options) -> Result<Self> {
+        options.validate()?;
+        let max_key_len = options.max_key_len;
+        let store_options = options.max_key_len((max_key_len + MAX_PREFIX).min(u32::MAX as usize));
+        Ok(Quotas { base: Base::new(QuotaFree, 1, clock, &store_options)?, max_key_len })
+    }
+
+    /// The limiter's clock.
+    pub fn clock(&self) -> &C {
+        &self.base.clock
+    }
+
+    /// The clock's reading now, as the `*_at` methods expect it.
+    #[inline]
+    pub fn now(&self) -> u64 {
+        self.base.clock.now()
+    }
+
+    /// The longest key, in bytes, this limiter accepts.
+    pub fn max_key_len(&self) -> usize {
+        self.max_key_len
+    }
+
+    /// The store key for a call, after checking the caller's key length.
+    #[inline]
+    fn key_for(&self, key: &[u8], quota: &Quota) -> Result<SmallVec<[u8; 64]>> {
+        if key.len() > self.max_key_len {
+            return Err(Error::KeyTooLong { len: key.len(), max: self.max_key_len });
+        }
+        Ok(store_key(quota, key))
+    }
+
+    /// Takes one token from `key`'s bucket under `quota`, if it has one.
+    #[inline]
+    pub fn allow<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q, quota: &Quota) -> Result<Decision> {
+        self.allow_at(key, quota, 1, self.now())
+    }
+
+    /// Takes `cost` tokens from `key`'s bucket under `quota`; cost 0
+    /// answers like [`peek`](Self::peek). Errors (changing nothing) if
+    /// `cost` exceeds the quota's capacity or the key is too long.
+    #[inline]
+    pub fn allow_n<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q, quota: &Quota, cost: u64) -> Result<Decision> {
+        self.allow_at(key, quota, cost, self.now())
+    }
+
+    /// [`allow_n`](Self::allow_n) at time `now`.
+    pub fn allow_at<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q, quota: &Quota, cost: u64, now: u64) -> Result<Decision> {
+        let alg = Gcra::new(*quota);
+        alg.check_cost(cost)?;
+        let k = self.key_for(key.as_key(), quota)?;
+        let verdict = self.base.update(&k, now, |cells| Ok(charge_in(&alg, cells, 0, now, cost)?.0))?;
+        Ok(verdict.decision())
+    }
+
+    /// What `allow` would answer for one token, changing nothing.
+    pub fn peek<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q, quota: &Quota) -> Result<Decision> {
+        self.peek_at(key, quota, 1, self.now())
+    }
+
+    /// What `allow_n(key, quota, cost)` would answer at `now`, changing nothing.
+    pub fn peek_at<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q, quota: &Quota, cost: u64, now: u64) -> Result<Decision> {
+        let alg = Gcra::new(*quota);
+        alg.check_cost(cost)?;
+        let k = self.key_for(key.as_key(), quota)?;
+        let verdict = self.base.update(&k, now, |cells| peek_in(&alg, cells, 0, now, cost))?;
+        Ok(verdict.decision())
+    }
+
+    /// Gives `tokens` back to `key`'s bucket under `quota` (never above full).
+    pub fn refund<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q, quota: &Quota, tokens: u64) -> Result<()> {
+        self.refund_at(key, quota, tokens, self.now())
+    }
+
+    /// [`refund`](Self::refund) at time `now`.
+    pub fn refund_at<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q, quota: &Quota, tokens: u64, now: u64) -> Result<()> {
+        let alg = Gcra::new(*quota);
+        let k = self.key_for(key.as_key(), quota)?;
+        self.base.credit(&k, now, true, |cells| refund_in(&alg, cells, 0, now, tokens).map(drop)).map(drop)
+    }
+
+    /// Forgets `key`'s bucket under `quota`: it is full again.
+    pub fn reset<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q, quota: &Quota) -> Result<()> {
+        self.reset_at(key, quota, self.now())
+    }
+
+    /// [`reset`](Self::reset) at time `now`.
+    pub fn reset_at<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q, quota: &Quota, now: u64) -> Result<()> {
+        let k = self.key_for(key.as_key(), quota)?;
+        self.base.reset_at(&k, now)
+    }
+
+    /// Takes `cost` from `key` under `quota`, waiting out each denial with
+    /// the clock's [`sleep`](Clock::sleep), as
+    /// [`Keyed::acquire`](crate::Keyed::acquire) does.
+    pub fn acquire<Q: ?Sized + AsKey<[u8]>>(
+        &self,
+        key: &Q,
+        quota: &Quota,
+        cost: u64,
+        timeout: Option<Duration>,
+    ) -> Result<Decision> {
+        base::acquire(
+            timeout,
+            || self.allow_n(key, quota, cost),
+            |d| (d.allowed, d.retry_after),
+            |d| self.base.clock.sleep(d),
+        )
+    }
+
+    /// [`acquire`](Self::acquire) for async code on any runtime (`sleep(d)`
+    /// returns a future that completes after `d`).
+    pub async fn acquire_with<Q, F, Fut>(
+        &self,
+        key: &Q,
+        quota: &Quota,
+        cost: u64,
+        timeout: Option<Duration>,
+        sleep: F,
+    ) -> Result<Decision>
+    where
+        Q: ?Sized + AsKey<[u8]>,
+        F: FnMut(Duration) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        base::acquire_async(timeout, || self.allow_n(key, quota, cost), |d| (d.allowed, d.retry_after), sleep).await
+    }
+
+    /// Buckets currently held, across all quotas (see
+    /// [`Keyed::len`](crate::Keyed::len)).
+    pub fn len(&self) -> usize {
+        self.base.len()
+    }
+
+    /// Whether no bucket is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops every bucket that is full again; returns how many.
+    pub fn gc(&self) -> Result<usize> {
+        self.gc_at(self.now())
+    }
+
+    /// [`gc`](Self::gc) at time `now`.
+    pub fn gc_at(&self, now: u64) -> Result<usize> {
+        self.base.gc_at(now)
+    }
+
+    /// Bytes of memory the store holds.
+    pub fn memory_bytes(&self) -> usize {
+        self.base.memory_bytes()
+    }
+}
+
+impl<C: Clock + fmt::Debug> fmt::Debug for Quotas<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Quotas").field("clock", &self.base.clock).field("keys", &self.len()).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prefix_is_self_delimiting_so_pairs_never_collide() {
+        let a = Quota::new(1, 1.0).unwrap(); // T = 1e9
+        let b = Quota::new(300, 1.0).unwrap();
+        // Same bytes overall would need the same quota and the same key.
+        assert_ne!(store_key(&a, b"x"), store_key(&b, b"x"));
+        assert_ne!(store_key(&a, b""), store_key(&a, b"\0"));
+        let k = store_key(&Quota::new(u64::MAX >> 2, 1e12).unwrap(), b"key");
+        assert!(k.len() <= MAX_PREFIX + 3);
+    }
+
+    #[test]
+    fn retention_is_that_of_every_gcra() {
+        for q in [Quota::new(1, 1.0).unwrap(), Quota::new(1000, 0.001).unwrap(), Quota::new(7, 1e9).unwrap()] {
+            let g = Gcra::new(q);
+            for (s, now) in [(0, 0), (5, 10), (10, 5), (u64::MAX >> 1, 3)] {
+                assert_eq!(QuotaFree.idle_after(&[s], now), Algorithm::idle_after(&g, s, now));
+                let mut f = [s];
+                QuotaFree.join_into(&mut f, &[now]);
+                assert_eq!(f[0], g.join(s, now));
+            }
+        }
+    }
+}

@@ -113,6 +113,39 @@ export declare class NativeLimiter {
 export declare class NativeMember {}
 
 /**
+ * Token buckets whose quota is given with each call, one bucket per
+ * (quota, key), all in one bounded store.
+ */
+export declare class NativeQuotas {
+  /**
+   * Buckets stored as `options` say, on the JavaScript clock `clock`
+   * (none: the monotonic clock).
+   */
+  constructor(options?: StoreOptions | undefined | null, clock?: NativeClock | undefined | null)
+  /**
+   * Takes `cost` from `key`'s bucket under `quota` at `nowMs` (default:
+   * the native clock); writes the decision into `out`, returns `allowed`.
+   */
+  allow(key: string | Uint8Array, quota: RuleSpec, cost: number, nowMs?: number): boolean
+  /** Answers like `allow`, changing nothing. */
+  peek(key: string | Uint8Array, quota: RuleSpec, cost: number, nowMs?: number): boolean
+  /** Gives `tokens` back to `key`'s bucket under `quota` (never above full). */
+  refund(key: string | Uint8Array, quota: RuleSpec, tokens: number, nowMs?: number): void
+  /** Forgets `key`'s bucket under `quota`: it is full again. */
+  reset(key: string | Uint8Array, quota: RuleSpec, nowMs?: number): void
+  /** Buckets held, across all quotas. */
+  size(): number
+  /** Drops every bucket that is full again at `nowMs`; returns how many. */
+  gc(nowMs?: number | undefined | null): number
+  /** Bytes of memory the store holds. */
+  memoryBytes(): number
+  /** The longest key accepted, in bytes. */
+  get maxKeyLen(): number
+  /** The native monotonic clock, in milliseconds. */
+  nowMs(): number
+}
+
+/**
  * Several limiters, each on its own key, decided all or nothing: a call
  * passes only if every member allows it; then every member is charged,
  * otherwise none is.

@@ -839,6 +839,7 @@ module.exports.NativeClock = nativeBinding.NativeClock
 module.exports.NativeKeyed = nativeBinding.NativeKeyed
 module.exports.NativeLimiter = nativeBinding.NativeLimiter
 module.exports.NativeMember = nativeBinding.NativeMember
+module.exports.NativeQuotas = nativeBinding.NativeQuotas
 module.exports.NativeStack = nativeBinding.NativeStack
 module.exports.hotPath = nativeBinding.hotPath
 module.exports.noop = nativeBinding.noop

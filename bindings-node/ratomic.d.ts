@@ -277,6 +277,57 @@ export declare class Limiter extends BaseLimiter<MultiDecision> {
 }
 
 /**
+ * A call's token-bucket quota: a rate string (`"100/min"`: a burst of 100
+ * refilled over a minute), `{ capacity, refillPerSec }`, or `{ rate, burst }`.
+ */
+export type QuotaSpec =
+  | string
+  | {
+      /** Burst size, a whole number >= 1. */
+      capacity: number
+      /** Tokens refilled per second (finite, > 0). */
+      refillPerSec: number
+    }
+  | {
+      /** A rate string such as `"10/s"`: its count is the burst unless `burst` is given. */
+      rate: string
+      /** A burst other than the rate's count, refilled at the same pace. */
+      burst?: number
+    }
+
+/**
+ * Token buckets whose quota comes with each call, one bucket per (quota, key), all in one
+ * bounded store: per-customer quotas read from a database. The same key under two quotas
+ * is two buckets; a quota never seen starts full. Windows are not accepted (a window's
+ * state cannot be read without its period).
+ */
+export declare class Quotas {
+  constructor(options?: LimiterOptions)
+  /** Takes `cost` (default 1) from `key`'s bucket under `quota`. A denial is a value. */
+  allow(key: Key, quota: QuotaSpec, cost?: number): Decision
+  /** Answers like `allow` and changes nothing. */
+  peek(key: Key, quota: QuotaSpec, cost?: number): Decision
+  /** Gives `tokens` (default 1) back to `key`'s bucket under `quota`, never above full. */
+  refund(key: Key, quota: QuotaSpec, tokens?: number): void
+  /** Forgets `key`'s bucket under `quota`: it is full again. */
+  reset(key: Key, quota: QuotaSpec): void
+  /** Like {@link BaseLimiter.acquire}, with the quota. */
+  acquire(key: Key, quota: QuotaSpec, cost?: number, options?: AcquireOptions): Promise<Decision>
+  /** Drops every bucket full again at `atMs` (default: now); returns how many. */
+  gc(atMs?: number): number
+  /** Buckets held, across all quotas. */
+  readonly size: number
+  /** Bytes of memory the store holds. */
+  readonly memoryBytes: number
+  /** The longest key accepted, in bytes. */
+  readonly maxKeyLen: number
+  /** The clock given to the constructor (`undefined`: the monotonic clock). */
+  readonly clock: ClockLike | undefined
+  /** The clock's reading, in milliseconds. */
+  now(): number
+}
+
+/**
  * Limiters on different keys (per IP, per user, global), all or nothing: a call passes
  * only if every member allows its key; then every member is charged, otherwise none is.
  * Members stay usable on their own. The stack reads one clock per call and passes it to

@@ -10,7 +10,7 @@
 // scope, and package.json's `exports` lets `require('ratomic')` reach only
 // this file.
 
-const { NativeKeyed, NativeLimiter, NativeStack, NativeClock, hotPath } = require('./index.js')
+const { NativeKeyed, NativeLimiter, NativeStack, NativeQuotas, NativeClock, hotPath } = require('./index.js')
 
 // One allow and one op function per thread for each kind of limiter, each
 // taking the limiter's id: every call site below stays monomorphic (see
@@ -671,4 +671,93 @@ class Stack {
   }
 }
 
-module.exports = { BaseLimiter, TokenBucket, FixedWindow, SlidingWindow, Limiter, Stack, ManualClock }
+const QUOTA_FIELDS = ['capacity', 'refillPerSec', 'rate', 'burst']
+
+// A call's quota as the native side reads it: a rate string ("100/min",
+// burst = count) or { capacity, refillPerSec } / { rate, burst }.
+function quotaSpec(quota) {
+  if (typeof quota === 'string') return { algorithm: 'tokenBucket', rate: quota }
+  if (quota === null || typeof quota !== 'object' || Array.isArray(quota)) {
+    throw typeError(`a quota must be a rate string like "100/min" or { capacity, refillPerSec }, got ${describe(quota)}`)
+  }
+  const spec = { algorithm: 'tokenBucket' }
+  for (const name of Object.keys(quota)) {
+    if (!QUOTA_FIELDS.includes(name)) throw typeError(`unknown quota field ${JSON.stringify(name)} (expected one of ${QUOTA_FIELDS.join(', ')})`)
+    const v = quota[name]
+    if (v === undefined) continue
+    if (name === 'rate' ? typeof v !== 'string' : typeof v !== 'number') {
+      throw typeError(`quota.${name} must be a ${name === 'rate' ? 'rate string' : 'number'}, got ${describe(v)}`)
+    }
+    spec[name] = v
+  }
+  return spec
+}
+
+/**
+ * Token buckets whose quota comes with each call, one bucket per
+ * (quota, key), all in one bounded store: per-customer quotas read from a
+ * database. `quotas.allow(key, '100/min')`.
+ */
+class Quotas {
+  #native
+  #time
+
+  constructor(options) {
+    const o = readOptions(options, OPTIONS)
+    this.#time = timeOf(o.clock)
+    this.#native = new NativeQuotas(storeOptions(o), clockId(this.#time.clock))
+  }
+
+  #at() {
+    return this.#time.read === null ? undefined : readClock(this.#time.read)
+  }
+
+  allow(key, quota, cost) {
+    const c = cost === undefined ? 1 : number(cost, 'cost')
+    return single(this.#native.allow(key, quotaSpec(quota), c, this.#at()), OUT, 0)
+  }
+
+  peek(key, quota, cost) {
+    const c = cost === undefined ? 1 : number(cost, 'cost')
+    return single(this.#native.peek(key, quotaSpec(quota), c, this.#at()), OUT, 0)
+  }
+
+  refund(key, quota, tokens) {
+    this.#native.refund(key, quotaSpec(quota), tokens === undefined ? 1 : number(tokens, 'tokens'), this.#at())
+  }
+
+  reset(key, quota) {
+    this.#native.reset(key, quotaSpec(quota), this.#at())
+  }
+
+  acquire(key, quota, cost, options) {
+    return acquire(() => this.allow(key, quota, cost), this.#time.sleep, options)
+  }
+
+  gc(atMs) {
+    return this.#native.gc(atMs === undefined ? this.#at() : number(atMs, 'atMs'))
+  }
+
+  get size() {
+    return this.#native.size()
+  }
+
+  get memoryBytes() {
+    return this.#native.memoryBytes()
+  }
+
+  get maxKeyLen() {
+    return this.#native.maxKeyLen
+  }
+
+  get clock() {
+    return this.#time.clock
+  }
+
+  now() {
+    const t = this.#at()
+    return t === undefined ? this.#native.nowMs() : t
+  }
+}
+
+module.exports = { BaseLimiter, TokenBucket, FixedWindow, SlidingWindow, Limiter, Stack, Quotas, ManualClock }

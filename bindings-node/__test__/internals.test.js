@@ -17,15 +17,15 @@ function run(code) {
 }
 
 test('the package exports the public API only', () => {
-  assert.deepEqual(Object.keys(ratomic).sort(), ['BaseLimiter', 'FixedWindow', 'Limiter', 'ManualClock', 'SlidingWindow', 'Stack', 'TokenBucket'])
+  assert.deepEqual(Object.keys(ratomic).sort(), ['BaseLimiter', 'FixedWindow', 'Limiter', 'ManualClock', 'Quotas', 'SlidingWindow', 'Stack', 'TokenBucket'])
 })
 
 test('no limiter exposes a native handle', () => {
-  const { TokenBucket, Limiter, Stack } = ratomic
+  const { TokenBucket, Limiter, Stack, Quotas } = ratomic
   const tb = new TokenBucket(1, 1)
   const l = new Limiter({ a: '1/s' })
   const s = new Stack({ tb, l })
-  for (const obj of [tb, l, l.select(['a']), s]) {
+  for (const obj of [tb, l, l.select(['a']), s, new Quotas()]) {
     assert.deepEqual(Object.getOwnPropertyNames(obj), [])
     for (let p = Object.getPrototypeOf(obj); p !== Object.prototype; p = Object.getPrototypeOf(p)) {
       for (const name of Object.getOwnPropertyNames(p)) assert.ok(!name.startsWith('_'), `${p.constructor.name}.${name}`)

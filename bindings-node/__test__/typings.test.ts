@@ -17,6 +17,8 @@ import {
   ManualClock,
   MultiDecision,
   NamedDecision,
+  Quotas,
+  QuotaSpec,
   Rule,
   RuleInfo,
   SharedOptions,
@@ -118,6 +120,28 @@ test('typings: a Stack, every operation', async () => {
   assert.equal(waited.allowed, true)
   const pairs = new Stack([['a', new TokenBucket(1, 1)]])
   assert.deepEqual(pairs.names, ['a'])
+})
+
+test('typings: Quotas, every operation', async () => {
+  const clock = new ManualClock()
+  const q = new Quotas({ clock, maxKeys: 1000 })
+  const plan: QuotaSpec = '2/s'
+  const d: Decision = q.allow('acme', plan)
+  assert.equal(d.remaining, 1)
+  assert.equal(q.allow(Buffer.from('acme'), { capacity: 5, refillPerSec: 1 }, 2).remaining, 3)
+  assert.equal(q.peek('acme', { rate: '2/s', burst: 2 }, 0).remaining, 1)
+  q.refund('acme', plan, 1)
+  q.refund('acme', plan)
+  q.reset('acme', plan)
+  const waited: Decision = await q.acquire('acme', plan, 1, { timeoutMs: 0 })
+  assert.equal(waited.allowed, true)
+  const sizes: [number, number, number, number] = [q.size, q.memoryBytes, q.maxKeyLen, q.gc(10_000)]
+  assert.equal(sizes[0] >= 0 && sizes[1] > 0 && sizes[2] > 0 && sizes[3] >= 0, true)
+  const theClock: ClockLike | undefined = q.clock
+  assert.equal(theClock, clock)
+  assert.equal(q.now(), 0)
+  // @ts-expect-error a quota is a rate string or a token-bucket object
+  assert.throws(() => q.allow('acme', 5), TypeError)
 })
 
 test('typings: misuse does not compile, and throws', () => {

@@ -23,6 +23,7 @@ mod hot;
 mod key;
 mod keyed;
 mod limiter;
+mod quotas;
 mod rule;
 mod shared;
 mod stack;

@@ -258,6 +258,21 @@ typedef struct ratomic_limiter ratomic_limiter;
 typedef struct ratomic_quotas ratomic_quotas;
 
 /*
+ Limiters on different keys (per IP, per user, global), all or nothing:
+ a call passes only if every member allows its own key, and then every
+ member is charged; otherwise none is. Opaque: made by
+ `ratomic_stack_new`, released with `ratomic_stack_free`.
+
+ The stack holds its members: freeing a member's `ratomic_limiter` while
+ the stack lives is safe (the stack keeps it alive until
+ `ratomic_stack_free`).
+
+ Thread-safety: every operation is safe from many threads at once, except
+ `ratomic_stack_free`, which must not race with any other use.
+ */
+typedef struct ratomic_stack ratomic_stack;
+
+/*
  A clock: returns the current time in **nanoseconds** on any monotonic
  timeline of the caller's choice (it need not start at 0). Called with the
  `clock_user_data` given in `ratomic_options`.
@@ -536,6 +551,20 @@ typedef struct {
    */
   double refill_per_sec;
 } ratomic_limit_info;
+
+/*
+ One key of a stack call: member `i` is asked about `keys[i]`.
+ */
+typedef struct {
+  /*
+   The key's bytes (any bytes); may be NULL only when `key_len` is 0.
+   */
+  const uint8_t *key;
+  /*
+   The key's length in bytes.
+   */
+  size_t key_len;
+} ratomic_key;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1475,6 +1504,179 @@ ratomic_result ratomic_limit_get(const ratomic_limiter *limiter,
  `out` must be valid for writes.
  */
 ratomic_result ratomic_window_max_limit(uint32_t algorithm, uint64_t window_ns, uint64_t *out);
+
+/*
+ Makes a stack of `count` members (1 to 16): member `i` is `members[i]`,
+ named `names[i]` (NUL-terminated UTF-8, distinct). The stack reads the
+ clock of `options` (NULL or no callback: the library's monotonic clock)
+ once per call and passes it to every member, so every member must read
+ the same clock: all on the monotonic clock, or all made with the same
+ `clock` callback and `clock_user_data` as the stack (SPEC §4.5). Only the
+ options' clock fields are read.
+
+ On `RATOMIC_OK`, `*out` is a new stack; on any error it is untouched.
+
+ Errors: `RATOMIC_NULL_ARGUMENT` (names, members, out, or any entry of
+ either); `RATOMIC_INVALID_ARGUMENT` (count 0 or above 16, a repeated or
+ non-UTF-8 name, a member on another clock than the stack's: the message
+ names it); `RATOMIC_OTHER_ERROR` (a Redis-backed member); `RATOMIC_PANIC`.
+
+ Ownership: `names` and `members` are only read during the call; the stack
+ shares each member's limiter, so the caller may free the member handles
+ at any time. The caller owns `*out` and releases it with
+ `ratomic_stack_free`. Thread-safety: safe from any thread.
+
+ # Safety
+ `names` must point to `count` NUL-terminated strings and `members` to
+ `count` live limiters; `options`, if non-NULL, a valid `ratomic_options`;
+ `out` valid for writes.
+ */
+ratomic_result ratomic_stack_new(const char *const *names,
+                                 const ratomic_limiter *const *members,
+                                 size_t count,
+                                 const ratomic_options *options,
+                                 ratomic_stack **out);
+
+/*
+ Releases a stack (the members' limiters live on while other handles or
+ stacks hold them). NULL is accepted and does nothing.
+
+ # Safety
+ `stack` must be NULL or a pointer from `ratomic_stack_new` not yet freed,
+ and no other call may use it at the same time.
+ */
+void ratomic_stack_free(ratomic_stack *stack);
+
+/*
+ Takes `cost` from every member, member `i` on `keys[i]` (`count` keys, one
+ per member), all or nothing, at one reading of the stack's clock. Writes
+ the combined decision to `*decision` and one entry per member (in member
+ order, named) to `entries[0 .. *entries_len]`; the members that denied
+ are the entries with `decision.allowed == false`. A denial is
+ `RATOMIC_OK` with `decision->allowed == false`, and charges no member.
+
+ Errors (no state changed, outputs untouched): `RATOMIC_NULL_ARGUMENT`
+ (stack, keys, decision, entries, entries_len, or a key with a non-zero
+ length); `RATOMIC_INVALID_ARGUMENT` (`count` is not the number of
+ members; the clock read past `RATOMIC_MAX_TIME`);
+ `RATOMIC_BUFFER_TOO_SMALL` (`entries_cap` below the member count);
+ `RATOMIC_COST_EXCEEDS_LIMIT` (above a member's limit);
+ `RATOMIC_KEY_TOO_LONG` (above a member's `max_key_len`); `RATOMIC_PANIC`.
+
+ Ownership: borrows everything for the call; an entry's `name` stays valid
+ until the stack is freed. Thread-safety: safe from many threads at once;
+ no member ever grants more than its limit.
+
+ # Safety
+ `stack` must be live; `keys` must point to `count` keys, each to its
+ bytes; `decision`, `entries_len` and `entries` (room for `entries_cap`)
+ valid for writes.
+ */
+ratomic_result ratomic_stack_allow(const ratomic_stack *stack,
+                                   const ratomic_key *keys,
+                                   size_t count,
+                                   uint64_t cost,
+                                   ratomic_decision *decision,
+                                   ratomic_limit_decision *entries,
+                                   size_t entries_cap,
+                                   size_t *entries_len);
+
+/*
+ `ratomic_stack_allow` at time `now_ns` (nanoseconds on the stack's
+ clock's timeline; see `ratomic_allow_at`). Errors as
+ `ratomic_stack_allow`; `RATOMIC_INVALID_ARGUMENT` when `now_ns` is above
+ `RATOMIC_MAX_TIME`.
+
+ # Safety
+ As `ratomic_stack_allow`.
+ */
+ratomic_result ratomic_stack_allow_at(const ratomic_stack *stack,
+                                      const ratomic_key *keys,
+                                      size_t count,
+                                      uint64_t cost,
+                                      uint64_t now_ns,
+                                      ratomic_decision *decision,
+                                      ratomic_limit_decision *entries,
+                                      size_t entries_cap,
+                                      size_t *entries_len);
+
+/*
+ What `ratomic_stack_allow_at` would answer, changing nothing. Errors as
+ `ratomic_stack_allow_at`.
+
+ # Safety
+ As `ratomic_stack_allow`.
+ */
+ratomic_result ratomic_stack_peek_at(const ratomic_stack *stack,
+                                     const ratomic_key *keys,
+                                     size_t count,
+                                     uint64_t cost,
+                                     uint64_t now_ns,
+                                     ratomic_decision *decision,
+                                     ratomic_limit_decision *entries,
+                                     size_t entries_cap,
+                                     size_t *entries_len);
+
+/*
+ `ratomic_stack_allow`, waiting out each denial's `retry_after` with the
+ stack clock's sleep (the options' `clock_sleep` callback, or a real
+ sleep), as `ratomic_acquire` does: returns the allowing decision, or,
+ once the next wait would take the total past `timeout_ns`, that denial
+ without waiting. `RATOMIC_NO_TIMEOUT` waits as long as it takes. Errors
+ as `ratomic_stack_allow`. Blocks the calling thread.
+
+ # Safety
+ As `ratomic_stack_allow`.
+ */
+ratomic_result ratomic_stack_acquire(const ratomic_stack *stack,
+                                     const ratomic_key *keys,
+                                     size_t count,
+                                     uint64_t cost,
+                                     uint64_t timeout_ns,
+                                     ratomic_decision *decision,
+                                     ratomic_limit_decision *entries,
+                                     size_t entries_cap,
+                                     size_t *entries_len);
+
+/*
+ Gives `tokens` back to every member, member `i` on `keys[i]` (never above
+ full), at `now_ns`: for work a stack call admitted but that was not done.
+
+ Errors (nothing changed): `RATOMIC_NULL_ARGUMENT` (stack, keys, or a key
+ with a non-zero length); `RATOMIC_INVALID_ARGUMENT` (`count` is not the
+ number of members; `now_ns` above `RATOMIC_MAX_TIME`);
+ `RATOMIC_KEY_TOO_LONG`; `RATOMIC_PANIC`.
+
+ # Safety
+ `stack` must be live; `keys` must point to `count` keys, each to its bytes.
+ */
+ratomic_result ratomic_stack_refund_at(const ratomic_stack *stack,
+                                       const ratomic_key *keys,
+                                       size_t count,
+                                       uint64_t tokens,
+                                       uint64_t now_ns);
+
+/*
+ Forgets every member's key (`keys[i]` for member `i`) at `now_ns`: each
+ is full again. Errors as `ratomic_stack_refund_at`.
+
+ # Safety
+ As `ratomic_stack_refund_at`.
+ */
+ratomic_result ratomic_stack_reset_at(const ratomic_stack *stack,
+                                      const ratomic_key *keys,
+                                      size_t count,
+                                      uint64_t now_ns);
+
+/*
+ Writes the number of members to `*out`: the `count` every call takes and
+ the room `entries` needs. Errors (`*out` untouched):
+ `RATOMIC_NULL_ARGUMENT` (stack, out); `RATOMIC_PANIC`.
+
+ # Safety
+ `stack` must be live; `out` valid for writes.
+ */
+ratomic_result ratomic_stack_member_count(const ratomic_stack *stack, size_t *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -32,6 +32,7 @@ mod quotas;
 mod redis;
 mod result;
 mod rule;
+mod stack;
 
 pub use decision::{ratomic_decision, ratomic_limit_decision};
 pub use limiter::{
@@ -62,6 +63,11 @@ pub use result::{
     ratomic_last_error_message, ratomic_last_error_request, ratomic_result, ratomic_result_message, ratomic_version,
 };
 pub use rule::{ratomic_algorithm, ratomic_limit_get, ratomic_limit_info, ratomic_window_max_limit};
+pub use stack::{
+    ratomic_key, ratomic_stack, ratomic_stack_acquire, ratomic_stack_allow, ratomic_stack_allow_at, ratomic_stack_free,
+    ratomic_stack_member_count, ratomic_stack_new, ratomic_stack_peek_at, ratomic_stack_refund_at,
+    ratomic_stack_reset_at,
+};
 
 #[cfg(test)]
 mod tests;

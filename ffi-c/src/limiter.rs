@@ -5,6 +5,7 @@
 //! named ones, both on the caller's clock ([`FfiClock`]).
 
 use std::ffi::{c_char, CString};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ratomic_core::{Keyed, Limiter, Quota, Rate, Rule};
@@ -37,10 +38,11 @@ impl std::fmt::Debug for ratomic_limiter {
 
 /// Core's limiter behind a handle.
 pub(crate) enum Engine {
-    /// One rule, any algorithm.
-    One(Keyed<Rule, [u8], FfiClock>),
-    /// Several named rules on each key, all or nothing.
-    Many(Limiter<[u8], FfiClock>),
+    /// One rule, any algorithm. Shared, so a `ratomic_stack` can hold it
+    /// past the handle's own free.
+    One(Arc<Keyed<Rule, [u8], FfiClock>>),
+    /// Several named rules on each key, all or nothing (shared likewise).
+    Many(Arc<Limiter<[u8], FfiClock>>),
     /// One or several rules, their state on a Redis server.
     Redis(Box<crate::redis::RedisEngine>),
 }
@@ -108,7 +110,7 @@ impl ratomic_limiter {
         let o = unsafe { Resolved::from_ptr(options) }?;
         let keyed = Keyed::with_algorithm(rule, o.clock, o.options)?;
         // SAFETY: forwarded from the caller.
-        unsafe { Self::hand_out(Engine::One(keyed), Box::new([name.to_owned()]), out) };
+        unsafe { Self::hand_out(Engine::One(Arc::new(keyed)), Box::new([name.to_owned()]), out) };
         Ok(())
     }
 

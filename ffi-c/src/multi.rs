@@ -75,7 +75,7 @@ pub unsafe extern "C" fn ratomic_multi_limiter_new(
         let builder = rules.into_iter().fold(Limiter::builder(), |b, (name, rule)| b.limit(name, rule));
         let limiter = builder.clock(o.clock).options(o.options).build()?;
         // SAFETY: `out` was checked above.
-        unsafe { ratomic_limiter::hand_out(Engine::Many(limiter), names.into_boxed_slice(), out) };
+        unsafe { ratomic_limiter::hand_out(Engine::Many(std::sync::Arc::new(limiter)), names.into_boxed_slice(), out) };
         Ok(())
     })
 }

@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 use std::time::Duration;
 
-use ratomic_core::{Clock, Eviction, MonotonicClock, Options};
+use ratomic_core::{Clock, ClockId, Eviction, MonotonicClock, Options};
 
 use crate::boundary::Failure;
 
@@ -167,6 +167,24 @@ impl Clock for FfiClock {
             Read::Callback(f) => unsafe { f(self.user_data) },
             #[cfg(test)]
             Read::Panicking => panic!("the test clock panics"),
+        }
+    }
+
+    /// The timeline: the library's monotonic clock, or the callback's,
+    /// identified by `clock_user_data` (by the function when that is
+    /// NULL). A `ratomic_stack` accepts members whose clocks agree.
+    fn id(&self) -> ClockId {
+        match self.read {
+            Read::Monotonic(_) => ClockId::MONOTONIC,
+            Read::Callback(f) => {
+                let at =
+                    if self.user_data.is_null() { f as *const u8 } else { self.user_data.cast::<u8>().cast_const() };
+                // SAFETY: a zero-length slice at a non-NULL address reads
+                // nothing; `ClockId::of` only takes its address.
+                ClockId::of(unsafe { std::slice::from_raw_parts(at, 0) })
+            }
+            #[cfg(test)]
+            Read::Panicking => ClockId::of(self),
         }
     }
 

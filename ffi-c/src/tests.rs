@@ -14,7 +14,10 @@ use crate::*;
 fn limiter_with_panicking_clock() -> *mut ratomic_limiter {
     let rule = Rule::token_bucket(Quota::new(3, 1.0).unwrap());
     let keyed = Keyed::with_algorithm(rule, FfiClock::panicking(), Options::default()).unwrap();
-    Box::into_raw(Box::new(ratomic_limiter { engine: Engine::One(keyed), names: Box::new([c"token_bucket".into()]) }))
+    Box::into_raw(Box::new(ratomic_limiter {
+        engine: Engine::One(std::sync::Arc::new(keyed)),
+        names: Box::new([c"token_bucket".into()]),
+    }))
 }
 
 fn last_error() -> String {

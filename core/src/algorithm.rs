@@ -25,6 +25,12 @@ pub trait Algorithm: sealed::Sealed + Send + Sync + 'static {
     /// The most a key can hold; the largest cost a call may ask.
     fn limit(&self) -> u64;
 
+    /// The policy's time window: a window algorithm's window length, or the
+    /// time an empty token bucket takes to fill (`capacity × emission
+    /// interval`). What the `w` parameter of a `RateLimit-Policy` header
+    /// field says (see [`headers`](crate::headers)).
+    fn window(&self) -> std::time::Duration;
+
     /// Answers `cost` at `now` from `state`: the decision and, when the call
     /// consumes, the state to store. `None` means "write nothing" (denials,
     /// cost 0). `cost ≤ limit()` has been checked.

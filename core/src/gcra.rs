@@ -56,6 +56,10 @@ impl Algorithm for Gcra {
         self.quota.capacity()
     }
 
+    fn window(&self) -> std::time::Duration {
+        self.quota.burst_window()
+    }
+
     #[inline]
     fn decide(&self, tat: u64, now: u64, cost: u64) -> (Verdict, Option<u64>) {
         // Clamping `now` to 2^63 − 1 and τ < 2^63 keep every stored TAT below

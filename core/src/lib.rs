@@ -17,6 +17,8 @@
 //! - [`Quotas`]: token buckets whose quota comes with each call
 //!   (per-customer quotas read from a database), in one bounded store.
 //! - [`DirectTokenBucket`]: one bucket, no key.
+//! - [`headers`]: the IETF `RateLimit` header fields, `Retry-After` and a
+//!   problem body for HTTP responses, from any decision.
 //! - Batches: `allow_many` decides many `(key, cost)` pairs in one call.
 //! - Every call returns the same [`Decision`]: allowed, remaining, limit,
 //!   retry_after, reset_after. A denial is a value; errors ([`Error`]) are
@@ -55,6 +57,7 @@ mod div;
 mod error;
 mod fixed_window;
 mod gcra;
+pub mod headers;
 mod key;
 mod keyed;
 mod limiter;

@@ -101,6 +101,10 @@ impl Algorithm for Rule {
         dispatch!(self, a => a.limit())
     }
 
+    fn window(&self) -> std::time::Duration {
+        dispatch!(self, a => Algorithm::window(a))
+    }
+
     #[inline]
     fn decide(&self, state: u64, now: u64, cost: u64) -> (Verdict, Option<u64>) {
         dispatch!(self, a => a.decide(state, now, cost))

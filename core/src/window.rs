@@ -221,6 +221,10 @@ impl Algorithm for FixedWindowCounter {
         self.w.limit
     }
 
+    fn window(&self) -> Duration {
+        Duration::from_nanos(self.w.window)
+    }
+
     #[inline]
     fn decide(&self, state: u64, now: u64, cost: u64) -> (Verdict, Option<u64>) {
         let (f, count) = self.view(state, now);
@@ -403,6 +407,10 @@ impl Algorithm for SlidingWindowCounter {
     #[inline]
     fn limit(&self) -> u64 {
         self.w.limit
+    }
+
+    fn window(&self) -> Duration {
+        Duration::from_nanos(self.w.window)
     }
 
     #[inline]

@@ -1,0 +1,494 @@
+//! HTTP header fields and problem bodies from a decision, written once for
+//! every face and middleware (no HTTP framework here: names and values are
+//! plain strings).
+//!
+//! The fields are those of the IETF draft "RateLimit header fields for
+//! HTTP" (draft-ietf-httpapi-ratelimit-headers-11):
+//!
+//! - `RateLimit-Policy`: one item per limit, `"name";q=<quota>;w=<window s>`;
+//! - `RateLimit`: one item per limit, `"name";r=<remaining>;t=<s until full>`;
+//! - `Retry-After` on a denial: whole seconds, rounded **up**, never 0;
+//! - optionally the legacy `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
+//!   `X-RateLimit-Reset` (seconds until full, as a delta: ratomic reads a
+//!   monotonic clock, not the wall clock);
+//! - on a denial, an RFC 9457 problem document (`application/problem+json`)
+//!   of the draft's type `quota-exceeded`, naming the limits that denied in
+//!   `violated-policies`.
+//!
+//! Durations are rounded up to whole seconds, so a client that waits what a
+//! header says never comes back early: `t` is 0 only when the key is full,
+//! `w` is at least 1. Counts above the largest Structured Field integer
+//! (999 999 999 999 999) are written as that integer.
+//!
+//! ```
+//! use ratomic::headers::{Headers, Policy};
+//! use ratomic::{ManualClock, Quota, TokenBucket};
+//!
+//! let limiter = TokenBucket::builder(Quota::parse("2/s")?).clock(ManualClock::new()).build()?;
+//! let policy = Policy::of("api", limiter.algorithm())?; // once, at setup
+//!
+//! let d = limiter.allow("10.0.0.1")?;
+//! let h = Headers::single(&policy, d);
+//! assert_eq!(h.policy(), r#""api";q=2;w=1"#);
+//! assert_eq!(h.ratelimit(), r#""api";r=1;t=1"#);
+//! assert_eq!(h.retry_after(), None);
+//!
+//! let _ = limiter.allow("10.0.0.1")?;
+//! let h = Headers::single(&policy, limiter.allow("10.0.0.1")?);
+//! assert_eq!(h.retry_after(), Some(1)); // 500 ms, rounded up
+//! assert!(h.problem_json().unwrap().contains(r#""violated-policies":["api"]"#));
+//! # Ok::<(), ratomic::Error>(())
+//! ```
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use smallvec::SmallVec;
+
+use crate::algorithm::Algorithm;
+use crate::clock::Clock;
+use crate::decision::Decision;
+use crate::error::{Error, Result};
+use crate::key::Key;
+use crate::limiter::{Limiter, MultiDecision};
+
+/// The largest Integer a Structured Field may carry (RFC 9651 §3.3.1).
+pub const MAX_SF_INTEGER: u64 = 999_999_999_999_999;
+
+/// The problem type the draft defines for a request over its quota.
+pub const PROBLEM_TYPE: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+
+/// The media type of [`Headers::problem_json`].
+pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
+
+/// One named limit as the headers describe it: its name (checked and
+/// quoted once), quota and window. Build it at setup, not per request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    name: Box<str>,
+    /// The name as a Structured Field String, quotes included.
+    quoted: Box<str>,
+    quota: u64,
+    window_secs: u64,
+}
+
+impl Policy {
+    /// A policy of `quota` units per `window`.
+    ///
+    /// The name must be non-empty printable ASCII (a Structured Field
+    /// String: `"` and `\` are escaped, anything else outside `0x20..=0x7E`
+    /// is an error). The window is rounded up to whole seconds, at least 1.
+    pub fn new(name: &str, quota: u64, window: Duration) -> Result<Self> {
+        if name.is_empty() {
+            return Err(Error::invalid("policy name", "\"\"", "must not be empty"));
+        }
+        if let Some(c) = name.chars().find(|c| !(' '..='~').contains(c)) {
+            return Err(Error::invalid(
+                "policy name",
+                format!("{name:?}"),
+                format!("{c:?} is not printable ASCII, which an HTTP Structured Field String requires"),
+            ));
+        }
+        let mut quoted = String::with_capacity(name.len() + 2);
+        quoted.push('"');
+        for c in name.chars() {
+            if c == '"' || c == '\\' {
+                quoted.push('\\');
+            }
+            quoted.push(c);
+        }
+        quoted.push('"');
+        Ok(Policy { name: name.into(), quoted: quoted.into(), quota, window_secs: ceil_secs(window).max(1) })
+    }
+
+    /// The policy of a limiter's algorithm (`limiter.algorithm()` or one of
+    /// a [`Limiter`]'s [`rules`](Limiter::rules)): its limit per its window.
+    pub fn of<A: Algorithm>(name: &str, algorithm: &A) -> Result<Self> {
+        Policy::new(name, algorithm.limit(), algorithm.window())
+    }
+
+    /// One policy per limit of `limiter`, in its order, named as its limits.
+    pub fn for_limiter<K: ?Sized + Key, C: Clock>(limiter: &Limiter<K, C>) -> Result<Vec<Policy>> {
+        limiter.names().zip(limiter.rules()).map(|(name, rule)| Policy::of(name, rule)).collect()
+    }
+
+    /// The name, as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The quota (`q`).
+    pub fn quota(&self) -> u64 {
+        self.quota
+    }
+
+    /// The window in whole seconds (`w`), rounded up, at least 1.
+    pub fn window_secs(&self) -> u64 {
+        self.window_secs
+    }
+}
+
+/// The header fields for one answer: each [`Policy`] the call was subject
+/// to with that limit's [`Decision`], and the combined decision.
+#[derive(Clone, Debug)]
+pub struct Headers<'p> {
+    items: SmallVec<[(&'p Policy, Decision); 3]>,
+    combined: Decision,
+}
+
+/// A header field: its name and value.
+pub type Field = (&'static str, String);
+
+impl<'p> Headers<'p> {
+    /// The fields for a single limit's decision.
+    pub fn single(policy: &'p Policy, decision: Decision) -> Self {
+        let mut items = SmallVec::new();
+        items.push((policy, decision));
+        Headers { items, combined: decision }
+    }
+
+    /// The fields for a [`Limiter`]'s decision, `policies` being
+    /// [`Policy::for_limiter`] of the same limiter. Lists only the limits
+    /// the call was subject to. Errors if `policies` has fewer entries than
+    /// the limiter has limits.
+    pub fn multi(policies: &'p [Policy], decision: &MultiDecision<'_>) -> Result<Self> {
+        Headers::from_parts(policies, decision.entries().map(|e| (e.index, e.decision)), decision.decision)
+    }
+
+    /// The fields from `(index into policies, decision)` pairs and the
+    /// combined decision: what a face builds when it keeps the pieces apart.
+    /// Errors on an index past `policies` or on no pairs at all.
+    pub fn from_parts(
+        policies: &'p [Policy],
+        entries: impl IntoIterator<Item = (usize, Decision)>,
+        combined: Decision,
+    ) -> Result<Self> {
+        let mut items = SmallVec::new();
+        for (index, d) in entries {
+            let policy = policies.get(index).ok_or_else(|| {
+                Error::invalid("policy index", index, format!("there are only {} policies", policies.len()))
+            })?;
+            items.push((policy, d));
+        }
+        if items.is_empty() {
+            return Err(Error::invalid("decision entries", "[]", "must name at least one policy"));
+        }
+        Ok(Headers { items, combined })
+    }
+
+    /// The combined decision.
+    pub fn decision(&self) -> &Decision {
+        &self.combined
+    }
+
+    /// The `RateLimit-Policy` value: `"name";q=<quota>;w=<window s>` per limit.
+    pub fn policy(&self) -> String {
+        let mut out = String::new();
+        for (i, (p, _)) in self.items.iter().enumerate() {
+            sep(&mut out, i);
+            let _ = write!(out, "{};q={};w={}", p.quoted, sf_int(p.quota), sf_int(p.window_secs));
+        }
+        out
+    }
+
+    /// The `RateLimit` value: `"name";r=<remaining>;t=<s until full>` per limit.
+    pub fn ratelimit(&self) -> String {
+        let mut out = String::new();
+        for (i, (p, d)) in self.items.iter().enumerate() {
+            sep(&mut out, i);
+            let _ = write!(out, "{};r={};t={}", p.quoted, sf_int(d.remaining), sf_int(ceil_secs(d.reset_after)));
+        }
+        out
+    }
+
+    /// `Retry-After` in whole seconds, rounded up and at least 1, on a
+    /// denial; `None` when the call was allowed.
+    pub fn retry_after(&self) -> Option<u64> {
+        (!self.combined.allowed).then(|| ceil_secs(self.combined.retry_after).max(1))
+    }
+
+    /// The legacy fields, from the combined decision: `X-RateLimit-Limit`,
+    /// `X-RateLimit-Remaining` and `X-RateLimit-Reset` (seconds until full,
+    /// rounded up).
+    pub fn legacy(&self) -> [Field; 3] {
+        let d = &self.combined;
+        [
+            ("X-RateLimit-Limit", d.limit.to_string()),
+            ("X-RateLimit-Remaining", d.remaining.to_string()),
+            ("X-RateLimit-Reset", ceil_secs(d.reset_after).to_string()),
+        ]
+    }
+
+    /// Every field a response carries: `RateLimit-Policy`, `RateLimit`,
+    /// `Retry-After` on a denial, and the legacy fields when asked.
+    pub fn fields(&self, legacy: bool) -> Vec<Field> {
+        let mut out = Vec::with_capacity(6);
+        out.push(("RateLimit-Policy", self.policy()));
+        out.push(("RateLimit", self.ratelimit()));
+        if let Some(s) = self.retry_after() {
+            out.push(("Retry-After", s.to_string()));
+        }
+        if legacy {
+            out.extend(self.legacy());
+        }
+        out
+    }
+
+    /// The fields as HTTP/1.1 header lines, `Name: value\r\n` each.
+    pub fn lines(&self, legacy: bool) -> String {
+        let mut out = String::new();
+        for (name, value) in self.fields(legacy) {
+            let _ = write!(out, "{name}: {value}\r\n");
+        }
+        out
+    }
+
+    /// The names of the limits that denied the call (empty when allowed).
+    pub fn denied_by(&self) -> impl Iterator<Item = &'p str> + '_ {
+        self.items.iter().filter(|(_, d)| !d.allowed).map(|(p, _)| p.name())
+    }
+
+    /// On a denial, the RFC 9457 problem document for a 429 response
+    /// ([`PROBLEM_CONTENT_TYPE`]); `None` when the call was allowed.
+    ///
+    /// ```
+    /// # use ratomic::headers::{Headers, Policy};
+    /// # use std::time::Duration;
+    /// # use ratomic::Decision;
+    /// let p = Policy::new("burst", 10, Duration::from_secs(1))?;
+    /// let denied = Decision {
+    ///     allowed: false, remaining: 0, limit: 10,
+    ///     retry_after: Duration::from_millis(100), reset_after: Duration::from_secs(1),
+    /// };
+    /// assert_eq!(
+    ///     Headers::single(&p, denied).problem_json().unwrap(),
+    ///     r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"Quota exceeded for burst; retry after 1 s.","violated-policies":["burst"],"retry-after":1}"#
+    /// );
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    pub fn problem_json(&self) -> Option<String> {
+        let retry = self.retry_after()?;
+        let denied: Vec<&str> = self.denied_by().collect();
+        let mut out = String::with_capacity(200);
+        out.push_str(r#"{"type":""#);
+        out.push_str(PROBLEM_TYPE);
+        out.push_str(r#"","title":"Too Many Requests","status":429,"detail":"Quota exceeded for "#);
+        for (i, name) in denied.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            json_escape_into(&mut out, name);
+        }
+        let _ = write!(out, r#"; retry after {retry} s.","violated-policies":["#);
+        for (i, name) in denied.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push('"');
+            json_escape_into(&mut out, name);
+            out.push('"');
+        }
+        let _ = write!(out, r#"],"retry-after":{retry}}}"#);
+        Some(out)
+    }
+}
+
+/// Whole seconds, rounded up: 0 ns → 0, 1 ns → 1, 1 s → 1, 1 s + 1 ns → 2.
+pub fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+fn sf_int(v: u64) -> u64 {
+    v.min(MAX_SF_INTEGER)
+}
+
+fn sep(out: &mut String, i: usize) {
+    if i > 0 {
+        out.push_str(", ");
+    }
+}
+
+/// Policy names are printable ASCII (checked in [`Policy::new`]): only `"`
+/// and `\` need escaping in JSON.
+fn json_escape_into(out: &mut String, s: &str) {
+    for c in s.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{FixedWindowCounter, Gcra, ManualClock, Quota, Rate, Rule};
+
+    fn decision(allowed: bool, remaining: u64, limit: u64, retry_ns: u64, reset_ns: u64) -> Decision {
+        Decision {
+            allowed,
+            remaining,
+            limit,
+            retry_after: Duration::from_nanos(retry_ns),
+            reset_after: Duration::from_nanos(reset_ns),
+        }
+    }
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn seconds_round_up_at_every_edge() {
+        for (ns, secs) in [(0, 0), (1, 1), (S - 1, 1), (S, 1), (S + 1, 2), (200_000_000, 1), (u64::MAX, 18_446_744_074)]
+        {
+            assert_eq!(ceil_secs(Duration::from_nanos(ns)), secs, "{ns} ns");
+        }
+    }
+
+    #[test]
+    fn reset_time_rounds_up_in_the_ratelimit_field() {
+        let p = Policy::new("default", 10, Duration::from_secs(1)).unwrap();
+        for (ns, t) in [(0, "0"), (1, "1"), (S, "1"), (S + 1, "2")] {
+            let h = Headers::single(&p, decision(true, 3, 10, 0, ns));
+            assert_eq!(h.ratelimit(), format!(r#""default";r=3;t={t}"#));
+            assert_eq!(h.legacy()[2], ("X-RateLimit-Reset", t.to_owned()));
+        }
+    }
+
+    #[test]
+    fn retry_after_rounds_up_and_is_never_zero() {
+        let p = Policy::new("default", 10, Duration::from_secs(1)).unwrap();
+        // A denial's retry_after is positive by contract; 0 still gives 1.
+        for (ns, secs) in [(0, 1), (1, 1), (200_000_000, 1), (S, 1), (S + 1, 2), (90 * S, 90)] {
+            let h = Headers::single(&p, decision(false, 0, 10, ns, 5 * S));
+            assert_eq!(h.retry_after(), Some(secs), "{ns} ns");
+            assert!(h.fields(false).contains(&("Retry-After", secs.to_string())));
+        }
+        let allowed = Headers::single(&p, decision(true, 9, 10, 0, S));
+        assert_eq!(allowed.retry_after(), None);
+        assert!(allowed.fields(true).iter().all(|(n, _)| *n != "Retry-After"));
+        assert_eq!(allowed.problem_json(), None);
+    }
+
+    #[test]
+    fn policy_window_rounds_up_to_at_least_one_second() {
+        for (window, w) in [
+            (Duration::ZERO, 1),
+            (Duration::from_nanos(1), 1),
+            (Duration::from_secs(1), 1),
+            (Duration::from_nanos(S + 1), 2),
+        ] {
+            assert_eq!(Policy::new("p", 3, window).unwrap().window_secs(), w);
+        }
+        let p = Policy::new("p", 3, Duration::from_millis(250)).unwrap();
+        let h = Headers::single(&p, decision(true, 2, 3, 0, 1));
+        assert_eq!(h.policy(), r#""p";q=3;w=1"#);
+    }
+
+    #[test]
+    fn names_are_structured_field_strings() {
+        let p = Policy::new(r#"a "quoted" \ name"#, 5, Duration::from_secs(60)).unwrap();
+        let h = Headers::single(&p, decision(true, 4, 5, 0, 12 * S));
+        assert_eq!(h.policy(), r#""a \"quoted\" \\ name";q=5;w=60"#);
+        assert_eq!(h.ratelimit(), r#""a \"quoted\" \\ name";r=4;t=12"#);
+        assert_eq!(p.name(), r#"a "quoted" \ name"#);
+    }
+
+    #[test]
+    fn names_outside_printable_ascii_are_errors() {
+        for bad in ["", "tab\there", "new\nline", "caf\u{e9}", "\u{7f}"] {
+            let err = Policy::new(bad, 1, Duration::from_secs(1)).unwrap_err();
+            assert!(matches!(err, Error::InvalidArgument { name: "policy name", .. }), "{bad:?}: {err}");
+        }
+        assert!(Policy::new(" ~", 1, Duration::from_secs(1)).is_ok(), "space and tilde are the bounds");
+    }
+
+    #[test]
+    fn large_values_are_capped_at_the_largest_structured_field_integer() {
+        let p = Policy::new("big", u64::MAX, Duration::from_nanos(u64::MAX)).unwrap();
+        let h = Headers::single(&p, decision(true, u64::MAX, u64::MAX, 0, u64::MAX));
+        assert_eq!(h.policy(), r#""big";q=999999999999999;w=18446744074"#);
+        assert_eq!(h.ratelimit(), r#""big";r=999999999999999;t=18446744074"#);
+        // The legacy fields are plain integers, not Structured Fields.
+        assert_eq!(h.legacy()[0].1, u64::MAX.to_string());
+    }
+
+    #[test]
+    fn fields_and_lines_in_order() {
+        let p = Policy::new("default", 10, Duration::from_secs(1)).unwrap();
+        let h = Headers::single(&p, decision(false, 0, 10, 100_000_000, S));
+        assert_eq!(
+            h.lines(true),
+            "RateLimit-Policy: \"default\";q=10;w=1\r\n\
+             RateLimit: \"default\";r=0;t=1\r\n\
+             Retry-After: 1\r\n\
+             X-RateLimit-Limit: 10\r\n\
+             X-RateLimit-Remaining: 0\r\n\
+             X-RateLimit-Reset: 1\r\n"
+        );
+        assert_eq!(h.fields(false).len(), 3);
+    }
+
+    #[test]
+    fn a_limiter_names_every_limit_and_the_ones_that_denied() {
+        let limiter = Limiter::builder()
+            .limit("burst", Rule::token_bucket(Quota::parse("2/s").unwrap()))
+            .limit("daily", Rule::fixed_window(Rate::parse("100/d").unwrap()).unwrap())
+            .clock(ManualClock::new())
+            .build()
+            .unwrap();
+        let policies = Policy::for_limiter(&limiter).unwrap();
+        let d = limiter.allow("k").unwrap();
+        let h = Headers::multi(&policies, &d).unwrap();
+        assert_eq!(h.policy(), r#""burst";q=2;w=1, "daily";q=100;w=86400"#);
+        assert_eq!(h.ratelimit(), r#""burst";r=1;t=1, "daily";r=99;t=86400"#);
+        let _ = limiter.allow("k").unwrap();
+        let d = limiter.allow("k").unwrap();
+        let h = Headers::multi(&policies, &d).unwrap();
+        assert_eq!(h.retry_after(), Some(1));
+        assert_eq!(h.denied_by().collect::<Vec<_>>(), ["burst"]);
+        let body = h.problem_json().unwrap();
+        assert!(body.contains(r#""detail":"Quota exceeded for burst; retry after 1 s.","violated-policies":["burst"],"retry-after":1}"#), "{body}");
+
+        // A call subject to some limits lists only those.
+        let daily = limiter.limit_set(&["daily"]).unwrap();
+        let d = limiter.select(daily).allow("k").unwrap();
+        let h = Headers::multi(&policies, &d).unwrap();
+        assert_eq!(h.policy(), r#""daily";q=100;w=86400"#);
+        assert_eq!(h.ratelimit(), r#""daily";r=97;t=86400"#);
+    }
+
+    #[test]
+    fn problem_body_escapes_names_and_lists_every_denier() {
+        let a = Policy::new(r#"x"y"#, 1, Duration::from_secs(1)).unwrap();
+        let b = Policy::new(r"back\slash", 1, Duration::from_secs(1)).unwrap();
+        let policies = [a, b];
+        let h = Headers::from_parts(
+            &policies,
+            [(0, decision(false, 0, 1, S, S)), (1, decision(false, 0, 1, 2 * S + 1, 3 * S))],
+            decision(false, 0, 1, 2 * S + 1, 3 * S),
+        )
+        .unwrap();
+        assert_eq!(
+            h.problem_json().unwrap(),
+            r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"Quota exceeded for x\"y, back\\slash; retry after 3 s.","violated-policies":["x\"y","back\\slash"],"retry-after":3}"#
+        );
+    }
+
+    #[test]
+    fn from_parts_rejects_bad_indexes_and_empty_entries() {
+        let p = [Policy::new("p", 1, Duration::from_secs(1)).unwrap()];
+        assert!(Headers::from_parts(&p, [(1, decision(true, 0, 1, 0, 0))], decision(true, 0, 1, 0, 0)).is_err());
+        assert!(Headers::from_parts(&p, [], decision(true, 0, 1, 0, 0)).is_err());
+        assert!(
+            Policy::for_limiter(&Limiter::builder().limit("a", Rule::parse("1/s").unwrap()).build().unwrap()).is_ok()
+        );
+    }
+
+    #[test]
+    fn policies_of_each_algorithm() {
+        let tb = Policy::of("tb", &Gcra::new(Quota::new(5, 2.0).unwrap())).unwrap();
+        assert_eq!((tb.quota(), tb.window_secs()), (5, 3), "5 tokens at 2/s fill in 2.5 s");
+        let fw = Policy::of("fw", &FixedWindowCounter::new(Rate::parse("100/min").unwrap()).unwrap()).unwrap();
+        assert_eq!((fw.quota(), fw.window_secs()), (100, 60));
+    }
+}

@@ -25,9 +25,8 @@
 //! slot locked, its states captured and copied into the new table) while
 //! calls go on: a call that meets a frozen slot waits for that one slot,
 //! then follows the new table; new keys go to the new table as soon as it
-//! exists. Old tables and
-//! long keys' heap blocks are freed through an epoch (crossbeam-epoch), once
-//! no call that might read them is still running.
+//! exists. Old tables and long keys' heap blocks are freed through an epoch
+//! (crossbeam-epoch), once no call that might read them is still running.
 //!
 //! Operations that *credit* a key (refunds, give-backs, resets) lock its
 //! slot instead (`update_locked`): a credit must not land on a slot reused
@@ -43,8 +42,8 @@
 //! A key whose bucket is full again carries no information (SPEC §5). When a
 //! table would grow past its load factor it is rebuilt without such keys
 //! (the migration forgets them on its way, and sizes the new table for the
-//! keys that remain); `gc` does the same on demand. No background thread, no timer: the
-//! work is amortised over inserts (a rebuild leaves at least a quarter of the
+//! keys that remain); `gc` does the same on demand. No background thread,
+//! no timer: the work is amortised over inserts (a rebuild leaves at least a quarter of the
 //! table free, so it pays for itself over the inserts that fill it).
 //!
 //! A full state says nothing about a call stamped at or after the moment it
@@ -915,8 +914,8 @@ impl<S: StoredKey> Store<S> {
 
     /// Moves every key of `old` that still carries information to a new
     /// table of `size(n)` slots (`n`: at most how many keys will move; the
-    /// table is made larger if it could not hold them), forgetting the rest, while other threads keep
-    /// working: each slot is locked, captured and moved on its own; lookups
+    /// table is made larger if it could not hold them), forgetting the rest,
+    /// while other threads keep working: each slot is locked, captured and moved on its own; lookups
     /// of a key not moved yet still find it in `old`, and new keys go to the
     /// new table from the moment it is announced. `old` is freed through
     /// the epoch.

@@ -113,6 +113,11 @@ impl MultiDecision {
         MultiDecision { decision: d.decision, entries, names: names.clone() }
     }
 
+    /// The `(index, decision)` entries and the combined decision.
+    pub fn parts(&self) -> (&[(usize, ratomic::Decision)], ratomic::Decision) {
+        (&self.entries, self.decision)
+    }
+
     fn named(&self) -> impl Iterator<Item = (&(Box<str>, Py<PyString>), &ratomic::Decision)> {
         self.entries.iter().map(|(i, d)| (&self.names[*i], d))
     }

@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 use crate::clock::Time;
 use crate::decision::Decision;
 use crate::error::CoreResultExt;
+use crate::headers::{self, Fields};
 use crate::key::{whole, Cost};
 use crate::rule::{quota, rule_repr, Rule};
 
@@ -97,6 +98,18 @@ impl DirectTokenBucket {
     #[getter]
     fn rule(&self) -> Rule {
         Rule(ratomic::Rule::from(*self.inner.algorithm()))
+    }
+
+    /// The HTTP header fields for `decision`, as `Keyed.headers` gives them.
+    #[pyo3(signature = (decision, *, name = "default", legacy = false))]
+    fn headers(&self, py: Python<'_>, decision: PyRef<'_, Decision>, name: &str, legacy: bool) -> PyResult<Fields> {
+        headers::with_single(py, name, self.inner.algorithm(), decision.0, headers::fields(legacy))
+    }
+
+    /// The problem document for a 429 answering `decision`, as `Keyed.problem`.
+    #[pyo3(signature = (decision, *, name = "default"))]
+    fn problem(&self, py: Python<'_>, decision: PyRef<'_, Decision>, name: &str) -> PyResult<Option<String>> {
+        headers::with_single(py, name, self.inner.algorithm(), decision.0, headers::problem)
     }
 
     fn __repr__(&self) -> String {

@@ -17,6 +17,7 @@ use ratomic::{Options, Rule};
 use crate::clock::Time;
 use crate::decision::Decision;
 use crate::error::{argument_type, core_error, in_batch, type_name, CoreResultExt};
+use crate::headers::{self, Fields};
 use crate::key::{key_bytes, whole, Cost};
 use crate::rule::rule_repr;
 
@@ -93,6 +94,23 @@ impl Keyed {
     /// amortised, inside calls.
     fn gc(&self, py: Python<'_>) -> PyResult<usize> {
         self.inner.gc_at(self.now(py)?).py_err(py)
+    }
+
+    /// The HTTP header fields for `decision` (a decision of this limiter),
+    /// as `(name, value)` pairs: `RateLimit-Policy` and `RateLimit` (the
+    /// limit named `name`), `Retry-After` on a denial (whole seconds,
+    /// rounded up, never 0), and with `legacy=True` the `X-RateLimit-*`
+    /// fields.
+    #[pyo3(signature = (decision, *, name = "default", legacy = false))]
+    fn headers(&self, py: Python<'_>, decision: PyRef<'_, Decision>, name: &str, legacy: bool) -> PyResult<Fields> {
+        headers::with_single(py, name, self.inner.algorithm(), decision.0, headers::fields(legacy))
+    }
+
+    /// The RFC 9457 problem document (JSON) for a 429 answering `decision`,
+    /// or None when it was allowed.
+    #[pyo3(signature = (decision, *, name = "default"))]
+    fn problem(&self, py: Python<'_>, decision: PyRef<'_, Decision>, name: &str) -> PyResult<Option<String>> {
+        headers::with_single(py, name, self.inner.algorithm(), decision.0, headers::problem)
     }
 
     /// Bytes of memory the store holds: its slots, keys longer than 23

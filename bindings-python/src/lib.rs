@@ -21,6 +21,7 @@ mod decision;
 mod direct;
 mod error;
 mod fixed_window;
+mod headers;
 mod key;
 mod keyed;
 mod limiter;
@@ -34,6 +35,7 @@ mod token_bucket;
 #[pymodule]
 fn _ratomic(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("PROBLEM_CONTENT_TYPE", ratomic::headers::PROBLEM_CONTENT_TYPE)?;
     m.add_class::<decision::Decision>()?;
     m.add_class::<decision::MultiDecision>()?;
     m.add_class::<clock::ManualClock>()?;

@@ -11,6 +11,7 @@ use ratomic::LimitSet as CoreLimitSet;
 use crate::clock::Time;
 use crate::decision::{make_names, MultiDecision, Names};
 use crate::error::{argument_type, invalid_argument, type_name, CoreResultExt};
+use crate::headers::{self, Fields};
 use crate::key::{key_bytes, whole, Cost};
 use crate::keyed::{batch, keys_of};
 use crate::rule::{rule_arg, rule_repr, Rule};
@@ -261,6 +262,21 @@ impl Limiter {
     #[getter]
     fn max_key_len(&self) -> usize {
         self.inner.max_key_len()
+    }
+
+    /// The HTTP header fields for `decision` (a decision of this limiter),
+    /// as `(name, value)` pairs: one `RateLimit-Policy` and `RateLimit` item
+    /// per limit the call was subject to, `Retry-After` on a denial, and
+    /// with `legacy=True` the `X-RateLimit-*` fields (combined decision).
+    #[pyo3(signature = (decision, *, legacy = false))]
+    fn headers(&self, py: Python<'_>, decision: PyRef<'_, MultiDecision>, legacy: bool) -> PyResult<Fields> {
+        headers::with_multi(py, self.inner.names(), self.inner.rules(), &decision, headers::fields(legacy))
+    }
+
+    /// The RFC 9457 problem document (JSON) for a 429 answering `decision`,
+    /// naming the limits that denied; None when it was allowed.
+    fn problem(&self, py: Python<'_>, decision: PyRef<'_, MultiDecision>) -> PyResult<Option<String>> {
+        headers::with_multi(py, self.inner.names(), self.inner.rules(), &decision, headers::problem)
     }
 
     /// Drops every key all of whose limits are full again; returns how many.

@@ -4,11 +4,12 @@
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use ratomic::{Quota, Rule as CoreRule};
+use ratomic::{Gcra, Quota, Rule as CoreRule};
 
 use crate::clock::Time;
 use crate::decision::Decision;
 use crate::error::{argument_type, invalid_argument, type_name, CoreResultExt};
+use crate::headers::{self, Fields};
 use crate::key::{key_bytes, whole, Cost};
 use crate::rule::Rule;
 use crate::store::StoreArgs;
@@ -108,6 +109,34 @@ impl Quotas {
     fn reset(&self, py: Python<'_>, key: &Bound<'_, PyAny>, quota: &Bound<'_, PyAny>) -> PyResult<()> {
         let (key, quota) = (key_bytes(key)?, quota_arg(quota)?);
         self.inner.reset_at(key, &quota, self.now(py)?).py_err(py)
+    }
+
+    /// The HTTP header fields for `decision` (a decision under `quota`),
+    /// as `Keyed.headers` gives them.
+    #[pyo3(signature = (decision, quota, *, name = "default", legacy = false))]
+    fn headers(
+        &self,
+        py: Python<'_>,
+        decision: PyRef<'_, Decision>,
+        quota: &Bound<'_, PyAny>,
+        name: &str,
+        legacy: bool,
+    ) -> PyResult<Fields> {
+        let g = Gcra::new(quota_arg(quota)?);
+        headers::with_single(py, name, &g, decision.0, headers::fields(legacy))
+    }
+
+    /// The problem document for a 429 answering `decision` under `quota`.
+    #[pyo3(signature = (decision, quota, *, name = "default"))]
+    fn problem(
+        &self,
+        py: Python<'_>,
+        decision: PyRef<'_, Decision>,
+        quota: &Bound<'_, PyAny>,
+        name: &str,
+    ) -> PyResult<Option<String>> {
+        let g = Gcra::new(quota_arg(quota)?);
+        headers::with_single(py, name, &g, decision.0, headers::problem)
     }
 
     /// Drops every bucket that is full again; returns how many.

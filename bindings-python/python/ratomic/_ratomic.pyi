@@ -8,6 +8,7 @@ from typing_extensions import disjoint_base
 
 __all__ = [
     "__version__",
+    "PROBLEM_CONTENT_TYPE",
     "ArgumentTypeError",
     "CostExceedsLimitError",
     "Decision",
@@ -32,6 +33,7 @@ __all__ = [
 ]
 
 __version__: Final[str]
+PROBLEM_CONTENT_TYPE: Final[str]
 
 _Key = Union[str, bytes]
 """A key: a str (as its UTF-8 bytes; a lone surrogate has none and raises
@@ -199,6 +201,10 @@ class Keyed:
     def allow_many(self, requests: Iterable[_Request]) -> list[Decision]:
         """Decides many requests at one clock reading; checks them all
         first (an error names the first invalid one in its ``index``)."""
+    def headers(self, decision: Decision, *, name: str = "default", legacy: bool = False) -> list[tuple[str, str]]:
+        """HTTP fields for ``decision``: RateLimit-Policy, RateLimit, Retry-After on a denial, and X-RateLimit-* with ``legacy``."""
+    def problem(self, decision: Decision, *, name: str = "default") -> str | None:
+        """The RFC 9457 problem document (JSON) for a 429 answering ``decision``; None when allowed."""
     def gc(self) -> int:
         """Drops keys that are full again; returns how many."""
     def memory_bytes(self) -> int:
@@ -295,6 +301,10 @@ class DirectTokenBucket:
     def peek(self, cost: int = 1) -> Decision: ...
     def refund(self, tokens: int) -> None: ...
     def reset(self) -> None: ...
+    def headers(self, decision: Decision, *, name: str = "default", legacy: bool = False) -> list[tuple[str, str]]:
+        """HTTP fields for ``decision`` (as ``Keyed.headers``)."""
+    def problem(self, decision: Decision, *, name: str = "default") -> str | None:
+        """The problem document for a 429 answering ``decision``; None when allowed."""
     @property
     def limit(self) -> int: ...
     @property
@@ -336,6 +346,10 @@ class Limiter:
     def reset(self, key: _Key) -> None: ...
     def allow_many(self, requests: Iterable[_Request], *, limits: _LimitsArg = None) -> list[MultiDecision]: ...
     def limit_set(self, names: Sequence[str]) -> LimitSet: ...
+    def headers(self, decision: MultiDecision, *, legacy: bool = False) -> list[tuple[str, str]]:
+        """HTTP fields for ``decision``, one RateLimit-Policy/RateLimit item per limit the call was subject to."""
+    def problem(self, decision: MultiDecision) -> str | None:
+        """The RFC 9457 problem document naming the limits that denied; None when allowed."""
     def gc(self) -> int: ...
     def memory_bytes(self) -> int: ...
     def __len__(self) -> int: ...
@@ -372,6 +386,12 @@ class Quotas:
         """Gives ``tokens`` back to ``key``'s bucket under ``quota`` (never above full)."""
     def reset(self, key: _Key, quota: str | Rule) -> None:
         """Forgets ``key``'s bucket under ``quota``: it is full again."""
+    def headers(
+        self, decision: Decision, quota: str | Rule, *, name: str = "default", legacy: bool = False
+    ) -> list[tuple[str, str]]:
+        """HTTP fields for ``decision`` under ``quota`` (as ``Keyed.headers``)."""
+    def problem(self, decision: Decision, quota: str | Rule, *, name: str = "default") -> str | None:
+        """The problem document for a 429 answering ``decision`` under ``quota``; None when allowed."""
     def gc(self) -> int:
         """Drops every bucket that is full again; returns how many."""
     def memory_bytes(self) -> int: ...

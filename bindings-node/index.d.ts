@@ -56,6 +56,13 @@ export declare class NativeKeyed {
   get rule(): RuleInfo
   /** The limiter's monotonic clock, in milliseconds. */
   nowMs(): number
+  /**
+   * The HTTP header fields for `decision` (one of this limiter's), the
+   * limit named `name`, as `[name, value]` pairs.
+   */
+  headers(decision: DecisionIn, name: string, legacy: boolean): Array<Array<string>>
+  /** The RFC 9457 problem document for a 429 answering `decision`, or null. */
+  problem(decision: DecisionIn, name: string): string | null
   /** This limiter as a member of a `Stack`. */
   member(): NativeMember
 }
@@ -92,6 +99,16 @@ export declare class NativeLimiter {
   get names(): Array<string>
   /** The rules, in the order of `names`. */
   get rules(): Array<RuleInfo>
+  /**
+   * The HTTP header fields for `decision` (one of this limiter's: its
+   * combined fields and its `entries`), as `[name, value]` pairs.
+   */
+  headers(decision: DecisionIn, entries: Array<EntryIn>, legacy: boolean): Array<Array<string>>
+  /**
+   * The RFC 9457 problem document for a 429 answering `decision`, naming
+   * the limits that denied; null when it was allowed.
+   */
+  problem(decision: DecisionIn, entries: Array<EntryIn>): string | null
   /** Keys currently held. */
   size(): number
   /**
@@ -133,6 +150,13 @@ export declare class NativeQuotas {
   refund(key: string | Uint8Array, quota: RuleSpec, tokens: number, nowMs?: number): void
   /** Forgets `key`'s bucket under `quota`: it is full again. */
   reset(key: string | Uint8Array, quota: RuleSpec, nowMs?: number): void
+  /**
+   * The HTTP header fields for `decision` (made under `quota`), the limit
+   * named `name`, as `[name, value]` pairs.
+   */
+  headers(decision: DecisionIn, quota: RuleSpec, name: string, legacy: boolean): Array<Array<string>>
+  /** The RFC 9457 problem document for a 429 answering `decision`, or null. */
+  problem(decision: DecisionIn, quota: RuleSpec, name: string): string | null
   /** Buckets held, across all quotas. */
   size(): number
   /** Drops every bucket that is full again at `nowMs`; returns how many. */
@@ -173,6 +197,25 @@ export declare class NativeStack {
   get names(): Array<string>
   /** The stack's monotonic clock, in milliseconds. */
   nowMs(): number
+}
+
+/** A decision as JavaScript holds it (what `allow` returned). */
+export interface DecisionIn {
+  allowed: boolean
+  remaining: number
+  limit: number
+  retryAfterMs: number
+  resetAfterMs: number
+}
+
+/** One entry of a `Limiter` decision as JavaScript holds it. */
+export interface EntryIn {
+  name: string
+  allowed: boolean
+  remaining: number
+  limit: number
+  retryAfterMs: number
+  resetAfterMs: number
 }
 
 /**

@@ -68,6 +68,17 @@ export interface LimiterOptions extends StoreOptions {
 /** Options of a process-wide shared limiter: it always uses the process's monotonic clock. */
 export type SharedOptions = StoreOptions
 
+/** Options of `headers()`. */
+export interface HeaderOptions {
+  /** The limit's name in the `RateLimit-Policy` and `RateLimit` fields (default `"default"`). */
+  name?: string
+  /** Also the legacy `X-RateLimit-Limit`, `-Remaining` and `-Reset` fields. */
+  legacy?: boolean
+}
+
+/** The media type of a `problem()` body: `"application/problem+json"`. */
+export declare const PROBLEM_CONTENT_TYPE: 'application/problem+json'
+
 /** Options of `acquire`. */
 export interface AcquireOptions {
   /** Abort the wait; the promise rejects with `signal.reason`. */
@@ -180,6 +191,15 @@ export declare class TokenBucket extends BaseLimiter {
   readonly limit: number
   /** The rule, as the constructors accept it. */
   readonly rule: RuleInfo
+  /**
+   * The HTTP header fields for `decision` (one this limiter returned), formatted by
+   * ratomic's core: `RateLimit-Policy` and `RateLimit` for the limit named `name` (default
+   * `"default"`), `Retry-After` on a denial (whole seconds, rounded up, never 0), and the
+   * legacy `X-RateLimit-*` fields with `legacy: true`.
+   */
+  headers(decision: Decision, options?: HeaderOptions): Array<[string, string]>
+  /** The RFC 9457 problem document (JSON) for a 429 answering `decision`; null when allowed. */
+  problem(decision: Decision, options?: { name?: string }): string | null
   /** From a rate string: `'10/s'` is a burst of 10 refilled over a second; `burst` overrides the capacity. */
   static fromRate(rate: string, options?: LimiterOptions & { burst?: number }): TokenBucket
   /**
@@ -201,6 +221,15 @@ export declare class FixedWindow extends BaseLimiter {
   readonly limit: number
   /** The rule, as the constructors accept it. */
   readonly rule: RuleInfo
+  /**
+   * The HTTP header fields for `decision` (one this limiter returned), formatted by
+   * ratomic's core: `RateLimit-Policy` and `RateLimit` for the limit named `name` (default
+   * `"default"`), `Retry-After` on a denial (whole seconds, rounded up, never 0), and the
+   * legacy `X-RateLimit-*` fields with `legacy: true`.
+   */
+  headers(decision: Decision, options?: HeaderOptions): Array<[string, string]>
+  /** The RFC 9457 problem document (JSON) for a 429 answering `decision`; null when allowed. */
+  problem(decision: Decision, options?: { name?: string }): string | null
   /** The process-wide fixed window `name`, shared by every worker thread. */
   static shared(name: string, limit: number, window: number | string, options?: SharedOptions): FixedWindow
   static shared(name: string, rate: string, options?: SharedOptions): FixedWindow
@@ -216,6 +245,15 @@ export declare class SlidingWindow extends BaseLimiter {
   readonly limit: number
   /** The rule, as the constructors accept it. */
   readonly rule: RuleInfo
+  /**
+   * The HTTP header fields for `decision` (one this limiter returned), formatted by
+   * ratomic's core: `RateLimit-Policy` and `RateLimit` for the limit named `name` (default
+   * `"default"`), `Retry-After` on a denial (whole seconds, rounded up, never 0), and the
+   * legacy `X-RateLimit-*` fields with `legacy: true`.
+   */
+  headers(decision: Decision, options?: HeaderOptions): Array<[string, string]>
+  /** The RFC 9457 problem document (JSON) for a 429 answering `decision`; null when allowed. */
+  problem(decision: Decision, options?: { name?: string }): string | null
   /** The process-wide sliding window `name`, shared by every worker thread. */
   static shared(name: string, limit: number, window: number | string, options?: SharedOptions): SlidingWindow
   static shared(name: string, rate: string, options?: SharedOptions): SlidingWindow
@@ -267,6 +305,14 @@ export declare class Limiter extends BaseLimiter<MultiDecision> {
   /** Every limit's rule, by name, as the constructor accepts them. */
   readonly rules: Record<string, RuleInfo>
   /**
+   * The HTTP header fields for `decision` (one this limiter returned): one `RateLimit-Policy`
+   * and `RateLimit` item per limit the call was subject to, `Retry-After` on a denial, and the
+   * legacy `X-RateLimit-*` fields (of the combined decision) with `legacy: true`.
+   */
+  headers(decision: MultiDecision, options?: { legacy?: boolean }): Array<[string, string]>
+  /** The RFC 9457 problem document for a 429 answering `decision`, naming who denied; null when allowed. */
+  problem(decision: MultiDecision): string | null
+  /**
    * A view of this limiter (same keys and state) whose calls are subject only to the named
    * limits: per-request limit selection. Views are cached, one per set of limits. An unknown
    * name, or none, throws a RangeError (`ERR_RATOMIC_UNKNOWN_LIMIT`).
@@ -313,6 +359,10 @@ export declare class Quotas {
   reset(key: Key, quota: QuotaSpec): void
   /** Like {@link BaseLimiter.acquire}, with the quota. */
   acquire(key: Key, quota: QuotaSpec, cost?: number, options?: AcquireOptions): Promise<Decision>
+  /** The HTTP header fields for `decision` (made under `quota`), as `TokenBucket.headers`. */
+  headers(decision: Decision, quota: QuotaSpec, options?: HeaderOptions): Array<[string, string]>
+  /** The problem document for a 429 answering `decision` under `quota`; null when allowed. */
+  problem(decision: Decision, quota: QuotaSpec, options?: { name?: string }): string | null
   /** Drops every bucket full again at `atMs` (default: now); returns how many. */
   gc(atMs?: number): number
   /** Buckets held, across all quotas. */

@@ -205,6 +205,27 @@ function windowRule(algorithm, what, limit, window) {
   throw typeError(`${what} window must be a number of milliseconds or a duration string like "1min", got ${describe(window)}`)
 }
 
+// The options of headers() / problem(): the limit's name (single-rule
+// limiters) and whether to add the legacy X-RateLimit-* fields.
+function headerOptions(options, names) {
+  const o = readOptions(options, names)
+  if (o.name !== undefined && typeof o.name !== 'string') throw typeError(`name must be a string, got ${describe(o.name)}`)
+  if (o.legacy !== undefined && typeof o.legacy !== 'boolean') throw typeError(`legacy must be a boolean, got ${describe(o.legacy)}`)
+  return { name: o.name === undefined ? 'default' : o.name, legacy: o.legacy === true }
+}
+
+// A Limiter decision's entries, passed back to headers() / problem().
+function entriesArg(d) {
+  if (!Array.isArray(d.entries)) throw typeError('decision must be a Limiter decision (with entries)')
+  return d.entries
+}
+
+// A decision passed back to headers() / problem(): the object a limiter returned.
+function decisionArg(d) {
+  if (d === null || typeof d !== 'object') throw typeError(`decision must be a decision object, got ${describe(d)}`)
+  return d
+}
+
 // The decision of a single-rule limiter, from `o` at `at`.
 function single(allowed, o, at) {
   return { allowed, remaining: o[at], limit: o[at + 1], retryAfterMs: o[at + 2], resetAfterMs: o[at + 3] }
@@ -378,6 +399,15 @@ class KeyedLimiter extends BaseLimiter {
 
   get rule() {
     return this.#native.rule
+  }
+
+  headers(decision, options) {
+    const o = headerOptions(options, ['name', 'legacy'])
+    return this.#native.headers(decisionArg(decision), o.name, o.legacy)
+  }
+
+  problem(decision, options) {
+    return this.#native.problem(decisionArg(decision), headerOptions(options, ['name']).name)
   }
 }
 
@@ -583,6 +613,17 @@ class Limiter extends BaseLimiter {
     return Object.fromEntries(this.#names.map((n, i) => [n, rules[i]]))
   }
 
+  headers(decision, options) {
+    const o = headerOptions(options, ['legacy'])
+    const d = decisionArg(decision)
+    return this.#native.headers(d, entriesArg(d), o.legacy)
+  }
+
+  problem(decision) {
+    const d = decisionArg(decision)
+    return this.#native.problem(d, entriesArg(d))
+  }
+
   select(names) {
     if (!Array.isArray(names) || names.some((n) => typeof n !== 'string')) {
       throw typeError(`select takes an array of limit names, got ${describe(names)}`)
@@ -734,6 +775,15 @@ class Quotas {
     return acquire(() => this.allow(key, quota, cost), this.#time.sleep, options)
   }
 
+  headers(decision, quota, options) {
+    const o = headerOptions(options, ['name', 'legacy'])
+    return this.#native.headers(decisionArg(decision), quotaSpec(quota), o.name, o.legacy)
+  }
+
+  problem(decision, quota, options) {
+    return this.#native.problem(decisionArg(decision), quotaSpec(quota), headerOptions(options, ['name']).name)
+  }
+
   gc(atMs) {
     return this.#native.gc(atMs === undefined ? this.#at() : number(atMs, 'atMs'))
   }
@@ -760,4 +810,7 @@ class Quotas {
   }
 }
 
-module.exports = { BaseLimiter, TokenBucket, FixedWindow, SlidingWindow, Limiter, Stack, Quotas, ManualClock }
+/** The media type of a `problem()` body, for a 429 response. */
+const PROBLEM_CONTENT_TYPE = 'application/problem+json'
+
+module.exports = { BaseLimiter, TokenBucket, FixedWindow, SlidingWindow, Limiter, Stack, Quotas, ManualClock, PROBLEM_CONTENT_TYPE }

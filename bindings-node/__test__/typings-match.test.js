@@ -31,6 +31,11 @@ const hasDoc = (node) => ts.getJSDocCommentsAndTags(node).some((d) => ts.isJSDoc
 function declarations(dts) {
   const out = new Map()
   for (const s of dts.statements) {
+    if (ts.isVariableStatement(s)) {
+      // `export declare const NAME`: a value, with no members.
+      for (const d of s.declarationList.declarations) out.set(d.name.text, { node: s, kind: 'const', members: new Map(), bases: [] })
+      continue
+    }
     if (!s.name) continue
     const members = new Map()
     const add = (key, node) => members.set(key, [...(members.get(key) || []), node])
@@ -71,7 +76,9 @@ const sorted = (set) => [...set].sort()
 test('ratomic.d.ts declares exactly the classes ratomic.js exports, member by member', () => {
   const decls = declarations(program().dts)
   const classes = [...decls].filter(([, d]) => d.kind === 'class').map(([n]) => n)
-  assert.deepEqual(classes.sort(), Object.keys(ratomic).sort())
+  const consts = [...decls].filter(([, d]) => d.kind === 'const').map(([n]) => n)
+  assert.deepEqual([...classes, ...consts].sort(), Object.keys(ratomic).sort())
+  for (const name of consts) assert.equal(typeof ratomic[name], 'string', `${name} is a constant`)
   for (const name of classes) {
     const declared = declaredMembers(decls, name)
     const runtime = runtimeMembers(ratomic[name])

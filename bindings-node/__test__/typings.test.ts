@@ -11,12 +11,14 @@ import {
   ClockLike,
   Decision,
   FixedWindow,
+  HeaderOptions,
   Key,
   Limiter,
   LimiterOptions,
   ManualClock,
   MultiDecision,
   NamedDecision,
+  PROBLEM_CONTENT_TYPE,
   Quotas,
   QuotaSpec,
   Rule,
@@ -142,6 +144,33 @@ test('typings: Quotas, every operation', async () => {
   assert.equal(q.now(), 0)
   // @ts-expect-error a quota is a rate string or a token-bucket object
   assert.throws(() => q.allow('acme', 5), TypeError)
+})
+
+test('typings: HTTP headers and problem bodies', () => {
+  const clock = new ManualClock()
+  const tb = new TokenBucket('2/s', { clock })
+  const options: HeaderOptions = { name: 'per-ip', legacy: true }
+  const fields: Array<[string, string]> = tb.headers(tb.allow('ip'), options)
+  assert.deepEqual(fields[0], ['RateLimit-Policy', '"per-ip";q=2;w=1'])
+  tb.allow('ip')
+  const body: string | null = tb.problem(tb.allow('ip'), { name: 'per-ip' })
+  assert.equal(JSON.parse(body ?? '{}').status, 429)
+  const fw = new FixedWindow('5/s', { clock })
+  assert.equal(fw.headers(fw.allow('k')).length, 2)
+  assert.equal(fw.problem(fw.allow('k'), { name: 'fw' }), null)
+  const sw = new SlidingWindow('5/s', { clock })
+  assert.equal(sw.headers(sw.allow('k'), { legacy: true }).length, 5)
+  assert.equal(sw.problem(sw.allow('k')), null)
+  const l = new Limiter({ burst: '1/s' }, { clock })
+  l.allow('k')
+  const denied = l.allow('k')
+  assert.equal(l.headers(denied, { legacy: false })[2][0], 'Retry-After')
+  assert.equal(l.problem(denied) !== null, true)
+  const q = new Quotas({ clock })
+  assert.equal(q.headers(q.allow('a', '3/s'), '3/s', { name: 'plan' })[1][1], '"plan";r=2;t=1')
+  assert.equal(q.problem(q.allow('a', '3/s'), '3/s'), null)
+  const type: 'application/problem+json' = PROBLEM_CONTENT_TYPE
+  assert.equal(type, 'application/problem+json')
 })
 
 test('typings: misuse does not compile, and throws', () => {

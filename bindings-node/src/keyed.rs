@@ -12,6 +12,7 @@ use crate::batch::{Requests, Unread};
 use crate::clock::{ms_to_ns, ns_to_ms, FaceClock, NativeClock};
 use crate::decision;
 use crate::error::Res;
+use crate::headers::{self, DecisionIn};
 use crate::hot::{EnvState, Table, Target};
 use crate::rule::{self, RuleInfo, RuleSpec, StoreOptions};
 use crate::shared;
@@ -172,6 +173,21 @@ impl NativeKeyed {
     #[napi]
     pub fn now_ms(&self) -> f64 {
         ns_to_ms(self.limiter.now())
+    }
+
+    /// The HTTP header fields for `decision` (one of this limiter's), the
+    /// limit named `name`, as `[name, value]` pairs.
+    #[napi]
+    pub fn headers(&self, env: Env, decision: DecisionIn, name: String, legacy: bool) -> Result<Vec<Vec<String>>> {
+        headers::with_single(&name, self.limiter.algorithm(), &decision, headers::fields(legacy))
+            .map_err(|e| e.into_napi(&env))
+    }
+
+    /// The RFC 9457 problem document for a 429 answering `decision`, or null.
+    #[napi]
+    pub fn problem(&self, env: Env, decision: DecisionIn, name: String) -> Result<Option<String>> {
+        headers::with_single(&name, self.limiter.algorithm(), &decision, headers::problem)
+            .map_err(|e| e.into_napi(&env))
     }
 
     /// This limiter as a member of a `Stack`.

@@ -19,6 +19,7 @@ mod batch;
 mod clock;
 mod decision;
 mod error;
+mod headers;
 mod hot;
 mod key;
 mod keyed;

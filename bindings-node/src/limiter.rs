@@ -12,6 +12,7 @@ use crate::batch::{Requests, Unread};
 use crate::clock::{ms_to_ns, ns_to_ms, FaceClock, NativeClock};
 use crate::decision;
 use crate::error::{JsFailure, Res};
+use crate::headers::{self, DecisionIn, EntryIn};
 use crate::hot::{EnvState, Table, Target};
 use crate::rule::{self, RuleInfo, RuleSpec, StoreOptions};
 use crate::shared;
@@ -201,6 +202,29 @@ impl NativeLimiter {
     #[napi(getter)]
     pub fn rules(&self) -> Vec<RuleInfo> {
         self.view.limiter.rules().iter().map(rule::info).collect()
+    }
+
+    /// The HTTP header fields for `decision` (one of this limiter's: its
+    /// combined fields and its `entries`), as `[name, value]` pairs.
+    #[napi]
+    pub fn headers(
+        &self,
+        env: Env,
+        decision: DecisionIn,
+        entries: Vec<EntryIn>,
+        legacy: bool,
+    ) -> Result<Vec<Vec<String>>> {
+        let l = &self.view.limiter;
+        headers::with_multi(l.names(), l.rules(), &decision, &entries, headers::fields(legacy))
+            .map_err(|e| e.into_napi(&env))
+    }
+
+    /// The RFC 9457 problem document for a 429 answering `decision`, naming
+    /// the limits that denied; null when it was allowed.
+    #[napi]
+    pub fn problem(&self, env: Env, decision: DecisionIn, entries: Vec<EntryIn>) -> Result<Option<String>> {
+        let l = &self.view.limiter;
+        headers::with_multi(l.names(), l.rules(), &decision, &entries, headers::problem).map_err(|e| e.into_napi(&env))
     }
 
     /// Keys currently held.

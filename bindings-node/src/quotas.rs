@@ -3,11 +3,12 @@
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use ratomic::{Quota, Quotas, Rule};
+use ratomic::{Gcra, Quota, Quotas, Rule};
 
 use crate::clock::{ms_to_ns, ns_to_ms, FaceClock, NativeClock};
 use crate::decision;
 use crate::error::{whole, JsFailure, Res};
+use crate::headers::{self, DecisionIn};
 use crate::hot::EnvState;
 use crate::key::with_key;
 use crate::rule::{self, RuleSpec, StoreOptions};
@@ -20,7 +21,7 @@ pub struct NativeQuotas {
 }
 
 /// A call's quota: a token-bucket rule spec (a window is refused).
-fn quota(spec: &RuleSpec) -> Res<Quota> {
+fn quota_of(spec: &RuleSpec) -> Res<Quota> {
     match rule::rule(spec)? {
         Rule::TokenBucket(g) => Ok(g.quota()),
         _ => Err(JsFailure::type_error(
@@ -49,7 +50,7 @@ impl NativeQuotas {
     /// path's `out` and returns `allowed`.
     fn run(&self, env: &Env, key: Unknown<'_>, spec: &RuleSpec, op: Op, now_ms: Option<f64>) -> Result<bool> {
         let run = || -> Res<bool> {
-            let q = quota(spec)?;
+            let q = quota_of(spec)?;
             let now = self.time(now_ms)?;
             let (env_raw, key) = (env.raw(), key.raw());
             // SAFETY: env and key are live values of the call in progress.
@@ -122,6 +123,34 @@ impl NativeQuotas {
     #[napi(ts_args_type = "key: string | Uint8Array, quota: RuleSpec, nowMs?: number")]
     pub fn reset(&self, env: Env, key: Unknown<'_>, quota: RuleSpec, now_ms: Option<f64>) -> Result<()> {
         self.run(&env, key, &quota, Op::Reset, now_ms).map(drop)
+    }
+
+    /// The HTTP header fields for `decision` (made under `quota`), the limit
+    /// named `name`, as `[name, value]` pairs.
+    #[napi]
+    pub fn headers(
+        &self,
+        env: Env,
+        decision: DecisionIn,
+        quota: RuleSpec,
+        name: String,
+        legacy: bool,
+    ) -> Result<Vec<Vec<String>>> {
+        let run = || -> Res<_> {
+            let g = Gcra::new(quota_of(&quota)?);
+            headers::with_single(&name, &g, &decision, headers::fields(legacy))
+        };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
+    /// The RFC 9457 problem document for a 429 answering `decision`, or null.
+    #[napi]
+    pub fn problem(&self, env: Env, decision: DecisionIn, quota: RuleSpec, name: String) -> Result<Option<String>> {
+        let run = || -> Res<_> {
+            let g = Gcra::new(quota_of(&quota)?);
+            headers::with_single(&name, &g, &decision, headers::problem)
+        };
+        run().map_err(|e| e.into_napi(&env))
     }
 
     /// Buckets held, across all quotas.

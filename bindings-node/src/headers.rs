@@ -1,0 +1,104 @@
+//! HTTP header fields and problem bodies from decisions: core's
+//! `ratomic::headers`, for each limiter's `headers()` and `problem()`.
+//! Decisions come back from JavaScript as the plain objects the limiters
+//! returned; nothing is formatted here.
+
+use std::time::Duration;
+
+use napi_derive::napi;
+use ratomic::headers::{Headers, Policy};
+use ratomic::{Algorithm, Decision, Rule};
+
+use crate::error::{whole, JsFailure, Res};
+
+/// A decision as JavaScript holds it (what `allow` returned).
+#[napi(object)]
+#[derive(Clone, Debug)]
+pub struct DecisionIn {
+    pub allowed: bool,
+    pub remaining: f64,
+    pub limit: f64,
+    pub retry_after_ms: f64,
+    pub reset_after_ms: f64,
+}
+
+/// One entry of a `Limiter` decision as JavaScript holds it.
+#[napi(object)]
+#[derive(Clone, Debug)]
+pub struct EntryIn {
+    pub name: String,
+    pub allowed: bool,
+    pub remaining: f64,
+    pub limit: f64,
+    pub retry_after_ms: f64,
+    pub reset_after_ms: f64,
+}
+
+/// Milliseconds as a duration, rounded **up** to the nanosecond, so a
+/// header never tells a client to come back before it should.
+fn duration(name: &str, ms: f64) -> Res<Duration> {
+    if ms.is_finite() && ms >= 0.0 {
+        Ok(Duration::from_nanos((ms * 1e6).ceil().min(u64::MAX as f64) as u64))
+    } else {
+        Err(JsFailure::range("ERR_RATOMIC_INVALID_ARGUMENT", format!("invalid {name}: {ms} (must be a number >= 0)")))
+    }
+}
+
+fn decision(allowed: bool, remaining: f64, limit: f64, retry_ms: f64, reset_ms: f64) -> Res<Decision> {
+    Ok(Decision {
+        allowed,
+        remaining: whole("decision.remaining", remaining, 0)?,
+        limit: whole("decision.limit", limit, 0)?,
+        retry_after: duration("decision.retryAfterMs", retry_ms)?,
+        reset_after: duration("decision.resetAfterMs", reset_ms)?,
+    })
+}
+
+impl DecisionIn {
+    fn core(&self) -> Res<Decision> {
+        decision(self.allowed, self.remaining, self.limit, self.retry_after_ms, self.reset_after_ms)
+    }
+}
+
+/// The fields of a headers value as `[name, value]` pairs (`legacy`: with
+/// the `X-RateLimit-*` ones).
+pub fn fields(legacy: bool) -> impl FnOnce(&Headers<'_>) -> Vec<Vec<String>> {
+    move |h| h.fields(legacy).into_iter().map(|(n, v)| vec![n.to_owned(), v]).collect()
+}
+
+/// The problem body of a headers value (None when allowed).
+pub fn problem(h: &Headers<'_>) -> Option<String> {
+    h.problem_json()
+}
+
+/// `f` of the headers of a single limit's decision, the limit named `name`.
+pub fn with_single<T>(name: &str, alg: &impl Algorithm, d: &DecisionIn, f: impl FnOnce(&Headers<'_>) -> T) -> Res<T> {
+    let p = Policy::of(name, alg)?;
+    let h = Headers::single(&p, d.core()?);
+    Ok(f(&h))
+}
+
+/// `f` of the headers of a multi-limit decision of a limiter whose limits
+/// are `names` / `rules`: its combined decision and one entry per limit the
+/// call was subject to, named.
+pub fn with_multi<'a, T>(
+    names: impl Iterator<Item = &'a str>,
+    rules: &[Rule],
+    combined: &DecisionIn,
+    entries: &[EntryIn],
+    f: impl FnOnce(&Headers<'_>) -> T,
+) -> Res<T> {
+    let names: Vec<&str> = names.collect();
+    let policies = names.iter().zip(rules).map(|(n, r)| Policy::of(n, r)).collect::<ratomic::Result<Vec<_>>>()?;
+    let parts = entries
+        .iter()
+        .map(|e| {
+            let index = names.iter().position(|n| *n == e.name).ok_or_else(|| {
+                JsFailure::range("ERR_RATOMIC_INVALID_ARGUMENT", format!("no limit named {:?} in this limiter", e.name))
+            })?;
+            Ok((index, decision(e.allowed, e.remaining, e.limit, e.retry_after_ms, e.reset_after_ms)?))
+        })
+        .collect::<Res<Vec<_>>>()?;
+    let h = Headers::from_parts(&policies, parts, combined.core()?)?;
+    Ok(f(&h))
+}

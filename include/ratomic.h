@@ -273,6 +273,54 @@ typedef struct ratomic_quotas ratomic_quotas;
 typedef struct ratomic_stack ratomic_stack;
 
 /*
+ The answer to one call. The caller owns it (usually on the stack); a
+ function writes it only when it returns `RATOMIC_OK`.
+
+ A denial is a decision with `allowed == false`, not an error.
+ */
+typedef struct {
+  /*
+   The cost was granted and consumed.
+   */
+  bool allowed;
+  /*
+   Whole tokens (or calls) this key still has right after the call,
+   rounded down.
+   */
+  uint64_t remaining;
+  /*
+   The most this key can ever hold: capacity, burst or window limit.
+   */
+  uint64_t limit;
+  /*
+   Nanoseconds. 0 when allowed; when denied, strictly positive: the wait
+   after which the same call would pass if nothing else consumes.
+   */
+  uint64_t retry_after_ns;
+  /*
+   Nanoseconds until the key is full again if nothing consumes.
+   */
+  uint64_t reset_after_ns;
+} ratomic_decision;
+
+/*
+ One limit's part in a detailed decision (`ratomic_allow_detailed`): a
+ limit that denied the call has `decision.allowed == false`.
+ */
+typedef struct {
+  /*
+   The limit's name, NUL-terminated. Borrowed from the limiter: valid
+   until the limiter is freed; do not free it.
+   */
+  const char *name;
+  /*
+   What this limit answered. On a denial, each entry is what that limit
+   alone would answer, and nothing was consumed.
+   */
+  ratomic_decision decision;
+} ratomic_limit_decision;
+
+/*
  A clock: returns the current time in **nanoseconds** on any monotonic
  timeline of the caller's choice (it need not start at 0). Called with the
  `clock_user_data` given in `ratomic_options`.
@@ -393,54 +441,6 @@ typedef struct {
    */
   uint32_t algorithm;
 } ratomic_limit_spec;
-
-/*
- The answer to one call. The caller owns it (usually on the stack); a
- function writes it only when it returns `RATOMIC_OK`.
-
- A denial is a decision with `allowed == false`, not an error.
- */
-typedef struct {
-  /*
-   The cost was granted and consumed.
-   */
-  bool allowed;
-  /*
-   Whole tokens (or calls) this key still has right after the call,
-   rounded down.
-   */
-  uint64_t remaining;
-  /*
-   The most this key can ever hold: capacity, burst or window limit.
-   */
-  uint64_t limit;
-  /*
-   Nanoseconds. 0 when allowed; when denied, strictly positive: the wait
-   after which the same call would pass if nothing else consumes.
-   */
-  uint64_t retry_after_ns;
-  /*
-   Nanoseconds until the key is full again if nothing consumes.
-   */
-  uint64_t reset_after_ns;
-} ratomic_decision;
-
-/*
- One limit's part in a detailed decision (`ratomic_allow_detailed`): a
- limit that denied the call has `decision.allowed == false`.
- */
-typedef struct {
-  /*
-   The limit's name, NUL-terminated. Borrowed from the limiter: valid
-   until the limiter is freed; do not free it.
-   */
-  const char *name;
-  /*
-   What this limit answered. On a denial, each entry is what that limit
-   alone would answer, and nothing was consumed.
-   */
-  ratomic_decision decision;
-} ratomic_limit_decision;
 
 /*
  One request of a batch (`ratomic_allow_many`): a key and a cost.
@@ -569,6 +569,62 @@ typedef struct {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/*
+ Writes the HTTP header fields for `*decision` (a decision this limiter
+ gave) into `buf` as `Name: value\r\n` lines, NUL-terminated, and their
+ length (without the NUL) to `*len`: `RateLimit-Policy` and `RateLimit`
+ (draft-ietf-httpapi-ratelimit-headers-11), `Retry-After` on a denial
+ (whole seconds, rounded up, never 0) and, if `legacy`, the
+ `X-RateLimit-Limit`, `-Remaining` and `-Reset` fields. Formatted by
+ ratomic's core, like every face's.
+
+ A token bucket or window limiter names its limit `name` (NULL:
+ `"default"`); a multi-limit limiter lists each limit of `entries`
+ (`entries_len` of them, as `ratomic_allow_detailed` wrote them; `name`
+ is ignored). With `buf` NULL and `buf_len` 0, only `*len` is written:
+ allocate `*len + 1` bytes and call again.
+
+ Errors (`buf` and `*len` untouched): `RATOMIC_NULL_ARGUMENT` (limiter,
+ decision, len; buf with a non-zero `buf_len`; entries of a multi-limit
+ limiter); `RATOMIC_INVALID_ARGUMENT` (a name that is empty or not
+ printable ASCII, which a Structured Field String cannot carry; an entry
+ naming no limit of this limiter); `RATOMIC_BUFFER_TOO_SMALL` (the message gives the
+ size needed); `RATOMIC_OTHER_ERROR` (a Redis-backed limiter); `RATOMIC_PANIC`.
+
+ # Safety
+ `limiter` must be live; `name` NULL or NUL-terminated; `decision`
+ readable; `entries` NULL or `entries_len` readable entries; `buf` NULL or
+ `buf_len` writable bytes; `len` valid for writes.
+ */
+ratomic_result ratomic_headers(const ratomic_limiter *limiter,
+                               const char *name,
+                               const ratomic_decision *decision,
+                               const ratomic_limit_decision *entries,
+                               size_t entries_len,
+                               bool legacy,
+                               char *buf,
+                               size_t buf_len,
+                               size_t *len);
+
+/*
+ Writes the RFC 9457 problem document (JSON, media type
+ `application/problem+json`) for a 429 answering `*decision` into `buf`,
+ NUL-terminated, naming the limits that denied; for an allowed decision
+ it writes the empty string (`*len` 0). Arguments, sizing and errors as
+ `ratomic_headers`.
+
+ # Safety
+ As `ratomic_headers`.
+ */
+ratomic_result ratomic_problem_json(const ratomic_limiter *limiter,
+                                    const char *name,
+                                    const ratomic_decision *decision,
+                                    const ratomic_limit_decision *entries,
+                                    size_t entries_len,
+                                    char *buf,
+                                    size_t buf_len,
+                                    size_t *len);
 
 /*
  Makes a token bucket per key: each key holds up to `capacity` tokens

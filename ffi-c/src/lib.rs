@@ -23,6 +23,7 @@
 #[macro_use]
 mod boundary;
 mod decision;
+mod headers;
 #[macro_use]
 mod limiter;
 mod multi;
@@ -35,6 +36,7 @@ mod rule;
 mod stack;
 
 pub use decision::{ratomic_decision, ratomic_limit_decision};
+pub use headers::{ratomic_headers, ratomic_problem_json};
 pub use limiter::{
     ratomic_fixed_window_from_rate, ratomic_fixed_window_new, ratomic_limiter, ratomic_limiter_free,
     ratomic_sliding_window_from_rate, ratomic_sliding_window_new, ratomic_token_bucket_from_rate,

@@ -1,0 +1,181 @@
+//! HTTP header fields and problem bodies from a decision: core's
+//! `ratomic::headers`, written into the caller's buffer. Nothing is
+//! formatted here.
+
+use std::ffi::{c_char, CStr};
+use std::time::Duration;
+
+use ratomic_core::headers::{Headers, Policy};
+use ratomic_core::Decision;
+
+use crate::boundary::{arg_ref, str_arg, write_out, Failure};
+use crate::decision::{ratomic_decision, ratomic_limit_decision};
+use crate::limiter::{ratomic_limiter, Engine};
+use crate::result::ratomic_result;
+
+/// Core's decision from C's.
+fn core(d: &ratomic_decision) -> Decision {
+    Decision {
+        allowed: d.allowed,
+        remaining: d.remaining,
+        limit: d.limit,
+        retry_after: Duration::from_nanos(d.retry_after_ns),
+        reset_after: Duration::from_nanos(d.reset_after_ns),
+    }
+}
+
+/// Runs `f` on the headers of `decision` (and, for a multi-limit limiter,
+/// its `entries`), then copies what `f` returns into `buf` as a
+/// NUL-terminated string; `*len` gets its length without the NUL.
+///
+/// # Safety
+/// As the public functions that call it.
+#[allow(clippy::too_many_arguments)] // the C signature, flattened
+unsafe fn write_headers(
+    limiter: *const ratomic_limiter,
+    name: *const c_char,
+    decision: *const ratomic_decision,
+    entries: *const ratomic_limit_decision,
+    entries_len: usize,
+    buf: *mut c_char,
+    buf_len: usize,
+    len: *mut usize,
+    f: impl FnOnce(&Headers<'_>) -> String,
+) -> ratomic_result {
+    ffi_boundary!({
+        // SAFETY: the caller passes a live limiter or NULL.
+        let l = unsafe { arg_ref(limiter, "limiter") }?;
+        // SAFETY: as above.
+        let d = core(unsafe { arg_ref(decision, "decision") }?);
+        let len = crate::boundary::out_ptr(len, "len")?;
+        let rules = match &l.engine {
+            Engine::Redis(_) => return Err(Failure::Unsupported("headers of a Redis-backed limiter: not yet")),
+            _ => l.rules(),
+        };
+        let text = if let [rule] = rules {
+            // One rule: the limit's name is the caller's (NULL: "default").
+            let name = if name.is_null() {
+                "default"
+            } else {
+                // SAFETY: non-NULL: a NUL-terminated string, as the caller guarantees.
+                unsafe { str_arg(name, "name", ratomic_result::RATOMIC_INVALID_ARGUMENT) }?
+            };
+            let p = Policy::of(name, rule)?;
+            let h = Headers::single(&p, d);
+            f(&h)
+        } else {
+            // Several: the limits the call was subject to, from its entries.
+            let names: Vec<&str> = l.names.iter().map(|n| n.to_str().unwrap_or("")).collect();
+            let policies =
+                names.iter().zip(rules).map(|(n, r)| Policy::of(n, r)).collect::<ratomic_core::Result<Vec<_>>>()?;
+            // SAFETY: the caller passes `entries_len` readable entries or NULL.
+            let entries = unsafe { arg_ref(entries, "entries") }? as *const ratomic_limit_decision;
+            let mut parts = Vec::with_capacity(entries_len);
+            for i in 0..entries_len {
+                // SAFETY: `i < entries_len` entries are readable.
+                let e = unsafe { &*entries.add(i) };
+                // SAFETY: an entry's name is a NUL-terminated string (the
+                // limiter's own, as `ratomic_allow_detailed` wrote it).
+                let entry_name = unsafe { arg_ref(e.name, "entries[i].name").map(|p| CStr::from_ptr(p)) }?;
+                let index = names.iter().position(|n| n.as_bytes() == entry_name.to_bytes()).ok_or_else(|| {
+                    Failure::Core(ratomic_core::Error::InvalidArgument {
+                        name: "entries[i].name",
+                        value: entry_name.to_string_lossy().into_owned(),
+                        reason: "names no limit of this limiter".into(),
+                    })
+                })?;
+                parts.push((index, core(&e.decision)));
+            }
+            let h = Headers::from_parts(&policies, parts, d)?;
+            f(&h)
+        };
+        // The text and its NUL must fit; with buf NULL and buf_len 0 the
+        // call only reports the length.
+        if !(buf.is_null() && buf_len == 0) {
+            if buf.is_null() {
+                return Err(Failure::Null("buf"));
+            }
+            if buf_len < text.len() + 1 {
+                return Err(Failure::BufferTooSmall { need: text.len() + 1, have: buf_len });
+            }
+            // SAFETY: `buf` has room for `buf_len` >= text.len() + 1 bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), text.len());
+                *buf.add(text.len()) = 0;
+            }
+        }
+        // SAFETY: checked non-NULL above.
+        unsafe { write_out(len, text.len()) };
+        Ok(())
+    })
+}
+
+/// Writes the HTTP header fields for `*decision` (a decision this limiter
+/// gave) into `buf` as `Name: value\r\n` lines, NUL-terminated, and their
+/// length (without the NUL) to `*len`: `RateLimit-Policy` and `RateLimit`
+/// (draft-ietf-httpapi-ratelimit-headers-11), `Retry-After` on a denial
+/// (whole seconds, rounded up, never 0) and, if `legacy`, the
+/// `X-RateLimit-Limit`, `-Remaining` and `-Reset` fields. Formatted by
+/// ratomic's core, like every face's.
+///
+/// A token bucket or window limiter names its limit `name` (NULL:
+/// `"default"`); a multi-limit limiter lists each limit of `entries`
+/// (`entries_len` of them, as `ratomic_allow_detailed` wrote them; `name`
+/// is ignored). With `buf` NULL and `buf_len` 0, only `*len` is written:
+/// allocate `*len + 1` bytes and call again.
+///
+/// Errors (`buf` and `*len` untouched): `RATOMIC_NULL_ARGUMENT` (limiter,
+/// decision, len; buf with a non-zero `buf_len`; entries of a multi-limit
+/// limiter); `RATOMIC_INVALID_ARGUMENT` (a name that is empty or not
+/// printable ASCII, which a Structured Field String cannot carry; an entry
+/// naming no limit of this limiter); `RATOMIC_BUFFER_TOO_SMALL` (the message gives the
+/// size needed); `RATOMIC_OTHER_ERROR` (a Redis-backed limiter); `RATOMIC_PANIC`.
+///
+/// # Safety
+/// `limiter` must be live; `name` NULL or NUL-terminated; `decision`
+/// readable; `entries` NULL or `entries_len` readable entries; `buf` NULL or
+/// `buf_len` writable bytes; `len` valid for writes.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn ratomic_headers(
+    limiter: *const ratomic_limiter,
+    name: *const c_char,
+    decision: *const ratomic_decision,
+    entries: *const ratomic_limit_decision,
+    entries_len: usize,
+    legacy: bool,
+    buf: *mut c_char,
+    buf_len: usize,
+    len: *mut usize,
+) -> ratomic_result {
+    // SAFETY: forwarded from the caller.
+    unsafe { write_headers(limiter, name, decision, entries, entries_len, buf, buf_len, len, |h| h.lines(legacy)) }
+}
+
+/// Writes the RFC 9457 problem document (JSON, media type
+/// `application/problem+json`) for a 429 answering `*decision` into `buf`,
+/// NUL-terminated, naming the limits that denied; for an allowed decision
+/// it writes the empty string (`*len` 0). Arguments, sizing and errors as
+/// `ratomic_headers`.
+///
+/// # Safety
+/// As `ratomic_headers`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn ratomic_problem_json(
+    limiter: *const ratomic_limiter,
+    name: *const c_char,
+    decision: *const ratomic_decision,
+    entries: *const ratomic_limit_decision,
+    entries_len: usize,
+    buf: *mut c_char,
+    buf_len: usize,
+    len: *mut usize,
+) -> ratomic_result {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        write_headers(limiter, name, decision, entries, entries_len, buf, buf_len, len, |h| {
+            h.problem_json().unwrap_or_default()
+        })
+    }
+}

@@ -1,0 +1,99 @@
+"""Rate limiting for any ASGI app (Starlette, FastAPI, Litestar, ...), with
+the IETF ``RateLimit`` header fields on every response and an RFC 9457
+problem body on each 429. Pure ASGI: no framework is imported.
+
+>>> from ratomic import TokenBucket
+>>> from ratomic.asgi import RateLimitMiddleware
+>>> async def app(scope, receive, send): ...
+>>> app = RateLimitMiddleware(app, TokenBucket("100/min"))  # per client address
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, MutableMapping
+
+from ratomic._http import AnyLimiter, KeyFunc, Policy
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+__all__ = ["RateLimitMiddleware"]
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for k, v in scope.get("headers", []):
+        if k.lower() == name:
+            return bytes(v).decode("latin-1")
+    return None
+
+
+class RateLimitMiddleware:
+    """Limits the HTTP requests reaching ``app`` with ``limiter``.
+
+    The key is the client's address (``scope["client"]``; an IPv6 address
+    grouped by ``ipv6_prefix`` bits), or ``key(scope)`` when given.
+    ``X-Forwarded-For`` is used only with ``trusted_proxies`` > 0 (the number
+    of proxies in front of the app); otherwise any client could forge it.
+    ``cost`` is a whole number or a function of the scope. Every response
+    gets ``RateLimit-Policy`` and ``RateLimit`` (plus ``X-RateLimit-*`` with
+    ``legacy_headers``); a denial is a 429 with ``Retry-After`` and a
+    problem document. A limiter error (a key too long, say) is answered as
+    ``on_error`` says: ``"deny"`` (a 429, the default) or ``"allow"``.
+    WebSocket and lifespan traffic passes through unlimited.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        limiter: AnyLimiter,
+        *,
+        key: KeyFunc | None = None,
+        cost: int | Callable[[Scope], int] = 1,
+        name: str = "default",
+        legacy_headers: bool = False,
+        trusted_proxies: int = 0,
+        ipv6_prefix: int = 64,
+        on_error: str = "deny",
+    ) -> None:
+        self.app = app
+        self.policy = Policy(
+            limiter,
+            key=key,
+            cost=cost,
+            name=name,
+            legacy_headers=legacy_headers,
+            trusted_proxies=trusted_proxies,
+            ipv6_prefix=ipv6_prefix,
+            on_error=on_error,  # type: ignore[arg-type]
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        p = self.policy
+        if p.key is not None:
+            key = p.key(scope)
+        else:
+            client = scope.get("client")
+            key = p.default_key(client[0] if client else None, _header(scope, b"x-forwarded-for"))
+        outcome = p.decide(scope, key)
+        extra = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in outcome.headers]
+        if not outcome.allowed:
+            body = (outcome.problem or "").encode()
+            headers = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in outcome.problem_headers]
+            headers.append((b"content-length", str(len(body)).encode()))
+            await send({"type": "http.response.start", "status": 429, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message)
+                message["headers"] = [*message.get("headers", []), *extra]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

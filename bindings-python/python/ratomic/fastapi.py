@@ -1,0 +1,83 @@
+"""A FastAPI dependency that rate-limits one route (or a router):
+``Depends(RateLimit(limiter))``. Importing this module imports FastAPI.
+
+>>> from fastapi import Depends, FastAPI
+>>> from ratomic import TokenBucket
+>>> from ratomic.fastapi import RateLimit, RateLimitExceeded, problem_response
+>>> app = FastAPI()
+>>> app.add_exception_handler(RateLimitExceeded, problem_response)  # RFC 9457 bodies
+>>> @app.get("/search", dependencies=[Depends(RateLimit(TokenBucket("10/s")))])
+... async def search() -> dict: return {}
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the dependency's
+# parameter types at run time, and an instance's __call__ has no globals
+# to resolve string annotations in.
+import json
+from typing import Any, Callable
+
+from fastapi import HTTPException, Request, Response
+from fastapi.responses import JSONResponse
+
+from ratomic._http import AnyLimiter, KeyFunc, Policy
+from ratomic._ratomic import PROBLEM_CONTENT_TYPE
+
+__all__ = ["RateLimit", "RateLimitExceeded", "problem_response"]
+
+
+class RateLimitExceeded(HTTPException):
+    """Raised by :class:`RateLimit` on a denial: a 429 whose ``detail`` is
+    the problem document and whose headers are the rate-limit fields."""
+
+    def __init__(self, problem: dict[str, Any], headers: dict[str, str]) -> None:
+        super().__init__(status_code=429, detail=problem, headers=headers)
+
+
+async def problem_response(request: Request, exc: Exception) -> Response:
+    """An exception handler that answers :class:`RateLimitExceeded` with the
+    problem document itself (``application/problem+json``), not FastAPI's
+    ``{"detail": ...}`` wrapper."""
+    assert isinstance(exc, RateLimitExceeded)
+    return JSONResponse(exc.detail, status_code=429, headers=exc.headers, media_type=PROBLEM_CONTENT_TYPE)
+
+
+class RateLimit:
+    """A dependency limiting the requests of the routes that use it; same
+    options as :class:`ratomic.asgi.RateLimitMiddleware` (``key`` and
+    ``cost`` receive the ``Request``). Sets the rate-limit fields on the
+    route's response; raises :class:`RateLimitExceeded` on a denial."""
+
+    def __init__(
+        self,
+        limiter: AnyLimiter,
+        *,
+        key: KeyFunc | None = None,
+        cost: int | Callable[[Request], int] = 1,
+        name: str = "default",
+        legacy_headers: bool = False,
+        trusted_proxies: int = 0,
+        ipv6_prefix: int = 64,
+        on_error: str = "deny",
+    ) -> None:
+        self.policy = Policy(
+            limiter,
+            key=key,
+            cost=cost,
+            name=name,
+            legacy_headers=legacy_headers,
+            trusted_proxies=trusted_proxies,
+            ipv6_prefix=ipv6_prefix,
+            on_error=on_error,  # type: ignore[arg-type]
+        )
+
+    async def __call__(self, request: Request, response: Response) -> None:
+        p = self.policy
+        if p.key is not None:
+            key = p.key(request)
+        else:
+            key = p.default_key(request.client.host if request.client else None, request.headers.get("x-forwarded-for"))
+        outcome = p.decide(request, key)
+        if not outcome.allowed:
+            raise RateLimitExceeded(json.loads(outcome.problem or "{}"), dict(outcome.headers))
+        for name, value in outcome.headers:
+            response.headers[name] = value

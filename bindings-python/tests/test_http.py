@@ -1,0 +1,201 @@
+"""The HTTP middlewares over real sockets: uvicorn (ASGI, FastAPI) and
+wsgiref (WSGI) on 127.0.0.1 port 0, driven by a real HTTP client."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+import pytest
+
+import ratomic
+import ratomic.asgi
+import ratomic.wsgi
+from ratomic import Rule
+from ratomic._http import client_key
+
+uvicorn = pytest.importorskip("uvicorn")
+
+
+class Response:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.status, self.headers, self.body = status, headers, body
+
+
+def get(port: int, path: str = "/", headers: dict[str, str] | None = None) -> Response:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return Response(r.status, {k.lower(): v for k, v in r.headers.items()}, r.read())
+    except urllib.error.HTTPError as e:
+        with e:
+            return Response(e.code, {k.lower(): v for k, v in e.headers.items()}, e.read())
+
+
+@contextlib.contextmanager
+def serve_asgi(app):
+    # proxy_headers=False: uvicorn itself would otherwise take X-Forwarded-For
+    # from a loopback peer as the client, which is what these tests check.
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="off", proxy_headers=False)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:  # poll the server's own flag
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.005)
+    try:
+        yield server.servers[0].sockets[0].getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@contextlib.contextmanager
+def serve_wsgi(app):
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args):  # keep test output clean
+            pass
+
+    server = make_server("127.0.0.1", 0, app, handler_class=Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_port
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+async def hello(scope, receive, send):
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": b"hello"})
+
+
+def hello_wsgi(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"hello"]
+
+
+def check_denial(r: Response, names: list[str]) -> None:
+    assert r.status == 429
+    assert int(r.headers["retry-after"]) >= 1
+    assert r.headers["content-type"] == ratomic.PROBLEM_CONTENT_TYPE
+    body = json.loads(r.body)
+    assert body["status"] == 429 and body["violated-policies"] == names
+
+
+def test_asgi_allows_then_denies_with_standard_headers():
+    limiter = ratomic.TokenBucket("3/min", clock=ratomic.ManualClock())
+    app = ratomic.asgi.RateLimitMiddleware(hello, limiter, name="per-ip")
+    with serve_asgi(app) as port:
+        for left in (2, 1, 0):
+            r = get(port)
+            assert r.status == 200 and r.body == b"hello"
+            assert r.headers["ratelimit-policy"] == '"per-ip";q=3;w=60'
+            assert r.headers["ratelimit"].startswith(f'"per-ip";r={left};t=')
+        check_denial(get(port), ["per-ip"])
+
+
+def test_asgi_forwarded_for_is_ignored_unless_proxies_are_trusted():
+    clock = ratomic.ManualClock()
+    spoofable = ratomic.asgi.RateLimitMiddleware(hello, ratomic.TokenBucket("1/min", clock=clock))
+    with serve_asgi(spoofable) as port:
+        assert get(port, headers={"X-Forwarded-For": "1.1.1.1"}).status == 200
+        # A forged header does not make a new client.
+        assert get(port, headers={"X-Forwarded-For": "2.2.2.2"}).status == 429
+    behind_proxy = ratomic.asgi.RateLimitMiddleware(hello, ratomic.TokenBucket("1/min", clock=clock), trusted_proxies=1)
+    with serve_asgi(behind_proxy) as port:
+        assert get(port, headers={"X-Forwarded-For": "6.6.6.6, 1.1.1.1"}).status == 200
+        assert get(port, headers={"X-Forwarded-For": "7.7.7.7, 1.1.1.1"}).status == 429, "same client, forged prefix"
+        assert get(port, headers={"X-Forwarded-For": "2.2.2.2"}).status == 200, "another client is independent"
+
+
+def test_asgi_multi_limit_lists_every_policy_and_the_denier():
+    clock = ratomic.ManualClock()
+    limiter = ratomic.Limiter({"burst": "2/s", "daily": Rule.fixed_window("100/day")}, clock=clock)
+    app = ratomic.asgi.RateLimitMiddleware(hello, limiter, cost=lambda scope: 1, legacy_headers=True)
+    with serve_asgi(app) as port:
+        r = get(port)
+        assert r.headers["ratelimit-policy"] == '"burst";q=2;w=1, "daily";q=100;w=86400'
+        assert r.headers["x-ratelimit-limit"] == "2"
+        get(port)
+        check_denial(get(port), ["burst"])
+
+
+def test_asgi_limiter_errors_follow_on_error():
+    too_long = lambda scope: "k" * 5000  # above max_key_len
+    limiter = ratomic.TokenBucket("5/s", clock=ratomic.ManualClock())
+    closed = ratomic.asgi.RateLimitMiddleware(hello, limiter, key=too_long)
+    opened = ratomic.asgi.RateLimitMiddleware(hello, limiter, key=too_long, on_error="allow")
+    with serve_asgi(closed) as port:
+        r = get(port)
+        assert r.status == 429 and "could not be applied" in json.loads(r.body)["detail"]
+    with serve_asgi(opened) as port:
+        assert get(port).status == 200
+
+
+def test_fastapi_dependency_per_route():
+    fastapi = pytest.importorskip("fastapi")
+    from ratomic.fastapi import RateLimit, RateLimitExceeded, problem_response
+
+    app = fastapi.FastAPI()
+    app.add_exception_handler(RateLimitExceeded, problem_response)
+    limited = RateLimit(ratomic.TokenBucket("2/min", clock=ratomic.ManualClock()), name="search")
+
+    @app.get("/search", dependencies=[fastapi.Depends(limited)])
+    async def search() -> dict:
+        return {"ok": True}
+
+    @app.get("/free")
+    async def free() -> dict:
+        return {"ok": True}
+
+    with serve_asgi(app) as port:
+        r = get(port, "/search")
+        assert r.status == 200 and r.headers["ratelimit"].startswith('"search";r=1;')
+        get(port, "/search")
+        check_denial(get(port, "/search"), ["search"])
+        assert get(port, "/free").status == 200, "other routes are not limited"
+
+
+def test_wsgi_allows_then_denies_with_standard_headers():
+    limiter = ratomic.TokenBucket("2/min", clock=ratomic.ManualClock())
+    with serve_wsgi(ratomic.wsgi.RateLimitMiddleware(hello_wsgi, limiter)) as port:
+        r = get(port)
+        assert r.status == 200 and r.headers["ratelimit-policy"] == '"default";q=2;w=60'
+        assert get(port).status == 200
+        check_denial(get(port), ["default"])
+
+
+def test_client_keys():
+    assert client_key("10.0.0.1", None, 0, 64) == "10.0.0.1"
+    assert client_key("10.0.0.1", "9.9.9.9", 0, 64) == "10.0.0.1", "not trusted: ignored"
+    assert client_key("10.0.0.1", "6.6.6.6, 9.9.9.9", 1, 64) == "9.9.9.9"
+    assert client_key("10.0.0.1", "6.6.6.6, 9.9.9.9", 2, 64) == "6.6.6.6"
+    assert client_key("10.0.0.1", "9.9.9.9", 2, 64) == "10.0.0.1", "fewer hops than proxies: the peer"
+    assert client_key("2001:db8:1:2:3:4:5:6", None, 0, 64) == "2001:db8:1:2::/64"
+    assert client_key("2001:db8:1:2:ffff::1", None, 0, 64) == "2001:db8:1:2::/64"
+    assert client_key("2001:db8:1:2::1", None, 0, 128) == "2001:db8:1:2::1/128"
+    assert client_key("::ffff:10.0.0.1", None, 0, 64) == "10.0.0.1"
+    assert client_key(None, None, 0, 64) is None
+
+
+def test_bad_options_are_refused_at_setup():
+    tb = ratomic.TokenBucket("2/s")
+    for kwargs, error in [
+        ({"trusted_proxies": -1}, ValueError),
+        ({"ipv6_prefix": 129}, ValueError),
+        ({"on_error": "maybe"}, ValueError),
+        ({"name": "caf\u00e9"}, ratomic.InvalidArgumentError),
+    ]:
+        with pytest.raises(error):
+            ratomic.asgi.RateLimitMiddleware(hello, tb, **kwargs)
+    with pytest.raises(TypeError):
+        ratomic.wsgi.RateLimitMiddleware(hello_wsgi, object())  # type: ignore[arg-type]

@@ -19,3 +19,19 @@ test('the README example runs', async () => {
   assert.equal(lines[4], 'true')
   assert.equal(lines.at(-1), 'acquired true')
 })
+
+test("the README's Express example runs and answers with the standard fields", async () => {
+  const md = fs.readFileSync(path.join(__dirname, '..', '..', 'README.md'), 'utf8')
+  const code = [...md.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((c) => c.includes("require('ratomic/express')"))
+  assert.ok(code, 'the README has an Express example')
+  const line = await new Promise((resolve, reject) => {
+    const log = (...args) => resolve(args.join(' '))
+    const load = (name) => require(name.startsWith('ratomic') ? name.replace('ratomic', '..') : name)
+    try {
+      new Function('require', 'console', code)(load, { log })
+    } catch (e) {
+      reject(e)
+    }
+  })
+  assert.equal(line, '200 "default";r=99;t=60 99 left')
+})

@@ -1,0 +1,16 @@
+// The middleware typings, checked by tsc and then run.
+import test from 'node:test'
+import assert from 'node:assert/strict'
+import { rateLimit, RateLimitOptions } from 'ratomic/express'
+import ratomicFastify = require('ratomic/fastify')
+import { TokenBucket } from 'ratomic'
+
+test('typings: the middleware factories', () => {
+  const options: RateLimitOptions = { limiter: new TokenBucket('5/s'), name: 'api', legacyHeaders: true, ipv6Subnet: 56 }
+  const mw = rateLimit(options)
+  assert.equal(typeof mw, 'function')
+  assert.equal(typeof rateLimit({ limit: 10, windowMs: 1000, keyGenerator: (req) => String(req.headers['x-api-key']) }), 'function')
+  assert.equal(typeof ratomicFastify, 'function')
+  // @ts-expect-error standardHeaders takes true, false or 'draft-11'
+  assert.throws(() => rateLimit({ standardHeaders: 'draft-6' }), TypeError)
+})

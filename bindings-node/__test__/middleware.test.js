@@ -1,0 +1,132 @@
+'use strict'
+// ratomic/express and ratomic/fastify over real sockets: servers on
+// 127.0.0.1 port 0, requests with fetch.
+const test = require('node:test')
+const assert = require('node:assert/strict')
+const http = require('node:http')
+const express = require('express')
+const Fastify = require('fastify')
+const { rateLimit } = require('ratomic/express')
+const ratomicFastify = require('ratomic/fastify')
+const { TokenBucket, Limiter, ManualClock, PROBLEM_CONTENT_TYPE } = require('ratomic')
+const { clientKey } = require('../http.js')
+
+async function listen(server) {
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
+  return `http://127.0.0.1:${server.address().port}`
+}
+
+async function checkDenial(r, names, status = 429) {
+  assert.equal(r.status, status)
+  assert.ok(Number(r.headers.get('retry-after')) >= 1)
+  assert.ok(r.headers.get('content-type').startsWith(PROBLEM_CONTENT_TYPE))
+  const body = await r.json()
+  assert.deepEqual(body['violated-policies'], names)
+}
+
+test('express: allowed responses carry the standard fields; the n+1th is a 429 problem', async () => {
+  const app = express()
+  app.use(rateLimit({ limiter: new TokenBucket('3/min', { clock: new ManualClock() }), name: 'per-ip' }))
+  app.get('/', (req, res) => res.send(`left ${req.rateLimit.remaining}`))
+  const server = http.createServer(app)
+  const url = await listen(server)
+  try {
+    for (const left of [2, 1, 0]) {
+      const r = await fetch(url)
+      assert.equal(r.status, 200)
+      assert.equal(await r.text(), `left ${left}`)
+      assert.equal(r.headers.get('ratelimit-policy'), '"per-ip";q=3;w=60')
+      assert.ok(r.headers.get('ratelimit').startsWith(`"per-ip";r=${left};t=`))
+    }
+    await checkDenial(await fetch(url), ['per-ip'])
+  } finally {
+    server.close()
+  }
+})
+
+test('express: limit/windowMs as in express-rate-limit, X-Forwarded-For only with trust proxy', async () => {
+  const open = express()
+  open.use(rateLimit({ limit: 1, windowMs: 60_000, legacyHeaders: true }))
+  open.get('/', (req, res) => res.send('ok'))
+  const trusting = express()
+  trusting.set('trust proxy', 1)
+  trusting.use(rateLimit({ limit: 1, windowMs: 60_000 }))
+  trusting.get('/', (req, res) => res.send('ok'))
+  const [a, b] = [http.createServer(open), http.createServer(trusting)]
+  const [ua, ub] = [await listen(a), await listen(b)]
+  try {
+    const first = await fetch(ua, { headers: { 'X-Forwarded-For': '1.1.1.1' } })
+    assert.equal(first.status, 200)
+    assert.equal(first.headers.get('x-ratelimit-limit'), '1')
+    assert.equal((await fetch(ua, { headers: { 'X-Forwarded-For': '2.2.2.2' } })).status, 429, 'a forged header is no new client')
+    assert.equal((await fetch(ub, { headers: { 'X-Forwarded-For': '1.1.1.1' } })).status, 200)
+    assert.equal((await fetch(ub, { headers: { 'X-Forwarded-For': '2.2.2.2' } })).status, 200, 'behind a trusted proxy: two clients')
+    assert.equal((await fetch(ub, { headers: { 'X-Forwarded-For': '1.1.1.1' } })).status, 429)
+  } finally {
+    a.close()
+    b.close()
+  }
+})
+
+test('express: a multi-limit limiter lists every policy; handler, message, skip, errors', async () => {
+  const clock = new ManualClock()
+  const app = express()
+  app.use('/multi', rateLimit({ limiter: new Limiter({ burst: '1/s', daily: { algorithm: 'fixedWindow', rate: '100/day' } }, { clock }) }))
+  app.use('/custom', rateLimit({ limit: 1, statusCode: 503, message: { error: 'slow down' }, skip: (req) => req.query.vip === '1' }))
+  app.use('/handled', rateLimit({ limit: 1, handler: (req, res) => res.status(429).send('handled') }))
+  app.use('/broken', rateLimit({ limit: 1, keyGenerator: () => 'k'.repeat(5000) }))
+  app.use((req, res) => res.send('ok'))
+  const server = http.createServer(app)
+  const url = await listen(server)
+  try {
+    const r = await fetch(`${url}/multi`)
+    assert.equal(r.headers.get('ratelimit-policy'), '"burst";q=1;w=1, "daily";q=100;w=86400')
+    await checkDenial(await fetch(`${url}/multi`), ['burst'])
+    await fetch(`${url}/custom`)
+    assert.equal((await fetch(`${url}/custom?vip=1`)).status, 200, 'skipped')
+    const custom = await fetch(`${url}/custom`)
+    assert.deepEqual([custom.status, await custom.json()], [503, { error: 'slow down' }])
+    await fetch(`${url}/handled`)
+    assert.equal(await (await fetch(`${url}/handled`)).text(), 'handled')
+    const broken = await fetch(`${url}/broken`)
+    assert.equal(broken.status, 429, 'a key the limiter refuses fails closed, not a 500')
+  } finally {
+    server.close()
+  }
+})
+
+test('fastify: the plugin limits the routes of its scope', async () => {
+  const app = Fastify()
+  await app.register(ratomicFastify, { limiter: new TokenBucket('2/min', { clock: new ManualClock() }), name: 'api' })
+  app.get('/', async (request) => ({ left: request.rateLimit.remaining }))
+  const url = await app.listen({ port: 0, host: '127.0.0.1' })
+  try {
+    const r = await fetch(url)
+    assert.deepEqual(await r.json(), { left: 1 })
+    assert.equal(r.headers.get('ratelimit-policy'), '"api";q=2;w=60')
+    await fetch(url)
+    await checkDenial(await fetch(url), ['api'])
+  } finally {
+    await app.close()
+  }
+})
+
+test('client keys: IPv6 grouped, IPv4-mapped unwrapped', () => {
+  assert.equal(clientKey('10.0.0.1', 64), '10.0.0.1')
+  assert.equal(clientKey('::ffff:10.0.0.1', 64), '10.0.0.1')
+  assert.equal(clientKey('2001:db8:1:2:3:4:5:6', 64), '2001:db8:1:2:0:0:0:0/64')
+  assert.equal(clientKey('2001:db8:1:2::ffff', 64), '2001:db8:1:2:0:0:0:0/64')
+  assert.equal(clientKey('2001:db8:1:2::ffff', 56), '2001:db8:1:0:0:0:0:0/56')
+  assert.equal(clientKey('2001:db8::1', 128), '2001:db8:0:0:0:0:0:1/128')
+  assert.equal(clientKey(undefined, 64), undefined)
+})
+
+test('bad options throw at set-up', () => {
+  assert.throws(() => rateLimit({ colour: 'red' }), TypeError)
+  assert.throws(() => rateLimit({ standardHeaders: 'draft-6' }), TypeError)
+  assert.throws(() => rateLimit({ ipv6Subnet: 0 }), TypeError)
+  assert.throws(() => rateLimit({ limiter: {} }), TypeError)
+  assert.throws(() => rateLimit({ limiter: new TokenBucket('1/s'), limit: 3 }), TypeError)
+  assert.throws(() => rateLimit({ name: 'café' }), RangeError)
+  assert.throws(() => rateLimit({ limit: 0 }), RangeError)
+})

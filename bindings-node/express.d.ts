@@ -1,0 +1,47 @@
+// Types of `ratomic/express`: Connect-style rate-limiting middleware with
+// express-rate-limit's option names.
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { BaseLimiter, Decision, MultiDecision } from './ratomic'
+
+/** The options of `rateLimit` (and of the `ratomic/fastify` plugin), named as in express-rate-limit. */
+export interface RateLimitOptions<Req = IncomingMessage, Res = ServerResponse> {
+  /** Any ratomic limiter; default: a `FixedWindow` of `limit` per `windowMs`. */
+  limiter?: BaseLimiter<any>
+  /** Requests per window per client when no `limiter` is given (default 5). */
+  limit?: number
+  /** The window in milliseconds when no `limiter` is given (default 60000). */
+  windowMs?: number
+  /** The client's key; default its address (`req.ip`, else the socket's peer), IPv6 grouped by `ipv6Subnet`. */
+  keyGenerator?: (req: Req, res: Res) => string | Uint8Array | Promise<string | Uint8Array>
+  /** Requests for which this returns true are not limited. */
+  skip?: (req: Req, res: Res) => boolean | Promise<boolean>
+  /** Answers a denied request instead of the default 429 problem response. */
+  handler?: (req: Req, res: Res, next: ((err?: unknown) => void) | undefined, options: RateLimitOptions<Req, Res>) => unknown
+  /** The denial's status (default 429). */
+  statusCode?: number
+  /** The denial's body instead of the RFC 9457 problem document. */
+  message?: string | object | ((req: Req, res: Res) => string | object | Promise<string | object>)
+  /** The IETF `RateLimit-Policy` / `RateLimit` fields (draft-11): on (default) or off. */
+  standardHeaders?: boolean | 'draft-11'
+  /** Also the `X-RateLimit-Limit`, `-Remaining` and `-Reset` fields (default off). */
+  legacyHeaders?: boolean
+  /** Bits of an IPv6 address that name one client (default 64). */
+  ipv6Subnet?: number
+  /** Where the decision is left on the request (default `rateLimit`). */
+  requestPropertyName?: string
+  /** Tokens a request takes (default 1), or a function of the request. */
+  cost?: number | ((req: Req) => number)
+  /** The limit's name in the header fields (single-rule limiters; default `"default"`). */
+  name?: string
+  /** When the limiter cannot judge a request (a key too long), let it through instead of a 429. */
+  passOnStoreError?: boolean
+}
+
+/** The decision left on the request (`req.rateLimit` by default). */
+export type RequestRateLimit = Decision | MultiDecision
+
+/** Middleware for Express and plain `http`: `app.use(rateLimit({ limit: 100, windowMs: 60_000 }))`. */
+export declare function rateLimit<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
+  options?: RateLimitOptions<Req, Res>,
+): (req: Req, res: Res, next: (err?: unknown) => void) => Promise<void>
+export default rateLimit

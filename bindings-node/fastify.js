@@ -1,0 +1,38 @@
+'use strict'
+// A Fastify plugin: `fastify.register(require('ratomic/fastify'), options)`,
+// with the options of `ratomic/express` (express-rate-limit's names).
+
+const { resolve, decide, clientKey, PROBLEM_CONTENT_TYPE } = require('./http.js')
+
+/**
+ * Limits every request of the instance it is registered on (not
+ * encapsulated: it applies to the routes of the registering scope), keyed by
+ * `request.ip` (which honours Fastify's `trustProxy`) unless `keyGenerator`
+ * says otherwise.
+ */
+async function ratomicFastify(fastify, options) {
+  const o = resolve(options)
+  fastify.addHook('onRequest', async (request, reply) => {
+    if (o.skip && (await o.skip(request, reply))) return
+    const key = o.keyGenerator ? await o.keyGenerator(request, reply) : clientKey(request.ip, o.ipv6Subnet)
+    const { decision, fields, problem } = decide(o, request, key)
+    for (const [name, value] of fields) reply.header(name, value)
+    if (decision !== null) request[o.requestPropertyName] = decision
+    if (problem === null) return
+    if (o.handler) return o.handler(request, reply, undefined, { ...options, statusCode: o.statusCode })
+    if (o.message !== undefined) {
+      const m = typeof o.message === 'function' ? await o.message(request, reply) : o.message
+      return reply.code(o.statusCode).send(m)
+    }
+    return reply.code(o.statusCode).type(PROBLEM_CONTENT_TYPE).send(problem)
+  })
+}
+
+// Not encapsulated (what fastify-plugin does): the hook reaches the
+// routes of the scope that registers the plugin.
+ratomicFastify[Symbol.for('skip-override')] = true
+ratomicFastify[Symbol.for('fastify.display-name')] = 'ratomic'
+
+module.exports = ratomicFastify
+module.exports.default = ratomicFastify
+module.exports.ratomicFastify = ratomicFastify

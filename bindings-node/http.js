@@ -1,0 +1,133 @@
+'use strict'
+// What ratomic's Express and Fastify middleware share: the options (named
+// as express-rate-limit names them), the client's key, and one decision
+// with its header fields and problem body — formatted by ratomic's Rust
+// core through the limiters' headers() / problem().
+
+const net = require('node:net')
+const { BaseLimiter, FixedWindow, Limiter, PROBLEM_CONTENT_TYPE } = require('./ratomic.js')
+
+const OPTIONS = [
+  'limiter', 'limit', 'windowMs', 'keyGenerator', 'skip', 'handler', 'statusCode', 'message',
+  'standardHeaders', 'legacyHeaders', 'ipv6Subnet', 'requestPropertyName', 'cost', 'name', 'passOnStoreError',
+]
+
+function typeError(message) {
+  const e = new TypeError(message)
+  e.code = 'ERR_RATOMIC_INVALID_ARGUMENT'
+  return e
+}
+
+// An IPv6 address as its 8 groups (null if it is not one).
+function groups(ip) {
+  if (!net.isIPv6(ip)) return null
+  let [head, tail] = ip.split('::')
+  const parse = (s) => (s ? s.split(':') : [])
+  let h = parse(head)
+  let t = tail === undefined ? [] : parse(tail)
+  // An embedded IPv4 tail (::ffff:1.2.3.4) is two groups.
+  const last = (tail === undefined ? h : t)
+  if (last.length && net.isIPv4(last[last.length - 1])) {
+    const [a, b, c, d] = last.pop().split('.').map(Number)
+    last.push(((a << 8) | b).toString(16), ((c << 8) | d).toString(16))
+  }
+  const fill = tail === undefined ? [] : new Array(8 - h.length - t.length).fill('0')
+  return [...h, ...fill, ...t].map((g) => parseInt(g, 16))
+}
+
+/**
+ * The client's key from its address: an IPv4 address as is, an IPv4-mapped
+ * IPv6 address as its IPv4 form, any other IPv6 address grouped by its
+ * first `subnet` bits (one client commonly holds a /64).
+ */
+function clientKey(ip, subnet) {
+  if (typeof ip !== 'string' || ip === '') return undefined
+  const g = groups(ip)
+  if (g === null) return ip
+  if (g.slice(0, 5).every((x) => x === 0) && g[5] === 0xffff) {
+    return `${g[6] >> 8}.${g[6] & 255}.${g[7] >> 8}.${g[7] & 255}`
+  }
+  const masked = g.map((x, i) => {
+    const bits = Math.max(0, Math.min(16, subnet - 16 * i))
+    return bits === 0 ? 0 : x & ((0xffff << (16 - bits)) & 0xffff)
+  })
+  return `${masked.map((x) => x.toString(16)).join(':')}/${subnet}`
+}
+
+/** The options, checked once, with express-rate-limit's defaults. */
+function resolve(options) {
+  const o = options === undefined ? {} : options
+  if (o === null || typeof o !== 'object') throw typeError(`options must be an object, got ${o === null ? 'null' : typeof o}`)
+  for (const k of Object.keys(o)) {
+    if (!OPTIONS.includes(k)) throw typeError(`unknown option ${JSON.stringify(k)} (expected one of ${OPTIONS.join(', ')})`)
+  }
+  let limiter = o.limiter
+  if (limiter === undefined) {
+    const limit = o.limit === undefined ? 5 : o.limit
+    const windowMs = o.windowMs === undefined ? 60_000 : o.windowMs
+    // express-rate-limit counts in fixed windows; so does the default here.
+    limiter = new FixedWindow(limit, windowMs)
+  } else if (!(limiter instanceof BaseLimiter)) {
+    throw typeError('limiter must be a ratomic TokenBucket, FixedWindow, SlidingWindow or Limiter')
+  } else if (o.limit !== undefined || o.windowMs !== undefined) {
+    throw typeError('give either limiter or limit/windowMs, not both')
+  }
+  const standard = o.standardHeaders === undefined ? 'draft-11' : o.standardHeaders
+  if (![true, false, 'draft-11'].includes(standard)) {
+    throw typeError(`standardHeaders must be true, false or 'draft-11' (the fields ratomic writes), got ${JSON.stringify(standard)}`)
+  }
+  const subnet = o.ipv6Subnet === undefined ? 64 : o.ipv6Subnet
+  if (!Number.isInteger(subnet) || subnet < 1 || subnet > 128) throw typeError(`ipv6Subnet must be a whole number from 1 to 128, got ${subnet}`)
+  const statusCode = o.statusCode === undefined ? 429 : o.statusCode
+  if (!Number.isInteger(statusCode) || statusCode < 400 || statusCode > 599) throw typeError(`statusCode must be an HTTP error status, got ${statusCode}`)
+  for (const k of ['keyGenerator', 'skip', 'handler']) {
+    if (o[k] !== undefined && typeof o[k] !== 'function') throw typeError(`${k} must be a function`)
+  }
+  if (o.cost !== undefined && typeof o.cost !== 'number' && typeof o.cost !== 'function') throw typeError('cost must be a number or a function')
+  const name = o.name === undefined ? 'default' : o.name
+  const multi = limiter instanceof Limiter
+  // Check the name now, not on the first request.
+  if (!multi) limiter.headers(limiter.peek(''), { name })
+  return {
+    limiter,
+    multi,
+    name,
+    keyGenerator: o.keyGenerator,
+    skip: o.skip,
+    handler: o.handler,
+    statusCode,
+    message: o.message,
+    standardHeaders: standard !== false,
+    legacyHeaders: o.legacyHeaders === true,
+    ipv6Subnet: subnet,
+    requestPropertyName: o.requestPropertyName === undefined ? 'rateLimit' : o.requestPropertyName,
+    cost: o.cost === undefined ? 1 : o.cost,
+    passOnStoreError: o.passOnStoreError === true,
+  }
+}
+
+/**
+ * Decides request `req` whose key is `key`: the decision, the header fields
+ * to set, and the problem body of a denial.
+ */
+function decide(o, req, key) {
+  let d
+  try {
+    const cost = typeof o.cost === 'function' ? o.cost(req) : o.cost
+    d = o.limiter.allow(key, cost)
+  } catch (e) {
+    // A request the limiter cannot judge (no key, a key too long): fail
+    // closed unless passOnStoreError says open; never a 500.
+    if (o.passOnStoreError) return { decision: null, fields: [], problem: null }
+    const body = { type: 'about:blank', title: 'Too Many Requests', status: o.statusCode, detail: `the rate limit could not be applied: ${e.message}` }
+    return { decision: null, fields: [['Retry-After', '1']], problem: JSON.stringify(body), failed: true }
+  }
+  const all = o.multi ? o.limiter.headers(d, { legacy: o.legacyHeaders }) : o.limiter.headers(d, { name: o.name, legacy: o.legacyHeaders })
+  // RateLimit-Policy and RateLimit are the standard ones; Retry-After goes
+  // on every denial; X-RateLimit-* only when asked.
+  const fields = o.standardHeaders ? all : all.filter(([n]) => !n.startsWith('RateLimit'))
+  const problem = d.allowed ? null : o.multi ? o.limiter.problem(d) : o.limiter.problem(d, { name: o.name })
+  return { decision: d, fields, problem }
+}
+
+module.exports = { resolve, decide, clientKey, PROBLEM_CONTENT_TYPE }

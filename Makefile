@@ -50,3 +50,4 @@ lint:
 	$(CARGO) clippy -p ratomic-redis --all-targets --features server-tests -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic-redis
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic-tower

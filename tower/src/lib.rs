@@ -1,0 +1,444 @@
+//! # ratomic-tower
+//!
+//! Rate limiting for [tower](https://docs.rs/tower) services — axum routers, hyper services — on
+//! any in-memory ratomic limiter, with the IETF `RateLimit` header fields on
+//! every response and an RFC 9457 problem body on each 429 (both formatted
+//! by [`ratomic::headers`], as in every ratomic face).
+//!
+//! ```no_run
+//! use std::net::SocketAddr;
+//! use axum::{routing::get, Router};
+//! use ratomic::{Quota, TokenBucket};
+//! use ratomic_tower::{KeyBy, RateLimitLayer};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let limiter = TokenBucket::new(Quota::parse("100/min")?);
+//! let app = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .layer(RateLimitLayer::new(limiter).name("per-ip")?.key(KeyBy::peer_ip()));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! // The peer address comes from axum's ConnectInfo.
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## Keys
+//!
+//! [`KeyBy::peer_ip`] (the default) keys by the client's address: axum's
+//! `ConnectInfo<SocketAddr>` or a plain `SocketAddr` in the request's
+//! extensions, an IPv6 address grouped by its /64. `X-Forwarded-For` is read
+//! only when [`KeyBy::peer_ip_behind`] names how many proxies are in front
+//! (the client is then the n-th address from the right; anything left of it
+//! is whatever the client wrote). [`KeyBy::header`] and [`KeyBy::func`] key
+//! by a header or a closure. A request with no key is refused with a 400.
+//!
+//! Async limiters (a Redis-backed one) are not supported yet: every
+//! decision here is the in-memory engine's, taken without blocking.
+
+#![warn(missing_docs)]
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{header, HeaderName, HeaderValue, Request, Response, StatusCode};
+use ratomic::headers::{Headers, Policy, PROBLEM_CONTENT_TYPE};
+use ratomic::{Algorithm, Clock, Keyed, Limiter};
+use tower_layer::Layer;
+use tower_service::Service;
+
+/// What a request was answered: allowed or not, the header fields every
+/// response carries, and on a denial the problem body.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The call passed every limit.
+    pub allowed: bool,
+    /// `RateLimit-Policy`, `RateLimit`, `Retry-After` on a denial, and the
+    /// legacy fields when asked.
+    pub fields: Vec<(&'static str, String)>,
+    /// The RFC 9457 document for a 429 (None when allowed).
+    pub problem: Option<String>,
+}
+
+impl Outcome {
+    fn of(h: &Headers<'_>, legacy: bool) -> Self {
+        Outcome { allowed: h.decision().allowed, fields: h.fields(legacy), problem: h.problem_json() }
+    }
+}
+
+/// A limiter the layer can use: a single-rule keyed limiter ([`Keyed`]:
+/// `TokenBucket`, `FixedWindow`, `SlidingWindow`, `Keyed<Rule>`) or a
+/// multi-limit [`Limiter`]. Implemented for both; `name` names a single
+/// rule in the header fields.
+pub trait RateLimiter: Send + Sync + 'static {
+    /// Decides `cost` for `key` and formats the answer.
+    fn decide(&self, key: &[u8], cost: u64, legacy: bool) -> ratomic::Result<Outcome>;
+    /// Names a single rule's policy (multi-limit limiters name their own).
+    fn set_name(&mut self, name: &str) -> ratomic::Result<()>;
+}
+
+/// A single-rule limiter with its policy.
+#[derive(Debug)]
+pub struct Single<A: Algorithm, C: Clock> {
+    limiter: Keyed<A, [u8], C>,
+    policy: Policy,
+}
+
+impl<A: Algorithm, C: Clock + 'static> RateLimiter for Single<A, C> {
+    fn decide(&self, key: &[u8], cost: u64, legacy: bool) -> ratomic::Result<Outcome> {
+        let d = self.limiter.allow_n(key, cost)?;
+        Ok(Outcome::of(&Headers::single(&self.policy, d), legacy))
+    }
+    fn set_name(&mut self, name: &str) -> ratomic::Result<()> {
+        self.policy = Policy::of(name, self.limiter.algorithm())?;
+        Ok(())
+    }
+}
+
+/// A multi-limit limiter with its policies.
+#[derive(Debug)]
+pub struct Multi<C: Clock> {
+    limiter: Limiter<[u8], C>,
+    policies: Vec<Policy>,
+}
+
+impl<C: Clock + 'static> RateLimiter for Multi<C> {
+    fn decide(&self, key: &[u8], cost: u64, legacy: bool) -> ratomic::Result<Outcome> {
+        let d = self.limiter.allow_n(key, cost)?;
+        Ok(Outcome::of(&Headers::multi(&self.policies, &d)?, legacy))
+    }
+    fn set_name(&mut self, _name: &str) -> ratomic::Result<()> {
+        Ok(())
+    }
+}
+
+/// Turns a ratomic limiter into what the layer holds.
+pub trait IntoRateLimiter {
+    /// The layer's form of the limiter.
+    type Limiter: RateLimiter;
+    /// Converts, naming a single rule `"default"`.
+    fn into_rate_limiter(self) -> ratomic::Result<Self::Limiter>;
+}
+
+impl<A: Algorithm, C: Clock + 'static> IntoRateLimiter for Keyed<A, [u8], C> {
+    type Limiter = Single<A, C>;
+    fn into_rate_limiter(self) -> ratomic::Result<Single<A, C>> {
+        let policy = Policy::of("default", self.algorithm())?;
+        Ok(Single { limiter: self, policy })
+    }
+}
+
+impl<C: Clock + 'static> IntoRateLimiter for Limiter<[u8], C> {
+    type Limiter = Multi<C>;
+    fn into_rate_limiter(self) -> ratomic::Result<Multi<C>> {
+        let policies = Policy::for_limiter(&self)?;
+        Ok(Multi { limiter: self, policies })
+    }
+}
+
+type KeyFn = dyn Fn(&http::request::Parts) -> Option<Vec<u8>> + Send + Sync;
+
+/// How the layer finds a request's key.
+#[derive(Clone)]
+pub struct KeyBy(Arc<KeyFn>);
+
+impl std::fmt::Debug for KeyBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyBy(..)")
+    }
+}
+
+impl KeyBy {
+    /// The client's address (the default): axum's `ConnectInfo<SocketAddr>`
+    /// or a `SocketAddr` extension, IPv6 grouped by /64. Never reads
+    /// `X-Forwarded-For`.
+    pub fn peer_ip() -> Self {
+        Self::peer_ip_with(0, 64)
+    }
+
+    /// The client's address behind `proxies` trusted proxies: the
+    /// `proxies`-th address from the right of `X-Forwarded-For` (the peer's
+    /// own address when the header has fewer).
+    pub fn peer_ip_behind(proxies: usize) -> Self {
+        Self::peer_ip_with(proxies, 64)
+    }
+
+    /// [`peer_ip_behind`](Self::peer_ip_behind), with IPv6 addresses grouped
+    /// by their first `ipv6_prefix` bits (at most 128).
+    pub fn peer_ip_with(proxies: usize, ipv6_prefix: u8) -> Self {
+        let prefix = ipv6_prefix.min(128);
+        KeyBy(Arc::new(move |parts: &http::request::Parts| {
+            let forwarded = (proxies > 0).then(|| forwarded_client(parts, proxies)).flatten();
+            forwarded.or_else(|| peer(parts)).map(|ip| client_key(ip, prefix).into_bytes())
+        }))
+    }
+
+    /// The value of header `name` (a request without it has no key).
+    pub fn header(name: HeaderName) -> Self {
+        KeyBy(Arc::new(move |parts: &http::request::Parts| parts.headers.get(&name).map(|v| v.as_bytes().to_vec())))
+    }
+
+    /// Whatever `f` returns for the request's head.
+    pub fn func(f: impl Fn(&http::request::Parts) -> Option<Vec<u8>> + Send + Sync + 'static) -> Self {
+        KeyBy(Arc::new(f))
+    }
+}
+
+fn peer(parts: &http::request::Parts) -> Option<IpAddr> {
+    #[cfg(feature = "axum")]
+    if let Some(axum::extract::ConnectInfo(addr)) = parts.extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
+        return Some(addr.ip());
+    }
+    parts.extensions.get::<SocketAddr>().map(SocketAddr::ip)
+}
+
+fn forwarded_client(parts: &http::request::Parts, proxies: usize) -> Option<IpAddr> {
+    let hops: Vec<&str> = parts
+        .headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .collect();
+    let hop = hops.len().checked_sub(proxies).map(|i| hops[i])?;
+    hop.parse().ok()
+}
+
+/// A client's key from its address: IPv4 (or IPv4-mapped IPv6) as is,
+/// other IPv6 addresses grouped by their first `prefix` bits.
+pub fn client_key(ip: IpAddr, prefix: u8) -> String {
+    match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let bits = u128::from(v6);
+                let mask = if prefix == 0 { 0 } else { u128::MAX << (128 - u32::from(prefix)) };
+                format!("{}/{prefix}", std::net::Ipv6Addr::from(bits & mask))
+            }
+        },
+    }
+}
+
+type CostFn = dyn Fn(&http::request::Parts) -> u64 + Send + Sync;
+type DenyFn = dyn Fn(&Outcome) -> Response<String> + Send + Sync;
+
+struct Config<L> {
+    limiter: L,
+    key: KeyBy,
+    cost: Option<Arc<CostFn>>,
+    legacy: bool,
+    on_deny: Option<Arc<DenyFn>>,
+}
+
+/// The tower [`Layer`]: wraps a service so every request is rate limited.
+pub struct RateLimitLayer<L> {
+    config: Arc<Config<L>>,
+}
+
+impl<L> Clone for RateLimitLayer<L> {
+    fn clone(&self) -> Self {
+        RateLimitLayer { config: self.config.clone() }
+    }
+}
+
+impl<L> std::fmt::Debug for RateLimitLayer<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimitLayer").field("legacy", &self.config.legacy).finish_non_exhaustive()
+    }
+}
+
+impl<L: RateLimiter> RateLimitLayer<L> {
+    /// A layer on `limiter` (a `TokenBucket`, `FixedWindow`,
+    /// `SlidingWindow`, `Keyed<Rule>` or multi-limit `Limiter`), keyed by
+    /// the peer's address, cost 1 a request.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new<T: IntoRateLimiter<Limiter = L>>(limiter: T) -> Self {
+        let limiter = limiter.into_rate_limiter().expect("\"default\" is a valid policy name");
+        RateLimitLayer {
+            config: Arc::new(Config { limiter, key: KeyBy::peer_ip(), cost: None, legacy: false, on_deny: None }),
+        }
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut Config<L>)) -> Self {
+        f(Arc::get_mut(&mut self.config).expect("configure the layer before cloning it"));
+        self
+    }
+
+    /// Names a single-rule limiter's policy in the header fields (a
+    /// multi-limit limiter names each limit itself). Errors on a name a
+    /// Structured Field String cannot carry.
+    pub fn name(mut self, name: &str) -> ratomic::Result<Self> {
+        Arc::get_mut(&mut self.config).expect("configure the layer before cloning it").limiter.set_name(name)?;
+        Ok(self)
+    }
+
+    /// How requests are keyed (default [`KeyBy::peer_ip`]).
+    pub fn key(self, key: KeyBy) -> Self {
+        self.edit(|c| c.key = key)
+    }
+
+    /// What a request costs (default 1).
+    pub fn cost(self, f: impl Fn(&http::request::Parts) -> u64 + Send + Sync + 'static) -> Self {
+        self.edit(|c| c.cost = Some(Arc::new(f)))
+    }
+
+    /// Also writes the legacy `X-RateLimit-*` fields.
+    pub fn legacy_headers(self, on: bool) -> Self {
+        self.edit(|c| c.legacy = on)
+    }
+
+    /// Answers a denial with `f`'s response (its headers get the rate-limit
+    /// fields too) instead of the default 429 problem document.
+    pub fn on_deny(self, f: impl Fn(&Outcome) -> Response<String> + Send + Sync + 'static) -> Self {
+        self.edit(|c| c.on_deny = Some(Arc::new(f)))
+    }
+}
+
+impl<S, L> Layer<S> for RateLimitLayer<L> {
+    type Service = RateLimit<S, L>;
+    fn layer(&self, inner: S) -> RateLimit<S, L> {
+        RateLimit { inner, config: self.config.clone() }
+    }
+}
+
+/// The service [`RateLimitLayer`] makes.
+pub struct RateLimit<S, L> {
+    inner: S,
+    config: Arc<Config<L>>,
+}
+
+impl<S: Clone, L> Clone for RateLimit<S, L> {
+    fn clone(&self) -> Self {
+        RateLimit { inner: self.inner.clone(), config: self.config.clone() }
+    }
+}
+
+impl<S: std::fmt::Debug, L> std::fmt::Debug for RateLimit<S, L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimit").field("inner", &self.inner).finish_non_exhaustive()
+    }
+}
+
+fn add_fields(headers: &mut http::HeaderMap, fields: &[(&'static str, String)]) {
+    for (name, value) in fields {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            headers.insert(HeaderName::from_static(lower(name)), v);
+        }
+    }
+}
+
+/// Header names in the lower case `HeaderName::from_static` requires.
+fn lower(name: &'static str) -> &'static str {
+    match name {
+        "RateLimit-Policy" => "ratelimit-policy",
+        "RateLimit" => "ratelimit",
+        "Retry-After" => "retry-after",
+        "X-RateLimit-Limit" => "x-ratelimit-limit",
+        "X-RateLimit-Remaining" => "x-ratelimit-remaining",
+        "X-RateLimit-Reset" => "x-ratelimit-reset",
+        other => other,
+    }
+}
+
+fn plain<B: From<String>>(status: StatusCode, content_type: &'static str, body: String) -> Response<B> {
+    let mut r = Response::new(B::from(body));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+/// `s` as the inside of a JSON string.
+fn json_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S, L, B, RB> Service<Request<B>> for RateLimit<S, L>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    L: RateLimiter,
+    RB: From<String> + Send + 'static,
+{
+    type Response = Response<RB>;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Response<RB>, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let c = &self.config;
+        let (parts, body) = req.into_parts();
+        let Some(key) = (c.key.0)(&parts) else {
+            let r =
+                plain(StatusCode::BAD_REQUEST, "text/plain; charset=utf-8", "no client key for rate limiting".into());
+            return Box::pin(std::future::ready(Ok(r)));
+        };
+        let cost = c.cost.as_ref().map_or(1, |f| f(&parts));
+        let outcome = match c.limiter.decide(&key, cost, c.legacy) {
+            Ok(o) => o,
+            // A request the limiter cannot judge (a key too long, a cost
+            // above the limit): refused, never let through unchecked.
+            Err(e) => Outcome {
+                allowed: false,
+                fields: vec![("Retry-After", "1".into())],
+                problem: Some(format!(
+                    r#"{{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"{}"}}"#,
+                    json_text(&format!("the rate limit could not be applied: {e}"))
+                )),
+            },
+        };
+        if !outcome.allowed {
+            let mut r = match &c.on_deny {
+                Some(f) => f(&outcome).map(RB::from),
+                None => plain(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    PROBLEM_CONTENT_TYPE,
+                    outcome.problem.clone().unwrap_or_default(),
+                ),
+            };
+            add_fields(r.headers_mut(), &outcome.fields);
+            return Box::pin(std::future::ready(Ok(r)));
+        }
+        let fut = self.inner.call(Request::from_parts(parts, body));
+        Box::pin(async move {
+            let mut r = fut.await?;
+            add_fields(r.headers_mut(), &outcome.fields);
+            Ok(r)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv6_keys_group_by_prefix_and_ipv4_stays_whole() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(client_key(ip("10.0.0.1"), 64), "10.0.0.1");
+        assert_eq!(client_key(ip("::ffff:10.0.0.1"), 64), "10.0.0.1");
+        assert_eq!(client_key(ip("2001:db8:1:2:3:4:5:6"), 64), "2001:db8:1:2::/64");
+        assert_eq!(client_key(ip("2001:db8:1:2::ffff"), 56), "2001:db8:1::/56");
+        assert_eq!(client_key(ip("2001:db8::1"), 128), "2001:db8::1/128");
+        assert_eq!(client_key(ip("2001:db8::1"), 0), "::/0");
+    }
+}

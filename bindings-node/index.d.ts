@@ -58,9 +58,10 @@ export declare class NativeKeyed {
   nowMs(): number
   /**
    * The HTTP header fields for `decision` (one of this limiter's), the
-   * limit named `name`, as `[name, value]` pairs.
+   * limit named `name`, as `Name: value\r
+  ` lines.
    */
-  headers(decision: DecisionIn, name: string, legacy: boolean): Array<Array<string>>
+  headers(decision: DecisionIn, name: string, legacy: boolean): string
   /** The RFC 9457 problem document for a 429 answering `decision`, or null. */
   problem(decision: DecisionIn, name: string): string | null
   /** This limiter as a member of a `Stack`. */
@@ -101,9 +102,10 @@ export declare class NativeLimiter {
   get rules(): Array<RuleInfo>
   /**
    * The HTTP header fields for `decision` (one of this limiter's: its
-   * combined fields and its `entries`), as `[name, value]` pairs.
+   * combined fields and its `entries`), as `Name: value\r
+  ` lines.
    */
-  headers(decision: DecisionIn, entries: Array<EntryIn>, legacy: boolean): Array<Array<string>>
+  headers(decision: DecisionIn, entries: Array<EntryIn>, legacy: boolean): string
   /**
    * The RFC 9457 problem document for a 429 answering `decision`, naming
    * the limits that denied; null when it was allowed.
@@ -152,9 +154,10 @@ export declare class NativeQuotas {
   reset(key: string | Uint8Array, quota: RuleSpec, nowMs?: number): void
   /**
    * The HTTP header fields for `decision` (made under `quota`), the limit
-   * named `name`, as `[name, value]` pairs.
+   * named `name`, as `Name: value\r
+  ` lines.
    */
-  headers(decision: DecisionIn, quota: RuleSpec, name: string, legacy: boolean): Array<Array<string>>
+  headers(decision: DecisionIn, quota: RuleSpec, name: string, legacy: boolean): string
   /** The RFC 9457 problem document for a 429 answering `decision`, or null. */
   problem(decision: DecisionIn, quota: RuleSpec, name: string): string | null
   /** Buckets held, across all quotas. */

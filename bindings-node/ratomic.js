@@ -214,6 +214,19 @@ function headerOptions(options, names) {
   return { name: o.name === undefined ? 'default' : o.name, legacy: o.legacy === true }
 }
 
+// Header lines from the native side as [name, value] pairs.
+function pairs(lines) {
+  const out = []
+  let at = 0
+  while (at < lines.length) {
+    const end = lines.indexOf('\r\n', at)
+    const colon = lines.indexOf(': ', at)
+    out.push([lines.slice(at, colon), lines.slice(colon + 2, end)])
+    at = end + 2
+  }
+  return out
+}
+
 // A Limiter decision's entries, passed back to headers() / problem().
 function entriesArg(d) {
   if (!Array.isArray(d.entries)) throw typeError('decision must be a Limiter decision (with entries)')
@@ -403,7 +416,7 @@ class KeyedLimiter extends BaseLimiter {
 
   headers(decision, options) {
     const o = headerOptions(options, ['name', 'legacy'])
-    return this.#native.headers(decisionArg(decision), o.name, o.legacy)
+    return pairs(this.#native.headers(decisionArg(decision), o.name, o.legacy))
   }
 
   problem(decision, options) {
@@ -616,7 +629,7 @@ class Limiter extends BaseLimiter {
   headers(decision, options) {
     const o = headerOptions(options, ['legacy'])
     const d = decisionArg(decision)
-    return this.#native.headers(d, entriesArg(d), o.legacy)
+    return pairs(this.#native.headers(d, entriesArg(d), o.legacy))
   }
 
   problem(decision) {
@@ -777,7 +790,7 @@ class Quotas {
 
   headers(decision, quota, options) {
     const o = headerOptions(options, ['name', 'legacy'])
-    return this.#native.headers(decisionArg(decision), quotaSpec(quota), o.name, o.legacy)
+    return pairs(this.#native.headers(decisionArg(decision), quotaSpec(quota), o.name, o.legacy))
   }
 
   problem(decision, quota, options) {

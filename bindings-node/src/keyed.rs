@@ -176,9 +176,9 @@ impl NativeKeyed {
     }
 
     /// The HTTP header fields for `decision` (one of this limiter's), the
-    /// limit named `name`, as `[name, value]` pairs.
+    /// limit named `name`, as `Name: value\r\n` lines.
     #[napi]
-    pub fn headers(&self, env: Env, decision: DecisionIn, name: String, legacy: bool) -> Result<Vec<Vec<String>>> {
+    pub fn headers(&self, env: Env, decision: DecisionIn, name: String, legacy: bool) -> Result<String> {
         headers::with_single(&name, self.limiter.algorithm(), &decision, headers::fields(legacy))
             .map_err(|e| e.into_napi(&env))
     }

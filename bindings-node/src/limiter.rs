@@ -205,7 +205,7 @@ impl NativeLimiter {
     }
 
     /// The HTTP header fields for `decision` (one of this limiter's: its
-    /// combined fields and its `entries`), as `[name, value]` pairs.
+    /// combined fields and its `entries`), as `Name: value\r\n` lines.
     #[napi]
     pub fn headers(
         &self,
@@ -213,7 +213,7 @@ impl NativeLimiter {
         decision: DecisionIn,
         entries: Vec<EntryIn>,
         legacy: bool,
-    ) -> Result<Vec<Vec<String>>> {
+    ) -> Result<String> {
         let l = &self.view.limiter;
         headers::with_multi(l.names(), l.rules(), &decision, &entries, headers::fields(legacy))
             .map_err(|e| e.into_napi(&env))

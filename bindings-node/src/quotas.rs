@@ -126,7 +126,7 @@ impl NativeQuotas {
     }
 
     /// The HTTP header fields for `decision` (made under `quota`), the limit
-    /// named `name`, as `[name, value]` pairs.
+    /// named `name`, as `Name: value\r\n` lines.
     #[napi]
     pub fn headers(
         &self,
@@ -135,7 +135,7 @@ impl NativeQuotas {
         quota: RuleSpec,
         name: String,
         legacy: bool,
-    ) -> Result<Vec<Vec<String>>> {
+    ) -> Result<String> {
         let run = || -> Res<_> {
             let g = Gcra::new(quota_of(&quota)?);
             headers::with_single(&name, &g, &decision, headers::fields(legacy))

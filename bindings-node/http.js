@@ -103,6 +103,8 @@ function resolve(options) {
     requestPropertyName: o.requestPropertyName === undefined ? 'rateLimit' : o.requestPropertyName,
     cost: o.cost === undefined ? 1 : o.cost,
     passOnStoreError: o.passOnStoreError === true,
+    // Built once: headers() is asked the same on every request.
+    headerOptions: Object.freeze(multi ? { legacy: o.legacyHeaders === true } : { name, legacy: o.legacyHeaders === true }),
   }
 }
 
@@ -122,7 +124,7 @@ function decide(o, req, key) {
     const body = { type: 'about:blank', title: 'Too Many Requests', status: o.statusCode, detail: `the rate limit could not be applied: ${e.message}` }
     return { decision: null, fields: [['Retry-After', '1']], problem: JSON.stringify(body), failed: true }
   }
-  const all = o.multi ? o.limiter.headers(d, { legacy: o.legacyHeaders }) : o.limiter.headers(d, { name: o.name, legacy: o.legacyHeaders })
+  const all = o.limiter.headers(d, o.headerOptions)
   // RateLimit-Policy and RateLimit are the standard ones; Retry-After goes
   // on every denial; X-RateLimit-* only when asked.
   const fields = o.standardHeaders ? all : all.filter(([n]) => !n.startsWith('RateLimit'))

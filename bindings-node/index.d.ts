@@ -57,13 +57,14 @@ export declare class NativeKeyed {
   /** The limiter's monotonic clock, in milliseconds. */
   nowMs(): number
   /**
-   * The HTTP header fields for `decision` (one of this limiter's), the
-   * limit named `name`, as `Name: value\r
-  ` lines.
+   * The HTTP header fields for a decision of this limiter (its five
+   * fields, positionally), the limit named `name`, as `Name: value\r
+  `
+   * lines.
    */
-  headers(decision: DecisionIn, name: string, legacy: boolean): string
-  /** The RFC 9457 problem document for a 429 answering `decision`, or null. */
-  problem(decision: DecisionIn, name: string): string | null
+  headers(allowed: boolean, remaining: number, limit: number, retryAfterMs: number, resetAfterMs: number, name: string, legacy: boolean): string
+  /** The RFC 9457 problem document for a 429 answering the decision, or null. */
+  problem(allowed: boolean, remaining: number, limit: number, retryAfterMs: number, resetAfterMs: number, name: string): string | null
   /** This limiter as a member of a `Stack`. */
   member(): NativeMember
 }

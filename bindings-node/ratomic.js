@@ -208,6 +208,7 @@ function windowRule(algorithm, what, limit, window) {
 // The options of headers() / problem(): the limit's name (single-rule
 // limiters) and whether to add the legacy X-RateLimit-* fields.
 function headerOptions(options, names) {
+  if (options === undefined) return { name: 'default', legacy: false }
   const o = readOptions(options, names)
   if (o.name !== undefined && typeof o.name !== 'string') throw typeError(`name must be a string, got ${describe(o.name)}`)
   if (o.legacy !== undefined && typeof o.legacy !== 'boolean') throw typeError(`legacy must be a boolean, got ${describe(o.legacy)}`)
@@ -416,11 +417,14 @@ class KeyedLimiter extends BaseLimiter {
 
   headers(decision, options) {
     const o = headerOptions(options, ['name', 'legacy'])
-    return pairs(this.#native.headers(decisionArg(decision), o.name, o.legacy))
+    const d = decisionArg(decision)
+    return pairs(this.#native.headers(d.allowed, d.remaining, d.limit, d.retryAfterMs, d.resetAfterMs, o.name, o.legacy))
   }
 
   problem(decision, options) {
-    return this.#native.problem(decisionArg(decision), headerOptions(options, ['name']).name)
+    const d = decisionArg(decision)
+    const name = headerOptions(options, ['name']).name
+    return this.#native.problem(d.allowed, d.remaining, d.limit, d.retryAfterMs, d.resetAfterMs, name)
   }
 }
 

@@ -73,6 +73,12 @@ pub fn problem(h: &Headers<'_>) -> Option<String> {
     h.problem_json()
 }
 
+/// `f` of the headers of a single limit's decision under `policy`.
+pub fn with_policy<T>(policy: &Policy, d: &DecisionIn, f: impl FnOnce(&Headers<'_>) -> T) -> Res<T> {
+    let h = Headers::single(policy, d.core()?);
+    Ok(f(&h))
+}
+
 /// `f` of the headers of a single limit's decision, the limit named `name`.
 pub fn with_single<T>(name: &str, alg: &impl Algorithm, d: &DecisionIn, f: impl FnOnce(&Headers<'_>) -> T) -> Res<T> {
     let p = Policy::of(name, alg)?;

@@ -17,6 +17,7 @@ use crate::hot::{EnvState, Table, Target};
 use crate::rule::{self, RuleInfo, RuleSpec, StoreOptions};
 use crate::shared;
 use crate::stack::NativeMember;
+use ratomic::headers::Policy;
 
 /// The limiter behind a `TokenBucket`, `FixedWindow` or `SlidingWindow`.
 pub type KeyedRule = Keyed<Rule, [u8], FaceClock>;
@@ -74,6 +75,9 @@ pub struct NativeKeyed {
     limiter: Handle,
     state: Rc<EnvState>,
     id: u32,
+    /// The policy last asked for by `headers`/`problem` (a middleware asks
+    /// for the same one on every request), so it is built once.
+    policy: std::cell::RefCell<Option<Policy>>,
 }
 
 impl Drop for NativeKeyed {
@@ -91,7 +95,7 @@ impl NativeKeyed {
         // SAFETY: env is the live environment of the call in progress.
         let state = unsafe { EnvState::of(env.raw()) }.map_err(|e| e.into_napi(env))?;
         let id = state.keyed.borrow_mut().insert(limiter.clone());
-        Ok(NativeKeyed { limiter, state, id })
+        Ok(NativeKeyed { limiter, state, id, policy: Default::default() })
     }
 
     fn build(rule: &RuleSpec, options: &StoreOptions, clock: FaceClock) -> Res<KeyedRule> {
@@ -100,6 +104,15 @@ impl NativeKeyed {
 
     fn time(&self, now_ms: Option<f64>) -> Res<u64> {
         now_ms.map_or_else(|| Ok(self.limiter.now()), ms_to_ns)
+    }
+
+    /// `f` of this limiter's policy named `name`, built once per name in a row.
+    fn with_policy<T>(&self, name: &str, f: impl FnOnce(&Policy) -> Res<T>) -> Res<T> {
+        let mut cached = self.policy.borrow_mut();
+        if cached.as_ref().is_none_or(|p| p.name() != name) {
+            *cached = Some(Policy::of(name, self.limiter.algorithm())?);
+        }
+        f(cached.as_ref().expect("just set"))
     }
 }
 
@@ -175,19 +188,41 @@ impl NativeKeyed {
         ns_to_ms(self.limiter.now())
     }
 
-    /// The HTTP header fields for `decision` (one of this limiter's), the
-    /// limit named `name`, as `Name: value\r\n` lines.
+    /// The HTTP header fields for a decision of this limiter (its five
+    /// fields, positionally), the limit named `name`, as `Name: value\r\n`
+    /// lines.
     #[napi]
-    pub fn headers(&self, env: Env, decision: DecisionIn, name: String, legacy: bool) -> Result<String> {
-        headers::with_single(&name, self.limiter.algorithm(), &decision, headers::fields(legacy))
-            .map_err(|e| e.into_napi(&env))
+    #[allow(clippy::too_many_arguments)] // a decision's fields, flattened
+    pub fn headers(
+        &self,
+        env: Env,
+        allowed: bool,
+        remaining: f64,
+        limit: f64,
+        retry_after_ms: f64,
+        reset_after_ms: f64,
+        name: String,
+        legacy: bool,
+    ) -> Result<String> {
+        let d = DecisionIn { allowed, remaining, limit, retry_after_ms, reset_after_ms };
+        self.with_policy(&name, |p| headers::with_policy(p, &d, headers::fields(legacy))).map_err(|e| e.into_napi(&env))
     }
 
-    /// The RFC 9457 problem document for a 429 answering `decision`, or null.
+    /// The RFC 9457 problem document for a 429 answering the decision, or null.
     #[napi]
-    pub fn problem(&self, env: Env, decision: DecisionIn, name: String) -> Result<Option<String>> {
-        headers::with_single(&name, self.limiter.algorithm(), &decision, headers::problem)
-            .map_err(|e| e.into_napi(&env))
+    #[allow(clippy::too_many_arguments)] // a decision's fields, flattened
+    pub fn problem(
+        &self,
+        env: Env,
+        allowed: bool,
+        remaining: f64,
+        limit: f64,
+        retry_after_ms: f64,
+        reset_after_ms: f64,
+        name: String,
+    ) -> Result<Option<String>> {
+        let d = DecisionIn { allowed, remaining, limit, retry_after_ms, reset_after_ms };
+        self.with_policy(&name, |p| headers::with_policy(p, &d, headers::problem)).map_err(|e| e.into_napi(&env))
     }
 
     /// This limiter as a member of a `Stack`.

@@ -17,7 +17,7 @@ pub(crate) mod sealed {
 ///
 /// Sealed: the implementations are [`Gcra`](crate::Gcra) (token bucket) and
 /// the window algorithms. Its methods are the engine's business.
-pub trait Algorithm: sealed::Sealed + Send + Sync + 'static {
+pub trait Algorithm: sealed::Sealed + std::fmt::Debug + Send + Sync + 'static {
     /// The state of a key never seen (or forgotten): a full bucket.
     #[doc(hidden)]
     const PRISTINE: u64;

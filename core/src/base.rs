@@ -9,12 +9,35 @@ use std::time::Duration;
 use crate::clock::{checked, Clock, MonotonicClock};
 use crate::error::Result;
 use crate::key::{Key, Probe};
+#[cfg(all(target_os = "linux", not(ratomic_loom)))]
+use crate::store::SharedStore;
 use crate::store::{Cells, Eviction, Frozen, Options, Retention, Store};
+
+/// Where a limiter's keys live: in this process, or in a file the host's
+/// processes share (`Options::shared_file`). One predictable branch per
+/// call (measured in `BENCHMARKS.md`, "shared store").
+enum Backend<S: crate::key::StoredKey> {
+    Local(Store<S>),
+    #[cfg(all(target_os = "linux", not(ratomic_loom)))]
+    Shared(SharedStore),
+}
+
+/// Dispatches `$body` on the backend: `$local` binds the in-process store,
+/// `$shared` the shared one.
+macro_rules! on_store {
+    ($self:ident, $st:ident => $local:expr, $sh:ident => $shared:expr) => {
+        match &$self.store {
+            Backend::Local($st) => $local,
+            #[cfg(all(target_os = "linux", not(ratomic_loom)))]
+            Backend::Shared($sh) => $shared,
+        }
+    };
+}
 
 /// The rule(s), the store, the clock and the longest key.
 pub(crate) struct Base<R, K: ?Sized + Key, C> {
     pub(crate) rules: R,
-    store: Store<K::Stored>,
+    store: Backend<K::Stored>,
     pub(crate) clock: C,
     max_key_len: usize,
     _key: PhantomData<fn(&K)>,
@@ -23,7 +46,17 @@ pub(crate) struct Base<R, K: ?Sized + Key, C> {
 impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
     /// A store for `width` state words per key.
     pub(crate) fn new(rules: R, width: usize, clock: C, options: &Options) -> Result<Self> {
-        let store = Store::new(options, width, &rules)?;
+        let store = match &options.shared_file {
+            None => Backend::Local(Store::new(options, width, &rules)?),
+            #[cfg(all(target_os = "linux", not(ratomic_loom)))]
+            Some(path) => {
+                Backend::Shared(SharedStore::open::<K::Stored>(path, options, width, &rules.describe(), &rules)?)
+            }
+            #[cfg(not(all(target_os = "linux", not(ratomic_loom))))]
+            Some(path) => {
+                return Err(crate::error::Error::invalid("shared_file", path.display(), "is supported on Linux only"))
+            }
+        };
         Ok(Base { rules, store, clock, max_key_len: options.max_key_len, _key: PhantomData })
     }
 
@@ -36,7 +69,7 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
     /// The key's hash and prepared form; errors if it is too long.
     #[inline]
     pub(crate) fn probe<'k>(&self, key: &'k K) -> Result<(u64, Probe<'k, K>)> {
-        key.probe(self.store.hasher(), self.max_key_len)
+        on_store!(self, st => key.probe(st.hasher(), self.max_key_len), _sh => key.probe(&foldhash::fast::FixedState::default(), self.max_key_len))
     }
 
     /// Runs `op` on `key`'s state words at `now` (see
@@ -46,7 +79,7 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
     pub(crate) fn update<T>(&self, key: &K, now: u64, op: impl Fn(&mut Cells<'_>) -> Result<T, Frozen>) -> Result<T> {
         let now = checked(now)?;
         let (hash, probe) = self.probe(key)?;
-        Ok(self.store.update(hash, &probe, now, &self.rules, op))
+        Ok(self.update_probed(hash, &probe, now, op))
     }
 
     /// [`update`](Self::update) for a key already probed, at a time
@@ -59,7 +92,8 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
         now: u64,
         op: impl Fn(&mut Cells<'_>) -> Result<T, Frozen>,
     ) -> T {
-        self.store.update(hash, probe, now, &self.rules, op)
+        on_store!(self, st => st.update(hash, probe, now, &self.rules, op),
+            sh => sh.update(sh.fingerprint::<K::Stored>(probe), now, &self.rules, op))
     }
 
     /// Runs an operation that credits `key` (a refund, a give-back) on its
@@ -75,34 +109,46 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
     ) -> Result<Option<T>> {
         let now = checked(now)?;
         let (hash, probe) = self.probe(key)?;
-        Ok(self.store.update_locked(hash, &probe, now, &self.rules, insert, op))
+        Ok(on_store!(self, st => st.update_locked(hash, &probe, now, &self.rules, insert, op),
+            sh => sh.update_locked(sh.fingerprint::<K::Stored>(&probe), now, &self.rules, insert, op)))
     }
 
     /// Forgets `key`: it is full again.
     pub(crate) fn reset_at(&self, key: &K, now: u64) -> Result<()> {
         let now = checked(now)?;
         let (hash, probe) = self.probe(key)?;
-        self.store.reset(hash, &probe, now, &self.rules);
+        on_store!(self, st => st.reset(hash, &probe, now, &self.rules),
+            sh => sh.reset(sh.fingerprint::<K::Stored>(&probe), now, &self.rules));
         Ok(())
     }
 
     /// Drops every key that carries no information at `now`.
     pub(crate) fn gc_at(&self, now: u64) -> Result<usize> {
-        Ok(self.store.gc(checked(now)?, &self.rules))
+        let now = checked(now)?;
+        Ok(on_store!(self, st => st.gc(now, &self.rules), sh => sh.gc(now, &self.rules)))
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.store.len()
+        on_store!(self, st => st.len(), sh => sh.len())
     }
 
     /// Migrates every shard now (see [`Store::force_migration`]).
     pub(crate) fn force_migration_at(&self, now: u64) -> Result<()> {
-        self.store.force_migration(checked(now)?, &self.rules);
+        let now = checked(now)?;
+        // A shared table never migrates.
+        on_store!(self, st => st.force_migration(now, &self.rules), _sh => ());
         Ok(())
     }
 
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.store.memory_bytes()
+        on_store!(self, st => st.memory_bytes(), sh => sh.memory_bytes())
+    }
+
+    /// Fingerprints of the keys a shared store holds (`None` in process):
+    /// for tests that no key is held twice.
+    #[cfg(all(target_os = "linux", not(ratomic_loom)))]
+    pub(crate) fn shared_fingerprints(&self) -> Option<Vec<u64>> {
+        on_store!(self, _st => None, sh => Some(sh.fingerprints()))
     }
 }
 
@@ -224,6 +270,14 @@ impl<T, K: ?Sized + Key, C: Clock> Builder<T, K, C> {
     /// See [`Options::shards`].
     pub fn shards(mut self, n: usize) -> Self {
         self.options.shards = Some(n);
+        self
+    }
+
+    /// Shares the limiter's keys with every process of this host that
+    /// builds the same limiter on the file at `path`: see
+    /// [`Options::shared_file`].
+    pub fn shared_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.options.shared_file = Some(path.into());
         self
     }
 

@@ -156,9 +156,13 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
 /// [`std::time::Instant`]), read cheaply. Truly monotonic, nanosecond
 /// resolution, and never ahead of `Instant`.
 ///
-/// Every `MonotonicClock` in a process shares one epoch (the moment the
-/// first was made), so readings from different limiters are on one
-/// timeline: a [`Stack`](crate::Stack) can pass one `now` to all its members.
+/// On Linux a reading is `CLOCK_MONOTONIC` in nanoseconds (time since
+/// boot), the same timeline in every process of the host: limiters in
+/// different processes sharing one file
+/// ([`Options::shared_file`](crate::Options::shared_file)) agree on time,
+/// and a [`Stack`](crate::Stack) can pass one `now` to all its members.
+/// Elsewhere every `MonotonicClock` in a process shares one epoch (the
+/// moment the first was made).
 ///
 /// # How it reads time
 ///
@@ -221,12 +225,29 @@ impl Clock for MonotonicClock {
 mod source {
     use std::time::Instant;
 
-    /// Nanoseconds from `epoch` to now on `Instant`'s (the kernel's) timeline.
+    /// Now on the kernel's monotonic timeline, in nanoseconds. On Linux,
+    /// `CLOCK_MONOTONIC` itself (what `Instant::now` reads): nanoseconds
+    /// since boot, the same in every process of the host, so limiters in
+    /// different processes sharing a file (`Options::shared_file`) agree on
+    /// time. Elsewhere, nanoseconds since `epoch` (this process's first
+    /// clock).
     #[inline]
     fn instant_nanos(epoch: Instant) -> u64 {
-        let d = Instant::now().saturating_duration_since(epoch);
-        // Whole-u64 arithmetic: `as_nanos()` would go through u128.
-        d.as_secs().wrapping_mul(1_000_000_000).wrapping_add(u64::from(d.subsec_nanos()))
+        #[cfg(target_os = "linux")]
+        {
+            let _ = epoch;
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: `ts` is a valid, writable timespec, and CLOCK_MONOTONIC
+            // exists on every Linux: the call cannot fail.
+            unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+            (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let d = Instant::now().saturating_duration_since(epoch);
+            // Whole-u64 arithmetic: `as_nanos()` would go through u128.
+            d.as_secs().wrapping_mul(1_000_000_000).wrapping_add(u64::from(d.subsec_nanos()))
+        }
     }
 
     #[derive(Debug)]

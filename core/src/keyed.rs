@@ -68,6 +68,9 @@ impl<A: Algorithm> Retention for A {
     fn join_into(&self, floor: &mut [u64], states: &[u64]) {
         floor[0] = self.join(floor[0], states[0]);
     }
+    fn describe(&self) -> String {
+        format!("{self:?}")
+    }
 }
 
 impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
@@ -79,6 +82,14 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// The algorithm (and through it the quota) this limiter enforces.
     pub fn algorithm(&self) -> &A {
         &self.base.rules
+    }
+
+    /// For tests of a shared store: the fingerprints of the keys its file
+    /// holds (`None` for an in-process store). Not part of the API.
+    #[doc(hidden)]
+    #[cfg(all(target_os = "linux", not(ratomic_loom)))]
+    pub fn shared_fingerprints(&self) -> Option<Vec<u64>> {
+        self.base.shared_fingerprints()
     }
 
     /// The limiter's clock.

@@ -91,6 +91,9 @@ pub use rate::Rate;
 pub use rule::Rule;
 pub use sliding_window::SlidingWindow;
 pub use stack::{Receipt, Stack, StackBuilder, StackMember};
+#[cfg(ratomic_loom)]
+#[doc(hidden)]
+pub use store::shared::model as shared_model;
 pub use store::{Eviction, Options};
 pub use token_bucket::{DirectTokenBucket, TokenBucket};
 pub use window::{FixedWindowCounter, SlidingWindowCounter};

@@ -118,6 +118,9 @@ impl Retention for Rules {
             *f = r.join(*f, s);
         }
     }
+    fn describe(&self) -> String {
+        format!("{:?}", self.0)
+    }
 }
 
 /// What a multi-limit charge did to each limit it charged: what a
@@ -397,6 +400,14 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     /// The longest key, in bytes, this limiter accepts (see [`Options::max_key_len`](crate::Options::max_key_len)).
     pub fn max_key_len(&self) -> usize {
         self.base.max_key_len()
+    }
+
+    /// For tests of a shared store: the fingerprints of the keys its file
+    /// holds (`None` for an in-process store). Not part of the API.
+    #[doc(hidden)]
+    #[cfg(all(target_os = "linux", not(ratomic_loom)))]
+    pub fn shared_fingerprints(&self) -> Option<Vec<u64>> {
+        self.base.shared_fingerprints()
     }
 
     /// The limiter's clock.

@@ -102,6 +102,10 @@ impl Retention for QuotaFree {
     fn join_into(&self, floor: &mut [u64], states: &[u64]) {
         floor[0] = Self::gcra().join(floor[0], states[0]);
     }
+    fn describe(&self) -> String {
+        // Each call names its quota, which is part of the stored key.
+        "QuotaFree".into()
+    }
 }
 
 /// A (quota, key) pair as the store's key: the quota's emission interval

@@ -513,3 +513,127 @@ fn a_stale_window_call_never_overwrites_a_later_window() {
         assert_eq!(l.peek_at(&7, 0, 15).unwrap().remaining, 0);
     });
 }
+
+// ---- the shared-memory store: processes that may be killed at any step ----
+//
+// Each model runs once per step at which its victim is killed (and once
+// with no kill): the victim's call stops forever there, and from then on
+// the others see its process as dead. What must hold in every case: the
+// survivors finish (nothing waits on the dead), no key is held twice, and
+// no token is granted beyond the bucket.
+
+use ratomic::shared_model::Model;
+
+/// Steps at which a victim is killed in the shared-store models: every
+/// step the protocols below take, then never.
+fn kill_points() -> impl Iterator<Item = usize> {
+    (0..8).chain([usize::MAX])
+}
+
+fn no_key_twice(m: &Model) {
+    let mut fps = m.fingerprints();
+    let n = fps.len();
+    fps.sort_unstable();
+    fps.dedup();
+    assert_eq!(fps.len(), n, "a key is held twice");
+}
+
+#[test]
+fn shared_inserts_of_one_key_with_a_process_killed_land_once() {
+    for kill in kill_points() {
+        model(move || {
+            let m = Arc::new(Model::new(quota(2), 4, 8, 4, false, 3));
+            let h = {
+                let m = m.clone();
+                thread::spawn(move || m.process(2, kill).allow(5, 0))
+            };
+            let mine = m.process(1, usize::MAX).allow(5, 0).expect("never killed");
+            let theirs = h.join().unwrap();
+            // The survivor drains what is left: never more than the burst.
+            let p3 = m.process(3, usize::MAX);
+            let rest = (0..3).filter(|_| p3.allow(5, 0).unwrap()).count();
+            let total = mine as usize + theirs.unwrap_or(false) as usize + rest;
+            assert!(total <= 2, "granted {total} of a burst of 2");
+            if theirs.is_some() {
+                assert_eq!(total, 2, "nobody died: exactly the burst");
+            }
+            no_key_twice(&m);
+        });
+    }
+}
+
+#[test]
+fn shared_credit_killed_while_holding_its_slot_is_recovered() {
+    for kill in kill_points() {
+        model(move || {
+            let m = Arc::new(Model::new(quota(2), 4, 8, 4, false, 3));
+            let p1 = m.process(1, usize::MAX);
+            assert!(p1.allow(5, 0).unwrap() && p1.allow(5, 0).unwrap()); // empty
+            let h = {
+                let m = m.clone();
+                thread::spawn(move || m.process(2, kill).refund(5, 0, 1))
+            };
+            let got = p1.allow(5, 0).unwrap();
+            let refunded = h.join().unwrap().is_some();
+            // A credit of the dead process's slot is taken over, not waited
+            // on: the survivor drains the key, then resets it.
+            let p3 = m.process(3, usize::MAX);
+            let drained = (0..3).filter(|_| p3.allow(5, 0).unwrap()).count();
+            let taken = got as usize + drained;
+            if refunded {
+                assert_eq!(taken, 1, "the one refunded token is taken exactly once");
+            } else {
+                assert!(taken <= 1, "a killed refund gives back at most its token");
+            }
+            p3.reset(5, 0).unwrap();
+            assert_eq!((0..3).filter(|_| p3.allow(5, 0).unwrap()).count(), 2, "reset: full again");
+            no_key_twice(&m);
+        });
+    }
+}
+
+#[test]
+fn shared_gc_killed_mid_forget_never_grants_a_stale_call_more() {
+    for kill in kill_points() {
+        model(move || {
+            let m = Arc::new(Model::new(quota(2), 4, 8, 4, false, 3));
+            let p1 = m.process(1, usize::MAX);
+            assert!(p1.allow(5, 0).unwrap() && p1.allow(5, 0).unwrap()); // empty at 0
+            let late = 1_000_000; // the bucket is full again by then: idle
+            let h = {
+                let m = m.clone();
+                thread::spawn(move || m.process(2, kill).gc(late))
+            };
+            // A call stamped before the gc: the key is empty at 0 whether it
+            // is still held, being forgotten, or forgotten into the floor.
+            assert!(!p1.allow(5, 0).unwrap(), "a stale call was granted a token the bucket never had");
+            h.join().unwrap();
+            // A survivor's gc takes over a dead sweeper's word.
+            let p3 = m.process(3, usize::MAX);
+            p3.gc(late).unwrap();
+            assert!(m.fingerprints().is_empty(), "the idle key is forgotten");
+            assert!(!p3.allow(5, 0).unwrap(), "and its floor still answers for time 0");
+            assert!(p3.allow(5, late).unwrap());
+        });
+    }
+}
+
+#[test]
+fn shared_strict_eviction_racing_a_stale_call_never_over_grants() {
+    for kill in kill_points() {
+        model(move || {
+            // Room for one key, one floor cell: inserting a second evicts.
+            let m = Arc::new(Model::new(quota(1), 4, 1, 1, true, 3));
+            let p1 = m.process(1, usize::MAX);
+            assert!(p1.allow(5, 0).unwrap()); // key 5 empty at 0
+            let h = {
+                let m = m.clone();
+                thread::spawn(move || m.process(2, kill).allow(9, 0))
+            };
+            assert!(!p1.allow(5, 0).unwrap(), "key 5 is empty: evicted or not, never granted again at 0");
+            h.join().unwrap();
+            assert!(!m.process(3, usize::MAX).allow(5, 0).unwrap());
+            no_key_twice(&m);
+        });
+    }
+}

@@ -102,6 +102,20 @@ impl<'a> Cells<'a> {
         done
     }
 
+    /// Sets every word holding a marker back to a pristine state (0). Only
+    /// a corrupted shared file has markers in its state words (the shared
+    /// store never writes one): its calls then read a full bucket rather
+    /// than stop.
+    #[cfg_attr(any(ratomic_loom, not(target_os = "linux")), allow(dead_code))]
+    pub(crate) fn clear_markers(&self) {
+        for w in self.words {
+            let v = w.load(Ordering::Relaxed);
+            if v >= FIRST_MARKER {
+                let _ = w.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Whether the operation changed anything.
     #[inline]
     pub(crate) fn wrote(&self) -> bool {

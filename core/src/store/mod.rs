@@ -73,6 +73,7 @@
 //! ("eviction").
 
 mod cells;
+pub(crate) mod shared;
 mod summary;
 mod table;
 
@@ -83,6 +84,8 @@ use crate::error::{Error, Result};
 use crate::key::StoredKey;
 use crate::sync::{epoch, AtomicBool, AtomicU64, Backoff, Counter, Ordering};
 pub(crate) use cells::{Cells, Conflict, Frozen};
+#[cfg(all(target_os = "linux", not(ratomic_loom)))]
+pub(crate) use shared::SharedStore;
 use summary::Summary;
 use table::{Find, Table, BUSY, CLAIMED, DEAD, EMPTY, FIRST_MARKER, LOCKED, MOVED, MOVED_EMPTY};
 
@@ -107,6 +110,10 @@ pub(crate) trait Retention {
     fn idle_after(&self, states: &[u64], now: u64) -> u64;
     /// `floor := join(floor, states)`, word by word.
     fn join_into(&self, floor: &mut [u64], states: &[u64]);
+    /// What is enforced, the same in every process that builds the same
+    /// limiter (a shared file's header keeps its fingerprint).
+    #[cfg_attr(not(all(target_os = "linux", not(ratomic_loom))), allow(dead_code))]
+    fn describe(&self) -> String;
 }
 
 /// What a keyed limiter does with a key it must evict to respect
@@ -214,6 +221,10 @@ pub struct Options {
     pub shards: Option<usize>,
     /// What happens to keys evicted to respect the bounds; see [`Eviction`].
     pub eviction: Eviction,
+    /// A file through which every process of the host that names it shares
+    /// the limiter's keys (see [`shared_file`](Self::shared_file)); `None`
+    /// (the default) keeps keys in this process.
+    pub shared_file: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -224,6 +235,7 @@ impl Default for Options {
             max_key_bytes: 64 << 20,
             shards: None,
             eviction: Eviction::Fair,
+            shared_file: None,
         }
     }
 }
@@ -250,6 +262,50 @@ impl Options {
     /// Sets [`shards`](Self::shards).
     pub fn shards(mut self, n: usize) -> Self {
         self.shards = Some(n);
+        self
+    }
+
+    /// Shares the limiter's keys with every process of this host that
+    /// builds the same limiter on the same file (Linux only): one fixed
+    /// table in a memory-mapped file, changed only by atomic
+    /// compare-and-swap, usable by the others whatever instruction a process
+    /// is killed at. Each process makes the same decisions as one process
+    /// holding every key would.
+    ///
+    /// - **Opening**: the file is created `0600` if missing. A symbolic
+    ///   link, a file owned by another user or readable by others, a
+    ///   truncated or foreign file, a file made before the host last booted,
+    ///   or one in use with a different rule, key type, `max_keys` or
+    ///   eviction policy is a clear error ([`Error::InvalidArgument`] naming
+    ///   `shared_file`), never a silent reinterpretation.
+    /// - **Where**: in a directory only the service's user can write — a
+    ///   runtime directory (`$XDG_RUNTIME_DIR/…`, `/run/<service>/…`,
+    ///   systemd's `RuntimeDirectory=`) — not a world-writable `/tmp` path.
+    ///   Remove the file while no process has it open to start afresh (a
+    ///   process that keeps it mapped keeps using the old one).
+    /// - **Size**: a 512-byte header, `2 × max_keys` slots of
+    ///   `16 + 8 × limits` bytes and `max_keys / 4` (a power of two) floor
+    ///   cells of `8 × limits` bytes, fixed when the file is created. It is
+    ///   sparse: pages are allocated as keys land on them.
+    ///   [`memory_bytes`](crate::Keyed::memory_bytes) reports the file's size.
+    /// - **Time**: every process must read one timeline. [`MonotonicClock`](crate::MonotonicClock)
+    ///   (the default) reads `CLOCK_MONOTONIC`, which is one.
+    /// - **Keys**: stored as 64-bit fingerprints under the file's secret
+    ///   key (SipHash-2-4), so `shards` and `max_key_bytes` do not apply.
+    ///   Two keys whose fingerprints collide (about one pair in 2^64 / keys²)
+    ///   share one state: each gets less than its limit, never more.
+    /// - **Eviction**: when `max_keys` keys are held, idle keys are forgotten
+    ///   and the eighth closest to idle evicted. Under [`Eviction::Fair`] an
+    ///   evicted key comes back full (the file cannot keep per-key
+    ///   summaries: at most one limit's worth of extra grants per
+    ///   eviction); under [`Eviction::Strict`] its state is joined into its
+    ///   floor cell, so nothing is over-granted and heavy churn may deny new
+    ///   keys. Size `max_keys` above the distinct keys you expect within one
+    ///   refill period and neither happens.
+    /// - **Processes** must share a pid namespace (a dead process is told
+    ///   from a live one by its pid).
+    pub fn shared_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.shared_file = Some(path.into());
         self
     }
 

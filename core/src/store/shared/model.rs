@@ -1,0 +1,114 @@
+//! The shared table for loom models (`tests/loom.rs`, cfg `ratomic_loom`):
+//! a region of words in this process standing for the file, and
+//! "processes" — threads, each with its own owner id — that a model can
+//! kill after any step of a protocol. A killed process stops forever (its
+//! call returns `None` and touches nothing more), as a SIGKILLed one does,
+//! and from then on the others see it as dead.
+
+use std::cell::Cell;
+
+use super::table::{Ctx, Killed, Region, Table};
+use crate::algorithm::{charge_in, refund_in};
+use crate::gcra::Gcra;
+use crate::quota::Quota;
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
+
+/// A shared table of token buckets (one word of state per key).
+#[allow(missing_debug_implementations)]
+pub struct Model {
+    slots: Box<[AtomicU64]>,
+    floor: Box<[AtomicU64]>,
+    live: AtomicU64,
+    sweeper: AtomicU64,
+    dead: Box<[AtomicBool]>,
+    gcra: Gcra,
+    max_keys: usize,
+    strict: bool,
+}
+
+impl Model {
+    /// `cap` slots, `cells` floor cells (a power of two), at most `max_keys`
+    /// keys, for processes `1..=processes`.
+    pub fn new(quota: Quota, cap: usize, cells: usize, max_keys: usize, strict: bool, processes: usize) -> Self {
+        let words = |n: usize| (0..n).map(|_| AtomicU64::new(0)).collect();
+        Model {
+            slots: words(Table::slot_words(cap, 1)),
+            floor: words(cells),
+            live: AtomicU64::new(0),
+            sweeper: AtomicU64::new(0),
+            dead: (0..=processes).map(|_| AtomicBool::new(false)).collect(),
+            gcra: Gcra::new(quota),
+            max_keys,
+            strict,
+        }
+    }
+
+    fn table(&self) -> Table<'_> {
+        Table::new(
+            Region { slots: &self.slots, floor: &self.floor, live: &self.live, sweeper: &self.sweeper },
+            1,
+            self.max_keys,
+            self.strict,
+        )
+    }
+
+    /// Process `id` (≥ 1), killed after `budget` steps (`usize::MAX`: never).
+    pub fn process(&self, id: u32, budget: usize) -> Process<'_> {
+        assert!(id >= 1 && (id as usize) < self.dead.len());
+        Process { m: self, me: id, budget: Cell::new(budget) }
+    }
+
+    /// Fingerprints of the keys held.
+    pub fn fingerprints(&self) -> Vec<u64> {
+        self.table().fingerprints()
+    }
+}
+
+/// One process's view of the table.
+#[allow(missing_debug_implementations)]
+pub struct Process<'a> {
+    m: &'a Model,
+    me: u32,
+    budget: Cell<usize>,
+}
+
+impl Process<'_> {
+    /// Runs `f` as this process; `None` if it was killed on the way (it is
+    /// dead from then on).
+    fn run<R>(&self, f: impl FnOnce(&Table<'_>, &Ctx<'_>) -> Result<R, Killed>) -> Option<R> {
+        if self.m.dead[self.me as usize].load(Ordering::SeqCst) {
+            return None;
+        }
+        let dead = &self.m.dead;
+        let alive = |o: u32| !dead.get(o as usize).is_some_and(|d| d.load(Ordering::SeqCst));
+        let me = self.me as usize;
+        let kill = move || dead[me].store(true, Ordering::SeqCst);
+        let ctx = Ctx { me: self.me, alive: &alive, budget: Cell::new(self.budget.get()), on_kill: &kill };
+        let r = f(&self.m.table(), &ctx);
+        self.budget.set(ctx.budget.get());
+        // Killed: the call stopped forever (and the process is dead).
+        r.ok()
+    }
+
+    /// Takes one token from key `fp` at `now`: whether it was granted.
+    pub fn allow(&self, fp: u64, now: u64) -> Option<bool> {
+        let g = &self.m.gcra;
+        self.run(|t, ctx| t.update(ctx, fp | 1, now, g, &|cells| Ok(charge_in(g, cells, 0, now, 1)?.0.allowed)))
+    }
+
+    /// Gives `tokens` back to key `fp` at `now`.
+    pub fn refund(&self, fp: u64, now: u64, tokens: u64) -> Option<()> {
+        let g = &self.m.gcra;
+        self.run(|t, ctx| t.credit(ctx, fp | 1, now, g, false, &|cells| refund_in(g, cells, 0, now, tokens)).map(drop))
+    }
+
+    /// Makes key `fp` full.
+    pub fn reset(&self, fp: u64, now: u64) -> Option<()> {
+        self.run(|t, ctx| t.reset(ctx, fp | 1, now, &self.m.gcra))
+    }
+
+    /// Forgets every idle key: how many.
+    pub fn gc(&self, now: u64) -> Option<usize> {
+        self.run(|t, ctx| t.gc(ctx, now, &self.m.gcra))
+    }
+}

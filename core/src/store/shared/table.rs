@@ -1,0 +1,780 @@
+//! The shared table's protocol: a fixed region of atomic words that several
+//! *processes* change by compare-and-swap, any of which may be killed at any
+//! instruction.
+//!
+//! It is the in-process table's protocol (`store/table.rs`) over a region
+//! that cannot grow or point at a heap: open addressing from a key's home
+//! slot, a free slot claimed by one CAS, the key written and then checked
+//! to be its only copy before it is published, operations that run on the
+//! states and then re-read the slot (taking back exactly what they did if
+//! the slot changed hands meanwhile, `cells.rs`), credits under a per-slot
+//! lock, and forgotten keys remembered by a join. What differs is what a
+//! dead process forces: every transient slot state names its owner, and
+//! anyone who finds one whose owner is gone rolls it back (or forward) with
+//! one CAS; there is no migration (the table is sized once, from
+//! `max_keys`), and the store-wide maintenance flag is the same kind of
+//! owned, recoverable word.
+//!
+//! # Layout
+//!
+//! `cap` slots of `2 + width` words: a control word, the key's fingerprint
+//! (a 64-bit hash of the key under the file's own random seed, never 0) and
+//! the key's `width` state words (one per limit). Keys are stored by
+//! fingerprint only — a region shared between processes cannot point at a
+//! heap — so two keys whose fingerprints collide share one state: each
+//! then gets *less*, never more, than its limit (about one pair in 2^64 /
+//! (keys held)²; the seed is secret to the processes that open the file, so
+//! callers cannot aim for a collision).
+//!
+//! Then the **floor**: `cells` × `width` words, cell `fp mod cells` the join
+//! of every state forgotten from a key hashing to it (every idle key, and
+//! under [`Eviction::Strict`](crate::Eviction::Strict) every evicted key).
+//! A key the table does not hold starts from its cell. An idle state says
+//! nothing about a call stamped at or after the moment it was forgotten, so
+//! joining it changes no such decision; a call stamped earlier (a process
+//! that read the clock before another's `gc`, an `*_at` caller going back
+//! in time) gets an answer at least as restrictive as the forgotten state's.
+//! Joins are word by word, each a CAS loop towards the more restrictive
+//! value, so any interleaving of them — and a joiner killed half-way — leaves
+//! each word at least as restrictive as every completed join asked.
+//!
+//! # The control word
+//!
+//! `kind` (3 bits) · `gen` (29 bits) · `owner` (32 bits). `owner` names the
+//! process that holds a transient kind (see `file.rs`: pid and a tag of its
+//! start time, so a reused pid is not taken for its dead holder); `gen`
+//! changes every time the slot stops holding a key, and whenever a forget is
+//! cancelled, so a control word read once identifies one tenure of one key
+//! (wrapping would need 2^29 reuses of one slot during one call).
+//!
+//! ```text
+//! EMPTY ─claim→ CLAIMED(g) ─(fp, states written)→ BUSY(g) ─publish→ LIVE(g) ─hold→ HELD(g) ─release→ LIVE(g)
+//!                  │                                 │                │
+//!                  └───recover (owner dead)──────────┴─lost→ DEAD(g+1)│─forget→ FORGET(g) ─drop→ DEAD(g+1) ─claim→ CLAIMED(g+1)
+//!                                                                     │            ├─keep→ LIVE(g)
+//!                                                                     │            └─cancel/recover→ LIVE(g+1)
+//! ```
+//!
+//! # Invariants (each holds at every instruction of every process)
+//!
+//! 1. **No lock anyone waits on while its holder is dead.** The transient
+//!    kinds (CLAIMED, BUSY, FORGET, HELD) and the sweeper word carry their
+//!    owner; any process that finds one whose owner is dead recovers it with
+//!    one CAS: CLAIMED/BUSY → DEAD (the interrupted insert never happened),
+//!    FORGET → LIVE(g+1) (the forget never happened: a forget changes no
+//!    state word), HELD → LIVE(g) (a credit in progress is partly applied,
+//!    which gives back no more than the whole credit would).
+//! 2. **A key is read only from LIVE or HELD slots** (and FORGET, which a
+//!    lookup cancels first): its fingerprint and states are written before
+//!    the CAS that makes it BUSY, and BUSY becomes LIVE only by its owner's
+//!    CAS after the uniqueness check. A slot whose insert was interrupted
+//!    is never read as a key.
+//! 3. **At most one LIVE/HELD/FORGET copy of a fingerprint.** An inserter's
+//!    slot is BUSY during its check (`verify`): a LIVE/HELD/FORGET copy wins
+//!    over it; of two BUSY copies the earlier in the probe order wins and
+//!    kills the later (BUSY → DEAD), which its owner learns when its
+//!    publishing CAS fails. A CLAIMED slot is skipped without waiting: its
+//!    owner checks after it becomes BUSY, and will see ours (control words
+//!    are SeqCst).
+//! 4. **A charge is judged on the key it landed on.** An operation reads the
+//!    control word `c` (LIVE/HELD of generation g), changes the states by
+//!    CAS, and then re-reads the control word: unless it is still LIVE(g) or
+//!    HELD(g), the slot was forgotten (or reused) meanwhile and the
+//!    operation takes back what it did, exactly (`cells.rs`), and runs again.
+//!    A forget decides on the states it reads *after* its FORGET CAS and
+//!    joins them into the floor *before* the slot turns DEAD, so a charge is
+//!    either seen by it or sees FORGET/DEAD, takes itself back and runs again
+//!    on the key's new copy, which starts from the floor.
+//! 5. **Credits never land on another key.** A credit (refund, give-back,
+//!    reset) first turns LIVE(g) into HELD(g) — which no forget can take, so
+//!    the slot cannot change key while it is held — and releases it
+//!    afterwards. Charges do not wait on HELD; only other credits of that
+//!    key do, while the holder is alive.
+//! 6. **Nothing waits on a dead process.** Lookups skip CLAIMED/BUSY slots
+//!    and cancel FORGET ones; an inserter that meets a BUSY copy of its key
+//!    earlier in the probe order loses at once, and a dead owner's slot is
+//!    recovered. The waits left are a credit meeting a HELD slot, and an
+//!    insert into a full table or a `gc` meeting another process's sweep,
+//!    each only while that holder is alive.
+//!
+//! The key count (`live`) steers the `max_keys` policy only; a process
+//! killed between its count and its publish leaves it off by one until the
+//! next sweep, which recounts.
+
+use crate::store::cells::{Cells, Frozen, FIRST_MARKER};
+use crate::store::{Retention, MAX_WIDTH};
+use crate::sync::{AtomicU64, Backoff, Ordering};
+
+pub(crate) const EMPTY: u64 = 0;
+pub(crate) const CLAIMED: u64 = 1;
+pub(crate) const BUSY: u64 = 2;
+pub(crate) const LIVE: u64 = 3;
+pub(crate) const HELD: u64 = 4;
+pub(crate) const FORGET: u64 = 5;
+pub(crate) const DEAD: u64 = 6;
+
+const GEN_MASK: u64 = (1 << 29) - 1;
+
+#[inline]
+pub(crate) fn kind(c: u64) -> u64 {
+    c >> 61
+}
+#[inline]
+pub(crate) fn gen(c: u64) -> u64 {
+    (c >> 32) & GEN_MASK
+}
+#[inline]
+pub(crate) fn owner(c: u64) -> u32 {
+    c as u32
+}
+#[inline]
+pub(crate) fn ctl(kind: u64, gen: u64, owner: u32) -> u64 {
+    (kind << 61) | ((gen & GEN_MASK) << 32) | u64::from(owner)
+}
+
+/// Most slots a key may be from its home. At the table's load (at most
+/// one half) a window this long is full about once in 2^40 keys; then the
+/// key closest to full in the window is evicted to make room.
+pub(crate) const WINDOW: usize = 64;
+
+/// The calling process, and how to tell whether another is still running.
+pub(crate) struct Ctx<'a> {
+    /// This process's owner id (never 0).
+    pub(crate) me: u32,
+    /// Whether the process with this owner id may still be running (false
+    /// only when it is certainly gone).
+    pub(crate) alive: &'a (dyn Fn(u32) -> bool + Sync),
+    /// Models only: steps left before this thread "is killed" (stops
+    /// forever, as a SIGKILLed process does).
+    #[cfg(ratomic_loom)]
+    pub(crate) budget: std::cell::Cell<usize>,
+    /// Models only: marks this process dead, at the instant it is killed.
+    #[cfg(ratomic_loom)]
+    pub(crate) on_kill: &'a (dyn Fn() + Sync),
+}
+
+/// The thread was stopped by a model (stands for a killed process). Never
+/// returned outside the models.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Killed;
+
+/// One step of a protocol after which a process may die. Free outside
+/// the models.
+macro_rules! step {
+    ($ctx:expr) => {
+        #[cfg(ratomic_loom)]
+        {
+            let b = $ctx.budget.get();
+            if b == 0 {
+                ($ctx.on_kill)();
+                return Err(Killed);
+            }
+            $ctx.budget.set(b - 1);
+        }
+    };
+}
+
+/// What a probe found.
+enum Find {
+    /// The key is held in slot `i`, whose control word read `c`.
+    Found(usize, u64),
+    /// Absent; where it may be inserted (the first DEAD slot, else the EMPTY
+    /// one that ends the probe), with the control word to claim it from.
+    Absent(Option<(usize, u64)>),
+}
+
+/// Why a key is being forgotten.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Why {
+    /// Only if it carries no information (`gc`).
+    Idle,
+    /// To make room (`max_keys`, or a full probe window).
+    Evict,
+}
+
+/// The words a table lives in (see the module docs).
+pub(crate) struct Region<'a> {
+    pub(crate) slots: &'a [AtomicU64],
+    pub(crate) floor: &'a [AtomicU64],
+    /// Keys published (the `max_keys` policy's count; see the module docs).
+    pub(crate) live: &'a AtomicU64,
+    /// 0, or the owner of the sweep under way (one at a time).
+    pub(crate) sweeper: &'a AtomicU64,
+}
+
+/// A fixed region of slots (see the module docs).
+pub(crate) struct Table<'a> {
+    r: Region<'a>,
+    cap: usize,
+    /// Slots a key may be from its home: probes end there (chains need no
+    /// EMPTY end, so slots freed by forgetting — DEAD, never EMPTY again —
+    /// cannot make probes long).
+    window: usize,
+    width: usize,
+    stride: usize,
+    cell_mask: usize,
+    max_keys: usize,
+    /// Evicted keys are joined into the floor (`Eviction::Strict`).
+    strict: bool,
+}
+
+impl<'a> Table<'a> {
+    /// A table over `r` (whose `slots` hold `cap` slots and `floor` a power
+    /// of two of cells) for `width` state words per key.
+    pub(crate) fn new(r: Region<'a>, width: usize, max_keys: usize, strict: bool) -> Self {
+        let stride = 2 + width;
+        let cap = r.slots.len() / stride;
+        let cells = r.floor.len() / width;
+        debug_assert!(cap > 0 && cells.is_power_of_two() && (1..=MAX_WIDTH).contains(&width));
+        Table { r, cap, window: cap.min(WINDOW), width, stride, cell_mask: cells - 1, max_keys, strict }
+    }
+
+    /// Words the slots of `cap` slots occupy.
+    pub(crate) fn slot_words(cap: usize, width: usize) -> usize {
+        cap * (2 + width)
+    }
+
+    #[cfg_attr(ratomic_loom, allow(dead_code))]
+    /// Floor cells for `max_keys` keys: a quarter as many, a power of two.
+    pub(crate) fn cells_for(max_keys: usize) -> usize {
+        (max_keys / 4).clamp(8, 1 << 30).next_power_of_two()
+    }
+
+    #[inline]
+    fn control(&self, i: usize) -> &AtomicU64 {
+        &self.r.slots[i * self.stride]
+    }
+    #[inline]
+    fn fp(&self, i: usize) -> &AtomicU64 {
+        &self.r.slots[i * self.stride + 1]
+    }
+    #[inline]
+    fn states(&self, i: usize) -> &[AtomicU64] {
+        let at = i * self.stride + 2;
+        &self.r.slots[at..at + self.width]
+    }
+    #[inline]
+    fn cell(&self, fp: u64) -> &[AtomicU64] {
+        // Bit 0 of a fingerprint is always set: use the bits above it.
+        let at = ((fp >> 1) as usize & self.cell_mask) * self.width;
+        &self.r.floor[at..at + self.width]
+    }
+    #[inline]
+    fn load(&self, i: usize) -> u64 {
+        self.control(i).load(Ordering::SeqCst)
+    }
+    /// The control word by a read-modify-write, which reads the latest
+    /// value in its modification order: two inserters of one key each make
+    /// their slot BUSY and then read the other's slot, and with these reads
+    /// at least one sees the other's BUSY under any model of the memory
+    /// order, not only under SeqCst's total order (loom's model of SeqCst
+    /// is weaker). Inserts only.
+    #[inline]
+    fn load_latest(&self, i: usize) -> u64 {
+        self.control(i).fetch_add(0, Ordering::SeqCst)
+    }
+    #[inline]
+    fn cas(&self, i: usize, from: u64, to: u64) -> Result<(), u64> {
+        self.control(i).compare_exchange(from, to, Ordering::SeqCst, Ordering::SeqCst).map(drop)
+    }
+    #[inline]
+    fn home(&self, fp: u64) -> usize {
+        ((u128::from(fp) * self.cap as u128) >> 64) as usize
+    }
+    #[inline]
+    fn next(&self, i: usize) -> usize {
+        if i + 1 == self.cap {
+            0
+        } else {
+            i + 1
+        }
+    }
+
+    /// Recovers slot `i` (control `c`, a transient kind) if its owner is
+    /// dead (invariant 1). Returns the control word to go on with.
+    fn recover(&self, ctx: &Ctx<'_>, i: usize, c: u64) -> u64 {
+        let o = owner(c);
+        if o == ctx.me || (ctx.alive)(o) {
+            return c;
+        }
+        let to = match kind(c) {
+            CLAIMED | BUSY => ctl(DEAD, gen(c) + 1, 0),
+            FORGET => ctl(LIVE, gen(c) + 1, 0),
+            HELD => ctl(LIVE, gen(c), 0),
+            _ => return c,
+        };
+        match self.cas(i, c, to) {
+            Ok(()) => to,
+            Err(now) => now,
+        }
+    }
+
+    /// Finds `fp` (invariants 2 and 6: never waits).
+    fn find(&self, ctx: &Ctx<'_>, fp: u64) -> Find {
+        let mut i = self.home(fp);
+        let mut free = None;
+        for _ in 0..self.window {
+            let mut c = self.load(i);
+            loop {
+                match kind(c) {
+                    EMPTY => return Find::Absent(free.or(Some((i, c)))),
+                    DEAD => {
+                        free.get_or_insert((i, c));
+                    }
+                    LIVE | HELD => {
+                        if self.fp(i).load(Ordering::Relaxed) == fp {
+                            return Find::Found(i, c);
+                        }
+                    }
+                    FORGET if self.fp(i).load(Ordering::Relaxed) == fp => {
+                        // Ours, being forgotten: cancel the forget (always
+                        // safe: it has not touched the states) and use it.
+                        let to = ctl(LIVE, gen(c) + 1, 0);
+                        c = match self.cas(i, c, to) {
+                            Ok(()) => to,
+                            Err(now) => now,
+                        };
+                        continue;
+                    }
+                    _ => {
+                        let r = self.recover(ctx, i, c);
+                        if r != c {
+                            c = r;
+                            continue;
+                        }
+                    }
+                }
+                break;
+            }
+            i = self.next(i);
+        }
+        Find::Absent(free)
+    }
+
+    /// What a key the table does not hold starts from: its floor cell.
+    fn initial(&self, fp: u64) -> [u64; MAX_WIDTH] {
+        let mut s = [0u64; MAX_WIDTH];
+        for (s, w) in s.iter_mut().zip(self.cell(fp)) {
+            *s = w.load(Ordering::SeqCst);
+            // Only a corrupted file holds a marker here: read it as pristine.
+            if *s >= FIRST_MARKER {
+                *s = 0;
+            }
+        }
+        s
+    }
+
+    /// Runs `op` on the states of `fp`, inserting it (from its floor cell)
+    /// if `op` changes a key the table does not hold.
+    pub(crate) fn update<R>(
+        &self,
+        ctx: &Ctx<'_>,
+        fp: u64,
+        now: u64,
+        retention: &impl Retention,
+        op: &impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
+    ) -> Result<R, Killed> {
+        let mut backoff = Backoff::new();
+        loop {
+            match self.find(ctx, fp) {
+                Find::Found(i, c) => {
+                    let mut cells = Cells::new(self.states(i));
+                    let r = op(&mut cells);
+                    step!(ctx);
+                    // Invariant 4.
+                    let after = self.load(i);
+                    match r {
+                        Ok(r) if gen(after) == gen(c) && matches!(kind(after), LIVE | HELD) => return Ok(r),
+                        _ => cells.undo(),
+                    }
+                }
+                Find::Absent(free) => {
+                    let (r, changed) = on_copy(&self.initial(fp), self.width, op);
+                    let Some(states) = changed else { return Ok(r) };
+                    if self.insert(ctx, fp, free, &states[..self.width], now, retention)? {
+                        return Ok(r);
+                    }
+                    // Another process is inserting the key, or took the
+                    // slot: give it a moment.
+                    backoff.snooze();
+                }
+            }
+        }
+    }
+
+    /// Runs a crediting `op` on `fp`'s states while its slot is HELD
+    /// (invariant 5). A key the table does not hold is inserted with what
+    /// `op` changed if `insert`, else left alone (`None`).
+    pub(crate) fn credit<R>(
+        &self,
+        ctx: &Ctx<'_>,
+        fp: u64,
+        now: u64,
+        retention: &impl Retention,
+        insert: bool,
+        op: &impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
+    ) -> Result<Option<R>, Killed> {
+        let mut backoff = Backoff::new();
+        loop {
+            match self.find(ctx, fp) {
+                Find::Found(i, c) if kind(c) == HELD => {
+                    // Another credit of this key: wait for it (or recover it).
+                    if self.recover(ctx, i, c) == c {
+                        backoff.snooze();
+                    }
+                }
+                Find::Found(i, c) => {
+                    let held = ctl(HELD, gen(c), ctx.me);
+                    if self.cas(i, c, held).is_err() {
+                        continue;
+                    }
+                    step!(ctx);
+                    let mut cells = Cells::new(self.states(i));
+                    let r = op(&mut cells);
+                    step!(ctx);
+                    // Only we release a slot we hold while we live.
+                    let _ = self.cas(i, held, ctl(LIVE, gen(c), 0));
+                    if let Ok(r) = r {
+                        return Ok(Some(r));
+                    }
+                }
+                Find::Absent(free) => {
+                    if !insert {
+                        return Ok(None);
+                    }
+                    let (r, changed) = on_copy(&self.initial(fp), self.width, op);
+                    let Some(states) = changed else { return Ok(Some(r)) };
+                    if self.insert(ctx, fp, free, &states[..self.width], now, retention)? {
+                        return Ok(Some(r));
+                    }
+                    backoff.snooze();
+                }
+            }
+        }
+    }
+
+    /// Makes `fp` a full bucket: a credit that writes the pristine states.
+    /// A key the table does not hold is inserted full only when its floor
+    /// cell would make it start less than full.
+    pub(crate) fn reset(&self, ctx: &Ctx<'_>, fp: u64, now: u64, retention: &impl Retention) -> Result<(), Killed> {
+        let mut pristine = [0u64; MAX_WIDTH];
+        retention.pristine(&mut pristine[..self.width]);
+        let insert = retention.idle_after(&self.initial(fp)[..self.width], now) > 0;
+        let op = |cells: &mut Cells<'_>| -> Result<(), Frozen> {
+            for (w, &p) in pristine[..self.width].iter().enumerate() {
+                let mut v = cells.load(w)?;
+                while v != p {
+                    match cells.cas(w, v, p) {
+                        Ok(()) => break,
+                        Err(crate::store::Conflict::Changed(now)) => v = now,
+                        Err(crate::store::Conflict::Frozen) => return Err(Frozen),
+                    }
+                }
+            }
+            Ok(())
+        };
+        self.credit(ctx, fp, now, retention, insert, &op).map(drop)
+    }
+
+    /// Inserts `fp` with `states` at `free`; false if the caller must look
+    /// again (invariant 3).
+    fn insert(
+        &self,
+        ctx: &Ctx<'_>,
+        fp: u64,
+        free: Option<(usize, u64)>,
+        states: &[u64],
+        now: u64,
+        retention: &impl Retention,
+    ) -> Result<bool, Killed> {
+        // Room: at most `max_keys` keys (a sweep forgets and evicts), and a
+        // free slot in the key's window (else the key closest to full in it
+        // is evicted).
+        if self.r.live.load(Ordering::Relaxed) >= self.max_keys as u64 {
+            self.make_room(ctx, now, retention)?;
+            return Ok(false);
+        }
+        let Some((i, from)) = free else {
+            self.evict_window(ctx, fp, now, retention)?;
+            return Ok(false);
+        };
+        let g = gen(from);
+        let claimed = ctl(CLAIMED, g, ctx.me);
+        if self.cas(i, from, claimed).is_err() {
+            return Ok(false);
+        }
+        step!(ctx);
+        self.fp(i).store(fp, Ordering::Relaxed);
+        for (w, &v) in self.states(i).iter().zip(states) {
+            w.store(v, Ordering::Relaxed);
+        }
+        step!(ctx);
+        let busy = ctl(BUSY, g, ctx.me);
+        if self.cas(i, claimed, busy).is_err() {
+            return Ok(false);
+        }
+        self.r.live.fetch_add(1, Ordering::Relaxed);
+        step!(ctx);
+        let won = self.verify(ctx, fp, i)?;
+        step!(ctx);
+        if won && self.cas(i, busy, ctl(LIVE, g, 0)).is_ok() {
+            return Ok(true);
+        }
+        // Lost, or killed by an earlier copy (then already DEAD).
+        let _ = self.cas(i, busy, ctl(DEAD, g + 1, 0));
+        self.r.live.fetch_sub(1, Ordering::Relaxed);
+        Ok(false)
+    }
+
+    /// Whether BUSY slot `mine` holds the only copy of `fp` (invariant 3).
+    fn verify(&self, ctx: &Ctx<'_>, fp: u64, mine: usize) -> Result<bool, Killed> {
+        let mut i = self.home(fp);
+        let mut seen_mine = false;
+        for _ in 0..self.window {
+            if i == mine {
+                seen_mine = true;
+            } else {
+                let mut c = self.load_latest(i);
+                loop {
+                    let same = || self.fp(i).load(Ordering::Relaxed) == fp;
+                    match kind(c) {
+                        EMPTY => return Ok(true),
+                        DEAD | CLAIMED => {}
+                        LIVE | HELD | FORGET if same() => return Ok(false),
+                        BUSY if same() => {
+                            let r = self.recover(ctx, i, c);
+                            if r != c {
+                                c = r;
+                                continue;
+                            }
+                            if !seen_mine {
+                                return Ok(false);
+                            }
+                            step!(ctx);
+                            if let Err(now) = self.cas(i, c, ctl(DEAD, gen(c) + 1, 0)) {
+                                c = now;
+                                continue;
+                            }
+                        }
+                        _ => {}
+                    }
+                    break;
+                }
+            }
+            i = self.next(i);
+        }
+        Ok(true)
+    }
+
+    /// Joins `states` into `fp`'s floor cell, word by word.
+    fn join(&self, fp: u64, states: &[u64], retention: &impl Retention) {
+        for (w, (word, &s)) in self.cell(fp).iter().zip(states).enumerate() {
+            let mut cur = word.load(Ordering::SeqCst);
+            loop {
+                // `join_into` on one word: the floor's other words are not
+                // read, so a one-word view suffices.
+                let mut one = [0u64; MAX_WIDTH];
+                let mut st = [0u64; MAX_WIDTH];
+                one[w] = cur;
+                st[w] = s;
+                let mut floor = one;
+                retention.join_into(&mut floor[..self.width], &st[..self.width]);
+                let next = floor[w];
+                if next == cur {
+                    break;
+                }
+                match word.compare_exchange(cur, next, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(_) => break,
+                    Err(now) => cur = now,
+                }
+            }
+        }
+    }
+
+    /// Forgets slot `i`, read LIVE as `c`: for `Why::Idle` only if its
+    /// states, read once the slot is taken, carry no information at `now`
+    /// (invariant 4). Idle states — and, under `Eviction::Strict`, evicted
+    /// ones — are joined into the floor before the slot is freed. True if
+    /// it was dropped.
+    fn forget(
+        &self,
+        ctx: &Ctx<'_>,
+        i: usize,
+        c: u64,
+        now: u64,
+        retention: &impl Retention,
+        why: Why,
+    ) -> Result<bool, Killed> {
+        let taken = ctl(FORGET, gen(c), ctx.me);
+        if self.cas(i, c, taken).is_err() {
+            return Ok(false);
+        }
+        step!(ctx);
+        let mut states = [0u64; MAX_WIDTH];
+        for (s, w) in states.iter_mut().zip(self.states(i)) {
+            *s = w.load(Ordering::SeqCst);
+        }
+        let idle = retention.idle_after(&states[..self.width], now) == 0;
+        if why == Why::Idle && !idle {
+            let _ = self.cas(i, taken, ctl(LIVE, gen(c), 0));
+            return Ok(false);
+        }
+        if idle || self.strict {
+            self.join(self.fp(i).load(Ordering::Relaxed), &states[..self.width], retention);
+        }
+        step!(ctx);
+        if self.cas(i, taken, ctl(DEAD, gen(c) + 1, 0)).is_ok() {
+            self.r.live.fetch_sub(1, Ordering::Relaxed);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Evicts the key closest to idle from `fp`'s window, which has no free
+    /// slot.
+    fn evict_window(&self, ctx: &Ctx<'_>, fp: u64, now: u64, retention: &impl Retention) -> Result<(), Killed> {
+        let mut best: Option<(u64, usize, u64)> = None;
+        let mut i = self.home(fp);
+        for _ in 0..self.window {
+            let c = self.load(i);
+            if kind(c) == LIVE {
+                let mut s = [0u64; MAX_WIDTH];
+                for (s, word) in s.iter_mut().zip(self.states(i)) {
+                    *s = word.load(Ordering::Relaxed);
+                }
+                let w = retention.idle_after(&s[..self.width], now);
+                if best.is_none_or(|b| w < b.0) {
+                    best = Some((w, i, c));
+                }
+            }
+            i = self.next(i);
+        }
+        match best {
+            Some((_, i, c)) => {
+                self.forget(ctx, i, c, now, retention, Why::Evict)?;
+            }
+            None => Backoff::new().snooze(),
+        }
+        Ok(())
+    }
+
+    /// Takes the sweeper word (recovering it from a dead owner). False if a
+    /// live process holds it.
+    fn take_sweeper(&self, ctx: &Ctx<'_>) -> bool {
+        let me = u64::from(ctx.me);
+        let mut cur = 0;
+        loop {
+            match self.r.sweeper.compare_exchange(cur, me, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return true,
+                Err(0) => cur = 0,
+                Err(o) if o as u32 == ctx.me || (ctx.alive)(o as u32) => return false,
+                Err(o) => cur = o,
+            }
+        }
+    }
+
+    /// Makes room for an insert into a table holding `max_keys` keys: one
+    /// sweep that forgets every idle key and evicts the eighth closest to
+    /// idle. If another process is sweeping, waits a moment instead.
+    fn make_room(&self, ctx: &Ctx<'_>, now: u64, retention: &impl Retention) -> Result<(), Killed> {
+        if !self.take_sweeper(ctx) {
+            Backoff::new().snooze();
+            return Ok(());
+        }
+        step!(ctx);
+        // Another sweep may have made room while we waited for the word.
+        if self.r.live.load(Ordering::Relaxed) >= self.max_keys as u64 {
+            self.sweep(ctx, now, retention, (self.max_keys / 8).max(1))?;
+        }
+        self.r.sweeper.store(0, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Forgets every key that carries no information at `now` and recounts
+    /// the keys held; waits for (or recovers from) another sweep. Returns
+    /// how many keys were forgotten.
+    pub(crate) fn gc(&self, ctx: &Ctx<'_>, now: u64, retention: &impl Retention) -> Result<usize, Killed> {
+        let mut backoff = Backoff::new();
+        while !self.take_sweeper(ctx) {
+            backoff.snooze();
+        }
+        step!(ctx);
+        let n = self.sweep(ctx, now, retention, 0)?;
+        self.r.sweeper.store(0, Ordering::SeqCst);
+        Ok(n)
+    }
+
+    /// One pass over every slot, by the sweeper: recovers dead owners'
+    /// slots, forgets every key idle at `now` and, if `evict` keys must go
+    /// to make room, the `evict` closest to idle. Recounts the keys held.
+    /// Returns how many were forgotten.
+    fn sweep(&self, ctx: &Ctx<'_>, now: u64, retention: &impl Retention, evict: usize) -> Result<usize, Killed> {
+        let w = self.width;
+        let mut dropped = 0;
+        let mut held = 0u64;
+        let mut rest: Vec<(u64, usize, u64)> = Vec::new();
+        for i in 0..self.cap {
+            let mut c = self.load(i);
+            if !matches!(kind(c), EMPTY | DEAD | LIVE) {
+                c = self.recover(ctx, i, c);
+            }
+            if kind(c) != LIVE {
+                held += u64::from(matches!(kind(c), HELD | FORGET));
+                continue;
+            }
+            let mut s = [0u64; MAX_WIDTH];
+            for (s, word) in s.iter_mut().zip(self.states(i)) {
+                *s = word.load(Ordering::Relaxed);
+            }
+            let wait = retention.idle_after(&s[..w], now);
+            if wait == 0 && self.forget(ctx, i, c, now, retention, Why::Idle)? {
+                dropped += 1;
+                continue;
+            }
+            held += 1;
+            if evict > 0 {
+                rest.push((wait, i, c));
+            }
+        }
+        if evict > 0 {
+            rest.sort_unstable();
+            for &(_, i, c) in rest.iter().take(evict) {
+                if self.forget(ctx, i, c, now, retention, Why::Evict)? {
+                    dropped += 1;
+                    held -= 1;
+                }
+            }
+        }
+        // Concurrent inserts may make this off by a few: a heuristic only.
+        self.r.live.store(held, Ordering::Relaxed);
+        Ok(dropped)
+    }
+
+    /// Keys held now (a scan: exact when nothing runs concurrently).
+    #[cfg_attr(ratomic_loom, allow(dead_code))]
+    pub(crate) fn count(&self) -> usize {
+        (0..self.cap).filter(|&i| matches!(kind(self.load(i)), LIVE | HELD | FORGET)).count()
+    }
+
+    /// Fingerprints of every key held (tests: no key is held twice).
+    pub(crate) fn fingerprints(&self) -> Vec<u64> {
+        (0..self.cap)
+            .filter(|&i| matches!(kind(self.load(i)), LIVE | HELD | FORGET))
+            .map(|i| self.fp(i).load(Ordering::Relaxed))
+            .collect()
+    }
+}
+
+/// Runs `op` on a private copy of `initial`: its answer, and the states
+/// to insert if it changed them.
+fn on_copy<R>(
+    initial: &[u64; MAX_WIDTH],
+    width: usize,
+    op: &impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
+) -> (R, Option<[u64; MAX_WIDTH]>) {
+    let words: [AtomicU64; MAX_WIDTH] = std::array::from_fn(|w| AtomicU64::new(initial[w]));
+    let mut cells = Cells::new(&words[..width]);
+    let r = op(&mut cells).expect("a private copy holds no marker");
+    let changed = cells.wrote();
+    (r, changed.then(|| std::array::from_fn(|w| words[w].load(Ordering::Relaxed))))
+}

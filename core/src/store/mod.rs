@@ -291,7 +291,7 @@ impl Options {
     /// - **Time**: every process must read one timeline. [`MonotonicClock`](crate::MonotonicClock)
     ///   (the default) reads `CLOCK_MONOTONIC`, which is one.
     /// - **Keys**: stored as 64-bit fingerprints under the file's secret
-    ///   key (SipHash-2-4), so `shards` and `max_key_bytes` do not apply.
+    ///   key (SipHash-1-3), so `shards` and `max_key_bytes` do not apply.
     ///   Two keys whose fingerprints collide (about one pair in 2^64 / keys²)
     ///   share one state: each gets less than its limit, never more.
     /// - **Eviction**: when `max_keys` keys are held, idle keys are forgotten

@@ -297,28 +297,30 @@ impl SharedStore {
         Ok(SharedStore { map, width, cap, cells, max_keys, strict, keys })
     }
 
+    #[inline]
     fn table(&self) -> Table<'_> {
         let w = self.map.words();
         let floor_at = HEADER_WORDS + Table::slot_words(self.cap, self.width);
-        Table::new(
+        Table::with_sizes(
             Region {
                 slots: &w[HEADER_WORDS..floor_at],
                 floor: &w[floor_at..floor_at + self.cells * self.width],
                 live: &w[H_LIVE],
                 sweeper: &w[H_SWEEPER],
             },
+            self.cap,
+            self.cells,
             self.width,
             self.max_keys,
             self.strict,
         )
     }
 
-    /// The key's fingerprint (never 0): SipHash-2-4 under the file's secret
+    /// The key's fingerprint (never 0): SipHash-1-3 under the file's secret
     /// 128-bit key, so no caller can choose keys that collide with another's.
     #[inline]
     pub(crate) fn fingerprint<S: StoredKey>(&self, probe: &S::Probe<'_>) -> u64 {
-        #[allow(deprecated)] // std's only keyed SipHash; the algorithm is what we need
-        let mut h = std::hash::SipHasher::new_with_keys(self.keys.0, self.keys.1);
+        let mut h = siphasher::sip::SipHasher13::new_with_keys(self.keys.0, self.keys.1);
         S::fingerprint(probe, &mut h);
         h.finish() | 1
     }

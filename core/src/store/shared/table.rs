@@ -221,12 +221,26 @@ pub(crate) struct Table<'a> {
 impl<'a> Table<'a> {
     /// A table over `r` (whose `slots` hold `cap` slots and `floor` a power
     /// of two of cells) for `width` state words per key.
+    #[cfg_attr(not(ratomic_loom), allow(dead_code))]
     pub(crate) fn new(r: Region<'a>, width: usize, max_keys: usize, strict: bool) -> Self {
-        let stride = 2 + width;
-        let cap = r.slots.len() / stride;
-        let cells = r.floor.len() / width;
+        let (cap, cells) = (r.slots.len() / (2 + width), r.floor.len() / width);
+        Self::with_sizes(r, cap, cells, width, max_keys, strict)
+    }
+
+    /// [`new`](Self::new) for sizes already known (no division on the way
+    /// to every call).
+    #[inline]
+    pub(crate) fn with_sizes(
+        r: Region<'a>,
+        cap: usize,
+        cells: usize,
+        width: usize,
+        max_keys: usize,
+        strict: bool,
+    ) -> Self {
         debug_assert!(cap > 0 && cells.is_power_of_two() && (1..=MAX_WIDTH).contains(&width));
-        Table { r, cap, window: cap.min(WINDOW), width, stride, cell_mask: cells - 1, max_keys, strict }
+        debug_assert!(r.slots.len() == cap * (2 + width) && r.floor.len() == cells * width);
+        Table { r, cap, window: cap.min(WINDOW), width, stride: 2 + width, cell_mask: cells - 1, max_keys, strict }
     }
 
     /// Words the slots of `cap` slots occupy.

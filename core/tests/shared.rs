@@ -443,3 +443,20 @@ fn churn_beyond_max_keys_stays_bounded_and_strict_never_over_grants() {
         std::fs::remove_file(&path).unwrap();
     }
 }
+
+/// Two `Quotas` limiters on one file (as two processes would build them)
+/// share every (quota, key) bucket.
+#[test]
+fn quotas_share_their_buckets_through_a_file() {
+    let path = temp_file("quotas");
+    let build =
+        || ratomic::Quotas::builder().clock(ManualClock::new()).max_keys(64).shared_file(&path).build().unwrap();
+    let (a, b) = (build(), build());
+    let three = Quota::per_minute(3).unwrap();
+    let five = Quota::per_minute(5).unwrap();
+    let granted =
+        |l: &ratomic::Quotas<ManualClock>, q: &Quota| (0..4).filter(|_| l.allow("acme", q).unwrap().allowed).count();
+    assert_eq!(granted(&a, &three) + granted(&b, &three), 3);
+    assert_eq!(granted(&b, &five) + granted(&a, &five), 5, "another quota: another bucket");
+    std::fs::remove_file(&path).unwrap();
+}

@@ -314,4 +314,9 @@ export interface StoreOptions {
   maxKeyBytes?: number
   /** What happens to keys evicted at `maxKeys`: `"fair"` (the default) or `"strict"`. */
   eviction?: string
+  /**
+   * A file through which the processes of this host that build the same
+   * limiter on it share its keys (Linux; see core's `Options::shared_file`).
+   */
+  sharedFile?: string
 }

@@ -57,6 +57,17 @@ export interface StoreOptions {
    * heavy churn, new keys may be denied).
    */
   eviction?: 'fair' | 'strict'
+  /**
+   * A file through which every process of this host that builds the same limiter on it
+   * (same rule(s), `maxKeys` and `eviction`) shares its keys: `cluster` or pm2 workers,
+   * `child_process` children (Linux). Put it in a runtime directory the service owns
+   * (`$XDG_RUNTIME_DIR`, `/run/<service>/`), not a world-writable `/tmp` path. The file
+   * is created `0600`; a symbolic link, a file owned by another user or readable by
+   * others, a foreign or truncated file, or one in use with a different rule is a
+   * RangeError (`ERR_RATOMIC_INVALID_ARGUMENT`). Not to be confused with `shared(name)`,
+   * which shares one limiter between the worker threads of a single process.
+   */
+  sharedFile?: string
 }
 
 /** Options every limiter accepts. */
@@ -204,7 +215,8 @@ export declare class TokenBucket extends BaseLimiter {
   static fromRate(rate: string, options?: LimiterOptions & { burst?: number }): TokenBucket
   /**
    * The process-wide token bucket `name`: every worker thread asking for it gets a handle
-   * to the same native limiter. A different configuration under the same name throws
+   * to the same native limiter. (For separate processes — `cluster`, pm2 — use the
+   * `sharedFile` option instead.) A different configuration under the same name throws
    * an Error with code `ERR_RATOMIC_SHARED_CONFLICT`.
    */
   static shared(name: string, capacity: number, refillPerSec: number | string, options?: SharedOptions): TokenBucket

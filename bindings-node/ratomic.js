@@ -171,7 +171,7 @@ function number(v, name) {
   return v
 }
 
-const STORE_OPTIONS = ['maxKeys', 'maxKeyLen', 'maxKeyBytes', 'eviction']
+const STORE_OPTIONS = ['maxKeys', 'maxKeyLen', 'maxKeyBytes', 'eviction', 'sharedFile']
 
 function readOptions(options, allowed) {
   if (options === undefined || options === null) return {}
@@ -186,6 +186,9 @@ function readOptions(options, allowed) {
   }
   if (options.eviction !== undefined && typeof options.eviction !== 'string') {
     throw typeError(`eviction must be "fair" or "strict", got ${describe(options.eviction)}`)
+  }
+  if (options.sharedFile !== undefined && typeof options.sharedFile !== 'string') {
+    throw typeError(`sharedFile must be a path string, got ${describe(options.sharedFile)}`)
   }
   return options
 }

@@ -391,8 +391,8 @@ typedef struct {
   size_t max_key_len;
   /*
    Where time comes from for the calls without `_at`. NULL = the
-   library's monotonic clock (`CLOCK_MONOTONIC`, in ns since the first
-   limiter was made in this process).
+   library's monotonic clock (`CLOCK_MONOTONIC`, in ns since the host
+   booted on Linux, the same in every process).
    */
   ratomic_clock_fn clock;
   /*
@@ -419,6 +419,25 @@ typedef struct {
    that tests never sleep.
    */
   ratomic_sleep_fn clock_sleep;
+  /*
+   NULL (the default) keeps the limiter's keys in this process. A
+   NUL-terminated path shares them with every process of this host
+   that builds the same limiter on the same file (Linux): a pre-forking
+   server's workers share one limit. The file is memory-mapped and
+   changed only by atomic compare-and-swap, so a process killed at any
+   instruction leaves it usable. It is created `0600`; a symbolic link,
+   a file owned by another user or readable by others, a truncated or
+   foreign file, one made before the host last booted, or one in use
+   with a different rule, `max_keys` or `eviction` gives
+   `RATOMIC_INVALID_ARGUMENT` with the reason in
+   `ratomic_last_error_message`. Put it in a runtime directory the
+   service owns (`$XDG_RUNTIME_DIR`, `/run/<service>/`, a tmpfs), not
+   a world-writable `/tmp` path. Its size is fixed by `max_keys` (about
+   50 bytes per key for one limit, allocated as keys land). Every
+   process must read the same clock: the library's monotonic clock
+   does. The string is copied; the caller keeps ownership.
+   */
+  const char *shared_file;
 } ratomic_options;
 
 /*

@@ -54,6 +54,9 @@ pub struct StoreOptions {
     pub max_key_bytes: Option<f64>,
     /// What happens to keys evicted at `maxKeys`: `"fair"` (the default) or `"strict"`.
     pub eviction: Option<String>,
+    /// A file through which the processes of this host that build the same
+    /// limiter on it share its keys (Linux; see core's `Options::shared_file`).
+    pub shared_file: Option<String>,
 }
 
 /// A rule as JavaScript reads it back; every field is also an input a
@@ -144,6 +147,9 @@ pub fn options(o: &StoreOptions) -> Res<Options> {
     }
     if let Some(n) = o.max_key_bytes {
         options = options.max_key_bytes(size("maxKeyBytes", n)?);
+    }
+    if let Some(path) = &o.shared_file {
+        options = options.shared_file(path);
     }
     match o.eviction.as_deref() {
         None | Some("fair") => {}

@@ -130,7 +130,10 @@ impl Limiter {
     /// where a rule is a rate string (a token bucket, e.g. `"10/s"`) or a
     /// `Rule` (`Rule.fixed_window("1000/day")`, ...). At most 16 limits.
     #[new]
-    #[pyo3(signature = (limits, *, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, eviction=None))]
+    #[pyo3(signature = (
+        limits, *, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, eviction=None, shared_file=None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         limits: &Bound<'_, PyAny>,
@@ -139,9 +142,10 @@ impl Limiter {
         max_key_len: Option<&Bound<'_, PyAny>>,
         max_key_bytes: Option<&Bound<'_, PyAny>>,
         eviction: Option<&Bound<'_, PyAny>>,
+        shared_file: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let time = Time::from_arg(clock)?;
-        let store = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction };
+        let store = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction, shared_file };
         let mut builder = ratomic::Limiter::builder().options(store.options()?).clock(time);
         for (name, rule) in named_pairs(limits, "limits")? {
             builder = builder.limit(name, rule_arg(&rule)?);

@@ -24,7 +24,7 @@ impl SlidingWindow {
     /// `("100/min")`.
     #[new]
     #[pyo3(signature = (
-        limit, window=None, *, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, eviction=None,
+        limit, window=None, *, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, eviction=None, shared_file=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -36,10 +36,11 @@ impl SlidingWindow {
         max_key_len: Option<&Bound<'_, PyAny>>,
         max_key_bytes: Option<&Bound<'_, PyAny>>,
         eviction: Option<&Bound<'_, PyAny>>,
+        shared_file: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<(Self, Keyed)> {
         let rate = rate(limit, window)?;
         let rule = Rule::sliding_window(rate).py_err(py)?;
-        let store = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction };
+        let store = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction, shared_file };
         Ok((SlidingWindow { window: rate.period() }, Keyed::new(py, rule, clock, store.options()?)?))
     }
 

@@ -1,6 +1,6 @@
 //! How a keyed limiter stores its keys: core's `Options` from the keyword
 //! arguments every keyed limiter takes (`max_keys`, `max_key_len`,
-//! `max_key_bytes`, `eviction`).
+//! `max_key_bytes`, `eviction`, `shared_file`).
 
 use pyo3::prelude::*;
 use pyo3::types::PyString;
@@ -17,6 +17,9 @@ pub struct StoreArgs<'a, 'py> {
     pub max_key_len: Option<&'a Bound<'py, PyAny>>,
     pub max_key_bytes: Option<&'a Bound<'py, PyAny>>,
     pub eviction: Option<&'a Bound<'py, PyAny>>,
+    /// A path (`str` or `os.PathLike`): the processes of this host that
+    /// build the same limiter on it share its keys (see `ratomic::Options::shared_file`).
+    pub shared_file: Option<&'a Bound<'py, PyAny>>,
 }
 
 impl<'a, 'py> StoreArgs<'a, 'py> {
@@ -37,6 +40,13 @@ impl<'a, 'py> StoreArgs<'a, 'py> {
         }
         if let Some(e) = given(self.eviction) {
             o = o.eviction(eviction(e)?);
+        }
+        if let Some(p) = given(self.shared_file) {
+            let py = p.py();
+            let path: std::path::PathBuf = p.extract().map_err(|_| {
+                argument_type(py, format!("shared_file must be a str or os.PathLike, not {}", type_name(p)))
+            })?;
+            o = o.shared_file(path);
         }
         Ok(o)
     }

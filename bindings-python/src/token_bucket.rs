@@ -37,7 +37,7 @@ impl TokenBucket {
     #[new]
     #[pyo3(signature = (
         capacity, refill_per_sec=None, *, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None,
-        eviction=None,
+        eviction=None, shared_file=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -49,8 +49,9 @@ impl TokenBucket {
         max_key_len: Option<&Bound<'_, PyAny>>,
         max_key_bytes: Option<&Bound<'_, PyAny>>,
         eviction: Option<&Bound<'_, PyAny>>,
+        shared_file: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<(Self, Keyed)> {
-        let store = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction };
+        let store = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction, shared_file };
         Self::build(py, quota(capacity, refill_per_sec)?, clock, store)
     }
 
@@ -59,7 +60,7 @@ impl TokenBucket {
     /// the same refill rate.
     #[staticmethod]
     #[pyo3(signature = (
-        rate, *, burst=None, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, eviction=None,
+        rate, *, burst=None, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, eviction=None, shared_file=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn from_rate(
@@ -71,12 +72,13 @@ impl TokenBucket {
         max_key_len: Option<&Bound<'_, PyAny>>,
         max_key_bytes: Option<&Bound<'_, PyAny>>,
         eviction: Option<&Bound<'_, PyAny>>,
+        shared_file: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<Self>> {
         let mut q = Quota::parse(rate).py_err(py)?;
         if let Some(b) = burst.filter(|b| !b.is_none()) {
             q = q.with_burst(whole(b, "burst")?).py_err(py)?;
         }
-        let store = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction };
+        let store = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction, shared_file };
         Py::new(py, Self::build(py, q, clock, store)?)
     }
 

@@ -6,6 +6,7 @@ guide; every ```python block in it runs here.
 
 import pathlib
 import re
+import textwrap
 
 import pytest
 
@@ -15,7 +16,8 @@ ROOT_README = HERE.parent / "README.md"
 
 def python_blocks():
     text = ROOT_README.read_text(encoding="utf-8")
-    return ROOT_README, re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    # Blocks inside a list item are indented: dedent them.
+    return ROOT_README, [textwrap.dedent(b) for b in re.findall(r"```python\n(.*?)```", text, flags=re.S)]
 
 
 PATH, BLOCKS = python_blocks()

@@ -1,7 +1,8 @@
 //! Construction options: the key store's bounds, the eviction policy and
 //! the clock (as core's [`Options`] and a [`Clock`]).
 
-use std::ffi::c_void;
+use std::ffi::{c_char, c_void};
+use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
 use ratomic_core::{Clock, ClockId, Eviction, MonotonicClock, Options};
@@ -101,8 +102,8 @@ pub struct ratomic_options {
     /// (else `RATOMIC_INVALID_ARGUMENT`).
     pub max_key_len: usize,
     /// Where time comes from for the calls without `_at`. NULL = the
-    /// library's monotonic clock (`CLOCK_MONOTONIC`, in ns since the first
-    /// limiter was made in this process).
+    /// library's monotonic clock (`CLOCK_MONOTONIC`, in ns since the host
+    /// booted on Linux, the same in every process).
     pub clock: ratomic_clock_fn,
     /// Passed to `clock` and `clock_sleep` on every call. Borrowed: it must
     /// stay valid until the limiter is freed (ratomic never frees it).
@@ -120,6 +121,23 @@ pub struct ratomic_options {
     /// that reads a manual clock, and move that clock forward in it, so
     /// that tests never sleep.
     pub clock_sleep: ratomic_sleep_fn,
+    /// NULL (the default) keeps the limiter's keys in this process. A
+    /// NUL-terminated path shares them with every process of this host
+    /// that builds the same limiter on the same file (Linux): a pre-forking
+    /// server's workers share one limit. The file is memory-mapped and
+    /// changed only by atomic compare-and-swap, so a process killed at any
+    /// instruction leaves it usable. It is created `0600`; a symbolic link,
+    /// a file owned by another user or readable by others, a truncated or
+    /// foreign file, one made before the host last booted, or one in use
+    /// with a different rule, `max_keys` or `eviction` gives
+    /// `RATOMIC_INVALID_ARGUMENT` with the reason in
+    /// `ratomic_last_error_message`. Put it in a runtime directory the
+    /// service owns (`$XDG_RUNTIME_DIR`, `/run/<service>/`, a tmpfs), not
+    /// a world-writable `/tmp` path. Its size is fixed by `max_keys` (about
+    /// 50 bytes per key for one limit, allocated as keys land). Every
+    /// process must read the same clock: the library's monotonic clock
+    /// does. The string is copied; the caller keeps ownership.
+    pub shared_file: *const c_char,
 }
 
 /// Where a limiter reads time: the library's monotonic clock or the
@@ -230,6 +248,11 @@ impl Resolved {
             e if e == ratomic_eviction::RATOMIC_EVICTION_STRICT as u32 => Eviction::Strict,
             value => return Err(Failure::UnknownValue { name: "eviction", value }),
         });
+        if !o.shared_file.is_null() {
+            // SAFETY: the caller promises a NUL-terminated string.
+            let bytes = unsafe { std::ffi::CStr::from_ptr(o.shared_file) }.to_bytes();
+            options = options.shared_file(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(bytes)));
+        }
         let read = match o.clock {
             Some(f) => Read::Callback(f),
             None => monotonic(),

@@ -1,6 +1,7 @@
 # Hand-written stub for the compiled module; `python -m mypy.stubtest ratomic`
 # (run by run-tests.sh) checks it against the real thing.
 
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, Literal, Union, final
 
@@ -233,6 +234,7 @@ class TokenBucket(Keyed):
         max_key_len: int | None = None,
         max_key_bytes: int | None = None,
         eviction: _Eviction | None = None,
+        shared_file: str | os.PathLike[str] | None = None,
     ) -> TokenBucket: ...
     @staticmethod
     def from_rate(
@@ -244,6 +246,7 @@ class TokenBucket(Keyed):
         max_key_len: int | None = None,
         max_key_bytes: int | None = None,
         eviction: _Eviction | None = None,
+        shared_file: str | os.PathLike[str] | None = None,
     ) -> TokenBucket: ...
     @property
     def capacity(self) -> int: ...
@@ -264,6 +267,7 @@ class FixedWindow(Keyed):
         max_key_len: int | None = None,
         max_key_bytes: int | None = None,
         eviction: _Eviction | None = None,
+        shared_file: str | os.PathLike[str] | None = None,
     ) -> FixedWindow: ...
     @property
     def window(self) -> float: ...
@@ -282,6 +286,7 @@ class SlidingWindow(Keyed):
         max_key_len: int | None = None,
         max_key_bytes: int | None = None,
         eviction: _Eviction | None = None,
+        shared_file: str | os.PathLike[str] | None = None,
     ) -> SlidingWindow: ...
     @property
     def window(self) -> float: ...
@@ -339,6 +344,7 @@ class Limiter:
         max_key_len: int | None = None,
         max_key_bytes: int | None = None,
         eviction: _Eviction | None = None,
+        shared_file: str | os.PathLike[str] | None = None,
     ) -> Limiter: ...
     def allow(self, key: _Key, cost: int = 1, *, limits: _LimitsArg = None) -> MultiDecision: ...
     def peek(self, key: _Key, cost: int = 1, *, limits: _LimitsArg = None) -> MultiDecision: ...
@@ -377,6 +383,7 @@ class Quotas:
         max_key_len: int | None = None,
         max_key_bytes: int | None = None,
         eviction: _Eviction | None = None,
+        shared_file: str | os.PathLike[str] | None = None,
     ) -> Quotas: ...
     def allow(self, key: _Key, quota: str | Rule, cost: int = 1) -> Decision:
         """Takes ``cost`` from ``key``'s bucket under ``quota``; a denial is a falsy Decision."""

@@ -1,0 +1,192 @@
+'use strict'
+// `sharedFile`: limiters in different processes sharing one file. Real
+// processes (child_process.fork, node:cluster), real SIGKILLs, real files.
+
+const test = require('node:test')
+const assert = require('node:assert/strict')
+const { fork } = require('node:child_process')
+const fs = require('node:fs')
+const os = require('node:os')
+const path = require('node:path')
+const http = require('node:http')
+const { TokenBucket, FixedWindow, SlidingWindow, Limiter, Quotas, ManualClock } = require('..')
+
+const linux = process.platform === 'linux'
+const SLOW = 1 / 3600 // one token an hour: no refill during a test
+
+function build (kind, file) {
+  switch (kind) {
+    case 'bucket': return new TokenBucket(50, SLOW, { maxKeys: 1000, sharedFile: file })
+    case 'window': return new FixedWindow(50, '1h', { maxKeys: 1000, sharedFile: file })
+    case 'multi': return new Limiter({ burst: '1000/s', slow: new TokenBucket(50, SLOW).rule }, { maxKeys: 1000, sharedFile: file })
+  }
+  throw new Error(kind)
+}
+
+// A child: builds `kind` on `file`, waits for 'go', makes `calls` calls on
+// `keys` keys and reports each grant as it happens, then 'done'.
+if (process.env.RATOMIC_SHARED_CHILD) {
+  const { kind, file, keys, calls } = JSON.parse(process.env.RATOMIC_SHARED_CHILD)
+  const limiter = build(kind, file)
+  process.on('message', () => {
+    for (let n = 0; n < calls; n++) {
+      const key = `k${(n * 7919 + process.pid) % keys}`
+      const d = limiter.allow(key)
+      // A synchronous write to a pipe (Node writes pipes synchronously on
+      // Linux): reported before the next call, so a kill loses at most one.
+      if (d.allowed === true || (typeof d.allowed === 'function' ? d.allowed() : false)) fs.writeSync(1, key + '\n')
+    }
+    process.exit(0)
+  })
+  process.send({ ready: true })
+} else {
+  const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'ratomic-shm-'))
+
+  function child (spec) {
+    return fork(__filename, [], { env: { ...process.env, RATOMIC_SHARED_CHILD: JSON.stringify(spec) }, stdio: ['ignore', 'pipe', 'inherit', 'ipc'] })
+  }
+
+  // Runs children, starting them together; `onGrant(child, key)` sees each grant.
+  function run (children, onGrant = () => {}) {
+    return new Promise((resolve, reject) => {
+      let ready = 0
+      let ended = 0
+      for (const c of children) {
+        c.on('error', reject)
+        c.on('message', (m) => {
+          if (m.ready && ++ready === children.length) for (const d of children) d.send('go')
+        })
+        require('node:readline').createInterface({ input: c.stdout }).on('line', (key) => onGrant(c, key))
+        // 'close': exited and its stdout read to the end.
+        c.on('close', () => { if (++ended === children.length) resolve() })
+      }
+    })
+  }
+
+  for (const kind of ['bucket', 'window', 'multi']) {
+    test(`8 processes on one key of a shared ${kind} get exactly its limit`, { skip: !linux }, async () => {
+      const file = path.join(tmp(), `${kind}.shm`)
+      build(kind, file) // created once, before the race
+      let total = 0
+      await run(Array.from({ length: 8 }, () => child({ kind, file, keys: 1, calls: 200 })), () => { total++ })
+      assert.equal(total, 50)
+      const d = build(kind, file).allow('k0')
+      assert.equal(typeof d.allowed === 'function' ? d.allowed() : d.allowed, false)
+    })
+  }
+
+  test('children SIGKILLed mid-traffic leave the file usable, nothing over-granted', { skip: !linux }, async () => {
+    const file = path.join(tmp(), 'kill.shm')
+    const keys = 20
+    const granted = new Map()
+    let kills = 0
+    for (let round = 0; round < 4; round++) {
+      const victims = [0, 1].map(() => child({ kind: 'bucket', file, keys, calls: 1e6 }))
+      const survivor = child({ kind: 'bucket', file, keys, calls: 300 })
+      await run([...victims, survivor], (c, key) => {
+        granted.set(key, (granted.get(key) || 0) + 1)
+        if (victims.includes(c) && c.exitCode === null && !c.killed) {
+          c.kill('SIGKILL')
+          kills++
+        }
+      })
+    }
+    for (const [k, n] of granted) assert.ok(n <= 50, `${k}: ${n}`)
+    const limiter = build('bucket', file)
+    for (let k = 0; k < keys; k++) {
+      while (limiter.allow(`k${k}`).allowed) granted.set(`k${k}`, (granted.get(`k${k}`) || 0) + 1)
+    }
+    assert.equal(granted.size, keys)
+    // Each kill may lose one grant made but not yet reported: never more.
+    let total = 0
+    for (const [k, n] of granted) {
+      assert.ok(n <= 50, k)
+      total += n
+    }
+    assert.ok(total <= 50 * keys && total + kills >= 50 * keys, `${total} granted, ${kills} kills`)
+    assert.equal(limiter.gc(), 0)
+    assert.equal(limiter.size, keys)
+  })
+
+  test('a file that does not fit is a clear error', { skip: !linux }, () => {
+    const dir = tmp()
+    const file = path.join(dir, 'rule.shm')
+    assert.ok(build('bucket', file).allow('a').allowed)
+    const invalid = (message) => ({ name: 'RangeError', code: 'ERR_RATOMIC_INVALID_ARGUMENT', message })
+    assert.throws(() => new TokenBucket(60, SLOW, { maxKeys: 1000, sharedFile: file }), invalid(/different rule/))
+    assert.throws(() => build('window', file), invalid(/different rule/))
+    const link = path.join(dir, 'link.shm')
+    fs.symlinkSync(file, link)
+    assert.throws(() => build('bucket', link), invalid(/symbolic link/))
+    const junk = path.join(dir, 'junk.shm')
+    fs.writeFileSync(junk, Buffer.alloc(8192, 7), { mode: 0o600 })
+    assert.throws(() => build('bucket', junk), invalid(/not a ratomic/))
+    const open = path.join(dir, 'open.shm')
+    fs.copyFileSync(file, open)
+    fs.chmodSync(open, 0o644)
+    assert.throws(() => build('bucket', open), invalid(/other users/))
+    assert.equal(fs.statSync(file).mode & 0o777, 0o600)
+    assert.throws(() => new TokenBucket(5, 1, { sharedFile: 42 }), { name: 'TypeError', message: /sharedFile/ })
+  })
+
+  test('a shared limiter answers as one in process', { skip: !linux }, () => {
+    let seed = 7
+    const rand = () => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed / 2147483648 }
+    const dir = tmp()
+    const builders = [
+      (o) => new TokenBucket(5, 2, { maxKeys: 64, ...o }),
+      (o) => new SlidingWindow(5, 1000, { maxKeys: 64, ...o }),
+      (o) => new Limiter({ a: '4/s', b: new FixedWindow(9, 10000).rule }, { maxKeys: 64, ...o })
+    ]
+    builders.forEach((b, i) => {
+      const clock = new ManualClock()
+      const local = b({ clock })
+      const shared = b({ clock, sharedFile: path.join(dir, `parity-${i}.shm`) })
+      for (let n = 0; n < 400; n++) {
+        clock.advance([0, 0, rand() * 300, rand() * 3000][Math.floor(rand() * 4)])
+        const key = `k${Math.floor(rand() * 4)}`
+        const cost = Math.floor(rand() * 4)
+        const op = rand()
+        const [x, y] = op < 0.6
+          ? [local.allow(key, cost), shared.allow(key, cost)]
+          : op < 0.9 ? [local.peek(key, cost), shared.peek(key, cost)] : [local.reset(key), shared.reset(key)]
+        assert.deepEqual(y, x, `${n}: ${key} ${cost}`)
+      }
+    })
+  })
+
+  test('Quotas share their buckets through a file', { skip: !linux }, () => {
+    const file = path.join(tmp(), 'quotas.shm')
+    const a = new Quotas({ maxKeys: 64, sharedFile: file })
+    const b = new Quotas({ maxKeys: 64, sharedFile: file })
+    let n = 0
+    for (const l of [a, b, a, b, a]) if (l.allow('acme', '3/min').allowed) n++
+    assert.equal(n, 3)
+  })
+
+  test('the cluster example shares one limit between its workers', { skip: !linux }, async () => {
+    const file = path.join(tmp(), 'cluster.shm')
+    const server = fork(path.join(__dirname, '..', 'examples', 'cluster-shared.js'), [], {
+      env: { ...process.env, RATOMIC_EXAMPLE_FILE: file, RATOMIC_EXAMPLE_WORKERS: '2', RATOMIC_EXAMPLE_LIMIT: '3/min', PORT: '0' },
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc']
+    })
+    try {
+      const port = await new Promise((resolve, reject) => {
+        server.on('message', (m) => { if (m.listening) resolve(m.listening) })
+        server.on('exit', (code) => reject(new Error(`example exited: ${code}`)))
+      })
+      const get = () => new Promise((resolve, reject) => {
+        // A new connection per request: the primary hands each to a worker.
+        http.get({ host: '127.0.0.1', port, path: '/', agent: false }, (res) => {
+          res.resume()
+          res.on('end', () => resolve([res.statusCode, res.headers['x-worker']]))
+        }).on('error', reject)
+      })
+      const answers = []
+      for (let i = 0; i < 8; i++) answers.push(await get())
+      assert.deepEqual(answers.map(([s]) => s), [200, 200, 200, 429, 429, 429, 429, 429])
+    } finally {
+      server.kill('SIGTERM')
+    }
+  })
+}

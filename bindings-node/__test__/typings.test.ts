@@ -33,6 +33,8 @@ import {
 test('typings: a token bucket, every operation', async () => {
   const clock: ManualClock = new ManualClock(0)
   const options: LimiterOptions = { clock, maxKeys: 1000, maxKeyLen: 64, maxKeyBytes: 1 << 20, eviction: 'fair' }
+  const shared: LimiterOptions = { maxKeys: 1000, sharedFile: '/run/user/1000/myapp-limits.shm' }
+  assert.equal(shared.sharedFile?.endsWith('.shm'), true)
   const tb = new TokenBucket(10, 5, options)
   const key: Key = 'user:1'
   const d: Decision = tb.allow(key)

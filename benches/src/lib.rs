@@ -64,6 +64,17 @@ pub fn str_keys(n: usize, seed: u64) -> Vec<String> {
 
 // ---- timing helpers shared by the benches ---------------------------------
 
+/// The median of `v` (the mean of the two middle values for an even count).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
 /// Cycles through a key array forever: the access order of the many-key
 /// benchmarks (the arrays are already in random order).
 #[derive(Debug)]

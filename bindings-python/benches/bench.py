@@ -34,8 +34,9 @@ from collections.abc import Callable
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def ensure_peers() -> None:
-    missing = [m for m in ("limits", "pyrate_limiter", "psutil") if importlib.util.find_spec(m) is None]
+def ensure_peers(modules: tuple[str, ...] = ("limits", "pyrate_limiter", "psutil")) -> None:
+    """Installs benches/requirements.txt if any of `modules` is missing."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
         print(f"installing {', '.join(missing)} from benches/requirements.txt ...", flush=True)
         subprocess.check_call(

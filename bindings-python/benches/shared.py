@@ -6,7 +6,7 @@ Run by hand (not a test), in the venv that run-tests.sh made:
     bindings-python/run-tests.sh                      # builds and installs the wheel
     bindings-python/.venv/bin/python bindings-python/benches/shared.py [ROUNDS]
 
-It installs the peers (benches/requirements.txt, plus `redis`) into that venv
+It installs the peers (benches/requirements.txt) into that venv
 if they are missing and starts its own `redis-server` (no persistence, a free
 127.0.0.1 port) when one is installed. Contenders, each called as
 `call(key)` in a loop by P worker processes at once (P = 1, 2, 4; started
@@ -29,7 +29,6 @@ the contenders take turns; ratios are the peer's ÷ ratomic shared's.
 
 from __future__ import annotations
 
-import importlib.util
 import multiprocessing as mp
 import os
 import shutil
@@ -41,16 +40,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def ensure_peers() -> None:
-    missing = [m for m in ("limits", "pyrate_limiter", "redis") if importlib.util.find_spec(m) is None]
-    if missing:
-        print(f"installing {', '.join(missing)} ...", flush=True)
-        subprocess.check_call(
-            [sys.executable, "-m", "pip", "install", "--quiet", "-r", os.path.join(HERE, "requirements.txt"), "redis"]
-        )
+from bench import ensure_peers  # this directory is on sys.path when run as a script
 
 
 def free_port() -> int:
@@ -167,7 +157,7 @@ def run(make: Callable[[], Callable[[str], object]], calls: int, p: int) -> floa
 
 
 def main() -> None:
-    ensure_peers()
+    ensure_peers(("limits", "pyrate_limiter", "filelock", "redis"))
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     redis = start_redis()
     port = redis[1] if redis else None

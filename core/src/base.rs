@@ -69,7 +69,7 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
     /// The key's hash and prepared form; errors if it is too long.
     #[inline]
     pub(crate) fn probe<'k>(&self, key: &'k K) -> Result<(u64, Probe<'k, K>)> {
-        on_store!(self, st => key.probe(st.hasher(), self.max_key_len), _sh => key.probe(&foldhash::fast::FixedState::default(), self.max_key_len))
+        on_store!(self, st => key.probe(st.hasher(), self.max_key_len), sh => key.probe(sh.hasher(), self.max_key_len))
     }
 
     /// Runs `op` on `key`'s state words at `now` (see
@@ -93,7 +93,7 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
         op: impl Fn(&mut Cells<'_>) -> Result<T, Frozen>,
     ) -> T {
         on_store!(self, st => st.update(hash, probe, now, &self.rules, op),
-            sh => sh.update(sh.fingerprint::<K::Stored>(probe), now, &self.rules, op))
+            sh => sh.update(hash, now, &self.rules, op))
     }
 
     /// Runs an operation that credits `key` (a refund, a give-back) on its
@@ -110,7 +110,7 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
         let now = checked(now)?;
         let (hash, probe) = self.probe(key)?;
         Ok(on_store!(self, st => st.update_locked(hash, &probe, now, &self.rules, insert, op),
-            sh => sh.update_locked(sh.fingerprint::<K::Stored>(&probe), now, &self.rules, insert, op)))
+            sh => sh.update_locked(hash, now, &self.rules, insert, op)))
     }
 
     /// Forgets `key`: it is full again.
@@ -118,7 +118,7 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
         let now = checked(now)?;
         let (hash, probe) = self.probe(key)?;
         on_store!(self, st => st.reset(hash, &probe, now, &self.rules),
-            sh => sh.reset(sh.fingerprint::<K::Stored>(&probe), now, &self.rules));
+            sh => sh.reset(hash, now, &self.rules));
         Ok(())
     }
 

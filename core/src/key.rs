@@ -103,10 +103,6 @@ pub unsafe trait StoredKey: private::SealedStored + Send + Sync + 'static {
     /// Makes the words own nothing (after [`retire`](Self::retire)).
     #[doc(hidden)]
     fn clear(words: &[AtomicU64]);
-    /// Feeds the probe's key to `h`, the same way in every process (the
-    /// shared store's fingerprint; see `store/shared`).
-    #[doc(hidden)]
-    fn fingerprint<H: std::hash::Hasher>(probe: &Self::Probe<'_>, h: &mut H);
     /// Frees what the words own now.
     ///
     /// # Safety
@@ -158,10 +154,6 @@ unsafe impl StoredKey for u64 {
     fn clear(_: &[AtomicU64]) {}
     #[inline]
     unsafe fn free(_: &[AtomicU64]) {}
-    #[inline]
-    fn fingerprint<H: std::hash::Hasher>(probe: &u64, h: &mut H) {
-        h.write_u64(*probe);
-    }
 }
 
 // ---- bytes -----------------------------------------------------------------
@@ -403,17 +395,6 @@ unsafe impl StoredKey for ByteKey {
         if Self::is_heap(words[0].load(Ordering::Relaxed)) {
             // SAFETY: the caller's contract: nobody reads the key any more.
             unsafe { block::free(block::from_word(words[2].load(Ordering::Relaxed))) };
-        }
-    }
-
-    #[inline]
-    fn fingerprint<H: std::hash::Hasher>(probe: &BytesProbe<'_>, h: &mut H) {
-        match probe.long {
-            Some(key) => {
-                h.write_u8(1);
-                h.write(key);
-            }
-            None => probe.words.iter().for_each(|&w| h.write_u64(w)),
         }
     }
 }

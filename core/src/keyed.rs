@@ -65,8 +65,8 @@ impl<A: Algorithm> Retention for A {
     fn idle_after(&self, states: &[u64], now: u64) -> u64 {
         Algorithm::idle_after(self, states[0], now)
     }
-    fn join_into(&self, floor: &mut [u64], states: &[u64]) {
-        floor[0] = self.join(floor[0], states[0]);
+    fn join_word(&self, _: usize, a: u64, b: u64) -> u64 {
+        self.join(a, b)
     }
     fn describe(&self) -> String {
         format!("{self:?}")

@@ -113,10 +113,8 @@ impl Retention for Rules {
     fn idle_after(&self, states: &[u64], now: u64) -> u64 {
         self.0.iter().zip(states).map(|(r, &s)| Algorithm::idle_after(r, s, now)).max().unwrap_or(0)
     }
-    fn join_into(&self, floor: &mut [u64], states: &[u64]) {
-        for ((r, f), &s) in self.0.iter().zip(floor.iter_mut()).zip(states) {
-            *f = r.join(*f, s);
-        }
+    fn join_word(&self, i: usize, a: u64, b: u64) -> u64 {
+        self.0[i].join(a, b)
     }
     fn describe(&self) -> String {
         format!("{:?}", self.0)

@@ -99,8 +99,8 @@ impl Retention for QuotaFree {
     fn idle_after(&self, states: &[u64], now: u64) -> u64 {
         Algorithm::idle_after(&Self::gcra(), states[0], now)
     }
-    fn join_into(&self, floor: &mut [u64], states: &[u64]) {
-        floor[0] = Self::gcra().join(floor[0], states[0]);
+    fn join_word(&self, _: usize, a: u64, b: u64) -> u64 {
+        Self::gcra().join(a, b)
     }
     fn describe(&self) -> String {
         // Each call names its quota, which is part of the stored key.

@@ -545,13 +545,15 @@ fn shared_inserts_of_one_key_with_a_process_killed_land_once() {
             let m = Arc::new(Model::new(quota(2), 4, 8, 4, false, 3));
             let h = {
                 let m = m.clone();
-                thread::spawn(move || m.process(2, kill).allow(5, 0))
+                // Its own clock reading, 3 ns after the other's (no refill yet).
+                thread::spawn(move || m.process(2, kill).allow(5, 3))
             };
             let mine = m.process(1, usize::MAX).allow(5, 0).expect("never killed");
             let theirs = h.join().unwrap();
-            // The survivor drains what is left: never more than the burst.
+            // The survivor drains what is left at the latest stamp: never
+            // more than the burst (B + 3 ns / T rounds down to B).
             let p3 = m.process(3, usize::MAX);
-            let rest = (0..3).filter(|_| p3.allow(5, 0).unwrap()).count();
+            let rest = (0..3).filter(|_| p3.allow(5, 3).unwrap()).count();
             let total = mine as usize + theirs.unwrap_or(false) as usize + rest;
             assert!(total <= 2, "granted {total} of a burst of 2");
             if theirs.is_some() {
@@ -571,7 +573,7 @@ fn shared_credit_killed_while_holding_its_slot_is_recovered() {
             assert!(p1.allow(5, 0).unwrap() && p1.allow(5, 0).unwrap()); // empty
             let h = {
                 let m = m.clone();
-                thread::spawn(move || m.process(2, kill).refund(5, 0, 1))
+                thread::spawn(move || m.process(2, kill).refund(5, 4, 1)) // its own clock reading
             };
             let got = p1.allow(5, 0).unwrap();
             let refunded = h.join().unwrap().is_some();
@@ -628,7 +630,7 @@ fn shared_strict_eviction_racing_a_stale_call_never_over_grants() {
             assert!(p1.allow(5, 0).unwrap()); // key 5 empty at 0
             let h = {
                 let m = m.clone();
-                thread::spawn(move || m.process(2, kill).allow(9, 0))
+                thread::spawn(move || m.process(2, kill).allow(9, 7)) // its own clock reading
             };
             assert!(!p1.allow(5, 0).unwrap(), "key 5 is empty: evicted or not, never granted again at 0");
             h.join().unwrap();

@@ -173,14 +173,29 @@ fn an_evicted_key_comes_back_to_its_own_state_and_a_reset_is_exact() {
 /// over-granting (figures at full scale in BENCHMARKS.md, "eviction").
 #[test]
 fn churn_on_other_keys_never_denies_an_honest_key_under_the_fair_policy() {
+    churn_against_honest_keys(None);
+}
+
+/// The same through a shared file (`Options::shared_file`), whose table
+/// makes room by its own protocol (probe windows, a sweeper, floor cells).
+#[cfg(target_os = "linux")]
+#[test]
+fn churn_in_a_shared_file_never_denies_an_honest_key_under_the_fair_policy() {
+    let dir = std::env::temp_dir().join(format!("ratomic-churn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    churn_against_honest_keys(Some(&dir));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn churn_against_honest_keys(shared_dir: Option<&std::path::Path>) {
     let run = |policy: Eviction| {
         let clock = ManualClock::new();
-        let l = TokenBucket::builder(Quota::per_hour(100).unwrap())
-            .clock(clock.clone())
-            .max_keys(1_000)
-            .eviction(policy)
-            .build()
-            .unwrap();
+        let b =
+            TokenBucket::builder(Quota::per_hour(100).unwrap()).clock(clock.clone()).max_keys(1_000).eviction(policy);
+        let l = match shared_dir {
+            Some(dir) => b.shared_file(dir.join(format!("{policy:?}.shm"))).build().unwrap(),
+            None => b.build().unwrap(),
+        };
         let (mut denied, mut honest) = (0, 0);
         let mut attacker = 0u64;
         for second in 0..180u64 {

@@ -305,6 +305,23 @@ fn windows_in_a_limiter_never_over_grant_under_contention() {
 
 #[test]
 fn keys_forgotten_and_evicted_under_contention_never_over_grant() {
+    forgotten_and_evicted(None);
+}
+
+/// The same through a shared file (`Options::shared_file`): its own
+/// forgetting (a sweep per `gc`, floor cells) and `max_keys` eviction.
+#[cfg(target_os = "linux")]
+#[test]
+fn keys_forgotten_and_evicted_in_a_shared_file_under_contention_never_over_grant() {
+    let dir = std::env::temp_dir().join(format!("ratomic-stress-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("evict.shm");
+    let _ = std::fs::remove_file(&path);
+    forgotten_and_evicted(Some(&path));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn forgotten_and_evicted(shared_file: Option<&std::path::Path>) {
     // 48 keys through a store that holds 16 (strict eviction: never more
     // than remembering every key would grant), two limits on each key, a
     // worker that also runs gc, every call with its own clock reading: the
@@ -321,9 +338,11 @@ fn keys_forgotten_and_evicted_under_contention_never_over_grant() {
         .shards(1)
         .max_keys(16)
         .eviction(ratomic::Eviction::Strict)
-        .keys::<u64>()
-        .build()
-        .unwrap();
+        .keys::<u64>();
+    let l = match shared_file {
+        Some(path) => l.shared_file(path).build().unwrap(),
+        None => l.build().unwrap(),
+    };
     let names: Vec<[&'static str; 2]> = (0..KEYS)
         .map(|k| ["a", "b"].map(|limit| &*Box::leak(format!("key {k}, limit {limit}").into_boxed_str())))
         .collect();

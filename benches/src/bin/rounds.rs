@@ -55,7 +55,8 @@ use governor::clock::FakeRelativeClock;
 use governor::RateLimiter;
 use ratomic::{Clock, DirectTokenBucket, Limiter, ManualClock, MonotonicClock, Quota, Rule, TokenBucket};
 use ratomic_benches::{
-    governor_deny, governor_huge, ratomic_deny, ratomic_huge, str_keys, time_inserts, two_threads, u64_keys, Cycle,
+    governor_deny, governor_huge, median, ratomic_deny, ratomic_huge, str_keys, time_inserts, two_threads, u64_keys,
+    Cycle,
 };
 
 const DEFAULT_ROUNDS: usize = 15;
@@ -123,16 +124,6 @@ struct Row {
     ratio: f64,
     ratio_min: f64,
     ratio_max: f64,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// Calls per batch: a multiple of `unit` such that the two sides' batches

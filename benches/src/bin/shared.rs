@@ -34,7 +34,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use ratomic::{Limiter, Quota, Rule, TokenBucket};
-use ratomic_benches::{str_keys, Cycle};
+use ratomic_benches::{median, str_keys, Cycle};
 
 const CALLS: u64 = 2_000_000;
 const KEYS: usize = 100_000;
@@ -138,16 +138,6 @@ fn round(scenario: &str, p: usize, file: Option<&Path>) -> f64 {
         assert!(c.wait().unwrap().success());
     }
     total / p as f64
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 fn main() {

@@ -108,8 +108,14 @@ pub(crate) trait Retention {
     fn pristine(&self, out: &mut [u64]);
     /// Nanoseconds until these states carry no information; 0 = droppable.
     fn idle_after(&self, states: &[u64], now: u64) -> u64;
+    /// The join of two states of word `i` (that word's limit's `join`).
+    fn join_word(&self, i: usize, a: u64, b: u64) -> u64;
     /// `floor := join(floor, states)`, word by word.
-    fn join_into(&self, floor: &mut [u64], states: &[u64]);
+    fn join_into(&self, floor: &mut [u64], states: &[u64]) {
+        for (i, (f, &s)) in floor.iter_mut().zip(states).enumerate() {
+            *f = self.join_word(i, *f, s);
+        }
+    }
     /// What is enforced, the same in every process that builds the same
     /// limiter (a shared file's header keeps its fingerprint).
     #[cfg_attr(not(all(target_os = "linux", not(ratomic_loom))), allow(dead_code))]
@@ -514,7 +520,7 @@ impl<S: StoredKey> Store<S> {
             match t.find(hash, probe, &guard) {
                 Find::Found(i) => {
                     if let Some(mut states) = self.lock_key(t, i, probe, &guard) {
-                        let (r, changed) = self.on_copy(&states, &op);
+                        let (r, changed) = on_copy(&states, self.width, &op);
                         if let Some(new) = changed {
                             states = new;
                         }
@@ -580,7 +586,7 @@ impl<S: StoredKey> Store<S> {
         guard: &epoch::Guard,
     ) -> Option<R> {
         let initial = shard.summary.initial(hash, retention, guard);
-        let (r, changed) = self.on_copy(&initial, op);
+        let (r, changed) = on_copy(&initial, self.width, op);
         let Some(states) = changed else { return Some(r) };
         match self.insert(shard, t, hash, probe, free, &states, now, retention, guard) {
             Next::Done => Some(r),
@@ -654,41 +660,6 @@ impl<S: StoredKey> Store<S> {
             self.maintain(shard, now, retention, guard, Trigger::Insert { bytes: 0, must: false });
         }
         Next::Done
-    }
-
-    /// Runs `op` on a private copy of `states`: the answer for an absent
-    /// key, and the states to insert if `op` changed them.
-    fn on_copy<R>(
-        &self,
-        states: &[u64; MAX_WIDTH],
-        op: &impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
-    ) -> (R, Option<[u64; MAX_WIDTH]>) {
-        #[cfg(not(ratomic_loom))]
-        {
-            // A private copy, seen as atomics: only the words in use are
-            // touched, with no per-word construction (this runs on every
-            // call for a key the store does not hold).
-            #[repr(C, align(8))]
-            struct Words([u64; MAX_WIDTH]);
-            let mut words = Words(*states);
-            let ptr = words.0.as_mut_ptr().cast::<AtomicU64>();
-            // SAFETY: `AtomicU64` has the size and bit validity of `u64`, and
-            // `Words` gives the alignment it needs (8); the slice borrows the
-            // private copy exclusively until `op` returns.
-            let words_ref = unsafe { std::slice::from_raw_parts(ptr, self.width) };
-            let mut cells = Cells::new(words_ref);
-            let r = op(&mut cells).expect("a private copy holds no marker");
-            let changed = cells.wrote();
-            (r, changed.then_some(words.0))
-        }
-        #[cfg(ratomic_loom)]
-        {
-            let words: [AtomicU64; MAX_WIDTH] = std::array::from_fn(|w| AtomicU64::new(states[w]));
-            let mut cells = Cells::new(&words[..self.width]);
-            let r = op(&mut cells).expect("a private copy holds no marker");
-            let changed = cells.wrote();
-            (r, changed.then(|| std::array::from_fn(|w| words[w].load(Ordering::Relaxed))))
-        }
     }
 
     /// Forgets the key: afterwards it answers as a key never seen, for any
@@ -1070,6 +1041,41 @@ impl<S: StoredKey> Store<S> {
         // thread's bag of deferred frees fills up (64 of them): a growing
         // store would otherwise keep dozens of old tables alive at once.
         guard.flush();
+    }
+}
+
+/// Runs `op` on a private copy of `states`: the answer for an absent
+/// key, and the states to insert if `op` changed them.
+pub(crate) fn on_copy<R>(
+    states: &[u64; MAX_WIDTH],
+    width: usize,
+    op: &impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
+) -> (R, Option<[u64; MAX_WIDTH]>) {
+    #[cfg(not(ratomic_loom))]
+    {
+        // A private copy, seen as atomics: only the words in use are
+        // touched, with no per-word construction (this runs on every
+        // call for a key the store does not hold).
+        #[repr(C, align(8))]
+        struct Words([u64; MAX_WIDTH]);
+        let mut words = Words(*states);
+        let ptr = words.0.as_mut_ptr().cast::<AtomicU64>();
+        // SAFETY: `AtomicU64` has the size and bit validity of `u64`, and
+        // `Words` gives the alignment it needs (8); the slice borrows the
+        // private copy exclusively until `op` returns.
+        let words_ref = unsafe { std::slice::from_raw_parts(ptr, width) };
+        let mut cells = Cells::new(words_ref);
+        let r = op(&mut cells).expect("a private copy holds no marker");
+        let changed = cells.wrote();
+        (r, changed.then_some(words.0))
+    }
+    #[cfg(ratomic_loom)]
+    {
+        let words: [AtomicU64; MAX_WIDTH] = std::array::from_fn(|w| AtomicU64::new(states[w]));
+        let mut cells = Cells::new(&words[..width]);
+        let r = op(&mut cells).expect("a private copy holds no marker");
+        let changed = cells.wrote();
+        (r, changed.then(|| std::array::from_fn(|w| words[w].load(Ordering::Relaxed))))
     }
 }
 

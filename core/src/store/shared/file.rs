@@ -1,7 +1,7 @@
 //! The shared store's file, mapping, header and owner ids (see `mod.rs`).
 
 use std::ffi::CString;
-use std::hash::Hasher as _;
+use std::hash::BuildHasher;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::AtomicU32;
@@ -115,7 +115,19 @@ pub(crate) struct SharedStore {
     cells: usize,
     max_keys: usize,
     strict: bool,
-    keys: (u64, u64),
+    keys: SipKeys,
+}
+
+/// SipHash-1-3 under a 128-bit key, as a [`BuildHasher`].
+#[derive(Clone, Copy)]
+pub(crate) struct SipKeys(u64, u64);
+
+impl BuildHasher for SipKeys {
+    type Hasher = siphasher::sip::SipHasher13;
+    #[inline]
+    fn build_hasher(&self) -> Self::Hasher {
+        siphasher::sip::SipHasher13::new_with_keys(self.0, self.1)
+    }
 }
 
 fn err(path: &Path, reason: impl Into<String>) -> Error {
@@ -291,7 +303,7 @@ impl SharedStore {
                 ));
             }
         }
-        let keys = (h[H_SEED].load(Ordering::Relaxed), h[H_SEED + 1].load(Ordering::Relaxed));
+        let keys = SipKeys(h[H_SEED].load(Ordering::Relaxed), h[H_SEED + 1].load(Ordering::Relaxed));
         // Unlocks and closes the file; the mapping stays.
         drop(fd);
         Ok(SharedStore { map, width, cap, cells, max_keys, strict, keys })
@@ -316,13 +328,13 @@ impl SharedStore {
         )
     }
 
-    /// The key's fingerprint (never 0): SipHash-1-3 under the file's secret
-    /// 128-bit key, so no caller can choose keys that collide with another's.
+    /// The hasher of keys: SipHash-1-3 under the file's secret 128-bit key,
+    /// the same in every process that opens the file, so a key's hash is its
+    /// fingerprint there (with bit 0 set: never 0), and no caller can choose
+    /// keys that collide with another's.
     #[inline]
-    pub(crate) fn fingerprint<S: StoredKey>(&self, probe: &S::Probe<'_>) -> u64 {
-        let mut h = siphasher::sip::SipHasher13::new_with_keys(self.keys.0, self.keys.1);
-        S::fingerprint(probe, &mut h);
-        h.finish() | 1
+    pub(crate) fn hasher(&self) -> &SipKeys {
+        &self.keys
     }
 
     fn run<R>(&self, f: impl FnOnce(&Ctx<'_>) -> Result<R, table::Killed>) -> R {
@@ -337,31 +349,31 @@ impl SharedStore {
     #[inline]
     pub(crate) fn update<R>(
         &self,
-        fp: u64,
+        hash: u64,
         now: u64,
         retention: &impl Retention,
         op: impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
     ) -> R {
         let op = |cells: &mut Cells<'_>| sane(cells, &op);
-        self.run(|ctx| self.table().update(ctx, fp, now, retention, &op))
+        self.run(|ctx| self.table().update(ctx, hash | 1, now, retention, &op))
     }
 
     /// See [`Store::update_locked`](super::super::Store::update_locked).
     pub(crate) fn update_locked<R>(
         &self,
-        fp: u64,
+        hash: u64,
         now: u64,
         retention: &impl Retention,
         insert: bool,
         op: impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
     ) -> Option<R> {
         let op = |cells: &mut Cells<'_>| sane(cells, &op);
-        self.run(|ctx| self.table().credit(ctx, fp, now, retention, insert, &op))
+        self.run(|ctx| self.table().credit(ctx, hash | 1, now, retention, insert, &op))
     }
 
     /// Makes the key a full bucket.
-    pub(crate) fn reset(&self, fp: u64, now: u64, retention: &impl Retention) {
-        self.run(|ctx| self.table().reset(ctx, fp, now, retention));
+    pub(crate) fn reset(&self, hash: u64, now: u64, retention: &impl Retention) {
+        self.run(|ctx| self.table().reset(ctx, hash | 1, now, retention));
     }
 
     /// Forgets every key idle at `now`; recounts.

@@ -102,7 +102,7 @@
 //! next sweep, which recounts.
 
 use crate::store::cells::{Cells, Frozen, FIRST_MARKER};
-use crate::store::{Retention, MAX_WIDTH};
+use crate::store::{on_copy, Retention, MAX_WIDTH};
 use crate::sync::{AtomicU64, Backoff, Ordering};
 
 pub(crate) const EMPTY: u64 = 0;
@@ -580,20 +580,13 @@ impl<'a> Table<'a> {
         Ok(true)
     }
 
-    /// Joins `states` into `fp`'s floor cell, word by word.
+    /// Joins `states` into `fp`'s floor cell, word by word, each by a CAS
+    /// loop towards the more restrictive value.
     fn join(&self, fp: u64, states: &[u64], retention: &impl Retention) {
-        for (w, (word, &s)) in self.cell(fp).iter().zip(states).enumerate() {
+        for (i, (word, &s)) in self.cell(fp).iter().zip(states).enumerate() {
             let mut cur = word.load(Ordering::SeqCst);
             loop {
-                // `join_into` on one word: the floor's other words are not
-                // read, so a one-word view suffices.
-                let mut one = [0u64; MAX_WIDTH];
-                let mut st = [0u64; MAX_WIDTH];
-                one[w] = cur;
-                st[w] = s;
-                let mut floor = one;
-                retention.join_into(&mut floor[..self.width], &st[..self.width]);
-                let next = floor[w];
+                let next = retention.join_word(i, cur, s);
                 if next == cur {
                     break;
                 }
@@ -777,18 +770,4 @@ impl<'a> Table<'a> {
             .map(|i| self.fp(i).load(Ordering::Relaxed))
             .collect()
     }
-}
-
-/// Runs `op` on a private copy of `initial`: its answer, and the states
-/// to insert if it changed them.
-fn on_copy<R>(
-    initial: &[u64; MAX_WIDTH],
-    width: usize,
-    op: &impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
-) -> (R, Option<[u64; MAX_WIDTH]>) {
-    let words: [AtomicU64; MAX_WIDTH] = std::array::from_fn(|w| AtomicU64::new(initial[w]));
-    let mut cells = Cells::new(&words[..width]);
-    let r = op(&mut cells).expect("a private copy holds no marker");
-    let changed = cells.wrote();
-    (r, changed.then(|| std::array::from_fn(|w| words[w].load(Ordering::Relaxed))))
 }

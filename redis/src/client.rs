@@ -3,71 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratomic::Decision;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, ErrorKind, RedisError, ServerErrorKind};
 
+use crate::driver::{BatchStep, Call, Driver, Options, Step};
 use crate::error::{Error, Result};
-use crate::guard::{Breaker, DenyCache};
 use crate::limits::{Limits, MultiDecision, Op};
 use crate::script;
-
-/// What a limiter answers when Redis fails (a refused connection, a timeout,
-/// a server error). Chosen by the caller: there is no hidden default beyond
-/// [`FailurePolicy::ReturnError`], which hides nothing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum FailurePolicy {
-    /// Return the error (the default).
-    ReturnError,
-    /// Allow the call, marked [`Source::Policy`](crate::Source::Policy). Never grants on misuse.
-    FailOpen,
-    /// Deny the call with this `retry_after` (at least 1 µs), marked
-    /// [`Source::Policy`](crate::Source::Policy).
-    FailClosed {
-        /// The wait a denied caller is told.
-        retry_after: Duration,
-    },
-    /// Decide in a local, in-memory limiter of the same rules, marked
-    /// [`Source::Fallback`](crate::Source::Fallback). Its state is this process's alone.
-    Fallback,
-}
-
-/// How a limiter talks to Redis.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Options {
-    /// The longest a call may take, round trip included (default 50 ms).
-    pub timeout: Duration,
-    /// What to answer when Redis fails.
-    pub policy: FailurePolicy,
-    /// Backend failures in a row that open the circuit breaker (default 5;
-    /// 0 turns it off). While open, calls do not reach Redis: the policy
-    /// answers at once, so a dead server does not add a timeout to every
-    /// request.
-    pub breaker_threshold: u32,
-    /// How long the breaker stays open before calls try Redis again
-    /// (default 1 s).
-    pub breaker_cooldown: Duration,
-    /// Keys of Redis denials kept to answer locally until their
-    /// `retry_after` ends, marked [`Source::DenyCache`](crate::Source::DenyCache)
-    /// (default 10,000; 0 turns it off). Only calls at the server's time,
-    /// and only for the same cost. The price: a `refund` or `reset` from
-    /// another process is seen here only when the cached denial ends.
-    pub deny_cache: usize,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            timeout: Duration::from_millis(50),
-            policy: FailurePolicy::ReturnError,
-            breaker_threshold: 5,
-            breaker_cooldown: Duration::from_secs(1),
-            deny_cache: 10_000,
-        }
-    }
-}
 
 /// A limiter whose state lives in Redis (or Valkey): the in-memory engine's
 /// rules and decisions, shared by every process that uses the same server
@@ -80,11 +23,7 @@ impl Default for Options {
 #[derive(Clone)]
 pub struct RedisLimiter<C = ConnectionManager> {
     conn: C,
-    limits: Arc<Limits>,
-    options: Options,
-    fallback: Option<Arc<ratomic::Limiter>>,
-    breaker: Arc<Breaker>,
-    denials: Arc<DenyCache>,
+    driver: Arc<Driver>,
     /// Batches are split by hash slot (a cluster refuses a pipeline whose
     /// keys are in different slots).
     by_slot: bool,
@@ -92,7 +31,7 @@ pub struct RedisLimiter<C = ConnectionManager> {
 
 impl<C> std::fmt::Debug for RedisLimiter<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisLimiter").field("limits", &self.limits).field("options", &self.options).finish()
+        f.debug_struct("RedisLimiter").field("driver", &self.driver).finish()
     }
 }
 
@@ -163,20 +102,7 @@ impl RedisLimiter<ClusterConnection> {
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     /// A limiter over an open connection.
     pub fn new(conn: C, limits: Limits, options: Options) -> Self {
-        let fallback = (options.policy == FailurePolicy::Fallback).then(|| {
-            let rules = limits.names().map(str::to_owned).zip(limits.core_rules().iter().copied());
-            // The same rules were accepted by the in-memory engine already.
-            Arc::new(ratomic::Limiter::new(rules).expect("rules accepted by Limits::new"))
-        });
-        RedisLimiter {
-            conn,
-            limits: Arc::new(limits),
-            options,
-            fallback,
-            breaker: Arc::new(Breaker::new(options.breaker_threshold, options.breaker_cooldown)),
-            denials: Arc::new(DenyCache::new(options.deny_cache)),
-            by_slot: false,
-        }
+        RedisLimiter { conn, driver: Arc::new(Driver::new(limits, options)), by_slot: false }
     }
 
     /// A limiter over an open Redis Cluster connection: as
@@ -188,13 +114,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
 
     /// The rules and key layout.
     pub fn limits(&self) -> &Limits {
-        &self.limits
+        self.driver.limits()
     }
 
     /// Whether the circuit breaker is open: calls answer by the failure
     /// policy without reaching Redis until its cool-down ends.
     pub fn breaker_open(&self) -> bool {
-        self.breaker.is_open()
+        self.driver.breaker_open()
     }
 
     /// `allow_n(key, 1)`.
@@ -235,11 +161,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
 
     /// Forgets `key`: it is full again.
     pub async fn reset(&self, key: impl AsRef<[u8]>) -> Result<()> {
-        let key = key.as_ref();
-        self.limits.check(key, 0)?;
-        self.denials.forget(key);
         let mut cmd = redis::cmd("DEL");
-        cmd.arg(self.limits.key(key));
+        cmd.arg(self.driver.begin_reset(key.as_ref())?);
         let mut conn = self.conn.clone();
         let _: i64 = self.timed(async move { cmd.query_async(&mut conn).await.map_err(map_err) }).await?;
         Ok(())
@@ -278,104 +201,45 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     }
 
     async fn call(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<MultiDecision> {
-        self.limits.check(key, cost)?;
-        let args = self.limits.args(op, now, cost)?;
-        if now.is_none() {
-            if let Some(d) = self.denials.get(key, cost) {
-                return Ok(self.limits.cached_decision(d));
+        match self.driver.begin(op, key, cost, now)? {
+            Step::Answer(d) => Ok(d),
+            Step::Send(call) => {
+                let reply = self.timed(eval(self.conn.clone(), &call)).await;
+                self.driver.finish(&call, reply)
             }
-        }
-        if self.breaker.is_open() {
-            return self.on_failure(Error::Connection("the circuit breaker is open".into()), op, key, cost, now);
-        }
-        match self.timed(eval(self.conn.clone(), self.limits.key(key), args)).await {
-            Ok(reply) => {
-                self.breaker.success();
-                let d = self.limits.decode(&reply)?;
-                if now.is_none() && op == Op::Allow {
-                    self.denials.insert(key, cost, d.decision);
-                }
-                Ok(d)
-            }
-            Err(e) if e.is_backend() => {
-                self.breaker.failure();
-                self.on_failure(e, op, key, cost, now)
-            }
-            Err(e) => Err(e),
         }
     }
 
     async fn refund_inner(&self, key: &[u8], tokens: u64, now: Option<u64>) -> Result<()> {
-        self.limits.check(key, 0)?;
-        self.denials.forget(key);
-        let args = self.limits.args(Op::Refund, now, tokens)?;
-        let reply = self.timed(eval(self.conn.clone(), self.limits.key(key), args)).await?;
-        self.limits.decode_refund(&reply).map(drop)
+        let call = self.driver.begin_refund(key, tokens, now)?;
+        let reply = self.timed(eval(self.conn.clone(), &call)).await;
+        self.driver.finish_refund(reply).map(drop)
     }
 
     async fn many<K: AsRef<[u8]>>(&self, requests: &[(K, u64)], now: Option<u64>) -> Result<Vec<MultiDecision>> {
-        self.limits.check_batch(requests.iter().map(|(k, c)| (k.as_ref(), *c)))?;
-        let mut calls = Vec::with_capacity(requests.len());
-        for (k, cost) in requests {
-            calls.push((self.limits.key(k.as_ref()), self.limits.args(Op::Allow, now, *cost)?));
-        }
-        type Sent = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<Vec<i64>>>> + Send>>;
-        let sent: Sent = if self.by_slot {
-            Box::pin(eval_by_slot(self.conn.clone(), calls))
-        } else {
-            Box::pin(eval_many(self.conn.clone(), calls))
+        let calls = match self.driver.begin_many(requests.iter().map(|(k, c)| (k.as_ref(), *c)), now)? {
+            BatchStep::Answer(ds) => return Ok(ds),
+            BatchStep::Send(calls) => calls,
         };
-        match self.timed(sent).await {
-            Ok(replies) => replies.iter().map(|r| self.limits.decode(r)).collect(),
-            Err(e) if e.is_backend() && self.options.policy != FailurePolicy::ReturnError => {
-                requests.iter().map(|(k, c)| self.on_failure(e.clone(), Op::Allow, k.as_ref(), *c, now)).collect()
-            }
-            Err(e) => Err(e),
-        }
+        type Sent<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<Vec<i64>>>> + Send + 'a>>;
+        let sent: Sent<'_> = if self.by_slot {
+            Box::pin(eval_by_slot(self.conn.clone(), &calls))
+        } else {
+            Box::pin(eval_many(self.conn.clone(), &calls))
+        };
+        let replies = self.timed(sent).await;
+        self.driver.finish_many(&calls, replies)
     }
 
     async fn timed<T>(&self, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-        tokio::time::timeout(self.options.timeout, f).await.map_err(|_| Error::Timeout)?
-    }
-
-    fn on_failure(&self, e: Error, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<MultiDecision> {
-        let limit = self.limits.max_cost();
-        match self.options.policy {
-            FailurePolicy::ReturnError => Err(e),
-            FailurePolicy::FailOpen => Ok(self.limits.policy_decision(Decision {
-                allowed: true,
-                remaining: 0,
-                limit,
-                retry_after: Duration::ZERO,
-                reset_after: Duration::ZERO,
-            })),
-            FailurePolicy::FailClosed { retry_after } => Ok(self.limits.policy_decision(Decision {
-                allowed: false,
-                remaining: 0,
-                limit,
-                retry_after: retry_after.max(Duration::from_micros(1)),
-                reset_after: Duration::ZERO,
-            })),
-            FailurePolicy::Fallback => {
-                let local = self.fallback.as_ref().expect("made with the Fallback policy");
-                let now = match now {
-                    Some(t) => t,
-                    None => local.now(),
-                };
-                let d = match op {
-                    Op::Peek => local.peek_at(key, cost, now)?,
-                    _ => local.allow_at(key, cost, now)?,
-                };
-                Ok(self.limits.fallback_decision(&d))
-            }
-        }
+        tokio::time::timeout(self.driver.options().timeout, f).await.map_err(|_| Error::Timeout)?
     }
 }
 
 /// One `EVALSHA`, with the script loaded and the call sent again on
 /// `NOSCRIPT` (a restarted or flushed server forgets scripts; nothing ran).
-async fn eval<C: ConnectionLike>(mut conn: C, key: Vec<u8>, args: Vec<Vec<u8>>) -> Result<Vec<i64>> {
-    let cmd = evalsha(&key, &args);
+async fn eval<C: ConnectionLike>(mut conn: C, call: &Call) -> Result<Vec<i64>> {
+    let cmd = evalsha(call);
     match cmd.query_async::<Vec<i64>>(&mut conn).await {
         Err(e) if is_noscript(&e) => {
             load(&mut conn).await?;
@@ -388,14 +252,14 @@ async fn eval<C: ConnectionLike>(mut conn: C, key: Vec<u8>, args: Vec<Vec<u8>>) 
 /// Every call in one pipeline. Calls a server answered `NOSCRIPT` did not
 /// run: after loading the script, only those are sent again (in a second
 /// pipeline), so nothing is charged twice.
-async fn eval_many<C: ConnectionLike>(mut conn: C, calls: Vec<(Vec<u8>, Vec<Vec<u8>>)>) -> Result<Vec<Vec<i64>>> {
+async fn eval_many<C: ConnectionLike>(mut conn: C, calls: &[Call]) -> Result<Vec<Vec<i64>>> {
     let mut out: Vec<Option<Vec<i64>>> = vec![None; calls.len()];
     let mut todo: Vec<usize> = (0..calls.len()).collect();
     for attempt in 0..2 {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for &i in &todo {
-            pipe.add_command(evalsha(&calls[i].0, &calls[i].1));
+            pipe.add_command(evalsha(&calls[i]));
         }
         let replies: Vec<redis::RedisResult<Vec<i64>>> = pipe.query_async(&mut conn).await.map_err(map_err)?;
         let mut again = Vec::new();
@@ -417,21 +281,21 @@ async fn eval_many<C: ConnectionLike>(mut conn: C, calls: Vec<(Vec<u8>, Vec<Vec<
 
 /// [`eval_many`] for a cluster: one pipeline per hash slot, all in flight
 /// at once; the replies are put back in request order.
-async fn eval_by_slot<C>(conn: C, calls: Vec<(Vec<u8>, Vec<Vec<u8>>)>) -> Result<Vec<Vec<i64>>>
+async fn eval_by_slot<C>(conn: C, calls: &[Call]) -> Result<Vec<Vec<i64>>>
 where
     C: ConnectionLike + Clone + Send + 'static,
 {
-    let mut groups: std::collections::BTreeMap<u16, (Vec<usize>, Vec<_>)> = std::collections::BTreeMap::new();
-    for (i, call) in calls.into_iter().enumerate() {
-        let group = groups.entry(crate::keys::hash_slot(&call.0)).or_default();
+    let mut groups: std::collections::BTreeMap<u16, (Vec<usize>, Vec<Call>)> = std::collections::BTreeMap::new();
+    for (i, call) in calls.iter().enumerate() {
+        let group = groups.entry(crate::keys::hash_slot(call.redis_key())).or_default();
         group.0.push(i);
-        group.1.push(call);
+        group.1.push(call.clone());
     }
     let total = groups.values().map(|g| g.0.len()).sum();
     let mut set = tokio::task::JoinSet::new();
     for (_, (indexes, calls)) in groups {
         let conn = conn.clone();
-        set.spawn(async move { (indexes, eval_many(conn, calls).await) });
+        set.spawn(async move { (indexes, eval_many(conn, &calls).await) });
     }
     let mut out = vec![Vec::new(); total];
     while let Some(done) = set.join_next().await {
@@ -443,9 +307,9 @@ where
     Ok(out)
 }
 
-fn evalsha(key: &[u8], args: &[Vec<u8>]) -> Cmd {
+fn evalsha(call: &Call) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script::sha1()).arg(1).arg(key).arg(args);
+    cmd.arg(script::sha1()).arg(1).arg(call.redis_key()).arg(call.args());
     cmd
 }
 

@@ -15,11 +15,13 @@
 //!   an all-or-nothing call touches one key, in one Cluster slot.
 //! - Arithmetic in whole microseconds, exact in Lua's doubles; see
 //!   [`rules`] for what that rounds next to the in-memory nanoseconds.
-//! - The sans-IO layer ([`Limits`], [`script`], [`keys`], [`rules`]) has no
-//!   client dependency: build a call's arguments, send them through any
-//!   client, decode the reply. The `client` feature (default) adds
-//!   [`RedisLimiter`] (tokio) and [`BlockingRedisLimiter`] over the `redis`
-//!   crate, with a timeout and a [`FailurePolicy`].
+//! - The sans-IO layer ([`Driver`], [`Limits`], [`script`], [`keys`],
+//!   [`rules`]) has no client dependency: it checks a call, builds its
+//!   arguments, decodes the reply, and runs the deny cache, the circuit
+//!   breaker and the [`FailurePolicy`]; any client moves the bytes (the
+//!   Python and Node faces use the user's own). The `client` feature
+//!   (default) adds [`RedisLimiter`] (tokio) and [`BlockingRedisLimiter`]
+//!   over the `redis` crate, which run the same [`Driver`].
 //!
 //! ```
 //! use ratomic::Rule;
@@ -37,7 +39,9 @@
 
 #![warn(missing_docs)]
 
+mod driver;
 mod error;
+mod guard;
 pub mod keys;
 mod limits;
 pub mod rules;
@@ -45,12 +49,11 @@ pub mod script;
 
 #[cfg(feature = "client")]
 mod client;
-#[cfg(feature = "client")]
-mod guard;
 
+pub use driver::{BatchStep, Call, Driver, FailurePolicy, Options, Step};
 pub use error::{Error, Result};
 pub use limits::{Limits, MultiDecision, Op, Source, SINGLE};
 pub use rules::RedisRule;
 
 #[cfg(feature = "client")]
-pub use client::{BlockingRedisLimiter, FailurePolicy, Options, RedisLimiter};
+pub use client::{BlockingRedisLimiter, RedisLimiter};

@@ -1,0 +1,436 @@
+//! The sans-IO driver: everything a Redis-backed call does except moving
+//! bytes — input checks, the deny cache, the circuit breaker, the script's
+//! arguments, the decoding of its reply and the failure policy. The crate's
+//! own client ([`RedisLimiter`](crate::RedisLimiter)) and the Python and
+//! Node faces (which send the bytes through the user's own Redis client)
+//! all run it, so every face decides the same way.
+//!
+//! A call is a [`Driver::begin`] that either answers at once
+//! ([`Step::Answer`]: the deny cache, or the failure policy while the
+//! breaker is open) or asks for one `EVALSHA` ([`Step::Send`]); the caller
+//! sends it — loading the script and sending it once more if the server
+//! answers `NOSCRIPT` — and hands the reply, or the way it failed, to
+//! [`Driver::finish`].
+//!
+//! ```
+//! use ratomic::Rule;
+//! use ratomic_redis::{Driver, Limits, Op, Options, Source, Step};
+//!
+//! let driver = Driver::new(Limits::single(Rule::parse("10/s")?)?, Options::default());
+//! let Step::Send(call) = driver.begin(Op::Allow, b"user:42", 1, None)? else { unreachable!() };
+//! // EVALSHA <script::sha1()> 1 <call.redis_key()> <call.args()…> through any client; say it answered:
+//! let d = driver.finish(&call, Ok(vec![1, 1, 9, 10, 0, 100_000]))?;
+//! assert!(d.allowed() && d.source == Source::Redis);
+//! # Ok::<(), ratomic_redis::Error>(())
+//! ```
+
+use std::time::Duration;
+
+use ratomic::Decision;
+
+use crate::error::{Error, Result};
+use crate::guard::{Breaker, DenyCache};
+use crate::limits::{Limits, MultiDecision, Op};
+
+/// What a limiter answers when Redis fails (a refused connection, a timeout,
+/// a server error). Chosen by the caller: there is no hidden default beyond
+/// [`FailurePolicy::ReturnError`], which hides nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailurePolicy {
+    /// Return the error (the default).
+    ReturnError,
+    /// Allow the call, marked [`Source::Policy`](crate::Source::Policy). Never grants on misuse.
+    FailOpen,
+    /// Deny the call with this `retry_after` (at least 1 µs), marked
+    /// [`Source::Policy`](crate::Source::Policy).
+    FailClosed {
+        /// The wait a denied caller is told.
+        retry_after: Duration,
+    },
+    /// Decide in a local, in-memory limiter of the same rules, marked
+    /// [`Source::Fallback`](crate::Source::Fallback). Its state is this process's alone.
+    Fallback,
+}
+
+/// How a limiter talks to Redis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// The longest a call may take, round trip included (default 50 ms).
+    /// The driver does not read it: whoever moves the bytes enforces it and
+    /// reports [`Error::Timeout`].
+    pub timeout: Duration,
+    /// What to answer when Redis fails.
+    pub policy: FailurePolicy,
+    /// Backend failures in a row that open the circuit breaker (default 5;
+    /// 0 turns it off). While open, calls do not reach Redis: the policy
+    /// answers at once, so a dead server does not add a timeout to every
+    /// request.
+    pub breaker_threshold: u32,
+    /// How long the breaker stays open before calls try Redis again
+    /// (default 1 s).
+    pub breaker_cooldown: Duration,
+    /// Keys of Redis denials kept to answer locally until their
+    /// `retry_after` ends, marked [`Source::DenyCache`](crate::Source::DenyCache)
+    /// (default 10,000; 0 turns it off). Only calls at the server's time,
+    /// and only for the same cost. The price: a `refund` or `reset` from
+    /// another process is seen here only when the cached denial ends.
+    pub deny_cache: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            timeout: Duration::from_millis(50),
+            policy: FailurePolicy::ReturnError,
+            breaker_threshold: 5,
+            breaker_cooldown: Duration::from_secs(1),
+            deny_cache: 10_000,
+        }
+    }
+}
+
+/// A call's rules, guards and failure policy, shared by every face.
+#[derive(Debug)]
+pub struct Driver {
+    limits: Limits,
+    options: Options,
+    fallback: Option<ratomic::Limiter>,
+    breaker: Breaker,
+    denials: DenyCache,
+}
+
+/// One script call to send: `EVALSHA <script::sha1()> 1 <redis_key> <args…>`.
+#[derive(Clone, Debug)]
+pub struct Call {
+    op: Op,
+    key: Vec<u8>,
+    cost: u64,
+    now: Option<u64>,
+    redis_key: Vec<u8>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Call {
+    /// The Redis key (`KEYS[1]`).
+    pub fn redis_key(&self) -> &[u8] {
+        &self.redis_key
+    }
+
+    /// The script's arguments (`ARGV`).
+    pub fn args(&self) -> &[Vec<u8>] {
+        &self.args
+    }
+
+    /// The user's key, as the call named it.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// The cost asked (tokens, for a refund).
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+}
+
+/// What [`Driver::begin`] asks of the caller.
+#[derive(Debug)]
+#[must_use]
+pub enum Step {
+    /// The answer, with no round trip: a cached denial, or the failure
+    /// policy while the circuit breaker is open.
+    Answer(MultiDecision),
+    /// Send this call and give its reply to [`Driver::finish`].
+    Send(Call),
+}
+
+/// What [`Driver::begin_many`] asks of the caller.
+#[derive(Debug)]
+#[must_use]
+pub enum BatchStep {
+    /// The answers, with no round trip (the breaker is open).
+    Answer(Vec<MultiDecision>),
+    /// Send these calls in one pipeline, in order, and give the replies to
+    /// [`Driver::finish_many`].
+    Send(Vec<Call>),
+}
+
+impl Driver {
+    /// A driver for `limits` with `options`.
+    pub fn new(limits: Limits, options: Options) -> Self {
+        let fallback = (options.policy == FailurePolicy::Fallback).then(|| {
+            let rules = limits.names().map(str::to_owned).zip(limits.core_rules().iter().copied());
+            // The same rules were accepted by the in-memory engine already.
+            ratomic::Limiter::new(rules).expect("rules accepted by Limits::new")
+        });
+        Driver {
+            breaker: Breaker::new(options.breaker_threshold, options.breaker_cooldown),
+            denials: DenyCache::new(options.deny_cache),
+            limits,
+            options,
+            fallback,
+        }
+    }
+
+    /// The rules and key layout.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The options.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// Whether the circuit breaker is open: calls answer by the failure
+    /// policy without reaching Redis until its cool-down ends.
+    pub fn breaker_open(&self) -> bool {
+        self.breaker.is_open()
+    }
+
+    /// Starts an `Allow` or `Peek` of `cost` on `key`, at `now` (ns on the
+    /// caller's clock) or, when `None`, at the server's `TIME`. Bad input
+    /// is an [`Error::Invalid`] here, before anything is sent.
+    pub fn begin(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<Step> {
+        if op == Op::Refund {
+            return Err(Error::Invalid(ratomic::Error::InvalidArgument {
+                name: "op",
+                value: "Refund".into(),
+                reason: "refunds start with begin_refund".into(),
+            }));
+        }
+        let call = self.call(op, key, cost, now)?;
+        if now.is_none() && op == Op::Allow {
+            if let Some(d) = self.denials.get(key, cost) {
+                return Ok(Step::Answer(self.limits.cached_decision(d)));
+            }
+        }
+        if self.breaker.is_open() {
+            return self.on_failure(Error::Connection("the circuit breaker is open".into()), &call).map(Step::Answer);
+        }
+        Ok(Step::Send(call))
+    }
+
+    /// Ends a call [`begin`](Self::begin) asked to send, with the script's
+    /// reply or the way sending it failed. A backend failure (connection,
+    /// timeout, server, reply) counts towards the breaker and is answered by
+    /// the failure policy; a reply that does not decode is such a failure.
+    pub fn finish(&self, call: &Call, reply: Result<Vec<i64>>) -> Result<MultiDecision> {
+        match reply.and_then(|r| self.limits.decode(&r)) {
+            Ok(d) => {
+                self.breaker.success();
+                if call.now.is_none() && call.op == Op::Allow {
+                    self.denials.insert(&call.key, call.cost, d.decision);
+                }
+                Ok(d)
+            }
+            Err(e) if e.is_backend() => {
+                self.breaker.failure();
+                self.on_failure(e, call)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Starts giving back `tokens` to every limit on `key` (never above
+    /// full). Always a round trip: the failure policy does not answer
+    /// refunds, their errors are returned.
+    pub fn begin_refund(&self, key: &[u8], tokens: u64, now: Option<u64>) -> Result<Call> {
+        self.limits.check(key, 0)?;
+        self.denials.forget(key);
+        Ok(Call {
+            op: Op::Refund,
+            key: key.to_vec(),
+            cost: tokens,
+            now,
+            redis_key: self.limits.key(key),
+            args: self.limits.args(Op::Refund, now, tokens)?,
+        })
+    }
+
+    /// Ends a refund: how many limits changed.
+    pub fn finish_refund(&self, reply: Result<Vec<i64>>) -> Result<usize> {
+        self.limits.decode_refund(&reply?)
+    }
+
+    /// Starts forgetting `key`: the Redis key to `DEL`.
+    pub fn begin_reset(&self, key: &[u8]) -> Result<Vec<u8>> {
+        self.limits.check(key, 0)?;
+        self.denials.forget(key);
+        Ok(self.limits.key(key))
+    }
+
+    /// Starts a batch: every request is checked first (an invalid one fails
+    /// the whole batch with its index, SPEC §4.6, and nothing is sent).
+    pub fn begin_many<'k>(
+        &self,
+        requests: impl IntoIterator<Item = (&'k [u8], u64)>,
+        now: Option<u64>,
+    ) -> Result<BatchStep> {
+        let mut calls = Vec::new();
+        for (index, (key, cost)) in requests.into_iter().enumerate() {
+            match self.call(Op::Allow, key, cost, now) {
+                Ok(c) => calls.push(c),
+                Err(Error::Invalid(e)) => {
+                    return Err(ratomic::Error::InvalidRequest { index, error: Box::new(e) }.into());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if self.breaker.is_open() && self.options.policy != FailurePolicy::ReturnError {
+            let e = Error::Connection("the circuit breaker is open".into());
+            return calls.iter().map(|c| self.on_failure(e.clone(), c)).collect::<Result<_>>().map(BatchStep::Answer);
+        }
+        Ok(BatchStep::Send(calls))
+    }
+
+    /// Ends a batch with its replies, in order, or the way the pipeline
+    /// failed (then the policy answers every request).
+    pub fn finish_many(&self, calls: &[Call], replies: Result<Vec<Vec<i64>>>) -> Result<Vec<MultiDecision>> {
+        let decoded = replies.and_then(|rs| {
+            if rs.len() != calls.len() {
+                return Err(Error::Reply(format!("{} replies to a batch of {}", rs.len(), calls.len())));
+            }
+            rs.iter().map(|r| self.limits.decode(r)).collect::<Result<Vec<_>>>()
+        });
+        match decoded {
+            Ok(ds) => {
+                self.breaker.success();
+                Ok(ds)
+            }
+            Err(e) if e.is_backend() => {
+                self.breaker.failure();
+                calls.iter().map(|c| self.on_failure(e.clone(), c)).collect()
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn call(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<Call> {
+        self.limits.check(key, cost)?;
+        let args = self.limits.args(op, now, cost)?;
+        Ok(Call { op, key: key.to_vec(), cost, now, redis_key: self.limits.key(key), args })
+    }
+
+    fn on_failure(&self, e: Error, call: &Call) -> Result<MultiDecision> {
+        let limit = self.limits.max_cost();
+        match self.options.policy {
+            FailurePolicy::ReturnError => Err(e),
+            FailurePolicy::FailOpen => Ok(self.limits.policy_decision(Decision {
+                allowed: true,
+                remaining: 0,
+                limit,
+                retry_after: Duration::ZERO,
+                reset_after: Duration::ZERO,
+            })),
+            FailurePolicy::FailClosed { retry_after } => Ok(self.limits.policy_decision(Decision {
+                allowed: false,
+                remaining: 0,
+                limit,
+                retry_after: retry_after.max(Duration::from_micros(1)),
+                reset_after: Duration::ZERO,
+            })),
+            FailurePolicy::Fallback => {
+                let local = self.fallback.as_ref().expect("made with the Fallback policy");
+                let now = call.now.unwrap_or_else(|| local.now());
+                let d = match call.op {
+                    Op::Peek => local.peek_at(&call.key, call.cost, now)?,
+                    _ => local.allow_at(&call.key, call.cost, now)?,
+                };
+                Ok(self.limits.fallback_decision(&d))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Source;
+    use ratomic::Rule;
+
+    fn driver(policy: FailurePolicy, threshold: u32) -> Driver {
+        Driver::new(
+            Limits::single(Rule::parse("2/s").unwrap()).unwrap(),
+            Options { policy, breaker_threshold: threshold, ..Options::default() },
+        )
+    }
+
+    fn send(step: Step) -> Call {
+        match step {
+            Step::Send(c) => c,
+            Step::Answer(d) => panic!("answered without a round trip: {d:?}"),
+        }
+    }
+
+    #[test]
+    fn denials_at_the_server_time_are_answered_from_the_cache() {
+        let d = driver(FailurePolicy::ReturnError, 5);
+        let call = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        let denied = d.finish(&call, Ok(vec![0, 0, 0, 2, 400_000, 1_000_000])).unwrap();
+        assert!(!denied.allowed() && denied.source == Source::Redis);
+        match d.begin(Op::Allow, b"k", 1, None).unwrap() {
+            Step::Answer(a) => assert_eq!(a.source, Source::DenyCache),
+            Step::Send(_) => panic!("the cached denial was not used"),
+        }
+        // Another cost, an explicit time, a peek: to Redis.
+        let _ = send(d.begin(Op::Allow, b"k", 2, None).unwrap());
+        let _ = send(d.begin(Op::Allow, b"k", 1, Some(5)).unwrap());
+        let _ = send(d.begin(Op::Peek, b"k", 1, None).unwrap());
+        // A reset through this limiter forgets it.
+        d.begin_reset(b"k").unwrap();
+        let _ = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+    }
+
+    #[test]
+    fn failures_follow_the_policy_and_open_the_breaker() {
+        let d = driver(FailurePolicy::FailClosed { retry_after: Duration::from_secs(3) }, 2);
+        for _ in 0..2 {
+            let call = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+            let a = d.finish(&call, Err(Error::Timeout)).unwrap();
+            assert!(!a.allowed() && a.source == Source::Policy);
+            assert_eq!(a.decision.retry_after, Duration::from_secs(3));
+        }
+        assert!(d.breaker_open());
+        match d.begin(Op::Allow, b"k", 1, None).unwrap() {
+            Step::Answer(a) => assert_eq!(a.source, Source::Policy),
+            Step::Send(_) => panic!("the open breaker let a call through"),
+        }
+        let d = driver(FailurePolicy::ReturnError, 0);
+        let call = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        assert_eq!(d.finish(&call, Err(Error::Server("ERR".into()))).unwrap_err(), Error::Server("ERR".into()));
+        assert!(!d.breaker_open(), "threshold 0: no breaker");
+        let call = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        assert!(matches!(d.finish(&call, Ok(vec![1, 2])), Err(Error::Reply(_))), "an undecodable reply is a failure");
+    }
+
+    #[test]
+    fn the_fallback_decides_in_memory_and_bad_input_never_reaches_the_policy() {
+        let d = driver(FailurePolicy::Fallback, 0);
+        let granted = (0..3)
+            .filter(|_| {
+                let call = send(d.begin(Op::Allow, b"k", 1, Some(1_000)).unwrap());
+                let a = d.finish(&call, Err(Error::Connection("refused".into()))).unwrap();
+                assert_eq!(a.source, Source::Fallback);
+                a.allowed()
+            })
+            .count();
+        assert_eq!(granted, 2);
+        assert!(matches!(d.begin(Op::Allow, b"k", 3, None), Err(Error::Invalid(_))));
+        let err = d.begin_many([(&b"a"[..], 1), (&b"b"[..], 9)], None).unwrap_err();
+        assert!(matches!(err, Error::Invalid(ratomic::Error::InvalidRequest { index: 1, .. })), "{err}");
+    }
+
+    #[test]
+    fn a_failed_batch_is_answered_by_the_policy_for_every_request() {
+        let d = driver(FailurePolicy::FailOpen, 0);
+        let BatchStep::Send(calls) = d.begin_many([(&b"a"[..], 1), (&b"b"[..], 1)], None).unwrap() else {
+            panic!("no breaker: the batch is sent")
+        };
+        let out = d.finish_many(&calls, Err(Error::Timeout)).unwrap();
+        assert!(out.iter().all(|a| a.allowed() && a.source == Source::Policy));
+        assert!(
+            matches!(d.finish_many(&calls, Ok(vec![vec![1, 1, 1, 2, 0, 1]])), Ok(v) if v.iter().all(|a| a.source == Source::Policy))
+        );
+    }
+}

@@ -14,6 +14,12 @@ python="${PYTHON:-python3}"
 venv="$here/.venv"
 wheels="$here/target-wheels"
 
+# ratomic.redis's tests start their own redis-servers (tests/test_redis.py).
+# shellcheck source=../redis/server.sh
+source "$here/../redis/server.sh"
+trap redis_stop_all EXIT
+redis_install
+
 echo "==> fresh venv in $venv ($("$python" --version))"
 rm -rf "$venv" "$wheels"
 "$python" -m venv "$venv"

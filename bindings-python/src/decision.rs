@@ -8,14 +8,75 @@ use pyo3::types::{PyDict, PyString, PyTuple};
 
 use crate::clock::{nanos_to_seconds, py_float_repr};
 
+/// Who answered a call: the `source` of a decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// An in-memory (or shared-file) limiter.
+    Memory,
+    /// The Redis script.
+    Redis,
+    /// A local limiter, because Redis failed.
+    Fallback,
+    /// The failure policy (`on_error="allow"` or `"deny"`).
+    Policy,
+    /// The local deny cache of Redis denials.
+    DenyCache,
+}
+
+impl Source {
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Memory => "memory",
+            Source::Redis => "redis",
+            Source::Fallback => "fallback",
+            Source::Policy => "policy",
+            Source::DenyCache => "deny_cache",
+        }
+    }
+}
+
+impl From<ratomic_redis::Source> for Source {
+    fn from(s: ratomic_redis::Source) -> Self {
+        match s {
+            ratomic_redis::Source::Redis => Source::Redis,
+            ratomic_redis::Source::Fallback => Source::Fallback,
+            ratomic_redis::Source::DenyCache => Source::DenyCache,
+            _ => Source::Policy,
+        }
+    }
+}
+
 /// The answer to one call (SPEC §2). Immutable; truthy exactly when allowed.
 ///
 /// Holds the core decision as is (durations in nanoseconds), so making one
 /// costs a small allocation and no conversion; the float seconds are
-/// computed when read.
+/// computed when read. Equality and hashing compare the answer, not its
+/// `source`.
 #[pyclass(frozen, eq, hash, module = "ratomic", name = "Decision")]
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Decision(pub ratomic::Decision);
+#[derive(Clone, Copy)]
+pub struct Decision(pub ratomic::Decision, pub Source);
+
+impl Decision {
+    /// An in-memory limiter's answer.
+    #[inline]
+    pub fn memory(d: ratomic::Decision) -> Self {
+        Decision(d, Source::Memory)
+    }
+}
+
+impl PartialEq for Decision {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for Decision {}
+
+impl std::hash::Hash for Decision {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
 
 #[pymethods]
 impl Decision {
@@ -62,6 +123,14 @@ impl Decision {
         self.0.reset_after_nanos()
     }
 
+    /// Who answered: `"memory"` (an in-memory or shared-file limiter),
+    /// `"redis"`, `"fallback"` (a local limiter, Redis having failed),
+    /// `"policy"` (`on_error="allow"`/`"deny"`) or `"deny_cache"`.
+    #[getter]
+    fn source(&self) -> &'static str {
+        self.1.name()
+    }
+
     fn __bool__(&self) -> bool {
         self.0.allowed
     }
@@ -69,6 +138,7 @@ impl Decision {
     fn __repr__(&self) -> String {
         let mut s = String::with_capacity(96);
         write_fields(&mut s, "Decision", &self.0);
+        write_source(&mut s, self.1);
         s.push(')');
         s
     }
@@ -84,6 +154,14 @@ fn write_fields(s: &mut String, class: &str, d: &ratomic::Decision) {
         py_float_repr(nanos_to_seconds(d.retry_after_nanos())),
         py_float_repr(nanos_to_seconds(d.reset_after_nanos())),
     );
+}
+
+/// `, source=...` when not in memory (an in-memory decision's repr is
+/// unchanged).
+fn write_source(s: &mut String, source: Source) {
+    if source != Source::Memory {
+        let _ = write!(s, ", source={:?}", source.name());
+    }
 }
 
 /// A limiter's limit (or a stack's member) names, in order, as Rust and
@@ -104,13 +182,25 @@ pub struct MultiDecision {
     /// (index into `names`, decision), in the limiter's order.
     entries: Vec<(usize, ratomic::Decision)>,
     names: Names,
+    source: Source,
 }
 
 impl MultiDecision {
     /// From a core multi-decision of the limiter whose names are `names`.
     pub fn from_core(d: &ratomic::MultiDecision<'_>, names: &Names) -> Self {
         let entries = d.entries().map(|e| (e.index, e.decision)).collect();
-        MultiDecision { decision: d.decision, entries, names: names.clone() }
+        MultiDecision { decision: d.decision, entries, names: names.clone(), source: Source::Memory }
+    }
+
+    /// From a Redis-backed limiter's answer (`names` in its order).
+    pub fn from_redis(d: &ratomic_redis::MultiDecision, names: &Names) -> Self {
+        let entries = d.entries().enumerate().map(|(i, (_, e))| (i, e)).collect();
+        MultiDecision { decision: d.decision, entries, names: names.clone(), source: d.source.into() }
+    }
+
+    /// The same answer, from `source`.
+    pub fn with_source(&self, source: Source) -> Self {
+        MultiDecision { decision: self.decision, entries: self.entries.clone(), names: self.names.clone(), source }
     }
 
     /// The `(index, decision)` entries and the combined decision.
@@ -158,7 +248,13 @@ impl MultiDecision {
     /// The combined answer as a plain `Decision`.
     #[getter]
     fn decision(&self) -> Decision {
-        Decision(self.decision)
+        Decision(self.decision, self.source)
+    }
+
+    /// Who answered (see `Decision.source`).
+    #[getter]
+    fn source(&self) -> &'static str {
+        self.source.name()
     }
 
     /// `{name: Decision}` for every limit the call was subject to, in order.
@@ -168,7 +264,7 @@ impl MultiDecision {
     fn entries<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let dict = PyDict::new(py);
         for ((_, name), d) in self.named() {
-            dict.set_item(name.bind(py), Decision(*d))?;
+            dict.set_item(name.bind(py), Decision(*d, self.source))?;
         }
         Ok(dict)
     }
@@ -187,7 +283,7 @@ impl MultiDecision {
 
     /// The named limit's `Decision`, or None.
     fn get(&self, name: &str) -> Option<Decision> {
-        self.named().find(|((n, _), _)| **n == *name).map(|(_, d)| Decision(*d))
+        self.named().find(|((n, _), _)| **n == *name).map(|(_, d)| Decision(*d, self.source))
     }
 
     fn __contains__(&self, name: &Bound<'_, PyAny>) -> bool {
@@ -215,7 +311,9 @@ impl MultiDecision {
         if denied.len() == 1 {
             s.push(',');
         }
-        s.push_str("))");
+        s.push(')');
+        write_source(&mut s, self.source);
+        s.push(')');
         s
     }
 }

@@ -48,14 +48,14 @@ impl DirectTokenBucket {
     #[pyo3(signature = (cost = Cost::ONE), text_signature = "($self, cost=1)")]
     fn allow(&self, py: Python<'_>, cost: Cost) -> PyResult<Decision> {
         let now = self.now(py)?;
-        self.inner.allow_at(cost.0, now).map(Decision).py_err(py)
+        self.inner.allow_at(cost.0, now).map(Decision::memory).py_err(py)
     }
 
     /// What `allow(cost)` would answer, changing nothing.
     #[pyo3(signature = (cost = Cost::ONE), text_signature = "($self, cost=1)")]
     fn peek(&self, py: Python<'_>, cost: Cost) -> PyResult<Decision> {
         let now = self.now(py)?;
-        self.inner.peek_at(cost.0, now).map(Decision).py_err(py)
+        self.inner.peek_at(cost.0, now).map(Decision::memory).py_err(py)
     }
 
     /// Gives `tokens` back (never above full).

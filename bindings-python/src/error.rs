@@ -8,8 +8,9 @@
 //! │   ├── CostExceedsLimitError     a cost above the limit: could never pass
 //! │   ├── KeyTooLongError           a key longer than max_key_len
 //! │   └── KeyEncodingError(.., UnicodeError)  a str key with no UTF-8 form
-//! └── ArgumentTypeError(RatomicError, TypeError)
-//!     └── KeyTypeError              a key that is neither str nor bytes
+//! ├── ArgumentTypeError(RatomicError, TypeError)
+//! │   └── KeyTypeError              a key that is neither str nor bytes
+//! └── BackendError                  Redis failed (ratomic.redis, on_error="raise")
 //! ```
 //!
 //! The classes have two bases each, which `create_exception!` cannot make,
@@ -32,6 +33,7 @@ pub struct Exceptions {
     pub key_encoding: Py<PyType>,
     pub argument_type: Py<PyType>,
     pub key_type: Py<PyType>,
+    pub backend: Py<PyType>,
 }
 
 static EXCEPTIONS: PyOnceLock<Exceptions> = PyOnceLock::new();
@@ -110,6 +112,14 @@ impl Exceptions {
                 &[argument_type.bind(py)],
                 "A key is neither str nor bytes. Also a TypeError.",
             )?,
+            backend: make_class(
+                py,
+                "BackendError",
+                &[base_b],
+                "A Redis-backed limiter (ratomic.redis) could not get an answer from Redis: the \
+                 connection failed, the call timed out, or the server answered an error, and its \
+                 on_error policy is \"raise\". `__cause__` is the client's exception.",
+            )?,
             ratomic_error: base,
             invalid_argument: invalid,
             argument_type,
@@ -129,6 +139,7 @@ impl Exceptions {
             ("KeyEncodingError", &e.key_encoding),
             ("ArgumentTypeError", &e.argument_type),
             ("KeyTypeError", &e.key_type),
+            ("BackendError", &e.backend),
         ] {
             m.add(name, ty.clone_ref(py))?;
         }

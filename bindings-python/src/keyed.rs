@@ -53,7 +53,7 @@ impl Keyed {
     #[inline]
     fn allow(&self, py: Python<'_>, key: &Bound<'_, PyAny>, cost: Cost) -> PyResult<Decision> {
         let key = key_bytes(key)?;
-        self.inner.allow_at(key, cost.0, self.now(py)?).map(Decision).py_err(py)
+        self.inner.allow_at(key, cost.0, self.now(py)?).map(Decision::memory).py_err(py)
     }
 
     /// What `allow(key, cost)` would answer, changing nothing.
@@ -61,7 +61,7 @@ impl Keyed {
     #[pyo3(signature = (key, cost = Cost::ONE), text_signature = "($self, key, cost=1)")]
     fn peek(&self, py: Python<'_>, key: &Bound<'_, PyAny>, cost: Cost) -> PyResult<Decision> {
         let key = key_bytes(key)?;
-        self.inner.peek_at(key, cost.0, self.now(py)?).map(Decision).py_err(py)
+        self.inner.peek_at(key, cost.0, self.now(py)?).map(Decision::memory).py_err(py)
     }
 
     /// Gives `tokens` back to `key` (never above full).
@@ -86,7 +86,7 @@ impl Keyed {
         let requests = keys_of(&items)?;
         let mut out = Vec::with_capacity(requests.len());
         self.inner.allow_many_at(requests.iter().copied(), self.now(py)?, &mut out).py_err(py)?;
-        Ok(out.into_iter().map(Decision).collect())
+        Ok(out.into_iter().map(Decision::memory).collect())
     }
 
     /// Drops every key whose bucket is full again (no later decision

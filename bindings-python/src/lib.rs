@@ -26,6 +26,7 @@ mod key;
 mod keyed;
 mod limiter;
 mod quotas;
+mod redis;
 mod rule;
 mod sliding_window;
 mod stack;
@@ -49,6 +50,8 @@ fn _ratomic(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<limiter::LimitSet>()?;
     m.add_class::<stack::Stack>()?;
     m.add_class::<quotas::Quotas>()?;
+    m.add_class::<redis::RedisDriver>()?;
+    m.add_class::<redis::RedisCall>()?;
     error::Exceptions::register(m)?;
     Ok(())
 }

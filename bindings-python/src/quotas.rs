@@ -84,14 +84,14 @@ impl Quotas {
         cost: Cost,
     ) -> PyResult<Decision> {
         let (key, quota) = (key_bytes(key)?, quota_arg(quota)?);
-        self.inner.allow_at(key, &quota, cost.0, self.now(py)?).map(Decision).py_err(py)
+        self.inner.allow_at(key, &quota, cost.0, self.now(py)?).map(Decision::memory).py_err(py)
     }
 
     /// What `allow(key, quota, cost)` would answer, changing nothing.
     #[pyo3(signature = (key, quota, cost = Cost::ONE), text_signature = "($self, key, quota, cost=1)")]
     fn peek(&self, py: Python<'_>, key: &Bound<'_, PyAny>, quota: &Bound<'_, PyAny>, cost: Cost) -> PyResult<Decision> {
         let (key, quota) = (key_bytes(key)?, quota_arg(quota)?);
-        self.inner.peek_at(key, &quota, cost.0, self.now(py)?).map(Decision).py_err(py)
+        self.inner.peek_at(key, &quota, cost.0, self.now(py)?).map(Decision::memory).py_err(py)
     }
 
     /// Gives `tokens` back to `key`'s bucket under `quota` (never above full).

@@ -31,3 +31,23 @@ def test_tests_type_check_against_the_stub(tmp_path):
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", str(example)], capture_output=True, text=True)
     assert r.returncode == 1, r.stdout
     assert r.stdout.count("error:") == 1 and "example.py:7" in r.stdout, r.stdout
+
+
+def test_redis_limiters_are_typed_by_their_client(tmp_path):
+    example = tmp_path / "example.py"
+    example.write_text(
+        "import redis\n"
+        "import redis.asyncio\n"
+        "import ratomic\n"
+        "from ratomic.redis import RedisLimiter, RedisTokenBucket\n"
+        "s = RedisTokenBucket('2/s', client=redis.Redis(), prefix='p:')\n"
+        "d: ratomic.Decision = s.allow('k')\n"
+        "m: ratomic.MultiDecision = RedisLimiter({'a': '1/s'}, client=redis.Redis()).allow('k')\n"
+        "async def f() -> None:\n"
+        "    a = RedisTokenBucket('2/s', client=redis.asyncio.Redis(), timeout=0.1)\n"
+        "    e: ratomic.Decision = await a.allow('k')\n"
+        "    x: ratomic.Decision = a.allow('k')  # E: not awaited\n"
+    )
+    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", str(example)], capture_output=True, text=True)
+    assert r.returncode == 1, r.stdout
+    assert r.stdout.count("error:") == 1 and "example.py:11" in r.stdout, r.stdout

@@ -17,6 +17,7 @@ an exception. Exceptions (all :class:`RatomicError`) are for misuse.
 from ratomic._acquire import acquire
 from ratomic._ratomic import (
     ArgumentTypeError,
+    BackendError,
     CostExceedsLimitError,
     Decision,
     DirectTokenBucket,
@@ -43,6 +44,7 @@ from ratomic._ratomic import (
 
 __all__ = [
     "ArgumentTypeError",
+    "BackendError",
     "CostExceedsLimitError",
     "Decision",
     "DirectTokenBucket",

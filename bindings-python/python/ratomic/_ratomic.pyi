@@ -11,6 +11,7 @@ __all__ = [
     "__version__",
     "PROBLEM_CONTENT_TYPE",
     "ArgumentTypeError",
+    "BackendError",
     "CostExceedsLimitError",
     "Decision",
     "DirectTokenBucket",
@@ -31,6 +32,8 @@ __all__ = [
     "SlidingWindow",
     "Stack",
     "TokenBucket",
+    "_RedisCall",
+    "_RedisDriver",
 ]
 
 __version__: Final[str]
@@ -89,6 +92,13 @@ class ArgumentTypeError(RatomicError, TypeError):
 class KeyTypeError(ArgumentTypeError):
     """A key is neither str nor bytes."""
 
+class BackendError(RatomicError):
+    """A Redis-backed limiter (``ratomic.redis``) got no answer from Redis
+    and its ``on_error`` is ``"raise"``. ``__cause__`` is the client's exception."""
+
+_Source = Literal["memory", "redis", "fallback", "policy", "deny_cache"]
+"""Who answered a call."""
+
 @final
 class Decision:
     """The answer to one call. Immutable; truthy exactly when allowed."""
@@ -114,6 +124,11 @@ class Decision:
     @property
     def reset_after_ns(self) -> int:
         """``reset_after`` in whole nanoseconds (exact)."""
+    @property
+    def source(self) -> _Source:
+        """Who answered: "memory" (an in-memory or shared-file limiter),
+        "redis", "fallback" (a local limiter, Redis having failed), "policy"
+        (``on_error="allow"``/``"deny"``) or "deny_cache". Not part of equality."""
     def __bool__(self) -> bool: ...
     def __eq__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
@@ -146,6 +161,9 @@ class MultiDecision:
     @property
     def denied_by(self) -> tuple[str, ...]:
         """The names of the limits that denied the call (empty when allowed)."""
+    @property
+    def source(self) -> _Source:
+        """Who answered (see ``Decision.source``)."""
     def get(self, name: str) -> Decision | None: ...
     def __getitem__(self, key: str, /) -> Decision: ...
     def __contains__(self, key: object, /) -> bool: ...
@@ -432,3 +450,49 @@ class Stack:
     @property
     def clock(self) -> ManualClock | _Clock | None: ...
 
+@final
+class _RedisCall:
+    """One script call for ``ratomic.redis`` to send (internal)."""
+
+    @property
+    def argv(self) -> tuple[str | int | bytes, ...]: ...
+
+@final
+class _RedisDriver:
+    """ratomic-redis's driver for ``ratomic.redis`` (internal)."""
+
+    def __new__(
+        cls,
+        limits: object,
+        *,
+        multi: bool,
+        prefix: str,
+        on_error: str,
+        deny_retry_after: float,
+        deny_cache: int,
+        breaker_threshold: int,
+        breaker_cooldown: float,
+        max_key_len: int,
+    ) -> _RedisDriver: ...
+    @property
+    def script(self) -> str: ...
+    @property
+    def names(self) -> list[str]: ...
+    @property
+    def limit(self) -> int: ...
+    @property
+    def prefix(self) -> str: ...
+    @property
+    def breaker_open(self) -> bool: ...
+    def begin(self, op: str, key: _Key, cost: int, now: float | None = None) -> Decision | MultiDecision | _RedisCall: ...
+    def finish(self, call: _RedisCall, reply: object) -> Decision | MultiDecision: ...
+    def fail(self, call: _RedisCall, kind: str, error: BaseException) -> Decision | MultiDecision: ...
+    def begin_refund(self, key: _Key, tokens: int, now: float | None = None) -> _RedisCall: ...
+    def finish_refund(self, reply: object, kind: str | None = None) -> None: ...
+    def begin_reset(self, key: _Key) -> bytes: ...
+    def begin_many(
+        self, requests: Iterable[_Request], now: float | None = None
+    ) -> list[Decision] | list[MultiDecision] | list[_RedisCall]: ...
+    def finish_many(self, calls: list[_RedisCall], replies: object, kind: str | None = None) -> list[Decision] | list[MultiDecision]: ...
+    def backend_error(self, kind: str, error: BaseException) -> BackendError: ...
+    def fallback(self, decision: Decision | MultiDecision) -> Decision | MultiDecision: ...

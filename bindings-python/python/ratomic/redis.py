@@ -1,0 +1,692 @@
+"""Redis-backed limiters through the Redis client you already have.
+
+Every process and host that uses the same Redis server (or Valkey, or a
+Redis Cluster) and the same ``prefix`` shares every key's state::
+
+    import redis
+    from ratomic.redis import RedisTokenBucket
+
+    client = redis.Redis(host="127.0.0.1", port=6379, socket_timeout=0.05)
+    limiter = RedisTokenBucket("10/s", client=client, prefix="api:")
+    d = limiter.allow("user:42")          # one round trip: one EVALSHA
+    if not d:
+        print(f"retry in {d.retry_after:.3f}s")
+
+With a ``redis.asyncio.Redis`` client the same methods are coroutines
+(``await limiter.allow(key)``). The classes answer with the same
+:class:`~ratomic.Decision` / :class:`~ratomic.MultiDecision` as the
+in-memory limiters, whose ``source`` says who answered: ``"redis"``,
+``"deny_cache"``, ``"policy"`` or ``"fallback"``.
+
+This module only moves bytes: the script, the key layout, the arguments,
+the decoding of replies, the deny cache, the circuit breaker and the
+failure policy are ratomic's Rust engine (the crate ``ratomic-redis``),
+shared with the Rust and C faces. It needs the ``redis`` package
+(``pip install 'ratomic[redis]'``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import typing as _t
+from collections.abc import Awaitable, Coroutine, Generator, Iterable, Mapping, Sequence
+
+from ratomic._ratomic import (
+    ArgumentTypeError,
+    BackendError,
+    Decision,
+    InvalidArgumentError,
+    Keyed,
+    Limiter,
+    MultiDecision,
+    Rule,
+    _RedisCall,
+    _RedisDriver,
+)
+
+try:
+    import redis as _redis
+    import redis.asyncio as _aredis
+    import redis.exceptions as _rexc
+except ImportError as _e:  # pragma: no cover - exercised by hand
+    raise ImportError(
+        "ratomic.redis needs the redis package: pip install 'ratomic[redis]' (or pip install redis)"
+    ) from _e
+
+__all__ = [
+    "Async",
+    "BackendError",
+    "RedisFixedWindow",
+    "RedisLimiter",
+    "RedisSlidingWindow",
+    "RedisTokenBucket",
+    "Sync",
+]
+
+_Key = _t.Union[str, bytes]
+_Request = _t.Union[_Key, tuple[_Key, int]]
+_OnError = _t.Union[_t.Literal["raise", "allow", "deny"], Keyed, Limiter]
+_SyncClient = _t.Union[_redis.Redis, _redis.RedisCluster]
+_AsyncClient = _t.Union[_aredis.Redis, _aredis.RedisCluster]
+
+if _t.TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+
+class _Options(_t.TypedDict, total=False):
+    """The options every class takes (see ``_OPTIONS_DOC``)."""
+
+    prefix: str
+    timeout: float | None
+    on_error: _OnError
+    deny_retry_after: float
+    deny_cache: int
+    breaker_threshold: int
+    breaker_cooldown: float
+    max_key_len: int
+
+
+class Sync:
+    """Marks a limiter over a blocking client (``redis.Redis``): its
+    methods answer at once."""
+
+
+class Async:
+    """Marks a limiter over an asyncio client (``redis.asyncio.Redis``):
+    its methods are awaited."""
+
+
+_M = _t.TypeVar("_M", Sync, Async)
+_D = _t.TypeVar("_D", Decision, MultiDecision)
+_T = _t.TypeVar("_T")
+
+_SYNC_CLIENTS: tuple[type, ...] = (_redis.Redis, _redis.RedisCluster)
+_ASYNC_CLIENTS: tuple[type, ...] = (_aredis.Redis, _aredis.RedisCluster)
+
+
+def _is_async(client: object) -> bool:
+    if isinstance(client, _ASYNC_CLIENTS):
+        return True
+    if isinstance(client, _SYNC_CLIENTS):
+        return False
+    what = f"the class {client.__name__}" if isinstance(client, type) else type(client).__name__
+    raise ArgumentTypeError(
+        "client must be a redis.Redis or redis.RedisCluster (blocking) or a redis.asyncio.Redis or "
+        f"redis.asyncio.RedisCluster (asyncio) instance, not {what}"
+    )
+
+
+def _kind(e: BaseException) -> str | None:
+    """How a client call failed, in the driver's terms; None: not a backend failure."""
+    if isinstance(e, (_rexc.TimeoutError, TimeoutError, asyncio.TimeoutError)):
+        return "timeout"
+    if isinstance(e, (_rexc.ConnectionError, OSError)):
+        return "connection"
+    if isinstance(e, _rexc.ResponseError):
+        return "server"
+    if isinstance(e, _rexc.RedisError):
+        return "reply"
+    return None
+
+
+class _Pending(Awaitable[_T]):
+    """An async limiter's answer before it is awaited. Using it as a
+    decision (truth value, attributes) is a mistake this catches: without
+    ``await`` nothing was decided."""
+
+    __slots__ = ("_coro",)
+
+    def __init__(self, coro: Coroutine[_t.Any, _t.Any, _T]) -> None:
+        self._coro = coro
+
+    def __await__(self) -> Generator[_t.Any, None, _T]:
+        return self._coro.__await__()
+
+    def _misuse(self) -> TypeError:
+        self._coro.close()
+        return TypeError(
+            "this limiter's client is a redis.asyncio client: its calls are coroutines, await them "
+            "(`d = await limiter.allow(key)`), or pass a blocking redis.Redis client"
+        )
+
+    def __bool__(self) -> bool:
+        raise self._misuse()
+
+    def __getattr__(self, name: str) -> _t.NoReturn:
+        raise self._misuse()
+
+
+def _send(client: _t.Any, driver: _RedisDriver, call: _RedisCall) -> object:
+    try:
+        return client.execute_command(*call.argv)
+    except _rexc.NoScriptError:
+        # A restarted or flushed server forgot the script; nothing ran.
+        client.script_load(driver.script)
+        return client.execute_command(*call.argv)
+
+
+async def _send_async(client: _t.Any, driver: _RedisDriver, call: _RedisCall) -> object:
+    try:
+        return await client.execute_command(*call.argv)
+    except _rexc.NoScriptError:
+        await client.script_load(driver.script)
+        return await client.execute_command(*call.argv)
+
+
+def _pipeline(client: _t.Any, calls: Sequence[_RedisCall], todo: list[int]) -> _t.Any:
+    pipe = client.pipeline(transaction=False)
+    for i in todo:
+        pipe.execute_command(*calls[i].argv)
+    return pipe
+
+
+def _sort(out: list[object], todo: list[int], replies: Sequence[object], first: bool) -> list[int]:
+    """Files each reply; returns the calls a server answered NOSCRIPT
+    (they did not run: sent again once the script is loaded)."""
+    again = []
+    for i, r in zip(todo, replies):
+        if first and isinstance(r, _rexc.NoScriptError):
+            again.append(i)
+        elif isinstance(r, BaseException):
+            raise r
+        else:
+            out[i] = r
+    return again
+
+
+def _send_many(client: _t.Any, driver: _RedisDriver, calls: Sequence[_RedisCall]) -> list[object]:
+    out: list[object] = [None] * len(calls)
+    todo = list(range(len(calls)))
+    for first in (True, False):
+        todo = _sort(out, todo, _pipeline(client, calls, todo).execute(raise_on_error=False), first)
+        if not todo:
+            break
+        client.script_load(driver.script)
+    return out
+
+
+async def _send_many_async(client: _t.Any, driver: _RedisDriver, calls: Sequence[_RedisCall]) -> list[object]:
+    out: list[object] = [None] * len(calls)
+    todo = list(range(len(calls)))
+    for first in (True, False):
+        todo = _sort(out, todo, await _pipeline(client, calls, todo).execute(raise_on_error=False), first)
+        if not todo:
+            break
+        await client.script_load(driver.script)
+    return out
+
+
+class _RedisBase(_t.Generic[_M, _D]):
+    """What the four classes share: the driver, the client and the policy."""
+
+    _driver: _RedisDriver
+
+    def __init__(
+        self,
+        limits: object,
+        *,
+        multi: bool,
+        client: _t.Any,
+        prefix: str = "ratomic:",
+        timeout: float | None = None,
+        on_error: _OnError = "raise",
+        deny_retry_after: float = 1.0,
+        deny_cache: int = 10_000,
+        breaker_threshold: int = 5,
+        breaker_cooldown: float = 1.0,
+        max_key_len: int = 1024,
+    ) -> None:
+        self._async = _is_async(client)
+        self._client = client
+        self._local: Keyed | Limiter | None = None
+        policy = "raise"
+        if isinstance(on_error, str):
+            policy = on_error
+        elif isinstance(on_error, Limiter if multi else Keyed):
+            self._local = on_error
+        else:
+            want = "a ratomic.Limiter" if multi else "an in-memory ratomic limiter (TokenBucket, FixedWindow, ...)"
+            raise ArgumentTypeError(
+                f'on_error must be "raise", "allow", "deny" or {want} to fall back to, not {type(on_error).__name__}'
+            )
+        if self._async:
+            self._timeout = 0.05 if timeout is None else timeout
+            if not (isinstance(self._timeout, (int, float)) and self._timeout > 0):
+                raise InvalidArgumentError(f"invalid timeout: {timeout!r} (must be a number of seconds > 0)")
+        elif timeout is not None:
+            raise InvalidArgumentError(
+                "timeout= applies to asyncio clients; a blocking redis.Redis call cannot be interrupted from "
+                "outside: set socket_timeout (and socket_connect_timeout) on the client instead"
+            )
+        self._driver = _RedisDriver(
+            limits,
+            multi=multi,
+            prefix=prefix,
+            on_error=policy,
+            deny_retry_after=deny_retry_after,
+            deny_cache=deny_cache,
+            breaker_threshold=breaker_threshold,
+            breaker_cooldown=breaker_cooldown,
+            max_key_len=max_key_len,
+        )
+
+    # ---- the operations ------------------------------------------------------
+
+    @_t.overload
+    def allow(self: _RedisBase[Sync, _D], key: _Key, cost: int = 1) -> _D: ...
+    @_t.overload
+    def allow(self: _RedisBase[Async, _D], key: _Key, cost: int = 1) -> Awaitable[_D]: ...
+    def allow(self, key: _Key, cost: int = 1) -> _D | Awaitable[_D]:
+        """Takes ``cost`` from ``key`` (from every limit, all or nothing) if
+        it allows it, at the server's time. A denial is a falsy decision."""
+        return self._decide("allow", key, cost, None)
+
+    @_t.overload
+    def allow_at(self: _RedisBase[Sync, _D], key: _Key, now: float, cost: int = 1) -> _D: ...
+    @_t.overload
+    def allow_at(self: _RedisBase[Async, _D], key: _Key, now: float, cost: int = 1) -> Awaitable[_D]: ...
+    def allow_at(self, key: _Key, now: float, cost: int = 1) -> _D | Awaitable[_D]:
+        """As :meth:`allow` at ``now`` (seconds on your own clock, rounded
+        down to whole microseconds) instead of the server's time: for tests
+        and replays. Every caller of a key must use the same clock."""
+        return self._decide("allow", key, cost, now)
+
+    @_t.overload
+    def peek(self: _RedisBase[Sync, _D], key: _Key, cost: int = 1) -> _D: ...
+    @_t.overload
+    def peek(self: _RedisBase[Async, _D], key: _Key, cost: int = 1) -> Awaitable[_D]: ...
+    def peek(self, key: _Key, cost: int = 1) -> _D | Awaitable[_D]:
+        """What :meth:`allow` would answer, changing nothing."""
+        return self._decide("peek", key, cost, None)
+
+    @_t.overload
+    def peek_at(self: _RedisBase[Sync, _D], key: _Key, now: float, cost: int = 1) -> _D: ...
+    @_t.overload
+    def peek_at(self: _RedisBase[Async, _D], key: _Key, now: float, cost: int = 1) -> Awaitable[_D]: ...
+    def peek_at(self, key: _Key, now: float, cost: int = 1) -> _D | Awaitable[_D]:
+        """As :meth:`peek` at ``now`` (see :meth:`allow_at`)."""
+        return self._decide("peek", key, cost, now)
+
+    @_t.overload
+    def refund(self: _RedisBase[Sync, _D], key: _Key, tokens: int) -> None: ...
+    @_t.overload
+    def refund(self: _RedisBase[Async, _D], key: _Key, tokens: int) -> Awaitable[None]: ...
+    def refund(self, key: _Key, tokens: int) -> None | Awaitable[None]:
+        """Gives back ``tokens`` to every limit on ``key`` (never above
+        full). A Redis failure raises :class:`BackendError` whatever the
+        policy."""
+        return self._refund(key, tokens, None)
+
+    @_t.overload
+    def refund_at(self: _RedisBase[Sync, _D], key: _Key, now: float, tokens: int) -> None: ...
+    @_t.overload
+    def refund_at(self: _RedisBase[Async, _D], key: _Key, now: float, tokens: int) -> Awaitable[None]: ...
+    def refund_at(self, key: _Key, now: float, tokens: int) -> None | Awaitable[None]:
+        """As :meth:`refund` at ``now`` (see :meth:`allow_at`)."""
+        return self._refund(key, tokens, now)
+
+    @_t.overload
+    def reset(self: _RedisBase[Sync, _D], key: _Key) -> None: ...
+    @_t.overload
+    def reset(self: _RedisBase[Async, _D], key: _Key) -> Awaitable[None]: ...
+    def reset(self, key: _Key) -> None | Awaitable[None]:
+        """Forgets ``key`` (one ``DEL``): it is full again."""
+        rkey = self._driver.begin_reset(key)
+        if self._async:
+            return _Pending(self._reset_async(rkey))
+        try:
+            self._client.delete(rkey)
+        except Exception as e:
+            kind = _kind(e)
+            if kind is None:
+                raise
+            raise self._driver.backend_error(kind, e) from e
+        return None
+
+    @_t.overload
+    def allow_many(self: _RedisBase[Sync, _D], requests: Iterable[_Request]) -> list[_D]: ...
+    @_t.overload
+    def allow_many(self: _RedisBase[Async, _D], requests: Iterable[_Request]) -> Awaitable[list[_D]]: ...
+    def allow_many(self, requests: Iterable[_Request]) -> list[_D] | Awaitable[list[_D]]:
+        """Decides every request (a key, or a ``(key, cost)`` pair) in one
+        pipeline, in order. Every request is checked first: an invalid one
+        raises with its ``index`` and nothing is sent."""
+        return self._many(requests, None)
+
+    @_t.overload
+    def allow_many_at(self: _RedisBase[Sync, _D], requests: Iterable[_Request], now: float) -> list[_D]: ...
+    @_t.overload
+    def allow_many_at(
+        self: _RedisBase[Async, _D], requests: Iterable[_Request], now: float
+    ) -> Awaitable[list[_D]]: ...
+    def allow_many_at(self, requests: Iterable[_Request], now: float) -> list[_D] | Awaitable[list[_D]]:
+        """As :meth:`allow_many`, every request at ``now``."""
+        return self._many(requests, now)
+
+    @_t.overload
+    def acquire(self: _RedisBase[Sync, _D], key: _Key, cost: int = 1, *, timeout: float | None = None) -> _D: ...
+    @_t.overload
+    def acquire(
+        self: _RedisBase[Async, _D], key: _Key, cost: int = 1, *, timeout: float | None = None
+    ) -> Awaitable[_D]: ...
+    def acquire(self, key: _Key, cost: int = 1, *, timeout: float | None = None) -> _D | Awaitable[_D]:
+        """Takes ``cost`` from ``key``, sleeping through each ``retry_after``
+        Redis gives until allowed (``time.sleep`` with a blocking client,
+        ``asyncio.sleep`` with an asyncio one). With ``timeout`` (seconds),
+        gives up as soon as the next wait would pass it and returns that
+        denied decision: nothing was consumed."""
+        if timeout is not None and not timeout >= 0:
+            raise InvalidArgumentError(f"invalid timeout: {timeout!r} (must be None or a number of seconds >= 0)")
+        if self._async:
+            return _Pending(self._acquire_async(key, cost, timeout))
+        waited = 0.0
+        while True:
+            d = _t.cast(_D, self._decide("allow", key, cost, None))
+            if d or (timeout is not None and waited + d.retry_after > timeout):
+                return d
+            time.sleep(d.retry_after)
+            waited += d.retry_after
+
+    # ---- facts ---------------------------------------------------------------
+
+    @property
+    def client(self) -> _t.Any:
+        """The Redis client the calls go through."""
+        return self._client
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix: a user key ``k`` is stored at ``<prefix>{k}``."""
+        return self._driver.prefix
+
+    @property
+    def limit(self) -> int:
+        """The largest cost a call may ask (the smallest limit)."""
+        return self._driver.limit
+
+    @property
+    def breaker_open(self) -> bool:
+        """Whether the circuit breaker is open: calls answer by ``on_error``
+        without reaching Redis until its cool-down ends."""
+        return self._driver.breaker_open
+
+    # ---- the I/O -------------------------------------------------------------
+
+    def _fallback(self, op: str, key: _Key, cost: int) -> _D:
+        local = _t.cast(_t.Any, self._local)
+        d = local.peek(key, cost) if op == "peek" else local.allow(key, cost)
+        return _t.cast(_D, self._driver.fallback(d))
+
+    def _decide(self, op: str, key: _Key, cost: int, now: float | None) -> _D | Awaitable[_D]:
+        if self._async:
+            return _Pending(self._decide_async(op, key, cost, now))
+        try:
+            step = self._driver.begin(op, key, cost, now)
+            if not isinstance(step, _RedisCall):
+                return _t.cast(_D, step)
+            try:
+                reply = _send(self._client, self._driver, step)
+            except Exception as e:
+                kind = _kind(e)
+                if kind is None:
+                    raise
+                return _t.cast(_D, self._driver.fail(step, kind, e))
+            return _t.cast(_D, self._driver.finish(step, reply))
+        except BackendError:
+            if self._local is None:
+                raise
+            return self._fallback(op, key, cost)
+
+    async def _decide_async(self, op: str, key: _Key, cost: int, now: float | None) -> _D:
+        try:
+            step = self._driver.begin(op, key, cost, now)
+            if not isinstance(step, _RedisCall):
+                return _t.cast(_D, step)
+            try:
+                reply = await asyncio.wait_for(_send_async(self._client, self._driver, step), self._timeout)
+            except Exception as e:
+                kind = _kind(e)
+                if kind is None:
+                    raise
+                return _t.cast(_D, self._driver.fail(step, kind, e))
+            return _t.cast(_D, self._driver.finish(step, reply))
+        except BackendError:
+            if self._local is None:
+                raise
+            return self._fallback(op, key, cost)
+
+    def _refund(self, key: _Key, tokens: int, now: float | None) -> None | Awaitable[None]:
+        call = self._driver.begin_refund(key, tokens, now)
+        if self._async:
+            return _Pending(self._refund_async(call))
+        try:
+            reply = _send(self._client, self._driver, call)
+        except Exception as e:
+            kind = _kind(e)
+            if kind is None:
+                raise
+            self._driver.finish_refund(e, kind)
+        self._driver.finish_refund(reply)
+        return None
+
+    async def _refund_async(self, call: _RedisCall) -> None:
+        try:
+            reply = await asyncio.wait_for(_send_async(self._client, self._driver, call), self._timeout)
+        except Exception as e:
+            kind = _kind(e)
+            if kind is None:
+                raise
+            self._driver.finish_refund(e, kind)
+        self._driver.finish_refund(reply)
+
+    async def _reset_async(self, rkey: bytes) -> None:
+        try:
+            await asyncio.wait_for(self._client.delete(rkey), self._timeout)
+        except Exception as e:
+            kind = _kind(e)
+            if kind is None:
+                raise
+            raise self._driver.backend_error(kind, e) from e
+
+    def _many(self, requests: Iterable[_Request], now: float | None) -> list[_D] | Awaitable[list[_D]]:
+        if self._local is not None and not isinstance(requests, (list, tuple)):
+            requests = list(requests)  # the fallback may read them again
+        if self._async:
+            return _Pending(self._many_async(requests, now))
+        try:
+            calls = self._driver.begin_many(requests, now)
+            if not calls or not isinstance(calls[0], _RedisCall):
+                return _t.cast(list[_D], calls)
+            try:
+                replies = _send_many(self._client, self._driver, calls)
+            except Exception as e:
+                kind = _kind(e)
+                if kind is None:
+                    raise
+                return _t.cast(list[_D], self._driver.finish_many(calls, e, kind))
+            return _t.cast(list[_D], self._driver.finish_many(calls, replies))
+        except BackendError:
+            if self._local is None:
+                raise
+            return [_t.cast(_D, self._driver.fallback(d)) for d in _t.cast(_t.Any, self._local).allow_many(requests)]
+
+    async def _many_async(self, requests: Iterable[_Request], now: float | None) -> list[_D]:
+        try:
+            calls = self._driver.begin_many(requests, now)
+            if not calls or not isinstance(calls[0], _RedisCall):
+                return _t.cast(list[_D], calls)
+            try:
+                replies = await asyncio.wait_for(_send_many_async(self._client, self._driver, calls), self._timeout)
+            except Exception as e:
+                kind = _kind(e)
+                if kind is None:
+                    raise
+                return _t.cast(list[_D], self._driver.finish_many(calls, e, kind))
+            return _t.cast(list[_D], self._driver.finish_many(calls, replies))
+        except BackendError:
+            if self._local is None:
+                raise
+            return [_t.cast(_D, self._driver.fallback(d)) for d in _t.cast(_t.Any, self._local).allow_many(requests)]
+
+    async def _acquire_async(self, key: _Key, cost: int, timeout: float | None) -> _D:
+        waited = 0.0
+        while True:
+            d = await self._decide_async("allow", key, cost, None)
+            if d or (timeout is not None and waited + d.retry_after > timeout):
+                return d
+            await asyncio.sleep(d.retry_after)
+            waited += d.retry_after
+
+    def __repr__(self) -> str:
+        mode = "asyncio" if self._async else "blocking"
+        return f"{type(self).__name__}(names={self._driver.names!r}, prefix={self.prefix!r}, client={mode})"
+
+
+# The options every class takes, documented once here and on each class.
+_OPTIONS_DOC = """
+    ``client``: a ``redis.Redis`` / ``redis.RedisCluster`` (methods answer at
+    once) or a ``redis.asyncio.Redis`` / ``redis.asyncio.RedisCluster``
+    (methods are coroutines). ``prefix``: where the keys live (one per
+    limiter; no braces). ``timeout``: seconds a call may take with an
+    asyncio client (default 0.05); a blocking client's call cannot be
+    interrupted from outside and is bounded by the client's own
+    ``socket_timeout`` and retry policy (redis-py retries 3 times by
+    default: pass ``retry=Retry(NoBackoff(), 0)`` for one attempt). ``on_error``: what a Redis failure answers —
+    ``"raise"`` (:class:`BackendError`, the default), ``"allow"``,
+    ``"deny"`` (with ``retry_after=deny_retry_after``), or an in-memory
+    ratomic limiter of the same rules to decide locally. ``deny_cache``:
+    keys whose Redis denial is answered locally until its ``retry_after``
+    ends (0 turns it off). ``breaker_threshold`` failures in a row open the
+    circuit breaker for ``breaker_cooldown`` seconds (0 turns it off).
+"""
+
+
+class RedisTokenBucket(_RedisBase[_M, Decision]):
+    """A token bucket (GCRA) per key, on Redis: ``capacity`` tokens,
+    refilled at ``refill_per_sec``, or a rate string such as ``"10/s"``.
+    Same arguments and answers as :class:`ratomic.TokenBucket`.
+    """
+
+    __doc__ = (__doc__ or "") + _OPTIONS_DOC
+
+    @_t.overload
+    def __init__(
+        self: RedisTokenBucket[Sync],
+        capacity: int | str,
+        refill_per_sec: float | str | None = None,
+        *,
+        client: _SyncClient,
+        **options: Unpack[_Options],
+    ) -> None: ...
+    @_t.overload
+    def __init__(
+        self: RedisTokenBucket[Async],
+        capacity: int | str,
+        refill_per_sec: float | str | None = None,
+        *,
+        client: _AsyncClient,
+        **options: Unpack[_Options],
+    ) -> None: ...
+    def __init__(
+        self,
+        capacity: int | str,
+        refill_per_sec: float | str | None = None,
+        *,
+        client: _t.Any,
+        **options: Unpack[_Options],
+    ) -> None:
+        super().__init__(Rule.token_bucket(capacity, refill_per_sec), multi=False, client=client, **options)
+
+
+class RedisFixedWindow(_RedisBase[_M, Decision]):
+    """A fixed window per key, on Redis: ``limit`` calls per ``window``
+    seconds, or a rate string such as ``"100/min"``. Same arguments and
+    answers as :class:`ratomic.FixedWindow`; windows start at multiples of
+    the window on the server's clock (or on yours, with the ``*_at`` forms).
+    """
+
+    __doc__ = (__doc__ or "") + _OPTIONS_DOC
+
+    @_t.overload
+    def __init__(
+        self: RedisFixedWindow[Sync],
+        limit: int | str,
+        window: float | None = None,
+        *,
+        client: _SyncClient,
+        **options: Unpack[_Options],
+    ) -> None: ...
+    @_t.overload
+    def __init__(
+        self: RedisFixedWindow[Async],
+        limit: int | str,
+        window: float | None = None,
+        *,
+        client: _AsyncClient,
+        **options: Unpack[_Options],
+    ) -> None: ...
+    def __init__(
+        self, limit: int | str, window: float | None = None, *, client: _t.Any, **options: Unpack[_Options]
+    ) -> None:
+        super().__init__(Rule.fixed_window(limit, window), multi=False, client=client, **options)
+
+
+class RedisSlidingWindow(_RedisBase[_M, Decision]):
+    """A sliding window per key, on Redis: at most ``limit`` calls in any
+    ``window`` seconds (the two-window estimate), or a rate string such as
+    ``"100/min"``. Same arguments and answers as :class:`ratomic.SlidingWindow`.
+    """
+
+    __doc__ = (__doc__ or "") + _OPTIONS_DOC
+
+    @_t.overload
+    def __init__(
+        self: RedisSlidingWindow[Sync],
+        limit: int | str,
+        window: float | None = None,
+        *,
+        client: _SyncClient,
+        **options: Unpack[_Options],
+    ) -> None: ...
+    @_t.overload
+    def __init__(
+        self: RedisSlidingWindow[Async],
+        limit: int | str,
+        window: float | None = None,
+        *,
+        client: _AsyncClient,
+        **options: Unpack[_Options],
+    ) -> None: ...
+    def __init__(
+        self, limit: int | str, window: float | None = None, *, client: _t.Any, **options: Unpack[_Options]
+    ) -> None:
+        super().__init__(Rule.sliding_window(limit, window), multi=False, client=client, **options)
+
+
+_Limits = _t.Union[Mapping[str, _t.Union[str, Rule]], Iterable[tuple[str, _t.Union[str, Rule]]]]
+
+
+class RedisLimiter(_RedisBase[_M, MultiDecision]):
+    """Several named limits on each key, all or nothing, on Redis (one hash
+    per key, one slot in a cluster): ``limits`` is ``{name: rule}`` or
+    ``(name, rule)`` pairs, a rule being a rate string (a token bucket,
+    ``"10/s"``) or a :class:`ratomic.Rule` (``Rule.fixed_window(1000, 86400)``).
+    Answers :class:`ratomic.MultiDecision`, as :class:`ratomic.Limiter`.
+    """
+
+    __doc__ = (__doc__ or "") + _OPTIONS_DOC
+
+    @_t.overload
+    def __init__(self: RedisLimiter[Sync], limits: _Limits, *, client: _SyncClient, **options: Unpack[_Options]) -> None: ...
+    @_t.overload
+    def __init__(
+        self: RedisLimiter[Async], limits: _Limits, *, client: _AsyncClient, **options: Unpack[_Options]
+    ) -> None: ...
+    def __init__(self, limits: _Limits, *, client: _t.Any, **options: Unpack[_Options]) -> None:
+        super().__init__(limits, multi=True, client=client, **options)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The limits' names, in order."""
+        return tuple(self._driver.names)

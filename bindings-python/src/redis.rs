@@ -1,0 +1,334 @@
+//! `_RedisDriver`: ratomic-redis's sans-IO [`Driver`] for `ratomic.redis`,
+//! whose classes send its calls through the user's own redis-py client.
+//! Everything but the I/O is here (or in the driver): input checks, the
+//! script's arguments, reply decoding, the deny cache, the circuit breaker
+//! and the failure policy. The Python side only sends `call.argv` and says
+//! how the client failed.
+
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use ratomic_redis::{BatchStep, Call, Driver, Error as RedisError, FailurePolicy, Limits, Op, Options, Step};
+
+use crate::clock::seconds_to_nanos;
+use crate::decision::{make_names, Decision, MultiDecision, Names, Source};
+use crate::error::{core_error, invalid_argument, Exceptions};
+use crate::key::{key_bytes, Cost};
+use crate::keyed::{batch, keys_of};
+use crate::limiter::named_pairs;
+use crate::rule::rule_arg;
+
+/// One `EVALSHA` to send: `client.execute_command(*call.argv)`.
+#[pyclass(frozen, module = "ratomic._ratomic", name = "_RedisCall")]
+pub struct RedisCall {
+    call: Call,
+    argv: Py<PyTuple>,
+}
+
+#[pymethods]
+impl RedisCall {
+    /// `("EVALSHA", sha1, 1, key, *args)`, for `execute_command`.
+    #[getter]
+    fn argv(&self, py: Python<'_>) -> Py<PyTuple> {
+        self.argv.clone_ref(py)
+    }
+}
+
+/// The driver of one Redis-backed limiter (see `ratomic.redis`).
+#[pyclass(frozen, module = "ratomic._ratomic", name = "_RedisDriver")]
+pub struct RedisDriver {
+    driver: Driver,
+    names: Names,
+    /// A `Limiter`'s driver answers `MultiDecision`s; the others `Decision`s.
+    multi: bool,
+}
+
+impl RedisDriver {
+    fn wrap(&self, py: Python<'_>, call: Call) -> PyResult<Py<PyAny>> {
+        let mut argv: Vec<Py<PyAny>> = Vec::with_capacity(4 + call.args().len());
+        argv.push("EVALSHA".into_pyobject(py)?.into_any().unbind());
+        argv.push(ratomic_redis::script::sha1().into_pyobject(py)?.into_any().unbind());
+        argv.push(1u8.into_pyobject(py)?.into_any().unbind());
+        argv.push(PyBytes::new(py, call.redis_key()).into_any().unbind());
+        for a in call.args() {
+            argv.push(PyBytes::new(py, a).into_any().unbind());
+        }
+        let argv = PyTuple::new(py, argv)?.unbind();
+        Ok(Py::new(py, RedisCall { call, argv })?.into_any())
+    }
+
+    fn answer(&self, py: Python<'_>, d: &ratomic_redis::MultiDecision) -> PyResult<Py<PyAny>> {
+        if self.multi {
+            Ok(Py::new(py, MultiDecision::from_redis(d, &self.names))?.into_any())
+        } else {
+            Ok(Py::new(py, Decision(d.decision, d.source.into()))?.into_any())
+        }
+    }
+
+    fn step(&self, py: Python<'_>, step: Step) -> PyResult<Py<PyAny>> {
+        match step {
+            Step::Answer(d) => self.answer(py, &d),
+            Step::Send(call) => self.wrap(py, call),
+        }
+    }
+}
+
+/// A driver error as a Python exception: misuse as the in-memory
+/// engine's exceptions, a backend failure as `BackendError` whose
+/// `__cause__` is the client's exception.
+fn redis_error(py: Python<'_>, e: RedisError, cause: Option<&Bound<'_, PyAny>>) -> PyErr {
+    match e {
+        RedisError::Invalid(e) => core_error(py, e),
+        e => {
+            let err = PyErr::from_type(Exceptions::get(py).backend.bind(py).clone(), e.to_string());
+            if let Some(c) = cause.filter(|c| !c.is_none()) {
+                err.set_cause(py, Some(PyErr::from_value(c.clone())));
+            }
+            err
+        }
+    }
+}
+
+/// How the client failed, from the Python side's classification.
+fn failure(kind: &str, error: &Bound<'_, PyAny>) -> RedisError {
+    let msg = error.str().map(|s| s.to_string()).unwrap_or_default();
+    match kind {
+        "timeout" => RedisError::Timeout,
+        "connection" => RedisError::Connection(msg),
+        "server" => RedisError::Server(msg),
+        _ => RedisError::Reply(msg),
+    }
+}
+
+fn reply_of(reply: &Bound<'_, PyAny>) -> Result<Vec<i64>, RedisError> {
+    reply.extract::<Vec<i64>>().map_err(|_| {
+        RedisError::Reply(format!(
+            "expected a list of integers from the script, got {}",
+            crate::error::type_name(reply)
+        ))
+    })
+}
+
+fn now_of(py: Python<'_>, now: Option<f64>) -> PyResult<Option<u64>> {
+    now.map(|s| seconds_to_nanos(py, s, "now")).transpose()
+}
+
+fn op_of(py: Python<'_>, op: &str) -> PyResult<Op> {
+    match op {
+        "allow" => Ok(Op::Allow),
+        "peek" => Ok(Op::Peek),
+        _ => Err(invalid_argument(py, format!("unknown operation {op:?}"))),
+    }
+}
+
+#[pymethods]
+impl RedisDriver {
+    /// `limits`: a `Rule` (a single-rule limiter) when `multi` is false,
+    /// else `{name: rule}` or `(name, rule)` pairs. `on_error`: `"raise"`,
+    /// `"allow"` or `"deny"`.
+    #[new]
+    #[pyo3(signature = (limits, *, multi, prefix, on_error, deny_retry_after, deny_cache, breaker_threshold, breaker_cooldown, max_key_len))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        limits: &Bound<'_, PyAny>,
+        multi: bool,
+        prefix: &str,
+        on_error: &str,
+        deny_retry_after: f64,
+        deny_cache: usize,
+        breaker_threshold: u32,
+        breaker_cooldown: f64,
+        max_key_len: usize,
+    ) -> PyResult<Self> {
+        let made = if multi {
+            let pairs = named_pairs(limits, "limits")?
+                .into_iter()
+                .map(|(n, r)| Ok((n, rule_arg(&r)?)))
+                .collect::<PyResult<Vec<_>>>()?;
+            Limits::new(pairs)
+        } else {
+            Limits::single(rule_arg(limits)?)
+        };
+        let limits = made
+            .and_then(|l| l.with_prefix(prefix))
+            .map_err(|e| redis_error(py, e, None))?
+            .with_max_key_len(max_key_len);
+        let policy = match on_error {
+            "raise" => FailurePolicy::ReturnError,
+            "allow" => FailurePolicy::FailOpen,
+            "deny" => FailurePolicy::FailClosed {
+                retry_after: Duration::from_nanos(seconds_to_nanos(py, deny_retry_after, "deny_retry_after")?),
+            },
+            other => {
+                return Err(invalid_argument(
+                    py,
+                    format!(
+                        "invalid on_error: {other:?} (must be \"raise\", \"allow\", \"deny\" or a ratomic limiter)"
+                    ),
+                ))
+            }
+        };
+        let options = Options {
+            timeout: Duration::ZERO, // enforced by the Python side
+            policy,
+            breaker_threshold,
+            breaker_cooldown: Duration::from_nanos(seconds_to_nanos(py, breaker_cooldown, "breaker_cooldown")?),
+            deny_cache,
+        };
+        let names = make_names(py, limits.names());
+        Ok(RedisDriver { driver: Driver::new(limits, options), names, multi })
+    }
+
+    /// The script's source, for `SCRIPT LOAD` after a `NOSCRIPT` answer.
+    #[getter]
+    fn script(&self) -> &'static str {
+        ratomic_redis::script::SOURCE
+    }
+
+    /// The limits' names, in order.
+    #[getter]
+    fn names(&self) -> Vec<&str> {
+        self.driver.limits().names().collect()
+    }
+
+    /// The largest cost a call may ask (the smallest limit).
+    #[getter]
+    fn limit(&self) -> u64 {
+        self.driver.limits().max_cost()
+    }
+
+    /// The key prefix.
+    #[getter]
+    fn prefix(&self) -> &str {
+        self.driver.limits().prefix()
+    }
+
+    /// Whether the circuit breaker is open.
+    #[getter]
+    fn breaker_open(&self) -> bool {
+        self.driver.breaker_open()
+    }
+
+    /// Starts `op` ("allow" or "peek"): a decision, or a `_RedisCall` to send.
+    #[pyo3(signature = (op, key, cost, now=None))]
+    fn begin(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        key: &Bound<'_, PyAny>,
+        cost: Cost,
+        now: Option<f64>,
+    ) -> PyResult<Py<PyAny>> {
+        let (op, now) = (op_of(py, op)?, now_of(py, now)?);
+        let step = self.driver.begin(op, key_bytes(key)?, cost.0, now).map_err(|e| redis_error(py, e, None))?;
+        self.step(py, step)
+    }
+
+    /// Ends a call with the client's reply.
+    fn finish(&self, py: Python<'_>, call: &RedisCall, reply: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let d = self.driver.finish(&call.call, reply_of(reply)).map_err(|e| redis_error(py, e, None))?;
+        self.answer(py, &d)
+    }
+
+    /// Ends a call whose sending failed (`kind`: "timeout", "connection",
+    /// "server" or "reply"): the policy's answer, or `BackendError`.
+    fn fail(&self, py: Python<'_>, call: &RedisCall, kind: &str, error: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let d =
+            self.driver.finish(&call.call, Err(failure(kind, error))).map_err(|e| redis_error(py, e, Some(error)))?;
+        self.answer(py, &d)
+    }
+
+    /// Starts a refund: the `_RedisCall` to send.
+    #[pyo3(signature = (key, tokens, now=None))]
+    fn begin_refund(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        tokens: &Bound<'_, PyAny>,
+        now: Option<f64>,
+    ) -> PyResult<Py<PyAny>> {
+        let tokens = crate::key::whole(tokens, "tokens")?;
+        let now = now_of(py, now)?;
+        let call = self.driver.begin_refund(key_bytes(key)?, tokens, now).map_err(|e| redis_error(py, e, None))?;
+        self.wrap(py, call)
+    }
+
+    /// Ends a refund with the client's reply, or (`kind` given) its failure.
+    #[pyo3(signature = (reply, kind=None))]
+    fn finish_refund(&self, py: Python<'_>, reply: &Bound<'_, PyAny>, kind: Option<&str>) -> PyResult<()> {
+        let r = match kind {
+            Some(kind) => Err(failure(kind, reply)),
+            None => reply_of(reply),
+        };
+        self.driver.finish_refund(r).map(drop).map_err(|e| redis_error(py, e, kind.map(|_| reply)))
+    }
+
+    /// Starts a reset: the Redis key to `DEL`.
+    fn begin_reset<'py>(&self, py: Python<'py>, key: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+        let k = self.driver.begin_reset(key_bytes(key)?).map_err(|e| redis_error(py, e, None))?;
+        Ok(PyBytes::new(py, &k))
+    }
+
+    /// Starts a batch: a list of decisions (the breaker is open), or a list
+    /// of `_RedisCall`s to send in one pipeline.
+    #[pyo3(signature = (requests, now=None))]
+    fn begin_many(&self, py: Python<'_>, requests: &Bound<'_, PyAny>, now: Option<f64>) -> PyResult<Vec<Py<PyAny>>> {
+        let limits = self.driver.limits();
+        let items = batch(requests, |k, c| {
+            limits.check(k, c).map_err(|e| match e {
+                RedisError::Invalid(e) => e,
+                other => ratomic::Error::InvalidArgument {
+                    name: "request",
+                    value: String::new(),
+                    reason: other.to_string().into(),
+                },
+            })
+        })?;
+        let now = now_of(py, now)?;
+        match self.driver.begin_many(keys_of(&items)?, now).map_err(|e| redis_error(py, e, None))? {
+            BatchStep::Answer(ds) => ds.iter().map(|d| self.answer(py, d)).collect(),
+            BatchStep::Send(calls) => calls.into_iter().map(|c| self.wrap(py, c)).collect(),
+        }
+    }
+
+    /// Ends a batch with the pipeline's replies, or (`kind` given) its failure.
+    #[pyo3(signature = (calls, replies, kind=None))]
+    fn finish_many(
+        &self,
+        py: Python<'_>,
+        calls: &Bound<'_, PyList>,
+        replies: &Bound<'_, PyAny>,
+        kind: Option<&str>,
+    ) -> PyResult<Vec<Py<PyAny>>> {
+        let calls: Vec<Call> =
+            calls.iter().map(|c| Ok(c.cast::<RedisCall>()?.get().call.clone())).collect::<PyResult<_>>()?;
+        let r = match kind {
+            Some(kind) => Err(failure(kind, replies)),
+            None => replies
+                .try_iter()
+                .map_err(|_| RedisError::Reply("the pipeline's replies are not a list".into()))
+                .and_then(|it| {
+                    it.map(|r| r.map_err(|e| RedisError::Reply(e.to_string())).and_then(|r| reply_of(&r))).collect()
+                }),
+        };
+        let ds = self.driver.finish_many(&calls, r).map_err(|e| redis_error(py, e, kind.map(|_| replies)))?;
+        ds.iter().map(|d| self.answer(py, d)).collect()
+    }
+
+    /// The `BackendError` for a client failure outside a decision (a reset).
+    fn backend_error(&self, py: Python<'_>, kind: &str, error: &Bound<'_, PyAny>) -> Py<PyAny> {
+        redis_error(py, failure(kind, error), Some(error)).into_value(py).into_any()
+    }
+
+    /// A local limiter's decision, marked as the fallback's.
+    fn fallback(&self, py: Python<'_>, decision: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        if let Ok(d) = decision.cast::<Decision>() {
+            return Ok(Py::new(py, Decision(d.get().0, Source::Fallback))?.into_any());
+        }
+        let d = decision.cast::<MultiDecision>()?;
+        Ok(Py::new(py, d.get().with_source(Source::Fallback))?.into_any())
+    }
+}

@@ -173,6 +173,69 @@ export declare class NativeQuotas {
   nowMs(): number
 }
 
+/** The driver of one Redis-backed limiter. */
+export declare class NativeRedis {
+  /** A driver for `rules` (one unnamed rule, or named ones: a limiter). */
+  constructor(rules: Array<RuleSpec>, options?: RedisOptions | undefined | null)
+  /** The limits' names, in order (`["limit"]` for a single rule). */
+  get names(): Array<string>
+  /** The largest cost a call may ask. */
+  get limit(): number
+  /** The key prefix. */
+  get prefix(): string
+  /** The script's source, for `SCRIPT LOAD` after `NOSCRIPT`. */
+  get script(): string
+  /** Whether the circuit breaker is open. */
+  get breakerOpen(): boolean
+  /** Starts an allow (`op` 0) or a peek (1): an answer, or a call to send. */
+  begin(op: number, key: string | Uint8Array, cost: number, nowMs?: number): RedisAnswer | NativeRedisCall
+  /** Ends a call with the client's reply (null: not an array of integers). */
+  finish(call: NativeRedisCall, reply?: Array<number> | undefined | null): RedisAnswer
+  /**
+   * Ends a call whose sending failed (`kind`: "timeout", "connection",
+   * "server", "reply"): the policy's answer, or an `ERR_RATOMIC_BACKEND` error.
+   */
+  fail(call: NativeRedisCall, kind: string, message: string): RedisAnswer
+  /** Starts a refund: the call to send. */
+  beginRefund(key: string | Uint8Array, tokens: number, nowMs?: number): NativeRedisCall
+  /** Ends a refund with the client's reply. */
+  finishRefund(reply?: Array<number> | undefined | null): void
+  /** The `ERR_RATOMIC_BACKEND` error for a failed refund or reset. */
+  backendError(kind: string, message: string): void
+  /** Starts a reset: the Redis key to `DEL`. */
+  beginReset(key: string | Uint8Array): Buffer
+  /**
+   * Starts a batch (every request checked first): an answer (the breaker
+   * is open), or the calls to send in one pipeline.
+   */
+  beginMany(requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number): RedisAnswer | NativeRedisBatch
+  /**
+   * Ends a batch with the pipeline's replies (null for a reply that is
+   * not an array of integers).
+   */
+  finishMany(batch: NativeRedisBatch, replies: Array<Array<number> | undefined | null>): RedisAnswer
+  /**
+   * Ends a batch whose pipeline failed: the policy's answers, or an
+   * `ERR_RATOMIC_BACKEND` error.
+   */
+  failMany(batch: NativeRedisBatch, kind: string, message: string): RedisAnswer
+}
+
+/** The calls of a batch, to send in one pipeline, in order. */
+export declare class NativeRedisBatch {
+  /** Each call's arguments (see `NativeRedisCall.args`). */
+  get args(): Array<Array<Buffer>>
+}
+
+/**
+ * One `EVALSHA` to send: `client.call('EVALSHA', ...args)` (ioredis) or
+ * `client.sendCommand(['EVALSHA', ...args])` (node-redis).
+ */
+export declare class NativeRedisCall {
+  /** The command's arguments: the script's SHA1, 1, the Redis key, ARGV. */
+  get args(): Array<Buffer>
+}
+
 /**
  * Several limiters, each on its own key, decided all or nothing: a call
  * passes only if every member allows it; then every member is charged,
@@ -255,6 +318,34 @@ export declare function hotPath(): {
 
 /** An empty native call: the benchmark's floor for crossing into Rust. */
 export declare function noop(): void
+
+/**
+ * An answer: decisions in `decision.rs`'s batch layout (each led by
+ * `allowed`) and who gave them (`"redis"`, `"policy"`, `"fallback"`,
+ * `"deny_cache"`).
+ */
+export interface RedisAnswer {
+  numbers: Array<number>
+  source: string
+}
+
+/** How a Redis-backed limiter behaves (every field optional). */
+export interface RedisOptions {
+  /** Where the keys live (default `"ratomic:"`); no braces. */
+  prefix?: string
+  /** `"raise"` (the default), `"allow"` or `"deny"`. */
+  onError?: string
+  /** The `retryAfterMs` of a denial by `onError: "deny"` (default 1000). */
+  denyRetryAfterMs?: number
+  /** Keys whose Redis denial is answered locally (default 10,000; 0: off). */
+  denyCache?: number
+  /** Failures in a row that open the circuit breaker (default 5; 0: off). */
+  breakerThreshold?: number
+  /** How long the breaker stays open, ms (default 1000). */
+  breakerCooldownMs?: number
+  /** The longest key in bytes (default 1024). */
+  maxKeyLen?: number
+}
 
 /**
  * A rule as JavaScript reads it back; every field is also an input a

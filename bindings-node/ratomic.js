@@ -278,6 +278,7 @@ function decodeAll(r, decode) {
 
 // Waits out denials, as core's acquire: returns the allowing decision, or
 // the denial once the next wait would take the total past `timeoutMs`.
+// `attempt` returns a decision, or a promise of one (ratomic/redis).
 async function acquire(attempt, sleep, options) {
   const o = options === undefined ? {} : options
   if (typeof o !== 'object' || o === null) throw typeError(`acquire options must be an object, got ${describe(o)}`)
@@ -288,7 +289,7 @@ async function acquire(attempt, sleep, options) {
   let waited = 0
   for (;;) {
     if (signal && signal.aborted) throw signal.reason
-    const d = attempt()
+    const d = await attempt()
     if (d.allowed || (timeoutMs !== undefined && waited + d.retryAfterMs > timeoutMs)) return d
     await sleep(d.retryAfterMs, signal)
     waited += d.retryAfterMs
@@ -834,3 +835,9 @@ class Quotas {
 const PROBLEM_CONTENT_TYPE = 'application/problem+json'
 
 module.exports = { BaseLimiter, TokenBucket, FixedWindow, SlidingWindow, Limiter, Stack, Quotas, ManualClock, PROBLEM_CONTENT_TYPE }
+
+// What redis.js shares with this file (argument reading, decision decoding),
+// under a symbol no user code names by accident; not part of the API.
+Object.defineProperty(module.exports, Symbol.for('ratomic.internals'), {
+  value: Object.freeze({ typeError, rangeError, describe, readOptions, tokenBucketRule, windowArgs, limitRules, decodeAll, single, multi, acquire, realSleep }),
+})

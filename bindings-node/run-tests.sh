@@ -3,9 +3,13 @@
 # fallback), checks that every Node version package.json declares can run
 # every locked package, builds the addon from source, checks that the
 # committed generated files (index.js, index.d.ts) match a fresh build, and
-# runs every test: node --test and tsc on the typings.
+# runs every test: node --test and tsc on the typings. The ratomic/redis
+# tests start their own redis-servers (redis-server from apt, as for the
+# Rust, C and Python tests).
 set -euo pipefail
 cd "$(dirname "$0")"
+. ../redis/server.sh
+redis_install
 
 echo "== npm ci"
 npm ci --no-audit --no-fund
@@ -13,7 +17,7 @@ node scripts/check-engines.js
 
 echo "== build (napi build --platform --release)"
 committed="$(mktemp -d)"
-trap 'rm -rf "$committed"' EXIT
+trap 'rm -rf "$committed"; redis_stop_all' EXIT
 cp index.js index.d.ts "$committed/"
 npm run build
 

@@ -36,3 +36,24 @@ test("the README's Express example runs and answers with the standard fields", a
   // A fixed window of a minute, aligned to the monotonic clock: 1–60 s left.
   assert.match(line, /^200 "default";r=99;t=([1-9]|[1-5][0-9]|60) 99 left$/)
 })
+
+test("the README's Redis example runs against a real server", async () => {
+  const { startRedis } = require('./redis-server')
+  const md = fs.readFileSync(path.join(__dirname, '..', '..', 'README.md'), 'utf8')
+  const code = [...md.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((c) => c.includes("require('ratomic/redis')"))
+  assert.ok(code, 'the README has a Redis example')
+  const server = await startRedis()
+  const saved = process.env.REDIS_URL
+  process.env.REDIS_URL = server.url
+  try {
+    const lines = []
+    const log = (...args) => lines.push(args.map((a) => (typeof a === 'string' ? a : JSON.stringify(a))).join(' '))
+    const load = (name) => require(name.startsWith('ratomic') ? name.replace('ratomic', '..') : name)
+    await new Function('require', 'console', 'process', `return (async () => { ${code} })()`)(load, { log }, process)
+    assert.deepEqual(lines, ['[true,true,false]', 'redis', 'true 1000'])
+  } finally {
+    if (saved === undefined) delete process.env.REDIS_URL
+    else process.env.REDIS_URL = saved
+    await server.stop()
+  }
+})

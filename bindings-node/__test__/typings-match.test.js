@@ -11,16 +11,22 @@ const path = require('node:path')
 const ts = require('typescript')
 const ratomic = require('..')
 
-const DTS = path.join(__dirname, '..', 'ratomic.d.ts')
-const TYPINGS = path.join(__dirname, 'typings.test.ts')
+// Each hand-written typings file, the module it describes, and the typings
+// test (compiled by tsc, then run) that must use all of it.
+const FACES = [
+  { dts: 'ratomic.d.ts', module: ratomic, typings: 'typings.test.ts', specifier: 'ratomic' },
+  { dts: 'redis.d.ts', module: require('../redis.js'), typings: 'redis-types.test.ts', specifier: 'ratomic/redis' },
+]
 
-function program() {
+function program(face = FACES[0]) {
+  const DTS = path.join(__dirname, '..', face.dts)
+  const TYPINGS = path.join(__dirname, face.typings)
   const file = ts.readConfigFile(path.join(__dirname, 'tsconfig.json'), ts.sys.readFile)
   const config = ts.parseJsonConfigFileContent(file.config, ts.sys, __dirname)
   const p = ts.createProgram([TYPINGS], { ...config.options, noEmit: true })
   const dts = p.getSourceFiles().find((f) => path.resolve(f.fileName) === DTS)
-  assert.ok(dts, 'typings.test.ts resolves `ratomic` to ratomic.d.ts')
-  return { p, dts, checker: p.getTypeChecker() }
+  assert.ok(dts, `${face.typings} resolves \`${face.specifier}\` to ${face.dts}`)
+  return { p, dts, checker: p.getTypeChecker(), typings: TYPINGS }
 }
 
 const isStatic = (m) => (ts.getCombinedModifierFlags(m) & ts.ModifierFlags.Static) !== 0
@@ -73,27 +79,30 @@ function runtimeMembers(Cls) {
 
 const sorted = (set) => [...set].sort()
 
-test('ratomic.d.ts declares exactly the classes ratomic.js exports, member by member', () => {
-  const decls = declarations(program().dts)
-  const classes = [...decls].filter(([, d]) => d.kind === 'class').map(([n]) => n)
-  const consts = [...decls].filter(([, d]) => d.kind === 'const').map(([n]) => n)
-  assert.deepEqual([...classes, ...consts].sort(), Object.keys(ratomic).sort())
-  for (const name of consts) assert.equal(typeof ratomic[name], 'string', `${name} is a constant`)
-  for (const name of classes) {
-    const declared = declaredMembers(decls, name)
-    const runtime = runtimeMembers(ratomic[name])
-    assert.deepEqual(sorted([...runtime].filter((k) => !declared.has(k))), [], `${name}: members not declared`)
-    // A member declared on an abstract base (BaseLimiter's allow, say) lives in
-    // each concrete subclass: every exported subclass must have it.
-    const missing = [...declared].filter((k) => !runtime.has(k))
-    const subclasses = classes.filter((c) => c !== name && ratomic[c].prototype instanceof ratomic[name])
-    if (missing.length > 0) assert.ok(subclasses.length > 0, `${name}: declared but missing: ${missing}`)
-    for (const sub of subclasses) {
-      const theirs = runtimeMembers(ratomic[sub])
-      assert.deepEqual(missing.filter((k) => !theirs.has(k)), [], `${sub} lacks members ${name} declares`)
+for (const face of FACES) {
+  const ratomic = face.module
+  test(`${face.dts} declares exactly the classes its module exports, member by member`, () => {
+    const decls = declarations(program(face).dts)
+    const classes = [...decls].filter(([, d]) => d.kind === 'class').map(([n]) => n)
+    const consts = [...decls].filter(([, d]) => d.kind === 'const').map(([n]) => n)
+    assert.deepEqual([...classes, ...consts].sort(), Object.keys(ratomic).sort())
+    for (const name of consts) assert.equal(typeof ratomic[name], 'string', `${name} is a constant`)
+    for (const name of classes) {
+      const declared = declaredMembers(decls, name)
+      const runtime = runtimeMembers(ratomic[name])
+      assert.deepEqual(sorted([...runtime].filter((k) => !declared.has(k))), [], `${name}: members not declared`)
+      // A member declared on an abstract base (BaseLimiter's allow, say) lives in
+      // each concrete subclass: every exported subclass must have it.
+      const missing = [...declared].filter((k) => !runtime.has(k))
+      const subclasses = classes.filter((c) => c !== name && ratomic[c].prototype instanceof ratomic[name])
+      if (missing.length > 0) assert.ok(subclasses.length > 0, `${name}: declared but missing: ${missing}`)
+      for (const sub of subclasses) {
+        const theirs = runtimeMembers(ratomic[sub])
+        assert.deepEqual(missing.filter((k) => !theirs.has(k)), [], `${sub} lacks members ${name} declares`)
+      }
     }
-  }
-})
+  })
+}
 
 test('the objects ratomic.js returns have exactly the declared fields', () => {
   const decls = declarations(program().dts)
@@ -115,50 +124,55 @@ test('the objects ratomic.js returns have exactly the declared fields', () => {
   assert.deepEqual(Object.keys(l.rules.w).sort(), ruleInfo[1])
 })
 
-test('every declaration and member of ratomic.d.ts has a doc comment', () => {
-  const { dts } = program()
-  const missing = []
-  for (const [name, d] of declarations(dts)) {
-    if (!hasDoc(d.node)) missing.push(name)
-    for (const [key, nodes] of d.members) if (!nodes.some(hasDoc)) missing.push(`${name}.${key}`)
-  }
-  // The object types of a union (RuleInfo) document their fields too.
-  ts.forEachChild(dts, function visit(node) {
-    if (ts.isTypeLiteralNode(node) && ts.isUnionTypeNode(node.parent) && ts.isTypeAliasDeclaration(node.parent.parent)) {
-      for (const m of node.members) if (!hasDoc(m)) missing.push(`${node.parent.parent.name.text}.${m.name.text}`)
+for (const face of FACES) {
+  test(`every declaration and member of ${face.dts} has a doc comment`, () => {
+    const { dts } = program(face)
+    const missing = []
+    for (const [name, d] of declarations(dts)) {
+      if (!hasDoc(d.node)) missing.push(name)
+      for (const [key, nodes] of d.members) if (!nodes.some(hasDoc)) missing.push(`${name}.${key}`)
     }
-    ts.forEachChild(node, visit)
+    // The object types of a union (RuleInfo) document their fields too.
+    ts.forEachChild(dts, function visit(node) {
+      if (ts.isTypeLiteralNode(node) && ts.isUnionTypeNode(node.parent) && ts.isTypeAliasDeclaration(node.parent.parent)) {
+        for (const m of node.members) if (!hasDoc(m)) missing.push(`${node.parent.parent.name.text}.${m.name.text}`)
+      }
+      ts.forEachChild(node, visit)
+    })
+    assert.deepEqual(missing, [])
   })
-  assert.deepEqual(missing, [])
-})
 
-test('typings.test.ts uses every declaration and member of ratomic.d.ts', () => {
-  const { p, dts, checker } = program()
-  const decls = declarations(dts)
-  const used = new Set()
-  const mark = (symbol) => {
-    if (!symbol) return
-    if (symbol.flags & ts.SymbolFlags.Alias) symbol = checker.getAliasedSymbol(symbol)
-    for (const d of symbol.declarations || []) {
-      if (d.getSourceFile() !== dts) continue
-      const owner = d.parent && (ts.isClassDeclaration(d.parent) || ts.isInterfaceDeclaration(d.parent)) ? d.parent : null
-      if (owner) used.add(`${owner.name.text}.${isStatic(d) ? 'static ' : ''}${d.name.text}`)
-      else if (d.name) used.add(d.name.text)
+}
+
+for (const face of FACES) {
+  test(`${face.typings} uses every declaration and member of ${face.dts}`, () => {
+    const { p, dts, checker, typings: TYPINGS } = program(face)
+    const decls = declarations(dts)
+    const used = new Set()
+    const mark = (symbol) => {
+      if (!symbol) return
+      if (symbol.flags & ts.SymbolFlags.Alias) symbol = checker.getAliasedSymbol(symbol)
+      for (const d of symbol.declarations || []) {
+        if (d.getSourceFile() !== dts) continue
+        const owner = d.parent && (ts.isClassDeclaration(d.parent) || ts.isInterfaceDeclaration(d.parent)) ? d.parent : null
+        if (owner) used.add(`${owner.name.text}.${isStatic(d) ? 'static ' : ''}${d.name.text}`)
+        else if (d.name) used.add(d.name.text)
+      }
     }
-  }
-  ts.forEachChild(p.getSourceFile(TYPINGS), function visit(node) {
-    if (ts.isIdentifier(node)) mark(checker.getSymbolAtLocation(node))
-    // A field of an object literal counts as a use of the declared field it fills.
-    if ((ts.isPropertyAssignment(node) || ts.isShorthandPropertyAssignment(node)) && ts.isObjectLiteralExpression(node.parent)) {
-      const type = checker.getContextualType(node.parent)
-      if (type) mark(type.getProperty(node.name.text))
+    ts.forEachChild(p.getSourceFile(TYPINGS), function visit(node) {
+      if (ts.isIdentifier(node)) mark(checker.getSymbolAtLocation(node))
+      // A field of an object literal counts as a use of the declared field it fills.
+      if ((ts.isPropertyAssignment(node) || ts.isShorthandPropertyAssignment(node)) && ts.isObjectLiteralExpression(node.parent)) {
+        const type = checker.getContextualType(node.parent)
+        if (type) mark(type.getProperty(node.name.text))
+      }
+      ts.forEachChild(node, visit)
+    })
+    const unused = []
+    for (const [name, d] of decls) {
+      if (!used.has(name)) unused.push(name)
+      for (const key of d.members.keys()) if (key !== 'constructor' && !used.has(`${name}.${key}`)) unused.push(`${name}.${key}`)
     }
-    ts.forEachChild(node, visit)
+    assert.deepEqual(unused, [])
   })
-  const unused = []
-  for (const [name, d] of decls) {
-    if (!used.has(name)) unused.push(name)
-    for (const key of d.members.keys()) if (key !== 'constructor' && !used.has(`${name}.${key}`)) unused.push(`${name}.${key}`)
-  }
-  assert.deepEqual(unused, [])
-})
+}

@@ -25,6 +25,7 @@ mod key;
 mod keyed;
 mod limiter;
 mod quotas;
+mod redis;
 mod rule;
 mod shared;
 mod stack;
@@ -33,6 +34,7 @@ pub use clock::NativeClock;
 pub use hot::hot_path;
 pub use keyed::NativeKeyed;
 pub use limiter::NativeLimiter;
+pub use redis::{NativeRedis, NativeRedisBatch, NativeRedisCall};
 pub use rule::{RuleInfo, RuleSpec, StoreOptions};
 pub use stack::{NativeMember, NativeStack};
 

@@ -1,0 +1,106 @@
+// The typings of `ratomic/redis`, checked by tsc against redis.d.ts (misuse
+// must not type-check: each expected error is marked) and then run against
+// a real redis-server, so every typed call is also a real call.
+// typings-match.test.js checks that this file uses every declaration.
+import test from 'node:test'
+import assert from 'node:assert/strict'
+import * as path from 'node:path'
+import { Redis } from 'ioredis'
+import { createClient } from 'redis'
+import { Limiter, TokenBucket } from 'ratomic'
+import {
+  IoRedisLike,
+  NodeRedisLike,
+  RedisBase,
+  RedisDecision,
+  RedisFixedWindow,
+  RedisLimiter,
+  RedisMultiDecision,
+  RedisOptions,
+  RedisSlidingWindow,
+  RedisTokenBucket,
+  Source,
+} from 'ratomic/redis'
+
+// The helper is plain JavaScript next to this file's source (the compiled file runs from build/).
+const { startRedis } = require(path.join(__dirname, '..', 'redis-server.js')) as {
+  startRedis(): Promise<{ port: number; stop(): Promise<void> }>
+}
+
+test('typings: ratomic/redis through ioredis and node-redis', async () => {
+  const server = await startRedis()
+  const io = new Redis({ port: server.port, host: '127.0.0.1' })
+  const nodeRedis = createClient({ socket: { port: server.port, host: '127.0.0.1' } })
+  await nodeRedis.connect()
+  try {
+    // Both clients as they come, typed by their own packages, fit the client option.
+    const ioLike: IoRedisLike = io
+    const nodeLike: NodeRedisLike = nodeRedis
+    assert.equal(await ioLike.call('PING'), 'PONG')
+    assert.ok(ioLike.pipeline())
+    assert.equal(await nodeLike.sendCommand(['PING']), 'PONG')
+    const options: RedisOptions<TokenBucket> = {
+      client: ioLike,
+      prefix: `types-${process.pid}:`,
+      timeoutMs: 1000,
+      onError: new TokenBucket('5/s'),
+      denyRetryAfterMs: 500,
+      denyCache: 100,
+      breakerThreshold: 3,
+      breakerCooldownMs: 2000,
+      maxKeyLen: 64,
+    }
+    const tb = new RedisTokenBucket(5, 1, options)
+    const d: RedisDecision = await tb.allow('k')
+    const source: Source = d.source
+    assert.equal(source, 'redis')
+    assert.equal((await tb.peek('k')).allowed, true)
+    await tb.refund('k')
+    // The *At forms take your clock (ms): a key is best kept on one clock.
+    assert.equal((await tb.allowAt('j', 1000, 2)).remaining, 3)
+    assert.equal((await tb.peekAt('j', 1000)).remaining, 2)
+    await tb.refundAt('j', 1000, 1)
+    await tb.reset('k')
+    const many: RedisDecision[] = await tb.allowMany(['a', ['b', 2], Buffer.from('c')])
+    assert.equal(many.length, 3)
+    assert.equal((await tb.allowManyAt(['j'], 1000))[0].remaining, 3)
+    assert.equal((await tb.acquire('k', 1, { timeoutMs: 0 })).allowed, true)
+    assert.equal(tb.client, io)
+    assert.equal(tb.prefix, options.prefix)
+    assert.equal(tb.limit, 5)
+    assert.equal(tb.breakerOpen, false)
+    assert.ok(tb instanceof RedisBase)
+
+    const fw = new RedisFixedWindow(10, '1min', { client: nodeLike, onError: 'allow' })
+    const sw = new RedisSlidingWindow('10/min', { client: nodeRedis, onError: 'deny' })
+    assert.equal((await new RedisTokenBucket('10/s', { client: io, burst: 20 }).allow('k')).limit, 20)
+    assert.equal((await new RedisFixedWindow('3/s', { client: io }).allow('k')).limit, 3)
+    assert.equal((await new RedisSlidingWindow(4, 1000, { client: io }).allow('k')).limit, 4)
+    for (const l of [fw, sw]) assert.equal((await l.allow('k')).source, 'redis')
+
+    const m = new RedisLimiter({ burst: '2/s', day: { algorithm: 'fixedWindow', rate: '100/d' } }, { client: io, onError: new Limiter({ burst: '2/s' }) })
+    const md: RedisMultiDecision = await m.allow('u')
+    assert.deepEqual(
+      md.entries.map((e) => e.name),
+      ['burst', 'day']
+    )
+    assert.deepEqual(m.names, ['burst', 'day'])
+    assert.deepEqual(md.deniedBy, [])
+    assert.equal(md.source, 'redis')
+
+    // @ts-expect-error the client is required
+    assert.throws(() => new RedisTokenBucket(5, 1, {}), TypeError)
+    // @ts-expect-error a URL is not a client
+    assert.throws(() => new RedisTokenBucket(5, 1, { client: 'redis://127.0.0.1' }), TypeError)
+    // @ts-expect-error a single-rule limiter falls back to a single-rule limiter, not a Limiter
+    assert.throws(() => new RedisTokenBucket(5, 1, { client: io, onError: new Limiter({ a: '1/s' }) }), TypeError)
+    // @ts-expect-error onError is 'raise', 'allow', 'deny' or a limiter
+    assert.throws(() => new RedisTokenBucket(5, 1, { client: io, onError: 'ignore' }), RangeError)
+    // @ts-expect-error RedisBase is abstract
+    assert.throws(() => new RedisBase(), TypeError)
+  } finally {
+    io.disconnect()
+    await nodeRedis.destroy()
+    await server.stop()
+  }
+})

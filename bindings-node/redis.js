@@ -1,0 +1,372 @@
+'use strict'
+// Redis-backed limiters through the Redis client you already have:
+// `require('ratomic/redis')`. Every process and host that uses the same
+// Redis server and `prefix` shares every key's state.
+//
+// This file only moves bytes through the user's ioredis or node-redis
+// client: the script, the key layout, the arguments, the decoding of
+// replies, the deny cache, the circuit breaker and the failure policy are
+// ratomic's Rust engine (crate ratomic-redis, src/redis.rs), shared with
+// the Rust, C and Python faces; decisions are read by the same decoder as
+// the in-memory limiters'.
+
+const ratomic = require('./ratomic.js')
+const { NativeRedis } = require('./index.js')
+
+const { typeError, rangeError, describe, readOptions, tokenBucketRule, windowArgs, limitRules, decodeAll, single, multi, acquire, realSleep } =
+  ratomic[Symbol.for('ratomic.internals')]
+
+const OPTIONS = ['client', 'prefix', 'timeoutMs', 'onError', 'denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'maxKeyLen']
+const OP_ALLOW = 0
+const OP_PEEK = 1
+
+const TIMED_OUT = Symbol('timed out')
+
+// How a client failed, in the driver's terms.
+function kindOf(e) {
+  if (e === TIMED_OUT) return 'timeout'
+  const name = e && e.constructor && e.constructor.name
+  if (name === 'ReplyError' || name === 'ErrorReply' || (e && e.name === 'ReplyError')) return 'server'
+  return 'connection'
+}
+
+function messageOf(e) {
+  if (e === TIMED_OUT) return 'timed out'
+  return String(e && e.message !== undefined ? e.message : e)
+}
+
+function isNoScript(e) {
+  return e !== TIMED_OUT && messageOf(e).startsWith('NOSCRIPT')
+}
+
+// The script's reply as the driver reads it: an array of integers, else null.
+function replyOf(r) {
+  return Array.isArray(r) && r.every(Number.isInteger) ? r : null
+}
+
+// The EVAL form of an EVALSHA call (args: sha, numkeys, key, ...argv): a
+// server that forgot the script (restarted, flushed; NOSCRIPT: nothing ran)
+// runs it from source on the node that owns the key, and caches it.
+function evalArgs(args, source) {
+  return [source, ...args.slice(1)]
+}
+
+// The operations a limiter needs, over an ioredis or a node-redis client.
+function transportOf(client) {
+  if (client !== null && typeof client === 'object') {
+    if (typeof client.call === 'function' && typeof client.pipeline === 'function') {
+      // ioredis (Redis or Cluster): `call` routes by key in a cluster.
+      const send = (command, args) => client.call(command, ...args)
+      return {
+        send,
+        del: (key) => client.del(key),
+        async many(command, argsList) {
+          if (client.isCluster) return Promise.allSettled(argsList.map((a) => send(command, a)))
+          const p = client.pipeline()
+          for (const a of argsList) p.call(command, ...a)
+          const results = await p.exec()
+          return results.map(([err, value]) => (err ? { status: 'rejected', reason: err } : { status: 'fulfilled', value }))
+        },
+      }
+    }
+    if (typeof client.sendCommand === 'function' && !Array.isArray(client.masters)) {
+      // node-redis v4+ (a standalone client): commands issued in one tick go out in one pipeline.
+      const send = (command, args) => client.sendCommand([command, ...args])
+      return {
+        send,
+        del: (key) => client.sendCommand(['DEL', key]),
+        many: (command, argsList) => Promise.allSettled(argsList.map((a) => send(command, a))),
+      }
+    }
+  }
+  throw typeError(
+    `client must be an ioredis client (new Redis() or new Redis.Cluster()) or a connected node-redis v4+ client (createClient()), got ${describe(client)}`
+  )
+}
+
+// `promise`, or TIMED_OUT after `ms`.
+function within(promise, ms) {
+  let timer
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(TIMED_OUT), ms)
+  })
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer))
+}
+
+// Throws the driver's backend error, with the client's error as its cause.
+function rethrow(err, cause) {
+  if (err && err.code === 'ERR_RATOMIC_BACKEND' && cause !== TIMED_OUT) err.cause = cause
+  throw err
+}
+
+function readAt(atMs) {
+  if (typeof atMs !== 'number') throw typeError(`atMs must be a number of milliseconds, got ${describe(atMs)}`)
+  return atMs
+}
+
+function readCost(cost, name) {
+  if (cost === undefined) return 1
+  if (typeof cost !== 'number') throw typeError(`${name} must be a number, got ${describe(cost)}`)
+  return cost
+}
+
+/**
+ * What the four classes share: the native driver, the client and the
+ * failure policy. Every method returns a Promise. Exported for `instanceof`
+ * checks; not constructible.
+ */
+class RedisBase {
+  #native
+  #client
+  #io
+  #timeoutMs
+  #local
+  #decode
+
+  constructor(rules, o, isLimiter) {
+    if (new.target === RedisBase) throw typeError('RedisBase is not constructible: use RedisTokenBucket, RedisFixedWindow, RedisSlidingWindow or RedisLimiter')
+    if (o.client === undefined) throw typeError('options.client is required: an ioredis or node-redis client')
+    this.#io = transportOf(o.client)
+    this.#client = o.client
+    this.#timeoutMs = o.timeoutMs === undefined ? 50 : o.timeoutMs
+    if (typeof this.#timeoutMs !== 'number' || !(this.#timeoutMs > 0)) {
+      throw (typeof this.#timeoutMs !== 'number' ? typeError : rangeError)(`timeoutMs must be a number of milliseconds > 0, got ${o.timeoutMs}`)
+    }
+    let onError = o.onError
+    if (onError !== undefined && typeof onError !== 'string') {
+      const want = isLimiter ? ratomic.Limiter : ratomic.BaseLimiter
+      if (!(onError instanceof want) || (!isLimiter && onError instanceof ratomic.Limiter)) {
+        throw typeError(
+          `onError must be "raise", "allow", "deny" or ${isLimiter ? 'a ratomic Limiter' : 'an in-memory TokenBucket, FixedWindow or SlidingWindow'} to fall back to, got ${describe(onError)}`
+        )
+      }
+      this.#local = onError
+      onError = 'raise'
+    }
+    const native = {}
+    for (const k of ['prefix', 'denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'maxKeyLen']) {
+      if (o[k] !== undefined) native[k] = o[k]
+    }
+    if (onError !== undefined) native.onError = onError
+    if (native.prefix !== undefined && typeof native.prefix !== 'string') throw typeError(`prefix must be a string, got ${describe(native.prefix)}`)
+    for (const k of ['denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'maxKeyLen']) {
+      if (native[k] !== undefined && typeof native[k] !== 'number') throw typeError(`${k} must be a number, got ${describe(native[k])}`)
+    }
+    this.#native = new NativeRedis(rules, native)
+    const names = this.#native.names
+    this.#decode = isLimiter ? (allowed, a, at) => multi(allowed, a, at, names) : single
+  }
+
+  #answers(answer) {
+    const out = decodeAll(answer.numbers, this.#decode)
+    for (const d of out) d.source = answer.source
+    return out
+  }
+
+  #fallback(op, key, cost) {
+    const d = op === OP_PEEK ? this.#local.peek(key, cost) : this.#local.allow(key, cost)
+    d.source = 'fallback'
+    return d
+  }
+
+  async #send(args) {
+    try {
+      return await within(this.#io.send('EVALSHA', args), this.#timeoutMs)
+    } catch (e) {
+      if (!isNoScript(e)) throw e
+      return within(this.#io.send('EVAL', evalArgs(args, this.#native.script)), this.#timeoutMs)
+    }
+  }
+
+  async #decide(op, key, cost, atMs) {
+    const native = this.#native
+    try {
+      const step = native.begin(op, key, cost, atMs)
+      if (step.numbers !== undefined) return this.#answers(step)[0]
+      let reply
+      try {
+        reply = await this.#send(step.args)
+      } catch (e) {
+        try {
+          return this.#answers(native.fail(step, kindOf(e), messageOf(e)))[0]
+        } catch (err) {
+          rethrow(err, e)
+        }
+      }
+      return this.#answers(native.finish(step, replyOf(reply)))[0]
+    } catch (err) {
+      if (this.#local === undefined || err.code !== 'ERR_RATOMIC_BACKEND') throw err
+      return this.#fallback(op, key, cost)
+    }
+  }
+
+  async #many(requests, atMs) {
+    const native = this.#native
+    try {
+      const step = native.beginMany(requests, atMs)
+      if (step.numbers !== undefined) return this.#answers(step)
+      const argsList = step.args
+      let replies
+      try {
+        replies = await within(this.#io.many('EVALSHA', argsList), this.#timeoutMs)
+        // Calls a server answered NOSCRIPT did not run: only they go again, by EVAL.
+        const again = replies.flatMap((r, i) => (r.status === 'rejected' && isNoScript(r.reason) ? [i] : []))
+        if (again.length > 0) {
+          const retried = await within(this.#io.many('EVAL', again.map((i) => evalArgs(argsList[i], native.script))), this.#timeoutMs)
+          again.forEach((i, j) => {
+            replies[i] = retried[j]
+          })
+        }
+        const failed = replies.find((r) => r.status === 'rejected')
+        if (failed) throw failed.reason
+      } catch (e) {
+        try {
+          return this.#answers(native.failMany(step, kindOf(e), messageOf(e)))
+        } catch (err) {
+          rethrow(err, e)
+        }
+      }
+      return this.#answers(native.finishMany(step, replies.map((r) => replyOf(r.value))))
+    } catch (err) {
+      if (this.#local === undefined || err.code !== 'ERR_RATOMIC_BACKEND') throw err
+      return this.#local.allowMany(requests).map((d) => ({ ...d, source: 'fallback' }))
+    }
+  }
+
+  async #refund(key, tokens, atMs) {
+    const native = this.#native
+    const call = native.beginRefund(key, readCost(tokens, 'tokens'), atMs)
+    let reply
+    try {
+      reply = await this.#send(call.args)
+    } catch (e) {
+      try {
+        native.backendError(kindOf(e), messageOf(e))
+      } catch (err) {
+        rethrow(err, e)
+      }
+    }
+    native.finishRefund(replyOf(reply))
+  }
+
+  /** Takes `cost` (default 1) from `key`, from every limit, all or nothing, at the server's time. */
+  async allow(key, cost) {
+    return this.#decide(OP_ALLOW, key, readCost(cost, 'cost'))
+  }
+
+  /** As `allow` at `atMs` (your clock, ms; rounded down to whole µs) instead of the server's time. */
+  async allowAt(key, atMs, cost) {
+    return this.#decide(OP_ALLOW, key, readCost(cost, 'cost'), readAt(atMs))
+  }
+
+  /** What `allow` would answer, changing nothing. */
+  async peek(key, cost) {
+    return this.#decide(OP_PEEK, key, readCost(cost, 'cost'))
+  }
+
+  /** As `peek` at `atMs`. */
+  async peekAt(key, atMs, cost) {
+    return this.#decide(OP_PEEK, key, readCost(cost, 'cost'), readAt(atMs))
+  }
+
+  /** Gives back `tokens` (default 1) to every limit on `key`, never above full. A Redis failure rejects whatever `onError` says. */
+  async refund(key, tokens) {
+    return this.#refund(key, tokens)
+  }
+
+  /** As `refund` at `atMs`. */
+  async refundAt(key, atMs, tokens) {
+    return this.#refund(key, tokens, readAt(atMs))
+  }
+
+  /** Forgets `key` (one DEL): it is full again. */
+  async reset(key) {
+    const rkey = this.#native.beginReset(key)
+    try {
+      await within(this.#io.del(rkey), this.#timeoutMs)
+    } catch (e) {
+      try {
+        this.#native.backendError(kindOf(e), messageOf(e))
+      } catch (err) {
+        rethrow(err, e)
+      }
+    }
+  }
+
+  /** Decides every request (a key or `[key, cost]`) in one pipeline, in order; an invalid request rejects the whole batch with its `index`, before anything is sent. */
+  async allowMany(requests) {
+    return this.#many(requests)
+  }
+
+  /** As `allowMany`, every request at `atMs`. */
+  async allowManyAt(requests, atMs) {
+    return this.#many(requests, readAt(atMs))
+  }
+
+  /** Waits out `retryAfterMs` until `key` grants `cost`; with `timeoutMs`, resolves with the denial once the next wait would pass it. */
+  async acquire(key, cost, options) {
+    return acquire(() => this.allow(key, cost), realSleep, options)
+  }
+
+  /** The client the calls go through. */
+  get client() {
+    return this.#client
+  }
+
+  /** Where the keys live: a key `k` is stored at `<prefix>{k}`. */
+  get prefix() {
+    return this.#native.prefix
+  }
+
+  /** The largest cost a call may ask (the smallest limit). */
+  get limit() {
+    return this.#native.limit
+  }
+
+  /** Whether the circuit breaker is open: calls are answered by `onError` without reaching Redis. */
+  get breakerOpen() {
+    return this.#native.breakerOpen
+  }
+}
+
+/** A token bucket (GCRA) per key, on Redis: the arguments of `TokenBucket`, with `client` and the Redis options. */
+class RedisTokenBucket extends RedisBase {
+  constructor(capacity, refillPerSec, options) {
+    const [rule, o] = tokenBucketRule(capacity, refillPerSec, options, OPTIONS)
+    super([rule], o, false)
+  }
+}
+
+/** A fixed window per key, on Redis: the arguments of `FixedWindow`, with `client` and the Redis options. */
+class RedisFixedWindow extends RedisBase {
+  constructor(limit, window, options) {
+    const [rule, o] = windowArgs('fixedWindow', 'RedisFixedWindow', limit, window, options, OPTIONS)
+    super([rule], o, false)
+  }
+}
+
+/** A sliding window per key, on Redis: the arguments of `SlidingWindow`, with `client` and the Redis options. */
+class RedisSlidingWindow extends RedisBase {
+  constructor(limit, window, options) {
+    const [rule, o] = windowArgs('slidingWindow', 'RedisSlidingWindow', limit, window, options, OPTIONS)
+    super([rule], o, false)
+  }
+}
+
+/** Several named limits on each key, all or nothing, on Redis (one hash per key): the arguments of `Limiter`. */
+class RedisLimiter extends RedisBase {
+  #names
+
+  constructor(limits, options) {
+    const rules = limitRules(limits)
+    super(rules, readOptions(options, OPTIONS), true)
+    this.#names = rules.map((r) => r.name)
+  }
+
+  /** The limits' names, in order. */
+  get names() {
+    return this.#names.slice()
+  }
+}
+
+module.exports = { RedisBase, RedisTokenBucket, RedisFixedWindow, RedisSlidingWindow, RedisLimiter }

@@ -1,0 +1,377 @@
+//! `NativeRedis`: ratomic-redis's sans-IO [`Driver`] for `ratomic/redis`,
+//! whose classes send its calls through the user's own `ioredis` or
+//! `node-redis` client. Everything but the I/O is here (or in the driver):
+//! input checks, the script's arguments, reply decoding, the deny cache,
+//! the circuit breaker and the failure policy. JavaScript sends `call.args`
+//! and says how the client failed; decisions come back in the layout of
+//! `decision.rs`, read by the same decoder as the in-memory limiters'.
+
+use std::time::Duration;
+
+use napi::bindgen_prelude::{Buffer, Either, Unknown};
+use napi::{Env, JsValue, Result};
+use napi_derive::napi;
+
+use ratomic_redis::{BatchStep, Call, Driver, Error as RedisError, FailurePolicy, Limits, Op, Options, Step};
+
+use crate::batch;
+use crate::clock::{ms_to_ns, ns_to_ms};
+use crate::error::{whole, JsFailure, Res};
+use crate::key::with_key;
+use crate::rule::{rule, RuleSpec};
+
+/// How a Redis-backed limiter behaves (every field optional).
+#[napi(object)]
+#[derive(Clone, Debug, Default)]
+pub struct RedisOptions {
+    /// Where the keys live (default `"ratomic:"`); no braces.
+    pub prefix: Option<String>,
+    /// `"raise"` (the default), `"allow"` or `"deny"`.
+    pub on_error: Option<String>,
+    /// The `retryAfterMs` of a denial by `onError: "deny"` (default 1000).
+    pub deny_retry_after_ms: Option<f64>,
+    /// Keys whose Redis denial is answered locally (default 10,000; 0: off).
+    pub deny_cache: Option<f64>,
+    /// Failures in a row that open the circuit breaker (default 5; 0: off).
+    pub breaker_threshold: Option<f64>,
+    /// How long the breaker stays open, ms (default 1000).
+    pub breaker_cooldown_ms: Option<f64>,
+    /// The longest key in bytes (default 1024).
+    pub max_key_len: Option<f64>,
+}
+
+/// An answer: decisions in `decision.rs`'s batch layout (each led by
+/// `allowed`) and who gave them (`"redis"`, `"policy"`, `"fallback"`,
+/// `"deny_cache"`).
+#[napi(object)]
+pub struct RedisAnswer {
+    pub numbers: Vec<f64>,
+    pub source: String,
+}
+
+/// One `EVALSHA` to send: `client.call('EVALSHA', ...args)` (ioredis) or
+/// `client.sendCommand(['EVALSHA', ...args])` (node-redis).
+#[napi]
+pub struct NativeRedisCall {
+    call: Call,
+}
+
+#[napi]
+impl NativeRedisCall {
+    /// The command's arguments: the script's SHA1, 1, the Redis key, ARGV.
+    #[napi(getter)]
+    pub fn args(&self) -> Vec<Buffer> {
+        argv(&self.call)
+    }
+}
+
+/// The calls of a batch, to send in one pipeline, in order.
+#[napi]
+pub struct NativeRedisBatch {
+    calls: Vec<Call>,
+}
+
+#[napi]
+impl NativeRedisBatch {
+    /// Each call's arguments (see `NativeRedisCall.args`).
+    #[napi(getter)]
+    pub fn args(&self) -> Vec<Vec<Buffer>> {
+        self.calls.iter().map(argv).collect()
+    }
+}
+
+fn argv(call: &Call) -> Vec<Buffer> {
+    let mut out = Vec::with_capacity(3 + call.args().len());
+    out.push(Buffer::from(ratomic_redis::script::sha1().as_bytes().to_vec()));
+    out.push(Buffer::from(b"1".to_vec()));
+    out.push(Buffer::from(call.redis_key().to_vec()));
+    out.extend(call.args().iter().map(|a| Buffer::from(a.clone())));
+    out
+}
+
+/// The driver of one Redis-backed limiter.
+#[napi]
+pub struct NativeRedis {
+    driver: Driver,
+    /// Named limits (a `RedisLimiter`): decisions carry entries.
+    multi: bool,
+}
+
+fn failure(e: RedisError) -> JsFailure {
+    match e {
+        RedisError::Invalid(e) => e.into(),
+        e => JsFailure::error("ERR_RATOMIC_BACKEND", e.to_string()),
+    }
+}
+
+fn kind_error(kind: &str, message: String) -> RedisError {
+    match kind {
+        "timeout" => RedisError::Timeout,
+        "connection" => RedisError::Connection(message),
+        "server" => RedisError::Server(message),
+        _ => RedisError::Reply(message),
+    }
+}
+
+fn reply(r: Option<Vec<f64>>) -> std::result::Result<Vec<i64>, RedisError> {
+    // JavaScript passes null for anything but an array of integers.
+    r.map(|v| v.into_iter().map(|x| x as i64).collect())
+        .ok_or_else(|| RedisError::Reply("expected an array of integers from the script".into()))
+}
+
+fn now_of(now_ms: Option<f64>) -> Res<Option<u64>> {
+    now_ms.map(ms_to_ns).transpose()
+}
+
+fn source(s: ratomic_redis::Source) -> &'static str {
+    match s {
+        ratomic_redis::Source::Redis => "redis",
+        ratomic_redis::Source::Fallback => "fallback",
+        ratomic_redis::Source::DenyCache => "deny_cache",
+        _ => "policy",
+    }
+}
+
+/// Appends `d` in the layout of `decision::append` (entries for a limiter
+/// of several limits, none for a single rule).
+fn push(out: &mut Vec<f64>, d: &ratomic_redis::MultiDecision, multi: bool) {
+    let c = &d.decision;
+    out.push(f64::from(u8::from(c.allowed)));
+    out.extend([c.remaining as f64, c.limit as f64, ns_to_ms(c.retry_after_nanos()), ns_to_ms(c.reset_after_nanos())]);
+    if !multi {
+        out.push(0.0);
+        return;
+    }
+    out.push(d.entries().len() as f64);
+    for (i, (_, e)) in d.entries().enumerate() {
+        out.extend([
+            i as f64,
+            f64::from(u8::from(e.allowed)),
+            e.remaining as f64,
+            e.limit as f64,
+            ns_to_ms(e.retry_after_nanos()),
+            ns_to_ms(e.reset_after_nanos()),
+        ]);
+    }
+}
+
+impl NativeRedis {
+    fn answer(&self, ds: &[ratomic_redis::MultiDecision]) -> RedisAnswer {
+        let mut numbers = Vec::new();
+        for d in ds {
+            push(&mut numbers, d, self.multi);
+        }
+        RedisAnswer { numbers, source: ds.first().map_or("redis", |d| source(d.source)).to_owned() }
+    }
+
+    fn key<R>(&self, env: &Env, key: &Unknown<'_>, f: impl FnOnce(&[u8]) -> R) -> Res<R> {
+        let max = self.driver.limits().max_key_len();
+        // SAFETY: env and key are live values of the call in progress.
+        unsafe { with_key(env.raw(), key.raw(), || max, f) }
+    }
+}
+
+#[napi]
+impl NativeRedis {
+    /// A driver for `rules` (one unnamed rule, or named ones: a limiter).
+    #[napi(constructor)]
+    pub fn new(env: Env, rules: Vec<RuleSpec>, options: Option<RedisOptions>) -> Result<Self> {
+        let build = || -> Res<Self> {
+            let o = options.unwrap_or_default();
+            let multi = !matches!(rules.as_slice(), [one] if one.name.is_none());
+            let limits = match rules.as_slice() {
+                [one] if !multi => Limits::single(rule(one)?),
+                many => Limits::new(
+                    many.iter()
+                        .map(|r| Ok((r.name.clone().unwrap_or_default(), rule(r)?)))
+                        .collect::<Res<Vec<_>>>()?,
+                ),
+            };
+            let mut limits = limits.map_err(failure)?;
+            if let Some(p) = o.prefix {
+                limits = limits.with_prefix(p).map_err(failure)?;
+            }
+            if let Some(n) = o.max_key_len {
+                limits = limits.with_max_key_len(usize::try_from(whole("maxKeyLen", n, 0)?).unwrap_or(usize::MAX));
+            }
+            let ms = |name: &str, v: Option<f64>, default: f64| -> Res<Duration> {
+                let v = v.unwrap_or(default);
+                if v.is_finite() && v >= 0.0 {
+                    Ok(Duration::from_nanos((v * 1e6).round() as u64))
+                } else {
+                    Err(JsFailure::range(
+                        "ERR_RATOMIC_INVALID_ARGUMENT",
+                        format!("invalid {name}: {v} (must be a finite number of milliseconds >= 0)"),
+                    ))
+                }
+            };
+            let policy = match o.on_error.as_deref() {
+                None | Some("raise") => FailurePolicy::ReturnError,
+                Some("allow") => FailurePolicy::FailOpen,
+                Some("deny") => {
+                    FailurePolicy::FailClosed { retry_after: ms("denyRetryAfterMs", o.deny_retry_after_ms, 1000.0)? }
+                }
+                Some(other) => {
+                    return Err(JsFailure::range(
+                        "ERR_RATOMIC_INVALID_ARGUMENT",
+                        format!("invalid onError: {other:?} (expected \"raise\", \"allow\", \"deny\" or a ratomic limiter)"),
+                    ))
+                }
+            };
+            let options = Options {
+                timeout: Duration::ZERO, // enforced by JavaScript
+                policy,
+                breaker_threshold: u32::try_from(whole("breakerThreshold", o.breaker_threshold.unwrap_or(5.0), 0)?)
+                    .unwrap_or(u32::MAX),
+                breaker_cooldown: ms("breakerCooldownMs", o.breaker_cooldown_ms, 1000.0)?,
+                deny_cache: usize::try_from(whole("denyCache", o.deny_cache.unwrap_or(10_000.0), 0)?)
+                    .unwrap_or(usize::MAX),
+            };
+            Ok(NativeRedis { driver: Driver::new(limits, options), multi })
+        };
+        build().map_err(|e| e.into_napi(&env))
+    }
+
+    /// The limits' names, in order (`["limit"]` for a single rule).
+    #[napi(getter)]
+    pub fn names(&self) -> Vec<String> {
+        self.driver.limits().names().map(str::to_owned).collect()
+    }
+
+    /// The largest cost a call may ask.
+    #[napi(getter)]
+    pub fn limit(&self) -> f64 {
+        self.driver.limits().max_cost() as f64
+    }
+
+    /// The key prefix.
+    #[napi(getter)]
+    pub fn prefix(&self) -> String {
+        self.driver.limits().prefix().to_owned()
+    }
+
+    /// The script's source, for `SCRIPT LOAD` after `NOSCRIPT`.
+    #[napi(getter)]
+    pub fn script(&self) -> &'static str {
+        ratomic_redis::script::SOURCE
+    }
+
+    /// Whether the circuit breaker is open.
+    #[napi(getter)]
+    pub fn breaker_open(&self) -> bool {
+        self.driver.breaker_open()
+    }
+
+    /// Starts an allow (`op` 0) or a peek (1): an answer, or a call to send.
+    #[napi(ts_args_type = "op: number, key: string | Uint8Array, cost: number, nowMs?: number")]
+    pub fn begin(
+        &self,
+        env: Env,
+        op: u32,
+        key: Unknown<'_>,
+        cost: f64,
+        now_ms: Option<f64>,
+    ) -> Result<Either<RedisAnswer, NativeRedisCall>> {
+        let run = || -> Res<_> {
+            let op = if op == 1 { Op::Peek } else { Op::Allow };
+            let (cost, now) = (whole("cost", cost, 0)?, now_of(now_ms)?);
+            match self.key(&env, &key, |k| self.driver.begin(op, k, cost, now))?.map_err(failure)? {
+                Step::Answer(d) => Ok(Either::A(self.answer(&[d]))),
+                Step::Send(call) => Ok(Either::B(NativeRedisCall { call })),
+            }
+        };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
+    /// Ends a call with the client's reply (null: not an array of integers).
+    #[napi]
+    pub fn finish(&self, env: Env, call: &NativeRedisCall, reply_: Option<Vec<f64>>) -> Result<RedisAnswer> {
+        let d = self.driver.finish(&call.call, reply(reply_)).map_err(|e| failure(e).into_napi(&env))?;
+        Ok(self.answer(&[d]))
+    }
+
+    /// Ends a call whose sending failed (`kind`: "timeout", "connection",
+    /// "server", "reply"): the policy's answer, or an `ERR_RATOMIC_BACKEND` error.
+    #[napi]
+    pub fn fail(&self, env: Env, call: &NativeRedisCall, kind: String, message: String) -> Result<RedisAnswer> {
+        let d = self.driver.finish(&call.call, Err(kind_error(&kind, message))).map_err(|e| failure(e).into_napi(&env))?;
+        Ok(self.answer(&[d]))
+    }
+
+    /// Starts a refund: the call to send.
+    #[napi(ts_args_type = "key: string | Uint8Array, tokens: number, nowMs?: number")]
+    pub fn begin_refund(&self, env: Env, key: Unknown<'_>, tokens: f64, now_ms: Option<f64>) -> Result<NativeRedisCall> {
+        let run = || -> Res<_> {
+            let (tokens, now) = (whole("tokens", tokens, 0)?, now_of(now_ms)?);
+            let call = self.key(&env, &key, |k| self.driver.begin_refund(k, tokens, now))?.map_err(failure)?;
+            Ok(NativeRedisCall { call })
+        };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
+    /// Ends a refund with the client's reply.
+    #[napi]
+    pub fn finish_refund(&self, env: Env, reply_: Option<Vec<f64>>) -> Result<()> {
+        self.driver.finish_refund(reply(reply_)).map(drop).map_err(|e| failure(e).into_napi(&env))
+    }
+
+    /// The `ERR_RATOMIC_BACKEND` error for a failed refund or reset.
+    #[napi]
+    pub fn backend_error(&self, env: Env, kind: String, message: String) -> Result<()> {
+        Err(failure(kind_error(&kind, message)).into_napi(&env))
+    }
+
+    /// Starts a reset: the Redis key to `DEL`.
+    #[napi(ts_args_type = "key: string | Uint8Array")]
+    pub fn begin_reset(&self, env: Env, key: Unknown<'_>) -> Result<Buffer> {
+        let run = || -> Res<_> { self.key(&env, &key, |k| self.driver.begin_reset(k))?.map_err(failure) };
+        run().map(Buffer::from).map_err(|e| e.into_napi(&env))
+    }
+
+    /// Starts a batch (every request checked first): an answer (the breaker
+    /// is open), or the calls to send in one pipeline.
+    #[napi(ts_args_type = "requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number")]
+    pub fn begin_many(
+        &self,
+        env: Env,
+        requests: Unknown<'_>,
+        now_ms: Option<f64>,
+    ) -> Result<Either<RedisAnswer, NativeRedisBatch>> {
+        let run = || -> Res<_> {
+            let limits = self.driver.limits();
+            let check = |k: &[u8], c: u64| match limits.check(k, c) {
+                Err(RedisError::Invalid(e)) => Err(e),
+                _ => Ok(()),
+            };
+            // SAFETY: env and requests are live values of the call in progress.
+            let read = unsafe { batch::read(env.raw(), requests.raw(), limits.max_key_len())? };
+            let requests = read.map_err(|unread| unread.first_invalid(check))?;
+            let now = now_of(now_ms)?;
+            match self.driver.begin_many(requests.pairs(), now).map_err(failure)? {
+                BatchStep::Answer(ds) => Ok(Either::A(self.answer(&ds))),
+                BatchStep::Send(calls) => Ok(Either::B(NativeRedisBatch { calls })),
+            }
+        };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
+    /// Ends a batch with the pipeline's replies (null for a reply that is
+    /// not an array of integers).
+    #[napi]
+    pub fn finish_many(&self, env: Env, batch: &NativeRedisBatch, replies: Vec<Option<Vec<f64>>>) -> Result<RedisAnswer> {
+        let replies = replies.into_iter().map(reply).collect::<std::result::Result<Vec<_>, _>>();
+        let ds = self.driver.finish_many(&batch.calls, replies).map_err(|e| failure(e).into_napi(&env))?;
+        Ok(self.answer(&ds))
+    }
+
+    /// Ends a batch whose pipeline failed: the policy's answers, or an
+    /// `ERR_RATOMIC_BACKEND` error.
+    #[napi]
+    pub fn fail_many(&self, env: Env, batch: &NativeRedisBatch, kind: String, message: String) -> Result<RedisAnswer> {
+        let ds = self
+            .driver
+            .finish_many(&batch.calls, Err(kind_error(&kind, message)))
+            .map_err(|e| failure(e).into_napi(&env))?;
+        Ok(self.answer(&ds))
+    }
+}

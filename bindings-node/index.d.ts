@@ -187,53 +187,65 @@ export declare class NativeRedis {
   get script(): string
   /** Whether the circuit breaker is open. */
   get breakerOpen(): boolean
-  /** Starts an allow (`op` 0) or a peek (1): an answer, or a call to send. */
-  begin(op: number, key: string | Uint8Array, cost: number, nowMs?: number): RedisAnswer | NativeRedisCall
-  /** Ends a call with the client's reply (null: not an array of integers). */
-  finish(call: NativeRedisCall, reply?: Array<number> | undefined | null): RedisAnswer
   /**
-   * Ends a call whose sending failed (`kind`: "timeout", "connection",
-   * "server", "reply"): the policy's answer, or an `ERR_RATOMIC_BACKEND` error.
+   * Starts an allow (`op` 0) or a peek (1): an answer written into `io`
+   * (its length), or the Redis key to send the call on (a string, or a
+   * Buffer when it is not UTF-8), with the arguments `argv` gives; then
+   * `finish` or `fail` with the same `op`, `key`, `cost` and `nowMs`.
    */
-  fail(call: NativeRedisCall, kind: string, message: string): RedisAnswer
-  /** Starts a refund: the call to send. */
-  beginRefund(key: string | Uint8Array, tokens: number, nowMs?: number): NativeRedisCall
+  begin(op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array): number | string | Buffer
+  /**
+   * The script's arguments (`ARGV`) for an allow or peek of `cost` at
+   * `nowMs` (none: the server's time), whatever the key: the same for
+   * every call of that `op` and `cost` without `nowMs`.
+   */
+  argv(op: number, cost: number, nowMs?: number): Array<string>
+  /** The script's SHA1, for `EVALSHA`. */
+  get sha(): string
+  /** Who answers: the names of the codes answers start with. */
+  get sources(): Array<string>
+  /**
+   * Ends a call `begin` asked to send, with the client's reply copied
+   * into `io` (`replyLen` < 0: it was not an array of integers): writes
+   * the answer into `io`, returns its length.
+   */
+  finish(op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array, replyLen: number): number
+  /**
+   * Ends a call whose sending failed: the policy's answer written into
+   * `io` (its length), or an `ERR_RATOMIC_BACKEND` error.
+   */
+  fail(op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array, failure: RedisFailure): number
+  /** Numbers an `io` array must hold: the longest reply or answer. */
+  get ioLen(): number
+  /** Starts a refund: the arguments of the call to send. */
+  beginRefund(key: string | Uint8Array, tokens: number, nowMs?: number): Array<string | Buffer>
   /** Ends a refund with the client's reply. */
   finishRefund(reply?: Array<number> | undefined | null): void
   /** The `ERR_RATOMIC_BACKEND` error for a failed refund or reset. */
-  backendError(kind: string, message: string): void
+  backendError(failure: RedisFailure): void
   /** Starts a reset: the Redis key to `DEL`. */
   beginReset(key: string | Uint8Array): Buffer
   /**
    * Starts a batch (every request checked first): an answer (the breaker
    * is open), or the calls to send in one pipeline.
    */
-  beginMany(requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number): RedisAnswer | NativeRedisBatch
+  beginMany(requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number): Array<number> | NativeRedisBatch
   /**
    * Ends a batch with the pipeline's replies (null for a reply that is
    * not an array of integers).
    */
-  finishMany(batch: NativeRedisBatch, replies: Array<Array<number> | undefined | null>): RedisAnswer
+  finishMany(batch: NativeRedisBatch, replies: Array<Array<number> | undefined | null>): Array<number>
   /**
    * Ends a batch whose pipeline failed: the policy's answers, or an
    * `ERR_RATOMIC_BACKEND` error.
    */
-  failMany(batch: NativeRedisBatch, kind: string, message: string): RedisAnswer
+  failMany(batch: NativeRedisBatch, failure: RedisFailure): Array<number>
 }
 
 /** The calls of a batch, to send in one pipeline, in order. */
 export declare class NativeRedisBatch {
-  /** Each call's arguments (see `NativeRedisCall.args`). */
-  get args(): Array<Array<Buffer>>
-}
-
-/**
- * One `EVALSHA` to send: `client.call('EVALSHA', ...args)` (ioredis) or
- * `client.sendCommand(['EVALSHA', ...args])` (node-redis).
- */
-export declare class NativeRedisCall {
-  /** The command's arguments: the script's SHA1, 1, the Redis key, ARGV. */
-  get args(): Array<Buffer>
+  /** Each call's arguments (as `NativeRedis.begin` returns them). */
+  get args(): Array<Array<string | Buffer>>
 }
 
 /**
@@ -319,14 +331,12 @@ export declare function hotPath(): {
 /** An empty native call: the benchmark's floor for crossing into Rust. */
 export declare function noop(): void
 
-/**
- * An answer: decisions in `decision.rs`'s batch layout (each led by
- * `allowed`) and who gave them (`"redis"`, `"policy"`, `"fallback"`,
- * `"deny_cache"`).
- */
-export interface RedisAnswer {
-  numbers: Array<number>
-  source: string
+/** How sending a call failed. */
+export interface RedisFailure {
+  /** "timeout", "connection", "server" or "reply". */
+  kind: string
+  /** The client's error message. */
+  message: string
 }
 
 /** How a Redis-backed limiter behaves (every field optional). */

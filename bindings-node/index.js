@@ -842,7 +842,6 @@ module.exports.NativeMember = nativeBinding.NativeMember
 module.exports.NativeQuotas = nativeBinding.NativeQuotas
 module.exports.NativeRedis = nativeBinding.NativeRedis
 module.exports.NativeRedisBatch = nativeBinding.NativeRedisBatch
-module.exports.NativeRedisCall = nativeBinding.NativeRedisCall
 module.exports.NativeStack = nativeBinding.NativeStack
 module.exports.hotPath = nativeBinding.hotPath
 module.exports.noop = nativeBinding.noop

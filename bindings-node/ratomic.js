@@ -266,11 +266,11 @@ function multi(allowed, o, at, names) {
 
 // A batch's decisions, one after another, each led by `allowed`: in OUT
 // (the native call returned how many numbers it wrote) or in the array it
-// returned.
-function decodeAll(r, decode) {
+// returned, from index `from`.
+function decodeAll(r, decode, from = 0) {
   const [a, length] = typeof r === 'number' ? [OUT, r] : [r, r.length]
   const out = []
-  for (let p = 0; p < length; p += 1 + FIRST_ENTRY + ENTRY_LEN * a[p + 1 + ENTRIES]) {
+  for (let p = from; p < length; p += 1 + FIRST_ENTRY + ENTRY_LEN * a[p + 1 + ENTRIES]) {
     out.push(decode(a[p] === 1, a, p + 1))
   }
   return out
@@ -289,7 +289,10 @@ async function acquire(attempt, sleep, options) {
   let waited = 0
   for (;;) {
     if (signal && signal.aborted) throw signal.reason
-    const d = await attempt()
+    // A synchronous limiter's decision is used at once: awaiting it would let
+    // the caller move a ManualClock before this loop's sleep is registered.
+    let d = attempt()
+    if (typeof d.then === 'function') d = await d
     if (d.allowed || (timeoutMs !== undefined && waited + d.retryAfterMs > timeoutMs)) return d
     await sleep(d.retryAfterMs, signal)
     waited += d.retryAfterMs

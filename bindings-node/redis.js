@@ -35,6 +35,11 @@ function messageOf(e) {
   return String(e && e.message !== undefined ? e.message : e)
 }
 
+// How sending failed, as the native driver reads it.
+function failureOf(e) {
+  return { kind: kindOf(e), message: messageOf(e) }
+}
+
 function isNoScript(e) {
   return e !== TIMED_OUT && messageOf(e).startsWith('NOSCRIPT')
 }
@@ -42,6 +47,17 @@ function isNoScript(e) {
 // The script's reply as the driver reads it: an array of integers, else null.
 function replyOf(r) {
   return Array.isArray(r) && r.every(Number.isInteger) ? r : null
+}
+
+// Copies the script's reply into `io` for the driver: its length, or -1 if
+// it is not an array of integers (or too long to be one).
+function replyInto(io, r) {
+  if (!Array.isArray(r) || r.length > io.length) return -1
+  for (let i = 0; i < r.length; i++) {
+    if (!Number.isInteger(r[i])) return -1
+    io[i] = r[i]
+  }
+  return r.length
 }
 
 // The EVAL form of an EVALSHA call (args: sha, numkeys, key, ...argv): a
@@ -84,13 +100,21 @@ function transportOf(client) {
   )
 }
 
-// `promise`, or TIMED_OUT after `ms`.
+// `promise`, or TIMED_OUT after `ms` (one promise and one timer a call).
 function within(promise, ms) {
-  let timer
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(TIMED_OUT), ms)
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(reject, ms, TIMED_OUT)
+    promise.then(
+      (value) => {
+        clearTimeout(timer)
+        resolve(value)
+      },
+      (error) => {
+        clearTimeout(timer)
+        reject(error)
+      }
+    )
   })
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer))
 }
 
 // Throws the driver's backend error, with the client's error as its cause.
@@ -118,15 +142,21 @@ function readCost(cost, name) {
 class RedisBase {
   #native
   #client
-  #io
+  #transport
   #timeoutMs
   #local
   #decode
+  #sha
+  #sources
+  // Numbers in and out of the driver's single calls (see src/redis.rs).
+  #io
+  // ARGV of the calls at the server's time, by op and cost: the same for every key.
+  #argv = [new Map(), new Map()]
 
   constructor(rules, o, isLimiter) {
     if (new.target === RedisBase) throw typeError('RedisBase is not constructible: use RedisTokenBucket, RedisFixedWindow, RedisSlidingWindow or RedisLimiter')
     if (o.client === undefined) throw typeError('options.client is required: an ioredis or node-redis client')
-    this.#io = transportOf(o.client)
+    this.#transport = transportOf(o.client)
     this.#client = o.client
     this.#timeoutMs = o.timeoutMs === undefined ? 50 : o.timeoutMs
     if (typeof this.#timeoutMs !== 'number' || !(this.#timeoutMs > 0)) {
@@ -153,14 +183,45 @@ class RedisBase {
       if (native[k] !== undefined && typeof native[k] !== 'number') throw typeError(`${k} must be a number, got ${describe(native[k])}`)
     }
     this.#native = new NativeRedis(rules, native)
+    this.#sha = this.#native.sha
+    this.#sources = this.#native.sources
+    this.#io = new Float64Array(this.#native.ioLen)
     const names = this.#native.names
     this.#decode = isLimiter ? (allowed, a, at) => multi(allowed, a, at, names) : single
   }
 
+  // An answer: [source code, ...decisions in decision.rs's layout].
   #answers(answer) {
-    const out = decodeAll(answer.numbers, this.#decode)
-    for (const d of out) d.source = answer.source
+    const source = this.#sources[answer[0]]
+    const out = decodeAll(answer, this.#decode, 1)
+    for (const d of out) d.source = source
     return out
+  }
+
+  // The one decision the driver wrote into #io: read at once, before
+  // another call's answer overwrites it.
+  #decision() {
+    const io = this.#io
+    const d = this.#decode(io[1] === 1, io, 2)
+    d.source = this.#sources[io[0]]
+    return d
+  }
+
+  // The EVALSHA arguments of an allow or peek on `rkey` (from begin).
+  #args(op, rkey, cost, atMs) {
+    let argv
+    if (atMs === undefined) {
+      const cache = this.#argv[op]
+      argv = cache.get(cost)
+      if (argv === undefined) {
+        if (cache.size >= 64) cache.clear()
+        argv = this.#native.argv(op, cost)
+        cache.set(cost, argv)
+      }
+    } else {
+      argv = this.#native.argv(op, cost, atMs)
+    }
+    return [this.#sha, '1', rkey, ...argv]
   }
 
   #fallback(op, key, cost) {
@@ -171,29 +232,32 @@ class RedisBase {
 
   async #send(args) {
     try {
-      return await within(this.#io.send('EVALSHA', args), this.#timeoutMs)
+      return await within(this.#transport.send('EVALSHA', args), this.#timeoutMs)
     } catch (e) {
       if (!isNoScript(e)) throw e
-      return within(this.#io.send('EVAL', evalArgs(args, this.#native.script)), this.#timeoutMs)
+      return within(this.#transport.send('EVAL', evalArgs(args, this.#native.script)), this.#timeoutMs)
     }
   }
 
   async #decide(op, key, cost, atMs) {
     const native = this.#native
+    const io = this.#io
     try {
-      const step = native.begin(op, key, cost, atMs)
-      if (step.numbers !== undefined) return this.#answers(step)[0]
+      const rkey = native.begin(op, key, cost, atMs, io)
+      if (typeof rkey === 'number') return this.#decision()
       let reply
       try {
-        reply = await this.#send(step.args)
+        reply = await this.#send(this.#args(op, rkey, cost, atMs))
       } catch (e) {
         try {
-          return this.#answers(native.fail(step, kindOf(e), messageOf(e)))[0]
+          native.fail(op, key, cost, atMs, io, failureOf(e))
+          return this.#decision()
         } catch (err) {
           rethrow(err, e)
         }
       }
-      return this.#answers(native.finish(step, replyOf(reply)))[0]
+      native.finish(op, key, cost, atMs, io, replyInto(io, reply))
+      return this.#decision()
     } catch (err) {
       if (this.#local === undefined || err.code !== 'ERR_RATOMIC_BACKEND') throw err
       return this.#fallback(op, key, cost)
@@ -204,15 +268,15 @@ class RedisBase {
     const native = this.#native
     try {
       const step = native.beginMany(requests, atMs)
-      if (step.numbers !== undefined) return this.#answers(step)
+      if (Array.isArray(step)) return this.#answers(step)
       const argsList = step.args
       let replies
       try {
-        replies = await within(this.#io.many('EVALSHA', argsList), this.#timeoutMs)
+        replies = await within(this.#transport.many('EVALSHA', argsList), this.#timeoutMs)
         // Calls a server answered NOSCRIPT did not run: only they go again, by EVAL.
         const again = replies.flatMap((r, i) => (r.status === 'rejected' && isNoScript(r.reason) ? [i] : []))
         if (again.length > 0) {
-          const retried = await within(this.#io.many('EVAL', again.map((i) => evalArgs(argsList[i], native.script))), this.#timeoutMs)
+          const retried = await within(this.#transport.many('EVAL', again.map((i) => evalArgs(argsList[i], native.script))), this.#timeoutMs)
           again.forEach((i, j) => {
             replies[i] = retried[j]
           })
@@ -221,7 +285,7 @@ class RedisBase {
         if (failed) throw failed.reason
       } catch (e) {
         try {
-          return this.#answers(native.failMany(step, kindOf(e), messageOf(e)))
+          return this.#answers(native.failMany(step, failureOf(e)))
         } catch (err) {
           rethrow(err, e)
         }
@@ -235,13 +299,13 @@ class RedisBase {
 
   async #refund(key, tokens, atMs) {
     const native = this.#native
-    const call = native.beginRefund(key, readCost(tokens, 'tokens'), atMs)
+    const args = native.beginRefund(key, readCost(tokens, 'tokens'), atMs)
     let reply
     try {
-      reply = await this.#send(call.args)
+      reply = await this.#send(args)
     } catch (e) {
       try {
-        native.backendError(kindOf(e), messageOf(e))
+        native.backendError(failureOf(e))
       } catch (err) {
         rethrow(err, e)
       }
@@ -283,10 +347,10 @@ class RedisBase {
   async reset(key) {
     const rkey = this.#native.beginReset(key)
     try {
-      await within(this.#io.del(rkey), this.#timeoutMs)
+      await within(this.#transport.del(rkey), this.#timeoutMs)
     } catch (e) {
       try {
-        this.#native.backendError(kindOf(e), messageOf(e))
+        this.#native.backendError(failureOf(e))
       } catch (err) {
         rethrow(err, e)
       }

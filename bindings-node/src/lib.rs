@@ -34,7 +34,7 @@ pub use clock::NativeClock;
 pub use hot::hot_path;
 pub use keyed::NativeKeyed;
 pub use limiter::NativeLimiter;
-pub use redis::{NativeRedis, NativeRedisBatch, NativeRedisCall};
+pub use redis::{NativeRedis, NativeRedisBatch};
 pub use rule::{RuleInfo, RuleSpec, StoreOptions};
 pub use stack::{NativeMember, NativeStack};
 

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use napi::bindgen_prelude::{Buffer, Either, Unknown};
+use napi::bindgen_prelude::{Buffer, Either, Either3, Float64ArraySlice, Unknown};
 use napi::{Env, JsValue, Result};
 use napi_derive::napi;
 
@@ -40,29 +40,32 @@ pub struct RedisOptions {
     pub max_key_len: Option<f64>,
 }
 
-/// An answer: decisions in `decision.rs`'s batch layout (each led by
-/// `allowed`) and who gave them (`"redis"`, `"policy"`, `"fallback"`,
-/// `"deny_cache"`).
+// A batch's answer is a `Vec<f64>` (napi's typings cannot name an alias):
+// who gave it (an index into `NativeRedis.sources`), then the decisions in
+// `decision.rs`'s batch layout (each led by `allowed`). Plain numbers: N-API
+// makes an array of numbers far faster than an object.
+
+/// The longest reply (1 + 5 per limit) or answer (source, allowed, the
+/// slots, an entry per limit).
+const IO_LEN: usize = 2 + crate::decision::OUT_LEN;
+
+/// Who answers, in the order of the code an answer starts with.
+const SOURCES: [&str; 4] = ["redis", "deny_cache", "policy", "fallback"];
+
+/// The arguments of one `EVALSHA`: the script's SHA1, 1, the Redis key,
+/// ARGV; `client.call('EVALSHA', ...args)` (ioredis) or
+/// `client.sendCommand(['EVALSHA', ...args])` (node-redis). Strings (a
+/// JavaScript string is made far faster than a Buffer); the key is a Buffer
+/// only when it is not UTF-8.
+type Args = Vec<Either<String, Buffer>>;
+
+/// How sending a call failed.
 #[napi(object)]
-pub struct RedisAnswer {
-    pub numbers: Vec<f64>,
-    pub source: String,
-}
-
-/// One `EVALSHA` to send: `client.call('EVALSHA', ...args)` (ioredis) or
-/// `client.sendCommand(['EVALSHA', ...args])` (node-redis).
-#[napi]
-pub struct NativeRedisCall {
-    call: Call,
-}
-
-#[napi]
-impl NativeRedisCall {
-    /// The command's arguments: the script's SHA1, 1, the Redis key, ARGV.
-    #[napi(getter)]
-    pub fn args(&self) -> Vec<Buffer> {
-        argv(&self.call)
-    }
+pub struct RedisFailure {
+    /// "timeout", "connection", "server" or "reply".
+    pub kind: String,
+    /// The client's error message.
+    pub message: String,
 }
 
 /// The calls of a batch, to send in one pipeline, in order.
@@ -73,19 +76,26 @@ pub struct NativeRedisBatch {
 
 #[napi]
 impl NativeRedisBatch {
-    /// Each call's arguments (see `NativeRedisCall.args`).
-    #[napi(getter)]
-    pub fn args(&self) -> Vec<Vec<Buffer>> {
+    /// Each call's arguments (as `NativeRedis.begin` returns them).
+    #[napi(getter, ts_return_type = "Array<Array<string | Buffer>>")]
+    pub fn args(&self) -> Vec<Args> {
         self.calls.iter().map(argv).collect()
     }
 }
 
-fn argv(call: &Call) -> Vec<Buffer> {
+fn text(b: &[u8]) -> Either<String, Buffer> {
+    match std::str::from_utf8(b) {
+        Ok(s) => Either::A(s.to_owned()),
+        Err(_) => Either::B(Buffer::from(b.to_vec())),
+    }
+}
+
+fn argv(call: &Call) -> Args {
     let mut out = Vec::with_capacity(3 + call.args().len());
-    out.push(Buffer::from(ratomic_redis::script::sha1().as_bytes().to_vec()));
-    out.push(Buffer::from(b"1".to_vec()));
-    out.push(Buffer::from(call.redis_key().to_vec()));
-    out.extend(call.args().iter().map(|a| Buffer::from(a.clone())));
+    out.push(Either::A(ratomic_redis::script::sha1().to_owned()));
+    out.push(Either::A("1".to_owned()));
+    out.push(text(call.redis_key()));
+    out.extend(call.args().iter().map(|a| text(a)));
     out
 }
 
@@ -119,16 +129,24 @@ fn reply(r: Option<Vec<f64>>) -> std::result::Result<Vec<i64>, RedisError> {
         .ok_or_else(|| RedisError::Reply("expected an array of integers from the script".into()))
 }
 
+fn op_of(op: u32) -> Op {
+    if op == 1 {
+        Op::Peek
+    } else {
+        Op::Allow
+    }
+}
+
 fn now_of(now_ms: Option<f64>) -> Res<Option<u64>> {
     now_ms.map(ms_to_ns).transpose()
 }
 
-fn source(s: ratomic_redis::Source) -> &'static str {
+fn source(s: ratomic_redis::Source) -> f64 {
     match s {
-        ratomic_redis::Source::Redis => "redis",
-        ratomic_redis::Source::Fallback => "fallback",
-        ratomic_redis::Source::DenyCache => "deny_cache",
-        _ => "policy",
+        ratomic_redis::Source::Redis => 0.0,
+        ratomic_redis::Source::DenyCache => 1.0,
+        ratomic_redis::Source::Fallback => 3.0,
+        _ => 2.0,
     }
 }
 
@@ -156,12 +174,49 @@ fn push(out: &mut Vec<f64>, d: &ratomic_redis::MultiDecision, multi: bool) {
 }
 
 impl NativeRedis {
-    fn answer(&self, ds: &[ratomic_redis::MultiDecision]) -> RedisAnswer {
-        let mut numbers = Vec::new();
+    fn answer(&self, ds: &[ratomic_redis::MultiDecision]) -> Vec<f64> {
+        // A batch is answered by one source (the pipeline, or the policy for all).
+        let mut numbers = vec![ds.first().map_or(0.0, |d| source(d.source))];
         for d in ds {
             push(&mut numbers, d, self.multi);
         }
-        RedisAnswer { numbers, source: ds.first().map_or("redis", |d| source(d.source)).to_owned() }
+        numbers
+    }
+
+    fn end(
+        &self,
+        env: &Env,
+        call: (u32, &Unknown<'_>, f64, Option<f64>),
+        reply: std::result::Result<Vec<i64>, RedisError>,
+        io: &mut Float64ArraySlice<'_>,
+    ) -> Result<u32> {
+        let (op, key, cost, now_ms) = call;
+        let run = || -> Res<_> {
+            let (op, cost, now) = (op_of(op), whole("cost", cost, 0)?, now_of(now_ms)?);
+            let d = self.key(env, key, |k| self.driver.finish_parts(op, k, cost, now, reply))?.map_err(failure)?;
+            Ok(self.write(&d, io))
+        };
+        run().map_err(|e| e.into_napi(env))
+    }
+
+    /// Writes one answer into `io` (as `answer` lays it out); returns its length.
+    fn write(&self, d: &ratomic_redis::MultiDecision, io: &mut Float64ArraySlice<'_>) -> u32 {
+        let mut numbers = Vec::with_capacity(IO_LEN);
+        numbers.push(source(d.source));
+        push(&mut numbers, d, self.multi);
+        // SAFETY: JavaScript runs nothing while this synchronous call holds the view.
+        let out = unsafe { io.as_mut() };
+        let n = numbers.len().min(out.len());
+        out[..n].copy_from_slice(&numbers[..n]);
+        n as u32
+    }
+
+    /// The reply JavaScript copied into `io` (`len` < 0: it was not an
+    /// array of integers).
+    fn reply_in(io: &Float64ArraySlice<'_>, len: i32) -> std::result::Result<Vec<i64>, RedisError> {
+        let len = usize::try_from(len)
+            .map_err(|_| RedisError::Reply("expected an array of integers from the script".into()))?;
+        Ok(io.iter().take(len).map(|&x| x as i64).collect())
     }
 
     fn key<R>(&self, env: &Env, key: &Unknown<'_>, f: impl FnOnce(&[u8]) -> R) -> Res<R> {
@@ -182,9 +237,7 @@ impl NativeRedis {
             let limits = match rules.as_slice() {
                 [one] if !multi => Limits::single(rule(one)?),
                 many => Limits::new(
-                    many.iter()
-                        .map(|r| Ok((r.name.clone().unwrap_or_default(), rule(r)?)))
-                        .collect::<Res<Vec<_>>>()?,
+                    many.iter().map(|r| Ok((r.name.clone().unwrap_or_default(), rule(r)?))).collect::<Res<Vec<_>>>()?,
                 ),
             };
             let mut limits = limits.map_err(failure)?;
@@ -214,7 +267,9 @@ impl NativeRedis {
                 Some(other) => {
                     return Err(JsFailure::range(
                         "ERR_RATOMIC_INVALID_ARGUMENT",
-                        format!("invalid onError: {other:?} (expected \"raise\", \"allow\", \"deny\" or a ratomic limiter)"),
+                        format!(
+                            "invalid onError: {other:?} (expected \"raise\", \"allow\", \"deny\" or a ratomic limiter)"
+                        ),
                     ))
                 }
             };
@@ -262,8 +317,14 @@ impl NativeRedis {
         self.driver.breaker_open()
     }
 
-    /// Starts an allow (`op` 0) or a peek (1): an answer, or a call to send.
-    #[napi(ts_args_type = "op: number, key: string | Uint8Array, cost: number, nowMs?: number")]
+    /// Starts an allow (`op` 0) or a peek (1): an answer written into `io`
+    /// (its length), or the Redis key to send the call on (a string, or a
+    /// Buffer when it is not UTF-8), with the arguments `argv` gives; then
+    /// `finish` or `fail` with the same `op`, `key`, `cost` and `nowMs`.
+    #[napi(
+        ts_args_type = "op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array",
+        ts_return_type = "number | string | Buffer"
+    )]
     pub fn begin(
         &self,
         env: Env,
@@ -271,40 +332,103 @@ impl NativeRedis {
         key: Unknown<'_>,
         cost: f64,
         now_ms: Option<f64>,
-    ) -> Result<Either<RedisAnswer, NativeRedisCall>> {
-        let run = || -> Res<_> {
-            let op = if op == 1 { Op::Peek } else { Op::Allow };
-            let (cost, now) = (whole("cost", cost, 0)?, now_of(now_ms)?);
+        mut io: Float64ArraySlice<'_>,
+    ) -> Result<Either3<u32, String, Buffer>> {
+        let mut run = || -> Res<_> {
+            let (op, cost, now) = (op_of(op), whole("cost", cost, 0)?, now_of(now_ms)?);
             match self.key(&env, &key, |k| self.driver.begin(op, k, cost, now))?.map_err(failure)? {
-                Step::Answer(d) => Ok(Either::A(self.answer(&[d]))),
-                Step::Send(call) => Ok(Either::B(NativeRedisCall { call })),
+                Step::Answer(d) => Ok(Either3::A(self.write(&d, &mut io))),
+                Step::Send(call) => Ok(match text(call.redis_key()) {
+                    Either::A(s) => Either3::B(s),
+                    Either::B(b) => Either3::C(b),
+                }),
             }
         };
         run().map_err(|e| e.into_napi(&env))
     }
 
-    /// Ends a call with the client's reply (null: not an array of integers).
-    #[napi]
-    pub fn finish(&self, env: Env, call: &NativeRedisCall, reply_: Option<Vec<f64>>) -> Result<RedisAnswer> {
-        let d = self.driver.finish(&call.call, reply(reply_)).map_err(|e| failure(e).into_napi(&env))?;
-        Ok(self.answer(&[d]))
+    /// The script's arguments (`ARGV`) for an allow or peek of `cost` at
+    /// `nowMs` (none: the server's time), whatever the key: the same for
+    /// every call of that `op` and `cost` without `nowMs`.
+    #[napi(ts_args_type = "op: number, cost: number, nowMs?: number")]
+    pub fn argv(&self, env: Env, op: u32, cost: f64, now_ms: Option<f64>) -> Result<Vec<String>> {
+        let run = || -> Res<_> {
+            let (op, cost, now) = (op_of(op), whole("cost", cost, 0)?, now_of(now_ms)?);
+            let args = self.driver.limits().args(op, now, cost).map_err(failure)?;
+            Ok(args.into_iter().map(|a| String::from_utf8_lossy(&a).into_owned()).collect())
+        };
+        run().map_err(|e| e.into_napi(&env))
     }
 
-    /// Ends a call whose sending failed (`kind`: "timeout", "connection",
-    /// "server", "reply"): the policy's answer, or an `ERR_RATOMIC_BACKEND` error.
-    #[napi]
-    pub fn fail(&self, env: Env, call: &NativeRedisCall, kind: String, message: String) -> Result<RedisAnswer> {
-        let d = self.driver.finish(&call.call, Err(kind_error(&kind, message))).map_err(|e| failure(e).into_napi(&env))?;
-        Ok(self.answer(&[d]))
+    /// The script's SHA1, for `EVALSHA`.
+    #[napi(getter)]
+    pub fn sha(&self) -> &'static str {
+        ratomic_redis::script::sha1()
     }
 
-    /// Starts a refund: the call to send.
-    #[napi(ts_args_type = "key: string | Uint8Array, tokens: number, nowMs?: number")]
-    pub fn begin_refund(&self, env: Env, key: Unknown<'_>, tokens: f64, now_ms: Option<f64>) -> Result<NativeRedisCall> {
+    /// Who answers: the names of the codes answers start with.
+    #[napi(getter)]
+    pub fn sources(&self) -> Vec<&'static str> {
+        SOURCES.to_vec()
+    }
+
+    /// Ends a call `begin` asked to send, with the client's reply copied
+    /// into `io` (`replyLen` < 0: it was not an array of integers): writes
+    /// the answer into `io`, returns its length.
+    #[napi(
+        ts_args_type = "op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array, replyLen: number"
+    )]
+    #[allow(clippy::too_many_arguments)] // the JavaScript call's arguments, as `begin` took them
+    pub fn finish(
+        &self,
+        env: Env,
+        op: u32,
+        key: Unknown<'_>,
+        cost: f64,
+        now_ms: Option<f64>,
+        mut io: Float64ArraySlice<'_>,
+        reply_len: i32,
+    ) -> Result<u32> {
+        let reply = Self::reply_in(&io, reply_len);
+        self.end(&env, (op, &key, cost, now_ms), reply, &mut io)
+    }
+
+    /// Ends a call whose sending failed: the policy's answer written into
+    /// `io` (its length), or an `ERR_RATOMIC_BACKEND` error.
+    #[napi(
+        ts_args_type = "op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array, failure: RedisFailure"
+    )]
+    #[allow(clippy::too_many_arguments)] // the JavaScript call's arguments, as `begin` took them
+    pub fn fail(
+        &self,
+        env: Env,
+        op: u32,
+        key: Unknown<'_>,
+        cost: f64,
+        now_ms: Option<f64>,
+        mut io: Float64ArraySlice<'_>,
+        failure_: RedisFailure,
+    ) -> Result<u32> {
+        let e = Err(kind_error(&failure_.kind, failure_.message));
+        self.end(&env, (op, &key, cost, now_ms), e, &mut io)
+    }
+
+    /// Numbers an `io` array must hold: the longest reply or answer.
+    #[napi(getter)]
+    pub fn io_len(&self) -> u32 {
+        IO_LEN as u32
+    }
+
+    /// Starts a refund: the arguments of the call to send.
+    #[napi(
+        ts_args_type = "key: string | Uint8Array, tokens: number, nowMs?: number",
+        ts_return_type = "Array<string | Buffer>"
+    )]
+    pub fn begin_refund(&self, env: Env, key: Unknown<'_>, tokens: f64, now_ms: Option<f64>) -> Result<Args> {
         let run = || -> Res<_> {
             let (tokens, now) = (whole("tokens", tokens, 0)?, now_of(now_ms)?);
             let call = self.key(&env, &key, |k| self.driver.begin_refund(k, tokens, now))?.map_err(failure)?;
-            Ok(NativeRedisCall { call })
+            Ok(argv(&call))
         };
         run().map_err(|e| e.into_napi(&env))
     }
@@ -317,8 +441,8 @@ impl NativeRedis {
 
     /// The `ERR_RATOMIC_BACKEND` error for a failed refund or reset.
     #[napi]
-    pub fn backend_error(&self, env: Env, kind: String, message: String) -> Result<()> {
-        Err(failure(kind_error(&kind, message)).into_napi(&env))
+    pub fn backend_error(&self, env: Env, failure_: RedisFailure) -> Result<()> {
+        Err(failure(kind_error(&failure_.kind, failure_.message)).into_napi(&env))
     }
 
     /// Starts a reset: the Redis key to `DEL`.
@@ -336,7 +460,7 @@ impl NativeRedis {
         env: Env,
         requests: Unknown<'_>,
         now_ms: Option<f64>,
-    ) -> Result<Either<RedisAnswer, NativeRedisBatch>> {
+    ) -> Result<Either<Vec<f64>, NativeRedisBatch>> {
         let run = || -> Res<_> {
             let limits = self.driver.limits();
             let check = |k: &[u8], c: u64| match limits.check(k, c) {
@@ -358,7 +482,7 @@ impl NativeRedis {
     /// Ends a batch with the pipeline's replies (null for a reply that is
     /// not an array of integers).
     #[napi]
-    pub fn finish_many(&self, env: Env, batch: &NativeRedisBatch, replies: Vec<Option<Vec<f64>>>) -> Result<RedisAnswer> {
+    pub fn finish_many(&self, env: Env, batch: &NativeRedisBatch, replies: Vec<Option<Vec<f64>>>) -> Result<Vec<f64>> {
         let replies = replies.into_iter().map(reply).collect::<std::result::Result<Vec<_>, _>>();
         let ds = self.driver.finish_many(&batch.calls, replies).map_err(|e| failure(e).into_napi(&env))?;
         Ok(self.answer(&ds))
@@ -367,10 +491,10 @@ impl NativeRedis {
     /// Ends a batch whose pipeline failed: the policy's answers, or an
     /// `ERR_RATOMIC_BACKEND` error.
     #[napi]
-    pub fn fail_many(&self, env: Env, batch: &NativeRedisBatch, kind: String, message: String) -> Result<RedisAnswer> {
+    pub fn fail_many(&self, env: Env, batch: &NativeRedisBatch, failure_: RedisFailure) -> Result<Vec<f64>> {
         let ds = self
             .driver
-            .finish_many(&batch.calls, Err(kind_error(&kind, message)))
+            .finish_many(&batch.calls, Err(kind_error(&failure_.kind, failure_.message)))
             .map_err(|e| failure(e).into_napi(&env))?;
         Ok(self.answer(&ds))
     }

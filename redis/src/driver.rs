@@ -199,16 +199,18 @@ impl Driver {
                 reason: "refunds start with begin_refund".into(),
             }));
         }
-        let call = self.call(op, key, cost, now)?;
+        self.limits.check(key, cost)?;
         if now.is_none() && op == Op::Allow {
             if let Some(d) = self.denials.get(key, cost) {
                 return Ok(Step::Answer(self.limits.cached_decision(d)));
             }
         }
         if self.breaker.is_open() {
-            return self.on_failure(Error::Connection("the circuit breaker is open".into()), &call).map(Step::Answer);
+            return self
+                .on_failure(Error::Connection("the circuit breaker is open".into()), op, key, cost, now)
+                .map(Step::Answer);
         }
-        Ok(Step::Send(call))
+        self.call(op, key, cost, now).map(Step::Send)
     }
 
     /// Ends a call [`begin`](Self::begin) asked to send, with the script's
@@ -216,17 +218,32 @@ impl Driver {
     /// timeout, server, reply) counts towards the breaker and is answered by
     /// the failure policy; a reply that does not decode is such a failure.
     pub fn finish(&self, call: &Call, reply: Result<Vec<i64>>) -> Result<MultiDecision> {
+        self.finish_parts(call.op, &call.key, call.cost, call.now, reply)
+    }
+
+    /// [`finish`](Self::finish) for a call named by what [`begin`](Self::begin)
+    /// was given (`op`, `key`, `cost`, `now`) rather than by its [`Call`]: for
+    /// a client that would rather not keep the `Call` while the command is in
+    /// flight (a JavaScript object wrapping one costs more than the call).
+    pub fn finish_parts(
+        &self,
+        op: Op,
+        key: &[u8],
+        cost: u64,
+        now: Option<u64>,
+        reply: Result<Vec<i64>>,
+    ) -> Result<MultiDecision> {
         match reply.and_then(|r| self.limits.decode(&r)) {
             Ok(d) => {
                 self.breaker.success();
-                if call.now.is_none() && call.op == Op::Allow {
-                    self.denials.insert(&call.key, call.cost, d.decision);
+                if now.is_none() && op == Op::Allow {
+                    self.denials.insert(key, cost, d.decision);
                 }
                 Ok(d)
             }
             Err(e) if e.is_backend() => {
                 self.breaker.failure();
-                self.on_failure(e, call)
+                self.on_failure(e, op, key, cost, now)
             }
             Err(e) => Err(e),
         }
@@ -279,7 +296,11 @@ impl Driver {
         }
         if self.breaker.is_open() && self.options.policy != FailurePolicy::ReturnError {
             let e = Error::Connection("the circuit breaker is open".into());
-            return calls.iter().map(|c| self.on_failure(e.clone(), c)).collect::<Result<_>>().map(BatchStep::Answer);
+            return calls
+                .iter()
+                .map(|c| self.on_failure(e.clone(), c.op, &c.key, c.cost, c.now))
+                .collect::<Result<_>>()
+                .map(BatchStep::Answer);
         }
         Ok(BatchStep::Send(calls))
     }
@@ -300,7 +321,7 @@ impl Driver {
             }
             Err(e) if e.is_backend() => {
                 self.breaker.failure();
-                calls.iter().map(|c| self.on_failure(e.clone(), c)).collect()
+                calls.iter().map(|c| self.on_failure(e.clone(), c.op, &c.key, c.cost, c.now)).collect()
             }
             Err(e) => Err(e),
         }
@@ -312,7 +333,7 @@ impl Driver {
         Ok(Call { op, key: key.to_vec(), cost, now, redis_key: self.limits.key(key), args })
     }
 
-    fn on_failure(&self, e: Error, call: &Call) -> Result<MultiDecision> {
+    fn on_failure(&self, e: Error, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<MultiDecision> {
         let limit = self.limits.max_cost();
         match self.options.policy {
             FailurePolicy::ReturnError => Err(e),
@@ -332,10 +353,10 @@ impl Driver {
             })),
             FailurePolicy::Fallback => {
                 let local = self.fallback.as_ref().expect("made with the Fallback policy");
-                let now = call.now.unwrap_or_else(|| local.now());
-                let d = match call.op {
-                    Op::Peek => local.peek_at(&call.key, call.cost, now)?,
-                    _ => local.allow_at(&call.key, call.cost, now)?,
+                let now = now.unwrap_or_else(|| local.now());
+                let d = match op {
+                    Op::Peek => local.peek_at(key, cost, now)?,
+                    _ => local.allow_at(key, cost, now)?,
                 };
                 Ok(self.limits.fallback_decision(&d))
             }

@@ -28,13 +28,23 @@ function build (kind, file) {
 if (process.env.RATOMIC_SHARED_CHILD) {
   const { kind, file, keys, calls } = JSON.parse(process.env.RATOMIC_SHARED_CHILD)
   const limiter = build(kind, file)
+  // A grant is reported before the next call, so a kill loses at most one.
+  // The pipe is a non-blocking socket: when the parent falls behind, a write
+  // fails with EAGAIN (or writes part), and is retried until it is whole.
+  const report = (line) => {
+    const bytes = Buffer.from(line)
+    for (let at = 0; at < bytes.length;) {
+      try {
+        at += fs.writeSync(1, bytes, at)
+      } catch (e) {
+        if (e.code !== 'EAGAIN') throw e
+      }
+    }
+  }
   process.on('message', () => {
     for (let n = 0; n < calls; n++) {
       const key = `k${(n * 7919 + process.pid) % keys}`
-      const d = limiter.allow(key)
-      // A synchronous write to a pipe (Node writes pipes synchronously on
-      // Linux): reported before the next call, so a kill loses at most one.
-      if (d.allowed) fs.writeSync(1, key + '\n')
+      if (limiter.allow(key).allowed) report(key + '\n')
     }
     process.exit(0)
   })
@@ -57,8 +67,12 @@ if (process.env.RATOMIC_SHARED_CHILD) {
           if (m.ready && ++ready === children.length) for (const d of children) d.send('go')
         })
         require('node:readline').createInterface({ input: c.stdout }).on('line', (key) => onGrant(c, key))
-        // 'close': exited and its stdout read to the end.
-        c.on('close', () => { if (++ended === children.length) resolve() })
+        // 'close': exited and its stdout read to the end. A child that was
+        // not killed must have run to the end: a crash would lose grants.
+        c.on('close', (code, signal) => {
+          if (!c.killed && code !== 0) reject(new Error(`child ${c.pid} ended with ${signal || `exit code ${code}`}`))
+          if (++ended === children.length) resolve()
+        })
       }
     })
   }

@@ -51,6 +51,71 @@ end
 
 local function num(x) return string.format('%.0f', x) end
 
+-- The common case first, before the general code below builds its ~25
+-- closures (Lua 5.1 makes every `local function` anew on each call): one
+-- GCRA limit, allow or peek. The same equations and the same reply as
+-- gcra_decide and store below (the parity tests hold both to the in-memory
+-- engine).
+if n == 1 and op ~= 'r' and ARGV[5] == 'g' then
+  local key, field = KEYS[1], ARGV[6]
+  local t, b = tonumber(ARGV[7]), tonumber(ARGV[8])
+  local tat = tonumber(redis.call('HGET', key, field)) or 0
+  if tat < now then tat = now end
+  local d = tat - now
+  local tau = b * t
+  local need = amount * t
+  local slack = tau - need
+  if d > slack then
+    local left = 0
+    if d < tau then left = (divmod(tau - d, t)) end
+    return {0, 0, left, b, d - slack, d}
+  end
+  local after = d + need
+  local left = 0
+  if after < tau then left = (divmod(tau - after, t)) end
+  if op == 'a' and need ~= 0 then
+    -- store's TTL: the time until full again (`after` > 0), in whole ms
+    -- rounded up, at least the floor.
+    local ms = div_ceil(after, 1000)
+    if ms < ttl_floor then ms = ttl_floor end
+    redis.call('HSET', key, field, num(tat + need))
+    redis.call('PEXPIRE', key, num(ms))
+  end
+  return {1, 1, left, b, 0, after}
+end
+
+-- The same for one fixed window (window_view, frame and window_decide
+-- below, with no previous window).
+if n == 1 and op ~= 'r' and ARGV[5] == 'f' then
+  local key, field = KEYS[1], ARGV[6]
+  local w, l = tonumber(ARGV[7]), tonumber(ARGV[8])
+  local v = redis.call('HGET', key, field)
+  local stored, cur = 0, 0
+  if v then
+    local i, c = string.match(v, '(%d+):(%d+)')
+    stored, cur = tonumber(i), tonumber(c)
+  end
+  local index, offset = divmod(now, w)
+  local gap = 0
+  if stored > index then
+    index, gap, offset = stored, stored * w - now, 0
+  elseif stored < index then
+    cur = 0
+  end
+  local to_end = gap + w - offset
+  local after = cur + amount
+  if after > l then return {0, 0, l - cur, l, to_end, to_end} end
+  if op == 'a' and amount ~= 0 then
+    local ms = div_ceil(to_end, 1000)
+    if ms < ttl_floor then ms = ttl_floor end
+    redis.call('HSET', key, field, num(index) .. ':' .. num(after))
+    redis.call('PEXPIRE', key, num(ms))
+  end
+  local reset = 0
+  if after > 0 then reset = to_end end
+  return {1, 1, l - after, l, 0, reset}
+end
+
 -- GCRA (SPEC §4.1). State: TAT.
 local function gcra_view(v) return tonumber(v) or 0 end
 

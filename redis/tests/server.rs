@@ -327,6 +327,22 @@ fn keys_expire_when_full_again_and_denials_write_nothing() {
     block(l.refund("k", 2)).unwrap();
     let pttl: i64 = c.pttl(&dkey).unwrap();
     assert!(pttl <= 1, "PTTL {pttl}");
+    // A fixed window's key lives to the end of its window: 45 s at 15 s in,
+    // at least the floor.
+    let minute = Limits::single(Rule::fixed_window(Rate::new(5, Duration::from_secs(60)).unwrap()).unwrap()).unwrap();
+    let minute = minute.with_prefix(support::prefix("ttl")).unwrap();
+    let mkey = minute.key(b"k");
+    let l = RedisLimiter::new(manager(), minute.clone(), options());
+    let t = (28_333_333 * 60 + 15) * 1_000_000 * US; // a Unix time, 15 s into a minute
+    assert!(block(l.allow_at("k", 2, t)).unwrap().allowed());
+    let pttl: i64 = c.pttl(&mkey).unwrap();
+    assert!(pttl > 44_000 && pttl <= 45_000, "PTTL {pttl}");
+    let floored = RedisLimiter::new(manager(), minute.with_ttl_floor(Duration::from_secs(100)), options());
+    assert!(block(floored.allow_at("k", 1, t)).unwrap().allowed());
+    let pttl: i64 = c.pttl(&mkey).unwrap();
+    assert!(pttl > 99_000 && pttl <= 100_000, "PTTL {pttl}");
+    let d = block(floored.peek_at("k", 2, t)).unwrap();
+    assert_eq!((d.allowed(), d.decision.remaining), (true, 0), "three of five spent, two asked");
 }
 
 #[test]

@@ -2,11 +2,16 @@
 // express-rate-limit's option names.
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { BaseLimiter, Decision, MultiDecision } from './ratomic'
+import type { RedisBase, RedisDecision, RedisMultiDecision } from './redis'
 
 /** The options of `rateLimit` (and of the `ratomic/fastify` plugin), named as in express-rate-limit. */
 export interface RateLimitOptions<Req = IncomingMessage, Res = ServerResponse> {
-  /** Any ratomic limiter; default: a `FixedWindow` of `limit` per `windowMs`. */
-  limiter?: BaseLimiter<any>
+  /**
+   * Any ratomic limiter, in memory or on Redis (`ratomic/redis`, awaited; a Redis failure under
+   * `onError: "raise"` is a request it cannot judge: see `passOnStoreError`); default: a
+   * `FixedWindow` of `limit` per `windowMs`.
+   */
+  limiter?: BaseLimiter<any> | RedisBase<any>
   /** Requests per window per client when no `limiter` is given (default 5). */
   limit?: number
   /** The window in milliseconds when no `limiter` is given (default 60000). */
@@ -33,12 +38,12 @@ export interface RateLimitOptions<Req = IncomingMessage, Res = ServerResponse> {
   cost?: number | ((req: Req) => number)
   /** The limit's name in the header fields (single-rule limiters; default `"default"`). */
   name?: string
-  /** When the limiter cannot judge a request (a key too long), let it through instead of a 429. */
+  /** When the limiter cannot judge a request (a key too long, Redis failing), let it through instead of a 429. */
   passOnStoreError?: boolean
 }
 
 /** The decision left on the request (`req.rateLimit` by default). */
-export type RequestRateLimit = Decision | MultiDecision
+export type RequestRateLimit = Decision | MultiDecision | RedisDecision | RedisMultiDecision
 
 /** Middleware for Express and plain `http`: `app.use(rateLimit({ limit: 100, windowMs: 60_000 }))`. */
 export declare function rateLimit<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(

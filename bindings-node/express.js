@@ -21,7 +21,7 @@ function rateLimit(options) {
       const key = o.keyGenerator
         ? await o.keyGenerator(req, res)
         : clientKey(req.ip !== undefined ? req.ip : req.socket && req.socket.remoteAddress, o.ipv6Subnet)
-      const { decision, fields, problem } = decide(o, req, key)
+      const { decision, fields, problem } = o.async ? await decide(o, req, key) : decide(o, req, key)
       for (const [name, value] of fields) res.setHeader(name, value)
       if (decision !== null) req[o.requestPropertyName] = decision
       if (problem === null) return next()

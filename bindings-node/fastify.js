@@ -15,7 +15,7 @@ async function ratomicFastify(fastify, options) {
   fastify.addHook('onRequest', async (request, reply) => {
     if (o.skip && (await o.skip(request, reply))) return
     const key = o.keyGenerator ? await o.keyGenerator(request, reply) : clientKey(request.ip, o.ipv6Subnet)
-    const { decision, fields, problem } = decide(o, request, key)
+    const { decision, fields, problem } = o.async ? await decide(o, request, key) : decide(o, request, key)
     for (const [name, value] of fields) reply.header(name, value)
     if (decision !== null) request[o.requestPropertyName] = decision
     if (problem === null) return

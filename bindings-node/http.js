@@ -6,6 +6,7 @@
 
 const net = require('node:net')
 const { BaseLimiter, FixedWindow, Limiter, PROBLEM_CONTENT_TYPE } = require('./ratomic.js')
+const { RedisBase, RedisLimiter } = require('./redis.js')
 
 const OPTIONS = [
   'limiter', 'limit', 'windowMs', 'keyGenerator', 'skip', 'handler', 'statusCode', 'message',
@@ -67,8 +68,10 @@ function resolve(options) {
     const windowMs = o.windowMs === undefined ? 60_000 : o.windowMs
     // express-rate-limit counts in fixed windows; so does the default here.
     limiter = new FixedWindow(limit, windowMs)
-  } else if (!(limiter instanceof BaseLimiter)) {
-    throw typeError('limiter must be a ratomic TokenBucket, FixedWindow, SlidingWindow or Limiter')
+  } else if (!(limiter instanceof BaseLimiter) && !(limiter instanceof RedisBase)) {
+    throw typeError(
+      'limiter must be a ratomic TokenBucket, FixedWindow, SlidingWindow or Limiter, or one of ratomic/redis (RedisTokenBucket, RedisFixedWindow, RedisSlidingWindow, RedisLimiter)'
+    )
   } else if (o.limit !== undefined || o.windowMs !== undefined) {
     throw typeError('give either limiter or limit/windowMs, not both')
   }
@@ -85,12 +88,14 @@ function resolve(options) {
   }
   if (o.cost !== undefined && typeof o.cost !== 'number' && typeof o.cost !== 'function') throw typeError('cost must be a number or a function')
   const name = o.name === undefined ? 'default' : o.name
-  const multi = limiter instanceof Limiter
+  const multi = limiter instanceof Limiter || limiter instanceof RedisLimiter
   // Check the name now, not on the first request.
-  if (!multi) limiter.headers(limiter.peek(''), { name })
+  if (!multi) limiter.headers({ allowed: true, remaining: 0, limit: 1, retryAfterMs: 0, resetAfterMs: 0 }, { name })
   return {
     limiter,
     multi,
+    // A Redis limiter answers with a promise; an in-memory one at once.
+    async: limiter instanceof RedisBase,
     name,
     keyGenerator: o.keyGenerator,
     skip: o.skip,
@@ -110,20 +115,29 @@ function resolve(options) {
 
 /**
  * Decides request `req` whose key is `key`: the decision, the header fields
- * to set, and the problem body of a denial.
+ * to set, and the problem body of a denial. A promise of them when the
+ * limiter is a Redis one (`o.async`).
  */
 function decide(o, req, key) {
   let d
   try {
-    const cost = typeof o.cost === 'function' ? o.cost(req) : o.cost
-    d = o.limiter.allow(key, cost)
+    d = o.limiter.allow(key, typeof o.cost === 'function' ? o.cost(req) : o.cost)
   } catch (e) {
-    // A request the limiter cannot judge (no key, a key too long): fail
-    // closed unless passOnStoreError says open; never a 500.
-    if (o.passOnStoreError) return { decision: null, fields: [], problem: null }
-    const body = { type: 'about:blank', title: 'Too Many Requests', status: o.statusCode, detail: `the rate limit could not be applied: ${e.message}` }
-    return { decision: null, fields: [['Retry-After', '1']], problem: JSON.stringify(body), failed: true }
+    return unjudged(o, e)
   }
+  return o.async ? d.then((decision) => outcome(o, decision), (e) => unjudged(o, e)) : outcome(o, d)
+}
+
+// A request the limiter cannot judge (no key, a key too long, Redis failing
+// under onError "raise"): fail closed unless passOnStoreError says open;
+// never a 500.
+function unjudged(o, e) {
+  if (o.passOnStoreError) return { decision: null, fields: [], problem: null }
+  const body = { type: 'about:blank', title: 'Too Many Requests', status: o.statusCode, detail: `the rate limit could not be applied: ${e.message}` }
+  return { decision: null, fields: [['Retry-After', '1']], problem: JSON.stringify(body), failed: true }
+}
+
+function outcome(o, d) {
   const all = o.limiter.headers(d, o.headerOptions)
   // RateLimit-Policy and RateLimit are the standard ones; Retry-After goes
   // on every denial; X-RateLimit-* only when asked.

@@ -183,6 +183,18 @@ export declare class NativeRedis {
   get limit(): number
   /** The key prefix. */
   get prefix(): string
+  /**
+   * The HTTP header fields for a decision of this limiter, as
+   * `Name: value\r
+  ` lines: a single rule's, its limit named `name`, or
+   * a `RedisLimiter`'s with its `entries`.
+   */
+  headers(decision: DecisionIn, entries: Array<EntryIn> | undefined | null, name: string, legacy: boolean): string
+  /**
+   * The RFC 9457 problem document for a 429 answering the decision
+   * (naming the limits that denied), or null when it was allowed.
+   */
+  problem(decision: DecisionIn, entries: Array<EntryIn> | undefined | null, name: string): string | null
   /** The script's source, for `SCRIPT LOAD` after `NOSCRIPT`. */
   get script(): string
   /** Whether the circuit breaker is open. */

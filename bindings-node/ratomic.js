@@ -842,5 +842,8 @@ module.exports = { BaseLimiter, TokenBucket, FixedWindow, SlidingWindow, Limiter
 // What redis.js shares with this file (argument reading, decision decoding),
 // under a symbol no user code names by accident; not part of the API.
 Object.defineProperty(module.exports, Symbol.for('ratomic.internals'), {
-  value: Object.freeze({ typeError, rangeError, describe, readOptions, tokenBucketRule, windowArgs, limitRules, decodeAll, single, multi, acquire, realSleep }),
+  value: Object.freeze({
+    typeError, rangeError, describe, readOptions, tokenBucketRule, windowArgs, limitRules, decodeAll, single, multi, acquire, realSleep,
+    headerOptions, pairs, decisionArg, entriesArg,
+  }),
 })

@@ -1,6 +1,6 @@
 // Types of `ratomic/redis`: the limiters of `ratomic`, with their state on a
 // Redis server reached through your own ioredis or node-redis client.
-import type { AcquireOptions, Decision, Key, Limiter, MultiDecision, FixedWindow, Rule, SlidingWindow, TokenBucket } from './ratomic'
+import type { AcquireOptions, Decision, HeaderOptions, Key, Limiter, MultiDecision, FixedWindow, Rule, SlidingWindow, TokenBucket } from './ratomic'
 
 /**
  * Who answered a call: `'redis'` (the server), `'deny_cache'` (a denial Redis gave
@@ -106,6 +106,14 @@ export declare abstract class RedisBase<D extends RedisDecision = RedisDecision>
   readonly limit: number
   /** Whether the circuit breaker is open: calls are answered by `onError` without reaching Redis. */
   readonly breakerOpen: boolean
+  /**
+   * The HTTP header fields for `decision` (one this limiter returned), as the in-memory
+   * limiters format them: `RateLimit-Policy`, `RateLimit`, `Retry-After` on a denial, and the
+   * legacy `X-RateLimit-*` fields with `legacy: true`.
+   */
+  headers(decision: Decision, options?: HeaderOptions): Array<[string, string]>
+  /** The RFC 9457 problem document for a 429 answering `decision`; null when it was allowed. */
+  problem(decision: Decision, options?: { name?: string }): string | null
 }
 
 /** A token bucket (GCRA) per key, on Redis: the arguments of {@link TokenBucket}, plus the Redis options. */
@@ -141,4 +149,8 @@ export declare class RedisLimiter extends RedisBase<RedisMultiDecision> {
   constructor(limits: Record<string, Rule> | Array<Exclude<Rule, string> & { name: string }>, options: RedisOptions<Limiter>)
   /** The limits' names, in order. */
   readonly names: string[]
+  /** The header fields for `decision`: one `RateLimit-Policy` and `RateLimit` item per limit the call was subject to. */
+  headers(decision: MultiDecision, options?: { legacy?: boolean }): Array<[string, string]>
+  /** The problem document for a 429 answering `decision`, naming who denied; null when allowed. */
+  problem(decision: MultiDecision): string | null
 }

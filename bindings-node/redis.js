@@ -13,8 +13,10 @@
 const ratomic = require('./ratomic.js')
 const { NativeRedis } = require('./index.js')
 
-const { typeError, rangeError, describe, readOptions, tokenBucketRule, windowArgs, limitRules, decodeAll, single, multi, acquire, realSleep } =
-  ratomic[Symbol.for('ratomic.internals')]
+const {
+  typeError, rangeError, describe, readOptions, tokenBucketRule, windowArgs, limitRules, decodeAll, single, multi, acquire, realSleep,
+  headerOptions, pairs, decisionArg, entriesArg,
+} = ratomic[Symbol.for('ratomic.internals')]
 
 const OPTIONS = ['client', 'prefix', 'timeoutMs', 'onError', 'denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'maxKeyLen']
 const OP_ALLOW = 0
@@ -146,6 +148,7 @@ class RedisBase {
   #timeoutMs
   #local
   #decode
+  #multi
   #sha
   #sources
   // Numbers in and out of the driver's single calls (see src/redis.rs).
@@ -187,6 +190,7 @@ class RedisBase {
     this.#sources = this.#native.sources
     this.#io = new Float64Array(this.#native.ioLen)
     const names = this.#native.names
+    this.#multi = isLimiter
     this.#decode = isLimiter ? (allowed, a, at) => multi(allowed, a, at, names) : single
   }
 
@@ -390,6 +394,25 @@ class RedisBase {
   /** Whether the circuit breaker is open: calls are answered by `onError` without reaching Redis. */
   get breakerOpen() {
     return this.#native.breakerOpen
+  }
+
+  /**
+   * The HTTP header fields for one of this limiter's decisions, as
+   * `[name, value]` pairs, formatted as the in-memory limiters' `headers()`
+   * (`options.name` names a single rule's limit; a `RedisLimiter`'s limits
+   * are named already).
+   */
+  headers(decision, options) {
+    const o = headerOptions(options, this.#multi ? ['legacy'] : ['name', 'legacy'])
+    const d = decisionArg(decision)
+    return pairs(this.#native.headers(d, this.#multi ? entriesArg(d) : undefined, o.name, o.legacy))
+  }
+
+  /** The RFC 9457 problem document (JSON) for a 429 answering `decision`, or null when it was allowed. */
+  problem(decision, options) {
+    const o = headerOptions(options, this.#multi ? [] : ['name'])
+    const d = decisionArg(decision)
+    return this.#native.problem(d, this.#multi ? entriesArg(d) : undefined, o.name)
   }
 }
 

@@ -4,6 +4,7 @@ import assert from 'node:assert/strict'
 import { rateLimit, RateLimitOptions } from 'ratomic/express'
 import ratomicFastify = require('ratomic/fastify')
 import { TokenBucket } from 'ratomic'
+import { RedisLimiter, RedisTokenBucket } from 'ratomic/redis'
 
 test('typings: the middleware factories', () => {
   const options: RateLimitOptions = { limiter: new TokenBucket('5/s'), name: 'api', legacyHeaders: true, ipv6Subnet: 56 }
@@ -11,6 +12,9 @@ test('typings: the middleware factories', () => {
   assert.equal(typeof mw, 'function')
   assert.equal(typeof rateLimit({ limit: 10, windowMs: 1000, keyGenerator: (req) => String(req.headers['x-api-key']) }), 'function')
   assert.equal(typeof ratomicFastify, 'function')
+  // A Redis limiter fits `limiter` too (types only here; middleware-redis.test.js runs them).
+  const onRedis = (limiter: RedisTokenBucket | RedisLimiter): RateLimitOptions => ({ limiter, passOnStoreError: true })
+  assert.equal(typeof onRedis, 'function')
   // @ts-expect-error standardHeaders takes true, false or 'draft-11'
   assert.throws(() => rateLimit({ standardHeaders: 'draft-6' }), TypeError)
 })

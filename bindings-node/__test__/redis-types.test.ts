@@ -88,6 +88,16 @@ test('typings: ratomic/redis through ioredis and node-redis', async () => {
     assert.deepEqual(md.deniedBy, [])
     assert.equal(md.source, 'redis')
 
+    // Header fields and problem bodies, as the in-memory limiters give them (what the middleware sends).
+    const fields: Array<[string, string]> = tb.headers(d, { name: 'api', legacy: true })
+    assert.deepEqual(fields[0], ['RateLimit-Policy', '"api";q=5;w=5'])
+    const problem: string | null = tb.problem(d, { name: 'api' })
+    assert.equal(problem, null)
+    assert.equal(m.headers(md, { legacy: false })[0][1], '"burst";q=2;w=1, "day";q=100;w=86400')
+    assert.equal(m.problem(md), null)
+    // @ts-expect-error a RedisLimiter's limits are named already
+    assert.throws(() => m.headers(md, { name: 'x' }), TypeError)
+
     // @ts-expect-error the client is required
     assert.throws(() => new RedisTokenBucket(5, 1, {}), TypeError)
     // @ts-expect-error a URL is not a client

@@ -17,6 +17,7 @@ use ratomic_redis::{BatchStep, Call, Driver, Error as RedisError, FailurePolicy,
 use crate::batch;
 use crate::clock::{ms_to_ns, ns_to_ms};
 use crate::error::{whole, JsFailure, Res};
+use crate::headers::{self, DecisionIn, EntryIn};
 use crate::key::with_key;
 use crate::rule::{rule, RuleSpec};
 
@@ -105,6 +106,9 @@ pub struct NativeRedis {
     driver: Driver,
     /// Named limits (a `RedisLimiter`): decisions carry entries.
     multi: bool,
+    /// The rules as given (the header fields' policies: limit and window,
+    /// as the in-memory limiter of the same rule reports them).
+    rules: Vec<ratomic::Rule>,
 }
 
 fn failure(e: RedisError) -> JsFailure {
@@ -219,6 +223,23 @@ impl NativeRedis {
         Ok(io.iter().take(len).map(|&x| x as i64).collect())
     }
 
+    fn with_headers<T>(
+        &self,
+        d: &DecisionIn,
+        entries: Option<Vec<EntryIn>>,
+        name: &str,
+        f: impl FnOnce(&ratomic::headers::Headers<'_>) -> T,
+    ) -> Res<T> {
+        match (self.multi, entries) {
+            (false, _) => headers::with_single(name, &self.rules[0], d, f),
+            (true, Some(entries)) => headers::with_multi(self.driver.limits().names(), &self.rules, d, &entries, f),
+            (true, None) => Err(JsFailure::type_error(
+                "ERR_RATOMIC_INVALID_ARGUMENT",
+                "decision must be a RedisLimiter decision (with entries)",
+            )),
+        }
+    }
+
     fn key<R>(&self, env: &Env, key: &Unknown<'_>, f: impl FnOnce(&[u8]) -> R) -> Res<R> {
         let max = self.driver.limits().max_key_len();
         // SAFETY: env and key are live values of the call in progress.
@@ -234,11 +255,10 @@ impl NativeRedis {
         let build = || -> Res<Self> {
             let o = options.unwrap_or_default();
             let multi = !matches!(rules.as_slice(), [one] if one.name.is_none());
-            let limits = match rules.as_slice() {
-                [one] if !multi => Limits::single(rule(one)?),
-                many => Limits::new(
-                    many.iter().map(|r| Ok((r.name.clone().unwrap_or_default(), rule(r)?))).collect::<Res<Vec<_>>>()?,
-                ),
+            let parsed = rules.iter().map(rule).collect::<Res<Vec<_>>>()?;
+            let limits = match parsed.as_slice() {
+                [one] if !multi => Limits::single(*one),
+                many => Limits::new(rules.iter().zip(many).map(|(r, p)| (r.name.clone().unwrap_or_default(), *p))),
             };
             let mut limits = limits.map_err(failure)?;
             if let Some(p) = o.prefix {
@@ -282,7 +302,7 @@ impl NativeRedis {
                 deny_cache: usize::try_from(whole("denyCache", o.deny_cache.unwrap_or(10_000.0), 0)?)
                     .unwrap_or(usize::MAX),
             };
-            Ok(NativeRedis { driver: Driver::new(limits, options), multi })
+            Ok(NativeRedis { driver: Driver::new(limits, options), multi, rules: parsed })
         };
         build().map_err(|e| e.into_napi(&env))
     }
@@ -303,6 +323,34 @@ impl NativeRedis {
     #[napi(getter)]
     pub fn prefix(&self) -> String {
         self.driver.limits().prefix().to_owned()
+    }
+
+    /// The HTTP header fields for a decision of this limiter, as
+    /// `Name: value\r\n` lines: a single rule's, its limit named `name`, or
+    /// a `RedisLimiter`'s with its `entries`.
+    #[napi]
+    pub fn headers(
+        &self,
+        env: Env,
+        decision: DecisionIn,
+        entries: Option<Vec<EntryIn>>,
+        name: String,
+        legacy: bool,
+    ) -> Result<String> {
+        self.with_headers(&decision, entries, &name, headers::fields(legacy)).map_err(|e| e.into_napi(&env))
+    }
+
+    /// The RFC 9457 problem document for a 429 answering the decision
+    /// (naming the limits that denied), or null when it was allowed.
+    #[napi]
+    pub fn problem(
+        &self,
+        env: Env,
+        decision: DecisionIn,
+        entries: Option<Vec<EntryIn>>,
+        name: String,
+    ) -> Result<Option<String>> {
+        self.with_headers(&decision, entries, &name, headers::problem).map_err(|e| e.into_napi(&env))
     }
 
     /// The script's source, for `SCRIPT LOAD` after `NOSCRIPT`.

@@ -14,7 +14,8 @@ use ratomic_redis::{BatchStep, Call, Driver, Error as RedisError, FailurePolicy,
 
 use crate::clock::seconds_to_nanos;
 use crate::decision::{make_names, Decision, MultiDecision, Names, Source};
-use crate::error::{core_error, invalid_argument, Exceptions};
+use crate::error::{core_error, invalid_argument, CoreResultExt, Exceptions};
+use crate::headers::{self, Fields};
 use crate::key::{key_bytes, Cost};
 use crate::keyed::{batch, keys_of};
 use crate::limiter::named_pairs;
@@ -43,6 +44,9 @@ pub struct RedisDriver {
     names: Names,
     /// A `Limiter`'s driver answers `MultiDecision`s; the others `Decision`s.
     multi: bool,
+    /// The rules as given (the header fields' policies, as the in-memory
+    /// limiter of the same rules reports them).
+    rules: Vec<ratomic::Rule>,
 }
 
 impl RedisDriver {
@@ -64,6 +68,22 @@ impl RedisDriver {
             Ok(Py::new(py, MultiDecision::from_redis(d, &self.names))?.into_any())
         } else {
             Ok(Py::new(py, Decision(d.decision, d.source.into()))?.into_any())
+        }
+    }
+
+    fn with_headers<T>(
+        &self,
+        py: Python<'_>,
+        decision: &Bound<'_, PyAny>,
+        name: &str,
+        f: impl FnOnce(&ratomic::headers::Headers<'_>) -> T,
+    ) -> PyResult<T> {
+        if self.multi {
+            let d = decision.cast::<MultiDecision>()?.borrow();
+            headers::with_multi(py, self.driver.limits().names(), &self.rules, &d, f)
+        } else {
+            let d = decision.cast::<Decision>()?.borrow();
+            headers::with_single(py, name, &self.rules[0], d.0, f)
         }
     }
 
@@ -143,14 +163,16 @@ impl RedisDriver {
         breaker_cooldown: f64,
         max_key_len: usize,
     ) -> PyResult<Self> {
-        let made = if multi {
+        let (made, rules) = if multi {
             let pairs = named_pairs(limits, "limits")?
                 .into_iter()
                 .map(|(n, r)| Ok((n, rule_arg(&r)?)))
                 .collect::<PyResult<Vec<_>>>()?;
-            Limits::new(pairs)
+            let rules = pairs.iter().map(|(_, r)| *r).collect();
+            (Limits::new(pairs), rules)
         } else {
-            Limits::single(rule_arg(limits)?)
+            let rule = rule_arg(limits)?;
+            (Limits::single(rule), vec![rule])
         };
         let limits = made
             .and_then(|l| l.with_prefix(prefix))
@@ -179,7 +201,25 @@ impl RedisDriver {
             deny_cache,
         };
         let names = make_names(py, limits.names());
-        Ok(RedisDriver { driver: Driver::new(limits, options), names, multi })
+        Ok(RedisDriver { driver: Driver::new(limits, options), names, multi, rules })
+    }
+
+    /// The HTTP header fields for `decision` (one of this limiter's), as the
+    /// in-memory limiters' `headers()` give them; `name` names a single
+    /// rule's limit.
+    fn headers(&self, py: Python<'_>, decision: &Bound<'_, PyAny>, name: &str, legacy: bool) -> PyResult<Fields> {
+        self.with_headers(py, decision, name, headers::fields(legacy))
+    }
+
+    /// The RFC 9457 problem document for a 429 answering `decision`, or None.
+    fn problem(&self, py: Python<'_>, decision: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<String>> {
+        self.with_headers(py, decision, name, headers::problem)
+    }
+
+    /// Checks `name` as the name of a single rule's limit in the header
+    /// fields (a middleware's set-up, before any request).
+    fn check_name(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        ratomic::headers::Policy::of(name, &self.rules[0]).py_err(py).map(drop)
     }
 
     /// The script's source, for `SCRIPT LOAD` after a `NOSCRIPT` answer.

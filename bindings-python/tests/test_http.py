@@ -38,10 +38,10 @@ def get(port: int, path: str = "/", headers: dict[str, str] | None = None) -> Re
 
 
 @contextlib.contextmanager
-def serve_asgi(app):
+def serve_asgi(app, lifespan: str = "off"):
     # proxy_headers=False: uvicorn itself would otherwise take X-Forwarded-For
     # from a loopback peer as the client, which is what these tests check.
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="off", proxy_headers=False)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan=lifespan, proxy_headers=False)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -29,13 +29,6 @@ from ratomic.redis import RedisFixedWindow, RedisLimiter, RedisSlidingWindow, Re
 from redis_server import Server
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
-    s = Server()
-    yield s
-    s.stop()
-
-
 @pytest.fixture
 def client(server: Server) -> Iterator[redis.Redis]:
     c = redis.Redis(port=server.port, socket_timeout=5)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Union
+from typing import TYPE_CHECKING, Any, Callable, Literal, Union
 
 from ratomic._ratomic import (
     PROBLEM_CONTENT_TYPE,
@@ -21,8 +22,13 @@ from ratomic._ratomic import (
     RatomicError,
 )
 
-#: Any limiter a middleware can use.
-AnyLimiter = Union[Keyed, Limiter, DirectTokenBucket]
+if TYPE_CHECKING:
+    from ratomic.redis import _RedisBase
+
+#: Any limiter a middleware can use: in memory (or a shared file), or on
+#: Redis (``ratomic.redis``; an asyncio client under ASGI and FastAPI, a
+#: blocking one under WSGI).
+AnyLimiter = Union[Keyed, Limiter, DirectTokenBucket, "_RedisBase[Any, Any]"]
 
 #: What a key function returns: the key (``None``: the request has none).
 KeyFunc = Callable[[Any], Union[str, bytes, None]]
@@ -71,13 +77,24 @@ def client_key(peer: str | None, forwarded_for: str | None, trusted_proxies: int
     return str(ip)
 
 
+def _redis_limiter(limiter: object) -> Any:
+    """``limiter`` if it is one of ``ratomic.redis``'s (the module is loaded
+    if one was ever made; this one never imports it, nor redis-py)."""
+    module = sys.modules.get("ratomic.redis")
+    return limiter if module is not None and isinstance(limiter, module._RedisBase) else None
+
+
 class Policy:
-    """A limiter and how a middleware applies it to requests."""
+    """A limiter and how a middleware applies it to requests. ``server``
+    says how the middleware runs: ``"async"`` (ASGI, FastAPI: a Redis
+    limiter must have an asyncio client, whose decisions are awaited) or
+    ``"sync"`` (WSGI: a blocking client)."""
 
     def __init__(
         self,
         limiter: AnyLimiter,
         *,
+        server: Literal["sync", "async"],
         key: KeyFunc | None = None,
         cost: int | Callable[[Any], int] = 1,
         name: str = "default",
@@ -86,10 +103,18 @@ class Policy:
         ipv6_prefix: int = 64,
         on_error: Literal["deny", "allow"] = "deny",
     ) -> None:
-        if not isinstance(limiter, (Keyed, Limiter, DirectTokenBucket)):
+        redis = _redis_limiter(limiter)
+        if redis is None and not isinstance(limiter, (Keyed, Limiter, DirectTokenBucket)):
             raise TypeError(
                 f"limiter must be a ratomic TokenBucket, FixedWindow, SlidingWindow, Limiter or "
-                f"DirectTokenBucket, not {type(limiter).__name__}"
+                f"DirectTokenBucket, or one of ratomic.redis, not {type(limiter).__name__}"
+            )
+        if redis is not None and redis._async != (server == "async"):
+            raise TypeError(
+                "an ASGI app needs a Redis limiter on a redis.asyncio client (a blocking call would stall "
+                "the event loop)"
+                if server == "async"
+                else "a WSGI app needs a Redis limiter on a blocking redis.Redis client, not an asyncio one"
             )
         if not isinstance(trusted_proxies, int) or trusted_proxies < 0:
             raise ValueError(f"trusted_proxies must be a whole number >= 0, not {trusted_proxies!r}")
@@ -97,9 +122,22 @@ class Policy:
             raise ValueError(f"ipv6_prefix must be between 0 and 128, not {ipv6_prefix!r}")
         if on_error not in ("deny", "allow"):
             raise ValueError(f'on_error must be "deny" or "allow", not {on_error!r}')
-        # Check the name once, at set-up, not on the first request.
-        if not isinstance(limiter, Limiter):
-            limiter.headers(limiter.peek() if isinstance(limiter, DirectTokenBucket) else limiter.peek(b"", 0), name=name)
+        # Named limits (the decisions carry entries), else one rule whose
+        # name is checked once, at set-up, not on the first request.
+        if redis is not None:
+            self.multi = isinstance(redis, sys.modules["ratomic.redis"].RedisLimiter)
+            if not self.multi:
+                redis._driver.check_name(name)
+        elif isinstance(limiter, DirectTokenBucket):
+            self.multi = False
+            limiter.headers(limiter.peek(), name=name)
+        elif isinstance(limiter, Keyed):
+            self.multi = False
+            limiter.headers(limiter.peek(b"", 0), name=name)
+        else:
+            self.multi = True
+        #: Whether decisions are awaited (a Redis limiter on an asyncio client).
+        self.awaits = redis is not None and redis._async
         self.limiter = limiter
         self.key = key
         self.cost = cost
@@ -114,25 +152,46 @@ class Policy:
 
     def decide(self, request: Any, key: str | bytes | None) -> Outcome:
         """Decides a request whose key is ``key`` (``request`` is what the
-        cost function is given)."""
-        limiter = self.limiter
+        cost function is given). Not for a limiter whose decisions are
+        awaited: see :meth:`decide_async`."""
         try:
-            cost = self.cost(request) if callable(self.cost) else self.cost
-            if isinstance(limiter, DirectTokenBucket):
-                d: Any = limiter.allow(cost)
-            else:
-                if key is None:
-                    raise ValueError("the request has no client key (no peer address and no key function)")
-                d = limiter.allow(key, cost)
-            if isinstance(limiter, Limiter):
-                return Outcome(bool(d), limiter.headers(d, legacy=self.legacy), limiter.problem(d))
-            return Outcome(
-                bool(d), limiter.headers(d, name=self.name, legacy=self.legacy), limiter.problem(d, name=self.name)
-            )
-        except (RatomicError, ValueError, TypeError) as e:
-            if self.on_error == "allow":
-                return Outcome(True, [], None)
-            # Fail closed: never grant what could not be checked.
-            body = {"type": "about:blank", "title": "Too Many Requests", "status": 429,
-                    "detail": f"the rate limit could not be applied: {e}"}
-            return Outcome(False, [("Retry-After", "1")], json.dumps(body, separators=(",", ":")))
+            return self._outcome(self._allow(request, key))
+        except _UNJUDGED as e:
+            return self._unjudged(e)
+
+    async def decide_async(self, request: Any, key: str | bytes | None) -> Outcome:
+        """:meth:`decide`, awaiting the decision of a Redis limiter on an
+        asyncio client (a Redis failure under its ``on_error="raise"`` is a
+        request the limiter could not judge)."""
+        try:
+            return self._outcome(await self._allow(request, key))
+        except _UNJUDGED as e:
+            return self._unjudged(e)
+
+    def _allow(self, request: Any, key: str | bytes | None) -> Any:
+        limiter = self.limiter
+        cost = self.cost(request) if callable(self.cost) else self.cost
+        if isinstance(limiter, DirectTokenBucket):
+            return limiter.allow(cost)
+        if key is None:
+            raise ValueError("the request has no client key (no peer address and no key function)")
+        return limiter.allow(key, cost)
+
+    def _outcome(self, d: Any) -> Outcome:
+        limiter: Any = self.limiter
+        if self.multi:
+            return Outcome(bool(d), limiter.headers(d, legacy=self.legacy), limiter.problem(d))
+        return Outcome(bool(d), limiter.headers(d, name=self.name, legacy=self.legacy), limiter.problem(d, name=self.name))
+
+    def _unjudged(self, e: BaseException) -> Outcome:
+        if self.on_error == "allow":
+            return Outcome(True, [], None)
+        # Fail closed: never grant what could not be checked.
+        body = {"type": "about:blank", "title": "Too Many Requests", "status": 429,
+                "detail": f"the rate limit could not be applied: {e}"}
+        return Outcome(False, [("Retry-After", "1")], json.dumps(body, separators=(",", ":")))
+
+
+# What a limiter raises for a request it cannot judge (a key too long, no
+# key, Redis failing under on_error="raise": BackendError).
+_UNJUDGED = (RatomicError, ValueError, TypeError)

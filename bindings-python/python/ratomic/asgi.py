@@ -31,7 +31,10 @@ def _header(scope: Scope, name: bytes) -> str | None:
 
 
 class RateLimitMiddleware:
-    """Limits the HTTP requests reaching ``app`` with ``limiter``.
+    """Limits the HTTP requests reaching ``app`` with ``limiter``: any
+    in-memory ratomic limiter, or one of ``ratomic.redis`` on a
+    ``redis.asyncio`` client (its decisions are awaited; a Redis failure
+    under its ``on_error="raise"`` is a limiter error, below).
 
     The key is the client's address (``scope["client"]``; an IPv6 address
     grouped by ``ipv6_prefix`` bits), or ``key(scope)`` when given.
@@ -61,6 +64,7 @@ class RateLimitMiddleware:
         self.app = app
         self.policy = Policy(
             limiter,
+            server="async",
             key=key,
             cost=cost,
             name=name,
@@ -80,7 +84,7 @@ class RateLimitMiddleware:
         else:
             client = scope.get("client")
             key = p.default_key(client[0] if client else None, _header(scope, b"x-forwarded-for"))
-        outcome = p.decide(scope, key)
+        outcome = await p.decide_async(scope, key) if p.awaits else p.decide(scope, key)
         extra = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in outcome.headers]
         if not outcome.allowed:
             body = (outcome.problem or "").encode()

@@ -61,6 +61,7 @@ class RateLimit:
     ) -> None:
         self.policy = Policy(
             limiter,
+            server="async",
             key=key,
             cost=cost,
             name=name,
@@ -76,7 +77,7 @@ class RateLimit:
             key = p.key(request)
         else:
             key = p.default_key(request.client.host if request.client else None, request.headers.get("x-forwarded-for"))
-        outcome = p.decide(request, key)
+        outcome = await p.decide_async(request, key) if p.awaits else p.decide(request, key)
         if not outcome.allowed:
             raise RateLimitExceeded(json.loads(outcome.problem or "{}"), dict(outcome.headers))
         for name, value in outcome.headers:

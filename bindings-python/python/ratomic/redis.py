@@ -562,7 +562,23 @@ _OPTIONS_DOC = """
 """
 
 
-class RedisTokenBucket(_RedisBase[_M, Decision]):
+class _SingleRule(_RedisBase[_M, Decision]):
+    """The header fields of the single-rule classes, as the in-memory ones'."""
+
+    def headers(self, decision: Decision, *, name: str = "default", legacy: bool = False) -> list[tuple[str, str]]:
+        """HTTP fields for ``decision`` (one this limiter answered), as
+        :meth:`ratomic.TokenBucket.headers` gives them: ``RateLimit-Policy``
+        and ``RateLimit`` (the limit named ``name``), ``Retry-After`` on a
+        denial, and ``X-RateLimit-*`` with ``legacy``."""
+        return self._driver.headers(decision, name, legacy)
+
+    def problem(self, decision: Decision, *, name: str = "default") -> str | None:
+        """The RFC 9457 problem document (JSON) for a 429 answering
+        ``decision``; None when it was allowed."""
+        return self._driver.problem(decision, name)
+
+
+class RedisTokenBucket(_SingleRule[_M]):
     """A token bucket (GCRA) per key, on Redis: ``capacity`` tokens,
     refilled at ``refill_per_sec``, or a rate string such as ``"10/s"``.
     Same arguments and answers as :class:`ratomic.TokenBucket`.
@@ -599,7 +615,7 @@ class RedisTokenBucket(_RedisBase[_M, Decision]):
         super().__init__(Rule.token_bucket(capacity, refill_per_sec), multi=False, client=client, **options)
 
 
-class RedisFixedWindow(_RedisBase[_M, Decision]):
+class RedisFixedWindow(_SingleRule[_M]):
     """A fixed window per key, on Redis: ``limit`` calls per ``window``
     seconds, or a rate string such as ``"100/min"``. Same arguments and
     answers as :class:`ratomic.FixedWindow`; windows start at multiples of
@@ -632,7 +648,7 @@ class RedisFixedWindow(_RedisBase[_M, Decision]):
         super().__init__(Rule.fixed_window(limit, window), multi=False, client=client, **options)
 
 
-class RedisSlidingWindow(_RedisBase[_M, Decision]):
+class RedisSlidingWindow(_SingleRule[_M]):
     """A sliding window per key, on Redis: at most ``limit`` calls in any
     ``window`` seconds (the two-window estimate), or a rate string such as
     ``"100/min"``. Same arguments and answers as :class:`ratomic.SlidingWindow`.
@@ -690,3 +706,14 @@ class RedisLimiter(_RedisBase[_M, MultiDecision]):
     def names(self) -> tuple[str, ...]:
         """The limits' names, in order."""
         return tuple(self._driver.names)
+
+    def headers(self, decision: MultiDecision, *, legacy: bool = False) -> list[tuple[str, str]]:
+        """HTTP fields for ``decision``, as :meth:`ratomic.Limiter.headers`:
+        one ``RateLimit-Policy``/``RateLimit`` item per limit the call was
+        subject to."""
+        return self._driver.headers(decision, "default", legacy)
+
+    def problem(self, decision: MultiDecision) -> str | None:
+        """The RFC 9457 problem document naming the limits that denied;
+        None when it was allowed."""
+        return self._driver.problem(decision, "default")

@@ -23,7 +23,8 @@ __all__ = ["RateLimitMiddleware"]
 
 class RateLimitMiddleware:
     """Limits the requests reaching ``app`` with ``limiter``: the WSGI twin
-    of :class:`ratomic.asgi.RateLimitMiddleware` (same options). The key is
+    of :class:`ratomic.asgi.RateLimitMiddleware` (same options; a
+    ``ratomic.redis`` limiter here has a blocking ``redis.Redis``). The key is
     ``environ["REMOTE_ADDR"]`` (grouped as IPv6 /64), or ``key(environ)``;
     ``HTTP_X_FORWARDED_FOR`` only with ``trusted_proxies`` > 0."""
 
@@ -43,6 +44,7 @@ class RateLimitMiddleware:
         self.app = app
         self.policy = Policy(
             limiter,
+            server="sync",
             key=key,
             cost=cost,
             name=name,

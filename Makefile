@@ -48,6 +48,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p ratomic-redis --all-targets --features server-tests -- -D warnings
+	$(CARGO) clippy -p ratomic-tower --all-targets --features redis -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic-redis
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic-tower
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic-tower --features redis

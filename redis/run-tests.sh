@@ -47,6 +47,8 @@ export RATOMIC_REDIS_CLUSTER=${RATOMIC_REDIS_CLUSTER%,}
 echo "== redis cluster on $RATOMIC_REDIS_CLUSTER"
 
 cargo test -p ratomic-redis --features server-tests --test server -- "$@"
+# The tower layer on Redis-backed limiters (ratomic-tower's `redis` feature).
+cargo test -p ratomic-tower --features redis --test redis -- "$@"
 
 # `ratomic simulate --redis` prints what the in-memory run prints, but for
 # the line that says how long the run took and where it was decided.

@@ -57,3 +57,8 @@ pub use rules::RedisRule;
 
 #[cfg(feature = "client")]
 pub use client::{BlockingRedisLimiter, RedisLimiter};
+/// The `redis` crate this one is built on (its connection types and
+/// `aio::ConnectionLike`, for code generic over a [`RedisLimiter`]'s
+/// connection).
+#[cfg(feature = "client")]
+pub use redis;

@@ -32,8 +32,15 @@
 //! is whatever the client wrote). [`KeyBy::header`] and [`KeyBy::func`] key
 //! by a header or a closure. A request with no key is refused with a 400.
 //!
-//! Async limiters (a Redis-backed one) are not supported yet: every
-//! decision here is the in-memory engine's, taken without blocking.
+//! ## Limiters
+//!
+//! Any in-memory limiter ([`Keyed`]: `TokenBucket`, `FixedWindow`,
+//! `SlidingWindow`, `Keyed<Rule>`; a multi-limit [`Limiter`]; either on a
+//! shared file) decides at once, without blocking. With the `redis`
+//! feature, a `ratomic_redis::RedisLimiter` stands behind the layer too:
+//! its decision is awaited (one `EVALSHA`, or its deny cache, breaker and
+//! failure policy), and a Redis error under `FailurePolicy::ReturnError`
+//! is a request the layer cannot judge (a 429, as for a key too long).
 
 #![warn(missing_docs)]
 
@@ -68,13 +75,37 @@ impl Outcome {
     }
 }
 
+/// Why a request could not be judged (a key too long, a cost above the
+/// limit, Redis failing under `FailurePolicy::ReturnError`).
+pub type DecideError = Box<dyn std::error::Error + Send + Sync>;
+
+/// An answer the layer awaits (a Redis round trip).
+pub type Pending = Pin<Box<dyn Future<Output = Result<Outcome, DecideError>> + Send>>;
+
+/// A limiter's answer: at once (in memory) or to await (Redis).
+pub enum Decided {
+    /// Decided without waiting.
+    Now(Result<Outcome, DecideError>),
+    /// A decision still to come.
+    Later(Pending),
+}
+
+impl std::fmt::Debug for Decided {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Decided::Now(r) => f.debug_tuple("Now").field(r).finish(),
+            Decided::Later(_) => f.write_str("Later(..)"),
+        }
+    }
+}
+
 /// A limiter the layer can use: a single-rule keyed limiter ([`Keyed`]:
-/// `TokenBucket`, `FixedWindow`, `SlidingWindow`, `Keyed<Rule>`) or a
-/// multi-limit [`Limiter`]. Implemented for both; `name` names a single
-/// rule in the header fields.
+/// `TokenBucket`, `FixedWindow`, `SlidingWindow`, `Keyed<Rule>`), a
+/// multi-limit [`Limiter`], or (feature `redis`) a Redis-backed one.
+/// `name` names a single rule in the header fields.
 pub trait RateLimiter: Send + Sync + 'static {
     /// Decides `cost` for `key` and formats the answer.
-    fn decide(&self, key: &[u8], cost: u64, legacy: bool) -> ratomic::Result<Outcome>;
+    fn decide(&self, key: &[u8], cost: u64, legacy: bool) -> Decided;
     /// Names a single rule's policy (multi-limit limiters name their own).
     fn set_name(&mut self, name: &str) -> ratomic::Result<()>;
 }
@@ -87,9 +118,11 @@ pub struct Single<A: Algorithm, C: Clock> {
 }
 
 impl<A: Algorithm, C: Clock + 'static> RateLimiter for Single<A, C> {
-    fn decide(&self, key: &[u8], cost: u64, legacy: bool) -> ratomic::Result<Outcome> {
-        let d = self.limiter.allow_n(key, cost)?;
-        Ok(Outcome::of(&Headers::single(&self.policy, d), legacy))
+    fn decide(&self, key: &[u8], cost: u64, legacy: bool) -> Decided {
+        Decided::Now(match self.limiter.allow_n(key, cost) {
+            Ok(d) => Ok(Outcome::of(&Headers::single(&self.policy, d), legacy)),
+            Err(e) => Err(e.into()),
+        })
     }
     fn set_name(&mut self, name: &str) -> ratomic::Result<()> {
         self.policy = Policy::of(name, self.limiter.algorithm())?;
@@ -105,12 +138,72 @@ pub struct Multi<C: Clock> {
 }
 
 impl<C: Clock + 'static> RateLimiter for Multi<C> {
-    fn decide(&self, key: &[u8], cost: u64, legacy: bool) -> ratomic::Result<Outcome> {
-        let d = self.limiter.allow_n(key, cost)?;
-        Ok(Outcome::of(&Headers::multi(&self.policies, &d)?, legacy))
+    fn decide(&self, key: &[u8], cost: u64, legacy: bool) -> Decided {
+        let run = || -> ratomic::Result<Outcome> {
+            let d = self.limiter.allow_n(key, cost)?;
+            Ok(Outcome::of(&Headers::multi(&self.policies, &d)?, legacy))
+        };
+        Decided::Now(run().map_err(Into::into))
     }
     fn set_name(&mut self, _name: &str) -> ratomic::Result<()> {
         Ok(())
+    }
+}
+
+/// A Redis-backed limiter with its policies (feature `redis`): one named
+/// after the layer's `name` when it holds a single rule
+/// (`Limits::single`), else one per named limit.
+#[cfg(feature = "redis")]
+#[derive(Debug)]
+pub struct Redis<C> {
+    limiter: ratomic_redis::RedisLimiter<C>,
+    policies: Arc<[Policy]>,
+    single: bool,
+}
+
+#[cfg(feature = "redis")]
+impl<C> Redis<C> {
+    fn policies(limits: &ratomic_redis::Limits, single_name: &str) -> ratomic::Result<Arc<[Policy]>> {
+        let single = matches!(limits.names().collect::<Vec<_>>()[..], [ratomic_redis::SINGLE]);
+        limits
+            .names()
+            .zip(limits.core_rules())
+            .map(|(n, r)| Policy::of(if single { single_name } else { n }, r))
+            .collect()
+    }
+}
+
+#[cfg(feature = "redis")]
+impl<C> RateLimiter for Redis<C>
+where
+    C: ratomic_redis::redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    fn decide(&self, key: &[u8], cost: u64, legacy: bool) -> Decided {
+        let (limiter, key, policies) = (self.limiter.clone(), key.to_vec(), self.policies.clone());
+        Decided::Later(Box::pin(async move {
+            let d = limiter.allow_n(&key, cost).await?;
+            let entries = d.entries().enumerate().map(|(i, (_, e))| (i, e));
+            Ok(Outcome::of(&Headers::from_parts(&policies, entries, d.decision)?, legacy))
+        }))
+    }
+    fn set_name(&mut self, name: &str) -> ratomic::Result<()> {
+        if self.single {
+            self.policies = Self::policies(self.limiter.limits(), name)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(feature = "redis")]
+impl<C> IntoRateLimiter for ratomic_redis::RedisLimiter<C>
+where
+    C: ratomic_redis::redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    type Limiter = Redis<C>;
+    fn into_rate_limiter(self) -> ratomic::Result<Redis<C>> {
+        let policies = Redis::<C>::policies(self.limits(), "default")?;
+        let single = matches!(self.limits().names().collect::<Vec<_>>()[..], [ratomic_redis::SINGLE]);
+        Ok(Redis { limiter: self, policies, single })
     }
 }
 
@@ -370,10 +463,11 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 impl<S, L, B, RB> Service<Request<B>> for RateLimit<S, L>
 where
-    S: Service<Request<B>, Response = Response<RB>>,
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     L: RateLimiter,
+    B: Send + 'static,
     RB: From<String> + Send + 'static,
 {
     type Response = Response<RB>;
@@ -393,38 +487,62 @@ where
             return Box::pin(std::future::ready(Ok(r)));
         };
         let cost = c.cost.as_ref().map_or(1, |f| f(&parts));
-        let outcome = match c.limiter.decide(&key, cost, c.legacy) {
-            Ok(o) => o,
-            // A request the limiter cannot judge (a key too long, a cost
-            // above the limit): refused, never let through unchecked.
-            Err(e) => Outcome {
-                allowed: false,
-                fields: vec![("Retry-After", "1".into())],
-                problem: Some(format!(
-                    r#"{{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"{}"}}"#,
-                    json_text(&format!("the rate limit could not be applied: {e}"))
-                )),
-            },
-        };
-        if !outcome.allowed {
-            let mut r = match &c.on_deny {
-                Some(f) => f(&outcome).map(RB::from),
-                None => plain(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    PROBLEM_CONTENT_TYPE,
-                    outcome.problem.clone().unwrap_or_default(),
-                ),
-            };
-            add_fields(r.headers_mut(), &outcome.fields);
-            return Box::pin(std::future::ready(Ok(r)));
+        match c.limiter.decide(&key, cost, c.legacy) {
+            Decided::Now(outcome) => {
+                let outcome = judged(outcome);
+                if !outcome.allowed {
+                    return Box::pin(std::future::ready(Ok(denial(c, &outcome))));
+                }
+                let fut = self.inner.call(Request::from_parts(parts, body));
+                Box::pin(async move {
+                    let mut r = fut.await?;
+                    add_fields(r.headers_mut(), &outcome.fields);
+                    Ok(r)
+                })
+            }
+            Decided::Later(pending) => {
+                // The inner service was made ready by poll_ready; take it
+                // (leaving a fresh clone) so the call can wait for Redis first.
+                let clone = self.inner.clone();
+                let mut inner = std::mem::replace(&mut self.inner, clone);
+                let config = self.config.clone();
+                Box::pin(async move {
+                    let outcome = judged(pending.await);
+                    if !outcome.allowed {
+                        return Ok(denial(&config, &outcome));
+                    }
+                    let mut r = inner.call(Request::from_parts(parts, body)).await?;
+                    add_fields(r.headers_mut(), &outcome.fields);
+                    Ok(r)
+                })
+            }
         }
-        let fut = self.inner.call(Request::from_parts(parts, body));
-        Box::pin(async move {
-            let mut r = fut.await?;
-            add_fields(r.headers_mut(), &outcome.fields);
-            Ok(r)
-        })
     }
+}
+
+/// The outcome, or for a request the limiter cannot judge (a key too long,
+/// a cost above the limit, Redis failing) a refusal: never let through
+/// unchecked.
+fn judged(outcome: Result<Outcome, DecideError>) -> Outcome {
+    outcome.unwrap_or_else(|e| Outcome {
+        allowed: false,
+        fields: vec![("Retry-After", "1".into())],
+        problem: Some(format!(
+            r#"{{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"{}"}}"#,
+            json_text(&format!("the rate limit could not be applied: {e}"))
+        )),
+    })
+}
+
+/// The response to a denial: `on_deny`'s, or a 429 problem document; with
+/// the rate-limit fields either way.
+fn denial<L, RB: From<String>>(c: &Config<L>, outcome: &Outcome) -> Response<RB> {
+    let mut r = match &c.on_deny {
+        Some(f) => f(outcome).map(RB::from),
+        None => plain(StatusCode::TOO_MANY_REQUESTS, PROBLEM_CONTENT_TYPE, outcome.problem.clone().unwrap_or_default()),
+    };
+    add_fields(r.headers_mut(), &outcome.fields);
+    r
 }
 
 #[cfg(test)]

@@ -1,0 +1,80 @@
+//! The layer on a Redis-backed limiter, in a real axum server, against the
+//! redis-server `redis/run-tests.sh` starts (and servers this test starts
+//! and kills): decisions awaited, the fields of the in-memory limiters, and
+//! a Redis that stops answering handled by the limiter's failure policy or
+//! refused — never a 500, never a hang.
+
+#[path = "../../redis/tests/support/mod.rs"]
+mod server;
+mod support;
+
+use std::time::Duration;
+
+use ratomic::{Rate, Rule};
+use ratomic_redis::redis::aio::ConnectionManager;
+use ratomic_redis::{FailurePolicy, Limits, Options, RedisLimiter};
+use ratomic_tower::{KeyBy, RateLimitLayer};
+
+use support::{check_denial, get, get_with, hello, serve};
+
+async fn limiter(url: &str, limits: Limits, policy: FailurePolicy) -> RedisLimiter<ConnectionManager> {
+    let options = Options { timeout: Duration::from_millis(500), policy, breaker_threshold: 0, ..Options::default() };
+    RedisLimiter::connect(url, limits, options).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_single_rule_on_redis_answers_with_the_fields_then_a_429() {
+    let limits = Limits::single(Rule::parse("3/min").unwrap()).unwrap().with_prefix(server::prefix("tower")).unwrap();
+    let l = limiter(&server::url(), limits, FailurePolicy::ReturnError).await;
+    let addr = serve(hello().layer(RateLimitLayer::new(l.clone()).name("per-ip").unwrap().legacy_headers(true))).await;
+    for left in [2, 1, 0] {
+        let r = get(addr).await;
+        assert_eq!((r.status, r.body.as_str()), (200, "hello"));
+        assert_eq!(r.headers["ratelimit-policy"], r#""per-ip";q=3;w=60"#);
+        assert!(r.headers["ratelimit"].starts_with(&format!(r#""per-ip";r={left};t="#)));
+        assert_eq!(r.headers["x-ratelimit-remaining"], left.to_string());
+    }
+    check_denial(&get(addr).await, r#""per-ip""#);
+    // The state is on Redis: the limiter itself sees the key drained.
+    assert!(!l.peek("127.0.0.1", 1).await.unwrap().allowed());
+}
+
+#[tokio::test]
+async fn named_limits_on_redis_list_every_policy_and_who_denied() {
+    let limits = Limits::new([
+        ("burst", Rule::parse("2/s").unwrap()),
+        ("daily", Rule::fixed_window(Rate::parse("100/d").unwrap()).unwrap()),
+    ])
+    .unwrap()
+    .with_prefix(server::prefix("tower-multi"))
+    .unwrap();
+    let l = limiter(&server::url(), limits, FailurePolicy::ReturnError).await;
+    let layer = RateLimitLayer::new(l).name("ignored").unwrap().key(KeyBy::header("x-api-key".parse().unwrap()));
+    let addr = serve(hello().layer(layer)).await;
+    let key = [("X-Api-Key", "k1")];
+    let r = get_with(addr, "/", &key).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.headers["ratelimit-policy"], r#""burst";q=2;w=1, "daily";q=100;w=86400"#);
+    assert_eq!(get_with(addr, "/", &key).await.status, 200);
+    check_denial(&get_with(addr, "/", &key).await, r#""burst""#);
+    assert_eq!(get_with(addr, "/", &[("X-Api-Key", "k2")]).await.status, 200, "another key is not denied");
+}
+
+#[tokio::test]
+async fn a_redis_that_stops_answering_gets_the_policy_or_a_429() {
+    let mut own = server::Server::start();
+    let rule =
+        || Limits::single(Rule::parse("5/s").unwrap()).unwrap().with_prefix(server::prefix("tower-down")).unwrap();
+    let raising = limiter(&own.url(), rule(), FailurePolicy::ReturnError).await;
+    let opening = limiter(&own.url(), rule(), FailurePolicy::FailOpen).await;
+    let closed = serve(hello().layer(RateLimitLayer::new(raising))).await;
+    let open = serve(hello().layer(RateLimitLayer::new(opening))).await;
+    assert_eq!(get(closed).await.status, 200);
+    own.kill();
+    let r = get(closed).await;
+    assert_eq!((r.status, r.headers["retry-after"].as_str()), (429, "1"));
+    assert!(r.body.contains("could not be applied"), "{}", r.body);
+    let r = get(open).await;
+    assert_eq!(r.status, 200, "FailOpen lets the request through");
+    assert_eq!(r.headers["ratelimit-policy"], r#""default";q=5;w=1"#);
+}

@@ -1,7 +1,7 @@
 // Types of `ratomic/express`: Connect-style rate-limiting middleware with
 // express-rate-limit's option names.
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import type { BaseLimiter, Decision, MultiDecision } from './ratomic'
+import type { BaseLimiter, Decision, HeaderDraft, MultiDecision } from './ratomic'
 import type { RedisBase, RedisDecision, RedisMultiDecision } from './redis'
 
 /** The options of `rateLimit` (and of the `ratomic/fastify` plugin), named as in express-rate-limit. */
@@ -26,8 +26,12 @@ export interface RateLimitOptions<Req = IncomingMessage, Res = ServerResponse> {
   statusCode?: number
   /** The denial's body instead of the RFC 9457 problem document. */
   message?: string | object | ((req: Req, res: Res) => string | object | Promise<string | object>)
-  /** The IETF `RateLimit-Policy` / `RateLimit` fields (draft-11): on (default) or off. */
-  standardHeaders?: boolean | 'draft-11'
+  /**
+   * The IETF standard fields: on (default, and `true`: draft 11's `RateLimit-Policy` / `RateLimit`),
+   * off, or an earlier draft's form by express-rate-limit's name (`'draft-6'`, `'draft-7'`; `'draft-8'`
+   * is draft 11's). Unlike express-rate-limit, `true` means draft 11, not draft 6.
+   */
+  standardHeaders?: boolean | HeaderDraft
   /** Also the `X-RateLimit-Limit`, `-Remaining` and `-Reset` fields (default off). */
   legacyHeaders?: boolean
   /** Bits of an IPv6 address that name one client (default 64). */

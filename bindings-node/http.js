@@ -75,9 +75,12 @@ function resolve(options) {
   } else if (o.limit !== undefined || o.windowMs !== undefined) {
     throw typeError('give either limiter or limit/windowMs, not both')
   }
-  const standard = o.standardHeaders === undefined ? 'draft-11' : o.standardHeaders
-  if (![true, false, 'draft-11'].includes(standard)) {
-    throw typeError(`standardHeaders must be true, false or 'draft-11' (the fields ratomic writes), got ${JSON.stringify(standard)}`)
+  // true is draft 11 here (express-rate-limit's true is draft 6: name it).
+  const standard = o.standardHeaders === undefined || o.standardHeaders === true ? 'draft-11' : o.standardHeaders
+  if (![false, 'draft-11', 'draft-8', 'draft-7', 'draft-6'].includes(standard)) {
+    throw typeError(
+      `standardHeaders must be true (draft-11), false, 'draft-11', 'draft-8', 'draft-7' or 'draft-6', got ${JSON.stringify(standard)}`
+    )
   }
   const subnet = o.ipv6Subnet === undefined ? 64 : o.ipv6Subnet
   if (!Number.isInteger(subnet) || subnet < 1 || subnet > 128) throw typeError(`ipv6Subnet must be a whole number from 1 to 128, got ${subnet}`)
@@ -109,7 +112,11 @@ function resolve(options) {
     cost: o.cost === undefined ? 1 : o.cost,
     passOnStoreError: o.passOnStoreError === true,
     // Built once: headers() is asked the same on every request.
-    headerOptions: Object.freeze(multi ? { legacy: o.legacyHeaders === true } : { name, legacy: o.legacyHeaders === true }),
+    headerOptions: Object.freeze({
+      ...(multi ? {} : { name }),
+      legacy: o.legacyHeaders === true,
+      ...(standard === false ? {} : { draft: standard }),
+    }),
   }
 }
 

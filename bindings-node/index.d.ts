@@ -62,7 +62,7 @@ export declare class NativeKeyed {
   `
    * lines.
    */
-  headers(allowed: boolean, remaining: number, limit: number, retryAfterMs: number, resetAfterMs: number, name: string, legacy: boolean): string
+  headers(allowed: boolean, remaining: number, limit: number, retryAfterMs: number, resetAfterMs: number, name: string, format: number): string
   /** The RFC 9457 problem document for a 429 answering the decision, or null. */
   problem(allowed: boolean, remaining: number, limit: number, retryAfterMs: number, resetAfterMs: number, name: string): string | null
   /** This limiter as a member of a `Stack`. */
@@ -106,7 +106,7 @@ export declare class NativeLimiter {
    * combined fields and its `entries`), as `Name: value\r
   ` lines.
    */
-  headers(decision: DecisionIn, entries: Array<EntryIn>, legacy: boolean): string
+  headers(decision: DecisionIn, entries: Array<EntryIn>, format: number): string
   /**
    * The RFC 9457 problem document for a 429 answering `decision`, naming
    * the limits that denied; null when it was allowed.
@@ -158,7 +158,7 @@ export declare class NativeQuotas {
    * named `name`, as `Name: value\r
   ` lines.
    */
-  headers(decision: DecisionIn, quota: RuleSpec, name: string, legacy: boolean): string
+  headers(decision: DecisionIn, quota: RuleSpec, name: string, format: number): string
   /** The RFC 9457 problem document for a 429 answering `decision`, or null. */
   problem(decision: DecisionIn, quota: RuleSpec, name: string): string | null
   /** Buckets held, across all quotas. */
@@ -189,7 +189,7 @@ export declare class NativeRedis {
   ` lines: a single rule's, its limit named `name`, or
    * a `RedisLimiter`'s with its `entries`.
    */
-  headers(decision: DecisionIn, entries: Array<EntryIn> | undefined | null, name: string, legacy: boolean): string
+  headers(decision: DecisionIn, entries: Array<EntryIn> | undefined | null, name: string, format: number): string
   /**
    * The RFC 9457 problem document for a 429 answering the decision
    * (naming the limits that denied), or null when it was allowed.

@@ -85,7 +85,16 @@ export interface HeaderOptions {
   name?: string
   /** Also the legacy `X-RateLimit-Limit`, `-Remaining` and `-Reset` fields. */
   legacy?: boolean
+  /**
+   * The IETF draft the standard fields follow (default `'draft-11'`; `'draft-8'` writes the same
+   * fields): `'draft-7'` is `RateLimit-Policy: 100;w=60` and `RateLimit: limit=100, remaining=99,
+   * reset=42`; `'draft-6'` is `RateLimit-Policy` and `RateLimit-Limit`, `-Remaining`, `-Reset`.
+   */
+  draft?: HeaderDraft
 }
+
+/** The revisions of the IETF RateLimit header fields draft `headers()` writes. */
+export type HeaderDraft = 'draft-11' | 'draft-8' | 'draft-7' | 'draft-6'
 
 /** The media type of a `problem()` body: `"application/problem+json"`. */
 export declare const PROBLEM_CONTENT_TYPE: 'application/problem+json'
@@ -321,7 +330,7 @@ export declare class Limiter extends BaseLimiter<MultiDecision> {
    * and `RateLimit` item per limit the call was subject to, `Retry-After` on a denial, and the
    * legacy `X-RateLimit-*` fields (of the combined decision) with `legacy: true`.
    */
-  headers(decision: MultiDecision, options?: { legacy?: boolean }): Array<[string, string]>
+  headers(decision: MultiDecision, options?: Omit<HeaderOptions, 'name'>): Array<[string, string]>
   /** The RFC 9457 problem document for a 429 answering `decision`, naming who denied; null when allowed. */
   problem(decision: MultiDecision): string | null
   /**

@@ -208,14 +208,23 @@ function windowRule(algorithm, what, limit, window) {
   throw typeError(`${what} window must be a number of milliseconds or a duration string like "1min", got ${describe(window)}`)
 }
 
+// The drafts headers() writes, by name: the code src/headers.rs reads.
+const DRAFTS = { 'draft-11': 0, 'draft-8': 0, 'draft-7': 1, 'draft-6': 2 }
+
 // The options of headers() / problem(): the limit's name (single-rule
-// limiters) and whether to add the legacy X-RateLimit-* fields.
+// limiters), whether to add the legacy X-RateLimit-* fields and the draft
+// the standard ones follow; `format` packs the last two for the native side.
 function headerOptions(options, names) {
-  if (options === undefined) return { name: 'default', legacy: false }
+  if (options === undefined) return { name: 'default', legacy: false, format: 0 }
   const o = readOptions(options, names)
   if (o.name !== undefined && typeof o.name !== 'string') throw typeError(`name must be a string, got ${describe(o.name)}`)
   if (o.legacy !== undefined && typeof o.legacy !== 'boolean') throw typeError(`legacy must be a boolean, got ${describe(o.legacy)}`)
-  return { name: o.name === undefined ? 'default' : o.name, legacy: o.legacy === true }
+  const draft = o.draft === undefined ? 'draft-11' : o.draft
+  if (!Object.hasOwn(DRAFTS, draft)) {
+    throw typeError(`draft must be one of ${Object.keys(DRAFTS).map((d) => JSON.stringify(d)).join(', ')}, got ${describe(o.draft)}`)
+  }
+  const legacy = o.legacy === true
+  return { name: o.name === undefined ? 'default' : o.name, legacy, format: (DRAFTS[draft] << 1) | (legacy ? 1 : 0) }
 }
 
 // Header lines from the native side as [name, value] pairs.
@@ -423,9 +432,9 @@ class KeyedLimiter extends BaseLimiter {
   }
 
   headers(decision, options) {
-    const o = headerOptions(options, ['name', 'legacy'])
+    const o = headerOptions(options, ['name', 'legacy', 'draft'])
     const d = decisionArg(decision)
-    return pairs(this.#native.headers(d.allowed, d.remaining, d.limit, d.retryAfterMs, d.resetAfterMs, o.name, o.legacy))
+    return pairs(this.#native.headers(d.allowed, d.remaining, d.limit, d.retryAfterMs, d.resetAfterMs, o.name, o.format))
   }
 
   problem(decision, options) {
@@ -638,9 +647,9 @@ class Limiter extends BaseLimiter {
   }
 
   headers(decision, options) {
-    const o = headerOptions(options, ['legacy'])
+    const o = headerOptions(options, ['legacy', 'draft'])
     const d = decisionArg(decision)
-    return pairs(this.#native.headers(d, entriesArg(d), o.legacy))
+    return pairs(this.#native.headers(d, entriesArg(d), o.format))
   }
 
   problem(decision) {
@@ -800,8 +809,8 @@ class Quotas {
   }
 
   headers(decision, quota, options) {
-    const o = headerOptions(options, ['name', 'legacy'])
-    return pairs(this.#native.headers(decisionArg(decision), quotaSpec(quota), o.name, o.legacy))
+    const o = headerOptions(options, ['name', 'legacy', 'draft'])
+    return pairs(this.#native.headers(decisionArg(decision), quotaSpec(quota), o.name, o.format))
   }
 
   problem(decision, quota, options) {

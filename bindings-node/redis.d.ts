@@ -150,7 +150,7 @@ export declare class RedisLimiter extends RedisBase<RedisMultiDecision> {
   /** The limits' names, in order. */
   readonly names: string[]
   /** The header fields for `decision`: one `RateLimit-Policy` and `RateLimit` item per limit the call was subject to. */
-  headers(decision: MultiDecision, options?: { legacy?: boolean }): Array<[string, string]>
+  headers(decision: MultiDecision, options?: Omit<HeaderOptions, 'name'>): Array<[string, string]>
   /** The problem document for a 429 answering `decision`, naming who denied; null when allowed. */
   problem(decision: MultiDecision): string | null
 }

@@ -403,9 +403,9 @@ class RedisBase {
    * are named already).
    */
   headers(decision, options) {
-    const o = headerOptions(options, this.#multi ? ['legacy'] : ['name', 'legacy'])
+    const o = headerOptions(options, this.#multi ? ['legacy', 'draft'] : ['name', 'legacy', 'draft'])
     const d = decisionArg(decision)
-    return pairs(this.#native.headers(d, this.#multi ? entriesArg(d) : undefined, o.name, o.legacy))
+    return pairs(this.#native.headers(d, this.#multi ? entriesArg(d) : undefined, o.name, o.format))
   }
 
   /** The RFC 9457 problem document (JSON) for a 429 answering `decision`, or null when it was allowed. */

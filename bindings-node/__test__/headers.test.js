@@ -42,6 +42,23 @@ test('Quotas headers name the quota, and durations round up', () => {
   assert.deepEqual(Object.fromEntries(h)['Retry-After'], '2')
 })
 
+test("earlier drafts' fields, for every kind of limiter", () => {
+  const clock = new ManualClock()
+  const tb = new TokenBucket('2/s', { clock })
+  const d = tb.allow('ip')
+  assert.deepEqual(tb.headers(d, { draft: 'draft-7' }), [['RateLimit-Policy', '2;w=1'], ['RateLimit', 'limit=2, remaining=1, reset=1']])
+  assert.deepEqual(tb.headers(d, { draft: 'draft-6', legacy: true }).map(([n]) => n), [
+    'RateLimit-Policy', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset',
+  ])
+  assert.deepEqual(tb.headers(d, { draft: 'draft-8' }), tb.headers(d))
+  const l = new Limiter({ burst: '2/s', daily: { algorithm: 'fixedWindow', rate: '100/day' } }, { clock })
+  assert.equal(l.headers(l.allow('k'), { draft: 'draft-7' })[0][1], '2;w=1, 100;w=86400')
+  const q = new Quotas({ clock })
+  assert.equal(q.headers(q.allow('acme', '5/min'), '5/min', { draft: 'draft-6' })[1][1], '5')
+  assert.throws(() => tb.headers(d, { draft: 'draft-5' }), { name: 'TypeError', message: /draft must be one of/ })
+  assert.throws(() => l.headers(l.allow('k'), { name: 'x' }), TypeError)
+})
+
 test('bad arguments throw and format nothing', () => {
   const tb = new TokenBucket('2/s')
   const d = tb.allow('k')

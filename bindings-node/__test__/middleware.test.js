@@ -121,9 +121,39 @@ test('client keys: IPv6 grouped, IPv4-mapped unwrapped', () => {
   assert.equal(clientKey(undefined, 64), undefined)
 })
 
+test("express: standardHeaders in express-rate-limit's earlier drafts", async () => {
+  const app = express()
+  const clock = new ManualClock()
+  for (const draft of ['draft-6', 'draft-7', 'draft-8']) {
+    app.use(`/${draft}`, rateLimit({ limiter: new TokenBucket('2/min', { clock }), standardHeaders: draft, legacyHeaders: true }))
+  }
+  app.use((req, res) => res.send('ok'))
+  const server = http.createServer(app)
+  const url = await listen(server)
+  try {
+    const six = await fetch(`${url}/draft-6`)
+    assert.equal(six.headers.get('ratelimit-policy'), '2;w=60')
+    assert.deepEqual(['limit', 'remaining', 'reset'].map((f) => six.headers.get(`ratelimit-${f}`)), ['2', '1', '30'])
+    assert.equal(six.headers.get('ratelimit'), null)
+    assert.equal(six.headers.get('x-ratelimit-remaining'), '1')
+    const seven = await fetch(`${url}/draft-7`)
+    assert.equal(seven.headers.get('ratelimit-policy'), '2;w=60')
+    assert.equal(seven.headers.get('ratelimit'), 'limit=2, remaining=1, reset=30')
+    await fetch(`${url}/draft-7`)
+    const denied = await fetch(`${url}/draft-7`)
+    assert.equal(denied.status, 429)
+    assert.equal(denied.headers.get('ratelimit'), 'limit=2, remaining=0, reset=60')
+    assert.equal(denied.headers.get('retry-after'), '30')
+    const eight = await fetch(`${url}/draft-8`)
+    assert.equal(eight.headers.get('ratelimit-policy'), '"default";q=2;w=60', "draft 8's fields are draft 11's")
+  } finally {
+    server.close()
+  }
+})
+
 test('bad options throw at set-up', () => {
   assert.throws(() => rateLimit({ colour: 'red' }), TypeError)
-  assert.throws(() => rateLimit({ standardHeaders: 'draft-6' }), TypeError)
+  assert.throws(() => rateLimit({ standardHeaders: 'draft-5' }), TypeError)
   assert.throws(() => rateLimit({ ipv6Subnet: 0 }), TypeError)
   assert.throws(() => rateLimit({ limiter: {} }), TypeError)
   assert.throws(() => rateLimit({ limiter: new TokenBucket('1/s'), limit: 3 }), TypeError)

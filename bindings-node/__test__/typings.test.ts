@@ -11,6 +11,7 @@ import {
   ClockLike,
   Decision,
   FixedWindow,
+  HeaderDraft,
   HeaderOptions,
   Key,
   Limiter,
@@ -157,6 +158,11 @@ test('typings: HTTP headers and problem bodies', () => {
   tb.allow('ip')
   const body: string | null = tb.problem(tb.allow('ip'), { name: 'per-ip' })
   assert.equal(JSON.parse(body ?? '{}').status, 429)
+  const draft: HeaderDraft = 'draft-7'
+  const older: HeaderOptions = { draft, legacy: false }
+  assert.equal(tb.headers(tb.peek('other'), older)[1][0], 'RateLimit')
+  // @ts-expect-error the drafts are 'draft-11', 'draft-8', 'draft-7' and 'draft-6'
+  assert.throws(() => tb.headers(tb.peek('other'), { draft: 'draft-5' }), TypeError)
   const fw = new FixedWindow('5/s', { clock })
   assert.equal(fw.headers(fw.allow('k')).length, 2)
   assert.equal(fw.problem(fw.allow('k'), { name: 'fw' }), null)

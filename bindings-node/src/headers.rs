@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use napi_derive::napi;
-use ratomic::headers::{Headers, Policy};
+use ratomic::headers::{Draft, Headers, Policy};
 use ratomic::{Algorithm, Decision, Rule};
 
 use crate::error::{whole, JsFailure, Res};
@@ -60,12 +60,18 @@ impl DecisionIn {
     }
 }
 
-/// The fields of a headers value as `Name: value\r\n` lines (`legacy`:
-/// with the `X-RateLimit-*` ones): one string crosses to JavaScript, which
-/// splits it into pairs (one N-API string is far cheaper than an array of
-/// arrays of them).
-pub fn fields(legacy: bool) -> impl FnOnce(&Headers<'_>) -> String {
-    move |h| h.lines(legacy)
+/// The fields of a headers value as `Name: value\r\n` lines: one string
+/// crosses to JavaScript, which splits it into pairs (one N-API string is
+/// far cheaper than an array of arrays of them). `format` is what
+/// `ratomic.js`'s `headerOptions` packs: bit 0 the legacy `X-RateLimit-*`
+/// fields, the bits above it the draft (0: 11 or 8, 1: 7, 2: 6).
+pub fn fields(format: u32) -> impl FnOnce(&Headers<'_>) -> String {
+    let draft = match format >> 1 {
+        1 => Draft::Draft7,
+        2 => Draft::Draft6,
+        _ => Draft::Draft11,
+    };
+    move |h| h.lines_in(draft, format & 1 == 1)
 }
 
 /// The problem body of a headers value (None when allowed).

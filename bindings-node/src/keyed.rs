@@ -202,10 +202,10 @@ impl NativeKeyed {
         retry_after_ms: f64,
         reset_after_ms: f64,
         name: String,
-        legacy: bool,
+        format: u32,
     ) -> Result<String> {
         let d = DecisionIn { allowed, remaining, limit, retry_after_ms, reset_after_ms };
-        self.with_policy(&name, |p| headers::with_policy(p, &d, headers::fields(legacy))).map_err(|e| e.into_napi(&env))
+        self.with_policy(&name, |p| headers::with_policy(p, &d, headers::fields(format))).map_err(|e| e.into_napi(&env))
     }
 
     /// The RFC 9457 problem document for a 429 answering the decision, or null.

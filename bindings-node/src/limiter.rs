@@ -207,9 +207,9 @@ impl NativeLimiter {
     /// The HTTP header fields for `decision` (one of this limiter's: its
     /// combined fields and its `entries`), as `Name: value\r\n` lines.
     #[napi]
-    pub fn headers(&self, env: Env, decision: DecisionIn, entries: Vec<EntryIn>, legacy: bool) -> Result<String> {
+    pub fn headers(&self, env: Env, decision: DecisionIn, entries: Vec<EntryIn>, format: u32) -> Result<String> {
         let l = &self.view.limiter;
-        headers::with_multi(l.names(), l.rules(), &decision, &entries, headers::fields(legacy))
+        headers::with_multi(l.names(), l.rules(), &decision, &entries, headers::fields(format))
             .map_err(|e| e.into_napi(&env))
     }
 

@@ -134,11 +134,11 @@ impl NativeQuotas {
         decision: DecisionIn,
         quota: RuleSpec,
         name: String,
-        legacy: bool,
+        format: u32,
     ) -> Result<String> {
         let run = || -> Res<_> {
             let g = Gcra::new(quota_of(&quota)?);
-            headers::with_single(&name, &g, &decision, headers::fields(legacy))
+            headers::with_single(&name, &g, &decision, headers::fields(format))
         };
         run().map_err(|e| e.into_napi(&env))
     }

@@ -335,9 +335,9 @@ impl NativeRedis {
         decision: DecisionIn,
         entries: Option<Vec<EntryIn>>,
         name: String,
-        legacy: bool,
+        format: u32,
     ) -> Result<String> {
-        self.with_headers(&decision, entries, &name, headers::fields(legacy)).map_err(|e| e.into_napi(&env))
+        self.with_headers(&decision, entries, &name, headers::fields(format)).map_err(|e| e.into_napi(&env))
     }
 
     /// The RFC 9457 problem document for a 429 answering the decision

@@ -15,6 +15,14 @@
 //!   of the draft's type `quota-exceeded`, naming the limits that denied in
 //!   `violated-policies`.
 //!
+//! Clients written against earlier revisions get their fields with
+//! [`Headers::fields_in`]: [`Draft::Draft7`] (`RateLimit-Policy:
+//! 100;w=60` and `RateLimit: limit=100, remaining=99, reset=42`) and
+//! [`Draft::Draft6`] (`RateLimit-Policy` and `RateLimit-Limit`,
+//! `RateLimit-Remaining`, `RateLimit-Reset`), the forms express-rate-limit
+//! writes for `standardHeaders: 'draft-7'` / `'draft-6'`. Draft 8 has the
+//! fields of draft 11.
+//!
 //! Durations are rounded up to whole seconds, so a client that waits what a
 //! header says never comes back early: `t` is 0 only when the key is full,
 //! `w` is at least 1. Counts above the largest Structured Field integer
@@ -139,6 +147,24 @@ pub struct Headers<'p> {
 /// A header field: its name and value.
 pub type Field = (&'static str, String);
 
+/// The revision of the IETF draft the standard fields follow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Draft {
+    /// draft-ietf-httpapi-ratelimit-headers-11 (and -08, whose fields are
+    /// the same): a named item per limit in `RateLimit-Policy` and
+    /// `RateLimit`.
+    #[default]
+    Draft11,
+    /// -07: `RateLimit-Policy: <quota>;w=<window s>` per limit and one
+    /// `RateLimit: limit=<l>, remaining=<r>, reset=<s>` from the combined
+    /// decision.
+    Draft7,
+    /// -06: `RateLimit-Policy` as in -07, and `RateLimit-Limit`,
+    /// `RateLimit-Remaining`, `RateLimit-Reset` from the combined decision.
+    Draft6,
+}
+
 impl<'p> Headers<'p> {
     /// The fields for a single limit's decision.
     pub fn single(policy: &'p Policy, decision: Decision) -> Self {
@@ -222,9 +248,53 @@ impl<'p> Headers<'p> {
     /// Every field a response carries: `RateLimit-Policy`, `RateLimit`,
     /// `Retry-After` on a denial, and the legacy fields when asked.
     pub fn fields(&self, legacy: bool) -> Vec<Field> {
-        let mut out = Vec::with_capacity(6);
-        out.push(("RateLimit-Policy", self.policy()));
-        out.push(("RateLimit", self.ratelimit()));
+        self.fields_in(Draft::Draft11, legacy)
+    }
+
+    /// [`fields`](Self::fields) with the standard ones as `draft` writes
+    /// them.
+    ///
+    /// ```
+    /// # use ratomic::headers::{Draft, Headers, Policy};
+    /// # use std::time::Duration;
+    /// # use ratomic::Decision;
+    /// let p = Policy::new("burst", 100, Duration::from_secs(60))?;
+    /// let d = Decision {
+    ///     allowed: true, remaining: 99, limit: 100,
+    ///     retry_after: Duration::ZERO, reset_after: Duration::from_millis(41_200),
+    /// };
+    /// let h = Headers::single(&p, d);
+    /// assert_eq!(
+    ///     h.fields_in(Draft::Draft7, false),
+    ///     [("RateLimit-Policy", "100;w=60".to_owned()), ("RateLimit", "limit=100, remaining=99, reset=42".to_owned())]
+    /// );
+    /// assert_eq!(h.fields_in(Draft::Draft6, false)[1..], [
+    ///     ("RateLimit-Limit", "100".to_owned()),
+    ///     ("RateLimit-Remaining", "99".to_owned()),
+    ///     ("RateLimit-Reset", "42".to_owned()),
+    /// ]);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    pub fn fields_in(&self, draft: Draft, legacy: bool) -> Vec<Field> {
+        let mut out = Vec::with_capacity(7);
+        let d = &self.combined;
+        match draft {
+            Draft::Draft11 => {
+                out.push(("RateLimit-Policy", self.policy()));
+                out.push(("RateLimit", self.ratelimit()));
+            }
+            Draft::Draft7 => {
+                out.push(("RateLimit-Policy", self.unnamed_policy()));
+                let (l, r, t) = (sf_int(d.limit), sf_int(d.remaining), sf_int(ceil_secs(d.reset_after)));
+                out.push(("RateLimit", format!("limit={l}, remaining={r}, reset={t}")));
+            }
+            Draft::Draft6 => {
+                out.push(("RateLimit-Policy", self.unnamed_policy()));
+                out.push(("RateLimit-Limit", sf_int(d.limit).to_string()));
+                out.push(("RateLimit-Remaining", sf_int(d.remaining).to_string()));
+                out.push(("RateLimit-Reset", sf_int(ceil_secs(d.reset_after)).to_string()));
+            }
+        }
         if let Some(s) = self.retry_after() {
             out.push(("Retry-After", s.to_string()));
         }
@@ -234,10 +304,25 @@ impl<'p> Headers<'p> {
         out
     }
 
+    /// The drafts before 8: `<quota>;w=<window s>` per limit.
+    fn unnamed_policy(&self) -> String {
+        let mut out = String::new();
+        for (i, (p, _)) in self.items.iter().enumerate() {
+            sep(&mut out, i);
+            let _ = write!(out, "{};w={}", sf_int(p.quota), sf_int(p.window_secs));
+        }
+        out
+    }
+
     /// The fields as HTTP/1.1 header lines, `Name: value\r\n` each.
     pub fn lines(&self, legacy: bool) -> String {
+        self.lines_in(Draft::Draft11, legacy)
+    }
+
+    /// [`lines`](Self::lines) in `draft`'s form.
+    pub fn lines_in(&self, draft: Draft, legacy: bool) -> String {
         let mut out = String::new();
-        for (name, value) in self.fields(legacy) {
+        for (name, value) in self.fields_in(draft, legacy) {
             let _ = write!(out, "{name}: {value}\r\n");
         }
         out
@@ -426,6 +511,38 @@ mod tests {
              X-RateLimit-Reset: 1\r\n"
         );
         assert_eq!(h.fields(false).len(), 3);
+    }
+
+    #[test]
+    fn earlier_drafts_list_each_limit_unnamed_and_answer_for_the_combined_decision() {
+        let policies = [
+            Policy::new("burst", 2, Duration::from_secs(1)).unwrap(),
+            Policy::new("daily", 100, Duration::from_secs(86_400)).unwrap(),
+        ];
+        let h = Headers::from_parts(
+            &policies,
+            [(0, decision(false, 0, 2, 200_000_000, S)), (1, decision(true, 98, 100, 0, 86_400 * S))],
+            decision(false, 0, 2, 200_000_000, S),
+        )
+        .unwrap();
+        assert_eq!(
+            h.lines_in(Draft::Draft7, true),
+            "RateLimit-Policy: 2;w=1, 100;w=86400\r\n\
+             RateLimit: limit=2, remaining=0, reset=1\r\n\
+             Retry-After: 1\r\n\
+             X-RateLimit-Limit: 2\r\n\
+             X-RateLimit-Remaining: 0\r\n\
+             X-RateLimit-Reset: 1\r\n"
+        );
+        assert_eq!(
+            h.lines_in(Draft::Draft6, false),
+            "RateLimit-Policy: 2;w=1, 100;w=86400\r\n\
+             RateLimit-Limit: 2\r\n\
+             RateLimit-Remaining: 0\r\n\
+             RateLimit-Reset: 1\r\n\
+             Retry-After: 1\r\n"
+        );
+        assert_eq!(h.lines_in(Draft::Draft11, true), h.lines(true));
     }
 
     #[test]

@@ -5,6 +5,10 @@
 //! cargo run --release -p ratomic-benches --bin middleware [ROUNDS] [SECONDS]   # default 5 rounds of 2 s
 //! ```
 //!
+//! `middleware drive ROUNDS SECONDS bare=PORT ratomic=PORT peer=PORT…` drives
+//! apps served by someone else (the Python bench's uvicorn apps) the same
+//! way: the first is the baseline, the second ratomic's.
+//!
 //! Four hello-world apps, each in its own child process (one tokio thread,
 //! axum, peer address from `ConnectInfo`): no limiter; ratomic's
 //! `RateLimitLayer` on a `TokenBucket` keyed by peer IP; tower_governor's
@@ -119,9 +123,23 @@ fn main() {
         return;
     }
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("drive") {
+        let (rounds, seconds) = (args[2].parse().unwrap(), args[3].parse().unwrap());
+        let apps: Vec<(String, u16)> = args[4..]
+            .iter()
+            .map(|a| {
+                let (name, port) = a.split_once('=').expect("name=port");
+                (name.to_owned(), port.parse().unwrap())
+            })
+            .collect();
+        println!("{CONNECTIONS} keep-alive connections, median of {rounds} rounds of {seconds} s");
+        report(&apps, rounds, seconds);
+        return;
+    }
     let rounds: usize = args.get(1).map_or(5, |a| a.parse().unwrap());
     let seconds: f64 = args.get(2).map_or(2.0, |a| a.parse().unwrap());
-    let mut children: Vec<(Child, u16)> = APPS
+    let mut children: Vec<Child> = Vec::new();
+    let apps: Vec<(String, u16)> = APPS
         .iter()
         .map(|kind| {
             let mut child = Command::new(std::env::current_exe().unwrap())
@@ -131,15 +149,29 @@ fn main() {
                 .unwrap();
             let mut line = String::new();
             BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-            (child, line.trim().parse().unwrap())
+            children.push(child);
+            (kind.to_string(), line.trim().parse().unwrap())
         })
         .collect();
+    println!(
+        "axum 0.8, {CONNECTIONS} keep-alive connections, median of {rounds} rounds of {seconds} s, each app in its own process (one tokio thread)"
+    );
+    report(&apps, rounds, seconds);
+    for c in &mut children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// Drives `apps` (the baseline first, ratomic's second) in interleaved
+/// rounds and prints the table.
+fn report(apps: &[(String, u16)], rounds: usize, seconds: f64) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let mut rates = vec![Vec::new(); APPS.len()];
-    let mut order: Vec<usize> = (0..APPS.len()).collect();
+    let mut rates = vec![Vec::new(); apps.len()];
+    let mut order: Vec<usize> = (0..apps.len()).collect();
     let mut seed = std::process::id() as u64 | 1;
     rt.block_on(async {
-        for (_, port) in &children {
+        for (_, port) in apps {
             load(*port, 0.3).await; // warm up
         }
         for _ in 0..rounds {
@@ -150,27 +182,20 @@ fn main() {
                 order.swap(i, (seed % (i as u64 + 1)) as usize);
             }
             for &i in &order {
-                rates[i].push(load(children[i].1, seconds).await);
+                rates[i].push(load(apps[i].1, seconds).await);
             }
         }
     });
-    for (c, _) in &mut children {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
     let med: Vec<f64> = rates.iter_mut().map(|r| median(r)).collect();
     let cost = |i: usize| (1.0 / med[i] - 1.0 / med[0]) * 1e6;
-    println!(
-        "axum 0.8, {CONNECTIONS} keep-alive connections, median of {rounds} rounds of {seconds} s, each app in its own process (one tokio thread)"
-    );
-    for (i, name) in APPS.iter().enumerate() {
+    for (i, (name, _)) in apps.iter().enumerate() {
         if i == 0 {
             println!("  {name:<24} {:>9.0} req/s", med[i]);
         } else {
-            println!("  {name:<24} {:>9.0} req/s   cost over bare {:>6.2} µs/request", med[i], cost(i));
+            println!("  {name:<24} {:>9.0} req/s   cost over {} {:>7.2} µs/request", med[i], apps[0].0, cost(i));
         }
     }
-    for (i, name) in APPS.iter().enumerate().skip(2) {
-        println!("  ratomic's cost ÷ {name}'s: {:.2}", cost(1) / cost(i));
+    for (i, (name, _)) in apps.iter().enumerate().skip(2) {
+        println!("  {}'s cost ÷ {name}'s: {:.2}", apps[1].0, cost(1) / cost(i));
     }
 }

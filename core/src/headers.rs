@@ -76,6 +76,9 @@ pub struct Policy {
     name: Box<str>,
     /// The name as a Structured Field String, quotes included.
     quoted: Box<str>,
+    /// Its `RateLimit-Policy` item, `"name";q=<quota>;w=<window s>`:
+    /// formatted once, copied per response.
+    item: Box<str>,
     quota: u64,
     window_secs: u64,
 }
@@ -106,7 +109,9 @@ impl Policy {
             quoted.push(c);
         }
         quoted.push('"');
-        Ok(Policy { name: name.into(), quoted: quoted.into(), quota, window_secs: ceil_secs(window).max(1) })
+        let window_secs = ceil_secs(window).max(1);
+        let item = format!("{quoted};q={};w={}", sf_int(quota), sf_int(window_secs)).into();
+        Ok(Policy { name: name.into(), quoted: quoted.into(), item, quota, window_secs })
     }
 
     /// The policy of a limiter's algorithm (`limiter.algorithm()` or one of
@@ -212,7 +217,7 @@ impl<'p> Headers<'p> {
         let mut out = String::new();
         for (i, (p, _)) in self.items.iter().enumerate() {
             sep(&mut out, i);
-            let _ = write!(out, "{};q={};w={}", p.quoted, sf_int(p.quota), sf_int(p.window_secs));
+            out.push_str(&p.item);
         }
         out
     }
@@ -222,7 +227,11 @@ impl<'p> Headers<'p> {
         let mut out = String::new();
         for (i, (p, d)) in self.items.iter().enumerate() {
             sep(&mut out, i);
-            let _ = write!(out, "{};r={};t={}", p.quoted, sf_int(d.remaining), sf_int(ceil_secs(d.reset_after)));
+            out.push_str(&p.quoted);
+            out.push_str(";r=");
+            push_int(&mut out, sf_int(d.remaining));
+            out.push_str(";t=");
+            push_int(&mut out, sf_int(ceil_secs(d.reset_after)));
         }
         out
     }
@@ -387,6 +396,22 @@ fn sf_int(v: u64) -> u64 {
     v.min(MAX_SF_INTEGER)
 }
 
+/// Appends `v` in decimal (what `write!` does, without the formatter).
+fn push_int(out: &mut String, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    // The digits are ASCII.
+    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
+}
+
 fn sep(out: &mut String, i: usize) {
     if i > 0 {
         out.push_str(", ");
@@ -420,6 +445,15 @@ mod tests {
     }
 
     const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn integers_are_written_as_write_does() {
+        for v in [0, 7, 10, 99, 100, 4_294_967_296, MAX_SF_INTEGER, u64::MAX] {
+            let mut out = String::new();
+            push_int(&mut out, v);
+            assert_eq!(out, v.to_string());
+        }
+    }
 
     #[test]
     fn seconds_round_up_at_every_edge() {

@@ -305,9 +305,9 @@ fn forwarded_client(parts: &http::request::Parts, proxies: usize) -> Option<IpAd
 /// other IPv6 addresses grouped by their first `prefix` bits.
 pub fn client_key(ip: IpAddr, prefix: u8) -> String {
     match ip {
-        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V4(v4) => ipv4_text(v4),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => v4.to_string(),
+            Some(v4) => ipv4_text(v4),
             None => {
                 let bits = u128::from(v6);
                 let mask = if prefix == 0 { 0 } else { u128::MAX << (128 - u32::from(prefix)) };
@@ -315,6 +315,24 @@ pub fn client_key(ip: IpAddr, prefix: u8) -> String {
             }
         },
     }
+}
+
+/// `v4.to_string()` without the formatter (the key of every request).
+fn ipv4_text(v4: std::net::Ipv4Addr) -> String {
+    let mut out = String::with_capacity(15);
+    for (i, octet) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        if octet >= 100 {
+            out.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            out.push(char::from(b'0' + octet / 10 % 10));
+        }
+        out.push(char::from(b'0' + octet % 10));
+    }
+    out
 }
 
 type CostFn = dyn Fn(&http::request::Parts) -> u64 + Send + Sync;
@@ -418,6 +436,7 @@ impl<S: std::fmt::Debug, L> std::fmt::Debug for RateLimit<S, L> {
 }
 
 fn add_fields(headers: &mut http::HeaderMap, fields: &[(&'static str, String)]) {
+    headers.reserve(fields.len());
     for (name, value) in fields {
         if let Ok(v) = HeaderValue::from_str(value) {
             headers.insert(HeaderName::from_static(lower(name)), v);
@@ -553,6 +572,9 @@ mod tests {
     fn ipv6_keys_group_by_prefix_and_ipv4_stays_whole() {
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         assert_eq!(client_key(ip("10.0.0.1"), 64), "10.0.0.1");
+        for v4 in ["0.0.0.0", "255.255.255.255", "1.22.100.9", "100.10.1.0", "192.168.0.199"] {
+            assert_eq!(client_key(ip(v4), 64), v4);
+        }
         assert_eq!(client_key(ip("::ffff:10.0.0.1"), 64), "10.0.0.1");
         assert_eq!(client_key(ip("2001:db8:1:2:3:4:5:6"), 64), "2001:db8:1:2::/64");
         assert_eq!(client_key(ip("2001:db8:1:2::ffff"), 56), "2001:db8:1::/56");

@@ -196,6 +196,10 @@ fn report(apps: &[(String, u16)], rounds: usize, seconds: f64) {
         }
     }
     for (i, (name, _)) in apps.iter().enumerate().skip(2) {
-        println!("  {}'s cost ÷ {name}'s: {:.2}", apps[1].0, cost(1) / cost(i));
+        if cost(i) > 0.0 {
+            println!("  {}'s cost ÷ {name}'s: {:.2}", apps[1].0, cost(1) / cost(i));
+        } else {
+            println!("  {}'s cost ÷ {name}'s: n/a ({name} within the noise of {})", apps[1].0, apps[0].0);
+        }
     }
 }

@@ -152,6 +152,21 @@ pub struct Headers<'p> {
 /// A header field: its name and value.
 pub type Field = (&'static str, String);
 
+/// What a field's value is, for [`Headers::write`].
+#[derive(Clone, Copy)]
+enum Value {
+    Int(u64),
+    /// Draft 11: `"name";q=<quota>;w=<window s>` per limit.
+    Policy,
+    /// Draft 11: `"name";r=<remaining>;t=<s until full>` per limit.
+    RateLimit,
+    /// Drafts 6 and 7: `<quota>;w=<window s>` per limit.
+    UnnamedPolicy,
+    /// Draft 7's `RateLimit`: `limit=…, remaining=…, reset=…` of the
+    /// combined decision.
+    Draft7,
+}
+
 /// The revision of the IETF draft the standard fields follow.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -215,24 +230,14 @@ impl<'p> Headers<'p> {
     /// The `RateLimit-Policy` value: `"name";q=<quota>;w=<window s>` per limit.
     pub fn policy(&self) -> String {
         let mut out = String::new();
-        for (i, (p, _)) in self.items.iter().enumerate() {
-            sep(&mut out, i);
-            out.push_str(&p.item);
-        }
+        self.write(Value::Policy, &mut out);
         out
     }
 
     /// The `RateLimit` value: `"name";r=<remaining>;t=<s until full>` per limit.
     pub fn ratelimit(&self) -> String {
         let mut out = String::new();
-        for (i, (p, d)) in self.items.iter().enumerate() {
-            sep(&mut out, i);
-            out.push_str(&p.quoted);
-            out.push_str(";r=");
-            push_int(&mut out, sf_int(d.remaining));
-            out.push_str(";t=");
-            push_int(&mut out, sf_int(ceil_secs(d.reset_after)));
-        }
+        self.write(Value::RateLimit, &mut out);
         out
     }
 
@@ -252,6 +257,77 @@ impl<'p> Headers<'p> {
             ("X-RateLimit-Remaining", d.remaining.to_string()),
             ("X-RateLimit-Reset", ceil_secs(d.reset_after).to_string()),
         ]
+    }
+
+    /// Each field `draft` and `legacy` call for, in order, as its name and
+    /// what its value is: the one list [`fields_in`](Self::fields_in) and
+    /// [`write_lines_in`](Self::write_lines_in) both follow.
+    fn each(&self, draft: Draft, legacy: bool, mut field: impl FnMut(&'static str, Value)) {
+        let d = &self.combined;
+        match draft {
+            Draft::Draft11 => {
+                field("RateLimit-Policy", Value::Policy);
+                field("RateLimit", Value::RateLimit);
+            }
+            Draft::Draft7 => {
+                field("RateLimit-Policy", Value::UnnamedPolicy);
+                field("RateLimit", Value::Draft7);
+            }
+            Draft::Draft6 => {
+                field("RateLimit-Policy", Value::UnnamedPolicy);
+                field("RateLimit-Limit", Value::Int(sf_int(d.limit)));
+                field("RateLimit-Remaining", Value::Int(sf_int(d.remaining)));
+                field("RateLimit-Reset", Value::Int(sf_int(ceil_secs(d.reset_after))));
+            }
+        }
+        if let Some(s) = self.retry_after() {
+            field("Retry-After", Value::Int(s));
+        }
+        if legacy {
+            field("X-RateLimit-Limit", Value::Int(d.limit));
+            field("X-RateLimit-Remaining", Value::Int(d.remaining));
+            field("X-RateLimit-Reset", Value::Int(ceil_secs(d.reset_after)));
+        }
+    }
+
+    /// Appends the value `v` stands for.
+    fn write(&self, v: Value, out: &mut String) {
+        match v {
+            Value::Int(n) => push_int(out, n),
+            Value::Policy => {
+                for (i, (p, _)) in self.items.iter().enumerate() {
+                    sep(out, i);
+                    out.push_str(&p.item);
+                }
+            }
+            Value::RateLimit => {
+                for (i, (p, d)) in self.items.iter().enumerate() {
+                    sep(out, i);
+                    out.push_str(&p.quoted);
+                    out.push_str(";r=");
+                    push_int(out, sf_int(d.remaining));
+                    out.push_str(";t=");
+                    push_int(out, sf_int(ceil_secs(d.reset_after)));
+                }
+            }
+            Value::UnnamedPolicy => {
+                for (i, (p, _)) in self.items.iter().enumerate() {
+                    sep(out, i);
+                    push_int(out, sf_int(p.quota));
+                    out.push_str(";w=");
+                    push_int(out, sf_int(p.window_secs));
+                }
+            }
+            Value::Draft7 => {
+                let d = &self.combined;
+                out.push_str("limit=");
+                push_int(out, sf_int(d.limit));
+                out.push_str(", remaining=");
+                push_int(out, sf_int(d.remaining));
+                out.push_str(", reset=");
+                push_int(out, sf_int(ceil_secs(d.reset_after)));
+            }
+        }
     }
 
     /// Every field a response carries: `RateLimit-Policy`, `RateLimit`,
@@ -286,40 +362,11 @@ impl<'p> Headers<'p> {
     /// ```
     pub fn fields_in(&self, draft: Draft, legacy: bool) -> Vec<Field> {
         let mut out = Vec::with_capacity(7);
-        let d = &self.combined;
-        match draft {
-            Draft::Draft11 => {
-                out.push(("RateLimit-Policy", self.policy()));
-                out.push(("RateLimit", self.ratelimit()));
-            }
-            Draft::Draft7 => {
-                out.push(("RateLimit-Policy", self.unnamed_policy()));
-                let (l, r, t) = (sf_int(d.limit), sf_int(d.remaining), sf_int(ceil_secs(d.reset_after)));
-                out.push(("RateLimit", format!("limit={l}, remaining={r}, reset={t}")));
-            }
-            Draft::Draft6 => {
-                out.push(("RateLimit-Policy", self.unnamed_policy()));
-                out.push(("RateLimit-Limit", sf_int(d.limit).to_string()));
-                out.push(("RateLimit-Remaining", sf_int(d.remaining).to_string()));
-                out.push(("RateLimit-Reset", sf_int(ceil_secs(d.reset_after)).to_string()));
-            }
-        }
-        if let Some(s) = self.retry_after() {
-            out.push(("Retry-After", s.to_string()));
-        }
-        if legacy {
-            out.extend(self.legacy());
-        }
-        out
-    }
-
-    /// The drafts before 8: `<quota>;w=<window s>` per limit.
-    fn unnamed_policy(&self) -> String {
-        let mut out = String::new();
-        for (i, (p, _)) in self.items.iter().enumerate() {
-            sep(&mut out, i);
-            let _ = write!(out, "{};w={}", sf_int(p.quota), sf_int(p.window_secs));
-        }
+        self.each(draft, legacy, |name, v| {
+            let mut value = String::new();
+            self.write(v, &mut value);
+            out.push((name, value));
+        });
         out
     }
 
@@ -330,11 +377,21 @@ impl<'p> Headers<'p> {
 
     /// [`lines`](Self::lines) in `draft`'s form.
     pub fn lines_in(&self, draft: Draft, legacy: bool) -> String {
-        let mut out = String::new();
-        for (name, value) in self.fields_in(draft, legacy) {
-            let _ = write!(out, "{name}: {value}\r\n");
-        }
+        let mut out = String::with_capacity(128);
+        self.write_lines_in(draft, legacy, &mut out);
         out
+    }
+
+    /// Appends [`lines_in`](Self::lines_in) to `out`: one buffer and no
+    /// allocation per field, for a face or server that writes many
+    /// responses.
+    pub fn write_lines_in(&self, draft: Draft, legacy: bool, out: &mut String) {
+        self.each(draft, legacy, |name, v| {
+            out.push_str(name);
+            out.push_str(": ");
+            self.write(v, out);
+            out.push_str("\r\n");
+        });
     }
 
     /// The names of the limits that denied the call (empty when allowed).
@@ -577,6 +634,28 @@ mod tests {
              Retry-After: 1\r\n"
         );
         assert_eq!(h.lines_in(Draft::Draft11, true), h.lines(true));
+    }
+
+    #[test]
+    fn lines_are_the_fields_in_every_draft() {
+        let policies = [
+            Policy::new("burst", 2, Duration::from_secs(1)).unwrap(),
+            Policy::new("daily", 100, Duration::from_secs(86_400)).unwrap(),
+        ];
+        for allowed in [true, false] {
+            let d = decision(allowed, 1, 2, if allowed { 0 } else { 1 }, S + 1);
+            let h = Headers::from_parts(&policies, [(0, d), (1, decision(true, 98, 100, 0, 7 * S))], d).unwrap();
+            for draft in [Draft::Draft11, Draft::Draft7, Draft::Draft6] {
+                for legacy in [false, true] {
+                    let joined: String =
+                        h.fields_in(draft, legacy).iter().map(|(n, v)| format!("{n}: {v}\r\n")).collect();
+                    let mut appended = String::from("before\r\n");
+                    h.write_lines_in(draft, legacy, &mut appended);
+                    assert_eq!(h.lines_in(draft, legacy), joined, "{draft:?} legacy={legacy} allowed={allowed}");
+                    assert_eq!(appended, format!("before\r\n{joined}"));
+                }
+            }
+        }
     }
 
     #[test]

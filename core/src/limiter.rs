@@ -192,8 +192,25 @@ impl Entry {
         Entry { remaining: v.remaining, limit: v.limit, retry_ns: v.retry_ns, reset_ns: v.reset_ns }
     }
 
+    /// What a limit that would have allowed a call answers when another
+    /// limit denied it: the call charged nothing, so the limit reports its
+    /// state as it stands (`v` is its answer to a cost of 0: the tokens it
+    /// still has, the time until it is full) and stays allowed, so only the
+    /// deniers are named (SPEC §2: `remaining` is what the key has right
+    /// after the call).
     #[inline]
-    fn allowed(&self) -> bool {
+    pub(crate) fn uncharged(v: &Verdict) -> Self {
+        Entry { remaining: v.remaining, limit: v.limit, retry_ns: 0, reset_ns: v.reset_ns }
+    }
+
+    /// [`uncharged`](Self::uncharged) for a stack member's answer to a
+    /// cost of 0.
+    pub(crate) fn uncharged_member(d: &Decision) -> Self {
+        Entry { remaining: d.remaining, limit: d.limit, retry_ns: 0, reset_ns: nanos(d.reset_after) }
+    }
+
+    #[inline]
+    pub(crate) fn allowed(&self) -> bool {
         self.retry_ns == 0
     }
 
@@ -232,8 +249,11 @@ pub(crate) type Entries = SmallVec<[Entry; 3]>;
 /// `retry_after` the largest wait among the limits that denied (after it,
 /// all of them allow); `reset_after` the largest.
 ///
-/// On a denial, each entry is what that limit alone would answer (as a
-/// peek): nothing was consumed.
+/// On a denial nothing was consumed: an entry whose limit denied is that
+/// limit's denial, and an entry whose limit would have allowed the call is
+/// marked allowed (so [`denied_by`](Self::denied_by) names only the
+/// deniers) and reports that limit as it stands — the tokens it still has
+/// and the time until it is full — never as if the call had been charged.
 #[derive(Clone, PartialEq, Eq)]
 #[must_use = "a decision says whether the call was allowed"]
 pub struct MultiDecision<'a> {
@@ -590,7 +610,11 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
             next[i] = n.unwrap_or(seen);
             entries.push(Entry::of(&verdict));
         }
-        if denied || cost == 0 {
+        if denied {
+            uncharge(rules, &mut entries, &index, |i| receipts.charges[i].before, now);
+            return Ok((entries, false));
+        }
+        if cost == 0 {
             return Ok((entries, false)); // cost 0 charges nothing and answers like peek
         }
         // Tightest first: a stable insertion sort of the (at most 16) entries.
@@ -618,6 +642,7 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
                 None => {
                     receipts.restore(cells);
                     receipts.charged = 0;
+                    uncharge(rules, &mut entries, &index, |i| receipts.charges[i].before, now);
                     return Ok((entries, false));
                 }
             }
@@ -660,6 +685,19 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
             None => Err(Error::invalid("limit set", "[]", "must name at least one limit")),
             Some(limit) if cost > limit => Err(Error::CostExceedsLimit { cost, limit }),
             Some(_) => Ok(()),
+        }
+    }
+}
+
+/// A denied call's entries (entry `k` is limit `index[k]`): each limit that
+/// would have allowed it answers for `state(i)`, its state as the call saw
+/// it, charged nothing (see [`Entry::uncharged`]).
+#[inline(never)] // the denial path: keep it out of the hot charge loop
+fn uncharge(rules: &[Rule], entries: &mut Entries, index: &[u8; MAX_LIMITS], state: impl Fn(usize) -> u64, now: u64) {
+    for (k, entry) in entries.iter_mut().enumerate() {
+        if entry.allowed() {
+            let i = index[k] as usize;
+            *entry = Entry::uncharged(&rules[i].decide(state(i), now, 0).0);
         }
     }
 }
@@ -777,10 +815,21 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
         l.check_set(self.set, cost)?;
         let rules = &l.base.rules.0;
         let entries = l.base.update(key.as_key(), now, |cells| {
-            (0..rules.len())
-                .filter(|&i| self.set.contains(i))
-                .map(|i| Ok(Entry::of(&peek_in(&rules[i], cells, i, now, cost)?)))
-                .collect()
+            let mut entries = Entries::new();
+            let mut index = [0u8; MAX_LIMITS];
+            for i in (0..rules.len()).filter(|&i| self.set.contains(i)) {
+                index[entries.len()] = i as u8;
+                entries.push(Entry::of(&peek_in(&rules[i], cells, i, now, cost)?));
+            }
+            if entries.iter().any(|e| !e.allowed()) {
+                // As allow would answer: a denied call charges no limit.
+                let mut states = [0u64; MAX_LIMITS];
+                for &i in &index[..entries.len()] {
+                    states[i as usize] = cells.load(i as usize)?;
+                }
+                uncharge(rules, &mut entries, &index, |i| states[i], now);
+            }
+            Ok(entries)
         })?;
         Ok(MultiDecision::combine(entries, self.set.0, &l.names))
     }

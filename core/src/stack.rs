@@ -256,7 +256,11 @@ impl<C: Clock> Stack<C> {
             denied |= !decision.allowed;
             entries.push(Entry::new(&decision));
         }
-        if denied || cost == 0 {
+        if denied {
+            self.uncharge(keys, &mut entries, now)?;
+            return Ok(MultiDecision::combine(entries, self.mask(), &self.names));
+        }
+        if cost == 0 {
             return Ok(MultiDecision::combine(entries, self.mask(), &self.names));
         }
         let count = self.members.len();
@@ -271,6 +275,7 @@ impl<C: Clock> Stack<C> {
                 for (j, receipt) in &receipts {
                     self.members[*j].give_back(keys[*j].as_ref(), receipt);
                 }
+                self.uncharge(keys, &mut entries, now)?;
                 break;
             }
             receipts.push((k, receipt));
@@ -291,7 +296,23 @@ impl<C: Clock> Stack<C> {
         for (member, key) in self.members.iter().zip(keys) {
             entries.push(Entry::new(&member.peek(key.as_ref(), cost, now)?));
         }
+        if entries.iter().any(|e| !e.allowed()) {
+            self.uncharge(keys, &mut entries, now)?; // as allow would answer
+        }
         Ok(MultiDecision::combine(entries, self.mask(), &self.names))
+    }
+
+    /// A denied call charges no member: each member that would have allowed
+    /// it answers for its key as it stands (a cost-0 peek), still allowed,
+    /// so no entry reports tokens the call never took.
+    #[inline(never)]
+    fn uncharge<Q: AsRef<[u8]>>(&self, keys: &[Q], entries: &mut Entries, now: u64) -> Result<()> {
+        for (k, entry) in entries.iter_mut().enumerate() {
+            if entry.allowed() {
+                *entry = Entry::uncharged_member(&self.members[k].peek(keys[k].as_ref(), 0, now)?);
+            }
+        }
+        Ok(())
     }
 
     /// Every member, as a [`MultiDecision`]'s mask (at most 16 members).

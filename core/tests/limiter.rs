@@ -241,3 +241,26 @@ fn block_on<F: std::future::Future>(fut: F) -> F::Output {
         }
     }
 }
+
+#[test]
+fn a_denied_call_reports_what_each_limit_still_has() {
+    // burst has 10, daily 25; after 20 calls in 2 s burst has 10 and daily 5.
+    let (l, clock) = burst_and_daily();
+    for _ in 0..2 {
+        assert_eq!((0..10).filter(|_| l.allow("u").unwrap().allowed()).count(), 10);
+        clock.advance(Duration::from_secs(1));
+    }
+    // A cost of 8: burst (10) would allow it, daily (5) denies it.
+    for d in [l.peek_n("u", 8).unwrap(), l.allow_n("u", 8).unwrap()] {
+        assert!(!d.allowed());
+        assert_eq!(d.denied_by().collect::<Vec<_>>(), ["daily"]);
+        let burst = d.get("burst").unwrap();
+        assert!(burst.allowed, "burst would have allowed the call");
+        assert_eq!(burst.remaining, 10, "nothing was charged: burst still has all 10, not 10 - 8");
+        assert_eq!(burst.reset_after, Duration::ZERO, "and is full");
+        assert_eq!(burst.retry_after, Duration::ZERO);
+        assert_eq!(d.get("daily").unwrap().remaining, 5);
+        assert_eq!(d.decision.remaining, 5, "the combined remaining is the smallest the key really has");
+    }
+    assert_eq!(l.peek_n("u", 0).unwrap().get("burst").unwrap().remaining, 10);
+}

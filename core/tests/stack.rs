@@ -154,3 +154,22 @@ fn a_stack_refunds_resets_and_acquires_on_every_member() {
     let d = f.stack.acquire(&keys, 1, Some(std::time::Duration::from_millis(10))).unwrap();
     assert!(!d.allowed(), "with a timeout shorter than the wait, the denial comes back at once");
 }
+
+#[test]
+fn a_denied_stack_call_reports_what_each_member_still_has() {
+    let f = fixture();
+    // user's burst (3/s) allows 3; the ip (5/s) and global (8/s) have room.
+    for _ in 0..3 {
+        assert!(f.stack.allow(&["10.0.0.1", "alice", ""]).unwrap().allowed());
+    }
+    for d in [f.stack.peek(&["10.0.0.1", "alice", ""]).unwrap(), f.stack.allow(&["10.0.0.1", "alice", ""]).unwrap()] {
+        assert!(!d.allowed());
+        assert_eq!(d.denied_by().collect::<Vec<_>>(), ["user"]);
+        let ip = d.get("ip").unwrap();
+        assert!(ip.allowed);
+        assert_eq!(ip.remaining, 2, "nothing was charged: the ip still has 2, not 1");
+        assert_eq!(d.get("global").unwrap().remaining, 5);
+        assert_eq!(d.decision.remaining, 0, "user has none left");
+    }
+    assert_eq!(f.ip.peek_n("10.0.0.1", 0).unwrap().remaining, 2);
+}

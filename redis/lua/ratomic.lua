@@ -299,5 +299,18 @@ for i = 1, n do
   changes[i] = nxt
   for j = 1, 5 do reply[#reply + 1] = d[j] end
 end
-if op == 'a' and reply[1] == 1 then store(changes) end
+if reply[1] == 0 then
+  -- A denied call charges no limit: each limit that would have allowed it
+  -- answers for its state as it stands (its answer to a cost of 0: what it
+  -- still has, the time until full), still allowed (SPEC §2).
+  for i = 1, n do
+    local at = 5 * (i - 1) + 2
+    if reply[at] == 1 then
+      local d = decide(i, values[i], 0)
+      reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] = d[2], d[3], 0, d[5]
+    end
+  end
+  return reply
+end
+if op == 'a' then store(changes) end
 return reply

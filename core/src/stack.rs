@@ -11,6 +11,7 @@ use crate::clock::{checked, Clock, ClockId, MonotonicClock};
 use crate::decision::Decision;
 use crate::direct::Direct;
 use crate::error::{Error, Result};
+use crate::headers::Policy;
 use crate::keyed::Keyed;
 use crate::limiter::{Entries, Entry, Limiter, MultiDecision, Receipts};
 
@@ -38,6 +39,10 @@ pub trait StackMember: private::Sealed + Send + Sync {
     fn reset(&self, key: &[u8], now: u64) -> Result<()>;
     #[doc(hidden)]
     fn clock_id(&self) -> ClockId;
+    /// The member's header policy named `name`: its one limit per its
+    /// window; an error for a [`Limiter`] (several limits, no one policy).
+    #[doc(hidden)]
+    fn policy(&self, name: &str) -> Result<Policy>;
 }
 
 /// What a member stored when it charged a call: what giving it back needs.
@@ -78,6 +83,9 @@ impl<A: Algorithm, C: Clock> StackMember for Keyed<A, [u8], C> {
     fn clock_id(&self) -> ClockId {
         self.clock().id()
     }
+    fn policy(&self, name: &str) -> Result<Policy> {
+        Policy::of(name, self.algorithm())
+    }
 }
 
 impl<C: Clock> private::Sealed for Limiter<[u8], C> {}
@@ -105,6 +113,13 @@ impl<C: Clock> StackMember for Limiter<[u8], C> {
     }
     fn clock_id(&self) -> ClockId {
         self.clock().id()
+    }
+    fn policy(&self, name: &str) -> Result<Policy> {
+        Err(Error::invalid(
+            "stack member",
+            format!("{name:?}"),
+            "is a Limiter: its limits have no single header policy (make each limit its own member to describe it in headers)",
+        ))
     }
 }
 
@@ -136,6 +151,9 @@ impl<A: Algorithm, C: Clock> StackMember for Direct<A, C> {
     }
     fn clock_id(&self) -> ClockId {
         self.clock().id()
+    }
+    fn policy(&self, name: &str) -> Result<Policy> {
+        Policy::of(name, self.algorithm())
     }
 }
 
@@ -196,6 +214,30 @@ impl Stack {
 }
 
 impl<C: Clock> Stack<C> {
+    /// One header [`Policy`] per member, in order, named as the members:
+    /// what [`Headers::multi`](crate::headers::Headers::multi) takes with
+    /// this stack's decisions (one `RateLimit-Policy` and `RateLimit` item
+    /// per member). Build them once, at setup. A [`Limiter`] member has
+    /// several limits and no one policy: that is an error naming it.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::headers::{Headers, Policy};
+    /// use ratomic::{DirectTokenBucket, Quota, Stack, TokenBucket};
+    ///
+    /// let stack = Stack::builder()
+    ///     .member("ip", Arc::new(TokenBucket::new(Quota::parse("100/min")?)))
+    ///     .member("global", Arc::new(DirectTokenBucket::new(Quota::parse("1000/s")?)))
+    ///     .build()?;
+    /// let policies = stack.policies()?;
+    /// let d = stack.allow(&["10.0.0.1", ""])?;
+    /// assert_eq!(Headers::multi(&policies, &d)?.policy(), r#""ip";q=100;w=60, "global";q=1000;w=1"#);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    pub fn policies(&self) -> Result<Vec<Policy>> {
+        self.members.iter().zip(self.names.iter()).map(|(m, n)| m.policy(n)).collect()
+    }
+
     /// The members' names, in order.
     pub fn names(&self) -> impl ExactSizeIterator<Item = &str> {
         self.names.iter().map(|n| &**n)

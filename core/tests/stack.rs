@@ -173,3 +173,34 @@ fn a_denied_stack_call_reports_what_each_member_still_has() {
     }
     assert_eq!(f.ip.peek_n("10.0.0.1", 0).unwrap().remaining, 2);
 }
+
+#[test]
+fn stack_headers_list_every_member_and_name_who_denied() {
+    use ratomic::headers::Headers;
+    let clock = ManualClock::new();
+    let ip = Arc::new(TokenBucket::builder(Quota::parse("2/s").unwrap()).clock(clock.clone()).build().unwrap());
+    let window = Rate::parse("100/min").unwrap();
+    let user = Arc::new(FixedWindow::builder(window).unwrap().clock(clock.clone()).build().unwrap());
+    let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("1000/s").unwrap(), clock.clone()));
+    let stack =
+        Stack::builder().member("ip", ip).member("user", user).member("global", global).clock(clock).build().unwrap();
+    let policies = stack.policies().unwrap();
+    let keys = ["10.0.0.1", "alice", ""];
+    let h = Headers::multi(&policies, &stack.allow(&keys).unwrap()).unwrap();
+    assert_eq!(h.policy(), r#""ip";q=2;w=1, "user";q=100;w=60, "global";q=1000;w=1"#);
+    assert_eq!(h.ratelimit(), r#""ip";r=1;t=1, "user";r=99;t=60, "global";r=999;t=1"#);
+    stack.allow(&keys).unwrap();
+    let d = stack.allow(&keys).unwrap();
+    let h = Headers::multi(&policies, &d).unwrap();
+    // Nothing charged on the denial: user still at 98, global at 998.
+    assert_eq!(h.ratelimit(), r#""ip";r=0;t=1, "user";r=98;t=60, "global";r=998;t=1"#);
+    assert_eq!(h.retry_after(), Some(1));
+    assert!(h.problem_json().unwrap().contains(r#""violated-policies":["ip"]"#));
+}
+
+#[test]
+fn a_limiter_member_has_no_single_policy() {
+    let f = fixture();
+    let e = f.stack.policies().unwrap_err();
+    assert!(e.to_string().contains("\"user\""), "{e}");
+}

@@ -189,7 +189,7 @@ fn stack_headers_list_every_member_and_name_who_denied() {
     let h = Headers::multi(&policies, &stack.allow(&keys).unwrap()).unwrap();
     assert_eq!(h.policy(), r#""ip";q=2;w=1, "user";q=100;w=60, "global";q=1000;w=1"#);
     assert_eq!(h.ratelimit(), r#""ip";r=1;t=1, "user";r=99;t=60, "global";r=999;t=1"#);
-    stack.allow(&keys).unwrap();
+    assert!(stack.allow(&keys).unwrap().allowed());
     let d = stack.allow(&keys).unwrap();
     let h = Headers::multi(&policies, &d).unwrap();
     // Nothing charged on the denial: user still at 98, global at 998.

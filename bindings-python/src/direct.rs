@@ -101,9 +101,16 @@ impl DirectTokenBucket {
     }
 
     /// The HTTP header fields for `decision`, as `Keyed.headers` gives them.
-    #[pyo3(signature = (decision, *, name = "default", legacy = false))]
-    fn headers(&self, py: Python<'_>, decision: PyRef<'_, Decision>, name: &str, legacy: bool) -> PyResult<Fields> {
-        headers::with_single(py, name, self.inner.algorithm(), decision.0, headers::fields(legacy))
+    #[pyo3(signature = (decision, *, name = "default", legacy = false, draft = "draft-11"))]
+    fn headers(
+        &self,
+        py: Python<'_>,
+        decision: PyRef<'_, Decision>,
+        name: &str,
+        legacy: bool,
+        draft: &str,
+    ) -> PyResult<Fields> {
+        headers::with_single(py, name, self.inner.algorithm(), decision.0, headers::fields(py, draft, legacy)?)
     }
 
     /// The problem document for a 429 answering `decision`, as `Keyed.problem`.

@@ -4,18 +4,36 @@
 
 use pyo3::prelude::*;
 
-use ratomic::headers::{Headers, Policy};
+use ratomic::headers::{Draft, Headers, Policy};
 use ratomic::{Algorithm, Decision, Rule};
 
 use crate::decision::MultiDecision;
-use crate::error::CoreResultExt;
+use crate::error::{invalid_argument, CoreResultExt};
 
 /// `(name, value)` pairs, in the order a response should carry them.
 pub type Fields = Vec<(&'static str, String)>;
 
-/// The fields (`legacy`: with the `X-RateLimit-*` ones) of a headers value.
-pub fn fields(legacy: bool) -> impl FnOnce(&Headers<'_>) -> Fields {
-    move |h| h.fields(legacy)
+/// The fields of a headers value: the standard ones as the draft named
+/// `draft` writes them, and with `legacy` the `X-RateLimit-*` ones. An
+/// `InvalidArgumentError` if `draft` names no draft ratomic writes.
+pub fn fields(py: Python<'_>, draft: &str, legacy: bool) -> PyResult<impl FnOnce(&Headers<'_>) -> Fields> {
+    let draft = draft_named(py, draft)?;
+    Ok(move |h: &Headers<'_>| h.fields_in(draft, legacy))
+}
+
+/// The draft every `headers(draft=...)` takes by name: `"draft-11"` (the
+/// default), `"draft-8"` (whose fields are draft 11's), `"draft-7"` or
+/// `"draft-6"`, the names Node's `headers({ draft })` takes.
+fn draft_named(py: Python<'_>, name: &str) -> PyResult<Draft> {
+    match name {
+        "draft-11" | "draft-8" => Ok(Draft::Draft11),
+        "draft-7" => Ok(Draft::Draft7),
+        "draft-6" => Ok(Draft::Draft6),
+        other => Err(invalid_argument(
+            py,
+            format!("invalid draft: {other:?} (must be \"draft-11\", \"draft-8\", \"draft-7\" or \"draft-6\")"),
+        )),
+    }
 }
 
 /// The problem body of a headers value (None when allowed).

@@ -100,10 +100,21 @@ impl Keyed {
     /// as `(name, value)` pairs: `RateLimit-Policy` and `RateLimit` (the
     /// limit named `name`), `Retry-After` on a denial (whole seconds,
     /// rounded up, never 0), and with `legacy=True` the `X-RateLimit-*`
-    /// fields.
-    #[pyo3(signature = (decision, *, name = "default", legacy = false))]
-    fn headers(&self, py: Python<'_>, decision: PyRef<'_, Decision>, name: &str, legacy: bool) -> PyResult<Fields> {
-        headers::with_single(py, name, self.inner.algorithm(), decision.0, headers::fields(legacy))
+    /// fields. `draft` is the IETF draft the standard fields follow:
+    /// `"draft-11"` (the default) or `"draft-8"` (the same fields), or the
+    /// earlier forms `"draft-7"` (`RateLimit-Policy: 100;w=60`,
+    /// `RateLimit: limit=100, remaining=99, reset=42`) and `"draft-6"`
+    /// (`RateLimit-Policy` and `RateLimit-Limit`, `-Remaining`, `-Reset`).
+    #[pyo3(signature = (decision, *, name = "default", legacy = false, draft = "draft-11"))]
+    fn headers(
+        &self,
+        py: Python<'_>,
+        decision: PyRef<'_, Decision>,
+        name: &str,
+        legacy: bool,
+        draft: &str,
+    ) -> PyResult<Fields> {
+        headers::with_single(py, name, self.inner.algorithm(), decision.0, headers::fields(py, draft, legacy)?)
     }
 
     /// The RFC 9457 problem document (JSON) for a 429 answering `decision`,

@@ -272,9 +272,18 @@ impl Limiter {
     /// as `(name, value)` pairs: one `RateLimit-Policy` and `RateLimit` item
     /// per limit the call was subject to, `Retry-After` on a denial, and
     /// with `legacy=True` the `X-RateLimit-*` fields (combined decision).
-    #[pyo3(signature = (decision, *, legacy = false))]
-    fn headers(&self, py: Python<'_>, decision: PyRef<'_, MultiDecision>, legacy: bool) -> PyResult<Fields> {
-        headers::with_multi(py, self.inner.names(), self.inner.rules(), &decision, headers::fields(legacy))
+    /// `draft` as in `Keyed.headers`: drafts 7 and 6 list each limit's
+    /// policy unnamed and give the rest from the combined decision.
+    #[pyo3(signature = (decision, *, legacy = false, draft = "draft-11"))]
+    fn headers(
+        &self,
+        py: Python<'_>,
+        decision: PyRef<'_, MultiDecision>,
+        legacy: bool,
+        draft: &str,
+    ) -> PyResult<Fields> {
+        let fields = headers::fields(py, draft, legacy)?;
+        headers::with_multi(py, self.inner.names(), self.inner.rules(), &decision, fields)
     }
 
     /// The RFC 9457 problem document (JSON) for a 429 answering `decision`,

@@ -114,7 +114,7 @@ impl Quotas {
 
     /// The HTTP header fields for `decision` (a decision under `quota`),
     /// as `Keyed.headers` gives them.
-    #[pyo3(signature = (decision, quota, *, name = "default", legacy = false))]
+    #[pyo3(signature = (decision, quota, *, name = "default", legacy = false, draft = "draft-11"))]
     fn headers(
         &self,
         py: Python<'_>,
@@ -122,9 +122,10 @@ impl Quotas {
         quota: &Bound<'_, PyAny>,
         name: &str,
         legacy: bool,
+        draft: &str,
     ) -> PyResult<Fields> {
         let g = Gcra::new(quota_arg(quota)?);
-        headers::with_single(py, name, &g, decision.0, headers::fields(legacy))
+        headers::with_single(py, name, &g, decision.0, headers::fields(py, draft, legacy)?)
     }
 
     /// The problem document for a 429 answering `decision` under `quota`.

@@ -207,8 +207,16 @@ impl RedisDriver {
     /// The HTTP header fields for `decision` (one of this limiter's), as the
     /// in-memory limiters' `headers()` give them; `name` names a single
     /// rule's limit.
-    fn headers(&self, py: Python<'_>, decision: &Bound<'_, PyAny>, name: &str, legacy: bool) -> PyResult<Fields> {
-        self.with_headers(py, decision, name, headers::fields(legacy))
+    #[pyo3(signature = (decision, name, legacy, *, draft = "draft-11"))]
+    fn headers(
+        &self,
+        py: Python<'_>,
+        decision: &Bound<'_, PyAny>,
+        name: &str,
+        legacy: bool,
+        draft: &str,
+    ) -> PyResult<Fields> {
+        self.with_headers(py, decision, name, headers::fields(py, draft, legacy)?)
     }
 
     /// The RFC 9457 problem document for a 429 answering `decision`, or None.

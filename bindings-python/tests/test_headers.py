@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 import ratomic
 from ratomic import Rule
 
@@ -61,3 +63,123 @@ def test_bad_names_are_errors_not_headers():
         else:
             raise AssertionError(f"{bad!r} accepted")
     assert tb.headers(d, name='a "quoted" \\ name')[0][1].startswith('"a \\"quoted\\" \\\\ name"')
+
+
+# What core's headers.rs pins for each draft (its `fields_in` doc test): a
+# limit "burst" of 100 a minute, 99 left, 41.2 s until full.
+BURST_IN = {
+    "draft-11": [("RateLimit-Policy", '"burst";q=100;w=60'), ("RateLimit", '"burst";r=99;t=42')],
+    "draft-8": [("RateLimit-Policy", '"burst";q=100;w=60'), ("RateLimit", '"burst";r=99;t=42')],
+    "draft-7": [("RateLimit-Policy", "100;w=60"), ("RateLimit", "limit=100, remaining=99, reset=42")],
+    "draft-6": [
+        ("RateLimit-Policy", "100;w=60"),
+        ("RateLimit-Limit", "100"),
+        ("RateLimit-Remaining", "99"),
+        ("RateLimit-Reset", "42"),
+    ],
+}
+
+
+def test_each_draft_writes_core_s_fields_for_one_limit():
+    clock = ratomic.ManualClock()
+    fw = ratomic.FixedWindow("100/min", clock=clock)
+    clock.advance(18.8)  # 41.2 s before the minute's window ends
+    d = fw.allow("k")
+    for draft, fields in BURST_IN.items():
+        assert fw.headers(d, name="burst", draft=draft) == fields, draft
+    assert fw.headers(d, name="burst") == BURST_IN["draft-11"], "draft 11 is the default"
+    # The legacy fields follow the standard ones in every draft.
+    for draft, fields in BURST_IN.items():
+        assert fw.headers(d, name="burst", legacy=True, draft=draft) == [
+            *fields,
+            ("X-RateLimit-Limit", "100"),
+            ("X-RateLimit-Remaining", "99"),
+            ("X-RateLimit-Reset", "42"),
+        ]
+
+
+def test_every_single_rule_limiter_takes_a_draft():
+    clock = ratomic.ManualClock()
+    tb = ratomic.TokenBucket("2/s", clock=clock)
+    sw = ratomic.SlidingWindow("2/s", clock=clock)
+    direct = ratomic.DirectTokenBucket("2/s", clock=clock)
+    quotas = ratomic.Quotas(clock=clock)
+    tb.allow("k", 2)
+    direct.allow(2)
+    sw.allow("k", 2)
+    quotas.allow("k", "2/s", 2)
+    # Denied: 0 left, the whole bucket (or window) back in 1 s.
+    want = [
+        ("RateLimit-Policy", "2;w=1"),
+        ("RateLimit-Limit", "2"),
+        ("RateLimit-Remaining", "0"),
+        ("RateLimit-Reset", "1"),
+        ("Retry-After", "1"),
+    ]
+    assert tb.headers(tb.allow("k"), draft="draft-6") == want
+    # A sliding window weighs the last second's count as it slides out:
+    # room for one more after 1.5 s, empty after 2.
+    assert sw.headers(sw.allow("k"), draft="draft-6") == [*want[:3], ("RateLimit-Reset", "2"), ("Retry-After", "2")]
+    assert direct.headers(direct.allow(), draft="draft-6") == want
+    assert quotas.headers(quotas.allow("k", "2/s"), "2/s", draft="draft-6") == want
+    assert tb.headers(tb.peek("k"), draft="draft-7")[1] == ("RateLimit", "limit=2, remaining=0, reset=1")
+
+
+def test_a_limiter_s_earlier_drafts_list_each_limit_unnamed_and_answer_for_the_combined_decision():
+    clock = ratomic.ManualClock()
+    api = ratomic.Limiter({"burst": "2/s", "daily": Rule.fixed_window("100/day")}, clock=clock)
+    api.allow("k", 2)
+    d = api.allow("k")  # denied by burst
+    # The policies are core's strings for these two limits. The rest is the
+    # combined decision: the limit and remaining of the limit with the
+    # least left (burst), the largest reset (the day's window ends in 86400 s).
+    assert api.headers(d, legacy=True, draft="draft-7") == [
+        ("RateLimit-Policy", "2;w=1, 100;w=86400"),
+        ("RateLimit", "limit=2, remaining=0, reset=86400"),
+        ("Retry-After", "1"),
+        ("X-RateLimit-Limit", "2"),
+        ("X-RateLimit-Remaining", "0"),
+        ("X-RateLimit-Reset", "86400"),
+    ]
+    assert api.headers(d, draft="draft-6") == [
+        ("RateLimit-Policy", "2;w=1, 100;w=86400"),
+        ("RateLimit-Limit", "2"),
+        ("RateLimit-Remaining", "0"),
+        ("RateLimit-Reset", "86400"),
+        ("Retry-After", "1"),
+    ]
+    draft_11 = [
+        ("RateLimit-Policy", '"burst";q=2;w=1, "daily";q=100;w=86400'),
+        ("RateLimit", '"burst";r=0;t=1, "daily";r=97;t=86400'),
+        ("Retry-After", "1"),
+    ]
+    assert api.headers(d, draft="draft-11") == api.headers(d, draft="draft-8") == api.headers(d) == draft_11
+    # A call subject to some limits lists only those.
+    only_daily = api.allow("k", limits=["daily"])
+    assert api.headers(only_daily, draft="draft-7") == [
+        ("RateLimit-Policy", "100;w=86400"),
+        ("RateLimit", "limit=100, remaining=97, reset=86400"),
+    ]
+
+
+def test_a_draft_ratomic_does_not_write_is_an_error():
+    clock = ratomic.ManualClock()
+    tb = ratomic.TokenBucket("2/s", clock=clock)
+    api = ratomic.Limiter({"a": "2/s"}, clock=clock)
+    q = ratomic.Quotas(clock=clock)
+    direct = ratomic.DirectTokenBucket("2/s", clock=clock)
+    d, m = tb.allow("k"), api.allow("k")
+    calls = [
+        lambda draft: tb.headers(d, draft=draft),
+        lambda draft: api.headers(m, draft=draft),
+        lambda draft: q.headers(d, "2/s", draft=draft),
+        lambda draft: direct.headers(d, draft=draft),
+    ]
+    for call in calls:
+        for bad in ["draft-9", "Draft-11", "11", "draft_7", ""]:
+            with pytest.raises(ratomic.InvalidArgumentError) as e:
+                call(bad)
+            assert isinstance(e.value, ValueError)
+            assert str(e.value) == f'invalid draft: "{bad}" (must be "draft-11", "draft-8", "draft-7" or "draft-6")'
+        with pytest.raises(TypeError):  # not a str at all: a TypeError, as a non-str name is
+            call(11)

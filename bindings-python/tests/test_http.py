@@ -174,6 +174,82 @@ def test_wsgi_allows_then_denies_with_standard_headers():
         check_denial(get(port), ["default"])
 
 
+def rate_limit_fields(r: Response) -> dict[str, str]:
+    return {n: v for n, v in r.headers.items() if "ratelimit" in n or n == "retry-after"}
+
+
+def test_asgi_writes_the_draft_it_is_asked_for():
+    limiter = ratomic.FixedWindow("2/min", clock=ratomic.ManualClock())
+    app = ratomic.asgi.RateLimitMiddleware(hello, limiter, name="per-ip", standard_headers="draft-7")
+    with serve_asgi(app) as port:
+        r = get(port)
+        assert r.status == 200 and r.body == b"hello"
+        assert rate_limit_fields(r) == {"ratelimit-policy": "2;w=60", "ratelimit": "limit=2, remaining=1, reset=60"}
+        get(port)
+        r = get(port)
+        check_denial(r, ["per-ip"])
+        assert rate_limit_fields(r) == {
+            "ratelimit-policy": "2;w=60",
+            "ratelimit": "limit=2, remaining=0, reset=60",
+            "retry-after": "60",
+        }
+
+
+def test_fastapi_writes_the_draft_it_is_asked_for_on_a_limiter():
+    fastapi = pytest.importorskip("fastapi")
+    from ratomic.fastapi import RateLimit, RateLimitExceeded, problem_response
+
+    app = fastapi.FastAPI()
+    app.add_exception_handler(RateLimitExceeded, problem_response)
+    limiter = ratomic.Limiter({"burst": "1/s", "daily": Rule.fixed_window("100/day")}, clock=ratomic.ManualClock())
+
+    @app.get("/", dependencies=[fastapi.Depends(RateLimit(limiter, standard_headers="draft-6"))])
+    async def root() -> dict:
+        return {"ok": True}
+
+    with serve_asgi(app) as port:
+        r = get(port)
+        assert r.status == 200
+        # The combined decision: burst has the least left, the day the latest reset.
+        assert rate_limit_fields(r) == {
+            "ratelimit-policy": "1;w=1, 100;w=86400",
+            "ratelimit-limit": "1",
+            "ratelimit-remaining": "0",
+            "ratelimit-reset": "86400",
+        }
+        r = get(port)
+        check_denial(r, ["burst"])
+        assert r.headers["ratelimit-remaining"] == "0" and r.headers["retry-after"] == "1"
+
+
+def test_asgi_without_standard_headers_still_says_when_to_retry():
+    limiter = ratomic.TokenBucket("1/min", clock=ratomic.ManualClock())
+    app = ratomic.asgi.RateLimitMiddleware(hello, limiter, standard_headers=False)
+    with serve_asgi(app) as port:
+        r = get(port)
+        assert r.status == 200 and rate_limit_fields(r) == {}
+        r = get(port)
+        check_denial(r, ["default"])
+        assert rate_limit_fields(r) == {"retry-after": "60"}
+
+
+def test_wsgi_without_standard_headers_keeps_the_legacy_fields():
+    limiter = ratomic.TokenBucket("1/min", clock=ratomic.ManualClock())
+    app = ratomic.wsgi.RateLimitMiddleware(hello_wsgi, limiter, standard_headers=False, legacy_headers=True)
+    with serve_wsgi(app) as port:
+        r = get(port)
+        assert r.status == 200
+        assert rate_limit_fields(r) == {"x-ratelimit-limit": "1", "x-ratelimit-remaining": "0", "x-ratelimit-reset": "60"}
+        r = get(port)
+        check_denial(r, ["default"])
+        assert rate_limit_fields(r) == {
+            "retry-after": "60",
+            "x-ratelimit-limit": "1",
+            "x-ratelimit-remaining": "0",
+            "x-ratelimit-reset": "60",
+        }
+
+
 def test_client_keys():
     assert client_key("10.0.0.1", None, 0, 64) == "10.0.0.1"
     assert client_key("10.0.0.1", "9.9.9.9", 0, 64) == "10.0.0.1", "not trusted: ignored"
@@ -193,9 +269,15 @@ def test_bad_options_are_refused_at_setup():
         ({"trusted_proxies": -1}, ValueError),
         ({"ipv6_prefix": 129}, ValueError),
         ({"on_error": "maybe"}, ValueError),
+        ({"standard_headers": "draft-9"}, ValueError),
+        ({"standard_headers": "Draft-7"}, ValueError),
+        ({"standard_headers": 1}, ValueError),
+        ({"standard_headers": None}, ValueError),
         ({"name": "caf\u00e9"}, ratomic.InvalidArgumentError),
     ]:
         with pytest.raises(error):
             ratomic.asgi.RateLimitMiddleware(hello, tb, **kwargs)
     with pytest.raises(TypeError):
         ratomic.wsgi.RateLimitMiddleware(hello_wsgi, object())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r'standard_headers must be True \(draft-11\), False, "draft-11", "draft-8", '):
+        ratomic.wsgi.RateLimitMiddleware(hello_wsgi, tb, standard_headers="draft-9")  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -25,6 +25,9 @@ import redis.asyncio  # noqa: E402
 from ratomic.redis import RedisFixedWindow, RedisLimiter, RedisTokenBucket  # noqa: E402
 from redis_server import Server  # noqa: E402
 from test_http import check_denial, get, hello, hello_wsgi, serve_asgi, serve_wsgi  # noqa: E402
+
+
+DRAFTS: tuple[Literal["draft-11", "draft-8", "draft-7", "draft-6"], ...] = ("draft-11", "draft-8", "draft-7", "draft-6")
 
 
 @pytest.fixture
@@ -155,14 +158,22 @@ def test_headers_match_the_in_memory_limiters(server: Server, prefix: str) -> No
                 continue
             got, want = on_redis.allow_at("k", now, cost), local.allow("k", cost)
             assert (got.allowed, got.remaining, got.limit) == (want.allowed, want.remaining, want.limit)
-            assert on_redis.headers(got, name="api", legacy=True) == local.headers(want, name="api", legacy=True)
+            for draft in DRAFTS:
+                assert on_redis.headers(got, name="api", legacy=True, draft=draft) == local.headers(
+                    want, name="api", legacy=True, draft=draft
+                )
             assert on_redis.problem(got, name="api") == local.problem(want, name="api")
     multi = RedisLimiter({"a": "2/s", "b": "3/min"}, client=client, prefix=prefix + "m:")
     local_multi = ratomic.Limiter({"a": "2/s", "b": "3/min"}, clock=ratomic.ManualClock())
     for _ in range(3):
         got_m, want_m = multi.allow_at("k", now), local_multi.allow("k")
-        assert multi.headers(got_m, legacy=True) == local_multi.headers(want_m, legacy=True)
+        for draft in DRAFTS:
+            assert multi.headers(got_m, legacy=True, draft=draft) == local_multi.headers(want_m, legacy=True, draft=draft)
         assert multi.problem(got_m) == local_multi.problem(want_m)
     with pytest.raises(TypeError):
         multi.headers(pairs[0][0].allow("x"))  # type: ignore[arg-type]
+    with pytest.raises(ratomic.InvalidArgumentError, match="invalid draft"):
+        multi.headers(got_m, draft="draft-9")  # type: ignore[arg-type]
+    with pytest.raises(ratomic.InvalidArgumentError, match="invalid draft"):
+        pairs[0][0].headers(pairs[0][0].allow_at("k", now), draft="draft-9")  # type: ignore[arg-type]
     client.close()

@@ -23,6 +23,7 @@ from ratomic._ratomic import (
 )
 
 if TYPE_CHECKING:
+    from ratomic._ratomic import _Draft
     from ratomic.redis import _RedisBase
 
 #: Any limiter a middleware can use: in memory (or a shared file), or on
@@ -32,6 +33,16 @@ AnyLimiter = Union[Keyed, Limiter, DirectTokenBucket, "_RedisBase[Any, Any]"]
 
 #: What a key function returns: the key (``None``: the request has none).
 KeyFunc = Callable[[Any], Union[str, bytes, None]]
+
+#: Which standard ``RateLimit*`` fields a middleware writes: ``True`` (draft
+#: 11), a draft a limiter's ``headers(draft=...)`` takes (``"draft-8"`` has
+#: draft 11's fields; ``"draft-7"`` and ``"draft-6"`` are the earlier forms
+#: express-rate-limit writes), or ``False`` for none (``Retry-After`` on a
+#: denial and ``X-RateLimit-*`` with ``legacy_headers`` stay).
+StandardHeaders = Union[bool, "_Draft"]
+
+# The names _Draft (in the extension's stub) allows, checked at set-up.
+_DRAFTS = ("draft-11", "draft-8", "draft-7", "draft-6")
 
 
 @dataclass(frozen=True)
@@ -98,6 +109,7 @@ class Policy:
         key: KeyFunc | None = None,
         cost: int | Callable[[Any], int] = 1,
         name: str = "default",
+        standard_headers: StandardHeaders = True,
         legacy_headers: bool = False,
         trusted_proxies: int = 0,
         ipv6_prefix: int = 64,
@@ -122,6 +134,12 @@ class Policy:
             raise ValueError(f"ipv6_prefix must be between 0 and 128, not {ipv6_prefix!r}")
         if on_error not in ("deny", "allow"):
             raise ValueError(f'on_error must be "deny" or "allow", not {on_error!r}')
+        # `is`, not `==`: 1 and 0 are not booleans here.
+        if standard_headers is not True and standard_headers is not False and standard_headers not in _DRAFTS:
+            raise ValueError(
+                'standard_headers must be True (draft-11), False, "draft-11", "draft-8", "draft-7" or "draft-6", '
+                f"not {standard_headers!r}"
+            )
         # Named limits (the decisions carry entries), else one rule whose
         # name is checked once, at set-up, not on the first request.
         if redis is not None:
@@ -142,6 +160,9 @@ class Policy:
         self.key = key
         self.cost = cost
         self.name = name
+        #: Whether responses carry the standard fields, in which draft's form.
+        self.standard = standard_headers is not False
+        self.draft: _Draft = "draft-11" if isinstance(standard_headers, bool) else standard_headers
         self.legacy = legacy_headers
         self.trusted_proxies = trusted_proxies
         self.ipv6_prefix = ipv6_prefix
@@ -180,8 +201,15 @@ class Policy:
     def _outcome(self, d: Any) -> Outcome:
         limiter: Any = self.limiter
         if self.multi:
-            return Outcome(bool(d), limiter.headers(d, legacy=self.legacy), limiter.problem(d))
-        return Outcome(bool(d), limiter.headers(d, name=self.name, legacy=self.legacy), limiter.problem(d, name=self.name))
+            fields, problem = limiter.headers(d, legacy=self.legacy, draft=self.draft), limiter.problem(d)
+        else:
+            fields = limiter.headers(d, name=self.name, legacy=self.legacy, draft=self.draft)
+            problem = limiter.problem(d, name=self.name)
+        if not self.standard:
+            # Every standard field's name starts so; Retry-After and
+            # X-RateLimit-* stay (as express-rate-limit's standardHeaders: false).
+            fields = [f for f in fields if not f[0].startswith("RateLimit")]
+        return Outcome(bool(d), fields, problem)
 
     def _unjudged(self, e: BaseException) -> Outcome:
         if self.on_error == "allow":

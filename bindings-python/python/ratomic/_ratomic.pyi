@@ -48,6 +48,11 @@ _Eviction = Literal["fair", "strict"]
 again: ``"fair"`` (the default; churn on other keys never denies a key) or
 ``"strict"`` (never grants more than remembering every key would)."""
 
+_Draft = Literal["draft-11", "draft-8", "draft-7", "draft-6"]
+"""The IETF draft the standard HTTP fields follow: ``"draft-11"`` (the
+default; ``"draft-8"`` has the same fields) or the earlier forms
+``"draft-7"`` and ``"draft-6"``."""
+
 _Clock = Callable[[], float]
 """A clock: any callable returning seconds (monotonic in production)."""
 
@@ -220,8 +225,12 @@ class Keyed:
     def allow_many(self, requests: Iterable[_Request]) -> list[Decision]:
         """Decides many requests at one clock reading; checks them all
         first (an error names the first invalid one in its ``index``)."""
-    def headers(self, decision: Decision, *, name: str = "default", legacy: bool = False) -> list[tuple[str, str]]:
-        """HTTP fields for ``decision``: RateLimit-Policy, RateLimit, Retry-After on a denial, and X-RateLimit-* with ``legacy``."""
+    def headers(
+        self, decision: Decision, *, name: str = "default", legacy: bool = False, draft: _Draft = "draft-11"
+    ) -> list[tuple[str, str]]:
+        """HTTP fields for ``decision``: RateLimit-Policy, RateLimit, Retry-After on a denial, and X-RateLimit-* with
+        ``legacy``; the standard ones as ``draft`` writes them (``"draft-7"``: ``RateLimit: limit=.., remaining=..,
+        reset=..``; ``"draft-6"``: ``RateLimit-Limit``, ``-Remaining``, ``-Reset``)."""
     def problem(self, decision: Decision, *, name: str = "default") -> str | None:
         """The RFC 9457 problem document (JSON) for a 429 answering ``decision``; None when allowed."""
     def gc(self) -> int:
@@ -324,7 +333,9 @@ class DirectTokenBucket:
     def peek(self, cost: int = 1) -> Decision: ...
     def refund(self, tokens: int) -> None: ...
     def reset(self) -> None: ...
-    def headers(self, decision: Decision, *, name: str = "default", legacy: bool = False) -> list[tuple[str, str]]:
+    def headers(
+        self, decision: Decision, *, name: str = "default", legacy: bool = False, draft: _Draft = "draft-11"
+    ) -> list[tuple[str, str]]:
         """HTTP fields for ``decision`` (as ``Keyed.headers``)."""
     def problem(self, decision: Decision, *, name: str = "default") -> str | None:
         """The problem document for a 429 answering ``decision``; None when allowed."""
@@ -370,8 +381,11 @@ class Limiter:
     def reset(self, key: _Key) -> None: ...
     def allow_many(self, requests: Iterable[_Request], *, limits: _LimitsArg = None) -> list[MultiDecision]: ...
     def limit_set(self, names: Sequence[str]) -> LimitSet: ...
-    def headers(self, decision: MultiDecision, *, legacy: bool = False) -> list[tuple[str, str]]:
-        """HTTP fields for ``decision``, one RateLimit-Policy/RateLimit item per limit the call was subject to."""
+    def headers(
+        self, decision: MultiDecision, *, legacy: bool = False, draft: _Draft = "draft-11"
+    ) -> list[tuple[str, str]]:
+        """HTTP fields for ``decision``, one RateLimit-Policy/RateLimit item per limit the call was subject to
+        (``draft`` as in ``Keyed.headers``: drafts 7 and 6 give the rest from the combined decision)."""
     def problem(self, decision: MultiDecision) -> str | None:
         """The RFC 9457 problem document naming the limits that denied; None when allowed."""
     def gc(self) -> int: ...
@@ -412,7 +426,13 @@ class Quotas:
     def reset(self, key: _Key, quota: str | Rule) -> None:
         """Forgets ``key``'s bucket under ``quota``: it is full again."""
     def headers(
-        self, decision: Decision, quota: str | Rule, *, name: str = "default", legacy: bool = False
+        self,
+        decision: Decision,
+        quota: str | Rule,
+        *,
+        name: str = "default",
+        legacy: bool = False,
+        draft: _Draft = "draft-11",
     ) -> list[tuple[str, str]]:
         """HTTP fields for ``decision`` under ``quota`` (as ``Keyed.headers``)."""
     def problem(self, decision: Decision, quota: str | Rule, *, name: str = "default") -> str | None:
@@ -496,6 +516,8 @@ class _RedisDriver:
     def finish_many(self, calls: list[_RedisCall], replies: object, kind: str | None = None) -> list[Decision] | list[MultiDecision]: ...
     def backend_error(self, kind: str, error: BaseException) -> BackendError: ...
     def fallback(self, decision: Decision | MultiDecision) -> Decision | MultiDecision: ...
-    def headers(self, decision: Decision | MultiDecision, name: str, legacy: bool) -> list[tuple[str, str]]: ...
+    def headers(
+        self, decision: Decision | MultiDecision, name: str, legacy: bool, *, draft: _Draft = "draft-11"
+    ) -> list[tuple[str, str]]: ...
     def problem(self, decision: Decision | MultiDecision, name: str) -> str | None: ...
     def check_name(self, name: str) -> None: ...

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, MutableMapping
 
-from ratomic._http import AnyLimiter, KeyFunc, Policy
+from ratomic._http import AnyLimiter, KeyFunc, Policy, StandardHeaders
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -43,8 +43,13 @@ class RateLimitMiddleware:
     ``cost`` is a whole number or a function of the scope. Every response
     gets ``RateLimit-Policy`` and ``RateLimit`` (plus ``X-RateLimit-*`` with
     ``legacy_headers``); a denial is a 429 with ``Retry-After`` and a
-    problem document. A limiter error (a key too long, say) is answered as
-    ``on_error`` says: ``"deny"`` (a 429, the default) or ``"allow"``.
+    problem document. ``standard_headers`` picks the form of the
+    ``RateLimit*`` fields: ``True`` (draft 11, the default), ``"draft-11"``,
+    ``"draft-8"`` (the same fields), ``"draft-7"`` or ``"draft-6"`` (the
+    earlier forms, for clients written against express-rate-limit's), or
+    ``False`` for none (``Retry-After`` and ``X-RateLimit-*`` stay). A
+    limiter error (a key too long, say) is answered as ``on_error`` says:
+    ``"deny"`` (a 429, the default) or ``"allow"``.
     WebSocket and lifespan traffic passes through unlimited.
     """
 
@@ -56,6 +61,7 @@ class RateLimitMiddleware:
         key: KeyFunc | None = None,
         cost: int | Callable[[Scope], int] = 1,
         name: str = "default",
+        standard_headers: StandardHeaders = True,
         legacy_headers: bool = False,
         trusted_proxies: int = 0,
         ipv6_prefix: int = 64,
@@ -68,6 +74,7 @@ class RateLimitMiddleware:
             key=key,
             cost=cost,
             name=name,
+            standard_headers=standard_headers,
             legacy_headers=legacy_headers,
             trusted_proxies=trusted_proxies,
             ipv6_prefix=ipv6_prefix,

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from fastapi import HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 
-from ratomic._http import AnyLimiter, KeyFunc, Policy
+from ratomic._http import AnyLimiter, KeyFunc, Policy, StandardHeaders
 from ratomic._ratomic import PROBLEM_CONTENT_TYPE
 
 __all__ = ["RateLimit", "RateLimitExceeded", "problem_response"]
@@ -54,6 +54,7 @@ class RateLimit:
         key: KeyFunc | None = None,
         cost: int | Callable[[Request], int] = 1,
         name: str = "default",
+        standard_headers: StandardHeaders = True,
         legacy_headers: bool = False,
         trusted_proxies: int = 0,
         ipv6_prefix: int = 64,
@@ -65,6 +66,7 @@ class RateLimit:
             key=key,
             cost=cost,
             name=name,
+            standard_headers=standard_headers,
             legacy_headers=legacy_headers,
             trusted_proxies=trusted_proxies,
             ipv6_prefix=ipv6_prefix,

@@ -73,6 +73,8 @@ _AsyncClient = _t.Union[_aredis.Redis, _aredis.RedisCluster]
 if _t.TYPE_CHECKING:
     from typing_extensions import Unpack
 
+    from ratomic._ratomic import _Draft
+
 
 class _Options(_t.TypedDict, total=False):
     """The options every class takes (see ``_OPTIONS_DOC``)."""
@@ -565,12 +567,16 @@ _OPTIONS_DOC = """
 class _SingleRule(_RedisBase[_M, Decision]):
     """The header fields of the single-rule classes, as the in-memory ones'."""
 
-    def headers(self, decision: Decision, *, name: str = "default", legacy: bool = False) -> list[tuple[str, str]]:
+    def headers(
+        self, decision: Decision, *, name: str = "default", legacy: bool = False, draft: _Draft = "draft-11"
+    ) -> list[tuple[str, str]]:
         """HTTP fields for ``decision`` (one this limiter answered), as
         :meth:`ratomic.TokenBucket.headers` gives them: ``RateLimit-Policy``
         and ``RateLimit`` (the limit named ``name``), ``Retry-After`` on a
-        denial, and ``X-RateLimit-*`` with ``legacy``."""
-        return self._driver.headers(decision, name, legacy)
+        denial, and ``X-RateLimit-*`` with ``legacy``; the standard fields
+        as ``draft`` writes them (``"draft-11"``, ``"draft-8"``,
+        ``"draft-7"`` or ``"draft-6"``)."""
+        return self._driver.headers(decision, name, legacy, draft=draft)
 
     def problem(self, decision: Decision, *, name: str = "default") -> str | None:
         """The RFC 9457 problem document (JSON) for a 429 answering
@@ -707,11 +713,13 @@ class RedisLimiter(_RedisBase[_M, MultiDecision]):
         """The limits' names, in order."""
         return tuple(self._driver.names)
 
-    def headers(self, decision: MultiDecision, *, legacy: bool = False) -> list[tuple[str, str]]:
+    def headers(
+        self, decision: MultiDecision, *, legacy: bool = False, draft: _Draft = "draft-11"
+    ) -> list[tuple[str, str]]:
         """HTTP fields for ``decision``, as :meth:`ratomic.Limiter.headers`:
         one ``RateLimit-Policy``/``RateLimit`` item per limit the call was
-        subject to."""
-        return self._driver.headers(decision, "default", legacy)
+        subject to (in ``draft``'s form)."""
+        return self._driver.headers(decision, "default", legacy, draft=draft)
 
     def problem(self, decision: MultiDecision) -> str | None:
         """The RFC 9457 problem document naming the limits that denied;

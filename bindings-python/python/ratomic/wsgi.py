@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from ratomic._http import AnyLimiter, KeyFunc, Policy
+from ratomic._http import AnyLimiter, KeyFunc, Policy, StandardHeaders
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
@@ -36,6 +36,7 @@ class RateLimitMiddleware:
         key: KeyFunc | None = None,
         cost: int | Callable[[Environ], int] = 1,
         name: str = "default",
+        standard_headers: StandardHeaders = True,
         legacy_headers: bool = False,
         trusted_proxies: int = 0,
         ipv6_prefix: int = 64,
@@ -48,6 +49,7 @@ class RateLimitMiddleware:
             key=key,
             cost=cost,
             name=name,
+            standard_headers=standard_headers,
             legacy_headers=legacy_headers,
             trusted_proxies=trusted_proxies,
             ipv6_prefix=ipv6_prefix,

@@ -31,12 +31,15 @@
 //! (the client is then the n-th address from the right; anything left of it
 //! is whatever the client wrote). [`KeyBy::header`] and [`KeyBy::func`] key
 //! by a header or a closure. A request with no key is refused with a 400.
+//! Behind a [`Stack`], every member is on that key (a direct member ignores
+//! it), or [`KeyBy::per_member`] gives each member its own.
 //!
 //! ## Limiters
 //!
 //! Any in-memory limiter ([`Keyed`]: `TokenBucket`, `FixedWindow`,
 //! `SlidingWindow`, `Keyed<Rule>`; a multi-limit [`Limiter`]; either on a
-//! shared file) decides at once, without blocking. With the `redis`
+//! shared file; a [`Stack`] of single-limit members, one header item per
+//! member) decides at once, without blocking. With the `redis`
 //! feature, a `ratomic_redis::RedisLimiter` stands behind the layer too:
 //! its decision is awaited (one `EVALSHA`, or its deny cache, breaker and
 //! failure policy), and a Redis error under `FailurePolicy::ReturnError`
@@ -52,7 +55,8 @@ use std::task::{Context, Poll};
 
 use http::{header, HeaderName, HeaderValue, Request, Response, StatusCode};
 use ratomic::headers::{Headers, Policy, PROBLEM_CONTENT_TYPE};
-use ratomic::{Algorithm, Clock, Keyed, Limiter};
+use ratomic::{Algorithm, Clock, Keyed, Limiter, Stack};
+use smallvec::SmallVec;
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -101,13 +105,25 @@ impl std::fmt::Debug for Decided {
 
 /// A limiter the layer can use: a single-rule keyed limiter ([`Keyed`]:
 /// `TokenBucket`, `FixedWindow`, `SlidingWindow`, `Keyed<Rule>`), a
-/// multi-limit [`Limiter`], or (feature `redis`) a Redis-backed one.
+/// multi-limit [`Limiter`], a [`Stack`], or (feature `redis`) a
+/// Redis-backed one.
 /// `name` names a single rule in the header fields.
 pub trait RateLimiter: Send + Sync + 'static {
     /// Decides `cost` for `key` and formats the answer.
     fn decide(&self, key: &[u8], cost: u64, legacy: bool) -> Decided;
     /// Names a single rule's policy (multi-limit limiters name their own).
     fn set_name(&mut self, name: &str) -> ratomic::Result<()>;
+    /// A [`Stack`]'s number of members: how many keys
+    /// [`KeyBy::per_member`] must give. `None` for every other limiter.
+    fn members(&self) -> Option<usize> {
+        None
+    }
+    /// Decides `cost` for one key per member (a [`Stack`]; only called when
+    /// [`members`](Self::members) is `Some`).
+    fn decide_keys(&self, keys: &[Vec<u8>], cost: u64, legacy: bool) -> Decided {
+        let _ = (keys, cost, legacy);
+        Decided::Now(Err("per-member keys need a Stack behind the layer".into()))
+    }
 }
 
 /// A single-rule limiter with its policy.
@@ -147,6 +163,40 @@ impl<C: Clock + 'static> RateLimiter for Multi<C> {
     }
     fn set_name(&mut self, _name: &str) -> ratomic::Result<()> {
         Ok(())
+    }
+}
+
+/// A [`Stack`] with one policy per member.
+#[derive(Debug)]
+pub struct StackOf<C: Clock> {
+    stack: Stack<C>,
+    policies: Vec<Policy>,
+}
+
+impl<C: Clock> StackOf<C> {
+    fn outcome<Q: AsRef<[u8]>>(&self, keys: &[Q], cost: u64, legacy: bool) -> Decided {
+        let run = || -> ratomic::Result<Outcome> {
+            let d = self.stack.allow_n(keys, cost)?;
+            Ok(Outcome::of(&Headers::multi(&self.policies, &d)?, legacy))
+        };
+        Decided::Now(run().map_err(Into::into))
+    }
+}
+
+impl<C: Clock + 'static> RateLimiter for StackOf<C> {
+    /// Every member on the request's key (a direct member ignores it).
+    fn decide(&self, key: &[u8], cost: u64, legacy: bool) -> Decided {
+        let keys: SmallVec<[&[u8]; 4]> = smallvec::smallvec![key; self.policies.len()];
+        self.outcome(&keys, cost, legacy)
+    }
+    fn set_name(&mut self, _name: &str) -> ratomic::Result<()> {
+        Ok(())
+    }
+    fn members(&self) -> Option<usize> {
+        Some(self.policies.len())
+    }
+    fn decide_keys(&self, keys: &[Vec<u8>], cost: u64, legacy: bool) -> Decided {
+        self.outcome(keys, cost, legacy)
     }
 }
 
@@ -231,11 +281,28 @@ impl<C: Clock + 'static> IntoRateLimiter for Limiter<[u8], C> {
     }
 }
 
+/// Each member named as in the stack; a `Limiter` member (several limits,
+/// no one policy) is an error naming it.
+impl<C: Clock + 'static> IntoRateLimiter for Stack<C> {
+    type Limiter = StackOf<C>;
+    fn into_rate_limiter(self) -> ratomic::Result<StackOf<C>> {
+        let policies = self.policies()?;
+        Ok(StackOf { stack: self, policies })
+    }
+}
+
 type KeyFn = dyn Fn(&http::request::Parts) -> Option<Vec<u8>> + Send + Sync;
+type KeysFn = dyn Fn(&http::request::Parts) -> Option<Vec<Vec<u8>>> + Send + Sync;
+
+#[derive(Clone)]
+enum KeyFns {
+    One(Arc<KeyFn>),
+    PerMember(Arc<KeysFn>),
+}
 
 /// How the layer finds a request's key.
 #[derive(Clone)]
-pub struct KeyBy(Arc<KeyFn>);
+pub struct KeyBy(KeyFns);
 
 impl std::fmt::Debug for KeyBy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -262,20 +329,33 @@ impl KeyBy {
     /// by their first `ipv6_prefix` bits (at most 128).
     pub fn peer_ip_with(proxies: usize, ipv6_prefix: u8) -> Self {
         let prefix = ipv6_prefix.min(128);
-        KeyBy(Arc::new(move |parts: &http::request::Parts| {
+        KeyBy(KeyFns::One(Arc::new(move |parts: &http::request::Parts| {
             let forwarded = (proxies > 0).then(|| forwarded_client(parts, proxies)).flatten();
             forwarded.or_else(|| peer(parts)).map(|ip| client_key(ip, prefix).into_bytes())
-        }))
+        })))
     }
 
     /// The value of header `name` (a request without it has no key).
     pub fn header(name: HeaderName) -> Self {
-        KeyBy(Arc::new(move |parts: &http::request::Parts| parts.headers.get(&name).map(|v| v.as_bytes().to_vec())))
+        KeyBy(KeyFns::One(Arc::new(move |parts: &http::request::Parts| {
+            parts.headers.get(&name).map(|v| v.as_bytes().to_vec())
+        })))
     }
 
     /// Whatever `f` returns for the request's head.
     pub fn func(f: impl Fn(&http::request::Parts) -> Option<Vec<u8>> + Send + Sync + 'static) -> Self {
-        KeyBy(Arc::new(f))
+        KeyBy(KeyFns::One(Arc::new(f)))
+    }
+
+    /// For a [`Stack`]: one key per member, in the stack's order, from `f`
+    /// (say the peer address for a per-IP member, a user id for a per-user
+    /// one, anything for a direct member). With any other key, every member
+    /// is on the same key. A request for which `f` gives no keys is refused
+    /// with a 400; the wrong number of keys is a request the limiter cannot
+    /// judge (a 429). [`RateLimitLayer::key`] panics if the limiter is not a
+    /// stack.
+    pub fn per_member(f: impl Fn(&http::request::Parts) -> Option<Vec<Vec<u8>>> + Send + Sync + 'static) -> Self {
+        KeyBy(KeyFns::PerMember(Arc::new(f)))
     }
 }
 
@@ -367,12 +447,23 @@ impl<L: RateLimiter> RateLimitLayer<L> {
     /// A layer on `limiter` (a `TokenBucket`, `FixedWindow`,
     /// `SlidingWindow`, `Keyed<Rule>` or multi-limit `Limiter`), keyed by
     /// the peer's address, cost 1 a request.
+    ///
+    /// # Panics
+    ///
+    /// When the limiter cannot be described in headers (a [`Stack`] with a
+    /// `Limiter` member); [`try_new`](Self::try_new) returns that error.
     #[allow(clippy::new_ret_no_self)]
     pub fn new<T: IntoRateLimiter<Limiter = L>>(limiter: T) -> Self {
-        let limiter = limiter.into_rate_limiter().expect("\"default\" is a valid policy name");
-        RateLimitLayer {
+        Self::try_new(limiter).unwrap_or_else(|e| panic!("this limiter cannot stand behind the layer: {e}"))
+    }
+
+    /// [`new`](Self::new), with the error of a limiter the headers cannot
+    /// describe (a [`Stack`] with a `Limiter` member) returned.
+    pub fn try_new<T: IntoRateLimiter<Limiter = L>>(limiter: T) -> ratomic::Result<Self> {
+        let limiter = limiter.into_rate_limiter()?;
+        Ok(RateLimitLayer {
             config: Arc::new(Config { limiter, key: KeyBy::peer_ip(), cost: None, legacy: false, on_deny: None }),
-        }
+        })
     }
 
     fn edit(mut self, f: impl FnOnce(&mut Config<L>)) -> Self {
@@ -389,7 +480,14 @@ impl<L: RateLimiter> RateLimitLayer<L> {
     }
 
     /// How requests are keyed (default [`KeyBy::peer_ip`]).
+    ///
+    /// # Panics
+    ///
+    /// On [`KeyBy::per_member`] when the limiter is not a [`Stack`].
     pub fn key(self, key: KeyBy) -> Self {
+        if matches!(key.0, KeyFns::PerMember(_)) {
+            assert!(self.config.limiter.members().is_some(), "KeyBy::per_member needs a Stack behind the layer");
+        }
         self.edit(|c| c.key = key)
     }
 
@@ -500,13 +598,20 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let c = &self.config;
         let (parts, body) = req.into_parts();
-        let Some(key) = (c.key.0)(&parts) else {
+        let decided = match &c.key.0 {
+            KeyFns::One(f) => {
+                f(&parts).map(|key| c.limiter.decide(&key, c.cost.as_ref().map_or(1, |f| f(&parts)), c.legacy))
+            }
+            KeyFns::PerMember(f) => {
+                f(&parts).map(|keys| c.limiter.decide_keys(&keys, c.cost.as_ref().map_or(1, |f| f(&parts)), c.legacy))
+            }
+        };
+        let Some(decided) = decided else {
             let r =
                 plain(StatusCode::BAD_REQUEST, "text/plain; charset=utf-8", "no client key for rate limiting".into());
             return Box::pin(std::future::ready(Ok(r)));
         };
-        let cost = c.cost.as_ref().map_or(1, |f| f(&parts));
-        match c.limiter.decide(&key, cost, c.legacy) {
+        match decided {
             Decided::Now(outcome) => {
                 let outcome = judged(outcome);
                 if !outcome.allowed {

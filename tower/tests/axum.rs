@@ -5,7 +5,9 @@ mod support;
 
 use axum::{routing, Router};
 use http::{HeaderName, Response};
-use ratomic::{Limiter, ManualClock, Quota, Rate, Rule, TokenBucket};
+use std::sync::Arc;
+
+use ratomic::{DirectTokenBucket, Limiter, ManualClock, Quota, Rate, Rule, Stack, TokenBucket};
 use ratomic_tower::{KeyBy, RateLimitLayer};
 
 use support::{check_denial, get, get_with, hello, serve};
@@ -85,4 +87,68 @@ async fn header_keys_costs_custom_denials_and_missing_keys() {
 fn a_bad_policy_name_is_an_error_at_set_up() {
     assert!(RateLimitLayer::new(bucket("1/s")).name("caf\u{e9}").is_err());
     assert!(RateLimitLayer::new(bucket("1/s")).name("").is_err());
+}
+
+/// Per client 2/min, per user 3/min (from `x-user`, else the client), and
+/// 100/min for everyone, all on one clock.
+fn ip_user_global() -> Stack<ManualClock> {
+    let clock = ManualClock::new();
+    let bucket =
+        |rate: &str| Arc::new(TokenBucket::builder(Quota::parse(rate).unwrap()).clock(clock.clone()).build().unwrap());
+    let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/min").unwrap(), clock.clone()));
+    Stack::builder()
+        .member("ip", bucket("2/min"))
+        .member("user", bucket("3/min"))
+        .member("global", global)
+        .clock(clock)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_stack_lists_every_member_and_who_denied() {
+    // One key for every member: the client's address.
+    let addr = serve(hello().layer(RateLimitLayer::new(ip_user_global()))).await;
+    let r = get(addr).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.headers["ratelimit-policy"], r#""ip";q=2;w=60, "user";q=3;w=60, "global";q=100;w=60"#);
+    assert_eq!(r.headers["ratelimit"], r#""ip";r=1;t=30, "user";r=2;t=20, "global";r=99;t=1"#);
+    assert_eq!(get(addr).await.status, 200);
+    let denied = get(addr).await;
+    check_denial(&denied, r#""ip""#);
+    // Nothing was charged on the denial: user and global keep what they had.
+    assert_eq!(denied.headers["ratelimit"], r#""ip";r=0;t=60, "user";r=1;t=40, "global";r=98;t=2"#);
+}
+
+#[tokio::test]
+async fn a_stack_takes_one_key_per_member() {
+    let keys = KeyBy::per_member(|parts| {
+        let user = parts.headers.get("x-user")?.as_bytes().to_vec();
+        let n = parts.headers.get("x-keys").map_or(3, |v| v.to_str().unwrap().parse().unwrap());
+        Some([b"client".to_vec(), user, Vec::new()].into_iter().cycle().take(n).collect())
+    });
+    let addr = serve(hello().layer(RateLimitLayer::new(ip_user_global()).key(keys))).await;
+    assert_eq!(get(addr).await.status, 400, "no user: no keys");
+    assert_eq!(get_with(addr, "/", &[("x-user", "alice")]).await.status, 200);
+    assert_eq!(get_with(addr, "/", &[("x-user", "bob")]).await.status, 200);
+    // Both users share one client key: the ip member binds for the third.
+    check_denial(&get_with(addr, "/", &[("x-user", "carol")]).await, r#""ip""#);
+    // Two keys for three members: a request the stack cannot judge, refused.
+    let r = get_with(addr, "/", &[("x-user", "alice"), ("x-keys", "2")]).await;
+    assert_eq!(r.status, 429);
+    assert!(r.body.contains("one key per member"), "{}", r.body);
+}
+
+#[test]
+fn a_stack_with_a_limiter_member_is_an_error_at_set_up() {
+    let limiter = Limiter::builder().limit("burst", Rule::parse("1/s").unwrap()).build().unwrap();
+    let stack = Stack::builder().member("user", Arc::new(limiter)).build().unwrap();
+    let e = RateLimitLayer::try_new(stack).unwrap_err();
+    assert!(e.to_string().contains("\"user\""), "{e}");
+}
+
+#[test]
+#[should_panic(expected = "KeyBy::per_member needs a Stack")]
+fn per_member_keys_need_a_stack() {
+    let _ = RateLimitLayer::new(bucket("1/s")).key(KeyBy::per_member(|_| None));
 }

@@ -445,7 +445,7 @@ impl<L> std::fmt::Debug for RateLimitLayer<L> {
 
 impl<L: RateLimiter> RateLimitLayer<L> {
     /// A layer on `limiter` (a `TokenBucket`, `FixedWindow`,
-    /// `SlidingWindow`, `Keyed<Rule>` or multi-limit `Limiter`), keyed by
+    /// `SlidingWindow`, `Keyed<Rule>`, multi-limit `Limiter` or `Stack`), keyed by
     /// the peer's address, cost 1 a request.
     ///
     /// # Panics

@@ -5,6 +5,10 @@
 //! cargo run --release -p ratomic-benches --bin middleware [ROUNDS] [SECONDS]   # default 5 rounds of 2 s
 //! ```
 //!
+//! `middleware inproc [ROUNDS]` calls each app's router directly in this
+//! process (no sockets, no HTTP parsing or writing): each layer's own work
+//! per request, interleaved in rounds of 200 000 calls, median ns a call.
+//!
 //! `middleware drive ROUNDS SECONDS bare=PORT ratomic=PORT peer=PORT…` drives
 //! apps served by someone else (the Python bench's uvicorn apps) the same
 //! way: the first is the baseline, the second ratomic's.
@@ -123,6 +127,11 @@ fn main() {
         return;
     }
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("inproc") {
+        let rounds = args.get(2).map_or(15, |a| a.parse().unwrap());
+        inproc(rounds);
+        return;
+    }
     if args.get(1).map(String::as_str) == Some("drive") {
         let (rounds, seconds) = (args[2].parse().unwrap(), args[3].parse().unwrap());
         let apps: Vec<(String, u16)> = args[4..]
@@ -201,5 +210,41 @@ fn report(apps: &[(String, u16)], rounds: usize, seconds: f64) {
         } else {
             println!("  {}'s cost ÷ {name}'s: n/a ({name} within the noise of {})", apps[1].0, apps[0].0);
         }
+    }
+}
+
+/// Each app's router called in this process: ns a request over the bare
+/// router's, median of `rounds` interleaved rounds.
+fn inproc(rounds: usize) {
+    use tower::{Service, ServiceExt};
+    const CALLS: u32 = 200_000;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let peer: SocketAddr = "10.1.2.3:4567".parse().unwrap();
+    let request = move || {
+        let mut r = http::Request::get("/").body(axum::body::Body::empty()).unwrap();
+        r.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+        r
+    };
+    let mut routers: Vec<Router> = APPS.iter().map(|k| app(k)).collect();
+    let mut times = vec![Vec::new(); APPS.len()];
+    rt.block_on(async {
+        for _ in 0..rounds {
+            for (i, router) in routers.iter_mut().enumerate() {
+                let t0 = Instant::now();
+                for _ in 0..CALLS {
+                    let r = ServiceExt::<http::Request<axum::body::Body>>::ready(router).await.unwrap().call(request()).await.unwrap();
+                    assert_eq!(r.status(), 200);
+                }
+                times[i].push(t0.elapsed().as_nanos() as f64 / f64::from(CALLS));
+            }
+        }
+    });
+    let med: Vec<f64> = times.iter_mut().map(|t| median(t)).collect();
+    println!("axum 0.8 routers called in process, median of {rounds} interleaved rounds of {CALLS} calls");
+    for (i, name) in APPS.iter().enumerate() {
+        println!("  {name:<24} {:>7.0} ns/request   over bare {:>6.0} ns", med[i], med[i] - med[0]);
+    }
+    for (i, name) in APPS.iter().enumerate().skip(2) {
+        println!("  ratomic's cost ÷ {name}'s: {:.2}", (med[1] - med[0]) / (med[i] - med[0]));
     }
 }

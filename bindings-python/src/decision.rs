@@ -258,8 +258,8 @@ impl MultiDecision {
     }
 
     /// `{name: Decision}` for every limit the call was subject to, in order.
-    /// On a denial each entry is what that limit alone would answer: nothing
-    /// was consumed.
+    /// On a denial nothing was consumed: a limit that denied says when to
+    /// retry, one that would have allowed says what it still has.
     #[getter]
     fn entries<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let dict = PyDict::new(py);

@@ -32,9 +32,9 @@ def test_limiter_headers_name_each_limit_and_the_deniers():
     d = api.allow("k")
     h = dict(api.headers(d))
     assert h["RateLimit-Policy"] == '"burst";q=2;w=1, "daily";q=100;w=86400'
-    # On a denial each entry is what that limit alone would answer, so the
-    # daily limit reports what it would hold had the call been charged.
-    assert h["RateLimit"] == '"burst";r=0;t=1, "daily";r=97;t=86400'
+    # Nothing was charged on the denial: the daily limit, which would have
+    # allowed the call, reports what it still has (core since c801a9a).
+    assert h["RateLimit"] == '"burst";r=0;t=1, "daily";r=98;t=86400'
 
     assert json.loads(api.problem(d))["violated-policies"] == ["burst"]
     only_daily = api.allow("k", limits=["daily"])
@@ -150,7 +150,7 @@ def test_a_limiter_s_earlier_drafts_list_each_limit_unnamed_and_answer_for_the_c
     ]
     draft_11 = [
         ("RateLimit-Policy", '"burst";q=2;w=1, "daily";q=100;w=86400'),
-        ("RateLimit", '"burst";r=0;t=1, "daily";r=97;t=86400'),
+        ("RateLimit", '"burst";r=0;t=1, "daily";r=98;t=86400'),
         ("Retry-After", "1"),
     ]
     assert api.headers(d, draft="draft-11") == api.headers(d, draft="draft-8") == api.headers(d) == draft_11

@@ -208,6 +208,11 @@ impl MultiDecision {
         (&self.entries, self.decision)
     }
 
+    /// The names of the limiter (or stack) that made it, in its order.
+    pub fn names(&self) -> &Names {
+        &self.names
+    }
+
     fn named(&self) -> impl Iterator<Item = (&(Box<str>, Py<PyString>), &ratomic::Decision)> {
         self.entries.iter().map(|(i, d)| (&self.names[*i], d))
     }

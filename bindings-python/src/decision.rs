@@ -208,6 +208,11 @@ impl MultiDecision {
         (&self.entries, self.decision)
     }
 
+    /// The names of the limiter (or stack) that made it, in its order.
+    pub fn names(&self) -> &Names {
+        &self.names
+    }
+
     fn named(&self) -> impl Iterator<Item = (&(Box<str>, Py<PyString>), &ratomic::Decision)> {
         self.entries.iter().map(|(i, d)| (&self.names[*i], d))
     }
@@ -258,8 +263,8 @@ impl MultiDecision {
     }
 
     /// `{name: Decision}` for every limit the call was subject to, in order.
-    /// On a denial each entry is what that limit alone would answer: nothing
-    /// was consumed.
+    /// On a denial nothing was consumed: a limit that denied says when to
+    /// retry, one that would have allowed says what it still has.
     #[getter]
     fn entries<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let dict = PyDict::new(py);

@@ -64,7 +64,18 @@ pub fn with_multi<'a, T>(
     f: impl FnOnce(&Headers<'_>) -> T,
 ) -> PyResult<T> {
     let policies = names.zip(rules).map(|(n, r)| Policy::of(n, r)).collect::<ratomic::Result<Vec<_>>>().py_err(py)?;
+    with_policies(py, &policies, d, f)
+}
+
+/// `f` of the headers of a multi-limit decision whose entries index
+/// `policies` (a `Limiter`'s limits or a `Stack`'s members, in order).
+pub fn with_policies<T>(
+    py: Python<'_>,
+    policies: &[Policy],
+    d: &MultiDecision,
+    f: impl FnOnce(&Headers<'_>) -> T,
+) -> PyResult<T> {
     let (entries, combined) = d.parts();
-    let h = Headers::from_parts(&policies, entries.iter().copied(), combined).py_err(py)?;
+    let h = Headers::from_parts(policies, entries.iter().copied(), combined).py_err(py)?;
     Ok(f(&h))
 }

@@ -6,12 +6,14 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString, PyTuple};
 
+use ratomic::headers::Policy;
 use ratomic::StackMember;
 
 use crate::clock::Time;
 use crate::decision::{make_names, MultiDecision, Names};
 use crate::direct::DirectTokenBucket;
-use crate::error::{argument_type, type_name, CoreResultExt};
+use crate::error::{argument_type, core_error, invalid_argument, type_name, CoreResultExt};
+use crate::headers::{self, Fields};
 use crate::key::{key_bytes, whole, Cost};
 use crate::keyed::Keyed;
 use crate::limiter::{named_pairs, Limiter};
@@ -23,6 +25,10 @@ pub struct Stack {
     inner: ratomic::Stack<Time>,
     names: Names,
     members: Py<PyTuple>,
+    /// One header policy per member, named as the member (core's
+    /// `Stack::policies`), made at construction; an error if a member has
+    /// none (a `Limiter`), raised only by `headers()` and `problem()`.
+    policies: ratomic::Result<Vec<Policy>>,
 }
 
 /// A member's core limiter and its clock.
@@ -78,8 +84,9 @@ impl Stack {
         }
         let inner = builder.build().py_err(py)?;
         let names = make_names(py, inner.names());
+        let policies = inner.policies();
         let objects = pairs.into_iter().map(|(_, obj)| obj);
-        Ok(Stack { inner, names, members: PyTuple::new(py, objects)?.unbind() })
+        Ok(Stack { inner, names, members: PyTuple::new(py, objects)?.unbind(), policies })
     }
 
     /// Takes `cost` from every member, each on its key (`keys[i]` for member
@@ -116,6 +123,32 @@ impl Stack {
         let held = self.keys(keys)?;
         let keys = bytes_of(&held)?;
         self.inner.reset_at(&keys, self.now(py)?).py_err(py)
+    }
+
+    /// The HTTP header fields for `decision` (a decision of this stack), as
+    /// `(name, value)` pairs: one `RateLimit-Policy` and `RateLimit` item
+    /// per member, named as the member, `Retry-After` on a denial, and with
+    /// `legacy=True` the `X-RateLimit-*` fields (combined decision). `draft`
+    /// as in `Limiter.headers`. A stack with a `Limiter` member (several
+    /// limits, no single policy) raises `InvalidArgumentError` naming it:
+    /// make each of its limits a member of its own to describe it.
+    #[pyo3(signature = (decision, *, legacy = false, draft = "draft-11"))]
+    fn headers(
+        &self,
+        py: Python<'_>,
+        decision: PyRef<'_, MultiDecision>,
+        legacy: bool,
+        draft: &str,
+    ) -> PyResult<Fields> {
+        let fields = headers::fields(py, draft, legacy)?;
+        headers::with_policies(py, self.policies_for(py, &decision)?, &decision, fields)
+    }
+
+    /// The RFC 9457 problem document (JSON) for a 429 answering `decision`
+    /// (a decision of this stack), naming the members that denied; None
+    /// when it was allowed. Errors as `headers`.
+    fn problem(&self, py: Python<'_>, decision: PyRef<'_, MultiDecision>) -> PyResult<Option<String>> {
+        headers::with_policies(py, self.policies_for(py, &decision)?, &decision, headers::problem)
     }
 
     /// The members' names, in order.
@@ -155,6 +188,22 @@ impl Stack {
 impl Stack {
     fn now(&self, py: Python<'_>) -> PyResult<u64> {
         self.inner.clock().read(py)
+    }
+
+    /// The members' header policies, to format `d`: an error if a member
+    /// has none, or if `d` is not a decision of this stack (whose entries
+    /// would be read against other members' policies).
+    fn policies_for(&self, py: Python<'_>, d: &MultiDecision) -> PyResult<&[Policy]> {
+        let policies = self.policies.as_deref().map_err(|e| core_error(py, e.clone()))?;
+        if !Arc::ptr_eq(d.names(), &self.names) {
+            let theirs: Vec<&str> = d.names().iter().map(|(n, _)| &**n).collect();
+            let ours: Vec<&str> = self.names.iter().map(|(n, _)| &**n).collect();
+            return Err(invalid_argument(
+                py,
+                format!("decision is not one of this Stack's (it answers for {theirs:?}; this stack's members are {ours:?})"),
+            ));
+        }
+        Ok(policies)
     }
 
     /// A call's keys, one per member (core checks the count).

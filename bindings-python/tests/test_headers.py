@@ -32,9 +32,9 @@ def test_limiter_headers_name_each_limit_and_the_deniers():
     d = api.allow("k")
     h = dict(api.headers(d))
     assert h["RateLimit-Policy"] == '"burst";q=2;w=1, "daily";q=100;w=86400'
-    # On a denial each entry is what that limit alone would answer, so the
-    # daily limit reports what it would hold had the call been charged.
-    assert h["RateLimit"] == '"burst";r=0;t=1, "daily";r=97;t=86400'
+    # Nothing was charged on the denial: the daily limit, which would have
+    # allowed the call, reports what it still has (core since c801a9a).
+    assert h["RateLimit"] == '"burst";r=0;t=1, "daily";r=98;t=86400'
 
     assert json.loads(api.problem(d))["violated-policies"] == ["burst"]
     only_daily = api.allow("k", limits=["daily"])
@@ -150,7 +150,7 @@ def test_a_limiter_s_earlier_drafts_list_each_limit_unnamed_and_answer_for_the_c
     ]
     draft_11 = [
         ("RateLimit-Policy", '"burst";q=2;w=1, "daily";q=100;w=86400'),
-        ("RateLimit", '"burst";r=0;t=1, "daily";r=97;t=86400'),
+        ("RateLimit", '"burst";r=0;t=1, "daily";r=98;t=86400'),
         ("Retry-After", "1"),
     ]
     assert api.headers(d, draft="draft-11") == api.headers(d, draft="draft-8") == api.headers(d) == draft_11
@@ -168,12 +168,14 @@ def test_a_draft_ratomic_does_not_write_is_an_error():
     api = ratomic.Limiter({"a": "2/s"}, clock=clock)
     q = ratomic.Quotas(clock=clock)
     direct = ratomic.DirectTokenBucket("2/s", clock=clock)
-    d, m = tb.allow("k"), api.allow("k")
+    stack = ratomic.Stack({"a": tb})
+    d, m, s = tb.allow("k"), api.allow("k"), stack.allow(["k"])
     calls = [
         lambda draft: tb.headers(d, draft=draft),
         lambda draft: api.headers(m, draft=draft),
         lambda draft: q.headers(d, "2/s", draft=draft),
         lambda draft: direct.headers(d, draft=draft),
+        lambda draft: stack.headers(s, draft=draft),
     ]
     for call in calls:
         for bad in ["draft-9", "Draft-11", "11", "draft_7", ""]:
@@ -183,3 +185,88 @@ def test_a_draft_ratomic_does_not_write_is_an_error():
             assert str(e.value) == f'invalid draft: "{bad}" (must be "draft-11", "draft-8", "draft-7" or "draft-6")'
         with pytest.raises(TypeError):  # not a str at all: a TypeError, as a non-str name is
             call(11)
+
+
+def stack_of_three(clock: ratomic.ManualClock) -> ratomic.Stack:
+    """core's tests/stack.rs `stack_headers_list_every_member_and_name_who_denied`."""
+    return ratomic.Stack(
+        {
+            "ip": ratomic.TokenBucket("2/s", clock=clock),
+            "user": ratomic.FixedWindow("100/min", clock=clock),
+            "global": ratomic.DirectTokenBucket("1000/s", clock=clock),
+        }
+    )
+
+
+KEYS = ["10.0.0.1", "alice", ""]
+
+
+def test_stack_headers_list_every_member_and_name_who_denied():
+    stack = stack_of_three(ratomic.ManualClock())
+    policy = ("RateLimit-Policy", '"ip";q=2;w=1, "user";q=100;w=60, "global";q=1000;w=1')
+    assert stack.headers(stack.allow(KEYS)) == [policy, ("RateLimit", '"ip";r=1;t=1, "user";r=99;t=60, "global";r=999;t=1')]
+    assert stack.allow(KEYS)
+    d = stack.allow(KEYS)
+    assert d.denied_by == ("ip",)
+    # Nothing charged on the denial: user still at 98, global at 998.
+    draft_11 = [policy, ("RateLimit", '"ip";r=0;t=1, "user";r=98;t=60, "global";r=998;t=1'), ("Retry-After", "1")]
+    assert stack.headers(d) == stack.headers(d, draft="draft-11") == stack.headers(d, draft="draft-8") == draft_11
+    # Drafts 7 and 6: each member's policy unnamed, the rest from the
+    # combined decision (the ip has the least left; the user's minute, the
+    # latest reset).
+    assert stack.headers(d, draft="draft-7", legacy=True) == [
+        ("RateLimit-Policy", "2;w=1, 100;w=60, 1000;w=1"),
+        ("RateLimit", "limit=2, remaining=0, reset=60"),
+        ("Retry-After", "1"),
+        ("X-RateLimit-Limit", "2"),
+        ("X-RateLimit-Remaining", "0"),
+        ("X-RateLimit-Reset", "60"),
+    ]
+    assert stack.headers(d, draft="draft-6") == [
+        ("RateLimit-Policy", "2;w=1, 100;w=60, 1000;w=1"),
+        ("RateLimit-Limit", "2"),
+        ("RateLimit-Remaining", "0"),
+        ("RateLimit-Reset", "60"),
+        ("Retry-After", "1"),
+    ]
+    assert stack.problem(d) == (
+        '{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests",'
+        '"status":429,"detail":"Quota exceeded for ip; retry after 1 s.","violated-policies":["ip"],"retry-after":1}'
+    )
+    assert stack.problem(stack.peek(["10.0.0.2", "bob", ""])) is None
+
+
+def test_stack_headers_refuse_a_decision_not_the_stack_s():
+    clock = ratomic.ManualClock()
+    stack = stack_of_three(clock)
+    twin = stack_of_three(clock)  # the same names, other members: not its decisions either
+    api = ratomic.Limiter({"ip": "2/s", "user": "5/s", "global": "9/s"}, clock=clock)
+    tb = ratomic.TokenBucket("2/s", clock=clock)
+    for other in [twin.allow(KEYS), api.allow("k")]:
+        for call in (stack.headers, stack.problem):
+            with pytest.raises(ratomic.InvalidArgumentError, match="not one of this Stack's") as e:
+                call(other)
+            assert isinstance(e.value, ValueError)
+    for call in (stack.headers, stack.problem):
+        with pytest.raises(TypeError):  # a single Decision, as Limiter.headers refuses one
+            call(tb.allow("k"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        api.headers(tb.allow("k"))  # type: ignore[arg-type]
+    with pytest.raises(ratomic.InvalidArgumentError, match="invalid draft"):
+        stack.headers(stack.allow(KEYS), draft="draft-9")  # type: ignore[arg-type]
+
+
+def test_a_stack_with_a_limiter_member_works_but_has_no_headers():
+    clock = ratomic.ManualClock()
+    user = ratomic.Limiter({"burst": "2/s", "daily": Rule.fixed_window("100/day")}, clock=clock)
+    stack = ratomic.Stack({"ip": ratomic.TokenBucket("5/s", clock=clock), "user": user})
+    d = stack.allow(["10.0.0.1", "alice"])  # deciding needs no header policy
+    assert d and d["user"].remaining == 1
+    for call in (stack.headers, stack.problem):
+        with pytest.raises(ratomic.InvalidArgumentError, match=r'stack member: "user" \(is a Limiter') as e:
+            call(d)
+        assert isinstance(e.value, ValueError)
+    # A member name no header can carry is an error there too, naming it.
+    odd = ratomic.Stack({"caf\u00e9": ratomic.TokenBucket("5/s", clock=clock)})
+    with pytest.raises(ratomic.InvalidArgumentError, match="caf\u00e9"):
+        odd.headers(odd.allow(["k"]))

@@ -12,7 +12,7 @@ import ipaddress
 import json
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Literal, Union
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, Union
 
 from ratomic._ratomic import (
     PROBLEM_CONTENT_TYPE,
@@ -20,19 +20,25 @@ from ratomic._ratomic import (
     Keyed,
     Limiter,
     RatomicError,
+    Stack,
 )
 
 if TYPE_CHECKING:
     from ratomic._ratomic import _Draft
     from ratomic.redis import _RedisBase
 
-#: Any limiter a middleware can use: in memory (or a shared file), or on
-#: Redis (``ratomic.redis``; an asyncio client under ASGI and FastAPI, a
-#: blocking one under WSGI).
-AnyLimiter = Union[Keyed, Limiter, DirectTokenBucket, "_RedisBase[Any, Any]"]
+#: Any limiter a middleware can use: in memory (or a shared file), a
+#: ``Stack`` of them, or on Redis (``ratomic.redis``; an asyncio client
+#: under ASGI and FastAPI, a blocking one under WSGI).
+AnyLimiter = Union[Keyed, Limiter, DirectTokenBucket, Stack, "_RedisBase[Any, Any]"]
 
-#: What a key function returns: the key (``None``: the request has none).
-KeyFunc = Callable[[Any], Union[str, bytes, None]]
+#: A request's key: ``str`` or ``bytes``.
+Key = Union[str, bytes]
+
+#: What a key function returns: the key (``None``: the request has none);
+#: for a ``Stack``, either one key for every member or a sequence (list or
+#: tuple) of exactly one key per member, in the stack's order.
+KeyFunc = Callable[[Any], Union[Key, Sequence[Key], None]]
 
 #: Which standard ``RateLimit*`` fields a middleware writes: ``True`` (draft
 #: 11), a draft a limiter's ``headers(draft=...)`` takes (``"draft-8"`` has
@@ -116,10 +122,10 @@ class Policy:
         on_error: Literal["deny", "allow"] = "deny",
     ) -> None:
         redis = _redis_limiter(limiter)
-        if redis is None and not isinstance(limiter, (Keyed, Limiter, DirectTokenBucket)):
+        if redis is None and not isinstance(limiter, (Keyed, Limiter, DirectTokenBucket, Stack)):
             raise TypeError(
-                f"limiter must be a ratomic TokenBucket, FixedWindow, SlidingWindow, Limiter or "
-                f"DirectTokenBucket, or one of ratomic.redis, not {type(limiter).__name__}"
+                f"limiter must be a ratomic TokenBucket, FixedWindow, SlidingWindow, Limiter, "
+                f"DirectTokenBucket or Stack, or one of ratomic.redis, not {type(limiter).__name__}"
             )
         if redis is not None and redis._async != (server == "async"):
             raise TypeError(
@@ -140,9 +146,18 @@ class Policy:
                 'standard_headers must be True (draft-11), False, "draft-11", "draft-8", "draft-7" or "draft-6", '
                 f"not {standard_headers!r}"
             )
+        #: A Stack's member names (its calls take one key per member), else None.
+        self.stack_names: tuple[str, ...] | None = None
         # Named limits (the decisions carry entries), else one rule whose
         # name is checked once, at set-up, not on the first request.
-        if redis is not None:
+        if isinstance(limiter, Stack):
+            self.multi = True
+            self.stack_names = limiter.names
+            # Formatted once, at set-up: a member with no single header
+            # policy (a Limiter) or a name no header can carry is an error
+            # naming it now, not on the first request.
+            limiter.headers(limiter.peek([b""] * len(limiter), 0))
+        elif redis is not None:
             self.multi = isinstance(redis, sys.modules["ratomic.redis"].RedisLimiter)
             if not self.multi:
                 redis._driver.check_name(name)
@@ -171,7 +186,7 @@ class Policy:
     def default_key(self, peer: str | None, forwarded_for: str | None) -> str | None:
         return client_key(peer, forwarded_for, self.trusted_proxies, self.ipv6_prefix)
 
-    def decide(self, request: Any, key: str | bytes | None) -> Outcome:
+    def decide(self, request: Any, key: Key | Sequence[Key] | None) -> Outcome:
         """Decides a request whose key is ``key`` (``request`` is what the
         cost function is given). Not for a limiter whose decisions are
         awaited: see :meth:`decide_async`."""
@@ -180,7 +195,7 @@ class Policy:
         except _UNJUDGED as e:
             return self._unjudged(e)
 
-    async def decide_async(self, request: Any, key: str | bytes | None) -> Outcome:
+    async def decide_async(self, request: Any, key: Key | Sequence[Key] | None) -> Outcome:
         """:meth:`decide`, awaiting the decision of a Redis limiter on an
         asyncio client (a Redis failure under its ``on_error="raise"`` is a
         request the limiter could not judge)."""
@@ -189,14 +204,34 @@ class Policy:
         except _UNJUDGED as e:
             return self._unjudged(e)
 
-    def _allow(self, request: Any, key: str | bytes | None) -> Any:
+    def _allow(self, request: Any, key: Key | Sequence[Key] | None) -> Any:
         limiter = self.limiter
         cost = self.cost(request) if callable(self.cost) else self.cost
         if isinstance(limiter, DirectTokenBucket):
             return limiter.allow(cost)
         if key is None:
             raise ValueError("the request has no client key (no peer address and no key function)")
+        if isinstance(limiter, Stack):
+            return limiter.allow(self._stack_keys(key), cost)
+        if not isinstance(key, (str, bytes)):
+            raise TypeError(f"a key must be str or bytes (a list of keys is for a Stack), not {type(key).__name__}")
         return limiter.allow(key, cost)
+
+    def _stack_keys(self, key: Key | Sequence[Key]) -> Sequence[Key]:
+        """A Stack call's keys: one key for every member, or one per member
+        as given (a direct bucket member ignores its key)."""
+        names = self.stack_names
+        assert names is not None
+        if isinstance(key, (str, bytes)):
+            return [key] * len(names)
+        if not isinstance(key, (list, tuple)):
+            raise TypeError(f"a key function must return a key or a list of keys, not {type(key).__name__}")
+        if len(key) != len(names):
+            raise ValueError(
+                f"the key function returned {len(key)} keys for a stack of {len(names)} members "
+                f"({', '.join(names)}): a stack takes one key, or one key per member"
+            )
+        return key
 
     def _outcome(self, d: Any) -> Outcome:
         limiter: Any = self.limiter

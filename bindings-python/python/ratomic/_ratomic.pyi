@@ -462,6 +462,14 @@ class Stack:
         """Gives ``tokens`` back to every member, each on its key (never above full)."""
     def reset(self, keys: Sequence[_Key]) -> None:
         """Forgets every member's key (a ``DirectTokenBucket`` member is reset for everyone)."""
+    def headers(
+        self, decision: MultiDecision, *, legacy: bool = False, draft: _Draft = "draft-11"
+    ) -> list[tuple[str, str]]:
+        """HTTP fields for ``decision`` (one of this stack's), one RateLimit-Policy/RateLimit item per member,
+        named as the member (``draft`` as in ``Limiter.headers``). ``InvalidArgumentError`` naming a
+        ``Limiter`` member (it has no single policy) or for another limiter's decision."""
+    def problem(self, decision: MultiDecision) -> str | None:
+        """The RFC 9457 problem document naming the members that denied; None when allowed."""
     def __len__(self) -> int: ...
     @property
     def names(self) -> tuple[str, ...]: ...

@@ -32,12 +32,18 @@ def _header(scope: Scope, name: bytes) -> str | None:
 
 class RateLimitMiddleware:
     """Limits the HTTP requests reaching ``app`` with ``limiter``: any
-    in-memory ratomic limiter, or one of ``ratomic.redis`` on a
-    ``redis.asyncio`` client (its decisions are awaited; a Redis failure
-    under its ``on_error="raise"`` is a limiter error, below).
+    in-memory ratomic limiter, a ``ratomic.Stack`` of them, or one of
+    ``ratomic.redis`` on a ``redis.asyncio`` client (its decisions are
+    awaited; a Redis failure under its ``on_error="raise"`` is a limiter
+    error, below).
 
     The key is the client's address (``scope["client"]``; an IPv6 address
-    grouped by ``ipv6_prefix`` bits), or ``key(scope)`` when given.
+    grouped by ``ipv6_prefix`` bits), or ``key(scope)`` when given. A
+    ``Stack`` gives the key to every member (a ``DirectTokenBucket`` ignores
+    it), or ``key(scope)`` returns a list or tuple of one key per member, in
+    the stack's order (another count is a limiter error); its responses list
+    every member, named as in the stack, and a stack with a ``Limiter``
+    member (no single header policy) is refused here.
     ``X-Forwarded-For`` is used only with ``trusted_proxies`` > 0 (the number
     of proxies in front of the app); otherwise any client could forge it.
     ``cost`` is a whole number or a function of the scope. Every response

@@ -44,7 +44,8 @@ async def problem_response(request: Request, exc: Exception) -> Response:
 class RateLimit:
     """A dependency limiting the requests of the routes that use it; same
     options as :class:`ratomic.asgi.RateLimitMiddleware` (``key`` and
-    ``cost`` receive the ``Request``). Sets the rate-limit fields on the
+    ``cost`` receive the ``Request``; a ``ratomic.Stack`` takes one key for
+    every member or ``key`` returns one per member). Sets the rate-limit fields on the
     route's response; raises :class:`RateLimitExceeded` on a denial."""
 
     def __init__(

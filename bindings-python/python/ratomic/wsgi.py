@@ -26,7 +26,9 @@ class RateLimitMiddleware:
     of :class:`ratomic.asgi.RateLimitMiddleware` (same options; a
     ``ratomic.redis`` limiter here has a blocking ``redis.Redis``). The key is
     ``environ["REMOTE_ADDR"]`` (grouped as IPv6 /64), or ``key(environ)``;
-    ``HTTP_X_FORWARDED_FOR`` only with ``trusted_proxies`` > 0."""
+    ``HTTP_X_FORWARDED_FOR`` only with ``trusted_proxies`` > 0. A
+    ``ratomic.Stack`` takes one key for every member, or ``key(environ)``
+    returns one per member, as under ASGI."""
 
     def __init__(
         self,

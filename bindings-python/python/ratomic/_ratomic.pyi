@@ -3,7 +3,7 @@
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Final, Literal, Union, final
+from typing import Final, Literal, Union, final, overload
 
 from typing_extensions import disjoint_base
 
@@ -364,9 +364,24 @@ class LimitSet:
 class Limiter:
     """Several named limits on one key, all or nothing."""
 
+    # Two overloads, not one union: mypy infers a dict display of mixed
+    # values ("3/s" and a Rule) against a Mapping alone, not against a union.
+    @overload
     def __new__(
         cls,
-        limits: Mapping[str, _RuleLike] | Iterable[tuple[str, _RuleLike]],
+        limits: Mapping[str, _RuleLike],
+        *,
+        clock: ManualClock | _Clock | None = None,
+        max_keys: int | None = None,
+        max_key_len: int | None = None,
+        max_key_bytes: int | None = None,
+        eviction: _Eviction | None = None,
+        shared_file: str | os.PathLike[str] | None = None,
+    ) -> Limiter: ...
+    @overload
+    def __new__(
+        cls,
+        limits: Iterable[tuple[str, _RuleLike]],
         *,
         clock: ManualClock | _Clock | None = None,
         max_keys: int | None = None,
@@ -450,11 +465,11 @@ class Quotas:
 class Stack:
     """Limiters on different keys (per IP, per user, ...), all or nothing."""
 
+    @overload  # two overloads, not one union: see Limiter.__new__
+    def __new__(cls, members: Mapping[str, _Member], *, clock: ManualClock | _Clock | None = None) -> Stack: ...
+    @overload
     def __new__(
-        cls,
-        members: Mapping[str, _Member] | Iterable[tuple[str, _Member]],
-        *,
-        clock: ManualClock | _Clock | None = None,
+        cls, members: Iterable[tuple[str, _Member]], *, clock: ManualClock | _Clock | None = None
     ) -> Stack: ...
     def allow(self, keys: Sequence[_Key], cost: int = 1) -> MultiDecision: ...
     def peek(self, keys: Sequence[_Key], cost: int = 1) -> MultiDecision: ...

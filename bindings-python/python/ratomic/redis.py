@@ -686,7 +686,9 @@ class RedisSlidingWindow(_SingleRule[_M]):
         super().__init__(Rule.sliding_window(limit, window), multi=False, client=client, **options)
 
 
-_Limits = _t.Union[Mapping[str, _t.Union[str, Rule]], Iterable[tuple[str, _t.Union[str, Rule]]]]
+_LimitMap = Mapping[str, _t.Union[str, Rule]]
+_LimitPairs = Iterable[tuple[str, _t.Union[str, Rule]]]
+_Limits = _t.Union[_LimitMap, _LimitPairs]
 
 
 class RedisLimiter(_RedisBase[_M, MultiDecision]):
@@ -699,11 +701,24 @@ class RedisLimiter(_RedisBase[_M, MultiDecision]):
 
     __doc__ = (__doc__ or "") + _OPTIONS_DOC
 
-    @_t.overload
-    def __init__(self: RedisLimiter[Sync], limits: _Limits, *, client: _SyncClient, **options: Unpack[_Options]) -> None: ...
+    # A mapping and pairs in separate overloads, not one union: mypy infers a
+    # dict display of mixed values ("3/s" and a Rule) against a Mapping
+    # alone, not against a union.
     @_t.overload
     def __init__(
-        self: RedisLimiter[Async], limits: _Limits, *, client: _AsyncClient, **options: Unpack[_Options]
+        self: RedisLimiter[Sync], limits: _LimitMap, *, client: _SyncClient, **options: Unpack[_Options]
+    ) -> None: ...
+    @_t.overload
+    def __init__(
+        self: RedisLimiter[Sync], limits: _LimitPairs, *, client: _SyncClient, **options: Unpack[_Options]
+    ) -> None: ...
+    @_t.overload
+    def __init__(
+        self: RedisLimiter[Async], limits: _LimitMap, *, client: _AsyncClient, **options: Unpack[_Options]
+    ) -> None: ...
+    @_t.overload
+    def __init__(
+        self: RedisLimiter[Async], limits: _LimitPairs, *, client: _AsyncClient, **options: Unpack[_Options]
     ) -> None: ...
     def __init__(self, limits: _Limits, *, client: _t.Any, **options: Unpack[_Options]) -> None:
         super().__init__(limits, multi=True, client=client, **options)

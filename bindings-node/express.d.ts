@@ -1,7 +1,7 @@
 // Types of `ratomic/express`: Connect-style rate-limiting middleware with
 // express-rate-limit's option names.
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import type { BaseLimiter, Decision, HeaderDraft, MultiDecision } from './ratomic'
+import type { BaseLimiter, Decision, HeaderDraft, Key, MultiDecision, Stack } from './ratomic'
 import type { RedisBase, RedisDecision, RedisMultiDecision } from './redis'
 
 /** The options of `rateLimit` (and of the `ratomic/fastify` plugin), named as in express-rate-limit. */
@@ -9,15 +9,21 @@ export interface RateLimitOptions<Req = IncomingMessage, Res = ServerResponse> {
   /**
    * Any ratomic limiter, in memory or on Redis (`ratomic/redis`, awaited; a Redis failure under
    * `onError: "raise"` is a request it cannot judge: see `passOnStoreError`); default: a
-   * `FixedWindow` of `limit` per `windowMs`.
+   * `FixedWindow` of `limit` per `windowMs`. A `Stack` gives every member the request's key
+   * (or `keyGenerator`'s one key per member) and writes one header item per member; a stack
+   * with a `Limiter` member, which has no single header policy, is a TypeError here.
    */
-  limiter?: BaseLimiter<any> | RedisBase<any>
+  limiter?: BaseLimiter<any> | Stack | RedisBase<any>
   /** Requests per window per client when no `limiter` is given (default 5). */
   limit?: number
   /** The window in milliseconds when no `limiter` is given (default 60000). */
   windowMs?: number
-  /** The client's key; default its address (`req.ip`, else the socket's peer), IPv6 grouped by `ipv6Subnet`. */
-  keyGenerator?: (req: Req, res: Res) => string | Uint8Array | Promise<string | Uint8Array>
+  /**
+   * The client's key; default its address (`req.ip`, else the socket's peer), IPv6 grouped by
+   * `ipv6Subnet`. For a `Stack`: one key for every member, or an array of one key per member
+   * (another length is a request the stack cannot judge: see `passOnStoreError`).
+   */
+  keyGenerator?: (req: Req, res: Res) => Key | Key[] | Promise<Key | Key[]>
   /** Requests for which this returns true are not limited. */
   skip?: (req: Req, res: Res) => boolean | Promise<boolean>
   /** Answers a denied request instead of the default 429 problem response. */
@@ -42,7 +48,10 @@ export interface RateLimitOptions<Req = IncomingMessage, Res = ServerResponse> {
   cost?: number | ((req: Req) => number)
   /** The limit's name in the header fields (single-rule limiters; default `"default"`). */
   name?: string
-  /** When the limiter cannot judge a request (a key too long, Redis failing), let it through instead of a 429. */
+  /**
+   * When the limiter cannot judge a request (a key too long, a stack's keys not one per member,
+   * Redis failing), let it through instead of a 429.
+   */
   passOnStoreError?: boolean
 }
 

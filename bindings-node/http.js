@@ -2,10 +2,12 @@
 // What ratomic's Express and Fastify middleware share: the options (named
 // as express-rate-limit names them), the client's key, and one decision
 // with its header fields and problem body — formatted by ratomic's Rust
-// core through the limiters' headers() / problem().
+// core through the limiters' headers() / problem(). Any limiter will do, a
+// Stack included: its members each get the client's key, or the keys
+// keyGenerator returns (one key for all, or an array of one per member).
 
 const net = require('node:net')
-const { BaseLimiter, FixedWindow, Limiter, PROBLEM_CONTENT_TYPE } = require('./ratomic.js')
+const { BaseLimiter, FixedWindow, Limiter, Stack, PROBLEM_CONTENT_TYPE } = require('./ratomic.js')
 const { RedisBase, RedisLimiter } = require('./redis.js')
 
 const OPTIONS = [
@@ -68,9 +70,9 @@ function resolve(options) {
     const windowMs = o.windowMs === undefined ? 60_000 : o.windowMs
     // express-rate-limit counts in fixed windows; so does the default here.
     limiter = new FixedWindow(limit, windowMs)
-  } else if (!(limiter instanceof BaseLimiter) && !(limiter instanceof RedisBase)) {
+  } else if (!(limiter instanceof BaseLimiter) && !(limiter instanceof Stack) && !(limiter instanceof RedisBase)) {
     throw typeError(
-      'limiter must be a ratomic TokenBucket, FixedWindow, SlidingWindow or Limiter, or one of ratomic/redis (RedisTokenBucket, RedisFixedWindow, RedisSlidingWindow, RedisLimiter)'
+      'limiter must be a ratomic TokenBucket, FixedWindow, SlidingWindow, Limiter or Stack, or one of ratomic/redis (RedisTokenBucket, RedisFixedWindow, RedisSlidingWindow, RedisLimiter)'
     )
   } else if (o.limit !== undefined || o.windowMs !== undefined) {
     throw typeError('give either limiter or limit/windowMs, not both')
@@ -91,12 +93,19 @@ function resolve(options) {
   }
   if (o.cost !== undefined && typeof o.cost !== 'number' && typeof o.cost !== 'function') throw typeError('cost must be a number or a function')
   const name = o.name === undefined ? 'default' : o.name
-  const multi = limiter instanceof Limiter || limiter instanceof RedisLimiter
-  // Check the name now, not on the first request.
-  if (!multi) limiter.headers({ allowed: true, remaining: 0, limit: 1, retryAfterMs: 0, resetAfterMs: 0 }, { name })
+  const stack = limiter instanceof Stack
+  const multi = stack || limiter instanceof Limiter || limiter instanceof RedisLimiter
+  // Check now, not on the first request, that the fields can be written:
+  // the name; a stack's member names, and that it has no Limiter member
+  // (which has no single policy: a TypeError naming it).
+  const allowed = { allowed: true, remaining: 0, limit: 1, retryAfterMs: 0, resetAfterMs: 0 }
+  if (stack) limiter.headers({ ...allowed, entries: limiter.names.map((n) => ({ ...allowed, name: n })), deniedBy: [] })
+  else if (!multi) limiter.headers(allowed, { name })
   return {
     limiter,
     multi,
+    // A stack's members: each gets the request's one key, unless it has one per member.
+    members: stack ? limiter.names.length : 0,
     // A Redis limiter answers with a promise; an in-memory one at once.
     async: limiter instanceof RedisBase,
     name,
@@ -128,16 +137,19 @@ function resolve(options) {
 function decide(o, req, key) {
   let d
   try {
-    d = o.limiter.allow(key, typeof o.cost === 'function' ? o.cost(req) : o.cost)
+    // A stack's keys: an array is one key per member (a wrong length is the
+    // stack's RangeError, so the request is unjudged); one key is every member's.
+    const k = o.members === 0 || Array.isArray(key) ? key : new Array(o.members).fill(key)
+    d = o.limiter.allow(k, typeof o.cost === 'function' ? o.cost(req) : o.cost)
   } catch (e) {
     return unjudged(o, e)
   }
   return o.async ? d.then((decision) => outcome(o, decision), (e) => unjudged(o, e)) : outcome(o, d)
 }
 
-// A request the limiter cannot judge (no key, a key too long, Redis failing
-// under onError "raise"): fail closed unless passOnStoreError says open;
-// never a 500.
+// A request the limiter cannot judge (no key, a key too long, a stack's keys
+// not one per member, Redis failing under onError "raise"): fail closed
+// unless passOnStoreError says open; never a 500.
 function unjudged(o, e) {
   if (o.passOnStoreError) return { decision: null, fields: [], problem: null }
   const body = { type: 'about:blank', title: 'Too Many Requests', status: o.statusCode, detail: `the rate limit could not be applied: ${e.message}` }

@@ -284,6 +284,18 @@ export declare class NativeStack {
   refund(keys: Array<string | Uint8Array>, tokens: number, nowMs?: number): void
   /** Forgets every member's key: each is full again. */
   reset(keys: Array<string | Uint8Array>, nowMs?: number): void
+  /**
+   * The HTTP header fields for `decision` (one of this stack's: its
+   * combined fields and its `entries`, one per member), as `Name: value\r
+  `
+   * lines. A stack with a `Limiter` member throws a `TypeError` naming it.
+   */
+  headers(decision: DecisionIn, entries: Array<EntryIn>, format: number): string
+  /**
+   * The RFC 9457 problem document for a 429 answering `decision`, naming
+   * the members that denied; null when it was allowed.
+   */
+  problem(decision: DecisionIn, entries: Array<EntryIn>): string | null
   /** The member names, in order. */
   get names(): Array<string>
   /** The stack's monotonic clock, in milliseconds. */

@@ -425,4 +425,16 @@ export declare class Stack {
   reset(keys: Key[]): void
   /** Like {@link BaseLimiter.acquire}, for every member at once. */
   acquire(keys: Key[], cost?: number, options?: AcquireOptions): Promise<MultiDecision>
+  /**
+   * The HTTP header fields for `decision` (one this stack returned): one `RateLimit-Policy`
+   * and `RateLimit` item per member, named as the member, `Retry-After` on a denial, and the
+   * legacy `X-RateLimit-*` fields (of the combined decision) with `legacy: true`. A `Limiter`
+   * member has no single policy: a stack holding one throws a TypeError naming it.
+   */
+  headers(decision: MultiDecision, options?: Omit<HeaderOptions, 'name'>): Array<[string, string]>
+  /**
+   * The RFC 9457 problem document for a 429 answering `decision`, naming the members that
+   * denied; null when allowed. A stack with a `Limiter` member throws as `headers` does.
+   */
+  problem(decision: MultiDecision): string | null
 }

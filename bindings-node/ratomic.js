@@ -240,9 +240,9 @@ function pairs(lines) {
   return out
 }
 
-// A Limiter decision's entries, passed back to headers() / problem().
+// A Limiter's or a Stack's decision's entries, passed back to headers() / problem().
 function entriesArg(d) {
-  if (!Array.isArray(d.entries)) throw typeError('decision must be a Limiter decision (with entries)')
+  if (!Array.isArray(d.entries)) throw typeError('decision must be a Limiter or Stack decision (with entries)')
   return d.entries
 }
 
@@ -742,6 +742,17 @@ class Stack {
 
   acquire(keys, cost, options) {
     return acquire(() => this.allow(keys, cost), this.#time.sleep, options)
+  }
+
+  headers(decision, options) {
+    const o = headerOptions(options, ['legacy', 'draft'])
+    const d = decisionArg(decision)
+    return pairs(this.#native.headers(d, entriesArg(d), o.format))
+  }
+
+  problem(decision) {
+    const d = decisionArg(decision)
+    return this.#native.problem(d, entriesArg(d))
   }
 }
 

@@ -3,7 +3,7 @@ import test from 'node:test'
 import assert from 'node:assert/strict'
 import { rateLimit, RateLimitOptions } from 'ratomic/express'
 import ratomicFastify = require('ratomic/fastify')
-import { TokenBucket } from 'ratomic'
+import { Stack, TokenBucket } from 'ratomic'
 import { RedisLimiter, RedisTokenBucket } from 'ratomic/redis'
 
 test('typings: the middleware factories', () => {
@@ -16,6 +16,13 @@ test('typings: the middleware factories', () => {
   const onRedis = (limiter: RedisTokenBucket | RedisLimiter): RateLimitOptions => ({ limiter, passOnStoreError: true })
   assert.equal(typeof onRedis, 'function')
   assert.equal(typeof rateLimit({ standardHeaders: 'draft-7' }), 'function')
+  // A Stack: one key for every member, or one per member.
+  const stack = new Stack({ ip: new TokenBucket('5/s'), global: new TokenBucket('100/s') })
+  const perMember: RateLimitOptions = { limiter: stack, keyGenerator: (req) => [String(req.socket.remoteAddress), 'all'] }
+  assert.equal(typeof rateLimit(perMember), 'function')
+  assert.equal(typeof rateLimit({ limiter: stack, keyGenerator: async () => Buffer.from('k') }), 'function')
+  // @ts-expect-error keys are strings or bytes
+  assert.equal(typeof rateLimit({ limiter: stack, keyGenerator: () => [1, 2] }), 'function')
   // @ts-expect-error standardHeaders takes true, false or a draft's name
   assert.throws(() => rateLimit({ standardHeaders: 'draft-5' }), TypeError)
 })

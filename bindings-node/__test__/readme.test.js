@@ -37,6 +37,23 @@ test("the README's Express example runs and answers with the standard fields", a
   assert.match(line, /^200 "default";r=99;t=([1-9]|[1-5][0-9]|60) 99 left$/)
 })
 
+test("the README's Express example with a Stack runs and writes an item per member", async () => {
+  const md = fs.readFileSync(path.join(__dirname, '..', '..', 'README.md'), 'utf8')
+  const code = [...md.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((c) => c.includes("require('ratomic/express')") && c.includes('new Stack('))
+  assert.ok(code, 'the README has an Express example with a Stack')
+  const lines = await new Promise((resolve, reject) => {
+    const lines = []
+    const log = (...args) => lines.push(args.join(' ')) === 2 && resolve(lines)
+    const load = (name) => require(name.startsWith('ratomic') ? name.replace('ratomic', '..') : name)
+    try {
+      new Function('require', 'console', code)(load, { log })
+    } catch (e) {
+      reject(e)
+    }
+  })
+  assert.deepEqual(lines, ['"ip";q=10;w=1, "global";q=1000;w=1', '"ip";r=9;t=1, "global";r=999;t=1'])
+})
+
 test("the README's Redis example runs against a real server", async () => {
   const { startRedis } = require('./redis-server')
   const md = fs.readFileSync(path.join(__dirname, '..', '..', 'README.md'), 'utf8')

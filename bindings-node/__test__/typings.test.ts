@@ -125,6 +125,12 @@ test('typings: a Stack, every operation', async () => {
   assert.equal(waited.allowed, true)
   const pairs = new Stack([['a', new TokenBucket(1, 1)]])
   assert.deepEqual(pairs.names, ['a'])
+  const fields: Array<[string, string]> = stack.headers(d, { legacy: true, draft: 'draft-11' })
+  assert.equal(fields[0][1], '"ip";q=5;w=5, "user";q=2;w=1')
+  // @ts-expect-error a stack's items are named as its members
+  assert.throws(() => stack.headers(d, { name: 'x' }), TypeError)
+  const body: string | null = stack.problem(d)
+  assert.equal(body, null)
 })
 
 test('typings: Quotas, every operation', async () => {

@@ -102,17 +102,35 @@ pub fn with_multi<'a, T>(
     entries: &[EntryIn],
     f: impl FnOnce(&Headers<'_>) -> T,
 ) -> Res<T> {
-    let names: Vec<&str> = names.collect();
-    let policies = names.iter().zip(rules).map(|(n, r)| Policy::of(n, r)).collect::<ratomic::Result<Vec<_>>>()?;
+    let policies = names.zip(rules).map(|(n, r)| Policy::of(n, r)).collect::<ratomic::Result<Vec<_>>>()?;
+    with_policies(&policies, "limit", "limiter", combined, entries, f)
+}
+
+/// `f` of the headers of a decision with entries (a `Limiter`'s or a
+/// `Stack`'s) under `policies`, one per limit or member and named as they
+/// are: each entry is matched to its policy by name. `part` / `whole` name
+/// what the policies are of in the error for an unknown name ("limit" of a
+/// "limiter", "member" of a "stack").
+pub fn with_policies<T>(
+    policies: &[Policy],
+    part: &str,
+    whole: &str,
+    combined: &DecisionIn,
+    entries: &[EntryIn],
+    f: impl FnOnce(&Headers<'_>) -> T,
+) -> Res<T> {
     let parts = entries
         .iter()
         .map(|e| {
-            let index = names.iter().position(|n| *n == e.name).ok_or_else(|| {
-                JsFailure::range("ERR_RATOMIC_INVALID_ARGUMENT", format!("no limit named {:?} in this limiter", e.name))
+            let index = policies.iter().position(|p| p.name() == e.name).ok_or_else(|| {
+                JsFailure::range(
+                    "ERR_RATOMIC_INVALID_ARGUMENT",
+                    format!("no {part} named {:?} in this {whole}", e.name),
+                )
             })?;
             Ok((index, decision(e.allowed, e.remaining, e.limit, e.retry_after_ms, e.reset_after_ms)?))
         })
         .collect::<Res<Vec<_>>>()?;
-    let h = Headers::from_parts(&policies, parts, combined.core()?)?;
+    let h = Headers::from_parts(policies, parts, combined.core()?)?;
     Ok(f(&h))
 }

@@ -7,11 +7,13 @@ use std::sync::Arc;
 use napi::bindgen_prelude::*;
 use napi::sys;
 use napi_derive::napi;
+use ratomic::headers::Policy;
 use ratomic::{Stack, StackMember};
 
 use crate::clock::{ms_to_ns, ns_to_ms, FaceClock, NativeClock};
 use crate::decision;
 use crate::error::{whole, JsFailure, Res};
+use crate::headers::{self, DecisionIn, EntryIn};
 use crate::hot::{status, EnvState};
 use crate::key::owned_key;
 
@@ -33,6 +35,10 @@ impl NativeMember {
 #[napi]
 pub struct NativeStack {
     stack: Stack<FaceClock>,
+    /// One header policy per member, built with the stack; or why there is
+    /// none (a `Limiter` member), thrown by `headers` / `problem` only, so
+    /// a stack that never formats headers may hold a `Limiter`.
+    policies: Res<Vec<Policy>>,
 }
 
 /// Core's refusal of a member on another clock, in JavaScript's words.
@@ -44,6 +50,21 @@ fn clock_mismatch(e: ratomic::Error) -> JsFailure {
                 "stack member {value} reads another clock than the stack: the stack reads one clock per call and \
                  passes that time to every member, so every member must have the same clock (the same ManualClock \
                  or function, or none for all) and the stack's `clock` option, if given, must be that clock"
+            ),
+        ),
+        other => other.into(),
+    }
+}
+
+/// Core's refusal to describe a `Limiter` member in headers, in
+/// JavaScript's words: a `TypeError`, the member being of the wrong kind.
+fn no_policy(e: ratomic::Error) -> JsFailure {
+    match e {
+        ratomic::Error::InvalidArgument { name: "stack member", value, .. } => JsFailure::type_error(
+            "ERR_RATOMIC_INVALID_ARGUMENT",
+            format!(
+                "stack member {value} is a Limiter: its limits have no single header policy, so the stack's \
+                 headers() and problem() cannot describe it (make each of its limits its own member)"
             ),
         ),
         other => other.into(),
@@ -67,7 +88,8 @@ impl NativeStack {
             builder = builder.member_dyn(name, m.member.clone());
         }
         let stack = builder.build().map_err(|e| clock_mismatch(e).into_napi(&env))?;
-        Ok(NativeStack { stack })
+        let policies = stack.policies().map_err(no_policy);
+        Ok(NativeStack { stack, policies })
     }
 
     /// Charges `cost` to every member, member `i` on `keys[i]`, all or
@@ -104,6 +126,21 @@ impl NativeStack {
         run().map_err(|e| e.into_napi(&env))
     }
 
+    /// The HTTP header fields for `decision` (one of this stack's: its
+    /// combined fields and its `entries`, one per member), as `Name: value\r\n`
+    /// lines. A stack with a `Limiter` member throws a `TypeError` naming it.
+    #[napi]
+    pub fn headers(&self, env: Env, decision: DecisionIn, entries: Vec<EntryIn>, format: u32) -> Result<String> {
+        self.with_headers(&decision, &entries, headers::fields(format)).map_err(|e| e.into_napi(&env))
+    }
+
+    /// The RFC 9457 problem document for a 429 answering `decision`, naming
+    /// the members that denied; null when it was allowed.
+    #[napi]
+    pub fn problem(&self, env: Env, decision: DecisionIn, entries: Vec<EntryIn>) -> Result<Option<String>> {
+        self.with_headers(&decision, &entries, headers::problem).map_err(|e| e.into_napi(&env))
+    }
+
     /// The member names, in order.
     #[napi(getter)]
     pub fn names(&self) -> Vec<String> {
@@ -118,6 +155,16 @@ impl NativeStack {
 }
 
 impl NativeStack {
+    fn with_headers<T>(
+        &self,
+        decision: &DecisionIn,
+        entries: &[EntryIn],
+        f: impl FnOnce(&ratomic::headers::Headers<'_>) -> T,
+    ) -> Res<T> {
+        let policies = self.policies.as_ref().map_err(JsFailure::clone)?;
+        headers::with_policies(policies, "member", "stack", decision, entries, f)
+    }
+
     fn time(&self, now_ms: Option<f64>) -> Res<u64> {
         now_ms.map_or_else(|| Ok(self.stack.now()), ms_to_ns)
     }

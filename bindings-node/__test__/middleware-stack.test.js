@@ -1,0 +1,164 @@
+'use strict'
+// A Stack as the limiter of ratomic/express and ratomic/fastify (issue 17),
+// over real sockets: each scenario runs on an Express and a Fastify server on
+// 127.0.0.1 port 0, requests with fetch.
+const test = require('node:test')
+const assert = require('node:assert/strict')
+const http = require('node:http')
+const express = require('express')
+const Fastify = require('fastify')
+const { rateLimit } = require('ratomic/express')
+const ratomicFastify = require('ratomic/fastify')
+const { TokenBucket, FixedWindow, Limiter, Stack, ManualClock, PROBLEM_CONTENT_TYPE } = require('ratomic')
+
+// A server limited by `options` whose one route answers with the decision
+// the middleware left on the request.
+const SERVERS = {
+  async express(options) {
+    const app = express()
+    app.use(rateLimit(options))
+    app.get('/', (req, res) => res.json({ decision: req.rateLimit === undefined ? null : req.rateLimit }))
+    const server = http.createServer(app)
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
+    return { url: `http://127.0.0.1:${server.address().port}`, close: () => new Promise((resolve) => server.close(resolve)) }
+  },
+  async fastify(options) {
+    const app = Fastify()
+    await app.register(ratomicFastify, options)
+    app.get('/', async (request) => ({ decision: request.rateLimit === undefined ? null : request.rateLimit }))
+    return { url: await app.listen({ port: 0, host: '127.0.0.1' }), close: () => app.close() }
+  },
+}
+
+async function serve(framework, options, run) {
+  const server = await SERVERS[framework](options)
+  try {
+    await run(server.url)
+  } finally {
+    await server.close()
+  }
+}
+
+// The problem body of a 429, checked: Retry-After and the media type.
+async function denial(r, retryAfter) {
+  assert.equal(r.status, 429)
+  const seconds = Number(r.headers.get('retry-after'))
+  assert.ok(seconds >= 1, `Retry-After ${seconds}`)
+  if (retryAfter !== undefined) assert.equal(seconds, retryAfter)
+  assert.ok(r.headers.get('content-type').startsWith(PROBLEM_CONTENT_TYPE))
+  return r.json()
+}
+
+for (const framework of Object.keys(SERVERS)) {
+  test(`${framework}: a stack's members each get the client's key; one header item per member`, async () => {
+    const clock = new ManualClock()
+    const burst = new TokenBucket('3/min', { clock })
+    const hourly = new FixedWindow('100/h', { clock })
+    await serve(framework, { limiter: new Stack({ burst, hourly }) }, async (url) => {
+      for (const [r, t] of [[2, 20], [1, 40], [0, 60]]) {
+        const res = await fetch(url)
+        assert.equal(res.status, 200)
+        assert.equal(res.headers.get('ratelimit-policy'), '"burst";q=3;w=60, "hourly";q=100;w=3600')
+        assert.equal(res.headers.get('ratelimit'), `"burst";r=${r};t=${t}, "hourly";r=${97 + r};t=3600`)
+        const { decision } = await res.json()
+        assert.deepEqual(decision.entries.map((e) => [e.name, e.remaining]), [['burst', r], ['hourly', 97 + r]], 'req.rateLimit is the stack\'s decision')
+        assert.deepEqual(decision.deniedBy, [])
+      }
+      const denied = await fetch(url)
+      assert.equal(denied.headers.get('ratelimit'), '"burst";r=0;t=60, "hourly";r=97;t=3600', 'the denial charged nothing')
+      const body = await denial(denied, 20)
+      assert.deepEqual([body.status, body['violated-policies']], [429, ['burst']])
+      assert.equal(burst.peek('127.0.0.1', 0).remaining, 0, 'keyed by the client address')
+      assert.equal(hourly.peek('127.0.0.1', 0).remaining, 97)
+    })
+  })
+
+  test(`${framework}: keyGenerator's one key is every member's`, async () => {
+    const clock = new ManualClock()
+    const a = new TokenBucket('3/min', { clock })
+    const b = new FixedWindow('10/min', { clock })
+    await serve(framework, { limiter: new Stack({ a, b }), keyGenerator: () => 'tenant-7' }, async (url) => {
+      assert.equal((await fetch(url)).headers.get('ratelimit'), '"a";r=2;t=20, "b";r=9;t=60')
+      assert.deepEqual([a.peek('tenant-7', 0).remaining, b.peek('tenant-7', 0).remaining], [2, 9])
+      assert.equal(a.size + b.size, 2)
+    })
+  })
+
+  test(`${framework}: a stack per IP and global; the member that denies is named`, async () => {
+    const clock = new ManualClock()
+    const stack = new Stack({ ip: new TokenBucket('2/min', { clock }), global: new FixedWindow('3/min', { clock }) })
+    // All requests come from 127.0.0.1: a header stands for the client's address.
+    const keyGenerator = (req) => [req.headers['x-client'], 'everyone']
+    await serve(framework, { limiter: stack, keyGenerator, legacyHeaders: true }, async (url) => {
+      const as = (client) => fetch(url, { headers: { 'X-Client': client } })
+      const first = await as('10.0.0.1')
+      assert.equal(first.status, 200)
+      assert.equal(first.headers.get('ratelimit-policy'), '"ip";q=2;w=60, "global";q=3;w=60')
+      assert.equal(first.headers.get('ratelimit'), '"ip";r=1;t=30, "global";r=2;t=60')
+      assert.deepEqual(['limit', 'remaining', 'reset'].map((f) => first.headers.get(`x-ratelimit-${f}`)), ['2', '1', '60'])
+      assert.equal((await as('10.0.0.1')).status, 200)
+      const perIp = await denial(await as('10.0.0.1'), 30)
+      assert.deepEqual(perIp['violated-policies'], ['ip'])
+      assert.match(perIp.detail, /Quota exceeded for ip/)
+      assert.equal((await as('10.0.0.2')).status, 200, 'another address: its own ip budget')
+      const everyone = await as('10.0.0.3')
+      assert.equal(everyone.headers.get('ratelimit'), '"ip";r=2;t=0, "global";r=0;t=60')
+      assert.deepEqual((await denial(everyone, 60))['violated-policies'], ['global'])
+    })
+  })
+
+  test(`${framework}: keyGenerator's keys per member keep users apart while their IP binds`, async () => {
+    const clock = new ManualClock()
+    const stack = new Stack({ ip: new TokenBucket('3/min', { clock }), user: new TokenBucket('2/min', { clock }) })
+    const keyGenerator = async (req) => [req.ip, Buffer.from(String(req.headers['x-user']))]
+    await serve(framework, { limiter: stack, keyGenerator }, async (url) => {
+      const as = (user) => fetch(url, { headers: { 'X-User': user } })
+      assert.equal((await as('alice')).status, 200)
+      assert.equal((await as('alice')).status, 200)
+      assert.deepEqual((await denial(await as('alice')))['violated-policies'], ['user'])
+      const bob = await as('bob')
+      assert.equal(bob.status, 200, "alice's denial left the ip's last token")
+      assert.equal(bob.headers.get('ratelimit'), '"ip";r=0;t=60, "user";r=1;t=30')
+      assert.deepEqual((await denial(await as('bob')))['violated-policies'], ['ip'])
+    })
+  })
+
+  test(`${framework}: keys not one per member: unjudged, a 429 unless passOnStoreError`, async () => {
+    const clock = new ManualClock()
+    const member = new TokenBucket('5/min', { clock })
+    const stack = new Stack({ ip: member, user: new TokenBucket('5/min', { clock }) })
+    for (const keys of [['10.0.0.1'], ['10.0.0.1', 'alice', 'extra'], []]) {
+      await serve(framework, { limiter: stack, keyGenerator: () => keys }, async (url) => {
+        const r = await fetch(url)
+        assert.equal(r.headers.get('ratelimit'), null, 'no decision, no fields')
+        const body = await denial(r, 1)
+        assert.match(body.detail, /^the rate limit could not be applied: .*one key per member/)
+      })
+      await serve(framework, { limiter: stack, keyGenerator: () => keys, passOnStoreError: true }, async (url) => {
+        const r = await fetch(url)
+        assert.equal(r.status, 200)
+        assert.deepEqual(await r.json(), { decision: null })
+        assert.equal(r.headers.get('ratelimit'), null)
+      })
+    }
+    assert.equal(member.size, 0, 'nothing was charged')
+  })
+
+  test(`${framework}: a stack with a Limiter member is refused at set-up, naming it`, async () => {
+    const clock = new ManualClock()
+    const stack = new Stack({ ip: new TokenBucket('5/min', { clock }), user: new Limiter({ burst: '1/s', daily: '100/day' }, { clock }) })
+    const NO_POLICY = { name: 'TypeError', code: 'ERR_RATOMIC_INVALID_ARGUMENT', message: /stack member "user" is a Limiter/ }
+    if (framework === 'express') {
+      assert.throws(() => rateLimit({ limiter: stack }), NO_POLICY)
+    } else {
+      const app = Fastify()
+      await assert.rejects(app.register(ratomicFastify, { limiter: stack }).ready(), NO_POLICY)
+      await app.close()
+    }
+  })
+}
+
+test('a stack member name no header can carry is refused at set-up', () => {
+  const s = new Stack({ 'caf\u00e9': new TokenBucket('5/min') })
+  assert.throws(() => rateLimit({ limiter: s }), RangeError)
+})

@@ -51,3 +51,25 @@ def test_redis_limiters_are_typed_by_their_client(tmp_path):
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", str(example)], capture_output=True, text=True)
     assert r.returncode == 1, r.stdout
     assert r.stdout.count("error:") == 1 and "example.py:11" in r.stdout, r.stdout
+
+
+def test_limits_and_members_of_mixed_kinds_type_check(tmp_path):
+    # A dict display of mixed values ("3/s" and a Rule) against a union of
+    # Mapping and pairs was inferred as dict[str, object]: the constructors
+    # take each in its own overload.
+    example = tmp_path / "example.py"
+    example.write_text(
+        "import redis\n"
+        "import ratomic\n"
+        "from ratomic.redis import RedisLimiter\n"
+        "rules = {'burst': '3/s', 'daily': ratomic.Rule.fixed_window('100/d')}\n"
+        "l = ratomic.Limiter({'burst': '3/s', 'daily': ratomic.Rule.fixed_window('100/d')})\n"
+        "p = ratomic.Limiter([('burst', '3/s'), ('daily', ratomic.Rule.fixed_window('100/d'))])\n"
+        "s = ratomic.Stack({'ip': ratomic.TokenBucket(5, 1.0), 'all': ratomic.DirectTokenBucket(100, 10.0)})\n"
+        "t = ratomic.Stack([('ip', ratomic.TokenBucket(5, 1.0)), ('user', l)])\n"
+        "r = RedisLimiter({'burst': '3/s', 'daily': ratomic.Rule.fixed_window('100/d')}, client=redis.Redis())\n"
+        "bad = ratomic.Limiter({'burst': 3})  # E: not a rule\n"
+    )
+    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", str(example)], capture_output=True, text=True)
+    assert r.returncode == 1, r.stdout
+    assert r.stdout.count("error:") == 1 and "example.py:10" in r.stdout, r.stdout

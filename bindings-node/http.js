@@ -96,11 +96,12 @@ function resolve(options) {
   const stack = limiter instanceof Stack
   const multi = stack || limiter instanceof Limiter || limiter instanceof RedisLimiter
   // Check now, not on the first request, that the fields can be written:
-  // the name; a stack's member names, and that it has no Limiter member
-  // (which has no single policy: a TypeError naming it).
+  // the name; every limit's or stack member's name (one no header can carry
+  // is a RangeError naming it, not a 500 on every request), and that a
+  // stack has no Limiter member (which has no single policy: a TypeError).
   const allowed = { allowed: true, remaining: 0, limit: 1, retryAfterMs: 0, resetAfterMs: 0 }
-  if (stack) limiter.headers({ ...allowed, entries: limiter.names.map((n) => ({ ...allowed, name: n })), deniedBy: [] })
-  else if (!multi) limiter.headers(allowed, { name })
+  if (multi) limiter.headers({ ...allowed, entries: limiter.names.map((n) => ({ ...allowed, name: n })), deniedBy: [] })
+  else limiter.headers(allowed, { name })
   return {
     limiter,
     multi,

@@ -158,5 +158,7 @@ test('bad options throw at set-up', () => {
   assert.throws(() => rateLimit({ limiter: {} }), TypeError)
   assert.throws(() => rateLimit({ limiter: new TokenBucket('1/s'), limit: 3 }), TypeError)
   assert.throws(() => rateLimit({ name: 'café' }), RangeError)
+  // A limit no header can name: refused at set-up, not a 500 on every request.
+  assert.throws(() => rateLimit({ limiter: new Limiter({ burst: '5/s', 'café': '100/d' }) }), /café/)
   assert.throws(() => rateLimit({ limit: 0 }), RangeError)
 })

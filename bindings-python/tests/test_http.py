@@ -279,5 +279,8 @@ def test_bad_options_are_refused_at_setup():
             ratomic.asgi.RateLimitMiddleware(hello, tb, **kwargs)
     with pytest.raises(TypeError):
         ratomic.wsgi.RateLimitMiddleware(hello_wsgi, object())  # type: ignore[arg-type]
+    # A limit no header can name: refused at set-up, not on every request.
+    with pytest.raises(ratomic.InvalidArgumentError, match="caf"):
+        ratomic.asgi.RateLimitMiddleware(hello, ratomic.Limiter({"burst": "5/s", "caf\u00e9": "100/d"}))
     with pytest.raises(ValueError, match=r'standard_headers must be True \(draft-11\), False, "draft-11", "draft-8", '):
         ratomic.wsgi.RateLimitMiddleware(hello_wsgi, tb, standard_headers="draft-9")  # type: ignore[arg-type]

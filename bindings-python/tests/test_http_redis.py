@@ -141,6 +141,9 @@ def test_a_client_of_the_wrong_kind_is_refused_at_setup(server: Server) -> None:
         ratomic.wsgi.RateLimitMiddleware(hello_wsgi, asyncio_)
     with pytest.raises(ratomic.InvalidArgumentError):
         ratomic.asgi.RateLimitMiddleware(hello, asyncio_, name="caf\u00e9")
+    named = RedisLimiter({"burst": "5/s", "caf\u00e9": "100/d"}, client=redis.asyncio.Redis(port=server.port))
+    with pytest.raises(ratomic.InvalidArgumentError, match="caf"):
+        ratomic.asgi.RateLimitMiddleware(hello, named)
 
 
 def test_headers_match_the_in_memory_limiters(server: Server, prefix: str) -> None:

@@ -159,8 +159,10 @@ class Policy:
             limiter.headers(limiter.peek([b""] * len(limiter), 0))
         elif redis is not None:
             self.multi = isinstance(redis, sys.modules["ratomic.redis"].RedisLimiter)
-            if not self.multi:
-                redis._driver.check_name(name)
+            # Each limit's name, or the one rule's: one no header can carry
+            # is an error now, not on every request.
+            for n in redis.names if self.multi else (name,):
+                redis._driver.check_name(n)
         elif isinstance(limiter, DirectTokenBucket):
             self.multi = False
             limiter.headers(limiter.peek(), name=name)
@@ -169,6 +171,8 @@ class Policy:
             limiter.headers(limiter.peek(b"", 0), name=name)
         else:
             self.multi = True
+            if isinstance(limiter, Limiter):
+                limiter.headers(limiter.peek(b"", 0))  # every limit's name, checked now
         #: Whether decisions are awaited (a Redis limiter on an asyncio client).
         self.awaits = redis is not None and redis._async
         self.limiter = limiter

@@ -328,11 +328,7 @@ impl KeyBy {
     /// [`peer_ip_behind`](Self::peer_ip_behind), with IPv6 addresses grouped
     /// by their first `ipv6_prefix` bits (at most 128).
     pub fn peer_ip_with(proxies: usize, ipv6_prefix: u8) -> Self {
-        let prefix = ipv6_prefix.min(128);
-        KeyBy(KeyFns::One(Arc::new(move |parts: &http::request::Parts| {
-            let forwarded = (proxies > 0).then(|| forwarded_client(parts, proxies)).flatten();
-            forwarded.or_else(|| peer(parts)).map(|ip| client_key(ip, prefix).into_bytes())
-        })))
+        KeyBy(KeyFns::One(Arc::new(move |parts: &http::request::Parts| peer_key(parts, proxies, ipv6_prefix))))
     }
 
     /// The value of header `name` (a request without it has no key).
@@ -357,6 +353,26 @@ impl KeyBy {
     pub fn per_member(f: impl Fn(&http::request::Parts) -> Option<Vec<Vec<u8>>> + Send + Sync + 'static) -> Self {
         KeyBy(KeyFns::PerMember(Arc::new(f)))
     }
+}
+
+/// The key [`KeyBy::peer_ip_with`] gives a request, for a key function
+/// that combines it with others (say [`KeyBy::per_member`]'s per-IP
+/// member): the client's address behind `proxies` trusted proxies, IPv6
+/// grouped by its first `ipv6_prefix` bits (at most 128). `None` when the
+/// request carries no peer address.
+///
+/// ```
+/// use ratomic_tower::{peer_key, KeyBy};
+///
+/// // Per client (the peer address, IPv6 by /64), per user, and global.
+/// let keys = KeyBy::per_member(|parts| {
+///     let user = parts.headers.get("x-user")?.as_bytes().to_vec();
+///     Some(vec![peer_key(parts, 0, 64)?, user, Vec::new()])
+/// });
+/// ```
+pub fn peer_key(parts: &http::request::Parts, proxies: usize, ipv6_prefix: u8) -> Option<Vec<u8>> {
+    let forwarded = (proxies > 0).then(|| forwarded_client(parts, proxies)).flatten();
+    forwarded.or_else(|| peer(parts)).map(|ip| client_key(ip, ipv6_prefix.min(128)).into_bytes())
 }
 
 fn peer(parts: &http::request::Parts) -> Option<IpAddr> {

@@ -125,7 +125,9 @@ async fn a_stack_takes_one_key_per_member() {
     let keys = KeyBy::per_member(|parts| {
         let user = parts.headers.get("x-user")?.as_bytes().to_vec();
         let n = parts.headers.get("x-keys").map_or(3, |v| v.to_str().unwrap().parse().unwrap());
-        Some([b"client".to_vec(), user, Vec::new()].into_iter().cycle().take(n).collect())
+        let client = ratomic_tower::peer_key(parts, 0, 64)?;
+        assert_eq!(client, b"127.0.0.1");
+        Some([client, user, Vec::new()].into_iter().cycle().take(n).collect())
     });
     let addr = serve(hello().layer(RateLimitLayer::new(ip_user_global()).key(keys))).await;
     assert_eq!(get(addr).await.status, 400, "no user: no keys");

@@ -232,7 +232,12 @@ fn inproc(rounds: usize) {
             for (i, router) in routers.iter_mut().enumerate() {
                 let t0 = Instant::now();
                 for _ in 0..CALLS {
-                    let r = ServiceExt::<http::Request<axum::body::Body>>::ready(router).await.unwrap().call(request()).await.unwrap();
+                    let r = ServiceExt::<http::Request<axum::body::Body>>::ready(router)
+                        .await
+                        .unwrap()
+                        .call(request())
+                        .await
+                        .unwrap();
                     assert_eq!(r.status(), 200);
                 }
                 times[i].push(t0.elapsed().as_nanos() as f64 / f64::from(CALLS));

@@ -1,7 +1,7 @@
 // Types of `ratomic/express`: Connect-style rate-limiting middleware with
 // express-rate-limit's option names.
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import type { BaseLimiter, Decision, HeaderDraft, Key, MultiDecision, Stack } from './ratomic'
+import type { BaseLimiter, Decision, DirectTokenBucket, HeaderDraft, Key, MultiDecision, Stack } from './ratomic'
 import type { RedisBase, RedisDecision, RedisMultiDecision } from './redis'
 
 /** The options of `rateLimit` (and of the `ratomic/fastify` plugin), named as in express-rate-limit. */
@@ -11,9 +11,11 @@ export interface RateLimitOptions<Req = IncomingMessage, Res = ServerResponse> {
    * `onError: "raise"` is a request it cannot judge: see `passOnStoreError`); default: a
    * `FixedWindow` of `limit` per `windowMs`. A `Stack` gives every member the request's key
    * (or `keyGenerator`'s one key per member) and writes one header item per member; a stack
-   * with a `Limiter` member, which has no single header policy, is a TypeError here.
+   * with a `Limiter` member, which has no single header policy, is a TypeError here. A
+   * `DirectTokenBucket` limits every request together: no key is made (a `keyGenerator` with it
+   * is a TypeError); its fields are named `name`.
    */
-  limiter?: BaseLimiter<any> | Stack | RedisBase<any>
+  limiter?: BaseLimiter<any> | DirectTokenBucket | Stack | RedisBase<any>
   /** Requests per window per client when no `limiter` is given (default 5). */
   limit?: number
   /** The window in milliseconds when no `limiter` is given (default 60000). */
@@ -21,7 +23,8 @@ export interface RateLimitOptions<Req = IncomingMessage, Res = ServerResponse> {
   /**
    * The client's key; default its address (`req.ip`, else the socket's peer), IPv6 grouped by
    * `ipv6Subnet`. For a `Stack`: one key for every member, or an array of one key per member
-   * (another length is a request the stack cannot judge: see `passOnStoreError`).
+   * (another length is a request the stack cannot judge: see `passOnStoreError`). Not for a
+   * `DirectTokenBucket`, which has no key.
    */
   keyGenerator?: (req: Req, res: Res) => Key | Key[] | Promise<Key | Key[]>
   /** Requests for which this returns true are not limited. */

@@ -11,16 +11,19 @@ const { resolve, decide, clientKey, PROBLEM_CONTENT_TYPE } = require('./http.js'
  * socket's peer address; IPv6 grouped by `ipv6Subnet` bits). Every response
  * carries the IETF `RateLimit-Policy` and `RateLimit` fields; a denial is
  * `statusCode` (429) with `Retry-After` and an RFC 9457 problem body, or what
- * `handler` / `message` make of it.
+ * `handler` / `message` make of it. A DirectTokenBucket limits every request
+ * together, with no key.
  */
 function rateLimit(options) {
   const o = resolve(options)
   return async function ratomicRateLimit(req, res, next) {
     try {
       if (o.skip && (await o.skip(req, res))) return next()
-      const key = o.keyGenerator
-        ? await o.keyGenerator(req, res)
-        : clientKey(req.ip !== undefined ? req.ip : req.socket && req.socket.remoteAddress, o.ipv6Subnet)
+      const key = o.keyless
+        ? undefined
+        : o.keyGenerator
+          ? await o.keyGenerator(req, res)
+          : clientKey(req.ip !== undefined ? req.ip : req.socket && req.socket.remoteAddress, o.ipv6Subnet)
       const { decision, fields, problem } = o.async ? await decide(o, req, key) : decide(o, req, key)
       for (const [name, value] of fields) res.setHeader(name, value)
       if (decision !== null) req[o.requestPropertyName] = decision

@@ -8,13 +8,13 @@ const { resolve, decide, clientKey, PROBLEM_CONTENT_TYPE } = require('./http.js'
  * Limits every request of the instance it is registered on (not
  * encapsulated: it applies to the routes of the registering scope), keyed by
  * `request.ip` (which honours Fastify's `trustProxy`) unless `keyGenerator`
- * says otherwise.
+ * says otherwise (a DirectTokenBucket: no key, every request together).
  */
 async function ratomicFastify(fastify, options) {
   const o = resolve(options)
   fastify.addHook('onRequest', async (request, reply) => {
     if (o.skip && (await o.skip(request, reply))) return
-    const key = o.keyGenerator ? await o.keyGenerator(request, reply) : clientKey(request.ip, o.ipv6Subnet)
+    const key = o.keyless ? undefined : o.keyGenerator ? await o.keyGenerator(request, reply) : clientKey(request.ip, o.ipv6Subnet)
     const { decision, fields, problem } = o.async ? await decide(o, request, key) : decide(o, request, key)
     for (const [name, value] of fields) reply.header(name, value)
     if (decision !== null) request[o.requestPropertyName] = decision

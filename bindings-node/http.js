@@ -4,10 +4,11 @@
 // with its header fields and problem body — formatted by ratomic's Rust
 // core through the limiters' headers() / problem(). Any limiter will do, a
 // Stack included: its members each get the client's key, or the keys
-// keyGenerator returns (one key for all, or an array of one per member).
+// keyGenerator returns (one key for all, or an array of one per member). A
+// DirectTokenBucket is one bucket for every request: no key is made.
 
 const net = require('node:net')
-const { BaseLimiter, FixedWindow, Limiter, Stack, PROBLEM_CONTENT_TYPE } = require('./ratomic.js')
+const { BaseLimiter, DirectTokenBucket, FixedWindow, Limiter, Stack, PROBLEM_CONTENT_TYPE } = require('./ratomic.js')
 const { RedisBase, RedisLimiter } = require('./redis.js')
 
 const OPTIONS = [
@@ -70,9 +71,11 @@ function resolve(options) {
     const windowMs = o.windowMs === undefined ? 60_000 : o.windowMs
     // express-rate-limit counts in fixed windows; so does the default here.
     limiter = new FixedWindow(limit, windowMs)
-  } else if (!(limiter instanceof BaseLimiter) && !(limiter instanceof Stack) && !(limiter instanceof RedisBase)) {
+  } else if (
+    !(limiter instanceof BaseLimiter) && !(limiter instanceof DirectTokenBucket) && !(limiter instanceof Stack) && !(limiter instanceof RedisBase)
+  ) {
     throw typeError(
-      'limiter must be a ratomic TokenBucket, FixedWindow, SlidingWindow, Limiter or Stack, or one of ratomic/redis (RedisTokenBucket, RedisFixedWindow, RedisSlidingWindow, RedisLimiter)'
+      'limiter must be a ratomic TokenBucket, FixedWindow, SlidingWindow, Limiter, DirectTokenBucket or Stack, or one of ratomic/redis (RedisTokenBucket, RedisFixedWindow, RedisSlidingWindow, RedisLimiter)'
     )
   } else if (o.limit !== undefined || o.windowMs !== undefined) {
     throw typeError('give either limiter or limit/windowMs, not both')
@@ -93,6 +96,11 @@ function resolve(options) {
   }
   if (o.cost !== undefined && typeof o.cost !== 'number' && typeof o.cost !== 'function') throw typeError('cost must be a number or a function')
   const name = o.name === undefined ? 'default' : o.name
+  // One bucket for every request: a key would be ignored, so asking for one is a mistake.
+  const keyless = limiter instanceof DirectTokenBucket
+  if (keyless && o.keyGenerator !== undefined) {
+    throw typeError('keyGenerator has no use with a DirectTokenBucket, one bucket for every request (for per-client limits too, use a Stack)')
+  }
   const stack = limiter instanceof Stack
   const multi = stack || limiter instanceof Limiter || limiter instanceof RedisLimiter
   // Check now, not on the first request, that the fields can be written:
@@ -105,6 +113,8 @@ function resolve(options) {
   return {
     limiter,
     multi,
+    // No key: the request's key is not made, and allow() takes the cost only.
+    keyless,
     // A stack's members: each gets the request's one key, unless it has one per member.
     members: stack ? limiter.names.length : 0,
     // A Redis limiter answers with a promise; an in-memory one at once.
@@ -131,7 +141,8 @@ function resolve(options) {
 }
 
 /**
- * Decides request `req` whose key is `key`: the decision, the header fields
+ * Decides request `req` whose key is `key` (undefined for a keyless
+ * limiter): the decision, the header fields
  * to set, and the problem body of a denial. A promise of them when the
  * limiter is a Redis one (`o.async`).
  */
@@ -140,8 +151,13 @@ function decide(o, req, key) {
   try {
     // A stack's keys: an array is one key per member (a wrong length is the
     // stack's RangeError, so the request is unjudged); one key is every member's.
-    const k = o.members === 0 || Array.isArray(key) ? key : new Array(o.members).fill(key)
-    d = o.limiter.allow(k, typeof o.cost === 'function' ? o.cost(req) : o.cost)
+    const cost = typeof o.cost === 'function' ? o.cost(req) : o.cost
+    if (o.keyless) {
+      d = o.limiter.allow(cost)
+    } else {
+      const k = o.members === 0 || Array.isArray(key) ? key : new Array(o.members).fill(key)
+      d = o.limiter.allow(k, cost)
+    }
   } catch (e) {
     return unjudged(o, e)
   }

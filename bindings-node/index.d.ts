@@ -20,6 +20,44 @@ export declare class NativeClock {
 }
 
 /**
+ * A handle to a direct bucket, registered in this thread's hot-path table
+ * (its keyless part) under `id` for as long as the handle lives.
+ */
+export declare class NativeDirect {
+  /**
+   * A full bucket of the token-bucket `rule`, whose calls are given the
+   * readings of the JavaScript clock `clock` (none: the monotonic clock).
+   * Out-of-range numbers and bad rate strings throw a `RangeError`.
+   */
+  constructor(rule: RuleSpec, clock?: NativeClock | undefined | null)
+  /**
+   * The process-wide bucket called `name`, made from `rule` on first
+   * use, on the monotonic clock: every worker thread that asks for the
+   * same name gets a handle to the same bucket. Another configuration, or
+   * another kind of limiter, under the same name throws an `Error` with
+   * code `ERR_RATOMIC_SHARED_CONFLICT`.
+   */
+  static shared(name: string, rule: RuleSpec): NativeDirect
+  /** The bucket's id in this thread's hot-path table of direct buckets. */
+  get id(): number
+  /** The rule, as `TokenBucket`'s constructors accept it. */
+  get rule(): RuleInfo
+  /** The bucket's monotonic clock, in milliseconds. */
+  nowMs(): number
+  /**
+   * The HTTP header fields for a decision of this bucket (its five
+   * fields, positionally), the limit named `name`, as `Name: value\r
+  `
+   * lines.
+   */
+  headers(allowed: boolean, remaining: number, limit: number, retryAfterMs: number, resetAfterMs: number, name: string, format: number): string
+  /** The RFC 9457 problem document for a 429 answering the decision, or null. */
+  problem(allowed: boolean, remaining: number, limit: number, retryAfterMs: number, resetAfterMs: number, name: string): string | null
+  /** This bucket as a member of a `Stack` (core ignores its key). */
+  member(): NativeMember
+}
+
+/**
  * A handle to a single-rule limiter, registered in this thread's hot-path
  * table under `id` for as long as the handle lives.
  */
@@ -323,7 +361,8 @@ export interface EntryIn {
 
 /**
  * The hot-path functions of this environment, for `ratomic.js` only:
- * `{ allowKeyed, opKeyed, allowLimiter, opLimiter, out, entryCount, firstEntry, entryLen }`.
+ * `{ allowKeyed, opKeyed, allowLimiter, opLimiter, manyKeyed, manyLimiter,
+ * allowDirect, opDirect, out, entryCount, firstEntry, entryLen }`.
  *
  * `allow*(id, key, cost?, nowMs?) => boolean` charges `cost` (default 1) to
  * `key` on limiter `id`, at `nowMs` (default: the limiter's monotonic
@@ -338,6 +377,9 @@ export interface EntryIn {
  * each decision led by `allowed`, one after another: into `out`, returning
  * how many numbers it wrote, when they fit, else into a new `Float64Array`
  * it returns. A bad request fails the whole batch, naming its index.
+ * `allowDirect(id, cost?, nowMs?)` and `opDirect(code, id, cost, nowMs?)`
+ * are `allow*` and `op*` for a direct bucket: no key (its reset reads no
+ * clock).
  */
 export declare function hotPath(): {
   allowKeyed: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean
@@ -346,6 +388,8 @@ export declare function hotPath(): {
   opLimiter: (code: number, id: number, key: string | Uint8Array, cost: number, nowMs?: number) => boolean | undefined
   manyKeyed: (id: number, requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number) => number | Float64Array
   manyLimiter: (id: number, requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number) => number | Float64Array
+  allowDirect: (id: number, cost?: number, nowMs?: number) => boolean
+  opDirect: (code: number, id: number, cost: number, nowMs?: number) => boolean | undefined
   out: Float64Array
   entryCount: number
   firstEntry: number

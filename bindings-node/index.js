@@ -836,6 +836,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.NativeClock = nativeBinding.NativeClock
+module.exports.NativeDirect = nativeBinding.NativeDirect
 module.exports.NativeKeyed = nativeBinding.NativeKeyed
 module.exports.NativeLimiter = nativeBinding.NativeLimiter
 module.exports.NativeMember = nativeBinding.NativeMember

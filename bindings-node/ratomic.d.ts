@@ -280,6 +280,63 @@ export declare class SlidingWindow extends BaseLimiter {
   static shared(name: string, rate: string, options?: SharedOptions): SlidingWindow
 }
 
+/**
+ * One token bucket for all traffic, no key (core's `DirectTokenBucket`): a global limit — all
+ * calls to a backend, one outbound API quota — with no key to convert or look up, so cheaper
+ * than any keyed call. Built as a {@link TokenBucket} is, with `clock` the only option; its
+ * decisions, errors and header fields are a TokenBucket's. In a {@link Stack} it ignores its key.
+ */
+export declare class DirectTokenBucket {
+  /**
+   * @param capacity burst size, a whole number >= 1
+   * @param refillPerSec tokens per second (finite, > 0), or a rate string (`'5/s'`: 5 tokens a second)
+   */
+  constructor(capacity: number, refillPerSec: number | string, options?: { clock?: ClockLike })
+  /** From a rate string: `'1000/s'` is a burst of 1000 refilled over a second; `burst` overrides the capacity. */
+  constructor(rate: string, options?: { clock?: ClockLike; burst?: number })
+  /**
+   * Takes `cost` (default 1, a whole number; 0 answers like `peek`) if the bucket holds that
+   * much. Throws a RangeError if `cost` exceeds the capacity (and changes nothing).
+   */
+  allow(cost?: number): Decision
+  /** Answers like `allow` and changes nothing. */
+  peek(cost?: number): Decision
+  /** Gives `tokens` (default 1) back, never above full. */
+  refund(tokens?: number): void
+  /** Fills the bucket again (reads no clock). */
+  reset(): void
+  /**
+   * Takes `cost`, waiting (on the bucket's clock) out each denial's `retryAfterMs`; as
+   * {@link BaseLimiter.acquire}, without the key.
+   */
+  acquire(cost?: number, options?: AcquireOptions): Promise<Decision>
+  /** The most the bucket can hold: the capacity. */
+  readonly limit: number
+  /** The rule, as TokenBucket's constructors accept it (a `tokenBucket` {@link RuleInfo}). */
+  readonly rule: RuleInfo
+  /** The clock the bucket was given (`undefined`: the monotonic clock). */
+  readonly clock: ClockLike | undefined
+  /** The bucket's time now, in milliseconds on its clock. */
+  now(): number
+  /**
+   * The HTTP header fields for `decision` (one this bucket returned), as
+   * {@link TokenBucket.headers}: the limit named `name` (default `"default"`).
+   */
+  headers(decision: Decision, options?: HeaderOptions): Array<[string, string]>
+  /** The RFC 9457 problem document (JSON) for a 429 answering `decision`; null when allowed. */
+  problem(decision: Decision, options?: { name?: string }): string | null
+  /** From a rate string: `'1000/s'` is a burst of 1000 refilled over a second; `burst` overrides the capacity. */
+  static fromRate(rate: string, options?: { clock?: ClockLike; burst?: number }): DirectTokenBucket
+  /**
+   * The process-wide bucket `name`, on the monotonic clock: every worker thread asking for it
+   * gets a handle to the same native bucket (a global limit across workers). A different
+   * configuration, or another kind of limiter, under the same name throws an Error with code
+   * `ERR_RATOMIC_SHARED_CONFLICT`.
+   */
+  static shared(name: string, capacity: number, refillPerSec: number | string): DirectTokenBucket
+  static shared(name: string, rate: string, options?: { burst?: number }): DirectTokenBucket
+}
+
 /** One limit of a {@link Limiter}: a rate string is a token bucket; an object picks the algorithm. */
 export type Rule =
   | string
@@ -403,14 +460,18 @@ export declare class Quotas {
  * only if every member allows its key; then every member is charged, otherwise none is.
  * Members stay usable on their own. The stack reads one clock per call and passes it to
  * every member, so all members must have the same clock (SPEC §4.5): members on
- * different clocks throw a RangeError.
+ * different clocks throw a RangeError. A {@link DirectTokenBucket} member (a global limit)
+ * ignores its key; the stack still takes one key per member.
  */
 export declare class Stack {
   /**
    * @param members `{ name: limiter }` or `[[name, limiter]]`, at most 16
    * @param options `clock`: the members' clock (by default the first member's); any other throws
    */
-  constructor(members: Record<string, BaseLimiter<any>> | Array<[string, BaseLimiter<any>]>, options?: { clock?: ClockLike })
+  constructor(
+    members: Record<string, BaseLimiter<any> | DirectTokenBucket> | Array<[string, BaseLimiter<any> | DirectTokenBucket]>,
+    options?: { clock?: ClockLike },
+  )
   /** The member names, in order. */
   readonly names: string[]
   /** The clock the stack reads (`undefined`: the monotonic clock). */

@@ -10,11 +10,12 @@
 // scope, and package.json's `exports` lets `require('ratomic')` reach only
 // this file.
 
-const { NativeKeyed, NativeLimiter, NativeStack, NativeQuotas, NativeClock, hotPath } = require('./index.js')
+const { NativeKeyed, NativeLimiter, NativeStack, NativeQuotas, NativeDirect, NativeClock, hotPath } = require('./index.js')
 
 // One allow and one op function per thread for each kind of limiter, each
-// taking the limiter's id: every call site below stays monomorphic (see
-// src/hot.rs). Decisions are written into OUT (layout: src/decision.rs).
+// taking the limiter's id (a direct bucket's take no key): every call site
+// below stays monomorphic (see src/hot.rs). Decisions are written into OUT
+// (layout: src/decision.rs).
 const {
   allowKeyed: ALLOW_KEYED,
   opKeyed: OP_KEYED,
@@ -22,6 +23,8 @@ const {
   opLimiter: OP_LIMITER,
   manyKeyed: MANY_KEYED,
   manyLimiter: MANY_LIMITER,
+  allowDirect: ALLOW_DIRECT,
+  opDirect: OP_DIRECT,
   out: OUT,
   entryCount: ENTRIES,
   firstEntry: FIRST_ENTRY,
@@ -487,6 +490,114 @@ class TokenBucket extends KeyedLimiter {
   }
 }
 
+// A direct bucket's native handle and JavaScript clock (for Stack); set in
+// DirectTokenBucket's static block.
+let directOf
+
+/**
+ * One token bucket for all traffic, no key (core's DirectTokenBucket): a
+ * global limit — all calls to a backend, one outbound API quota — with no
+ * key to convert or look up. Built as a TokenBucket is; `clock` is its only
+ * option. Decisions, errors and headers are a TokenBucket's.
+ */
+class DirectTokenBucket {
+  #native
+  #id
+  #time
+  #read
+
+  constructor(capacity, refillPerSec, options) {
+    let handle
+    let clock
+    if (capacity === INTERNAL) {
+      handle = refillPerSec // a shared bucket: the monotonic clock
+    } else {
+      const [rule, o] = tokenBucketRule(capacity, refillPerSec, options, ['clock'])
+      clock = o.clock
+      handle = new NativeDirect(rule, clockId(timeOf(clock).clock))
+    }
+    this.#native = handle
+    this.#id = handle.id
+    this.#time = timeOf(clock)
+    this.#read = this.#time.read
+  }
+
+  static {
+    directOf = (d) => ({ native: d.#native, clock: d.#time.clock })
+  }
+
+  allow(cost) {
+    // As KeyedLimiter's: pass only the arguments there are.
+    const read = this.#read
+    const allowed = read !== null
+      ? ALLOW_DIRECT(this.#id, cost === undefined ? 1 : cost, readClock(read))
+      : cost === undefined ? ALLOW_DIRECT(this.#id) : ALLOW_DIRECT(this.#id, cost)
+    return { allowed, remaining: OUT[0], limit: OUT[1], retryAfterMs: OUT[2], resetAfterMs: OUT[3] }
+  }
+
+  #op(code, n) {
+    const read = this.#read
+    return read === null ? OP_DIRECT(code, this.#id, n) : OP_DIRECT(code, this.#id, n, readClock(read))
+  }
+
+  peek(cost) {
+    return single(this.#op(OP_PEEK, cost === undefined ? 1 : cost), OUT, 0)
+  }
+
+  refund(tokens) {
+    this.#op(OP_REFUND, tokens === undefined ? 1 : tokens)
+  }
+
+  reset() {
+    // Filling the bucket takes no time: no clock is read (core's reset).
+    OP_DIRECT(OP_RESET, this.#id, 0)
+  }
+
+  acquire(cost, options) {
+    return acquire(() => this.allow(cost), this.#time.sleep, options)
+  }
+
+  get limit() {
+    return this.#native.rule.limit
+  }
+
+  get rule() {
+    return this.#native.rule
+  }
+
+  get clock() {
+    return this.#time.clock
+  }
+
+  now() {
+    const t = this.#read === null ? undefined : readClock(this.#read)
+    return t === undefined ? this.#native.nowMs() : t
+  }
+
+  headers(decision, options) {
+    const o = headerOptions(options, ['name', 'legacy', 'draft'])
+    const d = decisionArg(decision)
+    return pairs(this.#native.headers(d.allowed, d.remaining, d.limit, d.retryAfterMs, d.resetAfterMs, o.name, o.format))
+  }
+
+  problem(decision, options) {
+    const d = decisionArg(decision)
+    const name = headerOptions(options, ['name']).name
+    return this.#native.problem(d.allowed, d.remaining, d.limit, d.retryAfterMs, d.resetAfterMs, name)
+  }
+
+  static fromRate(rate, options) {
+    if (typeof rate !== 'string') throw typeError(`rate must be a string like "10/s", got ${describe(rate)}`)
+    return new DirectTokenBucket(rate, options)
+  }
+
+  static shared(name, capacity, refillPerSec, options) {
+    if (typeof name !== 'string') throw typeError(`name must be a string, got ${describe(name)}`)
+    const [rule] = tokenBucketRule(capacity, refillPerSec, options, [])
+    return new DirectTokenBucket(INTERNAL, NativeDirect.shared(name, rule))
+  }
+}
+
 // The arguments of a window: (limit, window, options) or (rate, options).
 function windowArgs(algorithm, what, limit, window, options, optionNames) {
   const stringForm = typeof limit === 'string' && (window === undefined || (typeof window === 'object' && window !== null))
@@ -683,10 +794,19 @@ class Limiter extends BaseLimiter {
   }
 }
 
+// A stack member's native handle and JavaScript clock; null for anything
+// that is not a limiter a stack takes.
+function stackMember(limiter) {
+  if (limiter instanceof BaseLimiter) return { native: nativeOf(limiter), clock: clockOf(limiter) }
+  if (limiter instanceof DirectTokenBucket) return directOf(limiter)
+  return null
+}
+
 /**
  * Limiters on different keys (per IP, per user, global), all or nothing:
  * `stack.allow([ip, user])` passes only if every member allows its key, and
- * then every member is charged. Members stay usable on their own.
+ * then every member is charged. Members stay usable on their own. A
+ * DirectTokenBucket member ignores its key (the stack still takes one).
  */
 class Stack {
   #native
@@ -696,16 +816,18 @@ class Stack {
   constructor(members, options) {
     const list = Array.isArray(members) ? members : members !== null && typeof members === 'object' ? Object.entries(members) : null
     if (list === null) throw typeError(`members must be an object { name: limiter } or an array of [name, limiter], got ${describe(members)}`)
-    for (const m of list) {
-      if (!Array.isArray(m) || typeof m[0] !== 'string' || !(m[1] instanceof BaseLimiter)) {
-        throw typeError('each stack member must be a name and a TokenBucket, FixedWindow, SlidingWindow or Limiter')
+    const parts = list.map((m) => {
+      const member = Array.isArray(m) && typeof m[0] === 'string' ? stackMember(m[1]) : null
+      if (member === null) {
+        throw typeError('each stack member must be a name and a TokenBucket, FixedWindow, SlidingWindow, Limiter or DirectTokenBucket')
       }
-    }
+      return member
+    })
     const o = readOptions(options, ['clock'])
     // One clock for the stack and every member: core refuses members on another.
-    const clock = o.clock !== undefined ? o.clock : list.length > 0 ? clockOf(list[0][1]) : undefined
+    const clock = o.clock !== undefined ? o.clock : parts.length > 0 ? parts[0].clock : undefined
     this.#time = timeOf(clock)
-    const handles = list.map((m) => nativeOf(m[1]).member())
+    const handles = parts.map((p) => p.native.member())
     this.#native = new NativeStack(list.map((m) => m[0]), handles, clockId(this.#time.clock))
     this.#names = this.#native.names
   }
@@ -857,7 +979,9 @@ class Quotas {
 /** The media type of a `problem()` body, for a 429 response. */
 const PROBLEM_CONTENT_TYPE = 'application/problem+json'
 
-module.exports = { BaseLimiter, TokenBucket, FixedWindow, SlidingWindow, Limiter, Stack, Quotas, ManualClock, PROBLEM_CONTENT_TYPE }
+module.exports = {
+  BaseLimiter, TokenBucket, FixedWindow, SlidingWindow, Limiter, Stack, Quotas, DirectTokenBucket, ManualClock, PROBLEM_CONTENT_TYPE,
+}
 
 // What redis.js shares with this file (argument reading, decision decoding),
 // under a symbol no user code names by accident; not part of the API.

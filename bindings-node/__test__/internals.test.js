@@ -17,15 +17,18 @@ function run(code) {
 }
 
 test('the package exports the public API only', () => {
-  assert.deepEqual(Object.keys(ratomic).sort(), ['BaseLimiter', 'FixedWindow', 'Limiter', 'ManualClock', 'PROBLEM_CONTENT_TYPE', 'Quotas', 'SlidingWindow', 'Stack', 'TokenBucket'])
+  assert.deepEqual(Object.keys(ratomic).sort(), [
+    'BaseLimiter', 'DirectTokenBucket', 'FixedWindow', 'Limiter', 'ManualClock', 'PROBLEM_CONTENT_TYPE', 'Quotas', 'SlidingWindow', 'Stack', 'TokenBucket',
+  ])
 })
 
 test('no limiter exposes a native handle', () => {
-  const { TokenBucket, Limiter, Stack, Quotas } = ratomic
+  const { TokenBucket, Limiter, Stack, Quotas, DirectTokenBucket } = ratomic
   const tb = new TokenBucket(1, 1)
   const l = new Limiter({ a: '1/s' })
-  const s = new Stack({ tb, l })
-  for (const obj of [tb, l, l.select(['a']), s, new Quotas()]) {
+  const d = new DirectTokenBucket(1, 1)
+  const s = new Stack({ tb, l, d })
+  for (const obj of [tb, l, l.select(['a']), s, new Quotas(), d]) {
     assert.deepEqual(Object.getOwnPropertyNames(obj), [])
     for (let p = Object.getPrototypeOf(obj); p !== Object.prototype; p = Object.getPrototypeOf(p)) {
       for (const name of Object.getOwnPropertyNames(p)) assert.ok(!name.startsWith('_'), `${p.constructor.name}.${name}`)
@@ -75,15 +78,19 @@ test('even the native module, loaded by its path, cannot be made to write into f
     globalThis.gc()
     const mine = new native.NativeKeyed({ algorithm: 'tokenBucket', capacity: 5, refillPerSec: 1 })
     for (let i = 0; i < 1e5; i++) { hot.allowKeyed(mine.id, 'k'); hot.opKeyed(1, mine.id, 'k', 1) }
+    const direct = new native.NativeDirect({ algorithm: 'tokenBucket', capacity: 5, refillPerSec: 1 })
+    for (let i = 0; i < 1e5; i++) { hot.allowDirect(direct.id); hot.opDirect(1, direct.id, 1) }
     let forged = 0
     for (const id of [mine.id + 1000, 4294967295, -1, 0.5, NaN]) {
       try { hot.allowKeyed(id, 'k') } catch (e) { forged++ }
+      try { hot.allowDirect(id) } catch (e) { forged++ }
+      try { hot.opDirect(3, id, 0) } catch (e) { forged++ }
     }
     // The public API keeps working: its own view of the buffer was not touched.
     const d = tb.allow('k')
     console.log(moved.byteLength > 0, forged, d.allowed, d.limit)
   `)
-  assert.deepEqual([r.status, r.signal, r.out], [0, null, 'true 5 true 1000000000'], r.err)
+  assert.deepEqual([r.status, r.signal, r.out], [0, null, 'true 15 true 1000000000'], r.err)
 })
 
 test('a worker thread ending leaves the other threads\' limiters working', async () => {

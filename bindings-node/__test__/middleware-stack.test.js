@@ -1,6 +1,7 @@
 'use strict'
 // A Stack as the limiter of ratomic/express and ratomic/fastify (issue 17),
-// over real sockets: each scenario runs on an Express and a Fastify server on
+// and a keyless DirectTokenBucket, alone or as a stack's global member, over
+// real sockets: each scenario runs on an Express and a Fastify server on
 // 127.0.0.1 port 0, requests with fetch.
 const test = require('node:test')
 const assert = require('node:assert/strict')
@@ -9,7 +10,7 @@ const express = require('express')
 const Fastify = require('fastify')
 const { rateLimit } = require('ratomic/express')
 const ratomicFastify = require('ratomic/fastify')
-const { TokenBucket, FixedWindow, Limiter, Stack, ManualClock, PROBLEM_CONTENT_TYPE } = require('ratomic')
+const { TokenBucket, FixedWindow, Limiter, Stack, DirectTokenBucket, ManualClock, PROBLEM_CONTENT_TYPE } = require('ratomic')
 
 // A server limited by `options` whose one route answers with the decision
 // the middleware left on the request.
@@ -84,27 +85,77 @@ for (const framework of Object.keys(SERVERS)) {
     })
   })
 
-  test(`${framework}: a stack per IP and global; the member that denies is named`, async () => {
+  test(`${framework}: a stack per IP and global (a DirectTokenBucket); the member that denies is named`, async () => {
     const clock = new ManualClock()
-    const stack = new Stack({ ip: new TokenBucket('2/min', { clock }), global: new FixedWindow('3/min', { clock }) })
-    // All requests come from 127.0.0.1: a header stands for the client's address.
-    const keyGenerator = (req) => [req.headers['x-client'], 'everyone']
+    const global = new DirectTokenBucket('3/min', { clock })
+    const stack = new Stack({ ip: new TokenBucket('2/min', { clock }), global })
+    // All requests come from 127.0.0.1: a header stands for the client's
+    // address. One key for every member: the direct bucket ignores it.
+    const keyGenerator = (req) => req.headers['x-client']
     await serve(framework, { limiter: stack, keyGenerator, legacyHeaders: true }, async (url) => {
       const as = (client) => fetch(url, { headers: { 'X-Client': client } })
       const first = await as('10.0.0.1')
       assert.equal(first.status, 200)
       assert.equal(first.headers.get('ratelimit-policy'), '"ip";q=2;w=60, "global";q=3;w=60')
-      assert.equal(first.headers.get('ratelimit'), '"ip";r=1;t=30, "global";r=2;t=60')
-      assert.deepEqual(['limit', 'remaining', 'reset'].map((f) => first.headers.get(`x-ratelimit-${f}`)), ['2', '1', '60'])
+      assert.equal(first.headers.get('ratelimit'), '"ip";r=1;t=30, "global";r=2;t=20')
+      assert.deepEqual(['limit', 'remaining', 'reset'].map((f) => first.headers.get(`x-ratelimit-${f}`)), ['2', '1', '30'])
       assert.equal((await as('10.0.0.1')).status, 200)
       const perIp = await denial(await as('10.0.0.1'), 30)
       assert.deepEqual(perIp['violated-policies'], ['ip'])
       assert.match(perIp.detail, /Quota exceeded for ip/)
+      assert.equal(global.peek(0).remaining, 1, 'the ip\'s denial did not charge the global bucket')
       assert.equal((await as('10.0.0.2')).status, 200, 'another address: its own ip budget')
       const everyone = await as('10.0.0.3')
       assert.equal(everyone.headers.get('ratelimit'), '"ip";r=2;t=0, "global";r=0;t=60')
-      assert.deepEqual((await denial(everyone, 60))['violated-policies'], ['global'])
+      assert.deepEqual((await denial(everyone, 20))['violated-policies'], ['global'])
     })
+  })
+
+  test(`${framework}: a DirectTokenBucket limits every request together, with no key`, async () => {
+    const clock = new ManualClock()
+    const global = new DirectTokenBucket('3/min', { clock })
+    const cost = (req) => (req.headers['x-cost'] === undefined ? 1 : Number(req.headers['x-cost']))
+    await serve(framework, { limiter: global, name: 'global', cost }, async (url) => {
+      const as = (client, headers = {}) => fetch(url, { headers: { 'X-Client': client, ...headers } })
+      for (const [client, r, t] of [['10.0.0.1', 2, 20], ['10.0.0.2', 1, 40]]) {
+        const res = await as(client)
+        assert.equal(res.status, 200)
+        assert.equal(res.headers.get('ratelimit-policy'), '"global";q=3;w=60')
+        assert.equal(res.headers.get('ratelimit'), `"global";r=${r};t=${t}`)
+        const { decision } = await res.json()
+        assert.deepEqual(decision, { allowed: true, remaining: r, limit: 3, retryAfterMs: 0, resetAfterMs: t * 1000 }, 'req.rateLimit is the decision')
+      }
+      const tooDear = await as('10.0.0.3', { 'X-Cost': '2' })
+      assert.deepEqual((await denial(tooDear, 20))['violated-policies'], ['global'])
+      assert.equal((await as('10.0.0.3')).headers.get('ratelimit'), '"global";r=0;t=60', 'the denial charged nothing')
+      const denied = await as('10.0.0.4')
+      assert.equal(denied.headers.get('ratelimit'), '"global";r=0;t=60')
+      assert.match((await denial(denied, 20)).detail, /Quota exceeded for global/)
+      clock.advance(20_000)
+      assert.equal((await as('10.0.0.5')).status, 200)
+      // A cost above the capacity: a request it cannot judge.
+      const unjudged = await as('10.0.0.6', { 'X-Cost': '4' })
+      assert.match((await denial(unjudged, 1)).detail, /^the rate limit could not be applied: .*exceeds the limit 3/)
+    })
+    await serve(framework, { limiter: new DirectTokenBucket('1/min', { clock }), standardHeaders: false, legacyHeaders: true }, async (url) => {
+      const res = await fetch(url)
+      assert.equal(res.headers.get('ratelimit'), null)
+      assert.deepEqual(['limit', 'remaining', 'reset'].map((f) => res.headers.get(`x-ratelimit-${f}`)), ['1', '0', '60'])
+      await denial(await fetch(url), 60)
+    })
+  })
+
+  test(`${framework}: a DirectTokenBucket with a keyGenerator is refused at set-up`, async () => {
+    const options = { limiter: new DirectTokenBucket('5/s'), keyGenerator: (req) => req.ip }
+    const NO_KEY = { name: 'TypeError', code: 'ERR_RATOMIC_INVALID_ARGUMENT', message: /keyGenerator has no use with a DirectTokenBucket/ }
+    if (framework === 'express') {
+      assert.throws(() => rateLimit(options), NO_KEY)
+      assert.throws(() => rateLimit({ limiter: new DirectTokenBucket('5/s'), name: 'caf\u00e9' }), RangeError, 'its name is checked at set-up')
+    } else {
+      const app = Fastify()
+      await assert.rejects(app.register(ratomicFastify, options).ready(), NO_KEY)
+      await app.close()
+    }
   })
 
   test(`${framework}: keyGenerator's keys per member keep users apart while their IP binds`, async () => {
@@ -161,4 +212,22 @@ for (const framework of Object.keys(SERVERS)) {
 test('a stack member name no header can carry is refused at set-up', () => {
   const s = new Stack({ 'caf\u00e9': new TokenBucket('5/min') })
   assert.throws(() => rateLimit({ limiter: s }), RangeError)
+})
+
+// No key is made for a DirectTokenBucket: a request with no client address
+// (here a bare request object, no socket address) is judged all the same.
+test('a DirectTokenBucket judges a request with no client address; a keyed limiter cannot', async () => {
+  const clock = new ManualClock()
+  const call = async (limiter) => {
+    const req = { headers: {}, socket: {} }
+    const fields = {}
+    const res = { setHeader: (n, v) => { fields[n.toLowerCase()] = v }, end: () => {} }
+    let passed = false
+    await rateLimit({ limiter })(req, res, () => { passed = true })
+    return { passed, decision: req.rateLimit, status: res.statusCode, fields }
+  }
+  const direct = await call(new DirectTokenBucket('2/min', { clock }))
+  assert.deepEqual([direct.passed, direct.decision.remaining, direct.fields.ratelimit], [true, 1, '"default";r=1;t=30'])
+  const keyed = await call(new TokenBucket('2/min', { clock }))
+  assert.deepEqual([keyed.passed, keyed.decision, keyed.status], [false, undefined, 429], 'no key: unjudged, fails closed')
 })

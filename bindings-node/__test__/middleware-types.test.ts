@@ -3,7 +3,7 @@ import test from 'node:test'
 import assert from 'node:assert/strict'
 import { rateLimit, RateLimitOptions } from 'ratomic/express'
 import ratomicFastify = require('ratomic/fastify')
-import { Stack, TokenBucket } from 'ratomic'
+import { DirectTokenBucket, Stack, TokenBucket } from 'ratomic'
 import { RedisLimiter, RedisTokenBucket } from 'ratomic/redis'
 
 test('typings: the middleware factories', () => {
@@ -21,6 +21,10 @@ test('typings: the middleware factories', () => {
   const perMember: RateLimitOptions = { limiter: stack, keyGenerator: (req) => [String(req.socket.remoteAddress), 'all'] }
   assert.equal(typeof rateLimit(perMember), 'function')
   assert.equal(typeof rateLimit({ limiter: stack, keyGenerator: async () => Buffer.from('k') }), 'function')
+  // A DirectTokenBucket: no key; as a Stack member, it ignores its key.
+  assert.equal(typeof rateLimit({ limiter: new DirectTokenBucket('1000/s'), name: 'global' }), 'function')
+  const withGlobal = new Stack({ ip: new TokenBucket('5/s'), global: new DirectTokenBucket('100/s') })
+  assert.equal(typeof rateLimit({ limiter: withGlobal }), 'function')
   // @ts-expect-error keys are strings or bytes
   assert.equal(typeof rateLimit({ limiter: stack, keyGenerator: () => [1, 2] }), 'function')
   // @ts-expect-error standardHeaders takes true, false or a draft's name

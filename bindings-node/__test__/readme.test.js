@@ -20,6 +20,20 @@ test('the README example runs', async () => {
   assert.equal(lines.at(-1), 'acquired true')
 })
 
+test("the README's DirectTokenBucket example runs", async () => {
+  const md = fs.readFileSync(path.join(__dirname, '..', '..', 'README.md'), 'utf8')
+  const code = [...md.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((c) => c.includes('new DirectTokenBucket(') && !c.includes('express'))
+  assert.ok(code, 'the README has a DirectTokenBucket example')
+  const lines = []
+  const log = (...args) => lines.push(args.map((a) => (typeof a === 'string' ? a : JSON.stringify(a))).join(' '))
+  new Function('require', 'console', code)((name) => require(name === 'ratomic' ? '..' : name), { log })
+  assert.deepEqual(lines, [
+    JSON.stringify({ allowed: false, remaining: 0, limit: 100, retryAfterMs: 10, resetAfterMs: 1000 }),
+    'true',
+    JSON.stringify(['ip: 9', 'global: 0']),
+  ])
+})
+
 test("the README's Express example runs and answers with the standard fields", async () => {
   const md = fs.readFileSync(path.join(__dirname, '..', '..', 'README.md'), 'utf8')
   const code = [...md.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((c) => c.includes("require('ratomic/express')"))

@@ -107,11 +107,13 @@ for (const face of FACES) {
 test('the objects ratomic.js returns have exactly the declared fields', () => {
   const decls = declarations(program().dts)
   const fields = (name) => sorted(declaredMembers(decls, name))
-  const { TokenBucket, FixedWindow, Limiter, Stack, ManualClock } = ratomic
+  const { TokenBucket, FixedWindow, Limiter, Stack, DirectTokenBucket, ManualClock } = ratomic
   const clock = new ManualClock()
   const tb = new TokenBucket(1, 1, { clock })
   assert.deepEqual(Object.keys(tb.allow('k')).sort(), fields('Decision'))
   assert.deepEqual(Object.keys(tb.allowMany(['k'])[0]).sort(), fields('Decision'))
+  const direct = new DirectTokenBucket(1, 1, { clock })
+  for (const d of [direct.allow(), direct.peek()]) assert.deepEqual(Object.keys(d).sort(), fields('Decision'))
   const l = new Limiter({ a: '1/s', w: { algorithm: 'fixedWindow', rate: '5/s' } }, { clock })
   for (const d of [l.allow('k'), l.peek('k'), l.allowMany(['k'])[0], new Stack({ tb, l }).allow(['k', 'k'])]) {
     assert.deepEqual(Object.keys(d).sort(), fields('MultiDecision'))
@@ -120,6 +122,7 @@ test('the objects ratomic.js returns have exactly the declared fields', () => {
   // RuleInfo: one object type per algorithm family.
   const ruleInfo = decls.get('RuleInfo').node.type.types.map((t) => sorted(new Set(t.members.map((m) => m.name.text))))
   assert.deepEqual(Object.keys(tb.rule).sort(), ruleInfo[0])
+  assert.deepEqual(Object.keys(direct.rule).sort(), ruleInfo[0])
   assert.deepEqual(Object.keys(new FixedWindow('5/s').rule).sort(), ruleInfo[1])
   assert.deepEqual(Object.keys(l.rules.w).sort(), ruleInfo[1])
 })

@@ -10,6 +10,7 @@ import {
   BaseLimiter,
   ClockLike,
   Decision,
+  DirectTokenBucket,
   FixedWindow,
   HeaderDraft,
   HeaderOptions,
@@ -131,6 +132,50 @@ test('typings: a Stack, every operation', async () => {
   assert.throws(() => stack.headers(d, { name: 'x' }), TypeError)
   const body: string | null = stack.problem(d)
   assert.equal(body, null)
+})
+
+test('typings: a DirectTokenBucket, every operation', async () => {
+  const clock = new ManualClock()
+  const global = new DirectTokenBucket(10, 5, { clock })
+  const d: Decision = global.allow()
+  assert.deepEqual([d.allowed, d.remaining, d.limit, d.retryAfterMs, d.resetAfterMs], [true, 9, 10, 0, 200])
+  assert.equal(global.allow(2).remaining, 7)
+  assert.equal(global.peek().remaining, 6, 'what allow() would leave')
+  assert.equal(global.peek(7).allowed, true)
+  global.refund(2)
+  global.refund()
+  assert.equal(global.peek(0).remaining, 10)
+  global.allow(10)
+  global.reset()
+  const waited: Decision = await global.acquire(1, { timeoutMs: 0 })
+  assert.equal(waited.allowed, true)
+  assert.equal((await global.acquire()).remaining, 8)
+  const limit: number = global.limit
+  const rule: RuleInfo = global.rule
+  const theClock: ClockLike | undefined = global.clock
+  const now: number = global.now()
+  assert.deepEqual([limit, rule.algorithm, theClock, now], [10, 'tokenBucket', clock, 0])
+  const fields: Array<[string, string]> = global.headers(d, { name: 'global', legacy: true, draft: 'draft-11' })
+  assert.deepEqual(fields[0], ['RateLimit-Policy', '"global";q=10;w=2'])
+  const body: string | null = global.problem(d, { name: 'global' })
+  assert.equal(body, null)
+  const fromRate: DirectTokenBucket = DirectTokenBucket.fromRate('1000/s', { burst: 50, clock })
+  const str = new DirectTokenBucket('100/min', { clock: () => 0 })
+  const withRate = new DirectTokenBucket(20, '10/s')
+  const shared: DirectTokenBucket = DirectTokenBucket.shared('typings-direct', 10, 1)
+  const sharedRate: DirectTokenBucket = DirectTokenBucket.shared('typings-direct-rate', '10/s', { burst: 5 })
+  assert.deepEqual([fromRate, str, withRate, shared, sharedRate].map((b) => b.limit), [50, 100, 20, 10, 5])
+  // A Stack member: its key is ignored, but the stack takes one per member.
+  const stack = new Stack({ ip: new TokenBucket(5, 1, { clock }), global }, { clock })
+  assert.deepEqual(stack.allow(['10.0.0.1', '']).entries.map((e) => e.remaining), [4, 7])
+  const pairs = new Stack([['everyone', shared]])
+  assert.equal(pairs.allow(['']).allowed, true)
+  // @ts-expect-error a DirectTokenBucket has no key
+  assert.throws(() => global.allow('user:1'), TypeError)
+  // @ts-expect-error nor key options
+  assert.throws(() => new DirectTokenBucket(1, 1, { maxKeys: 10 }), TypeError)
+  // @ts-expect-error it is no BaseLimiter: allowMany, size and gc are for keys
+  assert.equal(global.size, undefined)
 })
 
 test('typings: Quotas, every operation', async () => {

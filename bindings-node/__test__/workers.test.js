@@ -4,18 +4,20 @@ const test = require('node:test')
 const assert = require('node:assert/strict')
 const { Worker } = require('node:worker_threads')
 const path = require('node:path')
-const { TokenBucket, Limiter } = require('..')
+const { TokenBucket, Limiter, DirectTokenBucket } = require('..')
 
 const WORKER = `
 const { workerData, parentPort } = require('node:worker_threads')
-const { TokenBucket, FixedWindow } = require(${JSON.stringify(path.join(__dirname, '..'))})
+const { TokenBucket, FixedWindow, DirectTokenBucket } = require(${JSON.stringify(path.join(__dirname, '..'))})
 const { name, kind, capacity, calls } = workerData
 // A refill of one token per 1000 s: nothing refills during the test.
-const limiter = kind === 'tokenBucket' ? TokenBucket.shared(name, capacity, 1e-3) : FixedWindow.shared(name, capacity, '1d')
+const limiter = kind === 'tokenBucket' ? TokenBucket.shared(name, capacity, 1e-3)
+  : kind === 'direct' ? DirectTokenBucket.shared(name, capacity, 1e-3)
+  : FixedWindow.shared(name, capacity, '1d')
 parentPort.postMessage('ready')
 parentPort.once('message', () => {
   let granted = 0
-  for (let i = 0; i < calls; i++) if (limiter.allow('hot').allowed) granted++
+  for (let i = 0; i < calls; i++) if ((kind === 'direct' ? limiter.allow() : limiter.allow('hot')).allowed) granted++
   parentPort.postMessage(granted)
 })
 `
@@ -42,6 +44,12 @@ test('four workers hammering one shared token bucket key are granted exactly cap
 test('four workers share a fixed window too', async () => {
   const granted = await hammer('workers-fw', 'fixedWindow', 5_000, 4, 10_000)
   assert.equal(granted.reduce((a, b) => a + b, 0), 5_000)
+})
+
+test('four workers share one DirectTokenBucket: a global limit across threads', async () => {
+  const granted = await hammer('workers-direct', 'direct', 5_000, 4, 10_000)
+  assert.equal(granted.reduce((a, b) => a + b, 0), 5_000, `per worker: ${granted}`)
+  assert.equal(DirectTokenBucket.shared('workers-direct', 5_000, 1e-3).allow().allowed, false, 'the main thread sees the same bucket')
 })
 
 test('a shared Limiter is one limiter', () => {

@@ -3,6 +3,7 @@
 //! Decisions come back from JavaScript as the plain objects the limiters
 //! returned; nothing is formatted here.
 
+use std::cell::RefCell;
 use std::time::Duration;
 
 use napi_derive::napi;
@@ -83,6 +84,22 @@ pub fn problem(h: &Headers<'_>) -> Option<String> {
 pub fn with_policy<T>(policy: &Policy, d: &DecisionIn, f: impl FnOnce(&Headers<'_>) -> T) -> Res<T> {
     let h = Headers::single(policy, d.core()?);
     Ok(f(&h))
+}
+
+/// The policy a single-rule limiter's `headers`/`problem` last asked for:
+/// a middleware asks for the same one on every request, so it is built once.
+#[derive(Default)]
+pub struct PolicyCache(RefCell<Option<Policy>>);
+
+impl PolicyCache {
+    /// `f` of `alg`'s policy named `name`, built once per name in a row.
+    pub fn with<T>(&self, name: &str, alg: &impl Algorithm, f: impl FnOnce(&Policy) -> Res<T>) -> Res<T> {
+        let mut cached = self.0.borrow_mut();
+        if cached.as_ref().is_none_or(|p| p.name() != name) {
+            *cached = Some(Policy::of(name, alg)?);
+        }
+        f(cached.as_ref().expect("just set"))
+    }
 }
 
 /// `f` of the headers of a single limit's decision, the limit named `name`.

@@ -1,14 +1,14 @@
-//! The hot path: four plain native functions per JavaScript environment,
+//! The hot path: plain native functions per JavaScript environment,
 //! written against raw N-API, and the buffer they write decisions into.
 //!
 //! napi-rs class methods unwrap `this` and build the returned object with one
 //! `napi_set_named_property` per field; measured, that is most of the cost of
-//! a call. So each environment (the main thread, each worker) gets four
-//! functions — `allow` and `op` (peek, refund, reset) for single-rule
-//! limiters and for `Limiter` views — that take the limiter as a small
-//! integer id, an index into this environment's table of limiters, and
-//! write the decision into one output buffer; `ratomic.js` builds the
-//! Decision object from it in JavaScript.
+//! a call. So each environment (the main thread, each worker) gets functions
+//! — `allow` and `op` (peek, refund, reset) for single-rule limiters, for
+//! `Limiter` views and, without a key, for direct buckets — that take the
+//! limiter as a small integer id, an index into this environment's table of
+//! limiters of that kind, and write the decision into one output buffer;
+//! `ratomic.js` builds the Decision object from it in JavaScript.
 //!
 //! One function for every limiter, not one per limiter, keeps each call site
 //! in `ratomic.js` monomorphic: V8 then calls the native function directly.
@@ -43,7 +43,7 @@ use napi_derive::napi;
 
 use crate::batch::{self, Requests, Unread};
 use crate::clock::ms_to_ns;
-use crate::decision::{slot, OUT_LEN};
+use crate::decision::{self, slot, OUT_LEN};
 use crate::error::{whole, JsFailure, Res};
 use crate::key::with_key;
 
@@ -145,6 +145,8 @@ pub struct EnvState {
     view: sys::napi_ref,
     pub keyed: RefCell<Table<crate::keyed::Handle>>,
     pub views: RefCell<Table<crate::limiter::View>>,
+    /// Direct buckets: keyless, so not a [`Target`]; see [`allow_direct_cb`].
+    pub direct: RefCell<Table<crate::direct::Handle>>,
 }
 
 /// Output buffers released by environments that ended, for the next ones.
@@ -231,7 +233,13 @@ impl EnvState {
         let mut view_ref = ptr::null_mut();
         // SAFETY: env is live; a strong reference keeps the view alive.
         status(unsafe { sys::napi_create_reference(env, view, 1, &mut view_ref) }, "napi_create_reference")?;
-        Ok(EnvState { out, view: view_ref, keyed: Default::default(), views: Default::default() })
+        Ok(EnvState {
+            out,
+            view: view_ref,
+            keyed: Default::default(),
+            views: Default::default(),
+            direct: Default::default(),
+        })
     }
 
     /// A `Float64Array` over the output buffer: a new `ArrayBuffer` over
@@ -388,7 +396,8 @@ unsafe fn function(env: sys::napi_env, state: &Rc<EnvState>, name: &str, cb: Cal
 }
 
 /// The hot-path functions of this environment, for `ratomic.js` only:
-/// `{ allowKeyed, opKeyed, allowLimiter, opLimiter, out, entryCount, firstEntry, entryLen }`.
+/// `{ allowKeyed, opKeyed, allowLimiter, opLimiter, manyKeyed, manyLimiter,
+/// allowDirect, opDirect, out, entryCount, firstEntry, entryLen }`.
 ///
 /// `allow*(id, key, cost?, nowMs?) => boolean` charges `cost` (default 1) to
 /// `key` on limiter `id`, at `nowMs` (default: the limiter's monotonic
@@ -403,8 +412,11 @@ unsafe fn function(env: sys::napi_env, state: &Rc<EnvState>, name: &str, cb: Cal
 /// each decision led by `allowed`, one after another: into `out`, returning
 /// how many numbers it wrote, when they fit, else into a new `Float64Array`
 /// it returns. A bad request fails the whole batch, naming its index.
+/// `allowDirect(id, cost?, nowMs?)` and `opDirect(code, id, cost, nowMs?)`
+/// are `allow*` and `op*` for a direct bucket: no key (its reset reads no
+/// clock).
 #[napi(
-    ts_return_type = "{\n  allowKeyed: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean\n  opKeyed: (code: number, id: number, key: string | Uint8Array, cost: number, nowMs?: number) => boolean | undefined\n  allowLimiter: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean\n  opLimiter: (code: number, id: number, key: string | Uint8Array, cost: number, nowMs?: number) => boolean | undefined\n  manyKeyed: (id: number, requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number) => number | Float64Array\n  manyLimiter: (id: number, requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number) => number | Float64Array\n  out: Float64Array\n  entryCount: number\n  firstEntry: number\n  entryLen: number\n}"
+    ts_return_type = "{\n  allowKeyed: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean\n  opKeyed: (code: number, id: number, key: string | Uint8Array, cost: number, nowMs?: number) => boolean | undefined\n  allowLimiter: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean\n  opLimiter: (code: number, id: number, key: string | Uint8Array, cost: number, nowMs?: number) => boolean | undefined\n  manyKeyed: (id: number, requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number) => number | Float64Array\n  manyLimiter: (id: number, requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number) => number | Float64Array\n  allowDirect: (id: number, cost?: number, nowMs?: number) => boolean\n  opDirect: (code: number, id: number, cost: number, nowMs?: number) => boolean | undefined\n  out: Float64Array\n  entryCount: number\n  firstEntry: number\n  entryLen: number\n}"
 )]
 pub fn hot_path(env: &Env) -> Result<Unknown<'_>> {
     // SAFETY: env is the live environment of this call.
@@ -426,6 +438,8 @@ unsafe fn make_hot_path<'env>(env: sys::napi_env) -> Res<Unknown<'env>> {
         set(c"opLimiter", function(env, &state, "op", op_cb::<crate::limiter::View>)?)?;
         set(c"manyKeyed", function(env, &state, "many", many_cb::<crate::keyed::Handle>)?)?;
         set(c"manyLimiter", function(env, &state, "many", many_cb::<crate::limiter::View>)?)?;
+        set(c"allowDirect", function(env, &state, "allow", allow_direct_cb)?)?;
+        set(c"opDirect", function(env, &state, "op", op_direct_cb)?)?;
         set(c"out", state.view(env)?)?;
         for (name, n) in
             [(c"entryCount", slot::ENTRIES), (c"firstEntry", slot::FIRST_ENTRY), (c"entryLen", slot::ENTRY_LEN)]
@@ -605,6 +619,67 @@ unsafe extern "C" fn many_cb<T: Target>(env: sys::napi_env, info: sys::napi_call
                     Ok(n)
                 }
                 None => batch::float64_array(env, &all),
+            }
+        })
+    }
+}
+
+/// Runs `f` on direct bucket `id`, the table borrowed only for `f` (which
+/// runs no JavaScript: there is no key to read).
+#[inline(always)]
+fn on_direct<R>(state: &EnvState, id: u32, f: impl FnOnce(&crate::direct::Handle) -> Res<R>) -> Res<R> {
+    f(state.direct.borrow().get(id)?)
+}
+
+/// `allowDirect(id, cost?, nowMs?)`: `allow_cb` without a key.
+unsafe extern "C" fn allow_direct_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: env and info are the live arguments of this callback.
+    unsafe {
+        guard(env, || {
+            let ([i, c, now], argc, state) = args::<3>(env, info)?;
+            let id = id(env, i)?;
+            let cost = if argc < 2 { 1 } else { whole("cost", number(env, c, "cost")?, 0)? };
+            let now = time(env, (argc >= 3).then_some(now))?;
+            let allowed = on_direct(state, id, |b| {
+                let out = state.out(env)?;
+                Ok(decision::write(out, &b.allow_at(cost, now.unwrap_or_else(|| b.now()))?))
+            })?;
+            boolean(env, allowed)
+        })
+    }
+}
+
+/// `opDirect(code, id, cost, nowMs?)`: `op_cb` without a key.
+unsafe extern "C" fn op_direct_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: env and info are the live arguments of this callback.
+    unsafe {
+        guard(env, || {
+            let ([code, i, c, now], argc, state) = args::<4>(env, info)?;
+            let code = number(env, code, "op")? as u32;
+            let id = id(env, i)?;
+            let what = if code == op::REFUND { "tokens" } else { "cost" };
+            let n = whole(what, number(env, c, what)?, 0)?;
+            let now = time(env, (argc >= 4).then_some(now))?;
+            match code {
+                op::PEEK => {
+                    let allowed = on_direct(state, id, |b| {
+                        let out = state.out(env)?;
+                        Ok(decision::write(out, &b.peek_at(n, now.unwrap_or_else(|| b.now()))?))
+                    })?;
+                    boolean(env, allowed)
+                }
+                op::REFUND => {
+                    on_direct(state, id, |b| Ok(b.refund_at(n, now.unwrap_or_else(|| b.now()))?))?;
+                    Ok(ptr::null_mut())
+                }
+                op::RESET => {
+                    on_direct(state, id, |b| {
+                        b.reset();
+                        Ok(())
+                    })?;
+                    Ok(ptr::null_mut())
+                }
+                _ => Err(JsFailure::error("ERR_RATOMIC", format!("unknown op {code}"))),
             }
         })
     }

@@ -12,7 +12,7 @@ use crate::batch::{Requests, Unread};
 use crate::clock::{ms_to_ns, ns_to_ms, FaceClock, NativeClock};
 use crate::decision;
 use crate::error::Res;
-use crate::headers::{self, DecisionIn};
+use crate::headers::{self, DecisionIn, PolicyCache};
 use crate::hot::{EnvState, Table, Target};
 use crate::rule::{self, RuleInfo, RuleSpec, StoreOptions};
 use crate::shared;
@@ -75,9 +75,8 @@ pub struct NativeKeyed {
     limiter: Handle,
     state: Rc<EnvState>,
     id: u32,
-    /// The policy last asked for by `headers`/`problem` (a middleware asks
-    /// for the same one on every request), so it is built once.
-    policy: std::cell::RefCell<Option<Policy>>,
+    /// The policy last asked for by `headers`/`problem`, built once per name.
+    policy: PolicyCache,
 }
 
 impl Drop for NativeKeyed {
@@ -106,13 +105,9 @@ impl NativeKeyed {
         now_ms.map_or_else(|| Ok(self.limiter.now()), ms_to_ns)
     }
 
-    /// `f` of this limiter's policy named `name`, built once per name in a row.
+    /// `f` of this limiter's policy named `name`.
     fn with_policy<T>(&self, name: &str, f: impl FnOnce(&Policy) -> Res<T>) -> Res<T> {
-        let mut cached = self.policy.borrow_mut();
-        if cached.as_ref().is_none_or(|p| p.name() != name) {
-            *cached = Some(Policy::of(name, self.limiter.algorithm())?);
-        }
-        f(cached.as_ref().expect("just set"))
+        self.policy.with(name, self.limiter.algorithm(), f)
     }
 }
 

@@ -3,12 +3,13 @@
 //! `ratomic.js` is the public API; this crate gives it handles to core's
 //! limiters — [`NativeKeyed`] (core's `Keyed<Rule>`: a token bucket or a
 //! window), [`NativeLimiter`] (core's `Limiter`, through a `LimitSet`),
-//! [`NativeStack`] — and the raw hot-path functions of [`hot`]. It converts
+//! [`NativeStack`], [`NativeDirect`] (core's keyless `DirectTokenBucket`)
+//! — and the raw hot-path functions of [`hot`]. It converts
 //! types, maps errors and reads clocks; every decision is core's. `napi
 //! build` generates `index.js` (the loader) and `index.d.ts` (these docs, as
 //! TypeScript) from it.
 //!
-//! Files pair with core's modules: `keyed.rs`, `limiter.rs`, `stack.rs`,
+//! Files pair with core's modules: `keyed.rs`, `limiter.rs`, `stack.rs`, `direct.rs`,
 //! `rule.rs`, `clock.rs`, `key.rs`, `decision.rs`, `error.rs`; `batch.rs`
 //! is `allow_many`, `shared.rs` the process-wide registry, `hot.rs` the
 //! calls that must be fast.
@@ -18,6 +19,7 @@
 mod batch;
 mod clock;
 mod decision;
+mod direct;
 mod error;
 mod headers;
 mod hot;
@@ -31,6 +33,7 @@ mod shared;
 mod stack;
 
 pub use clock::NativeClock;
+pub use direct::NativeDirect;
 pub use hot::hot_path;
 pub use keyed::NativeKeyed;
 pub use limiter::NativeLimiter;

@@ -20,8 +20,8 @@ fn registry() -> &'static Mutex<HashMap<String, Entry>> {
 }
 
 /// The limiter called `name`, made by `make` on first use. Asking again with
-/// another configuration (or another kind of limiter) is an `Error` with
-/// code `ERR_RATOMIC_SHARED_CONFLICT`.
+/// another configuration or another kind of limiter (`T`) is an `Error`
+/// with code `ERR_RATOMIC_SHARED_CONFLICT`.
 pub fn get_or_make<T: Send + Sync + 'static>(
     name: &str,
     rules: Vec<RuleSpec>,
@@ -31,15 +31,22 @@ pub fn get_or_make<T: Send + Sync + 'static>(
     let mut map = registry().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(e) = map.get(name) {
         let same = e.rules == rules && e.options == options;
+        let (existing, asked) = (describe(&e.rules, &e.options), describe(&rules, &options));
         return match e.limiter.clone().downcast::<T>() {
             Ok(limiter) if same => Ok(limiter),
-            _ => Err(JsFailure::error(
+            Ok(_) => Err(JsFailure::error(
                 "ERR_RATOMIC_SHARED_CONFLICT",
                 format!(
                     "a shared limiter named {name:?} already exists with a different configuration \
-                     ({}; asked for {}): use the same arguments or another name",
-                    describe(&e.rules, &e.options),
-                    describe(&rules, &options),
+                     ({existing}; asked for {asked}): use the same arguments or another name"
+                ),
+            )),
+            // Same rule, another kind (a TokenBucket and a DirectTokenBucket, say).
+            Err(_) => Err(JsFailure::error(
+                "ERR_RATOMIC_SHARED_CONFLICT",
+                format!(
+                    "a shared limiter named {name:?} already exists as another kind of limiter \
+                     ({existing}; asked for {asked}): use another name"
                 ),
             )),
         };

@@ -66,3 +66,10 @@ export declare function rateLimit<Req extends IncomingMessage = IncomingMessage,
   options?: RateLimitOptions<Req, Res>,
 ): (req: Req, res: Res, next: (err?: unknown) => void) => Promise<void>
 export default rateLimit
+
+/**
+ * The key the middleware gives a client by default, from its address (IPv4 as is, IPv6 grouped
+ * by its first `ipv6Subnet` bits, default 64; `false`: the whole address): for a `keyGenerator`
+ * that combines it with others, say a Stack's per-IP member. express-rate-limit 8 has the same name.
+ */
+export declare function ipKeyGenerator(ip: string, ipv6Subnet?: number | false): string

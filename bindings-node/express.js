@@ -3,7 +3,7 @@
 // The option names are express-rate-limit's, so moving over is a one-line
 // change; `limiter:` takes any ratomic limiter instead of limit/windowMs.
 
-const { resolve, decide, clientKey, PROBLEM_CONTENT_TYPE } = require('./http.js')
+const { resolve, decide, clientKey, ipKeyGenerator, PROBLEM_CONTENT_TYPE } = require('./http.js')
 
 /**
  * Connect-style middleware limiting each client (by default its address:
@@ -46,4 +46,4 @@ function rateLimit(options) {
   }
 }
 
-module.exports = { rateLimit, default: rateLimit }
+module.exports = { rateLimit, ipKeyGenerator, default: rateLimit }

@@ -2,7 +2,7 @@
 // A Fastify plugin: `fastify.register(require('ratomic/fastify'), options)`,
 // with the options of `ratomic/express` (express-rate-limit's names).
 
-const { resolve, decide, clientKey, PROBLEM_CONTENT_TYPE } = require('./http.js')
+const { resolve, decide, clientKey, ipKeyGenerator, PROBLEM_CONTENT_TYPE } = require('./http.js')
 
 /**
  * Limits every request of the instance it is registered on (not
@@ -36,3 +36,4 @@ ratomicFastify[Symbol.for('fastify.display-name')] = 'ratomic'
 module.exports = ratomicFastify
 module.exports.default = ratomicFastify
 module.exports.ratomicFastify = ratomicFastify
+module.exports.ipKeyGenerator = ipKeyGenerator

@@ -182,4 +182,20 @@ function outcome(o, d) {
   return { decision: d, fields, problem }
 }
 
-module.exports = { resolve, decide, clientKey, PROBLEM_CONTENT_TYPE }
+/**
+ * The key the middleware gives a client by default, from its address: for a
+ * `keyGenerator` that combines it with others (a Stack's per-IP member) and
+ * keeps IPv6 grouped. express-rate-limit 8 exports the same name.
+ * `ipv6Subnet`: bits of an IPv6 address that name one client (default 64),
+ * or false for the whole address.
+ */
+function ipKeyGenerator(ip, ipv6Subnet = 64) {
+  if (typeof ip !== 'string' || ip === '') throw typeError(`ip must be a non-empty string, got ${ip === '' ? "''" : typeof ip}`)
+  if (ipv6Subnet === false) return clientKey(ip, 128).replace(/\/128$/, '')
+  if (!Number.isInteger(ipv6Subnet) || ipv6Subnet < 1 || ipv6Subnet > 128) {
+    throw typeError(`ipv6Subnet must be a whole number from 1 to 128 or false, got ${ipv6Subnet}`)
+  }
+  return clientKey(ip, ipv6Subnet)
+}
+
+module.exports = { resolve, decide, clientKey, ipKeyGenerator, PROBLEM_CONTENT_TYPE }

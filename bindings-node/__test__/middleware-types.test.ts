@@ -1,7 +1,7 @@
 // The middleware typings, checked by tsc and then run.
 import test from 'node:test'
 import assert from 'node:assert/strict'
-import { rateLimit, RateLimitOptions } from 'ratomic/express'
+import { ipKeyGenerator, rateLimit, RateLimitOptions } from 'ratomic/express'
 import ratomicFastify = require('ratomic/fastify')
 import { DirectTokenBucket, Stack, TokenBucket } from 'ratomic'
 import { RedisLimiter, RedisTokenBucket } from 'ratomic/redis'
@@ -18,7 +18,9 @@ test('typings: the middleware factories', () => {
   assert.equal(typeof rateLimit({ standardHeaders: 'draft-7' }), 'function')
   // A Stack: one key for every member, or one per member.
   const stack = new Stack({ ip: new TokenBucket('5/s'), global: new TokenBucket('100/s') })
-  const perMember: RateLimitOptions = { limiter: stack, keyGenerator: (req) => [String(req.socket.remoteAddress), 'all'] }
+  const perMember: RateLimitOptions = { limiter: stack, keyGenerator: (req) => [ipKeyGenerator(String(req.socket.remoteAddress)), 'all'] }
+  const whole: string = ratomicFastify.ipKeyGenerator('2001:db8::1', false)
+  assert.equal(whole, '2001:db8:0:0:0:0:0:1')
   assert.equal(typeof rateLimit(perMember), 'function')
   assert.equal(typeof rateLimit({ limiter: stack, keyGenerator: async () => Buffer.from('k') }), 'function')
   // A DirectTokenBucket: no key; as a Stack member, it ignores its key.

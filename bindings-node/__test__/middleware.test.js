@@ -119,6 +119,15 @@ test('client keys: IPv6 grouped, IPv4-mapped unwrapped', () => {
   assert.equal(clientKey('2001:db8:1:2::ffff', 56), '2001:db8:1:0:0:0:0:0/56')
   assert.equal(clientKey('2001:db8::1', 128), '2001:db8:0:0:0:0:0:1/128')
   assert.equal(clientKey(undefined, 64), undefined)
+  // The same keys, exported for key generators that combine them with others.
+  const { ipKeyGenerator } = require('ratomic/express')
+  assert.equal(ratomicFastify.ipKeyGenerator, ipKeyGenerator)
+  assert.equal(ipKeyGenerator('2001:db8:1:2::ffff'), '2001:db8:1:2:0:0:0:0/64')
+  assert.equal(ipKeyGenerator('2001:db8:1:2::ffff', 48), '2001:db8:1:0:0:0:0:0/48')
+  assert.equal(ipKeyGenerator('2001:db8::1', false), '2001:db8:0:0:0:0:0:1')
+  assert.equal(ipKeyGenerator('::ffff:10.0.0.1'), '10.0.0.1')
+  assert.throws(() => ipKeyGenerator('2001:db8::1', 0), TypeError)
+  assert.throws(() => ipKeyGenerator(undefined), TypeError)
 })
 
 test("express: standardHeaders in express-rate-limit's earlier drafts", async () => {

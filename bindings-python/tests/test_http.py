@@ -261,6 +261,15 @@ def test_client_keys():
     assert client_key("2001:db8:1:2::1", None, 0, 128) == "2001:db8:1:2::1/128"
     assert client_key("::ffff:10.0.0.1", None, 0, 64) == "10.0.0.1"
     assert client_key(None, None, 0, 64) is None
+    # The same keys from a request, for key callables that combine them.
+    scope = {"type": "http", "client": ("2001:db8:1:2::ffff", 5000), "headers": [(b"x-forwarded-for", b"10.9.9.9")]}
+    assert ratomic.asgi.client_key(scope) == "2001:db8:1:2::/64"
+    assert ratomic.asgi.client_key(scope, ipv6_prefix=48) == "2001:db8:1::/48"
+    assert ratomic.asgi.client_key(scope, trusted_proxies=1) == "10.9.9.9"
+    assert ratomic.asgi.client_key({"type": "http", "headers": []}) is None
+    environ = {"REMOTE_ADDR": "::ffff:10.0.0.1", "HTTP_X_FORWARDED_FOR": "10.9.9.9"}
+    assert ratomic.wsgi.client_key(environ) == "10.0.0.1"
+    assert ratomic.wsgi.client_key(environ, trusted_proxies=1) == "10.9.9.9"
 
 
 def test_bad_options_are_refused_at_setup():

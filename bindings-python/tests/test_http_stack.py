@@ -93,7 +93,9 @@ def check_users_are_independent_while_the_ip_binds(port: int) -> None:
 def test_asgi_key_function_gives_each_member_its_key():
     def key(scope: Any) -> list[str]:
         user = dict(scope["headers"]).get(b"x-user")
-        return per_member(scope["client"][0], user.decode() if user else None)
+        client = ratomic.asgi.client_key(scope)
+        assert client == "127.0.0.1"
+        return per_member(client, user.decode() if user else None)
 
     app = ratomic.asgi.RateLimitMiddleware(hello, user_stack(ratomic.ManualClock()), key=key)
     with serve_asgi(app) as port:
@@ -102,7 +104,7 @@ def test_asgi_key_function_gives_each_member_its_key():
 
 def test_wsgi_key_function_gives_each_member_its_key():
     def key(environ: dict[str, Any]) -> tuple[str, ...]:
-        return tuple(per_member(environ["REMOTE_ADDR"], environ.get("HTTP_X_USER")))
+        return tuple(per_member(ratomic.wsgi.client_key(environ), environ.get("HTTP_X_USER")))
 
     app = ratomic.wsgi.RateLimitMiddleware(hello_wsgi, user_stack(ratomic.ManualClock()), key=key)
     with serve_wsgi(app) as port:
@@ -157,13 +159,13 @@ def test_fastapi_dependency_takes_a_stack():
 
 def test_fastapi_key_function_gives_each_member_its_key():
     fastapi = pytest.importorskip("fastapi")
-    from ratomic.fastapi import RateLimit, RateLimitExceeded, problem_response
+    from ratomic.fastapi import RateLimit, RateLimitExceeded, client_key, problem_response
 
     app = fastapi.FastAPI()
     app.add_exception_handler(RateLimitExceeded, problem_response)
 
     def key(request: Any) -> list[str]:
-        return per_member(request.client.host, request.headers.get("x-user"))
+        return per_member(client_key(request), request.headers.get("x-user"))
 
     @app.get("/", dependencies=[fastapi.Depends(RateLimit(user_stack(ratomic.ManualClock()), key=key))])
     async def root() -> dict:

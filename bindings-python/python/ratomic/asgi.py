@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, MutableMapping
 
+from ratomic import _http
 from ratomic._http import AnyLimiter, KeyFunc, Policy, StandardHeaders
 
 Scope = MutableMapping[str, Any]
@@ -20,7 +21,18 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-__all__ = ["RateLimitMiddleware"]
+__all__ = ["RateLimitMiddleware", "client_key"]
+
+
+def client_key(scope: Scope, *, trusted_proxies: int = 0, ipv6_prefix: int = 64) -> str | None:
+    """The key the middleware gives a request by default (the client's
+    address, IPv6 grouped by ``ipv6_prefix`` bits, ``X-Forwarded-For`` read
+    only behind ``trusted_proxies`` proxies), for a ``key`` callable that
+    combines it with others: say a ``Stack``'s per-IP member,
+    ``key=lambda scope: [client_key(scope), user_of(scope), ""]``. ``None``
+    when the connection has no client address."""
+    client = scope.get("client")
+    return _http.client_key(client[0] if client else None, _header(scope, b"x-forwarded-for"), trusted_proxies, ipv6_prefix)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -19,10 +19,11 @@ from typing import Any, Callable
 from fastapi import HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 
+from ratomic import _http
 from ratomic._http import AnyLimiter, KeyFunc, Policy, StandardHeaders
 from ratomic._ratomic import PROBLEM_CONTENT_TYPE
 
-__all__ = ["RateLimit", "RateLimitExceeded", "problem_response"]
+__all__ = ["RateLimit", "RateLimitExceeded", "client_key", "problem_response"]
 
 
 class RateLimitExceeded(HTTPException):
@@ -40,6 +41,16 @@ async def problem_response(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RateLimitExceeded)
     return JSONResponse(exc.detail, status_code=429, headers=exc.headers, media_type=PROBLEM_CONTENT_TYPE)
 
+
+
+def client_key(request: Request, *, trusted_proxies: int = 0, ipv6_prefix: int = 64) -> str | None:
+    """The key :class:`RateLimit` gives a request by default (the client's
+    address, IPv6 grouped by ``ipv6_prefix`` bits, ``X-Forwarded-For`` read
+    only behind ``trusted_proxies`` proxies), for a ``key`` callable that
+    combines it with others: say a ``Stack``'s per-IP member. ``None`` when
+    the request has no client address."""
+    host = request.client.host if request.client else None
+    return _http.client_key(host, request.headers.get("x-forwarded-for"), trusted_proxies, ipv6_prefix)
 
 class RateLimit:
     """A dependency limiting the requests of the routes that use it; same

@@ -12,14 +12,24 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
+from ratomic import _http
 from ratomic._http import AnyLimiter, KeyFunc, Policy, StandardHeaders
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 
-__all__ = ["RateLimitMiddleware"]
+__all__ = ["RateLimitMiddleware", "client_key"]
 
+
+
+def client_key(environ: dict[str, Any], *, trusted_proxies: int = 0, ipv6_prefix: int = 64) -> str | None:
+    """The key the middleware gives a request by default (``REMOTE_ADDR``,
+    IPv6 grouped by ``ipv6_prefix`` bits, ``X-Forwarded-For`` read only
+    behind ``trusted_proxies`` proxies), for a ``key`` callable that
+    combines it with others: say a ``Stack``'s per-IP member. ``None`` when
+    the request has no client address."""
+    return _http.client_key(environ.get("REMOTE_ADDR"), environ.get("HTTP_X_FORWARDED_FOR"), trusted_proxies, ipv6_prefix)
 
 class RateLimitMiddleware:
     """Limits the requests reaching ``app`` with ``limiter``: the WSGI twin

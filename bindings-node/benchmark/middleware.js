@@ -2,6 +2,14 @@
 // Run by hand, after `npm run build`:
 //
 //   node benchmark/middleware.js            # ROUNDS=5 SECONDS=2 by default
+//   DRIVER=rust node benchmark/middleware.js
+//
+// DRIVER=rust loads the same apps with ratomic's Rust load generator
+// (`cargo run --release -p ratomic-benches --bin middleware -- drive`, as
+// the FastAPI and axum benches do: 10 keep-alive connections, apps shuffled
+// each round) instead of autocannon, which shares this machine's cores with
+// the server and is itself JavaScript: about twice the bare app's rate, so a
+// middleware's cost is a larger share of each request.
 //
 // Requests per second of a hello-world Express app, three ways, served by a
 // child process on 127.0.0.1 and loaded by autocannon from this one (10
@@ -76,6 +84,23 @@ async function main() {
   const names = Object.keys(apps)
   const child = fork(__filename, ['serve'])
   const ports = await new Promise((resolve) => child.once('message', resolve))
+  if (process.env.DRIVER === 'rust') {
+    const { execFileSync } = require('node:child_process')
+    const path = require('node:path')
+    const root = path.join(__dirname, '..', '..')
+    try {
+      execFileSync('cargo', ['build', '-q', '--release', '-p', 'ratomic-benches', '--bin', 'middleware'], { cwd: root, stdio: 'inherit' })
+      const fs = require('node:fs')
+      const version = (pkg) => JSON.parse(fs.readFileSync(path.join(__dirname, '..', 'node_modules', pkg, 'package.json'))).version
+      console.log(`node ${process.version}, express ${version('express')}, express-rate-limit ${version('express-rate-limit')}`)
+      const driver = path.join(root, 'target', 'release', 'middleware')
+      const apps = names.map((n) => `${n}=${ports[n]}`)
+      execFileSync(driver, ['drive', String(ROUNDS), String(SECONDS), ...apps], { stdio: 'inherit' })
+    } finally {
+      child.kill()
+    }
+    return
+  }
   const rps = Object.fromEntries(names.map((n) => [n, []]))
   try {
     for (let r = 0; r < ROUNDS; r++) {

@@ -893,6 +893,48 @@ ratomic_result ratomic_problem_json(const ratomic_limiter *limiter,
                                     size_t *len);
 
 /*
+ Writes the HTTP header fields for `*decision` (a decision this direct
+ bucket gave) into `buf`, exactly as `ratomic_headers` does for a token
+ bucket limiter: `RateLimit-Policy` and `RateLimit` naming the limit
+ `name` (NULL: `"default"`), `Retry-After` on a denial and, if `legacy`,
+ the `X-RateLimit-*` fields; `*len` gets the length without the NUL.
+ With `buf` NULL and `buf_len` 0, only `*len` is written.
+
+ Errors (`buf` and `*len` untouched): `RATOMIC_NULL_ARGUMENT` (direct,
+ decision, len; buf with a non-zero `buf_len`);
+ `RATOMIC_INVALID_ARGUMENT` (a name that is empty or not printable
+ ASCII); `RATOMIC_BUFFER_TOO_SMALL` (the message gives the size needed);
+ `RATOMIC_PANIC`.
+
+ # Safety
+ `direct` must be live; `name` NULL or NUL-terminated; `decision`
+ readable; `buf` NULL or `buf_len` writable bytes; `len` valid for writes.
+ */
+ratomic_result ratomic_direct_headers(const ratomic_direct *direct,
+                                      const char *name,
+                                      const ratomic_decision *decision,
+                                      bool legacy,
+                                      char *buf,
+                                      size_t buf_len,
+                                      size_t *len);
+
+/*
+ Writes the RFC 9457 problem document (JSON) for a 429 answering
+ `*decision` (a decision this direct bucket gave) into `buf`, as
+ `ratomic_problem_json` does; for an allowed decision, the empty string
+ (`*len` 0). Arguments, sizing and errors as `ratomic_direct_headers`.
+
+ # Safety
+ As `ratomic_direct_headers`.
+ */
+ratomic_result ratomic_direct_problem_json(const ratomic_direct *direct,
+                                           const char *name,
+                                           const ratomic_decision *decision,
+                                           char *buf,
+                                           size_t buf_len,
+                                           size_t *len);
+
+/*
  Makes a token bucket per key: each key holds up to `capacity` tokens
  (≥ 1), refilled continuously at `refill_per_sec` tokens per **second**
  (finite, > 0); a new key starts full. GCRA, exact to the nanosecond: one

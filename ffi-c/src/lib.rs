@@ -45,7 +45,7 @@ pub use direct::{
     ratomic_direct_refund_at, ratomic_direct_reset, ratomic_direct_token_bucket_from_rate,
     ratomic_direct_token_bucket_new,
 };
-pub use headers::{ratomic_headers, ratomic_problem_json};
+pub use headers::{ratomic_direct_headers, ratomic_direct_problem_json, ratomic_headers, ratomic_problem_json};
 pub use limiter::{
     ratomic_fixed_window_from_rate, ratomic_fixed_window_new, ratomic_limiter, ratomic_limiter_free,
     ratomic_sliding_window_from_rate, ratomic_sliding_window_new, ratomic_token_bucket_from_rate,

@@ -241,7 +241,8 @@ typedef uint32_t ratomic_redis_policy;
  quota). Opaque: made by `ratomic_direct_token_bucket_new` or
  `ratomic_direct_token_bucket_from_rate`, used through a
  `const ratomic_direct *` with the `ratomic_direct_*` calls (which take
- no key), released with `ratomic_direct_free`.
+ no key), released with `ratomic_direct_free`. A stack takes it as a
+ member through `ratomic_stack_new_members` (its key there is ignored).
 
  Thread-safety: every operation is safe to call from many threads at once
  (lock-free inside), except `ratomic_direct_free`, which must not race
@@ -275,11 +276,13 @@ typedef struct ratomic_quotas ratomic_quotas;
  Limiters on different keys (per IP, per user, global), all or nothing:
  a call passes only if every member allows its own key, and then every
  member is charged; otherwise none is. Opaque: made by
- `ratomic_stack_new`, released with `ratomic_stack_free`.
+ `ratomic_stack_new` (members that are all `ratomic_limiter`s) or
+ `ratomic_stack_new_members` (any mix of `ratomic_limiter`s and keyless
+ `ratomic_direct` buckets), released with `ratomic_stack_free`.
 
- The stack holds its members: freeing a member's `ratomic_limiter` while
- the stack lives is safe (the stack keeps it alive until
- `ratomic_stack_free`).
+ The stack holds its members: freeing a member's `ratomic_limiter` or
+ `ratomic_direct` while the stack lives is safe (the stack keeps it alive
+ until `ratomic_stack_free`).
 
  Thread-safety: every operation is safe from many threads at once, except
  `ratomic_stack_free`, which must not race with any other use.
@@ -587,6 +590,29 @@ typedef struct {
 } ratomic_redis_options;
 
 /*
+ One member of a stack, for `ratomic_stack_new_members`: a name and
+ exactly one of `limiter` (a keyed limiter of any kind) or `direct` (a
+ keyless bucket, whose key in every stack call is ignored); the other is
+ NULL. With designated initializers:
+ `{.name = "ip", .limiter = per_ip}`, `{.name = "global", .direct = all}`.
+ */
+typedef struct {
+  /*
+   The member's name, NUL-terminated UTF-8, distinct within the stack:
+   the `name` of its entries. Copied by the constructor.
+   */
+  const char *name;
+  /*
+   A keyed limiter, or NULL when `direct` is set.
+   */
+  const ratomic_limiter *limiter;
+  /*
+   A keyless bucket, or NULL when `limiter` is set.
+   */
+  const ratomic_direct *direct;
+} ratomic_stack_member;
+
+/*
  One key of a stack call: member `i` is asked about `keys[i]`.
  */
 typedef struct {
@@ -662,7 +688,8 @@ ratomic_result ratomic_direct_token_bucket_from_rate(const char *rate,
                                                      ratomic_direct **out);
 
 /*
- Releases a direct bucket. NULL is accepted and does nothing.
+ Releases a direct bucket (a stack that holds it as a member keeps it
+ alive until the stack is freed). NULL is accepted and does nothing.
 
  # Safety
  `direct` must be NULL or a pointer from a `ratomic_direct_*` constructor
@@ -1876,7 +1903,8 @@ ratomic_result ratomic_window_max_limit(uint32_t algorithm, uint64_t window_ns, 
  once per call and passes it to every member, so every member must read
  the same clock: all on the monotonic clock, or all made with the same
  `clock` callback and `clock_user_data` as the stack (SPEC §4.5). Only the
- options' clock fields are read.
+ options' clock fields are read. For a keyless `ratomic_direct` bucket as
+ a member, use `ratomic_stack_new_members`.
 
  On `RATOMIC_OK`, `*out` is a new stack; on any error it is untouched.
 
@@ -1900,6 +1928,41 @@ ratomic_result ratomic_stack_new(const char *const *names,
                                  size_t count,
                                  const ratomic_options *options,
                                  ratomic_stack **out);
+
+/*
+ Makes a stack of `count` members (1 to 16) that may mix keyed limiters
+ and keyless direct buckets: member `i` is `members[i]`, named
+ `members[i].name` (NUL-terminated UTF-8, distinct), and is
+ `members[i].limiter` or `members[i].direct`, exactly one of them
+ non-NULL. A direct member ignores its key in every stack call (pass
+ `{NULL, 0}`), and counts every call against its one bucket; a stack
+ `reset` or `refund` refills it for everyone. Otherwise as
+ `ratomic_stack_new`: one clock for the stack and every member, all or
+ nothing, only the options' clock fields read.
+
+ On `RATOMIC_OK`, `*out` is a new stack; on any error it is untouched.
+
+ Errors: `RATOMIC_NULL_ARGUMENT` (members, out, a member's name, or a
+ member with both `limiter` and `direct` NULL); `RATOMIC_INVALID_ARGUMENT`
+ (count 0 or above 16, a repeated or non-UTF-8 name, a member with both
+ `limiter` and `direct` set, a member on another clock than the stack's:
+ the message names it); `RATOMIC_OTHER_ERROR` (a Redis-backed member);
+ `RATOMIC_PANIC`.
+
+ Ownership: `members` (and the names) are only read during the call; the
+ stack shares each member's limiter or bucket, so the caller may free the
+ member handles at any time. The caller owns `*out` and releases it with
+ `ratomic_stack_free`. Thread-safety: safe from any thread.
+
+ # Safety
+ `members` must point to `count` readable `ratomic_stack_member`s, each
+ with a NUL-terminated name and live handles; `options`, if non-NULL, a
+ valid `ratomic_options`; `out` valid for writes.
+ */
+ratomic_result ratomic_stack_new_members(const ratomic_stack_member *members,
+                                         size_t count,
+                                         const ratomic_options *options,
+                                         ratomic_stack **out);
 
 /*
  Releases a stack (the members' limiters live on while other handles or

@@ -5,7 +5,8 @@
 //! Its own handle rather than a `ratomic_limiter` whose key arguments are
 //! ignored: its calls take no key (as in Rust and Python), so no call can
 //! pretend to limit per key, and passing it where a keyed limiter is meant
-//! (or the reverse) is a compile error.
+//! (or the reverse) is a compile error. A stack takes it as a member
+//! through `ratomic_stack_new_members`.
 
 use std::ffi::c_char;
 use std::sync::Arc;
@@ -25,7 +26,8 @@ use crate::rule::{ratomic_algorithm, ratomic_limit_info};
 /// quota). Opaque: made by `ratomic_direct_token_bucket_new` or
 /// `ratomic_direct_token_bucket_from_rate`, used through a
 /// `const ratomic_direct *` with the `ratomic_direct_*` calls (which take
-/// no key), released with `ratomic_direct_free`.
+/// no key), released with `ratomic_direct_free`. A stack takes it as a
+/// member through `ratomic_stack_new_members` (its key there is ignored).
 ///
 /// Thread-safety: every operation is safe to call from many threads at once
 /// (lock-free inside), except `ratomic_direct_free`, which must not race
@@ -145,7 +147,8 @@ pub unsafe extern "C" fn ratomic_direct_token_bucket_from_rate(
     })
 }
 
-/// Releases a direct bucket. NULL is accepted and does nothing.
+/// Releases a direct bucket (a stack that holds it as a member keeps it
+/// alive until the stack is freed). NULL is accepted and does nothing.
 ///
 /// # Safety
 /// `direct` must be NULL or a pointer from a `ratomic_direct_*` constructor

@@ -76,8 +76,8 @@ pub use result::{
 pub use rule::{ratomic_algorithm, ratomic_limit_get, ratomic_limit_info, ratomic_window_max_limit};
 pub use stack::{
     ratomic_key, ratomic_stack, ratomic_stack_acquire, ratomic_stack_allow, ratomic_stack_allow_at, ratomic_stack_free,
-    ratomic_stack_member_count, ratomic_stack_new, ratomic_stack_peek_at, ratomic_stack_refund_at,
-    ratomic_stack_reset_at,
+    ratomic_stack_member, ratomic_stack_member_count, ratomic_stack_new, ratomic_stack_new_members,
+    ratomic_stack_peek_at, ratomic_stack_refund_at, ratomic_stack_reset_at,
 };
 
 #[cfg(test)]

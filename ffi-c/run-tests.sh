@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the C ABI promises, checked: build, Rust unit tests, header
 # drift, C/C++ tests under AddressSanitizer + UBSan (and valgrind when it is
-# installed), and install + pkg-config with the README's example.
+# installed), and install + pkg-config with the README's examples.
 # Needs: Rust (cargo), gcc, g++, make, pkg-config. Installs nothing globally.
 set -euo pipefail
 
@@ -51,7 +51,7 @@ san=(-fsanitize=address,undefined -fno-sanitize-recover=all)
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-c_tests=(api kinds contract course threads quotas stack headers shared)
+c_tests=(api kinds contract course threads quotas stack headers shared direct)
 for t in "${c_tests[@]}"; do
     step "C test_$t (ASan + UBSan)"
     "$CC" "${cflags[@]}" "${san[@]}" "$here/tests/test_$t.c" "${libs[@]}" -o "$build/test_$t"
@@ -84,7 +84,7 @@ suites=$((suites + 1))
 if command -v valgrind >/dev/null; then
     step "valgrind, against the shared library"
     ln -sf "$lib/libratomic.so" "$build/libratomic.so.0.1"   # its SONAME
-    for t in api kinds contract course quotas stack headers shared; do
+    for t in api kinds contract course quotas stack headers shared direct; do
         "$CC" "${cflags[@]}" "$here/tests/test_$t.c" -L"$lib" -lratomic -lpthread -lm -o "$build/vg_$t"
         LD_LIBRARY_PATH="$build" valgrind -q --error-exitcode=1 --leak-check=full \
             --errors-for-leak-kinds=definite,indirect "$build/vg_$t"
@@ -94,7 +94,7 @@ else
     step "valgrind not installed: the ASan + UBSan runs above are the memory checks"
 fi
 
-step "make install into a temporary prefix; build the README example with pkg-config"
+step "make install into a temporary prefix; build the README examples with pkg-config"
 prefix="$build/prefix"
 make -s -C "$here" install PREFIX="$prefix" >/dev/null
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
@@ -113,6 +113,22 @@ cat "$build/example.out"
 expected=$'request 1: allowed, 4 left\nrequest 2: allowed, 3 left\nrequest 3: allowed, 2 left\nrequest 4: allowed, 1 left\nrequest 5: allowed, 0 left'
 [[ "$(head -5 "$build/example.out")" == "$expected" ]] || { echo "the example's first five lines differ from the README" >&2; exit 1; }
 grep -Eq '^request 6: denied, retry in (1[0-9][0-9]|200) ms$' "$build/example.out" || { echo "request 6 was not denied" >&2; exit 1; }
+# The direct bucket's example: the first ```c block after its marker, and
+# the ```text block after that, which must be its output exactly.
+readme_block() {
+    awk -v fence="$1" '/<!-- example:c-direct / {armed=1; next} armed && $0 == fence {on=1; next} on && /^```$/ {exit} on {print}' \
+        "$root/README.md"
+}
+readme_block '```c' > "$build/direct.c"
+readme_block '```text' > "$build/direct.expected"
+[[ -s "$build/direct.c" && -s "$build/direct.expected" ]] || { echo "no direct bucket C example found in README.md" >&2; exit 1; }
+(
+    cd "$build"
+    cc -std=c11 -Wall -Wextra -Wpedantic -Werror direct.c $(pkg-config --cflags --libs ratomic) \
+        -Wl,-rpath,$(pkg-config --variable=libdir ratomic) -o direct && ./direct > direct.out
+)
+cat "$build/direct.out"
+diff "$build/direct.expected" "$build/direct.out" || { echo "the direct bucket example's output differs from the README" >&2; exit 1; }
 make -s -C "$here" uninstall PREFIX="$prefix" >/dev/null
 [[ ! -e "$prefix/lib/libratomic.so" && ! -e "$prefix/include/ratomic.h" ]]
 suites=$((suites + 1))

@@ -236,6 +236,21 @@ typedef uint32_t ratomic_redis_policy;
 #endif // __cplusplus
 
 /*
+ One token bucket for all traffic: no key, no lookup, one 64-bit state
+ word. For a global limit (all traffic to a backend, one outbound API
+ quota). Opaque: made by `ratomic_direct_token_bucket_new` or
+ `ratomic_direct_token_bucket_from_rate`, used through a
+ `const ratomic_direct *` with the `ratomic_direct_*` calls (which take
+ no key), released with `ratomic_direct_free`. A stack takes it as a
+ member through `ratomic_stack_new_members` (its key there is ignored).
+
+ Thread-safety: every operation is safe to call from many threads at once
+ (lock-free inside), except `ratomic_direct_free`, which must not race
+ with any other use of the same bucket.
+ */
+typedef struct ratomic_direct ratomic_direct;
+
+/*
  A rate limiter of any kind: token bucket, fixed window, sliding window,
  or several named limits on one key. Opaque: made by a `ratomic_*_new` /
  `ratomic_*_from_rate` function, used through a `const ratomic_limiter *`,
@@ -261,64 +276,18 @@ typedef struct ratomic_quotas ratomic_quotas;
  Limiters on different keys (per IP, per user, global), all or nothing:
  a call passes only if every member allows its own key, and then every
  member is charged; otherwise none is. Opaque: made by
- `ratomic_stack_new`, released with `ratomic_stack_free`.
+ `ratomic_stack_new` (members that are all `ratomic_limiter`s) or
+ `ratomic_stack_new_members` (any mix of `ratomic_limiter`s and keyless
+ `ratomic_direct` buckets), released with `ratomic_stack_free`.
 
- The stack holds its members: freeing a member's `ratomic_limiter` while
- the stack lives is safe (the stack keeps it alive until
- `ratomic_stack_free`).
+ The stack holds its members: freeing a member's `ratomic_limiter` or
+ `ratomic_direct` while the stack lives is safe (the stack keeps it alive
+ until `ratomic_stack_free`).
 
  Thread-safety: every operation is safe from many threads at once, except
  `ratomic_stack_free`, which must not race with any other use.
  */
 typedef struct ratomic_stack ratomic_stack;
-
-/*
- The answer to one call. The caller owns it (usually on the stack); a
- function writes it only when it returns `RATOMIC_OK`.
-
- A denial is a decision with `allowed == false`, not an error.
- */
-typedef struct {
-  /*
-   The cost was granted and consumed.
-   */
-  bool allowed;
-  /*
-   Whole tokens (or calls) this key still has right after the call,
-   rounded down.
-   */
-  uint64_t remaining;
-  /*
-   The most this key can ever hold: capacity, burst or window limit.
-   */
-  uint64_t limit;
-  /*
-   Nanoseconds. 0 when allowed; when denied, strictly positive: the wait
-   after which the same call would pass if nothing else consumes.
-   */
-  uint64_t retry_after_ns;
-  /*
-   Nanoseconds until the key is full again if nothing consumes.
-   */
-  uint64_t reset_after_ns;
-} ratomic_decision;
-
-/*
- One limit's part in a detailed decision (`ratomic_allow_detailed`): a
- limit that denied the call has `decision.allowed == false`.
- */
-typedef struct {
-  /*
-   The limit's name, NUL-terminated. Borrowed from the limiter: valid
-   until the limiter is freed; do not free it.
-   */
-  const char *name;
-  /*
-   What this limit answered. On a denial, each entry is what that limit
-   alone would answer, and nothing was consumed.
-   */
-  ratomic_decision decision;
-} ratomic_limit_decision;
 
 /*
  A clock: returns the current time in **nanoseconds** on any monotonic
@@ -441,6 +410,93 @@ typedef struct {
 } ratomic_options;
 
 /*
+ The answer to one call. The caller owns it (usually on the stack); a
+ function writes it only when it returns `RATOMIC_OK`.
+
+ A denial is a decision with `allowed == false`, not an error.
+ */
+typedef struct {
+  /*
+   The cost was granted and consumed.
+   */
+  bool allowed;
+  /*
+   Whole tokens (or calls) this key still has right after the call,
+   rounded down.
+   */
+  uint64_t remaining;
+  /*
+   The most this key can ever hold: capacity, burst or window limit.
+   */
+  uint64_t limit;
+  /*
+   Nanoseconds. 0 when allowed; when denied, strictly positive: the wait
+   after which the same call would pass if nothing else consumes.
+   */
+  uint64_t retry_after_ns;
+  /*
+   Nanoseconds until the key is full again if nothing consumes.
+   */
+  uint64_t reset_after_ns;
+} ratomic_decision;
+
+/*
+ One limit of a limiter, read back (`ratomic_limit_get`): what it
+ enforces, as the engine holds it.
+ */
+typedef struct {
+  /*
+   The limit's name, NUL-terminated: as given to
+   `ratomic_multi_limiter_new`, or `"token_bucket"`, `"fixed_window"` or
+   `"sliding_window"` for a single-rule limiter. Borrowed from the
+   limiter: valid until it is freed; do not free it. (For a direct
+   bucket, `ratomic_direct_limit_get`: `"token_bucket"`, static.)
+   */
+  const char *name;
+  /*
+   A `ratomic_algorithm` value.
+   */
+  uint32_t algorithm;
+  /*
+   The most a key can hold, and the largest cost a call may ask: a
+   token bucket's capacity, a window's limit.
+   */
+  uint64_t limit;
+  /*
+   A window's length in nanoseconds; for a token bucket, the time an
+   empty bucket takes to become full again (`limit` × `interval_ns`).
+   */
+  uint64_t period_ns;
+  /*
+   A token bucket's emission interval `T`: the nanoseconds one token
+   takes to refill (rounded down, at least 1). 0 for a window.
+   */
+  uint64_t interval_ns;
+  /*
+   A token bucket's refill rate in tokens per second, as given (or
+   count / period of its rate string). 0 for a window.
+   */
+  double refill_per_sec;
+} ratomic_limit_info;
+
+/*
+ One limit's part in a detailed decision (`ratomic_allow_detailed`): a
+ limit that denied the call has `decision.allowed == false`.
+ */
+typedef struct {
+  /*
+   The limit's name, NUL-terminated. Borrowed from the limiter: valid
+   until the limiter is freed; do not free it.
+   */
+  const char *name;
+  /*
+   What this limit answered. On a denial, each entry is what that limit
+   alone would answer, and nothing was consumed.
+   */
+  ratomic_decision decision;
+} ratomic_limit_decision;
+
+/*
  One named limit for `ratomic_multi_limiter_new`.
  */
 typedef struct {
@@ -534,42 +590,27 @@ typedef struct {
 } ratomic_redis_options;
 
 /*
- One limit of a limiter, read back (`ratomic_limit_get`): what it
- enforces, as the engine holds it.
+ One member of a stack, for `ratomic_stack_new_members`: a name and
+ exactly one of `limiter` (a keyed limiter of any kind) or `direct` (a
+ keyless bucket, whose key in every stack call is ignored); the other is
+ NULL. With designated initializers:
+ `{.name = "ip", .limiter = per_ip}`, `{.name = "global", .direct = all}`.
  */
 typedef struct {
   /*
-   The limit's name, NUL-terminated: as given to
-   `ratomic_multi_limiter_new`, or `"token_bucket"`, `"fixed_window"` or
-   `"sliding_window"` for a single-rule limiter. Borrowed from the
-   limiter: valid until it is freed; do not free it.
+   The member's name, NUL-terminated UTF-8, distinct within the stack:
+   the `name` of its entries. Copied by the constructor.
    */
   const char *name;
   /*
-   A `ratomic_algorithm` value.
+   A keyed limiter, or NULL when `direct` is set.
    */
-  uint32_t algorithm;
+  const ratomic_limiter *limiter;
   /*
-   The most a key can hold, and the largest cost a call may ask: a
-   token bucket's capacity, a window's limit.
+   A keyless bucket, or NULL when `limiter` is set.
    */
-  uint64_t limit;
-  /*
-   A window's length in nanoseconds; for a token bucket, the time an
-   empty bucket takes to become full again (`limit` × `interval_ns`).
-   */
-  uint64_t period_ns;
-  /*
-   A token bucket's emission interval `T`: the nanoseconds one token
-   takes to refill (rounded down, at least 1). 0 for a window.
-   */
-  uint64_t interval_ns;
-  /*
-   A token bucket's refill rate in tokens per second, as given (or
-   count / period of its rate string). 0 for a window.
-   */
-  double refill_per_sec;
-} ratomic_limit_info;
+  const ratomic_direct *direct;
+} ratomic_stack_member;
 
 /*
  One key of a stack call: member `i` is asked about `keys[i]`.
@@ -588,6 +629,239 @@ typedef struct {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/*
+ Makes one token bucket for all traffic (no key): it holds up to
+ `capacity` tokens (≥ 1), refilled continuously at `refill_per_sec`
+ tokens per **second** (finite, > 0), and starts full. The same GCRA as
+ `ratomic_token_bucket_new`, exact to the nanosecond: one token refills
+ every `T` = 10^9 / `refill_per_sec` ns (rounded down, at least 1), and
+ `capacity` × `T` must fit in 63 bits of nanoseconds.
+
+ `options` may be NULL (the library's monotonic clock). Only its clock
+ fields are used (`clock`, `clock_user_data`, `clock_sleep`); the key
+ store's fields do not apply to a bucket without keys and are ignored,
+ except that an unknown `eviction` is still refused as by every
+ constructor; a `shared_file` is refused: this bucket lives in this
+ process. On `RATOMIC_OK`, `*out` is a new bucket; on any error `*out` is
+ untouched.
+
+ Errors: `RATOMIC_NULL_ARGUMENT` (out); `RATOMIC_INVALID_ARGUMENT`
+ (capacity 0; `refill_per_sec` NaN, infinite, ≤ 0, or so small that one
+ token would take more than 2^63 ns; `capacity` × `T` above 2^63 − 1 ns;
+ an unknown `eviction`; a `shared_file`); `RATOMIC_PANIC`.
+
+ Ownership: the caller owns `*out` and must release it with
+ `ratomic_direct_free`. Thread-safety: safe from any thread.
+
+ # Safety
+ `options`, if non-NULL, must point to a valid `ratomic_options`; `out`
+ must be valid for writes.
+ */
+ratomic_result ratomic_direct_token_bucket_new(uint64_t capacity,
+                                               double refill_per_sec,
+                                               const ratomic_options *options,
+                                               ratomic_direct **out);
+
+/*
+ Makes one token bucket for all traffic from a rate string: `"1000/s"` is
+ a burst of 1000 refilled over one second. `rate` is NUL-terminated
+ UTF-8, in the syntax of `ratomic_token_bucket_from_rate`. `options` as
+ in `ratomic_direct_token_bucket_new`. On `RATOMIC_OK`, `*out` is a new
+ bucket; on any error `*out` is untouched.
+
+ Errors: `RATOMIC_NULL_ARGUMENT` (rate, out); `RATOMIC_INVALID_RATE` (a
+ malformed or non-UTF-8 rate, as for `ratomic_token_bucket_from_rate`:
+ the message quotes the input); `RATOMIC_INVALID_ARGUMENT` (an unknown
+ `eviction`; a `shared_file`); `RATOMIC_PANIC`.
+
+ Ownership: `rate` is only read during the call; the caller owns `*out`
+ and must release it with `ratomic_direct_free`. Thread-safety: safe from
+ any thread.
+
+ # Safety
+ `rate` must be a NUL-terminated string; `options`, if non-NULL, a valid
+ `ratomic_options`; `out` valid for writes.
+ */
+ratomic_result ratomic_direct_token_bucket_from_rate(const char *rate,
+                                                     const ratomic_options *options,
+                                                     ratomic_direct **out);
+
+/*
+ Releases a direct bucket (a stack that holds it as a member keeps it
+ alive until the stack is freed). NULL is accepted and does nothing.
+
+ # Safety
+ `direct` must be NULL or a pointer from a `ratomic_direct_*` constructor
+ not yet freed, and no other call may use it at the same time.
+ */
+void ratomic_direct_free(ratomic_direct *direct);
+
+/*
+ Takes `cost` tokens from the bucket if it has that many, and writes the
+ decision to `*decision`: SPEC §4.1's token bucket, with no key. A denial
+ is `RATOMIC_OK` with `decision->allowed == false` and a positive
+ `retry_after_ns`; it consumes nothing. Cost 0 answers like a peek.
+
+ Errors (no state changed, `*decision` untouched): `RATOMIC_NULL_ARGUMENT`
+ (direct, decision); `RATOMIC_COST_EXCEEDS_LIMIT` (a cost above the
+ capacity could never pass); `RATOMIC_INVALID_ARGUMENT` (the clock read
+ past `RATOMIC_MAX_TIME`); `RATOMIC_PANIC`.
+
+ Ownership: borrows `direct` for the call; the caller owns `*decision`.
+ Thread-safety: safe to call from many threads at once; no call ever
+ grants more than the bucket holds plus what has refilled.
+
+ # Safety
+ `direct` must be a live bucket; `decision` must be valid for writes.
+ */
+ratomic_result ratomic_direct_allow(const ratomic_direct *direct,
+                                    uint64_t cost,
+                                    ratomic_decision *decision);
+
+/*
+ `ratomic_direct_allow` at time `now_ns` (**nanoseconds** on the same
+ timeline as the bucket's clock: the callback's, or the one
+ `ratomic_direct_now` reads; at most `RATOMIC_MAX_TIME`). Time that steps
+ back never grants more: pass non-decreasing times.
+
+ Errors as `ratomic_direct_allow`; `RATOMIC_INVALID_ARGUMENT` when
+ `now_ns` is above `RATOMIC_MAX_TIME`.
+
+ # Safety
+ As `ratomic_direct_allow`.
+ */
+ratomic_result ratomic_direct_allow_at(const ratomic_direct *direct,
+                                       uint64_t cost,
+                                       uint64_t now_ns,
+                                       ratomic_decision *decision);
+
+/*
+ What `ratomic_direct_allow` with this `cost` would answer, changing
+ nothing: `remaining` is what would be left after that cost; cost 0
+ reports the bucket as it is.
+
+ Errors, ownership and thread-safety as `ratomic_direct_allow`.
+
+ # Safety
+ As `ratomic_direct_allow`.
+ */
+ratomic_result ratomic_direct_peek(const ratomic_direct *direct,
+                                   uint64_t cost,
+                                   ratomic_decision *decision);
+
+/*
+ `ratomic_direct_peek` at time `now_ns` (nanoseconds; see
+ `ratomic_direct_allow_at`). Errors as `ratomic_direct_allow_at`.
+
+ # Safety
+ As `ratomic_direct_allow`.
+ */
+ratomic_result ratomic_direct_peek_at(const ratomic_direct *direct,
+                                      uint64_t cost,
+                                      uint64_t now_ns,
+                                      ratomic_decision *decision);
+
+/*
+ Gives `tokens` back to the bucket (work admitted but not done). It never
+ fills above its capacity: refunding a full bucket does nothing.
+
+ Errors (nothing changed): `RATOMIC_NULL_ARGUMENT` (direct);
+ `RATOMIC_INVALID_ARGUMENT` (the clock read past `RATOMIC_MAX_TIME`);
+ `RATOMIC_PANIC`.
+
+ Ownership: borrows `direct` for the call. Thread-safety: safe from many
+ threads at once.
+
+ # Safety
+ `direct` must be a live bucket.
+ */
+ratomic_result ratomic_direct_refund(const ratomic_direct *direct, uint64_t tokens);
+
+/*
+ `ratomic_direct_refund` at time `now_ns` (nanoseconds; see
+ `ratomic_direct_allow_at`).
+
+ Errors as `ratomic_direct_refund`; `RATOMIC_INVALID_ARGUMENT` when
+ `now_ns` is above `RATOMIC_MAX_TIME`.
+
+ # Safety
+ As `ratomic_direct_refund`.
+ */
+ratomic_result ratomic_direct_refund_at(const ratomic_direct *direct,
+                                        uint64_t tokens,
+                                        uint64_t now_ns);
+
+/*
+ Makes the bucket full again, for everyone. It reads no clock (a full
+ bucket is full at any time), so there is no `_at` form.
+
+ Errors (nothing changed): `RATOMIC_NULL_ARGUMENT` (direct);
+ `RATOMIC_PANIC`.
+
+ Ownership: borrows `direct` for the call. Thread-safety: safe from many
+ threads at once.
+
+ # Safety
+ `direct` must be a live bucket.
+ */
+ratomic_result ratomic_direct_reset(const ratomic_direct *direct);
+
+/*
+ Takes `cost` tokens, waiting out denials, as `ratomic_acquire` does for
+ a key: tries as `ratomic_direct_allow` does and, while it is denied,
+ waits the denial's `retry_after_ns` (through the options' `clock_sleep`,
+ or by sleeping the thread) and tries again. Writes the allowing decision
+ or, once the next wait would take the total waited past `timeout_ns`,
+ that denial without waiting for it (a timeout is a decision, not an
+ error). `timeout_ns` 0 never waits; `RATOMIC_NO_TIMEOUT` waits as long
+ as it takes. Blocks the calling thread; no `_at` form (see
+ `ratomic_acquire`).
+
+ Errors (`*decision` untouched; nothing was taken): as
+ `ratomic_direct_allow`, reported at once for a bad call (a cost above
+ the capacity never waits), or after a wait if the clock then reads past
+ `RATOMIC_MAX_TIME`.
+
+ Ownership: borrows `direct` for the call; the caller owns `*decision`.
+ Thread-safety: safe from many threads at once.
+
+ # Safety
+ As `ratomic_direct_allow`.
+ */
+ratomic_result ratomic_direct_acquire(const ratomic_direct *direct,
+                                      uint64_t cost,
+                                      uint64_t timeout_ns,
+                                      ratomic_decision *decision);
+
+/*
+ Writes the bucket's clock reading, in **nanoseconds**, to `*out_ns`: the
+ callback's value if one was given, else the library's monotonic clock.
+ Use it to drive the `_at` functions from one reading.
+
+ Errors (`*out_ns` untouched): `RATOMIC_NULL_ARGUMENT` (direct, out_ns);
+ `RATOMIC_INVALID_ARGUMENT` (the clock read past `RATOMIC_MAX_TIME`);
+ `RATOMIC_PANIC`.
+
+ # Safety
+ `direct` must be a live bucket; `out_ns` valid for writes.
+ */
+ratomic_result ratomic_direct_now(const ratomic_direct *direct, uint64_t *out_ns);
+
+/*
+ Writes what the bucket enforces to `*out`, as `ratomic_limit_get` does
+ for a limiter's limit: `name` `"token_bucket"` (static), `algorithm`
+ `RATOMIC_ALGORITHM_TOKEN_BUCKET`, `limit` the capacity, `interval_ns`
+ the emission interval `T`, `period_ns` = `limit` × `interval_ns`, and
+ `refill_per_sec` as given.
+
+ Errors (`*out` untouched): `RATOMIC_NULL_ARGUMENT` (direct, out);
+ `RATOMIC_PANIC`.
+
+ # Safety
+ `direct` must be a live bucket; `out` valid for writes.
+ */
+ratomic_result ratomic_direct_limit_get(const ratomic_direct *direct, ratomic_limit_info *out);
 
 /*
  Writes the HTTP header fields for `*decision` (a decision this limiter
@@ -644,6 +918,48 @@ ratomic_result ratomic_problem_json(const ratomic_limiter *limiter,
                                     char *buf,
                                     size_t buf_len,
                                     size_t *len);
+
+/*
+ Writes the HTTP header fields for `*decision` (a decision this direct
+ bucket gave) into `buf`, exactly as `ratomic_headers` does for a token
+ bucket limiter: `RateLimit-Policy` and `RateLimit` naming the limit
+ `name` (NULL: `"default"`), `Retry-After` on a denial and, if `legacy`,
+ the `X-RateLimit-*` fields; `*len` gets the length without the NUL.
+ With `buf` NULL and `buf_len` 0, only `*len` is written.
+
+ Errors (`buf` and `*len` untouched): `RATOMIC_NULL_ARGUMENT` (direct,
+ decision, len; buf with a non-zero `buf_len`);
+ `RATOMIC_INVALID_ARGUMENT` (a name that is empty or not printable
+ ASCII); `RATOMIC_BUFFER_TOO_SMALL` (the message gives the size needed);
+ `RATOMIC_PANIC`.
+
+ # Safety
+ `direct` must be live; `name` NULL or NUL-terminated; `decision`
+ readable; `buf` NULL or `buf_len` writable bytes; `len` valid for writes.
+ */
+ratomic_result ratomic_direct_headers(const ratomic_direct *direct,
+                                      const char *name,
+                                      const ratomic_decision *decision,
+                                      bool legacy,
+                                      char *buf,
+                                      size_t buf_len,
+                                      size_t *len);
+
+/*
+ Writes the RFC 9457 problem document (JSON) for a 429 answering
+ `*decision` (a decision this direct bucket gave) into `buf`, as
+ `ratomic_problem_json` does; for an allowed decision, the empty string
+ (`*len` 0). Arguments, sizing and errors as `ratomic_direct_headers`.
+
+ # Safety
+ As `ratomic_direct_headers`.
+ */
+ratomic_result ratomic_direct_problem_json(const ratomic_direct *direct,
+                                           const char *name,
+                                           const ratomic_decision *decision,
+                                           char *buf,
+                                           size_t buf_len,
+                                           size_t *len);
 
 /*
  Makes a token bucket per key: each key holds up to `capacity` tokens
@@ -1587,7 +1903,8 @@ ratomic_result ratomic_window_max_limit(uint32_t algorithm, uint64_t window_ns, 
  once per call and passes it to every member, so every member must read
  the same clock: all on the monotonic clock, or all made with the same
  `clock` callback and `clock_user_data` as the stack (SPEC §4.5). Only the
- options' clock fields are read.
+ options' clock fields are read. For a keyless `ratomic_direct` bucket as
+ a member, use `ratomic_stack_new_members`.
 
  On `RATOMIC_OK`, `*out` is a new stack; on any error it is untouched.
 
@@ -1611,6 +1928,41 @@ ratomic_result ratomic_stack_new(const char *const *names,
                                  size_t count,
                                  const ratomic_options *options,
                                  ratomic_stack **out);
+
+/*
+ Makes a stack of `count` members (1 to 16) that may mix keyed limiters
+ and keyless direct buckets: member `i` is `members[i]`, named
+ `members[i].name` (NUL-terminated UTF-8, distinct), and is
+ `members[i].limiter` or `members[i].direct`, exactly one of them
+ non-NULL. A direct member ignores its key in every stack call (pass
+ `{NULL, 0}`), and counts every call against its one bucket; a stack
+ `reset` or `refund` refills it for everyone. Otherwise as
+ `ratomic_stack_new`: one clock for the stack and every member, all or
+ nothing, only the options' clock fields read.
+
+ On `RATOMIC_OK`, `*out` is a new stack; on any error it is untouched.
+
+ Errors: `RATOMIC_NULL_ARGUMENT` (members, out, a member's name, or a
+ member with both `limiter` and `direct` NULL); `RATOMIC_INVALID_ARGUMENT`
+ (count 0 or above 16, a repeated or non-UTF-8 name, a member with both
+ `limiter` and `direct` set, a member on another clock than the stack's:
+ the message names it); `RATOMIC_OTHER_ERROR` (a Redis-backed member);
+ `RATOMIC_PANIC`.
+
+ Ownership: `members` (and the names) are only read during the call; the
+ stack shares each member's limiter or bucket, so the caller may free the
+ member handles at any time. The caller owns `*out` and releases it with
+ `ratomic_stack_free`. Thread-safety: safe from any thread.
+
+ # Safety
+ `members` must point to `count` readable `ratomic_stack_member`s, each
+ with a NUL-terminated name and live handles; `options`, if non-NULL, a
+ valid `ratomic_options`; `out` valid for writes.
+ */
+ratomic_result ratomic_stack_new_members(const ratomic_stack_member *members,
+                                         size_t count,
+                                         const ratomic_options *options,
+                                         ratomic_stack **out);
 
 /*
  Releases a stack (the members' limiters live on while other handles or

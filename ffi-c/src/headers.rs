@@ -6,10 +6,11 @@ use std::ffi::{c_char, CStr};
 use std::time::Duration;
 
 use ratomic_core::headers::{Headers, Policy};
-use ratomic_core::Decision;
+use ratomic_core::{Algorithm, Decision};
 
 use crate::boundary::{arg_ref, str_arg, write_out, Failure};
 use crate::decision::{ratomic_decision, ratomic_limit_decision};
+use crate::direct::ratomic_direct;
 use crate::limiter::{ratomic_limiter, Engine};
 use crate::result::ratomic_result;
 
@@ -53,16 +54,8 @@ unsafe fn write_headers(
             _ => l.rules(),
         };
         let text = if let [rule] = rules {
-            // One rule: the limit's name is the caller's (NULL: "default").
-            let name = if name.is_null() {
-                "default"
-            } else {
-                // SAFETY: non-NULL: a NUL-terminated string, as the caller guarantees.
-                unsafe { str_arg(name, "name", ratomic_result::RATOMIC_INVALID_ARGUMENT) }?
-            };
-            let p = Policy::of(name, rule)?;
-            let h = Headers::single(&p, d);
-            f(&h)
+            // SAFETY: forwarded from the caller.
+            unsafe { single(name, rule, d, f) }?
         } else {
             // Several: the limits the call was subject to, from its entries.
             let names: Vec<&str> = l.names.iter().map(|n| n.to_str().unwrap_or("")).collect();
@@ -89,24 +82,81 @@ unsafe fn write_headers(
             let h = Headers::from_parts(&policies, parts, d)?;
             f(&h)
         };
-        // The text and its NUL must fit; with buf NULL and buf_len 0 the
-        // call only reports the length.
-        if !(buf.is_null() && buf_len == 0) {
-            if buf.is_null() {
-                return Err(Failure::Null("buf"));
-            }
-            if buf_len < text.len() + 1 {
-                return Err(Failure::BufferTooSmall { need: text.len() + 1, have: buf_len });
-            }
-            // SAFETY: `buf` has room for `buf_len` >= text.len() + 1 bytes.
-            unsafe {
-                std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), text.len());
-                *buf.add(text.len()) = 0;
-            }
+        // SAFETY: forwarded from the caller; `len` was checked above.
+        unsafe { copy_out(&text, buf, buf_len, len) }
+    })
+}
+
+/// The text `f` makes of the headers of a one-limit decision `d` under
+/// `algorithm`, the limit named `name` (NULL: `"default"`).
+///
+/// # Safety
+/// `name` must be NULL or a NUL-terminated string.
+unsafe fn single<A: Algorithm>(
+    name: *const c_char,
+    algorithm: &A,
+    d: Decision,
+    f: impl FnOnce(&Headers<'_>) -> String,
+) -> Result<String, Failure> {
+    let name = if name.is_null() {
+        "default"
+    } else {
+        // SAFETY: non-NULL: a NUL-terminated string, as the caller guarantees.
+        unsafe { str_arg(name, "name", ratomic_result::RATOMIC_INVALID_ARGUMENT) }?
+    };
+    let p = Policy::of(name, algorithm)?;
+    let h = Headers::single(&p, d);
+    Ok(f(&h))
+}
+
+/// Copies `text` into `buf` as a NUL-terminated string and writes its
+/// length (without the NUL) to `*len`. The text and its NUL must fit; with
+/// `buf` NULL and `buf_len` 0 only the length is written.
+///
+/// # Safety
+/// `buf` NULL or `buf_len` writable bytes; `len` checked by `out_ptr`.
+unsafe fn copy_out(text: &str, buf: *mut c_char, buf_len: usize, len: *mut usize) -> Result<(), Failure> {
+    if !(buf.is_null() && buf_len == 0) {
+        if buf.is_null() {
+            return Err(Failure::Null("buf"));
         }
-        // SAFETY: checked non-NULL above.
-        unsafe { write_out(len, text.len()) };
-        Ok(())
+        if buf_len < text.len() + 1 {
+            return Err(Failure::BufferTooSmall { need: text.len() + 1, have: buf_len });
+        }
+        // SAFETY: `buf` has room for `buf_len` >= text.len() + 1 bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), text.len());
+            *buf.add(text.len()) = 0;
+        }
+    }
+    // SAFETY: checked non-NULL by the caller.
+    unsafe { write_out(len, text.len()) };
+    Ok(())
+}
+
+/// [`write_headers`] for a direct bucket: its one limit, named `name`.
+///
+/// # Safety
+/// As the public functions that call it.
+unsafe fn write_direct_headers(
+    direct: *const ratomic_direct,
+    name: *const c_char,
+    decision: *const ratomic_decision,
+    buf: *mut c_char,
+    buf_len: usize,
+    len: *mut usize,
+    f: impl FnOnce(&Headers<'_>) -> String,
+) -> ratomic_result {
+    ffi_boundary!({
+        // SAFETY: the caller passes a live bucket or NULL.
+        let b = unsafe { arg_ref(direct, "direct") }?;
+        // SAFETY: as above.
+        let d = core(unsafe { arg_ref(decision, "decision") }?);
+        let len = crate::boundary::out_ptr(len, "len")?;
+        // SAFETY: forwarded from the caller.
+        let text = unsafe { single(name, b.bucket.algorithm(), d, f) }?;
+        // SAFETY: forwarded from the caller; `len` was checked above.
+        unsafe { copy_out(&text, buf, buf_len, len) }
     })
 }
 
@@ -178,4 +228,54 @@ pub unsafe extern "C" fn ratomic_problem_json(
             h.problem_json().unwrap_or_default()
         })
     }
+}
+
+/// Writes the HTTP header fields for `*decision` (a decision this direct
+/// bucket gave) into `buf`, exactly as `ratomic_headers` does for a token
+/// bucket limiter: `RateLimit-Policy` and `RateLimit` naming the limit
+/// `name` (NULL: `"default"`), `Retry-After` on a denial and, if `legacy`,
+/// the `X-RateLimit-*` fields; `*len` gets the length without the NUL.
+/// With `buf` NULL and `buf_len` 0, only `*len` is written.
+///
+/// Errors (`buf` and `*len` untouched): `RATOMIC_NULL_ARGUMENT` (direct,
+/// decision, len; buf with a non-zero `buf_len`);
+/// `RATOMIC_INVALID_ARGUMENT` (a name that is empty or not printable
+/// ASCII); `RATOMIC_BUFFER_TOO_SMALL` (the message gives the size needed);
+/// `RATOMIC_PANIC`.
+///
+/// # Safety
+/// `direct` must be live; `name` NULL or NUL-terminated; `decision`
+/// readable; `buf` NULL or `buf_len` writable bytes; `len` valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn ratomic_direct_headers(
+    direct: *const ratomic_direct,
+    name: *const c_char,
+    decision: *const ratomic_decision,
+    legacy: bool,
+    buf: *mut c_char,
+    buf_len: usize,
+    len: *mut usize,
+) -> ratomic_result {
+    // SAFETY: forwarded from the caller.
+    unsafe { write_direct_headers(direct, name, decision, buf, buf_len, len, |h| h.lines(legacy)) }
+}
+
+/// Writes the RFC 9457 problem document (JSON) for a 429 answering
+/// `*decision` (a decision this direct bucket gave) into `buf`, as
+/// `ratomic_problem_json` does; for an allowed decision, the empty string
+/// (`*len` 0). Arguments, sizing and errors as `ratomic_direct_headers`.
+///
+/// # Safety
+/// As `ratomic_direct_headers`.
+#[no_mangle]
+pub unsafe extern "C" fn ratomic_direct_problem_json(
+    direct: *const ratomic_direct,
+    name: *const c_char,
+    decision: *const ratomic_decision,
+    buf: *mut c_char,
+    buf_len: usize,
+    len: *mut usize,
+) -> ratomic_result {
+    // SAFETY: forwarded from the caller.
+    unsafe { write_direct_headers(direct, name, decision, buf, buf_len, len, |h| h.problem_json().unwrap_or_default()) }
 }

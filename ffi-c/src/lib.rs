@@ -5,12 +5,14 @@
 //!
 //! Conventions, after rustls-ffi (see `SPEC.md` §7):
 //!
-//! - One opaque handle, [`ratomic_limiter`], for every limiter kind (token
-//!   bucket, fixed window, sliding window, several named limits), so the same
-//!   operations ([`ratomic_allow`], [`ratomic_peek`], …) work on each. It
-//!   holds core's own types (`Keyed<Rule>` or `Limiter`): this crate moves
-//!   bytes, maps types and errors, and reads the caller's clock; every
-//!   decision and check is core's.
+//! - One opaque handle, [`ratomic_limiter`], for every keyed limiter kind
+//!   (token bucket, fixed window, sliding window, several named limits), so
+//!   the same operations ([`ratomic_allow`], [`ratomic_peek`], …) work on
+//!   each. It holds core's own types (`Keyed<Rule>` or `Limiter`): this
+//!   crate moves bytes, maps types and errors, and reads the caller's clock;
+//!   every decision and check is core's. What takes other arguments has its
+//!   own handle: [`ratomic_direct`] (one bucket, no key), `ratomic_quotas`
+//!   (a quota with each call), `ratomic_stack` (a key per member).
 //! - Every function returns a [`ratomic_result`]; its numbers are fixed and
 //!   never reused. Out-parameters are written only when it is `RATOMIC_OK`.
 //! - Every pointer is checked for NULL; every body runs inside one panic
@@ -23,6 +25,7 @@
 #[macro_use]
 mod boundary;
 mod decision;
+mod direct;
 mod headers;
 #[macro_use]
 mod limiter;
@@ -36,7 +39,13 @@ mod rule;
 mod stack;
 
 pub use decision::{ratomic_decision, ratomic_limit_decision};
-pub use headers::{ratomic_headers, ratomic_problem_json};
+pub use direct::{
+    ratomic_direct, ratomic_direct_acquire, ratomic_direct_allow, ratomic_direct_allow_at, ratomic_direct_free,
+    ratomic_direct_limit_get, ratomic_direct_now, ratomic_direct_peek, ratomic_direct_peek_at, ratomic_direct_refund,
+    ratomic_direct_refund_at, ratomic_direct_reset, ratomic_direct_token_bucket_from_rate,
+    ratomic_direct_token_bucket_new,
+};
+pub use headers::{ratomic_direct_headers, ratomic_direct_problem_json, ratomic_headers, ratomic_problem_json};
 pub use limiter::{
     ratomic_fixed_window_from_rate, ratomic_fixed_window_new, ratomic_limiter, ratomic_limiter_free,
     ratomic_sliding_window_from_rate, ratomic_sliding_window_new, ratomic_token_bucket_from_rate,
@@ -67,8 +76,8 @@ pub use result::{
 pub use rule::{ratomic_algorithm, ratomic_limit_get, ratomic_limit_info, ratomic_window_max_limit};
 pub use stack::{
     ratomic_key, ratomic_stack, ratomic_stack_acquire, ratomic_stack_allow, ratomic_stack_allow_at, ratomic_stack_free,
-    ratomic_stack_member_count, ratomic_stack_new, ratomic_stack_peek_at, ratomic_stack_refund_at,
-    ratomic_stack_reset_at,
+    ratomic_stack_member, ratomic_stack_member_count, ratomic_stack_new, ratomic_stack_new_members,
+    ratomic_stack_peek_at, ratomic_stack_refund_at, ratomic_stack_reset_at,
 };
 
 #[cfg(test)]

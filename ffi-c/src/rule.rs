@@ -76,7 +76,8 @@ pub struct ratomic_limit_info {
     /// The limit's name, NUL-terminated: as given to
     /// `ratomic_multi_limiter_new`, or `"token_bucket"`, `"fixed_window"` or
     /// `"sliding_window"` for a single-rule limiter. Borrowed from the
-    /// limiter: valid until it is freed; do not free it.
+    /// limiter: valid until it is freed; do not free it. (For a direct
+    /// bucket, `ratomic_direct_limit_get`: `"token_bucket"`, static.)
     pub name: *const c_char,
     /// A `ratomic_algorithm` value.
     pub algorithm: u32,

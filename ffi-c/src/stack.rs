@@ -10,6 +10,7 @@ use ratomic_core::{MultiDecision, Stack, StackMember};
 
 use crate::boundary::{arg_ref, out_ptr, str_arg, write_out, Failure};
 use crate::decision::{ratomic_decision, ratomic_limit_decision};
+use crate::direct::ratomic_direct;
 use crate::limiter::{ratomic_limiter, Engine};
 use crate::ops::RATOMIC_NO_TIMEOUT;
 use crate::options::{ratomic_options, FfiClock, Resolved};
@@ -18,11 +19,13 @@ use crate::result::ratomic_result;
 /// Limiters on different keys (per IP, per user, global), all or nothing:
 /// a call passes only if every member allows its own key, and then every
 /// member is charged; otherwise none is. Opaque: made by
-/// `ratomic_stack_new`, released with `ratomic_stack_free`.
+/// `ratomic_stack_new` (members that are all `ratomic_limiter`s) or
+/// `ratomic_stack_new_members` (any mix of `ratomic_limiter`s and keyless
+/// `ratomic_direct` buckets), released with `ratomic_stack_free`.
 ///
-/// The stack holds its members: freeing a member's `ratomic_limiter` while
-/// the stack lives is safe (the stack keeps it alive until
-/// `ratomic_stack_free`).
+/// The stack holds its members: freeing a member's `ratomic_limiter` or
+/// `ratomic_direct` while the stack lives is safe (the stack keeps it alive
+/// until `ratomic_stack_free`).
 ///
 /// Thread-safety: every operation is safe from many threads at once, except
 /// `ratomic_stack_free`, which must not race with any other use.
@@ -48,6 +51,23 @@ pub struct ratomic_key {
     pub key_len: usize,
 }
 
+/// One member of a stack, for `ratomic_stack_new_members`: a name and
+/// exactly one of `limiter` (a keyed limiter of any kind) or `direct` (a
+/// keyless bucket, whose key in every stack call is ignored); the other is
+/// NULL. With designated initializers:
+/// `{.name = "ip", .limiter = per_ip}`, `{.name = "global", .direct = all}`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ratomic_stack_member {
+    /// The member's name, NUL-terminated UTF-8, distinct within the stack:
+    /// the `name` of its entries. Copied by the constructor.
+    pub name: *const c_char,
+    /// A keyed limiter, or NULL when `direct` is set.
+    pub limiter: *const ratomic_limiter,
+    /// A keyless bucket, or NULL when `limiter` is set.
+    pub direct: *const ratomic_direct,
+}
+
 /// A member limiter as core's stack member (sharing the handle's limiter).
 fn member(l: &ratomic_limiter) -> Result<Arc<dyn StackMember>, Failure> {
     match &l.engine {
@@ -57,13 +77,39 @@ fn member(l: &ratomic_limiter) -> Result<Arc<dyn StackMember>, Failure> {
     }
 }
 
+/// A stack of `members` on the clock of `options`, handed to C through `out`.
+///
+/// # Safety
+/// `out` must have passed [`out_ptr`]; `options` as [`Resolved::from_ptr`].
+unsafe fn make(
+    members: impl IntoIterator<Item = Result<(String, Arc<dyn StackMember>), Failure>>,
+    options: *const ratomic_options,
+    out: *mut *mut ratomic_stack,
+) -> Result<(), Failure> {
+    // SAFETY: forwarded from the caller.
+    let o = unsafe { Resolved::from_ptr(options) }?;
+    let mut builder = Stack::builder().clock(o.clock);
+    let mut c_names = Vec::new();
+    for m in members {
+        let (name, m) = m?;
+        c_names.push(CString::new(name.as_str()).map_err(|_| Failure::Null("names[i]"))?);
+        builder = builder.member_dyn(name, m);
+    }
+    let stack = builder.build()?;
+    let handle = Box::into_raw(Box::new(ratomic_stack { stack, names: c_names.into_boxed_slice() }));
+    // SAFETY: `out` is non-NULL and writable, as the caller guarantees.
+    unsafe { write_out(out, handle) };
+    Ok(())
+}
+
 /// Makes a stack of `count` members (1 to 16): member `i` is `members[i]`,
 /// named `names[i]` (NUL-terminated UTF-8, distinct). The stack reads the
 /// clock of `options` (NULL or no callback: the library's monotonic clock)
 /// once per call and passes it to every member, so every member must read
 /// the same clock: all on the monotonic clock, or all made with the same
 /// `clock` callback and `clock_user_data` as the stack (SPEC §4.5). Only the
-/// options' clock fields are read.
+/// options' clock fields are read. For a keyless `ratomic_direct` bucket as
+/// a member, use `ratomic_stack_new_members`.
 ///
 /// On `RATOMIC_OK`, `*out` is a new stack; on any error it is untouched.
 ///
@@ -95,25 +141,81 @@ pub unsafe extern "C" fn ratomic_stack_new(
         let names = unsafe { arg_ref(names, "names") }? as *const *const c_char;
         // SAFETY: as above.
         let members = unsafe { arg_ref(members, "members") }? as *const *const ratomic_limiter;
-        // SAFETY: forwarded from the caller.
-        let o = unsafe { Resolved::from_ptr(options) }?;
-        let mut builder = Stack::builder().clock(o.clock);
-        let mut c_names = Vec::with_capacity(count);
-        for i in 0..count {
+        let entries = (0..count).map(|i| {
             // SAFETY: `i < count` entries of each array are readable.
             let (name, m) = unsafe { (*names.add(i), *members.add(i)) };
             // SAFETY: the caller passes a NUL-terminated string or NULL.
             let name = unsafe { str_arg(name, "names[i]", ratomic_result::RATOMIC_INVALID_ARGUMENT) }?;
             // SAFETY: the caller passes a live limiter or NULL.
             let m = unsafe { arg_ref(m, "members[i]") }?;
-            builder = builder.member_dyn(name, member(m)?);
-            c_names.push(CString::new(name).map_err(|_| Failure::Null("names[i]"))?);
-        }
-        let stack = builder.build()?;
-        let handle = Box::into_raw(Box::new(ratomic_stack { stack, names: c_names.into_boxed_slice() }));
-        // SAFETY: `out` is non-NULL and writable, as the caller guarantees.
-        unsafe { write_out(out, handle) };
-        Ok(())
+            Ok((name.to_owned(), member(m)?))
+        });
+        // SAFETY: forwarded from the caller; `out` was checked above.
+        unsafe { make(entries, options, out) }
+    })
+}
+
+/// Makes a stack of `count` members (1 to 16) that may mix keyed limiters
+/// and keyless direct buckets: member `i` is `members[i]`, named
+/// `members[i].name` (NUL-terminated UTF-8, distinct), and is
+/// `members[i].limiter` or `members[i].direct`, exactly one of them
+/// non-NULL. A direct member ignores its key in every stack call (pass
+/// `{NULL, 0}`), and counts every call against its one bucket; a stack
+/// `reset` or `refund` refills it for everyone. Otherwise as
+/// `ratomic_stack_new`: one clock for the stack and every member, all or
+/// nothing, only the options' clock fields read.
+///
+/// On `RATOMIC_OK`, `*out` is a new stack; on any error it is untouched.
+///
+/// Errors: `RATOMIC_NULL_ARGUMENT` (members, out, a member's name, or a
+/// member with both `limiter` and `direct` NULL); `RATOMIC_INVALID_ARGUMENT`
+/// (count 0 or above 16, a repeated or non-UTF-8 name, a member with both
+/// `limiter` and `direct` set, a member on another clock than the stack's:
+/// the message names it); `RATOMIC_OTHER_ERROR` (a Redis-backed member);
+/// `RATOMIC_PANIC`.
+///
+/// Ownership: `members` (and the names) are only read during the call; the
+/// stack shares each member's limiter or bucket, so the caller may free the
+/// member handles at any time. The caller owns `*out` and releases it with
+/// `ratomic_stack_free`. Thread-safety: safe from any thread.
+///
+/// # Safety
+/// `members` must point to `count` readable `ratomic_stack_member`s, each
+/// with a NUL-terminated name and live handles; `options`, if non-NULL, a
+/// valid `ratomic_options`; `out` valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn ratomic_stack_new_members(
+    members: *const ratomic_stack_member,
+    count: usize,
+    options: *const ratomic_options,
+    out: *mut *mut ratomic_stack,
+) -> ratomic_result {
+    ffi_boundary!({
+        let out = out_ptr(out, "out")?;
+        // SAFETY: the caller passes `count` members, or NULL.
+        let members = unsafe { arg_ref(members, "members") }? as *const ratomic_stack_member;
+        let entries = (0..count).map(|i| {
+            // SAFETY: `i < count` members are readable.
+            let m = unsafe { *members.add(i) };
+            // SAFETY: the caller passes a NUL-terminated string or NULL.
+            let name = unsafe { str_arg(m.name, "members[i].name", ratomic_result::RATOMIC_INVALID_ARGUMENT) }?;
+            // SAFETY: the caller passes live handles or NULL.
+            let member = match unsafe { (m.limiter.as_ref(), m.direct.as_ref()) } {
+                (Some(l), None) => member(l)?,
+                (None, Some(d)) => d.bucket.clone() as Arc<dyn StackMember>,
+                (None, None) => return Err(Failure::Null("members[i].limiter (or members[i].direct)")),
+                (Some(_), Some(_)) => {
+                    return Err(Failure::Core(ratomic_core::Error::InvalidArgument {
+                        name: "stack member",
+                        value: format!("{name:?}"),
+                        reason: "sets both limiter and direct: set exactly one, the other NULL".into(),
+                    }))
+                }
+            };
+            Ok((name.to_owned(), member))
+        });
+        // SAFETY: forwarded from the caller; `out` was checked above.
+        unsafe { make(entries, options, out) }
     })
 }
 

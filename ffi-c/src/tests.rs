@@ -3,7 +3,7 @@
 use std::ffi::CStr;
 use std::ptr;
 
-use ratomic_core::{Keyed, Options, Quota, Rule};
+use ratomic_core::{DirectTokenBucket, Keyed, Options, Quota, Rule};
 
 use crate::boundary::run;
 use crate::limiter::{ratomic_limiter, Engine};
@@ -83,6 +83,40 @@ fn panicking_clock_gives_panic_result_and_writes_nothing() {
         assert_eq!(ratomic_gc_at(l, 10_000_000_000, &mut dropped), ratomic_result::RATOMIC_OK);
         assert_eq!(dropped, 1);
         ratomic_limiter_free(l);
+    }
+}
+
+#[test]
+fn direct_bucket_with_panicking_clock_gives_panic_result_and_writes_nothing() {
+    let bucket = DirectTokenBucket::with_clock(Quota::new(3, 1.0).unwrap(), FfiClock::panicking());
+    let b = Box::into_raw(Box::new(ratomic_direct { bucket: std::sync::Arc::new(bucket) }));
+    let sentinel = ratomic_decision { allowed: true, remaining: 99, limit: 99, retry_after_ns: 99, reset_after_ns: 99 };
+    let mut d = sentinel;
+    // Every entry point that reads the clock.
+    // SAFETY: `b` is live; `d` is writable.
+    unsafe {
+        assert_eq!(ratomic_direct_allow(b, 1, &mut d), ratomic_result::RATOMIC_PANIC);
+        assert_eq!(ratomic_direct_peek(b, 1, &mut d), ratomic_result::RATOMIC_PANIC);
+        assert_eq!(ratomic_direct_refund(b, 1), ratomic_result::RATOMIC_PANIC);
+        assert_eq!(ratomic_direct_acquire(b, 1, RATOMIC_NO_TIMEOUT, &mut d), ratomic_result::RATOMIC_PANIC);
+        let mut now = 0u64;
+        assert_eq!(ratomic_direct_now(b, &mut now), ratomic_result::RATOMIC_PANIC);
+        assert_eq!(now, 0);
+    }
+    assert_eq!(d, sentinel, "out-params are written only on success");
+    assert_eq!(last_error(), "internal panic caught at the C boundary: the test clock panics");
+
+    // The bucket survives: the explicit-time forms and reset read no clock.
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(ratomic_direct_allow_at(b, 3, 0, &mut d), ratomic_result::RATOMIC_OK);
+        assert!(d.allowed && d.remaining == 0 && d.limit == 3);
+        assert_eq!(ratomic_direct_allow_at(b, 1, 0, &mut d), ratomic_result::RATOMIC_OK);
+        assert!(!d.allowed && d.retry_after_ns == 1_000_000_000);
+        assert_eq!(ratomic_direct_reset(b), ratomic_result::RATOMIC_OK);
+        assert_eq!(ratomic_direct_peek_at(b, 0, 0, &mut d), ratomic_result::RATOMIC_OK);
+        assert!(d.allowed && d.remaining == 3);
+        ratomic_direct_free(b);
     }
 }
 

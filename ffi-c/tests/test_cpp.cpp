@@ -14,6 +14,16 @@ struct limiter_deleter {
 };
 using limiter_ptr = std::unique_ptr<ratomic_limiter, limiter_deleter>;
 
+struct direct_deleter {
+    void operator()(ratomic_direct *d) const noexcept { ratomic_direct_free(d); }
+};
+using direct_ptr = std::unique_ptr<ratomic_direct, direct_deleter>;
+
+struct stack_deleter {
+    void operator()(ratomic_stack *s) const noexcept { ratomic_stack_free(s); }
+};
+using stack_ptr = std::unique_ptr<ratomic_stack, stack_deleter>;
+
 int failures = 0;
 int passes = 0;
 
@@ -100,6 +110,36 @@ int main() {
               ratomic_last_error_request(&index, &why) == RATOMIC_OK && index == 1 &&
               why == RATOMIC_COST_EXCEEDS_LIMIT,
           "batch fails whole");
+
+    // A direct bucket (no key): alone, with headers, and as a stack member.
+    ratomic_direct *raw_direct = nullptr;
+    check(ratomic_direct_token_bucket_new(2, 2.0, &options, &raw_direct) == RATOMIC_OK, "direct");
+    direct_ptr global(raw_direct);
+    check(ratomic_direct_allow(global.get(), 2, &d) == RATOMIC_OK && d.allowed && d.remaining == 0, "direct burst");
+    check(ratomic_direct_allow(global.get(), 1, &d) == RATOMIC_OK && !d.allowed && d.retry_after_ns == 500000000u,
+          "direct denies, 500 ms to wait");
+    char text[256];
+    size_t text_len = 0;
+    check(ratomic_direct_headers(global.get(), "global", &d, false, text, sizeof text, &text_len) == RATOMIC_OK &&
+              std::string(text, text_len) ==
+                  "RateLimit-Policy: \"global\";q=2;w=1\r\nRateLimit: \"global\";r=0;t=1\r\nRetry-After: 1\r\n",
+          "direct headers");
+    check(ratomic_direct_reset(global.get()) == RATOMIC_OK, "direct reset");
+    check(ratomic_direct_allow(global.get(), 1, &d) == RATOMIC_OK && d.allowed && d.remaining == 1, "full again");
+    const ratomic_stack_member members[] = {{"user", l.get(), nullptr}, {"global", nullptr, global.get()}};
+    ratomic_stack *raw_stack = nullptr;
+    check(ratomic_stack_new_members(members, 2, &options, &raw_stack) == RATOMIC_OK, "stack with a direct member");
+    stack_ptr stack(raw_stack);
+    global.reset();  // the stack keeps the bucket alive
+    const ratomic_key keys[] = {{reinterpret_cast<const uint8_t *>("stack-user"), 10}, {nullptr, 0}};
+    ratomic_limit_decision stack_entries[2];
+    check(ratomic_stack_allow(stack.get(), keys, 2, 1, &d, stack_entries, 2, &n) == RATOMIC_OK && d.allowed &&
+              n == 2 && stack_entries[1].decision.remaining == 0,
+          "the stack takes the direct member's last token");
+    check(ratomic_stack_allow(stack.get(), keys, 2, 1, &d, stack_entries, 2, &n) == RATOMIC_OK && !d.allowed &&
+              std::strcmp(stack_entries[1].name, "global") == 0 && !stack_entries[1].decision.allowed &&
+              stack_entries[0].decision.allowed,
+          "the direct member denies, the user is not charged");
 
     ratomic_result rc = ratomic_token_bucket_from_rate("10/x", nullptr, &raw);
     check(rc == RATOMIC_INVALID_RATE, "bad rate");

@@ -1,6 +1,8 @@
 /* Many threads on one limiter: on one hot key exactly `capacity` calls pass
- * (repeated, and for every kind), and a mixed workload of all operations
- * runs clean under the sanitizers. */
+ * (repeated, and for every kind, the keyless direct bucket included); on a
+ * real clock a direct bucket never grants more than burst + rate x time,
+ * alone or as a stack member; and a mixed workload of all operations runs
+ * clean under the sanitizers. */
 /* pthread_barrier_t is POSIX, hidden by -std=c11 without this. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -81,6 +83,105 @@ static void exactly_capacity_pass_for_every_kind(void) {
         CHECK(granted <= 1000 && granted > 0);
         ratomic_limiter_free(l);
     }
+}
+
+/* A direct bucket (no key) under the same race. */
+typedef struct {
+    const ratomic_direct *direct;
+    const ratomic_stack *stack; /* when set: a stack call, member 0 keyed by thread */
+    pthread_barrier_t *start;
+    int id;
+    int granted;
+    int errors;
+} direct_worker;
+
+static void *hammer_direct(void *arg) {
+    direct_worker *w = (direct_worker *)arg;
+    ratomic_decision d;
+    ratomic_limit_decision e[2];
+    size_t len;
+    char key[16];
+    int n = snprintf(key, sizeof key, "t%d", w->id);
+    ratomic_key keys[2] = {{(const uint8_t *)key, (size_t)n}, {NULL, 0}};
+    pthread_barrier_wait(w->start);
+    for (int i = 0; i < CALLS_PER_THREAD; i++) {
+        ratomic_result rc = w->stack != NULL ? ratomic_stack_allow(w->stack, keys, 2, 1, &d, e, 2, &len)
+                                             : ratomic_direct_allow(w->direct, 1, &d);
+        if (rc != RATOMIC_OK) {
+            w->errors++;
+        } else if (d.allowed) {
+            w->granted++;
+        } else if (d.retry_after_ns == 0) {
+            w->errors++; /* a denial must carry a positive retry_after */
+        }
+    }
+    return NULL;
+}
+
+/* THREADS x CALLS_PER_THREAD calls on a direct bucket, or on a stack whose
+ * member 1 is that bucket: the number granted. */
+static int race_direct(const ratomic_direct *direct, const ratomic_stack *stack) {
+    pthread_t threads[THREADS];
+    direct_worker workers[THREADS];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, THREADS);
+    for (int i = 0; i < THREADS; i++) {
+        workers[i] = (direct_worker){direct, stack, &start, i, 0, 0};
+        CHECK(pthread_create(&threads[i], NULL, hammer_direct, &workers[i]) == 0);
+    }
+    int granted = 0, errors = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(threads[i], NULL);
+        granted += workers[i].granted;
+        errors += workers[i].errors;
+    }
+    pthread_barrier_destroy(&start);
+    CHECK(errors == 0);
+    return granted;
+}
+
+static void direct_bucket_never_over_grants(void) {
+    /* A frozen clock: exactly the capacity passes, every round. */
+    manual_clock clock = {NS_PER_SEC};
+    ratomic_options o = manual_clock_options(&clock);
+    for (int round = 0; round < 5; round++) {
+        ratomic_direct *b = NULL;
+        CHECK_OK(ratomic_direct_token_bucket_new(1000, 1.0, &o, &b));
+        CHECK(race_direct(b, NULL) == 1000);
+        ratomic_direct_free(b);
+    }
+
+    /* The real clock: never more than burst + rate x elapsed time (GCRA:
+     * B + floor(elapsed / T)), and at least the burst. */
+    ratomic_direct *b = NULL;
+    CHECK_OK(ratomic_direct_token_bucket_new(50, 2000.0, NULL, &b)); /* T = 500 us */
+    uint64_t t0 = 0, t1 = 0;
+    CHECK_OK(ratomic_direct_now(b, &t0));
+    int granted = race_direct(b, NULL);
+    CHECK_OK(ratomic_direct_now(b, &t1));
+    CHECK(granted >= 50);
+    CHECK((uint64_t)granted <= 50 + (t1 - t0) / 500000);
+    ratomic_direct_free(b);
+
+    /* As a stack member behind a keyed member (one key per thread, never
+     * the one that denies): all or nothing may deny spuriously under
+     * contention, never grant more than the direct bucket holds, and never
+     * leave the bucket holding more than it would have without them. */
+    ratomic_limiter *per_thread = NULL;
+    ratomic_direct *global = NULL;
+    CHECK_OK(ratomic_token_bucket_new(CALLS_PER_THREAD, 1.0, &o, &per_thread));
+    CHECK_OK(ratomic_direct_token_bucket_new(1000, 1.0, &o, &global));
+    ratomic_stack_member members[2] = {{"thread", per_thread, NULL}, {"global", NULL, global}};
+    ratomic_stack *s = NULL;
+    CHECK_OK(ratomic_stack_new_members(members, 2, &o, &s));
+    granted = race_direct(global, s);
+    CHECK(granted > 0 && granted <= 1000);
+    ratomic_decision left;
+    CHECK_OK(ratomic_direct_peek(global, 0, &left));
+    CHECK(left.remaining + (uint64_t)granted <= 1000);
+    ratomic_stack_free(s);
+    ratomic_limiter_free(per_thread);
+    ratomic_direct_free(global);
 }
 
 static void *mixed(void *arg) {
@@ -188,6 +289,7 @@ static void acquire_from_many_threads_passes_and_never_over_grants(void) {
 
 int main(void) {
     exactly_capacity_pass_for_every_kind();
+    direct_bucket_never_over_grants();
     mixed_operations_race_clean();
     acquire_from_many_threads_passes_and_never_over_grants();
     return finish("test_threads");

@@ -962,6 +962,52 @@ ratomic_result ratomic_direct_problem_json(const ratomic_direct *direct,
                                            size_t *len);
 
 /*
+ Writes the HTTP header fields for `*decision` and its `entries` (as
+ `ratomic_stack_allow` wrote them) into `buf`, as `ratomic_headers` does
+ for a multi-limit limiter: one `RateLimit-Policy` and `RateLimit` item
+ per member, named as the member, `Retry-After` on a denial and, if
+ `legacy`, the `X-RateLimit-*` fields of the combined decision. With `buf`
+ NULL and `buf_len` 0, only `*len` is written.
+
+ Errors (`buf` and `*len` untouched): `RATOMIC_NULL_ARGUMENT` (stack,
+ decision, entries, len; buf with a non-zero `buf_len`);
+ `RATOMIC_INVALID_ARGUMENT` (a member with several limits, which no one
+ policy describes — the message names it; a member name that is not
+ printable ASCII; an entry naming no member); `RATOMIC_BUFFER_TOO_SMALL`
+ (the message gives the size needed); `RATOMIC_PANIC`.
+
+ # Safety
+ `stack` must be live; `decision` readable; `entries` NULL or
+ `entries_len` readable entries; `buf` NULL or `buf_len` writable bytes;
+ `len` valid for writes.
+ */
+ratomic_result ratomic_stack_headers(const ratomic_stack *stack,
+                                     const ratomic_decision *decision,
+                                     const ratomic_limit_decision *entries,
+                                     size_t entries_len,
+                                     bool legacy,
+                                     char *buf,
+                                     size_t buf_len,
+                                     size_t *len);
+
+/*
+ Writes the RFC 9457 problem document (JSON) for a 429 answering a
+ stack's `*decision` into `buf`, naming the members that denied; for an
+ allowed decision, the empty string (`*len` 0). Arguments, sizing and
+ errors as `ratomic_stack_headers`.
+
+ # Safety
+ As `ratomic_stack_headers`.
+ */
+ratomic_result ratomic_stack_problem_json(const ratomic_stack *stack,
+                                          const ratomic_decision *decision,
+                                          const ratomic_limit_decision *entries,
+                                          size_t entries_len,
+                                          char *buf,
+                                          size_t buf_len,
+                                          size_t *len);
+
+/*
  Makes a token bucket per key: each key holds up to `capacity` tokens
  (≥ 1), refilled continuously at `refill_per_sec` tokens per **second**
  (finite, > 0); a new key starts full. GCRA, exact to the nanosecond: one

@@ -19,8 +19,10 @@ pub(crate) enum Failure {
     Core(Error),
     /// A C string argument (named) is not valid UTF-8.
     NotUtf8 { name: &'static str, code: ratomic_result },
-    /// A caller's array holds `have` entries; the answer needs `need`.
+    /// A caller's entries array holds `have` entries; the answer needs `need`.
     BufferTooSmall { need: usize, have: usize },
+    /// A caller's text buffer holds `have` bytes; the text and its NUL need `need`.
+    TextBufferTooSmall { need: usize, have: usize },
     /// An enum argument (named) holds a value with no meaning.
     UnknownValue { name: &'static str, value: u32 },
     /// Request `index` of a batch failed as `cause` says, found by the C
@@ -80,6 +82,9 @@ impl Failure {
             Failure::NotUtf8 { name, code } => (code, format!("{name} is not valid UTF-8"), None),
             Failure::BufferTooSmall { need, have } => {
                 (RATOMIC_BUFFER_TOO_SMALL, format!("the entries array holds {have}; this limiter needs {need}"), None)
+            }
+            Failure::TextBufferTooSmall { need, have } => {
+                (RATOMIC_BUFFER_TOO_SMALL, format!("buf holds {have} bytes; the text with its NUL needs {need}"), None)
             }
             Failure::UnknownValue { name, value } => {
                 (RATOMIC_INVALID_ARGUMENT, format!("unknown {name}: {value}"), None)

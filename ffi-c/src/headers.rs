@@ -13,6 +13,7 @@ use crate::decision::{ratomic_decision, ratomic_limit_decision};
 use crate::direct::ratomic_direct;
 use crate::limiter::{ratomic_limiter, Engine};
 use crate::result::ratomic_result;
+use crate::stack::ratomic_stack;
 
 /// Core's decision from C's.
 fn core(d: &ratomic_decision) -> Decision {
@@ -58,33 +59,56 @@ unsafe fn write_headers(
             unsafe { single(name, rule, d, f) }?
         } else {
             // Several: the limits the call was subject to, from its entries.
-            let names: Vec<&str> = l.names.iter().map(|n| n.to_str().unwrap_or("")).collect();
-            let policies =
-                names.iter().zip(rules).map(|(n, r)| Policy::of(n, r)).collect::<ratomic_core::Result<Vec<_>>>()?;
-            // SAFETY: the caller passes `entries_len` readable entries or NULL.
-            let entries = unsafe { arg_ref(entries, "entries") }? as *const ratomic_limit_decision;
-            let mut parts = Vec::with_capacity(entries_len);
-            for i in 0..entries_len {
-                // SAFETY: `i < entries_len` entries are readable.
-                let e = unsafe { &*entries.add(i) };
-                // SAFETY: an entry's name is a NUL-terminated string (the
-                // limiter's own, as `ratomic_allow_detailed` wrote it).
-                let entry_name = unsafe { arg_ref(e.name, "entries[i].name").map(|p| CStr::from_ptr(p)) }?;
-                let index = names.iter().position(|n| n.as_bytes() == entry_name.to_bytes()).ok_or_else(|| {
-                    Failure::Core(ratomic_core::Error::InvalidArgument {
-                        name: "entries[i].name",
-                        value: entry_name.to_string_lossy().into_owned(),
-                        reason: "names no limit of this limiter".into(),
-                    })
-                })?;
-                parts.push((index, core(&e.decision)));
-            }
-            let h = Headers::from_parts(&policies, parts, d)?;
-            f(&h)
+            let policies = l
+                .names
+                .iter()
+                .zip(rules)
+                .map(|(n, r)| Policy::of(n.to_str().unwrap_or(""), r))
+                .collect::<ratomic_core::Result<Vec<_>>>()?;
+            // SAFETY: forwarded from the caller.
+            unsafe { named_entries(&policies, "limit of this limiter", entries, entries_len, d, f) }?
         };
         // SAFETY: forwarded from the caller; `len` was checked above.
         unsafe { copy_out(&text, buf, buf_len, len) }
     })
+}
+
+/// The text `f` makes of the headers of a decision `d` with `entries`
+/// (`entries_len` of them, as a detailed call wrote them), each entry's
+/// name that of one of `policies` (`what` says what they are, for the
+/// error naming an entry that matches none).
+///
+/// # Safety
+/// `entries` NULL or `entries_len` readable entries, each `name`
+/// NUL-terminated.
+unsafe fn named_entries(
+    policies: &[Policy],
+    what: &str,
+    entries: *const ratomic_limit_decision,
+    entries_len: usize,
+    d: Decision,
+    f: impl FnOnce(&Headers<'_>) -> String,
+) -> Result<String, Failure> {
+    // SAFETY: the caller passes `entries_len` readable entries or NULL.
+    let entries = unsafe { arg_ref(entries, "entries") }? as *const ratomic_limit_decision;
+    let mut parts = Vec::with_capacity(entries_len);
+    for i in 0..entries_len {
+        // SAFETY: `i < entries_len` entries are readable.
+        let e = unsafe { &*entries.add(i) };
+        // SAFETY: an entry's name is a NUL-terminated string (the limiter's
+        // or stack's own, as the detailed call wrote it).
+        let entry_name = unsafe { arg_ref(e.name, "entries[i].name").map(|p| CStr::from_ptr(p)) }?;
+        let index = policies.iter().position(|p| p.name().as_bytes() == entry_name.to_bytes()).ok_or_else(|| {
+            Failure::Core(ratomic_core::Error::InvalidArgument {
+                name: "entries[i].name",
+                value: entry_name.to_string_lossy().into_owned(),
+                reason: format!("names no {what}").into(),
+            })
+        })?;
+        parts.push((index, core(&e.decision)));
+    }
+    let h = Headers::from_parts(policies, parts, d)?;
+    Ok(f(&h))
 }
 
 /// The text `f` makes of the headers of a one-limit decision `d` under
@@ -121,7 +145,7 @@ unsafe fn copy_out(text: &str, buf: *mut c_char, buf_len: usize, len: *mut usize
             return Err(Failure::Null("buf"));
         }
         if buf_len < text.len() + 1 {
-            return Err(Failure::BufferTooSmall { need: text.len() + 1, have: buf_len });
+            return Err(Failure::TextBufferTooSmall { need: text.len() + 1, have: buf_len });
         }
         // SAFETY: `buf` has room for `buf_len` >= text.len() + 1 bytes.
         unsafe {
@@ -278,4 +302,93 @@ pub unsafe extern "C" fn ratomic_direct_problem_json(
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller.
     unsafe { write_direct_headers(direct, name, decision, buf, buf_len, len, |h| h.problem_json().unwrap_or_default()) }
+}
+
+/// Runs `f` on the headers of a stack's `decision` and its `entries`, then
+/// copies the text into `buf` as the other header functions do.
+///
+/// # Safety
+/// As the public functions that call it.
+#[allow(clippy::too_many_arguments)] // the C signature, flattened
+unsafe fn write_stack_headers(
+    stack: *const ratomic_stack,
+    decision: *const ratomic_decision,
+    entries: *const ratomic_limit_decision,
+    entries_len: usize,
+    buf: *mut c_char,
+    buf_len: usize,
+    len: *mut usize,
+    f: impl FnOnce(&Headers<'_>) -> String,
+) -> ratomic_result {
+    ffi_boundary!({
+        // SAFETY: the caller passes a live stack or NULL.
+        let s = unsafe { arg_ref(stack, "stack") }?;
+        // SAFETY: as above.
+        let d = core(unsafe { arg_ref(decision, "decision") }?);
+        let len = crate::boundary::out_ptr(len, "len")?;
+        let policies = s.policies()?;
+        // SAFETY: forwarded from the caller.
+        let text = unsafe { named_entries(&policies, "member of this stack", entries, entries_len, d, f) }?;
+        // SAFETY: forwarded from the caller; `len` was checked above.
+        unsafe { copy_out(&text, buf, buf_len, len) }
+    })
+}
+
+/// Writes the HTTP header fields for `*decision` and its `entries` (as
+/// `ratomic_stack_allow` wrote them) into `buf`, as `ratomic_headers` does
+/// for a multi-limit limiter: one `RateLimit-Policy` and `RateLimit` item
+/// per member, named as the member, `Retry-After` on a denial and, if
+/// `legacy`, the `X-RateLimit-*` fields of the combined decision. With `buf`
+/// NULL and `buf_len` 0, only `*len` is written.
+///
+/// Errors (`buf` and `*len` untouched): `RATOMIC_NULL_ARGUMENT` (stack,
+/// decision, entries, len; buf with a non-zero `buf_len`);
+/// `RATOMIC_INVALID_ARGUMENT` (a member with several limits, which no one
+/// policy describes — the message names it; a member name that is not
+/// printable ASCII; an entry naming no member); `RATOMIC_BUFFER_TOO_SMALL`
+/// (the message gives the size needed); `RATOMIC_PANIC`.
+///
+/// # Safety
+/// `stack` must be live; `decision` readable; `entries` NULL or
+/// `entries_len` readable entries; `buf` NULL or `buf_len` writable bytes;
+/// `len` valid for writes.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn ratomic_stack_headers(
+    stack: *const ratomic_stack,
+    decision: *const ratomic_decision,
+    entries: *const ratomic_limit_decision,
+    entries_len: usize,
+    legacy: bool,
+    buf: *mut c_char,
+    buf_len: usize,
+    len: *mut usize,
+) -> ratomic_result {
+    // SAFETY: forwarded from the caller.
+    unsafe { write_stack_headers(stack, decision, entries, entries_len, buf, buf_len, len, |h| h.lines(legacy)) }
+}
+
+/// Writes the RFC 9457 problem document (JSON) for a 429 answering a
+/// stack's `*decision` into `buf`, naming the members that denied; for an
+/// allowed decision, the empty string (`*len` 0). Arguments, sizing and
+/// errors as `ratomic_stack_headers`.
+///
+/// # Safety
+/// As `ratomic_stack_headers`.
+#[no_mangle]
+pub unsafe extern "C" fn ratomic_stack_problem_json(
+    stack: *const ratomic_stack,
+    decision: *const ratomic_decision,
+    entries: *const ratomic_limit_decision,
+    entries_len: usize,
+    buf: *mut c_char,
+    buf_len: usize,
+    len: *mut usize,
+) -> ratomic_result {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        write_stack_headers(stack, decision, entries, entries_len, buf, buf_len, len, |h| {
+            h.problem_json().unwrap_or_default()
+        })
+    }
 }

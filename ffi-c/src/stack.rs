@@ -35,6 +35,13 @@ pub struct ratomic_stack {
     names: Box<[CString]>,
 }
 
+impl ratomic_stack {
+    /// One header policy per member (an error naming a `Limiter` member).
+    pub(crate) fn policies(&self) -> ratomic_core::Result<Vec<ratomic_core::headers::Policy>> {
+        self.stack.policies()
+    }
+}
+
 impl std::fmt::Debug for ratomic_stack {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ratomic_stack").field("names", &self.names).finish_non_exhaustive()

@@ -42,6 +42,15 @@ static int checks_failed = 0;
 
 #define CHECK_OK(call) CHECK_RC(RATOMIC_OK, call)
 
+/* This thread's last error message contains `part`. */
+static inline int last_error_has(const char *part) {
+    char msg[512];
+    CHECK_OK(ratomic_last_error_message(msg, sizeof msg, NULL));
+    if (strstr(msg, part) != NULL) return 1;
+    fprintf(stderr, "last error \"%s\" does not contain \"%s\"\n", msg, part);
+    return 0;
+}
+
 /* Prints the closing line and returns the process's exit status. */
 static inline int finish(const char *name) {
     printf("%s: %d passed, %d failed\n", name, checks_passed, checks_failed);

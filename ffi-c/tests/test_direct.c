@@ -14,15 +14,6 @@ static void manual_sleep(void *user_data, uint64_t ns) {
     manual_clock_advance((manual_clock *)user_data, ns);
 }
 
-/* This thread's last error message contains `part`. */
-static int last_error_has(const char *part) {
-    char msg[512];
-    CHECK_OK(ratomic_last_error_message(msg, sizeof msg, NULL));
-    if (strstr(msg, part) != NULL) return 1;
-    fprintf(stderr, "last error \"%s\" does not contain \"%s\"\n", msg, part);
-    return 0;
-}
-
 /* The bucket as it stands at `now`: a cost-0 peek. */
 static ratomic_decision state_at(const ratomic_direct *b, uint64_t now) {
     ratomic_decision d;

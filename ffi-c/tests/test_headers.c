@@ -34,6 +34,7 @@ int main(void) {
     memset(exact, 'x', need + 1);
     len = 77;
     CHECK_RC(RATOMIC_BUFFER_TOO_SMALL, ratomic_headers(tb, NULL, &d, NULL, 0, true, exact, need, &len));
+    CHECK(last_error_has("bytes")); /* about buf, not an entries array */
     CHECK(exact[0] == 'x' && len == 77);
     free(exact);
     CHECK_OK(ratomic_problem_json(tb, "per-ip", &d, NULL, 0, buf, sizeof buf, &len));
@@ -69,6 +70,50 @@ int main(void) {
     stranger.name = "hourly";
     CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_headers(l, NULL, &d, &stranger, 1, false, buf, sizeof buf, &len));
     CHECK(len == 77);
+
+    /* A stack: an item per member, named as the member; a denial charges
+     * none, so the other members report what they still have. */
+    ratomic_limiter *per_ip = NULL;
+    ratomic_direct *global = NULL;
+    CHECK_OK(ratomic_token_bucket_from_rate("2/s", &o, &per_ip));
+    CHECK_OK(ratomic_direct_token_bucket_from_rate("1000/s", &o, &global));
+    ratomic_stack_member members[2] = {{"ip", per_ip, NULL}, {"global", NULL, global}};
+    ratomic_stack *s = NULL;
+    CHECK_OK(ratomic_stack_new_members(members, 2, &o, &s));
+    ratomic_key keys[2] = {{(const uint8_t *)"10.0.0.1", 8}, {NULL, 0}};
+    ratomic_limit_decision se[2];
+    CHECK_OK(ratomic_stack_allow(s, keys, 2, 1, &d, se, 2, &n));
+    CHECK_OK(ratomic_stack_headers(s, &d, se, n, false, buf, sizeof buf, &len));
+    CHECK(strcmp(buf, "RateLimit-Policy: \"ip\";q=2;w=1, \"global\";q=1000;w=1\r\n"
+                      "RateLimit: \"ip\";r=1;t=1, \"global\";r=999;t=1\r\n") == 0);
+    CHECK_OK(ratomic_stack_problem_json(s, &d, se, n, buf, sizeof buf, &len));
+    CHECK(len == 0 && buf[0] == 0);
+    CHECK_OK(ratomic_stack_allow(s, keys, 2, 1, &d, se, 2, &n));
+    CHECK_OK(ratomic_stack_allow(s, keys, 2, 1, &d, se, 2, &n));
+    CHECK(!d.allowed);
+    CHECK_OK(ratomic_stack_headers(s, &d, se, n, true, buf, sizeof buf, &len));
+    CHECK(strstr(buf, "RateLimit: \"ip\";r=0;t=1, \"global\";r=998;t=1\r\nRetry-After: 1\r\n") != NULL);
+    CHECK(strstr(buf, "X-RateLimit-Remaining: 0\r\n") != NULL);
+    CHECK_OK(ratomic_stack_problem_json(s, &d, se, n, buf, sizeof buf, &len));
+    CHECK(strstr(buf, "\"violated-policies\":[\"ip\"]") != NULL);
+    len = 77;
+    CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_stack_headers(NULL, &d, se, n, false, buf, sizeof buf, &len));
+    CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_stack_headers(s, &d, NULL, 2, false, buf, sizeof buf, &len));
+    ratomic_limit_decision stray = se[0];
+    stray.name = "user";
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_stack_headers(s, &d, &stray, 1, false, buf, sizeof buf, &len));
+    CHECK(last_error_has("member of this stack"));
+    CHECK(len == 77);
+    /* A multi-limit member has no one policy: an error naming it. */
+    ratomic_stack_member with_limiter[2] = {{"ip", per_ip, NULL}, {"user", l, NULL}};
+    ratomic_stack *s2 = NULL;
+    CHECK_OK(ratomic_stack_new_members(with_limiter, 2, &o, &s2));
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_stack_headers(s2, &d, se, n, false, buf, sizeof buf, &len));
+    CHECK(last_error_has("\"user\""));
+    ratomic_stack_free(s);
+    ratomic_stack_free(s2);
+    ratomic_direct_free(global);
+    ratomic_limiter_free(per_ip);
 
     ratomic_limiter_free(tb);
     ratomic_limiter_free(l);

@@ -64,7 +64,7 @@ export type RequestRateLimit = Decision | MultiDecision | RedisDecision | RedisM
 /** Middleware for Express and plain `http`: `app.use(rateLimit({ limit: 100, windowMs: 60_000 }))`. */
 export declare function rateLimit<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
   options?: RateLimitOptions<Req, Res>,
-): (req: Req, res: Res, next: (err?: unknown) => void) => Promise<void>
+): (req: Req, res: Res, next: (err?: unknown) => void) => void | Promise<void>
 export default rateLimit
 
 /**

@@ -46,6 +46,7 @@ function groups(ip) {
  */
 function clientKey(ip, subnet) {
   if (typeof ip !== 'string' || ip === '') return undefined
+  if (!ip.includes(':')) return ip // IPv4 (every IPv6 form has a colon): as is, parsed for nothing
   const g = groups(ip)
   if (g === null) return ip
   if (g.slice(0, 5).every((x) => x === 0) && g[5] === 0xffff) {

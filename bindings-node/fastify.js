@@ -12,6 +12,21 @@ const { resolve, decide, clientKey, ipKeyGenerator, PROBLEM_CONTENT_TYPE } = req
  */
 async function ratomicFastify(fastify, options) {
   const o = resolve(options)
+  // With nothing to await (an in-memory limiter, no skip, keyGenerator,
+  // handler or message function: the common set-up), a callback hook that
+  // decides in the request's own tick: no promise a request, as ratomic/express.
+  if (!o.async && !o.skip && !o.keyGenerator && !o.handler && typeof o.message !== 'function') {
+    fastify.addHook('onRequest', (request, reply, done) => {
+      const { decision, fields, problem } = decide(o, request, o.keyless ? undefined : clientKey(request.ip, o.ipv6Subnet))
+      for (const [name, value] of fields) reply.header(name, value)
+      if (decision !== null) request[o.requestPropertyName] = decision
+      if (problem === null) return done()
+      // An answer from the hook: reply.send, and no done().
+      if (o.message !== undefined) return reply.code(o.statusCode).send(o.message)
+      return reply.code(o.statusCode).type(PROBLEM_CONTENT_TYPE).send(problem)
+    })
+    return
+  }
   fastify.addHook('onRequest', async (request, reply) => {
     if (o.skip && (await o.skip(request, reply))) return
     const key = o.keyless ? undefined : o.keyGenerator ? await o.keyGenerator(request, reply) : clientKey(request.ip, o.ipv6Subnet)

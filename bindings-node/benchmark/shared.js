@@ -3,6 +3,10 @@
 //
 //   node benchmark/shared.js [ROUNDS]
 //
+// To rerun part of it: SCENARIOS=many PROCS=4 ONLY='ratomic shared,ratomic in process'
+// (comma-separated; ONLY must keep `ratomic shared`, the reference). VERBOSE=1
+// also prints every run's ns per call as it comes.
+//
 // One limit shared by the processes of a Node `cluster` (issue 14's peer
 // benchmark): ratomic's TokenBucket on one file shared by every worker
 // (`{ sharedFile }`) against rate-limiter-flexible's RateLimiterCluster, whose
@@ -66,6 +70,10 @@ const CONTENDERS = [
 ]
 const REF = 'ratomic shared'
 const IN_FLIGHT = 64
+const SCENARIOS = (process.env.SCENARIOS || 'hot,many').split(',')
+const PROCS = (process.env.PROCS || '1,2,4').split(',').map(Number)
+const ONLY = process.env.ONLY ? process.env.ONLY.split(',') : null
+const RUN = CONTENDERS.filter(([n]) => !ONLY || ONLY.includes(n))
 
 // The worker's key sequence: its own order, the same in every run.
 function keySequence(scenario, calls, index) {
@@ -209,7 +217,7 @@ function header(rounds) {
   console.log(`# ${new Date().toISOString()}; commit ${commit}; ${os.arch()}, ${os.cpus().length} CPUs; node ${process.version}`)
   console.log(`# ratomic ${ratomic} (this tree's build), rate-limiter-flexible ${rlf}`)
   console.log(`# load average at start: ${load()}`)
-  console.log(`# ${rounds} rounds; calls per worker: ${CONTENDERS.map(([n, c]) => `${n} ${fmt(c)}`).join(', ')}`)
+  console.log(`# ${rounds} rounds; calls per worker: ${RUN.map(([n, c]) => `${n} ${fmt(c)}`).join(', ')}`)
   console.log()
   return load
 }
@@ -222,16 +230,16 @@ async function primaryMain() {
   const base = fs.existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir()
   const load = header(rounds)
   const problems = []
-  for (const scenario of ['hot', 'many']) {
+  for (const scenario of SCENARIOS) {
     console.log(`## ${scenario}: ${scenario === 'hot' ? 'one key every worker hits' : `${fmt(KEYS)} keys, each worker in its own random order`}`)
     console.log()
     console.log('| P | contender | ns per call per worker: median | min–max | calls/s, all workers | ÷ ratomic shared: median [min–max] |')
     console.log('|---|---|---:|---:|---:|---|')
-    for (const p of [1, 2, 4]) {
-      const ns = Object.fromEntries(CONTENDERS.map(([n]) => [n, []]))
-      const rate = Object.fromEntries(CONTENDERS.map(([n]) => [n, []]))
+    for (const p of PROCS) {
+      const ns = Object.fromEntries(RUN.map(([n]) => [n, []]))
+      const rate = Object.fromEntries(RUN.map(([n]) => [n, []]))
       for (let r = 0; r < rounds; r++) {
-        const order = r % 2 === 0 ? CONTENDERS : [...CONTENDERS].reverse()
+        const order = r % 2 === 0 ? RUN : [...RUN].reverse()
         for (const [name, calls] of order) {
           const dir = fs.mkdtempSync(path.join(base, 'ratomic-bench-'))
           const file = path.join(dir, 'ratomic.shm')
@@ -249,13 +257,14 @@ async function primaryMain() {
             }
             ns[name].push(res.ns)
             rate[name].push(res.perSec)
+            if (process.env.VERBOSE) console.log(`# ${scenario}, P=${p}, round ${r}: ${name} ${fmt(res.ns)} ns`)
           } finally {
             fs.rmSync(dir, { recursive: true, force: true })
           }
         }
       }
       const ref = median(ns[REF])
-      for (const [name] of CONTENDERS) {
+      for (const [name] of RUN) {
         const m = median(ns[name])
         const perRound = ns[name].map((x, i) => x / ns[REF][i])
         const ratio = name === REF ? '' : `${(m / ref).toFixed(1)} [${Math.min(...perRound).toFixed(1)}–${Math.max(...perRound).toFixed(1)}]`

@@ -7,6 +7,10 @@ Run by hand (not a test), in the venv that run-tests.sh made:
     bindings-python/.venv/bin/pip install -r bindings-python/benches/requirements.txt
     bindings-python/.venv/bin/python bindings-python/benches/shared.py [ROUNDS]
 
+To rerun part of it: SCENARIOS=many PROCS=4 ONLY="ratomic shared,ratomic in process"
+(comma-separated; ONLY must keep `ratomic shared`, the reference). VERBOSE=1
+also prints every run's ns per call as it comes.
+
 It installs the peers (benches/requirements.txt) into that venv if they are
 missing and starts its own `redis-server` (no persistence, a free 127.0.0.1
 port, flushed before every run of a Redis contender) when one is installed.
@@ -284,6 +288,11 @@ def commit() -> str:
 def main() -> None:
     ensure_peers(("limits", "pyrate_limiter", "filelock", "redis"))
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 7
+    scenarios = os.environ.get("SCENARIOS", "hot,many").split(",")
+    procs = [int(x) for x in os.environ.get("PROCS", "1,2,4").split(",")]
+    only = os.environ.get("ONLY")
+    contenders = [c for c in CONTENDERS if only is None or c[0] in only.split(",")]
+    verbose = bool(os.environ.get("VERBOSE"))
     redis = start_redis()
     port = redis[1] if redis else None
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -293,19 +302,19 @@ def main() -> None:
               f"{platform.python_implementation()} {platform.python_version()}")
         print(f"# {versions()}; redis: {('127.0.0.1:' + str(port)) if port else 'not installed'}")
         print(f"# load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        print(f"# {rounds} rounds; calls per worker: " + ", ".join(f"{n} {c:,}" for n, c, *_ in CONTENDERS))
+        print(f"# {rounds} rounds; calls per worker: " + ", ".join(f"{n} {c:,}" for n, c, *_ in contenders))
         print()
-        for scenario in ("hot", "many"):
+        for scenario in scenarios:
             title = "one key every worker hits" if scenario == "hot" else f"{KEYS:,} keys, each worker in its own random order"
             print(f"## {scenario}: {title}")
             print()
             print("| P | contender | ns per call per worker: median | min–max | calls/s, all workers | ÷ ratomic shared: median [min–max] |")
             print("|---|---|---:|---:|---:|---|")
-            for p in (1, 2, 4):
-                ns: dict[str, list[float]] = {name: [] for name, *_ in CONTENDERS}
-                rate: dict[str, list[float]] = {name: [] for name, *_ in CONTENDERS}
+            for p in procs:
+                ns: dict[str, list[float]] = {name: [] for name, *_ in contenders}
+                rate: dict[str, list[float]] = {name: [] for name, *_ in contenders}
                 for r in range(rounds):
-                    order = CONTENDERS if r % 2 == 0 else CONTENDERS[::-1]
+                    order = contenders if r % 2 == 0 else contenders[::-1]
                     for name, calls, setup, needs_redis in order:
                         if needs_redis:
                             if port is None:
@@ -323,8 +332,10 @@ def main() -> None:
                             print(f"PROBLEM: {problems[-1]}", file=sys.stderr, flush=True)
                         ns[name].append(per_call)
                         rate[name].append(per_s)
+                        if verbose:
+                            print(f"# {scenario}, P={p}, round {r}: {name} {per_call:,.0f} ns", flush=True)
                 ref = statistics.median(ns[REF])
-                for name, *_ in CONTENDERS:
+                for name, *_ in contenders:
                     if not ns[name]:
                         continue
                     m = statistics.median(ns[name])

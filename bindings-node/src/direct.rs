@@ -3,7 +3,6 @@
 //! functions (`allowDirect`, `opDirect` in [`hot`](crate::hot)); this
 //! handle registers it there and does the cold rest.
 
-use std::rc::Rc;
 use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
@@ -13,7 +12,7 @@ use ratomic::{Gcra, Rule, StackMember};
 use crate::clock::{ns_to_ms, FaceClock, NativeClock};
 use crate::error::{JsFailure, Res};
 use crate::headers::{self, DecisionIn, PolicyCache};
-use crate::hot::EnvState;
+use crate::hot::{EnvState, Registered, Table, Tabled};
 use crate::rule::{self, RuleInfo, RuleSpec, StoreOptions};
 use crate::shared;
 use crate::stack::NativeMember;
@@ -24,32 +23,24 @@ pub type DirectBucket = ratomic::DirectTokenBucket<FaceClock>;
 /// What the hot path holds of a direct bucket.
 pub type Handle = Arc<DirectBucket>;
 
+impl Tabled for Handle {
+    fn table(state: &EnvState) -> &std::cell::RefCell<Table<Self>> {
+        &state.direct
+    }
+}
+
 /// A handle to a direct bucket, registered in this thread's hot-path table
 /// (its keyless part) under `id` for as long as the handle lives.
 #[napi]
 pub struct NativeDirect {
-    bucket: Handle,
-    state: Rc<EnvState>,
-    id: u32,
+    bucket: Registered<Handle>,
     /// The policy last asked for by `headers`/`problem`, built once per name.
     policy: PolicyCache,
 }
 
-impl Drop for NativeDirect {
-    fn drop(&mut self) {
-        // As `NativeKeyed`'s: a slot that cannot be removed leaks, never dangles.
-        if let Ok(mut table) = self.state.direct.try_borrow_mut() {
-            table.remove(self.id);
-        }
-    }
-}
-
 impl NativeDirect {
     fn register(env: &Env, bucket: Handle) -> Result<Self> {
-        // SAFETY: env is the live environment of the call in progress.
-        let state = unsafe { EnvState::of(env.raw()) }.map_err(|e| e.into_napi(env))?;
-        let id = state.direct.borrow_mut().insert(bucket.clone());
-        Ok(NativeDirect { bucket, state, id, policy: Default::default() })
+        Ok(NativeDirect { bucket: Registered::new(env, bucket)?, policy: Default::default() })
     }
 
     /// A token bucket's algorithm from `spec` (rate checks are core's).
@@ -92,7 +83,7 @@ impl NativeDirect {
     /// The bucket's id in this thread's hot-path table of direct buckets.
     #[napi(getter)]
     pub fn id(&self) -> u32 {
-        self.id
+        self.bucket.id
     }
 
     /// The rule, as `TokenBucket`'s constructors accept it.

@@ -57,10 +57,51 @@ pub mod op {
     pub const RESET: u32 = 3;
 }
 
-/// What the hot functions call: a single-rule limiter or a `Limiter` view.
-pub trait Target: Sized + 'static {
+/// A kind of handle the hot path keeps in a table per environment, by id:
+/// single-rule limiters, `Limiter` views, direct buckets.
+pub trait Tabled: Clone + 'static {
     /// This kind's table in an environment.
     fn table(state: &EnvState) -> &RefCell<Table<Self>>;
+}
+
+/// A handle registered in its environment's table under `id` for as long
+/// as the JavaScript object holding this lives (dereferences to the handle).
+pub struct Registered<T: Tabled> {
+    handle: T,
+    state: Rc<EnvState>,
+    /// The handle's id in the table: what `ratomic.js` passes to the hot calls.
+    pub id: u32,
+}
+
+impl<T: Tabled> Registered<T> {
+    /// Registers `handle` in the environment of the call in progress.
+    pub fn new(env: &Env, handle: T) -> Result<Self> {
+        // SAFETY: env is the live environment of the call in progress.
+        let state = unsafe { EnvState::of(env.raw()) }.map_err(|e| e.into_napi(env))?;
+        let id = T::table(&state).borrow_mut().insert(handle.clone());
+        Ok(Registered { handle, state, id })
+    }
+}
+
+impl<T: Tabled> Drop for Registered<T> {
+    fn drop(&mut self) {
+        // Finalizers never run inside a hot call; if one ever did, the slot
+        // would only leak, never dangle.
+        if let Ok(mut table) = T::table(&self.state).try_borrow_mut() {
+            table.remove(self.id);
+        }
+    }
+}
+
+impl<T: Tabled> std::ops::Deref for Registered<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.handle
+    }
+}
+
+/// What the hot functions call: a single-rule limiter or a `Limiter` view.
+pub trait Target: Tabled + Sized {
     /// The longest key accepted, bytes.
     fn max_key_len(&self) -> usize;
     /// The limiter's own clock, ns.

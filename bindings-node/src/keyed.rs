@@ -1,7 +1,6 @@
 //! A single-rule limiter (token bucket, fixed window, sliding window): core's
 //! `Keyed<Rule>`, the one type for any of them.
 
-use std::rc::Rc;
 use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
@@ -13,7 +12,7 @@ use crate::clock::{ms_to_ns, ns_to_ms, FaceClock, NativeClock};
 use crate::decision;
 use crate::error::Res;
 use crate::headers::{self, DecisionIn, PolicyCache};
-use crate::hot::{EnvState, Table, Target};
+use crate::hot::{EnvState, Registered, Table, Tabled, Target};
 use crate::rule::{self, RuleInfo, RuleSpec, StoreOptions};
 use crate::shared;
 use crate::stack::NativeMember;
@@ -25,11 +24,13 @@ pub type KeyedRule = Keyed<Rule, [u8], FaceClock>;
 /// What the hot path holds of a single-rule limiter.
 pub type Handle = Arc<KeyedRule>;
 
-impl Target for Handle {
+impl Tabled for Handle {
     fn table(state: &EnvState) -> &std::cell::RefCell<Table<Self>> {
         &state.keyed
     }
+}
 
+impl Target for Handle {
     #[inline]
     fn max_key_len(&self) -> usize {
         Keyed::max_key_len(self)
@@ -72,29 +73,14 @@ impl Target for Handle {
 /// table under `id` for as long as the handle lives.
 #[napi]
 pub struct NativeKeyed {
-    limiter: Handle,
-    state: Rc<EnvState>,
-    id: u32,
+    limiter: Registered<Handle>,
     /// The policy last asked for by `headers`/`problem`, built once per name.
     policy: PolicyCache,
 }
 
-impl Drop for NativeKeyed {
-    fn drop(&mut self) {
-        // Finalizers never run inside a hot call; if one ever did, the slot
-        // would only leak, never dangle.
-        if let Ok(mut table) = self.state.keyed.try_borrow_mut() {
-            table.remove(self.id);
-        }
-    }
-}
-
 impl NativeKeyed {
     fn register(env: &Env, limiter: Handle) -> Result<Self> {
-        // SAFETY: env is the live environment of the call in progress.
-        let state = unsafe { EnvState::of(env.raw()) }.map_err(|e| e.into_napi(env))?;
-        let id = state.keyed.borrow_mut().insert(limiter.clone());
-        Ok(NativeKeyed { limiter, state, id, policy: Default::default() })
+        Ok(NativeKeyed { limiter: Registered::new(env, limiter)?, policy: Default::default() })
     }
 
     fn build(rule: &RuleSpec, options: &StoreOptions, clock: FaceClock) -> Res<KeyedRule> {
@@ -142,7 +128,7 @@ impl NativeKeyed {
     /// The limiter's id in this thread's hot-path table.
     #[napi(getter)]
     pub fn id(&self) -> u32 {
-        self.id
+        self.limiter.id
     }
 
     /// Keys currently held (see core's `Keyed::len`).

@@ -1,7 +1,6 @@
 //! Several named limits on one key (`Limiter`): core's `Limiter`, seen
 //! through a `LimitSet` (all its limits, or a selection).
 
-use std::rc::Rc;
 use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
@@ -13,7 +12,7 @@ use crate::clock::{ms_to_ns, ns_to_ms, FaceClock, NativeClock};
 use crate::decision;
 use crate::error::{JsFailure, Res};
 use crate::headers::{self, DecisionIn, EntryIn};
-use crate::hot::{EnvState, Table, Target};
+use crate::hot::{EnvState, Registered, Table, Tabled, Target};
 use crate::rule::{self, RuleInfo, RuleSpec, StoreOptions};
 use crate::shared;
 use crate::stack::NativeMember;
@@ -28,11 +27,13 @@ pub struct View {
     set: LimitSet,
 }
 
-impl Target for View {
+impl Tabled for View {
     fn table(state: &EnvState) -> &std::cell::RefCell<Table<Self>> {
         &state.views
     }
+}
 
+impl Target for View {
     #[inline]
     fn max_key_len(&self) -> usize {
         self.limiter.max_key_len()
@@ -77,26 +78,12 @@ impl Target for View {
 /// this thread's hot-path table under `id` for as long as the handle lives.
 #[napi]
 pub struct NativeLimiter {
-    view: View,
-    state: Rc<EnvState>,
-    id: u32,
-}
-
-impl Drop for NativeLimiter {
-    fn drop(&mut self) {
-        // See `NativeKeyed`'s drop.
-        if let Ok(mut table) = self.state.views.try_borrow_mut() {
-            table.remove(self.id);
-        }
-    }
+    view: Registered<View>,
 }
 
 impl NativeLimiter {
     fn register(env: &Env, view: View) -> Result<Self> {
-        // SAFETY: env is the live environment of the call in progress.
-        let state = unsafe { EnvState::of(env.raw()) }.map_err(|e| e.into_napi(env))?;
-        let id = state.views.borrow_mut().insert(view.clone());
-        Ok(NativeLimiter { view, state, id })
+        Ok(NativeLimiter { view: Registered::new(env, view)? })
     }
 
     fn build(rules: &[RuleSpec], options: &StoreOptions, clock: FaceClock) -> Res<MultiLimiter> {
@@ -155,7 +142,7 @@ impl NativeLimiter {
     /// The handle's id in this thread's hot-path table.
     #[napi(getter)]
     pub fn id(&self) -> u32 {
-        self.id
+        self.view.id
     }
 
     /// The set of limits with these names, as a bitmask (bit `i` for limit

@@ -243,6 +243,20 @@ function pairs(lines) {
   return out
 }
 
+// headers() / problem() of a one-limit limiter (keyed or direct), over its
+// native handle: the decision's fields, flattened, and the limit's name.
+function singleHeaders(native, decision, options) {
+  const o = headerOptions(options, ['name', 'legacy', 'draft'])
+  const d = decisionArg(decision)
+  return pairs(native.headers(d.allowed, d.remaining, d.limit, d.retryAfterMs, d.resetAfterMs, o.name, o.format))
+}
+
+function singleProblem(native, decision, options) {
+  const d = decisionArg(decision)
+  const name = headerOptions(options, ['name']).name
+  return native.problem(d.allowed, d.remaining, d.limit, d.retryAfterMs, d.resetAfterMs, name)
+}
+
 // A Limiter's or a Stack's decision's entries, passed back to headers() / problem().
 function entriesArg(d) {
   if (!Array.isArray(d.entries)) throw typeError('decision must be a Limiter or Stack decision (with entries)')
@@ -435,15 +449,11 @@ class KeyedLimiter extends BaseLimiter {
   }
 
   headers(decision, options) {
-    const o = headerOptions(options, ['name', 'legacy', 'draft'])
-    const d = decisionArg(decision)
-    return pairs(this.#native.headers(d.allowed, d.remaining, d.limit, d.retryAfterMs, d.resetAfterMs, o.name, o.format))
+    return singleHeaders(this.#native, decision, options)
   }
 
   problem(decision, options) {
-    const d = decisionArg(decision)
-    const name = headerOptions(options, ['name']).name
-    return this.#native.problem(d.allowed, d.remaining, d.limit, d.retryAfterMs, d.resetAfterMs, name)
+    return singleProblem(this.#native, decision, options)
   }
 }
 
@@ -575,15 +585,11 @@ class DirectTokenBucket {
   }
 
   headers(decision, options) {
-    const o = headerOptions(options, ['name', 'legacy', 'draft'])
-    const d = decisionArg(decision)
-    return pairs(this.#native.headers(d.allowed, d.remaining, d.limit, d.retryAfterMs, d.resetAfterMs, o.name, o.format))
+    return singleHeaders(this.#native, decision, options)
   }
 
   problem(decision, options) {
-    const d = decisionArg(decision)
-    const name = headerOptions(options, ['name']).name
-    return this.#native.problem(d.allowed, d.remaining, d.limit, d.retryAfterMs, d.resetAfterMs, name)
+    return singleProblem(this.#native, decision, options)
   }
 
   static fromRate(rate, options) {

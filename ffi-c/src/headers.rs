@@ -44,20 +44,16 @@ unsafe fn write_headers(
     len: *mut usize,
     f: impl FnOnce(&Headers<'_>) -> String,
 ) -> ratomic_result {
-    ffi_boundary!({
-        // SAFETY: the caller passes a live limiter or NULL.
-        let l = unsafe { arg_ref(limiter, "limiter") }?;
-        // SAFETY: as above.
-        let d = core(unsafe { arg_ref(decision, "decision") }?);
-        let len = crate::boundary::out_ptr(len, "len")?;
-        let rules = match &l.engine {
-            Engine::Redis(_) => return Err(Failure::Unsupported("headers of a Redis-backed limiter: not yet")),
-            _ => l.rules(),
-        };
-        let text = if let [rule] = rules {
-            // SAFETY: forwarded from the caller.
-            unsafe { single(name, rule, d, f) }?
-        } else {
+    // SAFETY: forwarded from the caller (`name` to `single`, `entries` to `named_entries`).
+    unsafe {
+        write_text(limiter, "limiter", decision, buf, buf_len, len, |l, d| {
+            let rules = match &l.engine {
+                Engine::Redis(_) => return Err(Failure::Unsupported("headers of a Redis-backed limiter: not yet")),
+                _ => l.rules(),
+            };
+            if let [rule] = rules {
+                return single(name, rule, d, f); // `name`: forwarded from the caller
+            }
             // Several: the limits the call was subject to, from its entries.
             let policies = l
                 .names
@@ -65,9 +61,36 @@ unsafe fn write_headers(
                 .zip(rules)
                 .map(|(n, r)| Policy::of(n.to_str().unwrap_or(""), r))
                 .collect::<ratomic_core::Result<Vec<_>>>()?;
-            // SAFETY: forwarded from the caller.
-            unsafe { named_entries(&policies, "limit of this limiter", entries, entries_len, d, f) }?
-        };
+            named_entries(&policies, "limit of this limiter", entries, entries_len, d, f)
+            // `entries`: as `name`
+        })
+    }
+}
+
+/// The shape every header function shares: reads the handle (`what` names
+/// it in the NULL error) and the decision, checks `len`, runs `text` on
+/// them, and copies what it makes into `buf` as a NUL-terminated string,
+/// its length without the NUL to `*len`.
+///
+/// # Safety
+/// `handle` NULL or live; `decision` NULL or readable; `buf` NULL or
+/// `buf_len` writable bytes; `len` NULL or valid for writes.
+unsafe fn write_text<T>(
+    handle: *const T,
+    what: &'static str,
+    decision: *const ratomic_decision,
+    buf: *mut c_char,
+    buf_len: usize,
+    len: *mut usize,
+    text: impl FnOnce(&T, Decision) -> Result<String, Failure>,
+) -> ratomic_result {
+    ffi_boundary!({
+        // SAFETY: the caller passes a live handle or NULL.
+        let h = unsafe { arg_ref(handle, what) }?;
+        // SAFETY: as above.
+        let d = core(unsafe { arg_ref(decision, "decision") }?);
+        let len = crate::boundary::out_ptr(len, "len")?;
+        let text = text(h, d)?;
         // SAFETY: forwarded from the caller; `len` was checked above.
         unsafe { copy_out(&text, buf, buf_len, len) }
     })
@@ -171,17 +194,10 @@ unsafe fn write_direct_headers(
     len: *mut usize,
     f: impl FnOnce(&Headers<'_>) -> String,
 ) -> ratomic_result {
-    ffi_boundary!({
-        // SAFETY: the caller passes a live bucket or NULL.
-        let b = unsafe { arg_ref(direct, "direct") }?;
-        // SAFETY: as above.
-        let d = core(unsafe { arg_ref(decision, "decision") }?);
-        let len = crate::boundary::out_ptr(len, "len")?;
-        // SAFETY: forwarded from the caller.
-        let text = unsafe { single(name, b.bucket.algorithm(), d, f) }?;
-        // SAFETY: forwarded from the caller; `len` was checked above.
-        unsafe { copy_out(&text, buf, buf_len, len) }
-    })
+    // SAFETY: forwarded from the caller (`name` too, to `single`).
+    unsafe {
+        write_text(direct, "direct", decision, buf, buf_len, len, |b, d| single(name, b.bucket.algorithm(), d, f))
+    }
 }
 
 /// Writes the HTTP header fields for `*decision` (a decision this limiter
@@ -320,18 +336,12 @@ unsafe fn write_stack_headers(
     len: *mut usize,
     f: impl FnOnce(&Headers<'_>) -> String,
 ) -> ratomic_result {
-    ffi_boundary!({
-        // SAFETY: the caller passes a live stack or NULL.
-        let s = unsafe { arg_ref(stack, "stack") }?;
-        // SAFETY: as above.
-        let d = core(unsafe { arg_ref(decision, "decision") }?);
-        let len = crate::boundary::out_ptr(len, "len")?;
-        let policies = s.policies()?;
-        // SAFETY: forwarded from the caller.
-        let text = unsafe { named_entries(&policies, "member of this stack", entries, entries_len, d, f) }?;
-        // SAFETY: forwarded from the caller; `len` was checked above.
-        unsafe { copy_out(&text, buf, buf_len, len) }
-    })
+    // SAFETY: forwarded from the caller (`entries` too, to `named_entries`).
+    unsafe {
+        write_text(stack, "stack", decision, buf, buf_len, len, |s, d| {
+            named_entries(&s.policies()?, "member of this stack", entries, entries_len, d, f)
+        })
+    }
 }
 
 /// Writes the HTTP header fields for `*decision` and its `entries` (as

@@ -220,14 +220,17 @@ where
 #[derive(Debug)]
 #[must_use = "call .build() to get the limiter"]
 pub struct Builder<T, K: ?Sized = [u8], C = MonotonicClock> {
-    pub(crate) what: T,
+    /// What the limiter will enforce, or why it cannot: a builder never
+    /// fails, so that every check (the rate's, the options') comes out of
+    /// one place, `build()`.
+    pub(crate) what: Result<T>,
     pub(crate) clock: C,
     pub(crate) options: Options,
     _key: PhantomData<fn(&K)>,
 }
 
 impl<T> Builder<T> {
-    pub(crate) fn new(what: T) -> Self {
+    pub(crate) fn new(what: Result<T>) -> Self {
         Builder { what, clock: MonotonicClock::new(), options: Options::default(), _key: PhantomData }
     }
 }

@@ -92,5 +92,13 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// For conversions that cannot fail (a [`Quota`](crate::Quota) passed where
+/// a builder also takes a rate string).
+impl From<std::convert::Infallible> for Error {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}
+
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

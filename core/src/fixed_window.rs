@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::base::Builder;
 use crate::clock::{Clock, MonotonicClock};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::keyed::Keyed;
 use crate::rate::Rate;
@@ -22,10 +22,10 @@ use crate::window::FixedWindowCounter;
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratomic::{FixedWindow, ManualClock, Rate};
+/// use ratomic::{FixedWindow, ManualClock};
 ///
 /// let clock = ManualClock::new();
-/// let limiter = FixedWindow::builder(Rate::parse("2/min")?)?.clock(clock.clone()).build()?;
+/// let limiter = FixedWindow::builder("2/min").clock(clock.clone()).build()?;
 /// assert!(limiter.allow("ip:1")?.allowed);
 /// assert!(limiter.allow("ip:1")?.allowed);
 /// let d = limiter.allow("ip:1")?;
@@ -46,9 +46,16 @@ impl FixedWindow {
         Keyed::with_algorithm(FixedWindowCounter::new(rate)?, MonotonicClock::new(), Options::default())
     }
 
-    /// Starts building a fixed-window limiter for `rate`.
-    pub fn builder(rate: Rate) -> Result<Builder<FixedWindowCounter>> {
-        Ok(Builder::new(FixedWindowCounter::new(rate)?))
+    /// Starts building a fixed-window limiter for `rate`: a [`Rate`] or a rate
+    /// string such as `"100/min"`. Never fails: an invalid rate (or a limit
+    /// too large for the window, see [`FixedWindowCounter::max_limit`]) comes out of
+    /// [`build`](Builder::build), with the options' errors.
+    pub fn builder<R>(rate: R) -> Builder<FixedWindowCounter>
+    where
+        R: TryInto<Rate>,
+        Error: From<R::Error>,
+    {
+        Builder::new(rate.try_into().map_err(Error::from).and_then(FixedWindowCounter::new))
     }
 }
 

@@ -384,8 +384,10 @@ impl<A: Algorithm + fmt::Debug, K: ?Sized + Key, C: Clock + fmt::Debug> fmt::Deb
 }
 
 impl<A: Algorithm, K: ?Sized + Key, C: Clock> Builder<A, K, C> {
-    /// The limiter; errors if an option is out of range.
+    /// The limiter; errors if what it was started from is invalid (a rate
+    /// string that does not parse, a window limit too large to pack) or an
+    /// option is out of range.
     pub fn build(self) -> Result<Keyed<A, K, C>> {
-        Keyed::with_algorithm(self.what, self.clock, self.options)
+        Keyed::with_algorithm(self.what?, self.clock, self.options)
     }
 }

@@ -902,7 +902,7 @@ impl Limiter {
     /// Starts building a limiter: add limits with
     /// [`LimiterBuilder::limit`](Builder::limit).
     pub fn builder() -> LimiterBuilder {
-        Builder::new(Limits(Vec::new()))
+        Builder::new(Ok(Limits(Vec::new())))
     }
 
     /// A limiter over byte-string keys with the default clock and options.
@@ -929,14 +929,16 @@ impl<K: ?Sized + Key, C: Clock> Builder<Limits, K, C> {
     /// Adds a limit. Names must be unique and non-empty; at most
     /// [`MAX_LIMITS`] limits.
     pub fn limit(mut self, name: impl Into<String>, rule: impl Into<Rule>) -> Self {
-        self.what.0.push((name.into(), rule.into()));
+        if let Ok(limits) = &mut self.what {
+            limits.0.push((name.into(), rule.into()));
+        }
         self
     }
 
     /// The limiter; errors on no limits, more than [`MAX_LIMITS`], an empty
     /// or duplicate name, or an option out of range.
     pub fn build(self) -> Result<Limiter<K, C>> {
-        let limits = self.what.0;
+        let limits = self.what?.0;
         if limits.is_empty() {
             return Err(Error::invalid("limits", "[]", "a Limiter needs at least one limit"));
         }

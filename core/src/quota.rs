@@ -153,6 +153,13 @@ impl TryFrom<Rate> for Quota {
     }
 }
 
+impl TryFrom<&str> for Quota {
+    type Error = Error;
+    fn try_from(rate: &str) -> Result<Self> {
+        Quota::parse(rate)
+    }
+}
+
 impl fmt::Display for Quota {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

@@ -136,7 +136,7 @@ impl Quotas {
 
     /// Starts building a limiter whose quotas come with each call.
     pub fn builder() -> Builder<PerCall> {
-        Builder::new(PerCall(()))
+        Builder::new(Ok(PerCall(())))
     }
 }
 

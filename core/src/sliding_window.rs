@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::base::Builder;
 use crate::clock::{Clock, MonotonicClock};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::keyed::Keyed;
 use crate::rate::Rate;
@@ -23,10 +23,10 @@ use crate::window::SlidingWindowCounter;
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratomic::{SlidingWindow, ManualClock, Rate};
+/// use ratomic::{ManualClock, SlidingWindow};
 ///
 /// let clock = ManualClock::new();
-/// let limiter = SlidingWindow::builder(Rate::parse("2/min")?)?.clock(clock.clone()).build()?;
+/// let limiter = SlidingWindow::builder("2/min").clock(clock.clone()).build()?;
 /// assert!(limiter.allow("ip:1")?.allowed);
 /// assert!(limiter.allow("ip:1")?.allowed);
 /// let d = limiter.allow("ip:1")?;
@@ -49,9 +49,16 @@ impl SlidingWindow {
         Keyed::with_algorithm(SlidingWindowCounter::new(rate)?, MonotonicClock::new(), Options::default())
     }
 
-    /// Starts building a sliding-window limiter for `rate`.
-    pub fn builder(rate: Rate) -> Result<Builder<SlidingWindowCounter>> {
-        Ok(Builder::new(SlidingWindowCounter::new(rate)?))
+    /// Starts building a sliding-window limiter for `rate`: a [`Rate`] or a rate
+    /// string such as `"100/min"`. Never fails: an invalid rate (or a limit
+    /// too large for the window, see [`SlidingWindowCounter::max_limit`]) comes out of
+    /// [`build`](Builder::build), with the options' errors.
+    pub fn builder<R>(rate: R) -> Builder<SlidingWindowCounter>
+    where
+        R: TryInto<Rate>,
+        Error: From<R::Error>,
+    {
+        Builder::new(rate.try_into().map_err(Error::from).and_then(SlidingWindowCounter::new))
     }
 }
 

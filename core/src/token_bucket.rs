@@ -3,6 +3,7 @@
 use crate::base::Builder;
 use crate::clock::{Clock, MonotonicClock};
 use crate::direct::Direct;
+use crate::error::Error;
 use crate::gcra::Gcra;
 use crate::keyed::Keyed;
 use crate::quota::Quota;
@@ -54,9 +55,26 @@ impl TokenBucket {
             .expect("the default options are valid")
     }
 
-    /// Starts building a token bucket per key for `quota`.
-    pub fn builder(quota: Quota) -> Builder<Gcra> {
-        Builder::new(Gcra::new(quota))
+    /// Starts building a token bucket per key for `quota`: a [`Quota`], a
+    /// [`Rate`](crate::Rate) (a burst of its count, refilled over its period)
+    /// or a rate string such as `"10/s"`. Never fails: an invalid rate comes
+    /// out of [`build`](Builder::build), with the options' errors.
+    ///
+    /// ```
+    /// use ratomic::{Quota, TokenBucket};
+    ///
+    /// let a = TokenBucket::builder("10/s").build()?;
+    /// let b = TokenBucket::builder(Quota::per_second(10)?).build()?;
+    /// assert_eq!(a.quota(), b.quota());
+    /// assert!(TokenBucket::builder("10/fortnight").build().is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    pub fn builder<Q>(quota: Q) -> Builder<Gcra>
+    where
+        Q: TryInto<Quota>,
+        Error: From<Q::Error>,
+    {
+        Builder::new(quota.try_into().map(Gcra::new).map_err(Error::from))
     }
 }
 

@@ -191,8 +191,8 @@ proptest! {
     fn windows_match_the_reference_model((kind, l, w, ops) in window_case()) {
         let clock = ManualClock::starting_at(10_000);
         let rate = Rate::new(l, Duration::from_nanos(w)).unwrap();
-        let fixed = FixedWindow::builder(rate).unwrap().clock(clock.clone()).build().unwrap();
-        let sliding = SlidingWindow::builder(rate).unwrap().clock(clock.clone()).build().unwrap();
+        let fixed = FixedWindow::builder(rate).clock(clock.clone()).build().unwrap();
+        let sliding = SlidingWindow::builder(rate).clock(clock.clone()).build().unwrap();
         let mut model = Model::new(kind, l, w);
         for op in ops {
             let t = fixed.now();
@@ -261,8 +261,8 @@ proptest! {
         let rate = Rate::new(l, Duration::from_nanos(w)).unwrap();
         // Three keys, room for two: they keep evicting each other, and the
         // strict policy must still never grant more than a window allows.
-        let fixed = FixedWindow::builder(rate).unwrap().clock(clock.clone()).max_keys(2).eviction(Eviction::Strict);
-        let sliding = SlidingWindow::builder(rate).unwrap().clock(clock.clone()).max_keys(2).eviction(Eviction::Strict);
+        let fixed = FixedWindow::builder(rate).clock(clock.clone()).max_keys(2).eviction(Eviction::Strict);
+        let sliding = SlidingWindow::builder(rate).clock(clock.clone()).max_keys(2).eviction(Eviction::Strict);
         let (fixed, sliding) = (fixed.build().unwrap(), sliding.build().unwrap());
         let mut grants: Vec<Vec<(u64, u64)>> = vec![Vec::new(); KEYS.len()];
         for op in ops {

@@ -39,7 +39,7 @@ fn build(kind: &str, path: &Path, max_keys: usize) -> Result<Built, Error> {
             TokenBucket::builder(Quota::per_second(60).unwrap()).max_keys(max_keys).shared_file(path).build()?,
         ),
         "window" => Built::Window(
-            FixedWindow::builder(Rate::new(50, Duration::from_secs(3600)).unwrap())?
+            FixedWindow::builder(Rate::new(50, Duration::from_secs(3600)).unwrap())
                 .max_keys(max_keys)
                 .shared_file(path)
                 .build()?,
@@ -378,9 +378,9 @@ proptest! {
         steps in prop::collection::vec(prop_oneof![Just(0u64), 0u64..300_000_000, 0u64..3_000_000_000], 80),
     ) {
         let r = Rate::new(5, Duration::from_secs(1)).unwrap();
-        let a = SlidingWindow::builder(r).unwrap().clock(ManualClock::new()).build().unwrap();
+        let a = SlidingWindow::builder(r).clock(ManualClock::new()).build().unwrap();
         let path = temp_file("sliding");
-        let b = SlidingWindow::builder(r).unwrap().clock(ManualClock::new()).max_keys(64).shared_file(&path).build().unwrap();
+        let b = SlidingWindow::builder(r).clock(ManualClock::new()).max_keys(64).shared_file(&path).build().unwrap();
         parity!(&a, &b, ops, steps, allow_at, |x: &ratomic::Decision, y: &ratomic::Decision| x == y);
         std::fs::remove_file(&path).unwrap();
     }

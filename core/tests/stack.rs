@@ -180,7 +180,7 @@ fn stack_headers_list_every_member_and_name_who_denied() {
     let clock = ManualClock::new();
     let ip = Arc::new(TokenBucket::builder(Quota::parse("2/s").unwrap()).clock(clock.clone()).build().unwrap());
     let window = Rate::parse("100/min").unwrap();
-    let user = Arc::new(FixedWindow::builder(window).unwrap().clock(clock.clone()).build().unwrap());
+    let user = Arc::new(FixedWindow::builder(window).clock(clock.clone()).build().unwrap());
     let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("1000/s").unwrap(), clock.clone()));
     let stack =
         Stack::builder().member("ip", ip).member("user", user).member("global", global).clock(clock).build().unwrap();

@@ -250,7 +250,7 @@ fn a_call_stamped_before_a_gc_gets_the_answer_it_would_have_got() {
     const W: u64 = 4_000;
     let rate = Rate::new(5, Duration::from_nanos(W)).unwrap();
     let fixed = |gc: bool| {
-        let l = FixedWindow::builder(rate).unwrap().clock(ManualClock::new()).shards(1).build().unwrap();
+        let l = FixedWindow::builder(rate).clock(ManualClock::new()).shards(1).build().unwrap();
         assert!(l.allow_at("K", 4, 5 * W + 10).unwrap().allowed);
         assert!(l.allow_at("other", 1, 6 * W + 10).unwrap().allowed);
         if gc {
@@ -262,7 +262,7 @@ fn a_call_stamped_before_a_gc_gets_the_answer_it_would_have_got() {
     assert!(!kept.allowed && !after_gc.allowed, "{after_gc:?}");
     assert!(after_gc.remaining <= kept.remaining && after_gc.retry_after >= kept.retry_after);
     let sliding = |gc: bool| {
-        let l = SlidingWindow::builder(rate).unwrap().clock(ManualClock::new()).shards(1).build().unwrap();
+        let l = SlidingWindow::builder(rate).clock(ManualClock::new()).shards(1).build().unwrap();
         assert!(l.allow_at("K", 4, 5 * W + 10).unwrap().allowed);
         assert!(l.allow_at("other", 1, 6 * W + 10).unwrap().allowed);
         if gc {

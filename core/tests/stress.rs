@@ -233,7 +233,6 @@ fn windows_in_a_limiter_never_over_grant_under_contention() {
     );
     let sw_alone = Arc::new(
         SlidingWindow::builder(Rate::new(sl, Duration::from_nanos(W)).unwrap())
-            .unwrap()
             .clock(clock.clone())
             .shards(1)
             .build()

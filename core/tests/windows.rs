@@ -11,12 +11,12 @@ const S: u64 = 1_000_000_000;
 
 fn fixed(rate: &str) -> (FixedWindow<[u8], ManualClock>, ManualClock) {
     let clock = ManualClock::new();
-    (FixedWindow::builder(Rate::parse(rate).unwrap()).unwrap().clock(clock.clone()).build().unwrap(), clock)
+    (FixedWindow::builder(Rate::parse(rate).unwrap()).clock(clock.clone()).build().unwrap(), clock)
 }
 
 fn sliding(rate: &str) -> (SlidingWindow<[u8], ManualClock>, ManualClock) {
     let clock = ManualClock::new();
-    (SlidingWindow::builder(Rate::parse(rate).unwrap()).unwrap().clock(clock.clone()).build().unwrap(), clock)
+    (SlidingWindow::builder(Rate::parse(rate).unwrap()).clock(clock.clone()).build().unwrap(), clock)
 }
 
 #[test]
@@ -146,4 +146,22 @@ fn window_bad_input() {
     assert_eq!(l.allow_n("k", 4), Err(Error::CostExceedsLimit { cost: 4, limit: 3 }));
     assert_eq!(l.allow(&[0u8; 1025]), Err(Error::KeyTooLong { len: 1025, max: 1024 }));
     assert_eq!(l.peek_n("k", 0).unwrap().remaining, 2, "errors change nothing");
+}
+
+#[test]
+fn every_builder_takes_a_rate_string_and_fails_only_in_build() {
+    // The same rate string means the same thing to every builder.
+    let fw = FixedWindow::builder("5/min").build().unwrap();
+    let sw = SlidingWindow::builder("5/min").build().unwrap();
+    let tb = ratomic::TokenBucket::builder("5/min").build().unwrap();
+    assert_eq!((fw.limit(), fw.window()), (5, Duration::from_secs(60)));
+    assert_eq!((sw.limit(), sw.window()), (5, Duration::from_secs(60)));
+    assert_eq!((tb.limit(), tb.quota().burst_window()), (5, Duration::from_secs(60)));
+    // A bad rate comes out of build(), as the options' errors do.
+    let bad = FixedWindow::builder("5/fortnight").max_keys(10).build().unwrap_err();
+    assert!(matches!(&bad, Error::InvalidRate { input, .. } if input == "5/fortnight"), "{bad:?}");
+    let too_many = SlidingWindow::builder(Rate::new(10_000_000, Duration::from_secs(1)).unwrap()).build().unwrap_err();
+    assert!(matches!(too_many, Error::InvalidArgument { name: "limit", .. }), "{too_many:?}");
+    let bad = ratomic::TokenBucket::builder("0/s").build().unwrap_err();
+    assert!(matches!(&bad, Error::InvalidRate { input, .. } if input == "0/s"), "{bad:?}");
 }

@@ -91,18 +91,8 @@ fn main() {
     for (label, n) in [("one hot key", 1), ("100k keys", 100_000)] {
         let keys = u64_keys(n, 11);
         let tb = TokenBucket::builder(quota()).keys::<u64>().clock(ManualClock::new()).build().expect("limiter");
-        let fw = FixedWindow::builder(rate())
-            .expect("rate")
-            .keys::<u64>()
-            .clock(ManualClock::new())
-            .build()
-            .expect("limiter");
-        let sw = SlidingWindow::builder(rate())
-            .expect("rate")
-            .keys::<u64>()
-            .clock(ManualClock::new())
-            .build()
-            .expect("limiter");
+        let fw = FixedWindow::builder(rate()).keys::<u64>().clock(ManualClock::new()).build().expect("limiter");
+        let sw = SlidingWindow::builder(rate()).keys::<u64>().clock(ManualClock::new()).build().expect("limiter");
         let li = Limiter::builder()
             .keys::<u64>()
             .limit("burst", Rule::token_bucket(quota()))

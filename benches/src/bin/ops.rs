@@ -136,12 +136,11 @@ fn main() {
             measured(n, |i| l.allow_at(&hot, 1, i as u64 * step).unwrap().allowed)
         }
         "alg-fixed-window" => {
-            let l = FixedWindow::builder(alg_rate()).unwrap().keys::<u64>().clock(ManualClock::new()).build().unwrap();
+            let l = FixedWindow::builder(alg_rate()).keys::<u64>().clock(ManualClock::new()).build().unwrap();
             measured(n, |i| l.allow_at(&hot, 1, i as u64 * step).unwrap().allowed)
         }
         "alg-sliding-window" => {
-            let l =
-                SlidingWindow::builder(alg_rate()).unwrap().keys::<u64>().clock(ManualClock::new()).build().unwrap();
+            let l = SlidingWindow::builder(alg_rate()).keys::<u64>().clock(ManualClock::new()).build().unwrap();
             measured(n, |i| l.allow_at(&hot, 1, i as u64 * step).unwrap().allowed)
         }
         "alg-limiter-tb+fw" => {

@@ -94,8 +94,7 @@ fn run(limit: u64, window: Duration, arrivals: &[u64]) -> Outcome {
 
     // End to end: ratomic's SlidingWindow on its own.
     let clock = ManualClock::new();
-    let counter =
-        SlidingWindow::builder(Rate::new(limit, window).unwrap()).unwrap().clock(clock.clone()).build().unwrap();
+    let counter = SlidingWindow::builder(Rate::new(limit, window).unwrap()).clock(clock.clone()).build().unwrap();
     let mut recent: VecDeque<u64> = VecDeque::new();
     for &t in arrivals {
         clock.set_nanos(t);

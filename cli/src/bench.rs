@@ -169,7 +169,7 @@ impl Decide for RedisDecide {
 impl<A: ratomic::Algorithm + Sync> Decide for Keyed<A, u64, MonotonicClock> {
     #[inline]
     fn decide(&self, key: u64) -> bool {
-        matches!(self.allow(&key), Ok(d) if d.allowed)
+        self.allow(&key).allowed
     }
 }
 

@@ -12,15 +12,30 @@
 //! no lookup can still be reading them.
 
 use std::hash::BuildHasher;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::error::{Error, Result};
 use crate::sync::{epoch, AtomicU64, Ordering};
 
 /// The key types a keyed limiter can be indexed by: `[u8]` (any bytes, the
-/// default; `&str`, `String`, `Vec<u8>` and byte arrays pass as keys) or
-/// `u64` (numeric ids, with the smallest slots).
+/// default; `&str`, `String`, `Vec<u8>` and byte arrays pass as keys),
+/// `u64` (numeric ids, with the smallest slots), or an IP address
+/// ([`IpAddr`], [`Ipv4Addr`], [`Ipv6Addr`]: stored in at most 16 bytes, no
+/// allocation; see [`ip_key`] to group IPv6 clients by network).
 ///
-/// Sealed: implemented here for `[u8]` and `u64`.
+/// Choose one with the builder's `.keys::<K>()`:
+///
+/// ```
+/// use std::net::IpAddr;
+/// use ratomic::TokenBucket;
+///
+/// let limiter = TokenBucket::builder("2/min").keys::<IpAddr>().build()?;
+/// let client: IpAddr = "203.0.113.7".parse().unwrap();
+/// assert!(limiter.allow(&client).allowed); // no Result: any address is a valid key
+/// # Ok::<(), ratomic::Error>(())
+/// ```
+///
+/// Sealed: implemented here for `[u8]`, `u64` and the three IP address types.
 pub trait Key: private::Sealed {
     #[doc(hidden)]
     type Stored: StoredKey;
@@ -47,9 +62,22 @@ impl<T: AsRef<[u8]> + ?Sized> AsKey<[u8]> for T {
     }
 }
 
-impl AsKey<u64> for u64 {
+/// Key types every value of which is a valid key: `u64` and the IP address
+/// types (no length to check). A keyed limiter over one of them answers
+/// [`allow`](crate::Keyed::allow) and [`peek`](crate::Keyed::peek) with a
+/// plain [`Decision`](crate::Decision), no `Result`; byte keys, which may be
+/// longer than the limiter's `max_key_len`, keep the `Result`.
+///
+/// Sealed: implemented here for `u64`, [`IpAddr`], [`Ipv4Addr`] and [`Ipv6Addr`].
+pub trait BoundedKey: Key {
+    /// The key's hash and prepared form: [`Key::probe`], which cannot fail.
+    #[doc(hidden)]
+    fn probe_bounded<H: BuildHasher>(&self, hasher: &H) -> (u64, Probe<'_, Self>);
+}
+
+impl<K: BoundedKey> AsKey<K> for K {
     #[inline]
-    fn as_key(&self) -> &u64 {
+    fn as_key(&self) -> &K {
         self
     }
 }
@@ -58,6 +86,9 @@ mod private {
     pub trait Sealed {}
     impl Sealed for [u8] {}
     impl Sealed for u64 {}
+    impl Sealed for std::net::IpAddr {}
+    impl Sealed for std::net::Ipv4Addr {}
+    impl Sealed for std::net::Ipv6Addr {}
     /// Seals [`StoredKey`](super::StoredKey): its safety contract is the
     /// store's business, so no other crate implements it.
     pub trait SealedStored {}
@@ -117,7 +148,14 @@ impl Key for u64 {
     type Stored = u64;
     #[inline]
     fn probe<H: BuildHasher>(&self, hasher: &H, _max_len: usize) -> Result<(u64, u64)> {
-        Ok((hasher.hash_one(*self), *self))
+        Ok(self.probe_bounded(hasher))
+    }
+}
+
+impl BoundedKey for u64 {
+    #[inline]
+    fn probe_bounded<H: BuildHasher>(&self, hasher: &H) -> (u64, u64) {
+        (hasher.hash_one(*self), *self)
     }
 }
 
@@ -146,6 +184,174 @@ unsafe impl StoredKey for u64 {
     }
     #[inline]
     fn probe_heap_bytes(_: &u64) -> usize {
+        0
+    }
+    #[inline]
+    fn retire(_: &[AtomicU64], _: &epoch::Guard) {}
+    #[inline]
+    fn clear(_: &[AtomicU64]) {}
+    #[inline]
+    unsafe fn free(_: &[AtomicU64]) {}
+}
+
+// ---- IP addresses ----------------------------------------------------------
+
+/// How [`ip_key`] groups IPv6 clients. One IPv6 subscriber is usually given
+/// a whole /64 (often a /56 or /48), and can pick a new address in it for
+/// every request: limiting each address alone lets such a client multiply
+/// its limit by 2^64. IPv4 addresses are never grouped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Ipv6Grouping {
+    /// Each IPv6 address is its own key.
+    Address,
+    /// All addresses of a /64 (one subscriber's LAN) share a key.
+    Slash64,
+    /// All addresses of a /56 share a key.
+    Slash56,
+    /// All addresses of a /48 (one site) share a key.
+    Slash48,
+}
+
+impl Ipv6Grouping {
+    /// The prefix length in bits: 128 for [`Address`](Self::Address).
+    pub fn prefix_len(self) -> u32 {
+        match self {
+            Ipv6Grouping::Address => 128,
+            Ipv6Grouping::Slash64 => 64,
+            Ipv6Grouping::Slash56 => 56,
+            Ipv6Grouping::Slash48 => 48,
+        }
+    }
+}
+
+/// A client's address as a limiter key: an IPv4 address as it is; an
+/// IPv4-mapped IPv6 address (`::ffff:a.b.c.d`, what a dual-stack socket
+/// reports for an IPv4 client) as its IPv4 address; any other IPv6 address
+/// with the bits after `grouping`'s prefix cleared, so that every address
+/// of one network is the same key.
+///
+/// An `IpAddr`-keyed limiter already treats `::ffff:a.b.c.d` and
+/// `a.b.c.d` as one key; `ip_key` adds the grouping.
+///
+/// ```
+/// use std::net::IpAddr;
+/// use ratomic::{ip_key, Ipv6Grouping, TokenBucket};
+///
+/// let limiter = TokenBucket::builder("1/min").keys::<IpAddr>().build()?;
+/// let a: IpAddr = "2001:db8:1:2::a".parse().unwrap();
+/// let b: IpAddr = "2001:db8:1:2::b".parse().unwrap(); // same /64
+/// assert!(limiter.allow(&ip_key(a, Ipv6Grouping::Slash64)).allowed);
+/// assert!(!limiter.allow(&ip_key(b, Ipv6Grouping::Slash64)).allowed, "one key for the /64");
+/// assert_eq!(ip_key(a, Ipv6Grouping::Slash64), "2001:db8:1:2::".parse::<IpAddr>().unwrap());
+/// assert_eq!(ip_key("::ffff:192.0.2.1".parse().unwrap(), Ipv6Grouping::Slash64), "192.0.2.1".parse::<IpAddr>().unwrap());
+/// # Ok::<(), ratomic::Error>(())
+/// ```
+pub fn ip_key(addr: IpAddr, grouping: Ipv6Grouping) -> IpAddr {
+    match addr {
+        IpAddr::V4(_) => addr,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let keep = grouping.prefix_len();
+                let mask = if keep >= 128 { u128::MAX } else { !(u128::MAX >> keep) };
+                IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
+            }
+        },
+    }
+}
+
+/// An address's 16 bytes as two words: IPv6 as it is, IPv4 in its
+/// IPv4-mapped form, so that `a.b.c.d` and `::ffff:a.b.c.d` are one key.
+#[inline]
+fn v6_words(v6: Ipv6Addr) -> [u64; 2] {
+    let bits = u128::from(v6);
+    [(bits >> 64) as u64, bits as u64]
+}
+
+impl Key for IpAddr {
+    type Stored = IpWords;
+    #[inline]
+    fn probe<H: BuildHasher>(&self, hasher: &H, _max_len: usize) -> Result<(u64, [u64; 2])> {
+        Ok(self.probe_bounded(hasher))
+    }
+}
+
+impl BoundedKey for IpAddr {
+    #[inline]
+    fn probe_bounded<H: BuildHasher>(&self, hasher: &H) -> (u64, [u64; 2]) {
+        let words = match *self {
+            IpAddr::V4(v4) => v6_words(v4.to_ipv6_mapped()),
+            IpAddr::V6(v6) => v6_words(v6),
+        };
+        (hasher.hash_one(words), words)
+    }
+}
+
+impl Key for Ipv6Addr {
+    type Stored = IpWords;
+    #[inline]
+    fn probe<H: BuildHasher>(&self, hasher: &H, _max_len: usize) -> Result<(u64, [u64; 2])> {
+        Ok(self.probe_bounded(hasher))
+    }
+}
+
+impl BoundedKey for Ipv6Addr {
+    #[inline]
+    fn probe_bounded<H: BuildHasher>(&self, hasher: &H) -> (u64, [u64; 2]) {
+        let words = v6_words(*self);
+        (hasher.hash_one(words), words)
+    }
+}
+
+impl Key for Ipv4Addr {
+    type Stored = u64;
+    #[inline]
+    fn probe<H: BuildHasher>(&self, hasher: &H, _max_len: usize) -> Result<(u64, u64)> {
+        Ok(self.probe_bounded(hasher))
+    }
+}
+
+impl BoundedKey for Ipv4Addr {
+    #[inline]
+    fn probe_bounded<H: BuildHasher>(&self, hasher: &H) -> (u64, u64) {
+        u64::from(u32::from(*self)).probe_bounded(hasher)
+    }
+}
+
+/// The storage of an IPv6 (or any `IpAddr`) key: its 16 bytes in two words,
+/// in the slot itself.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum IpWords {}
+
+impl private::SealedStored for IpWords {}
+
+// SAFETY: `rehash` hashes the same two words `probe_bounded` hashed; nothing
+// is allocated.
+unsafe impl StoredKey for IpWords {
+    const WORDS: usize = 2;
+    const OWNS_HEAP: bool = false;
+    type Probe<'a> = [u64; 2];
+    #[inline]
+    fn matches(words: &[AtomicU64], probe: &[u64; 2]) -> bool {
+        words[0].load(Ordering::Relaxed) == probe[0] && words[1].load(Ordering::Relaxed) == probe[1]
+    }
+    #[inline]
+    fn store(words: &[AtomicU64], probe: &[u64; 2]) {
+        words[0].store(probe[0], Ordering::Relaxed);
+        words[1].store(probe[1], Ordering::Relaxed);
+    }
+    #[inline]
+    fn rehash<H: BuildHasher>(words: &[AtomicU64], hasher: &H) -> u64 {
+        hasher.hash_one([words[0].load(Ordering::Relaxed), words[1].load(Ordering::Relaxed)])
+    }
+    #[inline]
+    fn heap_bytes(_: &[AtomicU64]) -> usize {
+        0
+    }
+    #[inline]
+    fn probe_heap_bytes(_: &[u64; 2]) -> usize {
         0
     }
     #[inline]

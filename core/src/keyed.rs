@@ -8,7 +8,7 @@ use crate::base::{self, Base, Builder};
 use crate::clock::{checked, Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::{Error, Result};
-use crate::key::{AsKey, Key};
+use crate::key::{AsKey, BoundedKey, Key};
 use crate::rule::Rule;
 use crate::store::{Options, Retention};
 
@@ -113,15 +113,6 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
         self.base.max_key_len()
     }
 
-    /// Takes one token from `key`'s bucket if it has one.
-    ///
-    /// Errors (and changes nothing) only if the key is longer than
-    /// `max_key_len` or the clock reads past [`MAX_TIME`](crate::MAX_TIME).
-    #[inline]
-    pub fn allow<Q: ?Sized + AsKey<K>>(&self, key: &Q) -> Result<Decision> {
-        self.allow_at(key, 1, self.now())
-    }
-
     /// Takes `cost` tokens from `key`'s bucket if it has that many; cost 0
     /// answers like [`peek`](Self::peek).
     ///
@@ -198,14 +189,6 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
             verdict.decision()
         })));
         Ok(())
-    }
-
-    /// What `allow` would answer for one token, changing nothing: like every
-    /// decision, its `remaining` is what would be left *after* that token.
-    /// `peek_n(key, 0)` reports the key's state as it is.
-    #[inline]
-    pub fn peek<Q: ?Sized + AsKey<K>>(&self, key: &Q) -> Result<Decision> {
-        self.peek_at(key, 1, self.now())
     }
 
     /// What `allow_n(key, cost)` would answer, changing nothing.
@@ -342,6 +325,123 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     pub fn memory_bytes(&self) -> usize {
         self.base.memory_bytes()
     }
+}
+
+/// `allow` and `peek` for byte keys, which may be refused for their length.
+impl<A: Algorithm, C: Clock> Keyed<A, [u8], C> {
+    /// Takes one token from `key`'s bucket if it has one.
+    ///
+    /// Errors (and changes nothing) only if the key is longer than
+    /// [`max_key_len`](Self::max_key_len) or the clock reads past
+    /// [`MAX_TIME`](crate::MAX_TIME).
+    ///
+    /// ```
+    /// use ratomic::{Error, TokenBucket};
+    ///
+    /// let limiter = TokenBucket::builder("1/s").max_key_len(8).build()?;
+    /// assert!(limiter.allow("user:42")?.allowed);
+    /// assert!(!limiter.allow("user:42")?.allowed);
+    /// assert_eq!(limiter.allow("user:123456").unwrap_err(), Error::KeyTooLong { len: 11, max: 8 });
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    #[inline]
+    pub fn allow<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q) -> Result<Decision> {
+        self.allow_at(key, 1, self.now())
+    }
+
+    /// What `allow` would answer for one token, changing nothing: like every
+    /// decision, its `remaining` is what would be left *after* that token.
+    /// `peek_n(key, 0)` reports the key's state as it is. Errors as `allow`.
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder("3/s").build()?;
+    /// assert_eq!(limiter.peek("k")?.remaining, 2);
+    /// assert_eq!(limiter.peek("k")?.remaining, 2, "peek takes nothing");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    #[inline]
+    pub fn peek<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q) -> Result<Decision> {
+        self.peek_at(key, 1, self.now())
+    }
+}
+
+/// `allow` and `peek` for keys no limiter can refuse (`u64`, IP addresses):
+/// a plain [`Decision`], nothing to handle.
+impl<A: Algorithm, K: BoundedKey, C: Clock> Keyed<A, K, C> {
+    /// Takes one token from `key`'s bucket if it has one. Cannot fail: the
+    /// key has no length to check and one token never exceeds the limit.
+    ///
+    /// # Panics
+    ///
+    /// If the limiter's clock reads past [`MAX_TIME`](crate::MAX_TIME)
+    /// (about 146 years), which breaks the [`Clock`] contract:
+    /// [`MonotonicClock`] never does; a [`ManualClock`](crate::ManualClock)
+    /// does only if set past it. To handle such a clock as an error, call
+    /// [`allow_at`](Self::allow_at) with its reading.
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder("2/s").keys::<u64>().build()?;
+    /// assert!(limiter.allow(&42).allowed);
+    /// assert!(limiter.allow(&42).allowed);
+    /// assert!(!limiter.allow(&42).allowed);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    #[inline]
+    pub fn allow(&self, key: &K) -> Decision {
+        let now = bounded_now(&self.base.clock);
+        let (hash, probe) = self.base.probe_bounded(key);
+        on_algorithm!(self, alg => {
+            debug_assert!(alg.limit() >= 1, "every algorithm admits one token");
+            self.base.update_probed(hash, &probe, now, |cells| Ok(charge_in(alg, cells, 0, now, 1)?.0)).decision()
+        })
+    }
+
+    /// What `allow` would answer for one token, changing nothing: its
+    /// `remaining` is what would be left *after* that token. Cannot fail;
+    /// panics as `allow` on a clock past [`MAX_TIME`](crate::MAX_TIME).
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder("3/s").keys::<u64>().build()?;
+    /// assert_eq!(limiter.peek(&7).remaining, 2);
+    /// assert_eq!(limiter.allow(&7).remaining, 2);
+    /// assert_eq!(limiter.peek(&7).remaining, 1);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    #[inline]
+    pub fn peek(&self, key: &K) -> Decision {
+        let now = bounded_now(&self.base.clock);
+        let (hash, probe) = self.base.probe_bounded(key);
+        on_algorithm!(self, alg => {
+            self.base.update_probed(hash, &probe, now, |cells| peek_in(alg, cells, 0, now, 1)).decision()
+        })
+    }
+}
+
+/// The clock's reading, which an infallible call cannot refuse: past
+/// [`MAX_TIME`](crate::MAX_TIME) the clock has broken its contract.
+#[inline(always)]
+fn bounded_now<C: Clock>(clock: &C) -> u64 {
+    let now = clock.now();
+    if now > crate::clock::MAX_TIME {
+        clock_past_max_time(now);
+    }
+    now
+}
+
+#[cold]
+#[inline(never)]
+fn clock_past_max_time(now: u64) -> ! {
+    panic!(
+        "the limiter's clock read {now} ns, past MAX_TIME ({} ns, about 146 years); \
+         a Clock must stay at or below it (call allow_at to get this as an error)",
+        crate::clock::MAX_TIME
+    )
 }
 
 /// `(allowed, retry_after)` of a decision, for the acquire loops.

@@ -82,7 +82,7 @@ pub use direct::Direct;
 pub use error::{Error, Result};
 pub use fixed_window::FixedWindow;
 pub use gcra::Gcra;
-pub use key::{AsKey, Key, StoredKey};
+pub use key::{ip_key, AsKey, BoundedKey, Ipv6Grouping, Key, StoredKey};
 pub use keyed::Keyed;
 pub use limiter::{LimitSet, Limiter, LimiterBuilder, Limits, MultiDecision, NamedDecision, Selected, MAX_LIMITS};
 pub use quota::Quota;

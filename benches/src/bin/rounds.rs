@@ -244,7 +244,7 @@ fn insert_u64(cfg: &Config) -> Row {
         "insert-u64",
         &keys,
         || TokenBucket::builder(ratomic_huge()).keys::<u64>().build().expect("limiter"),
-        |l, k| l.allow(k).expect("valid call").allowed,
+        |l, k| l.allow(k).allowed,
         || RateLimiter::dashmap(governor_huge()),
         |l, k| l.check_key(k).is_ok(),
     )
@@ -267,8 +267,8 @@ fn two_threads_hot(cfg: &Config) -> Row {
     let keys = u64_keys(1, 5);
     let r = TokenBucket::builder(ratomic_huge()).keys::<u64>().build().expect("limiter");
     let g = RateLimiter::dashmap(governor_huge());
-    assert!(r.allow(&keys[0]).expect("valid call").allowed && g.check_key(&keys[0]).is_ok());
-    let r_call = |k: &u64| r.allow(k).expect("valid call").allowed;
+    assert!(r.allow(&keys[0]).allowed && g.check_key(&keys[0]).is_ok());
+    let r_call = |k: &u64| r.allow(k).allowed;
     let g_call = |k: &u64| g.check_key(k).is_ok();
     let row = compare(
         cfg,
@@ -306,7 +306,7 @@ fn keys100k_u64(cfg: &Config) -> Row {
         cfg,
         "keys100k-u64",
         &keys,
-        (&r, |l: &TokenBucket<u64>, k: &u64| l.allow(k).expect("valid call").allowed),
+        (&r, |l: &TokenBucket<u64>, k: &u64| l.allow(k).allowed),
         (&g, |l: &governor::DefaultKeyedRateLimiter<u64>, k: &u64| l.check_key(k).is_ok()),
     );
     assert_eq!(r.len(), keys.len(), "every key stayed in ratomic's store");
@@ -402,7 +402,7 @@ fn limiter2(cfg: &Config, name: &'static str, n: usize) -> Row {
         .build()
         .expect("limiter");
     let li_call = |k: &u64| li.allow(k).expect("valid call").allowed();
-    let tb_call = |k: &u64| tb.allow(k).expect("valid call").allowed;
+    let tb_call = |k: &u64| tb.allow(k).allowed;
     assert!(keys.iter().all(|k| li_call(k) && tb_call(k)), "the set-up is allowed");
     let (mut lc, mut tc) = (Cycle::new(&keys, 0), Cycle::new(&keys, 0));
     let row = compare(

@@ -51,7 +51,7 @@ fn table_row(out: &str, label: &str) -> Vec<String> {
     line.trim_start()[label.len()..].split_whitespace().map(str::to_owned).collect()
 }
 
-/// How many requests an independent GCRA (SPEC §4.1, exact integers) grants
+/// How many requests an independent GCRA (the contract's equations, exact integers) grants
 /// to requests arriving at `times` (ns) with capacity `b` and interval `t`.
 fn gcra_grants(times: impl Iterator<Item = u64>, b: u64, t: u64) -> u64 {
     let tau = b * t;

@@ -91,7 +91,7 @@ impl ClockId {
 
 /// A source of time for a limiter: nanoseconds since an arbitrary epoch.
 ///
-/// The engine never grants more because a clock stepped back (SPEC §4.1), but
+/// The engine never grants more because a clock stepped back, but
 /// a clock that jumps back makes limiters deny more than they should until it
 /// catches up, so production clocks should be monotonic. Readings must stay
 /// at or below [`MAX_TIME`]; a call that reads a later time is an error.

@@ -1,4 +1,4 @@
-//! The answer to one call (SPEC §2).
+//! The answer to one call, the same shape for every limiter and every face.
 
 use std::time::Duration;
 

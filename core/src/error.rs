@@ -43,7 +43,7 @@ pub enum Error {
         max: usize,
     },
     /// A request of a batch (`allow_many`) is invalid: the whole batch was
-    /// refused and nothing changed (SPEC §4.6).
+    /// refused and nothing changed.
     InvalidRequest {
         /// The position of the first invalid request.
         index: usize,

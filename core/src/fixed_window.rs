@@ -12,7 +12,7 @@ use crate::store::Options;
 use crate::window::FixedWindowCounter;
 
 /// At most `limit` calls per key in each window of length `window`, windows
-/// aligned to the clock's epoch (SPEC §4.2).
+/// aligned to the clock's epoch.
 ///
 /// The simplest rule to explain, and the cheapest; but a client can make
 /// `limit` calls at the end of one window and `limit` more at the start of

@@ -1,4 +1,5 @@
-//! The token bucket as GCRA (SPEC §4.1, normative).
+//! The token bucket as GCRA, the equations of
+//! [the contract](https://github.com/ratomic/ratomic/blob/main/docs/CONTRACT.md#41-tokenbucket--gcra-normative).
 //!
 //! A key's whole state is its theoretical arrival time `TAT`, in nanoseconds
 //! on the limiter's clock. With `T` the emission interval, `B` the capacity
@@ -117,7 +118,7 @@ mod tests {
         Gcra::new(Quota::new(capacity, 1e9 / t as f64).unwrap())
     }
 
-    /// The SPEC §4.1 equations, checked value by value.
+    /// The contract's GCRA equations, checked value by value.
     #[test]
     fn spec_equations_exactly() {
         let g = gcra(4, 100); // B = 4, T = 100 ns, τ = 400

@@ -4,7 +4,7 @@
 //! `AtomicU64` changed by a compare-and-swap loop, with lazy refill, no
 //! background threads and no locks on the per-key path.
 //!
-//! - [`TokenBucket`]: a GCRA token bucket per key (SPEC §4.1), with peek,
+//! - [`TokenBucket`]: a GCRA token bucket per key, with peek,
 //!   refund, reset, a live-key count and a bounded store that forgets full
 //!   buckets without changing any later decision.
 //! - [`FixedWindow`] and [`SlidingWindow`]: window counters, index and

@@ -1,4 +1,5 @@
-//! Token-bucket quotas: capacity `B` and emission interval `T` (SPEC §3).
+//! Token-bucket quotas: capacity `B` (the burst) and emission interval `T`
+//! (one token refills every `T`).
 
 use std::fmt;
 use std::str::FromStr;

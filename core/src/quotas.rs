@@ -1,6 +1,6 @@
 //! Token buckets whose quota comes with each call: per-customer quotas read
-//! from a database, a request that carries its own limit (SPEC §4.1 for
-//! each bucket).
+//! from a database, a request that carries its own limit (each bucket a
+//! GCRA token bucket, as [`TokenBucket`](crate::TokenBucket)'s).
 //!
 //! # One store for every quota
 //!

@@ -1,4 +1,6 @@
-//! Rate strings: `"<count>/<period>"`, as in SPEC §3.
+//! Rate strings: `"<count>/<period>"` (`"10/s"`, `"100/min"`) or
+//! `"<count> per <period>"`, the same in every face (see
+//! [the contract](https://github.com/ratomic/ratomic/blob/main/docs/CONTRACT.md#3-rates-and-quotas)).
 
 use std::fmt;
 use std::str::FromStr;

@@ -25,11 +25,11 @@ use crate::window::{FixedWindowCounter, SlidingWindowCounter};
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Rule {
-    /// A GCRA token bucket (SPEC §4.1).
+    /// A GCRA token bucket.
     TokenBucket(Gcra),
-    /// A fixed window counter (SPEC §4.2).
+    /// A fixed window counter.
     FixedWindow(FixedWindowCounter),
-    /// A sliding window counter (SPEC §4.3).
+    /// A sliding window counter.
     SlidingWindow(SlidingWindowCounter),
 }
 

@@ -12,7 +12,7 @@ use crate::store::Options;
 use crate::window::SlidingWindowCounter;
 
 /// At most `limit` calls per key in any window of length `window`, by the
-/// counter approximation (SPEC §4.3): the current window's count plus the
+/// counter approximation: the current window's count plus the
 /// previous window's count weighted by how much of it the sliding window
 /// still covers, computed exactly in integers.
 ///

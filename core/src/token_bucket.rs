@@ -9,7 +9,13 @@ use crate::keyed::Keyed;
 use crate::quota::Quota;
 use crate::store::Options;
 
-/// A token bucket per key, GCRA exactly as in SPEC §4.1.
+/// A token bucket per key, as GCRA: exact integer time, no refill step.
+///
+/// A key holds up to `B` tokens (the quota's burst) and gets one back every
+/// `T` (its emission interval); a call for `n` tokens passes if the key has
+/// them. A fresh key passes exactly `B` calls in a row; a clock that steps
+/// back never grants more. The equations are in
+/// [the contract](https://github.com/ratomic/ratomic/blob/main/docs/CONTRACT.md#41-tokenbucket--gcra-normative).
 ///
 /// Each key's state is one `AtomicU64` (its theoretical arrival time),
 /// changed by a compare-and-swap loop that reads the clock once and writes

@@ -1,4 +1,5 @@
-//! Fixed and sliding window counters (SPEC §4.2, §4.3).
+//! Fixed and sliding window counters (see
+//! [the contract](https://github.com/ratomic/ratomic/blob/main/docs/CONTRACT.md#42-fixedwindowlimit-window-and-43-slidingwindowlimit-window)).
 //!
 //! # Packing
 //!
@@ -41,8 +42,8 @@ use crate::div::Divider;
 use crate::error::{Error, Result};
 use crate::rate::{Period, Rate};
 
-/// The last nanosecond a clock reading may have (SPEC §6: times are below
-/// 2^62); later readings are treated as this one.
+/// The last nanosecond a clock reading may have (times are below 2^62, about
+/// 146 years); later readings are treated as this one.
 const MAX_TIME: u64 = (1 << 62) - 1;
 
 /// Which counter a packing is for: how many counts share the word.

@@ -11,7 +11,7 @@
 //!   `[a, b]` are at most `B + (b − a)/T` — exactly, for every interval.
 //! - windows: checked in rounds (the clock moves only between rounds, so a
 //!   stamp is the window a grant counted in): per fixed window at most the
-//!   limit; for the sliding window, the SPEC's estimate never above the limit.
+//!   limit; for the sliding window, the counter estimate never above the limit.
 //!
 //! Sizes are bounded for CI; `RATOMIC_STRESS_SCALE=20 cargo test --release
 //! --test stress` runs them twenty times longer.

@@ -204,7 +204,7 @@ fn allow_many_decides_each_pair_in_order() {
 
 #[test]
 fn a_batch_with_an_invalid_request_fails_whole_and_changes_nothing() {
-    // SPEC §4.6: every request is checked before any is decided.
+    // Every request is checked before any is decided.
     let (limiter, _clock) = bucket(2, 1.0);
     let long = [b'x'; 2000];
     let err = limiter.allow_many([(b"a".as_slice(), 1), (b"b", 3), (&long, 1)]).unwrap_err();

@@ -1,4 +1,5 @@
--- ratomic on Redis: the in-memory engine's equations (SPEC §4.1–4.4) on one
+-- ratomic on Redis: the in-memory engine's equations (sections 4.1–4.4 of
+-- https://github.com/ratomic/ratomic/blob/main/docs/CONTRACT.md) on one
 -- hash per key, a field per named limit. One script for every operation so
 -- the arithmetic exists once; loaded by SHA1 and called with EVALSHA.
 --
@@ -116,7 +117,7 @@ if n == 1 and op ~= 'r' and ARGV[5] == 'f' then
   return {1, 1, l - after, l, 0, reset}
 end
 
--- GCRA (SPEC §4.1). State: TAT.
+-- GCRA (the contract, 4.1). State: TAT.
 local function gcra_view(v) return tonumber(v) or 0 end
 
 local function gcra_tokens(tau, t, d)
@@ -153,7 +154,7 @@ local function gcra_idle(v)
   return 0
 end
 
--- Windows (SPEC §4.2, §4.3), aligned to the epoch of `now`. State:
+-- Windows (the contract, 4.2 and 4.3), aligned to the epoch of `now`. State:
 -- 'index:count' (fixed) or 'index:prev:cur' (sliding). A call stamped
 -- before the stored window counts in the stored window.
 local function frame(stored, w)
@@ -302,7 +303,7 @@ end
 if reply[1] == 0 then
   -- A denied call charges no limit: each limit that would have allowed it
   -- answers for its state as it stands (its answer to a cost of 0: what it
-  -- still has, the time until full), still allowed (SPEC §2).
+  -- still has, the time until full), still allowed, as the in-memory Limiter reports it.
   for i = 1, n do
     local at = 5 * (i - 1) + 2
     if reply[at] == 1 then

@@ -278,7 +278,7 @@ impl Driver {
     }
 
     /// Starts a batch: every request is checked first (an invalid one fails
-    /// the whole batch with its index, SPEC §4.6, and nothing is sent).
+    /// the whole batch with its index, and nothing is sent).
     pub fn begin_many<'k>(
         &self,
         requests: impl IntoIterator<Item = (&'k [u8], u64)>,

@@ -62,7 +62,7 @@ impl Limits {
         Self::new([(SINGLE, rule.into())])
     }
 
-    /// Several named limits on each key, all or nothing (SPEC §4.4). Names
+    /// Several named limits on each key, all or nothing. Names
     /// are checked as the in-memory [`ratomic::Limiter`] checks them (1 to
     /// 16, unique, non-empty), with the same errors.
     pub fn new<N: Into<String>>(limits: impl IntoIterator<Item = (N, Rule)>) -> Result<Self> {
@@ -164,7 +164,7 @@ impl Limits {
     }
 
     /// Checks every request of a batch; the error names the first invalid
-    /// one (SPEC §4.6).
+    /// one.
     pub fn check_batch<'k>(&self, requests: impl IntoIterator<Item = (&'k [u8], u64)>) -> Result<()> {
         for (index, (key, cost)) in requests.into_iter().enumerate() {
             if let Err(Error::Invalid(e)) = self.check(key, cost) {
@@ -258,7 +258,7 @@ fn decision(v: &[i64]) -> Decision {
     }
 }
 
-/// SPEC §4.4, as the in-memory `Limiter` combines: allowed only if every
+/// As the in-memory `Limiter` combines: allowed only if every
 /// limit allowed; the least remaining and that limit's limit; the largest
 /// wait among the denying limits; the largest reset.
 fn combine(entries: &[Decision]) -> Decision {
@@ -285,7 +285,7 @@ fn combine(entries: &[Decision]) -> Decision {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[must_use = "a decision says whether the call was allowed"]
 pub struct MultiDecision {
-    /// The combined decision (SPEC §4.4).
+    /// The combined decision.
     pub decision: Decision,
     entries: Vec<Decision>,
     names: Arc<[Box<str>]>,

@@ -31,21 +31,21 @@ pub const MAX_WINDOW_PRODUCT: u64 = 1 << 53;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RedisRule {
-    /// GCRA (SPEC §4.1).
+    /// A GCRA token bucket.
     TokenBucket {
         /// `T` in µs, rounded up.
         interval_us: u64,
         /// `B`.
         capacity: u64,
     },
-    /// Fixed window (SPEC §4.2).
+    /// A fixed window counter.
     FixedWindow {
         /// Window length in µs.
         window_us: u64,
         /// Calls per window.
         limit: u64,
     },
-    /// Sliding window (SPEC §4.3).
+    /// A sliding window counter.
     SlidingWindow {
         /// Window length in µs.
         window_us: u64,

@@ -39,7 +39,7 @@
 //!
 //! # Forgetting full buckets, losslessly
 //!
-//! A key whose bucket is full again carries no information (SPEC §5). When a
+//! A key whose bucket is full again carries no information. When a
 //! table would grow past its load factor it is rebuilt without such keys
 //! (the migration forgets them on its way, and sizes the new table for the
 //! keys that remain); `gc` does the same on demand. No background thread,

@@ -16,8 +16,18 @@ pub(crate) mod sealed {
 /// time and a cost into a [`Decision`](crate::Decision).
 ///
 /// Sealed: the implementations are [`Gcra`](crate::Gcra) (token bucket) and
-/// the window algorithms. Its methods are the engine's business.
-pub trait Algorithm: sealed::Sealed + std::fmt::Debug + Send + Sync + 'static {
+/// the window algorithms. Its methods are the engine's business. Every
+/// algorithm prints as its rule with units (`Display`):
+///
+/// ```
+/// use ratomic::{Algorithm, TokenBucket};
+///
+/// let limiter = TokenBucket::builder("10/s").build()?;
+/// assert_eq!(limiter.algorithm().to_string(), "token bucket 10 per 1s");
+/// assert_eq!(limiter.algorithm().limit(), 10);
+/// # Ok::<(), ratomic::Error>(())
+/// ```
+pub trait Algorithm: sealed::Sealed + std::fmt::Debug + std::fmt::Display + Send + Sync + 'static {
     /// The state of a key never seen (or forgotten): a full bucket.
     #[doc(hidden)]
     const PRISTINE: u64;
@@ -146,7 +156,8 @@ pub(crate) fn charge_from<A: Algorithm>(
 /// A give-back that subtracts the charge from whatever the word holds now
 /// over-grants: GCRA's `max(TAT, now)` lets a later call with a later clock
 /// reading absorb an earlier charge, and subtracting that charge afterwards
-/// erases the later call's (SPEC §4.4; replayed in this module's tests).
+/// erases the later call's, and a multi-limit call would then grant more
+/// than its limits allow (replayed in this module's tests).
 /// A word that still holds exactly this charge's result has seen no other
 /// write since (every allowed charge moves it, so only a give-back of a
 /// charge made after this one — itself exact — or a refund or reset can

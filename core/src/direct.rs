@@ -134,8 +134,23 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     }
 }
 
-impl<A: Algorithm + fmt::Debug, C: Clock + fmt::Debug> fmt::Debug for Direct<A, C> {
+/// The limiter's name and its rule with units:
+/// `DirectTokenBucket { rule: token bucket 100 per 1s }`.
+///
+/// ```
+/// use ratomic::{DirectTokenBucket, Quota};
+///
+/// let limiter = DirectTokenBucket::new(Quota::parse("100/s")?);
+/// assert_eq!(format!("{limiter:?}"), "DirectTokenBucket { rule: token bucket 100 per 1s }");
+/// # Ok::<(), ratomic::Error>(())
+/// ```
+impl<A: Algorithm, C: Clock> fmt::Debug for Direct<A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Direct").field("algorithm", &self.alg).field("clock", &self.clock).finish_non_exhaustive()
+        let name = if std::any::TypeId::of::<A>() == std::any::TypeId::of::<crate::Gcra>() {
+            "DirectTokenBucket"
+        } else {
+            "Direct"
+        };
+        f.debug_struct(name).field("rule", &format_args!("{}", self.alg)).finish()
     }
 }

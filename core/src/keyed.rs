@@ -137,7 +137,7 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// is decided as by [`allow_n`](Self::allow_n), in order. Every pair is
     /// checked before any is decided: if one is invalid the whole call fails
     /// with [`Error::InvalidRequest`] naming the first bad pair, and nothing
-    /// changes (SPEC §4.6).
+    /// changes.
     ///
     /// ```
     /// use ratomic::{Error, Quota, TokenBucket};
@@ -473,13 +473,42 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     }
 }
 
-impl<A: Algorithm + fmt::Debug, K: ?Sized + Key, C: Clock + fmt::Debug> fmt::Debug for Keyed<A, K, C> {
+/// The limiter's name, its rule with units and the keys it holds:
+/// `TokenBucket { rule: token bucket 10 per 1s, keys: 3 }`.
+///
+/// ```
+/// use ratomic::{FixedWindow, Keyed, MonotonicClock, Options, Rule, TokenBucket};
+///
+/// let limiter = TokenBucket::builder("10/s").build()?;
+/// limiter.allow("a")?;
+/// assert_eq!(format!("{limiter:?}"), "TokenBucket { rule: token bucket 10 per 1s, keys: 1 }");
+/// let limiter = FixedWindow::builder("5 per minute").keys::<u64>().build()?;
+/// assert_eq!(format!("{limiter:?}"), "FixedWindow { rule: fixed window 5 per 1m, keys: 0 }");
+/// let limiter: Keyed<Rule> = Keyed::with_algorithm(Rule::parse("100/h")?, MonotonicClock::new(), Options::default())?;
+/// assert_eq!(format!("{limiter:?}"), "Keyed { rule: token bucket 100 per 1h, keys: 0 }");
+/// # Ok::<(), ratomic::Error>(())
+/// ```
+impl<A: Algorithm, K: ?Sized + Key, C: Clock> fmt::Debug for Keyed<A, K, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Keyed")
-            .field("algorithm", &self.base.rules)
-            .field("clock", &self.base.clock)
+        f.debug_struct(limiter_name::<A>())
+            .field("rule", &format_args!("{}", self.base.rules))
             .field("keys", &self.len())
-            .finish_non_exhaustive()
+            .finish()
+    }
+}
+
+/// The name a user wrote for a keyed limiter of algorithm `A`.
+fn limiter_name<A: Algorithm>() -> &'static str {
+    use std::any::TypeId;
+    let t = TypeId::of::<A>();
+    if t == TypeId::of::<crate::Gcra>() {
+        "TokenBucket"
+    } else if t == TypeId::of::<crate::FixedWindowCounter>() {
+        "FixedWindow"
+    } else if t == TypeId::of::<crate::SlidingWindowCounter>() {
+        "SlidingWindow"
+    } else {
+        "Keyed"
     }
 }
 

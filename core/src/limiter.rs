@@ -1,4 +1,5 @@
-//! Several named limits on one key, all or nothing (SPEC §4.4).
+//! Several named limits on one key, all or nothing: a call is allowed only
+//! if every limit allows it, and then every limit is charged.
 
 use std::fmt;
 use std::time::Duration;
@@ -196,7 +197,7 @@ impl Entry {
     /// limit denied it: the call charged nothing, so the limit reports its
     /// state as it stands (`v` is its answer to a cost of 0: the tokens it
     /// still has, the time until it is full) and stays allowed, so only the
-    /// deniers are named (SPEC §2: `remaining` is what the key has right
+    /// deniers are named (`remaining` is always what the key has right
     /// after the call).
     #[inline]
     pub(crate) fn uncharged(v: &Verdict) -> Self {
@@ -241,7 +242,7 @@ fn nanos(d: Duration) -> u64 {
 pub(crate) type Entries = SmallVec<[Entry; 3]>;
 
 /// The answer to one [`Limiter`] (or [`Stack`](crate::Stack)) call: the
-/// combined decision (SPEC §4.4) and one entry per limit (or stack member)
+/// combined decision and one entry per limit (or stack member)
 /// the call was subject to.
 ///
 /// Combined: allowed only if every limit allowed; `remaining` the smallest
@@ -891,10 +892,37 @@ fn answer(d: &MultiDecision<'_>) -> (bool, Duration) {
     (d.decision.allowed, d.decision.retry_after)
 }
 
-impl<K: ?Sized + Key, C: Clock + fmt::Debug> fmt::Debug for Limiter<K, C> {
+/// The limits by name, each rule with its units, and the keys held:
+/// `Limiter { limits: {"burst": token bucket 10 per 1s, "daily": fixed window 1000 per 1d}, keys: 0 }`.
+///
+/// ```
+/// use ratomic::{Limiter, Rule};
+///
+/// let limiter = Limiter::new([("burst", Rule::parse("10/s")?), ("daily", Rule::fixed_window("1000/day".parse()?)?)])?;
+/// assert_eq!(
+///     format!("{limiter:?}"),
+///     r#"Limiter { limits: {"burst": token bucket 10 per 1s, "daily": fixed window 1000 per 1d}, keys: 0 }"#
+/// );
+/// # Ok::<(), ratomic::Error>(())
+/// ```
+impl<K: ?Sized + Key, C: Clock> fmt::Debug for Limiter<K, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let limits: Vec<_> = self.names().zip(self.rules()).collect();
-        f.debug_struct("Limiter").field("limits", &limits).field("keys", &self.len()).finish_non_exhaustive()
+        struct Rules<'a, K: ?Sized + Key, C: Clock>(&'a Limiter<K, C>);
+        impl<K: ?Sized + Key, C: Clock> fmt::Debug for Rules<'_, K, C> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_map().entries(self.0.names().zip(self.0.rules().iter().map(Shown))).finish()
+            }
+        }
+        f.debug_struct("Limiter").field("limits", &Rules(self)).field("keys", &self.len()).finish()
+    }
+}
+
+/// Debug-formats a rule as its `Display` (`token bucket 10 per 1s`).
+struct Shown<'a>(&'a Rule);
+
+impl fmt::Debug for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self.0, f)
     }
 }
 

@@ -33,6 +33,31 @@ use crate::window::FixedWindowCounter;
 /// assert_eq!(d.retry_after, Duration::from_secs(60)); // the next window
 /// # Ok::<(), ratomic::Error>(())
 /// ```
+///
+/// # Operations
+///
+/// A `FixedWindow` is a [`Keyed`](crate::Keyed) limiter: every call below is
+/// documented, with an example, on [`Keyed`](crate::Keyed)'s page. Keys are
+/// byte strings (`&str`, `String`, `&[u8]`) unless the builder's
+/// `.keys::<K>()` picks `u64` or an IP address type; times (`now`) are
+/// nanoseconds on the limiter's clock.
+///
+/// | call | what it does |
+/// |---|---|
+/// | [`allow(key)`](crate::Keyed::allow) | takes one unit; a denial is a [`Decision`](crate::Decision) with `allowed == false`, not an error. For `u64` and IP keys it returns the `Decision` itself |
+/// | [`allow_n(key, n)`](crate::Keyed::allow_n) | takes `n` units; an error, changing nothing, if `n` exceeds the limit |
+/// | [`allow_at(key, n, now)`](crate::Keyed::allow_at) | `allow_n` at a time you give |
+/// | [`allow_many(pairs)`](crate::Keyed::allow_many), [`allow_many_at`](crate::Keyed::allow_many_at) | many `(key, n)` calls at one clock reading, all checked before any is decided |
+/// | [`peek(key)`](crate::Keyed::peek), [`peek_n`](crate::Keyed::peek_n), [`peek_at`](crate::Keyed::peek_at) | what the matching `allow` would answer, changing nothing |
+/// | [`refund(key, n)`](crate::Keyed::refund), [`refund_at`](crate::Keyed::refund_at) | gives `n` back, never above full |
+/// | [`reset(key)`](crate::Keyed::reset), [`reset_at`](crate::Keyed::reset_at) | forgets the key: it is full again |
+/// | [`acquire(key, n, timeout)`](crate::Keyed::acquire), [`acquire_with`](crate::Keyed::acquire_with) | waits out denials: blocking, or async on any runtime |
+/// | [`check(key, n)`](crate::Keyed::check) | checks a call's arguments without making it |
+/// | [`window()`](crate::Keyed::window) | the window's length |
+/// | [`limit()`](crate::Keyed::limit), [`algorithm()`](crate::Keyed::algorithm) | the most a key holds; the rule, which prints with its units |
+/// | [`len()`](crate::Keyed::len), [`is_empty()`](crate::Keyed::is_empty), [`gc()`](crate::Keyed::gc), [`gc_at`](crate::Keyed::gc_at), [`memory_bytes()`](crate::Keyed::memory_bytes) | keys held; dropping keys that are full again (no decision changes); memory held |
+/// | [`clock()`](crate::Keyed::clock), [`now()`](crate::Keyed::now), [`max_key_len()`](crate::Keyed::max_key_len) | the clock and its reading; the longest byte key accepted |
+/// | [`FixedWindow::new(limit, window)`](FixedWindow::new), [`from_rate`](FixedWindow::from_rate), [`FixedWindow::builder(rate)`](FixedWindow::builder) | make one (a `Rate` or a rate string such as `"100/min"`) |
 pub type FixedWindow<K = [u8], C = MonotonicClock> = Keyed<FixedWindowCounter, K, C>;
 
 impl FixedWindow {

@@ -41,6 +41,31 @@ use crate::store::Options;
 /// assert!(limiter.allow("alice")?.allowed);
 /// # Ok::<(), ratomic::Error>(())
 /// ```
+///
+/// # Operations
+///
+/// A `TokenBucket` is a [`Keyed`](crate::Keyed) limiter: every call below is
+/// documented, with an example, on [`Keyed`](crate::Keyed)'s page. Keys are
+/// byte strings (`&str`, `String`, `&[u8]`) unless the builder's
+/// `.keys::<K>()` picks `u64` or an IP address type; times (`now`) are
+/// nanoseconds on the limiter's clock.
+///
+/// | call | what it does |
+/// |---|---|
+/// | [`allow(key)`](crate::Keyed::allow) | takes one unit; a denial is a [`Decision`](crate::Decision) with `allowed == false`, not an error. For `u64` and IP keys it returns the `Decision` itself |
+/// | [`allow_n(key, n)`](crate::Keyed::allow_n) | takes `n` units; an error, changing nothing, if `n` exceeds the limit |
+/// | [`allow_at(key, n, now)`](crate::Keyed::allow_at) | `allow_n` at a time you give |
+/// | [`allow_many(pairs)`](crate::Keyed::allow_many), [`allow_many_at`](crate::Keyed::allow_many_at) | many `(key, n)` calls at one clock reading, all checked before any is decided |
+/// | [`peek(key)`](crate::Keyed::peek), [`peek_n`](crate::Keyed::peek_n), [`peek_at`](crate::Keyed::peek_at) | what the matching `allow` would answer, changing nothing |
+/// | [`refund(key, n)`](crate::Keyed::refund), [`refund_at`](crate::Keyed::refund_at) | gives `n` back, never above full |
+/// | [`reset(key)`](crate::Keyed::reset), [`reset_at`](crate::Keyed::reset_at) | forgets the key: it is full again |
+/// | [`acquire(key, n, timeout)`](crate::Keyed::acquire), [`acquire_with`](crate::Keyed::acquire_with) | waits out denials: blocking, or async on any runtime |
+/// | [`check(key, n)`](crate::Keyed::check) | checks a call's arguments without making it |
+/// | [`quota()`](crate::Keyed::quota) | the [`Quota`]: burst and refill |
+/// | [`limit()`](crate::Keyed::limit), [`algorithm()`](crate::Keyed::algorithm) | the most a key holds; the rule, which prints with its units |
+/// | [`len()`](crate::Keyed::len), [`is_empty()`](crate::Keyed::is_empty), [`gc()`](crate::Keyed::gc), [`gc_at`](crate::Keyed::gc_at), [`memory_bytes()`](crate::Keyed::memory_bytes) | keys held; dropping keys that are full again (no decision changes); memory held |
+/// | [`clock()`](crate::Keyed::clock), [`now()`](crate::Keyed::now), [`max_key_len()`](crate::Keyed::max_key_len) | the clock and its reading; the longest byte key accepted |
+/// | [`TokenBucket::new(quota)`](TokenBucket::new), [`TokenBucket::builder(rate)`](TokenBucket::builder) | make one (a `Quota`, a `Rate` or a rate string such as `"10/s"`) |
 pub type TokenBucket<K = [u8], C = MonotonicClock> = Keyed<Gcra, K, C>;
 
 /// One token bucket for all traffic: no key, no lookup.
@@ -52,6 +77,20 @@ pub type TokenBucket<K = [u8], C = MonotonicClock> = Keyed<Gcra, K, C>;
 /// assert!(limiter.allow()?.allowed);
 /// # Ok::<(), ratomic::Error>(())
 /// ```
+///
+/// # Operations
+///
+/// A `DirectTokenBucket` is a [`Direct`] limiter: every call below is
+/// documented on [`Direct`]'s page.
+///
+/// | call | what it does |
+/// |---|---|
+/// | [`allow()`](Direct::allow), [`allow_n(n)`](Direct::allow_n), [`allow_at(n, now)`](Direct::allow_at) | takes one or `n` tokens (now, or at a time you give in ns on the clock) |
+/// | [`peek()`](Direct::peek), [`peek_at(n, now)`](Direct::peek_at) | what `allow` would answer, changing nothing |
+/// | [`refund(n)`](Direct::refund), [`refund_at`](Direct::refund_at), [`reset()`](Direct::reset) | gives tokens back (never above full); makes the bucket full |
+/// | [`acquire(n, timeout)`](Direct::acquire), [`acquire_with`](Direct::acquire_with) | waits out denials: blocking, or async on any runtime |
+/// | [`quota()`](Direct::quota), [`limit()`](Direct::limit), [`algorithm()`](Direct::algorithm), [`clock()`](Direct::clock), [`now()`](Direct::now) | what it enforces, and its clock |
+/// | [`DirectTokenBucket::new(quota)`](DirectTokenBucket::new), [`with_clock(quota, clock)`](Direct::with_clock) | make one |
 pub type DirectTokenBucket<C = MonotonicClock> = Direct<Gcra, C>;
 
 impl TokenBucket {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::clock::{checked, Clock, MonotonicClock};
 use crate::error::Result;
-use crate::key::{BoundedKey, Key, Probe};
+use crate::key::{Key, Probe};
 #[cfg(all(target_os = "linux", not(ratomic_loom)))]
 use crate::store::SharedStore;
 use crate::store::{Cells, Eviction, Frozen, Options, Retention, Store};
@@ -70,15 +70,6 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
     #[inline]
     pub(crate) fn probe<'k>(&self, key: &'k K) -> Result<(u64, Probe<'k, K>)> {
         on_store!(self, st => key.probe(st.hasher(), self.max_key_len), sh => key.probe(sh.hasher(), self.max_key_len))
-    }
-
-    /// The hash and prepared form of a key that cannot be refused.
-    #[inline]
-    pub(crate) fn probe_bounded<'k>(&self, key: &'k K) -> (u64, Probe<'k, K>)
-    where
-        K: BoundedKey,
-    {
-        on_store!(self, st => key.probe_bounded(st.hasher()), sh => key.probe_bounded(sh.hasher()))
     }
 
     /// Runs `op` on `key`'s state words at `now` (see

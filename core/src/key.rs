@@ -69,11 +69,7 @@ impl<T: AsRef<[u8]> + ?Sized> AsKey<[u8]> for T {
 /// longer than the limiter's `max_key_len`, keep the `Result`.
 ///
 /// Sealed: implemented here for `u64`, [`IpAddr`], [`Ipv4Addr`] and [`Ipv6Addr`].
-pub trait BoundedKey: Key {
-    /// The key's hash and prepared form: [`Key::probe`], which cannot fail.
-    #[doc(hidden)]
-    fn probe_bounded<H: BuildHasher>(&self, hasher: &H) -> (u64, Probe<'_, Self>);
-}
+pub trait BoundedKey: Key {}
 
 impl<K: BoundedKey> AsKey<K> for K {
     #[inline]
@@ -148,16 +144,11 @@ impl Key for u64 {
     type Stored = u64;
     #[inline]
     fn probe<H: BuildHasher>(&self, hasher: &H, _max_len: usize) -> Result<(u64, u64)> {
-        Ok(self.probe_bounded(hasher))
+        Ok((hasher.hash_one(*self), *self))
     }
 }
 
-impl BoundedKey for u64 {
-    #[inline]
-    fn probe_bounded<H: BuildHasher>(&self, hasher: &H) -> (u64, u64) {
-        (hasher.hash_one(*self), *self)
-    }
-}
+impl BoundedKey for u64 {}
 
 impl private::SealedStored for u64 {}
 
@@ -273,51 +264,36 @@ impl Key for IpAddr {
     type Stored = IpWords;
     #[inline]
     fn probe<H: BuildHasher>(&self, hasher: &H, _max_len: usize) -> Result<(u64, [u64; 2])> {
-        Ok(self.probe_bounded(hasher))
-    }
-}
-
-impl BoundedKey for IpAddr {
-    #[inline]
-    fn probe_bounded<H: BuildHasher>(&self, hasher: &H) -> (u64, [u64; 2]) {
         let words = match *self {
             IpAddr::V4(v4) => v6_words(v4.to_ipv6_mapped()),
             IpAddr::V6(v6) => v6_words(v6),
         };
-        (hasher.hash_one(words), words)
+        Ok((hasher.hash_one(words), words))
     }
 }
+
+impl BoundedKey for IpAddr {}
 
 impl Key for Ipv6Addr {
     type Stored = IpWords;
     #[inline]
     fn probe<H: BuildHasher>(&self, hasher: &H, _max_len: usize) -> Result<(u64, [u64; 2])> {
-        Ok(self.probe_bounded(hasher))
+        let words = v6_words(*self);
+        Ok((hasher.hash_one(words), words))
     }
 }
 
-impl BoundedKey for Ipv6Addr {
-    #[inline]
-    fn probe_bounded<H: BuildHasher>(&self, hasher: &H) -> (u64, [u64; 2]) {
-        let words = v6_words(*self);
-        (hasher.hash_one(words), words)
-    }
-}
+impl BoundedKey for Ipv6Addr {}
 
 impl Key for Ipv4Addr {
     type Stored = u64;
     #[inline]
-    fn probe<H: BuildHasher>(&self, hasher: &H, _max_len: usize) -> Result<(u64, u64)> {
-        Ok(self.probe_bounded(hasher))
+    fn probe<H: BuildHasher>(&self, hasher: &H, max_len: usize) -> Result<(u64, u64)> {
+        u64::from(u32::from(*self)).probe(hasher, max_len)
     }
 }
 
-impl BoundedKey for Ipv4Addr {
-    #[inline]
-    fn probe_bounded<H: BuildHasher>(&self, hasher: &H) -> (u64, u64) {
-        u64::from(u32::from(*self)).probe_bounded(hasher)
-    }
-}
+impl BoundedKey for Ipv4Addr {}
 
 /// The storage of an IPv6 (or any `IpAddr`) key: its 16 bytes in two words,
 /// in the slot itself.
@@ -327,7 +303,7 @@ pub enum IpWords {}
 
 impl private::SealedStored for IpWords {}
 
-// SAFETY: `rehash` hashes the same two words `probe_bounded` hashed; nothing
+// SAFETY: `rehash` hashes the same two words `probe` hashed; nothing
 // is allocated.
 unsafe impl StoredKey for IpWords {
     const WORDS: usize = 2;

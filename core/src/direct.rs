@@ -16,6 +16,21 @@ use crate::sync::{AtomicU64, Ordering};
 ///
 /// Used through its alias [`DirectTokenBucket`](crate::DirectTokenBucket).
 /// Safe to share between threads.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratomic::{DirectTokenBucket, ManualClock, Quota};
+///
+/// // At most 2 calls a second to an outbound API, from every thread together.
+/// let clock = ManualClock::new();
+/// let limiter = DirectTokenBucket::with_clock(Quota::parse("2/s")?, clock.clone());
+/// assert!(limiter.allow()?.allowed);
+/// assert!(limiter.allow()?.allowed);
+/// let d = limiter.allow()?;
+/// assert!(!d.allowed);
+/// assert_eq!(d.retry_after, Duration::from_millis(500));
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 pub struct Direct<A: Algorithm, C: Clock = MonotonicClock> {
     alg: A,
     state: AtomicU64,

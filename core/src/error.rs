@@ -7,7 +7,20 @@ use std::fmt;
 ///
 /// A *denial* is not an error: it is a [`Decision`](crate::Decision) with
 /// `allowed == false`. Errors are for misuse, and a call that returns an
-/// error has changed no state.
+/// error has changed no state. Each message names the parameter, the value
+/// as given and what is accepted.
+///
+/// ```
+/// use ratomic::{Error, TokenBucket};
+///
+/// let limiter = TokenBucket::builder("5/min").max_key_len(16).build()?;
+/// let e = limiter.allow_n("k", 6).unwrap_err();
+/// assert_eq!(e, Error::CostExceedsLimit { cost: 6, limit: 5 });
+/// assert_eq!(e.to_string(), "cost 6 exceeds the limit 5: this call could never be allowed");
+/// let e = limiter.allow("a key of twenty bytes").unwrap_err();
+/// assert_eq!(e.to_string(), "key is 21 bytes long; the limit is 16 bytes");
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Error {

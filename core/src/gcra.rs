@@ -17,6 +17,15 @@ use crate::rate::{Period, MAX_NANOS};
 /// The GCRA token-bucket algorithm for one [`Quota`]: the rule behind
 /// [`TokenBucket`](crate::TokenBucket) and
 /// [`DirectTokenBucket`](crate::DirectTokenBucket).
+///
+/// ```
+/// use ratomic::{Algorithm, Gcra, Quota};
+///
+/// let gcra = Gcra::new(Quota::parse("10/s")?.with_burst(20)?);
+/// assert_eq!(gcra.limit(), 20);
+/// assert_eq!(gcra.to_string(), "token bucket 20 per 2s"); // 20 tokens refill in 2 s
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Gcra {
     quota: Quota,

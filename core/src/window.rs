@@ -169,6 +169,16 @@ impl Windows {
 /// The fixed-window counter: windows of length `window` aligned to the
 /// clock's epoch; a call passes when `count + cost ≤ limit`. The rule behind
 /// [`FixedWindow`](crate::FixedWindow).
+///
+/// ```
+/// use std::time::Duration;
+/// use ratomic::{Algorithm, FixedWindowCounter, Rate};
+///
+/// let counter = FixedWindowCounter::new(Rate::parse("100/min")?)?;
+/// assert_eq!((counter.limit(), counter.window()), (100, Duration::from_secs(60)));
+/// assert_eq!(counter.to_string(), "fixed window 100 per 1m");
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FixedWindowCounter {
     w: Windows,
@@ -288,6 +298,16 @@ impl Algorithm for FixedWindowCounter {
 /// the sliding window; a call passes when `prev·weight + cur + cost ≤ limit`,
 /// computed exactly in integers. The rule behind
 /// [`SlidingWindow`](crate::SlidingWindow).
+///
+/// ```
+/// use std::time::Duration;
+/// use ratomic::{Algorithm, Rate, SlidingWindowCounter};
+///
+/// let counter = SlidingWindowCounter::new(Rate::parse("100 per hour")?)?;
+/// assert_eq!((counter.limit(), counter.window()), (100, Duration::from_secs(3600)));
+/// assert_eq!(counter.to_string(), "sliding window 100 per 1h");
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlidingWindowCounter {
     w: Windows,

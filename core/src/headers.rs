@@ -60,17 +60,47 @@ use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::limiter::{Limiter, MultiDecision};
 
-/// The largest Integer a Structured Field may carry (RFC 9651 §3.3.1).
+/// The largest Integer a Structured Field may carry (RFC 9651, section
+/// 3.3.1): larger counts are written as this.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratomic::headers::{Headers, Policy, MAX_SF_INTEGER};
+/// use ratomic::Decision;
+///
+/// let p = Policy::new("huge", u64::MAX, Duration::from_secs(1))?;
+/// let d = Decision { allowed: true, remaining: u64::MAX - 1, limit: u64::MAX, retry_after: Duration::ZERO, reset_after: Duration::ZERO };
+/// assert_eq!(Headers::single(&p, d).policy(), format!(r#""huge";q={MAX_SF_INTEGER};w=1"#));
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 pub const MAX_SF_INTEGER: u64 = 999_999_999_999_999;
 
-/// The problem type the draft defines for a request over its quota.
+/// The problem type the draft defines for a request over its quota: the
+/// `type` of every [`Headers::problem_json`].
+///
+/// ```
+/// assert!(ratomic::headers::PROBLEM_TYPE.ends_with("#quota-exceeded"));
+/// ```
 pub const PROBLEM_TYPE: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
-/// The media type of [`Headers::problem_json`].
+/// The media type of [`Headers::problem_json`], for a 429's `Content-Type`.
+///
+/// ```
+/// assert_eq!(ratomic::headers::PROBLEM_CONTENT_TYPE, "application/problem+json");
+/// ```
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 
 /// One named limit as the headers describe it: its name (checked and
 /// quoted once), quota and window. Build it at setup, not per request.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratomic::headers::Policy;
+///
+/// let p = Policy::new("per-ip", 100, Duration::from_millis(60_500))?;
+/// assert_eq!((p.name(), p.quota(), p.window_secs()), ("per-ip", 100, 61)); // the window rounded up
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Policy {
     name: Box<str>,
@@ -89,6 +119,19 @@ impl Policy {
     /// The name must be non-empty printable ASCII (a Structured Field
     /// String: `"` and `\` are escaped, anything else outside `0x20..=0x7E`
     /// is an error). The window is rounded up to whole seconds, at least 1.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::headers::Policy;
+    ///
+    /// assert_eq!(Policy::new("a\"b", 5, Duration::from_millis(1))?.window_secs(), 1);
+    /// let e = Policy::new("naïve", 5, Duration::from_secs(1)).unwrap_err();
+    /// assert_eq!(
+    ///     e.to_string(),
+    ///     r#"invalid policy name: "naïve" ('ï' is not printable ASCII, which an HTTP Structured Field String requires)"#
+    /// );
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn new(name: &str, quota: u64, window: Duration) -> Result<Self> {
         if name.is_empty() {
             return Err(Error::invalid("policy name", "\"\"", "must not be empty"));
@@ -116,26 +159,69 @@ impl Policy {
 
     /// The policy of a limiter's algorithm (`limiter.algorithm()` or one of
     /// a [`Limiter`]'s [`rules`](Limiter::rules)): its limit per its window.
+    ///
+    /// ```
+    /// use ratomic::headers::Policy;
+    /// use ratomic::FixedWindow;
+    ///
+    /// let limiter = FixedWindow::builder("100/min").build()?;
+    /// let p = Policy::of("api", limiter.algorithm())?;
+    /// assert_eq!((p.quota(), p.window_secs()), (100, 60));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn of<A: Algorithm>(name: &str, algorithm: &A) -> Result<Self> {
         Policy::new(name, algorithm.limit(), algorithm.window())
     }
 
     /// One policy per limit of `limiter`, in its order, named as its limits.
+    ///
+    /// ```
+    /// use ratomic::headers::{Headers, Policy};
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;1000/day")?;
+    /// let policies = Policy::for_limiter(&limiter)?; // once, at setup
+    /// let h = Headers::multi(&policies, &limiter.allow("k")?)?;
+    /// assert_eq!(h.policy(), r#""2/s";q=2;w=1, "1000/day";q=1000;w=86400"#);
+    /// assert_eq!(h.ratelimit(), r#""2/s";r=1;t=1, "1000/day";r=999;t=87"#);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn for_limiter<K: ?Sized + Key, C: Clock>(limiter: &Limiter<K, C>) -> Result<Vec<Policy>> {
         limiter.names().zip(limiter.rules()).map(|(name, rule)| Policy::of(name, rule)).collect()
     }
 
-    /// The name, as given.
+    /// The name, as given (unquoted).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let p = ratomic::headers::Policy::new("a\"b", 1, Duration::from_secs(1))?;
+    /// assert_eq!(p.name(), "a\"b");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }
 
     /// The quota (`q`).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// assert_eq!(ratomic::headers::Policy::new("api", 7, Duration::from_secs(1))?.quota(), 7);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn quota(&self) -> u64 {
         self.quota
     }
 
     /// The window in whole seconds (`w`), rounded up, at least 1.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use ratomic::headers::Policy;
+    /// assert_eq!(Policy::new("api", 7, Duration::from_millis(1))?.window_secs(), 1);
+    /// assert_eq!(Policy::new("api", 7, Duration::from_millis(2_001))?.window_secs(), 3);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn window_secs(&self) -> u64 {
         self.window_secs
     }
@@ -143,6 +229,22 @@ impl Policy {
 
 /// The header fields for one answer: each [`Policy`] the call was subject
 /// to with that limit's [`Decision`], and the combined decision.
+///
+/// ```
+/// use ratomic::headers::{Headers, Policy};
+/// use ratomic::{ManualClock, TokenBucket};
+///
+/// let limiter = TokenBucket::builder("1/min").clock(ManualClock::new()).build()?;
+/// let policy = Policy::of("per-user", limiter.algorithm())?;
+/// let _ = limiter.allow("u")?;
+/// let h = Headers::single(&policy, limiter.allow("u")?);
+/// assert_eq!(
+///     h.lines(false),
+///     "RateLimit-Policy: \"per-user\";q=1;w=60\r\nRateLimit: \"per-user\";r=0;t=60\r\nRetry-After: 60\r\n"
+/// );
+/// assert_eq!(h.denied_by().collect::<Vec<_>>(), ["per-user"]);
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Headers<'p> {
     items: SmallVec<[(&'p Policy, Decision); 3]>,
@@ -150,6 +252,18 @@ pub struct Headers<'p> {
 }
 
 /// A header field: its name and value.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratomic::headers::{Field, Headers, Policy};
+/// use ratomic::Decision;
+///
+/// let p = Policy::new("api", 10, Duration::from_secs(1))?;
+/// let d = Decision { allowed: true, remaining: 9, limit: 10, retry_after: Duration::ZERO, reset_after: Duration::from_millis(100) };
+/// let legacy: [Field; 3] = Headers::single(&p, d).legacy();
+/// assert_eq!(legacy[1], ("X-RateLimit-Remaining", "9".to_owned()));
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 pub type Field = (&'static str, String);
 
 /// What a field's value is, for [`Headers::write`].
@@ -167,7 +281,13 @@ enum Value {
     Draft7,
 }
 
-/// The revision of the IETF draft the standard fields follow.
+/// The revision of the IETF draft the standard fields follow (see
+/// [`Headers::fields_in`] for each form).
+///
+/// ```
+/// use ratomic::headers::Draft;
+/// assert_eq!(Draft::default(), Draft::Draft11);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Draft {
@@ -187,6 +307,18 @@ pub enum Draft {
 
 impl<'p> Headers<'p> {
     /// The fields for a single limit's decision.
+    ///
+    /// ```
+    /// use ratomic::headers::{Headers, Policy};
+    /// use ratomic::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder("10/s").build()?;
+    /// let policy = Policy::of("api", limiter.algorithm())?;
+    /// let h = Headers::single(&policy, limiter.allow("k")?);
+    /// assert_eq!(h.decision().remaining, 9);
+    /// assert_eq!(h.retry_after(), None);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn single(policy: &'p Policy, decision: Decision) -> Self {
         let mut items = SmallVec::new();
         items.push((policy, decision));
@@ -197,6 +329,18 @@ impl<'p> Headers<'p> {
     /// [`Policy::for_limiter`] of the same limiter. Lists only the limits
     /// the call was subject to. Errors if `policies` has fewer entries than
     /// the limiter has limits.
+    ///
+    /// ```
+    /// use ratomic::headers::{Headers, Policy};
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("1/s;100/h")?;
+    /// let policies = Policy::for_limiter(&limiter)?;
+    /// let _ = limiter.allow("k")?;
+    /// let h = Headers::multi(&policies, &limiter.allow("k")?)?;
+    /// assert_eq!(h.denied_by().collect::<Vec<_>>(), ["1/s"]);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn multi(policies: &'p [Policy], decision: &MultiDecision<'_>) -> Result<Self> {
         Headers::from_parts(policies, decision.entries().map(|e| (e.index, e.decision)), decision.decision)
     }
@@ -204,6 +348,20 @@ impl<'p> Headers<'p> {
     /// The fields from `(index into policies, decision)` pairs and the
     /// combined decision: what a face builds when it keeps the pieces apart.
     /// Errors on an index past `policies` or on no pairs at all.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::headers::{Headers, Policy};
+    /// use ratomic::Decision;
+    ///
+    /// let policies = [Policy::new("burst", 10, Duration::from_secs(1))?, Policy::new("daily", 1000, Duration::from_secs(86_400))?];
+    /// let d = Decision { allowed: true, remaining: 5, limit: 10, retry_after: Duration::ZERO, reset_after: Duration::from_millis(500) };
+    /// let h = Headers::from_parts(&policies, [(0, d)], d)?; // subject to "burst" only
+    /// assert_eq!(h.policy(), r#""burst";q=10;w=1"#);
+    /// let e = Headers::from_parts(&policies, [(2, d)], d).unwrap_err();
+    /// assert_eq!(e.to_string(), "invalid policy index: 2 (there are only 2 policies)");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn from_parts(
         policies: &'p [Policy],
         entries: impl IntoIterator<Item = (usize, Decision)>,
@@ -223,18 +381,56 @@ impl<'p> Headers<'p> {
     }
 
     /// The combined decision.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::headers::{Headers, Policy};
+    /// use ratomic::Decision;
+    ///
+    /// let p = Policy::new("api", 10, Duration::from_secs(1))?;
+    /// let d = Decision { allowed: false, remaining: 0, limit: 10, retry_after: Duration::from_millis(100), reset_after: Duration::from_millis(1_500) };
+    /// let h = Headers::single(&p, d);
+    /// assert_eq!(h.decision(), &d);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn decision(&self) -> &Decision {
         &self.combined
     }
 
-    /// The `RateLimit-Policy` value: `"name";q=<quota>;w=<window s>` per limit.
+    /// The `RateLimit-Policy` value: `"name";q=<quota>;w=<window s>` per
+    /// limit.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::headers::{Headers, Policy};
+    /// use ratomic::Decision;
+    ///
+    /// let p = Policy::new("api", 10, Duration::from_secs(1))?;
+    /// let d = Decision { allowed: false, remaining: 0, limit: 10, retry_after: Duration::from_millis(100), reset_after: Duration::from_millis(1_500) };
+    /// let h = Headers::single(&p, d);
+    /// assert_eq!(h.policy(), r#""api";q=10;w=1"#);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn policy(&self) -> String {
         let mut out = String::new();
         self.write(Value::Policy, &mut out);
         out
     }
 
-    /// The `RateLimit` value: `"name";r=<remaining>;t=<s until full>` per limit.
+    /// The `RateLimit` value: `"name";r=<remaining>;t=<s until full>` per
+    /// limit.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::headers::{Headers, Policy};
+    /// use ratomic::Decision;
+    ///
+    /// let p = Policy::new("api", 10, Duration::from_secs(1))?;
+    /// let d = Decision { allowed: false, remaining: 0, limit: 10, retry_after: Duration::from_millis(100), reset_after: Duration::from_millis(1_500) };
+    /// let h = Headers::single(&p, d);
+    /// assert_eq!(h.ratelimit(), r#""api";r=0;t=2"#); // 1.5 s until full, rounded up
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn ratelimit(&self) -> String {
         let mut out = String::new();
         self.write(Value::RateLimit, &mut out);
@@ -243,6 +439,17 @@ impl<'p> Headers<'p> {
 
     /// `Retry-After` in whole seconds, rounded up and at least 1, on a
     /// denial; `None` when the call was allowed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::headers::{Headers, Policy};
+    /// use ratomic::Decision;
+    ///
+    /// let p = Policy::new("api", 10, Duration::from_secs(1))?;
+    /// let d = Decision { allowed: false, remaining: 0, limit: 10, retry_after: Duration::from_millis(1), reset_after: Duration::from_secs(1) };
+    /// assert_eq!(Headers::single(&p, d).retry_after(), Some(1)); // 1 ms, rounded up
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn retry_after(&self) -> Option<u64> {
         (!self.combined.allowed).then(|| ceil_secs(self.combined.retry_after).max(1))
     }
@@ -250,6 +457,18 @@ impl<'p> Headers<'p> {
     /// The legacy fields, from the combined decision: `X-RateLimit-Limit`,
     /// `X-RateLimit-Remaining` and `X-RateLimit-Reset` (seconds until full,
     /// rounded up).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::headers::{Headers, Policy};
+    /// use ratomic::Decision;
+    ///
+    /// let p = Policy::new("api", 10, Duration::from_secs(1))?;
+    /// let d = Decision { allowed: false, remaining: 0, limit: 10, retry_after: Duration::from_millis(100), reset_after: Duration::from_millis(1_500) };
+    /// let h = Headers::single(&p, d);
+    /// assert_eq!(h.legacy()[2], ("X-RateLimit-Reset", "2".to_owned()));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn legacy(&self) -> [Field; 3] {
         let d = &self.combined;
         [
@@ -332,6 +551,17 @@ impl<'p> Headers<'p> {
 
     /// Every field a response carries: `RateLimit-Policy`, `RateLimit`,
     /// `Retry-After` on a denial, and the legacy fields when asked.
+    ///
+    /// ```
+    /// use ratomic::headers::{Headers, Policy};
+    /// use ratomic::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder("10/s").build()?;
+    /// let policy = Policy::of("api", limiter.algorithm())?;
+    /// let names: Vec<_> = Headers::single(&policy, limiter.allow("k")?).fields(true).into_iter().map(|(n, _)| n).collect();
+    /// assert_eq!(names, ["RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"]);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn fields(&self, legacy: bool) -> Vec<Field> {
         self.fields_in(Draft::Draft11, legacy)
     }
@@ -371,11 +601,37 @@ impl<'p> Headers<'p> {
     }
 
     /// The fields as HTTP/1.1 header lines, `Name: value\r\n` each.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::headers::{Headers, Policy};
+    /// use ratomic::Decision;
+    ///
+    /// let p = Policy::new("api", 10, Duration::from_secs(1))?;
+    /// let d = Decision { allowed: false, remaining: 0, limit: 10, retry_after: Duration::from_millis(100), reset_after: Duration::from_millis(1_500) };
+    /// let h = Headers::single(&p, d);
+    /// assert!(h.lines(true).contains("Retry-After: 1\r\nX-RateLimit-Limit: 10\r\n"));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn lines(&self, legacy: bool) -> String {
         self.lines_in(Draft::Draft11, legacy)
     }
 
     /// [`lines`](Self::lines) in `draft`'s form.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::headers::{Draft, Headers, Policy};
+    /// use ratomic::Decision;
+    ///
+    /// let p = Policy::new("api", 10, Duration::from_secs(1))?;
+    /// let d = Decision { allowed: true, remaining: 9, limit: 10, retry_after: Duration::ZERO, reset_after: Duration::from_millis(100) };
+    /// assert_eq!(
+    ///     Headers::single(&p, d).lines_in(Draft::Draft7, false),
+    ///     "RateLimit-Policy: 10;w=1\r\nRateLimit: limit=10, remaining=9, reset=1\r\n"
+    /// );
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn lines_in(&self, draft: Draft, legacy: bool) -> String {
         let mut out = String::with_capacity(128);
         self.write_lines_in(draft, legacy, &mut out);
@@ -385,6 +641,19 @@ impl<'p> Headers<'p> {
     /// Appends [`lines_in`](Self::lines_in) to `out`: one buffer and no
     /// allocation per field, for a face or server that writes many
     /// responses.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::headers::{Draft, Headers, Policy};
+    /// use ratomic::Decision;
+    ///
+    /// let p = Policy::new("api", 10, Duration::from_secs(1))?;
+    /// let d = Decision { allowed: true, remaining: 9, limit: 10, retry_after: Duration::ZERO, reset_after: Duration::from_millis(100) };
+    /// let mut response = String::from("HTTP/1.1 200 OK\r\n");
+    /// Headers::single(&p, d).write_lines_in(Draft::Draft11, false, &mut response);
+    /// assert!(response.ends_with("RateLimit: \"api\";r=9;t=1\r\n"));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn write_lines_in(&self, draft: Draft, legacy: bool, out: &mut String) {
         self.each(draft, legacy, |name, v| {
             out.push_str(name);
@@ -395,6 +664,18 @@ impl<'p> Headers<'p> {
     }
 
     /// The names of the limits that denied the call (empty when allowed).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::headers::{Headers, Policy};
+    /// use ratomic::Decision;
+    ///
+    /// let p = Policy::new("api", 10, Duration::from_secs(1))?;
+    /// let d = Decision { allowed: false, remaining: 0, limit: 10, retry_after: Duration::from_millis(100), reset_after: Duration::from_millis(1_500) };
+    /// let h = Headers::single(&p, d);
+    /// assert_eq!(h.denied_by().collect::<Vec<_>>(), ["api"]);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn denied_by(&self) -> impl Iterator<Item = &'p str> + '_ {
         self.items.iter().filter(|(_, d)| !d.allowed).map(|(p, _)| p.name())
     }
@@ -445,6 +726,15 @@ impl<'p> Headers<'p> {
 }
 
 /// Whole seconds, rounded up: 0 ns → 0, 1 ns → 1, 1 s → 1, 1 s + 1 ns → 2.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratomic::headers::ceil_secs;
+///
+/// assert_eq!(ceil_secs(Duration::ZERO), 0);
+/// assert_eq!(ceil_secs(Duration::from_nanos(1)), 1);
+/// assert_eq!(ceil_secs(Duration::from_millis(1_001)), 2);
+/// ```
 pub fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }

@@ -176,7 +176,7 @@ impl<A: ratomic::Algorithm + Sync> Decide for Keyed<A, u64, MonotonicClock> {
 impl Decide for Limiter<u64> {
     #[inline]
     fn decide(&self, key: u64) -> bool {
-        matches!(self.allow(&key), Ok(d) if d.allowed())
+        self.allow(&key).allowed()
     }
 }
 

@@ -24,9 +24,9 @@ use crate::sync::{AtomicU64, Ordering};
 /// // At most 2 calls a second to an outbound API, from every thread together.
 /// let clock = ManualClock::new();
 /// let limiter = DirectTokenBucket::with_clock(Quota::parse("2/s")?, clock.clone());
-/// assert!(limiter.allow()?.allowed);
-/// assert!(limiter.allow()?.allowed);
-/// let d = limiter.allow()?;
+/// assert!(limiter.allow().allowed);
+/// assert!(limiter.allow().allowed);
+/// let d = limiter.allow();
 /// assert!(!d.allowed);
 /// assert_eq!(d.retry_after, Duration::from_millis(500));
 /// # Ok::<(), ratomic::Error>(())
@@ -64,12 +64,29 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
         self.alg.limit()
     }
 
-    /// Takes one token if there is one. Errors (changing nothing) only if
-    /// the clock reads past [`MAX_TIME`](crate::MAX_TIME).
+    /// Takes one token if there is one. Cannot fail: one token never
+    /// exceeds the limit.
+    ///
+    /// # Panics
+    ///
+    /// If the clock reads past [`MAX_TIME`](crate::MAX_TIME) (about 146
+    /// years), which breaks the [`Clock`] contract; call
+    /// [`allow_at`](Self::allow_at) with the reading to get it as an error.
+    ///
+    /// ```
+    /// use ratomic::{DirectTokenBucket, Quota};
+    ///
+    /// let limiter = DirectTokenBucket::new(Quota::parse("1/s")?);
+    /// assert!(limiter.allow().allowed);
+    /// assert!(!limiter.allow().allowed);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
-    pub fn allow(&self) -> Result<Decision> {
-        let now = checked(self.now())?;
-        Ok(cas_decide(&self.alg, &self.state, now, 1).decision())
+    pub fn allow(&self) -> Decision {
+        match checked(self.now()) {
+            Ok(now) => cas_decide(&self.alg, &self.state, now, 1).decision(),
+            Err(e) => crate::keyed::clock_broke_its_contract(e),
+        }
     }
 
     /// Takes `cost` tokens if there are that many. Errors (changing nothing)
@@ -87,10 +104,20 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
         Ok(cas_decide(&self.alg, &self.state, now, cost).decision())
     }
 
-    /// What `allow` would answer, changing nothing.
+    /// What `allow` would answer, changing nothing. Cannot fail; panics as
+    /// `allow` on a clock past [`MAX_TIME`](crate::MAX_TIME).
+    ///
+    /// ```
+    /// use ratomic::{DirectTokenBucket, Quota};
+    ///
+    /// let limiter = DirectTokenBucket::new(Quota::parse("3/s")?);
+    /// assert_eq!(limiter.peek().remaining, 2);
+    /// assert_eq!(limiter.allow().remaining, 2);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
-    pub fn peek(&self) -> Result<Decision> {
-        self.peek_at(1, self.now())
+    pub fn peek(&self) -> Decision {
+        self.peek_at(1, self.now()).unwrap_or_else(|e| crate::keyed::clock_broke_its_contract(e))
     }
 
     /// What `allow_n(cost)` would answer at `now`, changing nothing.

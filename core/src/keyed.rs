@@ -439,7 +439,7 @@ impl<A: Algorithm, K: BoundedKey, C: Clock> Keyed<A, K, C> {
 /// one token never exceeds a limit, every limit being at least 1).
 #[cold]
 #[inline(never)]
-fn clock_broke_its_contract(e: Error) -> ! {
+pub(crate) fn clock_broke_its_contract(e: Error) -> ! {
     panic!("the limiter's clock read past MAX_TIME, which a Clock must never do ({e}); call allow_at to get this as an error")
 }
 

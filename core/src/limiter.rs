@@ -11,7 +11,7 @@ use crate::base::{self, Base, Builder};
 use crate::clock::{checked, Clock, MonotonicClock};
 use crate::decision::{Decision, Verdict};
 use crate::error::{Error, Result};
-use crate::key::{AsKey, Key};
+use crate::key::{AsKey, BoundedKey, Key};
 use crate::rule::Rule;
 use crate::store::{Cells, Frozen, Retention, MAX_WIDTH};
 
@@ -440,12 +440,6 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         self.select(self.all).check(key, cost)
     }
 
-    /// Takes one token from every limit of `key`, or from none.
-    #[inline]
-    pub fn allow<Q: ?Sized + AsKey<K>>(&self, key: &Q) -> Result<MultiDecision<'_>> {
-        self.select(self.all).allow(key)
-    }
-
     /// Takes `cost` from every limit of `key`, or from none.
     #[inline]
     pub fn allow_n<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64) -> Result<MultiDecision<'_>> {
@@ -466,12 +460,6 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         I: IntoIterator<Item = (&'q Q, u64)>,
     {
         self.select(self.all).allow_many(requests)
-    }
-
-    /// What `allow` would answer, changing nothing.
-    #[inline]
-    pub fn peek<Q: ?Sized + AsKey<K>>(&self, key: &Q) -> Result<MultiDecision<'_>> {
-        self.select(self.all).peek(key)
     }
 
     /// What `allow_n` would answer, changing nothing.
@@ -884,6 +872,84 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
         Fut: std::future::Future<Output = ()>,
     {
         base::acquire_async(timeout, || self.allow_n(key, cost), answer, sleep).await
+    }
+}
+
+/// `allow` and `peek` for byte keys, which may be refused for their length.
+impl<C: Clock> Limiter<[u8], C> {
+    /// Takes one token from every limit of `key`, or from none. Errors
+    /// (changing nothing) only if the key is longer than `max_key_len` or
+    /// the clock reads past [`MAX_TIME`](crate::MAX_TIME).
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;3/min")?;
+    /// assert!(limiter.allow("k")?.allowed());
+    /// assert!(limiter.allow("k")?.allowed());
+    /// assert_eq!(limiter.allow("k")?.denied_by().collect::<Vec<_>>(), ["2/s"]);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    #[inline]
+    pub fn allow<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q) -> Result<MultiDecision<'_>> {
+        self.select(self.all).allow(key)
+    }
+
+    /// What `allow` would answer, changing nothing. Errors as `allow`.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;3/min")?;
+    /// assert_eq!(limiter.peek("k")?.decision.remaining, 1);
+    /// assert_eq!(limiter.peek("k")?.decision.remaining, 1, "peek takes nothing");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    #[inline]
+    pub fn peek<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q) -> Result<MultiDecision<'_>> {
+        self.select(self.all).peek(key)
+    }
+}
+
+/// `allow` and `peek` for keys no limiter can refuse (`u64`, IP addresses):
+/// a plain [`MultiDecision`], nothing to handle.
+impl<K: BoundedKey, C: Clock> Limiter<K, C> {
+    /// Takes one token from every limit of `key`, or from none. Cannot
+    /// fail: the key has no length to check and one token never exceeds a
+    /// limit.
+    ///
+    /// # Panics
+    ///
+    /// If the clock reads past [`MAX_TIME`](crate::MAX_TIME), as
+    /// [`Keyed::allow`](crate::Keyed::allow) does.
+    ///
+    /// ```
+    /// use ratomic::{Limiter, Rule};
+    ///
+    /// let limiter = Limiter::builder().limit("burst", Rule::parse("1/s")?).keys::<u64>().build()?;
+    /// assert!(limiter.allow(&7).allowed());
+    /// assert!(!limiter.allow(&7).allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    #[inline]
+    pub fn allow(&self, key: &K) -> MultiDecision<'_> {
+        self.allow_at(key, 1, self.now()).unwrap_or_else(|e| crate::keyed::clock_broke_its_contract(e))
+    }
+
+    /// What `allow` would answer, changing nothing. Cannot fail; panics as
+    /// `allow` on a clock past [`MAX_TIME`](crate::MAX_TIME).
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    /// use std::net::IpAddr;
+    ///
+    /// let limiter = Limiter::builder().limit("per-ip", ratomic::Rule::parse("5/min")?).keys::<IpAddr>().build()?;
+    /// assert_eq!(limiter.peek(&"192.0.2.1".parse().unwrap()).decision.remaining, 4);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    #[inline]
+    pub fn peek(&self, key: &K) -> MultiDecision<'_> {
+        self.peek_at(key, 1, self.now()).unwrap_or_else(|e| crate::keyed::clock_broke_its_contract(e))
     }
 }
 

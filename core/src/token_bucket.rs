@@ -74,7 +74,7 @@ pub type TokenBucket<K = [u8], C = MonotonicClock> = Keyed<Gcra, K, C>;
 /// use ratomic::{DirectTokenBucket, Quota};
 ///
 /// let limiter = DirectTokenBucket::new(Quota::per_second(100)?);
-/// assert!(limiter.allow()?.allowed);
+/// assert!(limiter.allow().allowed);
 /// # Ok::<(), ratomic::Error>(())
 /// ```
 ///

@@ -67,7 +67,7 @@ fn main() {
     let allowed = match scenario.as_str() {
         "ratomic-direct" => {
             let l = DirectTokenBucket::with_clock(ratomic_huge(), ManualClock::new());
-            measured(n, |_| l.allow().unwrap().allowed)
+            measured(n, |_| l.allow().allowed)
         }
         "governor-direct" => {
             let l = RateLimiter::direct_with_clock(governor_huge(), FakeRelativeClock::default());

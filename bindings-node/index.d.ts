@@ -396,9 +396,6 @@ export declare function hotPath(): {
   entryLen: number
 }
 
-/** An empty native call: the benchmark's floor for crossing into Rust. */
-export declare function noop(): void
-
 /** How sending a call failed. */
 export interface RedisFailure {
   /** "timeout", "connection", "server" or "reply". */

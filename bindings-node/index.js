@@ -845,4 +845,3 @@ module.exports.NativeRedis = nativeBinding.NativeRedis
 module.exports.NativeRedisBatch = nativeBinding.NativeRedisBatch
 module.exports.NativeStack = nativeBinding.NativeStack
 module.exports.hotPath = nativeBinding.hotPath
-module.exports.noop = nativeBinding.noop

@@ -10,7 +10,7 @@
 // scope, and package.json's `exports` lets `require('ratomic')` reach only
 // this file.
 
-const { NativeKeyed, NativeLimiter, NativeStack, NativeQuotas, NativeDirect, NativeClock, hotPath } = require('./index.js')
+const { NativeKeyed, NativeLimiter, NativeStack, NativeQuotas, NativeDirect, NativeClock, hotPath } = require('./native.js')
 
 // One allow and one op function per thread for each kind of limiter, each
 // taking the limiter's id (a direct bucket's take no key): every call site

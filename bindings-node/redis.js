@@ -11,7 +11,7 @@
 // the in-memory limiters'.
 
 const ratomic = require('./ratomic.js')
-const { NativeRedis } = require('./index.js')
+const { NativeRedis } = require('./native.js')
 
 const {
   typeError, rangeError, describe, readOptions, tokenBucketRule, windowArgs, limitRules, decodeAll, single, multi, acquire, realSleep,

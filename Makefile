@@ -1,13 +1,15 @@
 # ratomic: one command builds everything and runs every test.
 #
 #   make test          # what CI runs (.ci/run): everything below
-#   make test-rust     # workspace tests, doc tests, property tests, stress tests (release); benches build
+#   make test-rust     # workspace tests, doc tests, property tests, stress tests (release); benches build;
+#                      # the published crates package and build from their packaged sources
 #   make test-loom     # loom models of every CAS protocol
 #   make test-ffi      # the C ABI: header drift, C/C++ tests under ASan+UBSan and valgrind, install
 #   make test-python   # the Python package: fresh venv, wheel, pytest, stubtest
 #   make test-node     # the Node addon: npm ci, build, typings drift, node --test, tsc
 #   make test-redis    # ratomic-redis against real redis-servers (installed with apt if missing)
 #   make lint          # rustfmt, clippy and rustdoc, warnings as errors
+#   make lint-release  # the release workflow against GitHub's workflow schema
 #
 # Bounded settings keep CI well under 30 minutes on 2 cores; raise them by
 # hand for deeper runs, e.g.
@@ -19,14 +21,15 @@ LOOM_MAX_PREEMPTIONS ?= 2
 PROPTEST_CASES ?= 256
 export PROPTEST_CASES
 
-.PHONY: test test-rust test-loom test-ffi test-python test-node test-redis lint
+.PHONY: test test-rust test-loom test-ffi test-python test-node test-redis lint lint-release
 
-test: lint test-rust test-loom test-ffi test-python test-node test-redis
+test: lint lint-release test-rust test-loom test-ffi test-python test-node test-redis
 
 test-rust:
 	$(CARGO) test
 	$(CARGO) test -p ratomic --release --test stress
 	$(CARGO) check -p ratomic-benches --benches --bins
+	$(CARGO) package -q -p ratomic -p ratomic-redis -p ratomic-tower --allow-dirty
 
 test-loom:
 	RUSTFLAGS="--cfg ratomic_loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=$(LOOM_MAX_PREEMPTIONS) CARGO_TARGET_DIR=target/loom \
@@ -52,3 +55,6 @@ lint:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic-redis
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic-tower --features redis
+
+lint-release:
+	bash scripts/check-release.sh

@@ -38,7 +38,7 @@ pub use hot::hot_path;
 pub use keyed::NativeKeyed;
 pub use limiter::NativeLimiter;
 pub use redis::{NativeRedis, NativeRedisBatch};
-pub use rule::{RuleInfo, RuleSpec, StoreOptions};
+pub use rule::{parse_limits, RuleInfo, RuleSpec, StoreOptions};
 pub use stack::{NativeMember, NativeStack};
 
 /// An empty native call: the benchmark's floor for crossing into Rust.

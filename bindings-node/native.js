@@ -36,8 +36,8 @@ function missingBinary(cause) {
           'install again without --omit=optional / --no-optional (or add ratomic-' + here + ' to your dependencies). '
         : `Prebuilt binaries ship for ${PREBUILT.join(', ')}; this platform is not one of them. `) +
       'To build it from source (needs Rust, https://rustup.rs): clone https://github.com/ratomic/ratomic, ' +
-      'run `npm ci && npm run build` in its bindings-node directory, and install that directory ' +
-      '(`npm install <path>/bindings-node`). The error of each place tried is this error\'s `cause`.',
+      'run `npm ci && npm run build` in its bindings-node directory, then `npm run pack:local -- <dir>` there, ' +
+      'and `npm install <dir>/ratomic-*.tgz` in your project. The error of each place tried is this error\'s `cause`.',
   )
   error.code = 'ERR_RATOMIC_NO_BINARY'
   error.cause = cause

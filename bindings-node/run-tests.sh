@@ -5,8 +5,8 @@
 # committed generated files (index.js, index.d.ts) match a fresh build, and
 # runs every test: node --test and tsc on the typings. Then it installs the
 # packages as a user would: it packs the main package and this platform's
-# package (linux-x64-gnu) the way a release does (napi artifacts, napi
-# pre-publish without publishing), installs the two tarballs in a fresh
+# package (linux-x64-gnu) the way a release does (scripts/pack-local.sh:
+# napi artifacts, napi pre-publish without publishing), installs the two tarballs in a fresh
 # project outside the repository (offline: local tarballs only) and runs the
 # READMEs' examples there. The ratomic/redis tests start their own
 # redis-servers (redis-server from apt, as for the Rust, C and Python tests).
@@ -42,32 +42,18 @@ echo "== tsc (the typings test, index.d.ts) and node --test"
 npm test
 
 echo "== packages: the main package and ratomic-linux-x64-gnu, packed as a release packs them"
-# A copy of what the main package publishes, with the npm/ platform dirs and
-# the fresh build, so nothing below touches the worktree.
-npm pack --silent --pack-destination "$stage" >/dev/null
-tar -xzf "$stage/ratomic-$(node -p "require('./package.json').version").tgz" -C "$stage"
-rm "$stage"/*.tgz
-cp -r npm "$stage/package/"
-cp ratomic.linux-x64-gnu.node "$stage/package/"
-# Only this machine's target is built: napi artifacts and pre-publish see
-# that one (the release job runs them with every target of napi.targets).
-echo '{ "binaryName": "ratomic", "targets": ["x86_64-unknown-linux-gnu"] }' >"$stage/one-target.json"
-npx napi artifacts --cwd "$stage/package" -c ../one-target.json --output-dir .
-npx napi pre-publish --cwd "$stage/package" -c ../one-target.json -t npm --no-gh-release --skip-optional-publish
-node -e "
-const p = require(process.argv[1])
-if (p.optionalDependencies?.['ratomic-linux-x64-gnu'] !== p.version) throw new Error('pre-publish did not list the platform package: ' + JSON.stringify(p.optionalDependencies))
-" "$stage/package/package.json"
-rm "$stage/package/ratomic.linux-x64-gnu.node"
-(cd "$stage/package" && npm pack --silent --pack-destination "$stage" >/dev/null)
-(cd "$stage/package/npm/linux-x64-gnu" && npm pack --silent --pack-destination "$stage" >/dev/null)
-ls "$stage"/*.tgz
+scripts/pack-local.sh "$stage"
+ls "$stage"
 
 echo "== a fresh project outside the repository: npm install the two tarballs, run the READMEs' examples"
 (
   cd "$project"
   npm init -y >/dev/null
   npm install --offline --no-audit --no-fund "$stage"/ratomic-*.tgz
+  node -e "
+const p = require('ratomic/package.json')
+if (p.optionalDependencies?.['ratomic-linux-x64-gnu'] !== p.version) throw new Error('the platform package is not an optional dependency: ' + JSON.stringify(p.optionalDependencies))
+"
   node -e "
 const { TokenBucket } = require('ratomic')
 const d = new TokenBucket('5/min').allow('ip:10.0.0.1')

@@ -63,6 +63,7 @@ test('a missing binary says what to do, not napi-rs\'s npm-bug message', () => {
     assert.match(e.message, /--omit=optional/)
     assert.match(e.message, /`npm ci && npm run build` in its bindings-node directory/)
     assert.match(e.message, /https:\/\/github\.com\/ratomic\/ratomic/)
+    assert.match(e.message, /npm run pack:local/)
   } finally {
     fs.rmSync(copy, { recursive: true, force: true })
   }

@@ -41,6 +41,10 @@ test('the README example runs', async () => {
   assert.equal(lines[1], 'true')
   assert.deepEqual(JSON.parse(lines[2]), { algorithm: 'tokenBucket', limit: 20, capacity: 20, refillPerSec: 100 / 60 })
   assert.equal(lines[4], 'true')
+  assert.equal(
+    lines.at(-2),
+    'TokenBucket { token bucket 10 per 1s, keys: 2 } Limiter { "10/second": token bucket 10 per 1s, "1000/day": token bucket 1000 per 1d, keys: 0 }',
+  )
   assert.equal(lines.at(-1), 'acquired true')
 })
 
@@ -108,4 +112,40 @@ test("the README's Redis example runs against a real server", async () => {
     else process.env.REDIS_URL = saved
     await server.stop()
   }
+})
+
+// The npm page (bindings-node/README.md): every ```js block, its printed
+// lines as its comments say.
+const npmBlocks = () => [...fs.readFileSync(NPM_README, 'utf8').matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1].replace(/^ {2}/gm, ''))
+
+function printed(code) {
+  const lines = []
+  const log = (...args) => lines.push(args.map((a) => (typeof a === 'string' ? a : require('node:util').inspect(a))).join(' '))
+  new Function('require', 'console', code)(load, { log })
+  return lines
+}
+
+test("the npm page's rate-string example runs", () => {
+  const code = npmBlocks().find((c) => c.includes("new Limiter('10/second;1000/day')"))
+  assert.ok(code, 'the npm README has the rate-string example')
+  assert.deepEqual(printed(code), [
+    'true 4',
+    'TokenBucket { token bucket 5 per 1m, keys: 1 }',
+    "true [ '10/second: 9 left', '1000/day: 999 left' ]",
+    'FixedWindow { fixed window 100 per 1m, keys: 0 }',
+  ])
+})
+
+test("the npm page's shared-file example runs", { skip: process.platform !== 'linux' && 'a shared file is Linux only' }, () => {
+  const code = npmBlocks().find((c) => c.includes('sharedFile'))
+  assert.ok(code, 'the npm README has the shared-file example')
+  assert.deepEqual(printed(code), ['99'])
+})
+
+test('the npm page links nothing a package user cannot open', () => {
+  const md = fs.readFileSync(NPM_README, 'utf8')
+  const links = [...md.matchAll(/\]\(([^)]+)\)/g)].map((m) => m[1])
+  assert.ok(links.length > 0)
+  for (const link of links) assert.match(link, /^https:\/\//, link)
+  assert.doesNotMatch(md, /SPEC|§|\.\.\/shared/)
 })

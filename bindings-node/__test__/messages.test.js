@@ -154,3 +154,17 @@ test('"5 per minute" works wherever a rate string does', () => {
   assert.equal(new Quotas({ clock }).allow('k', '5 per minute').remaining, 4)
   assert.deepEqual(new Limiter({ a: { algorithm: 'fixedWindow', rate: '5 per minute' } }).rules.a.windowMs, 60_000)
 })
+
+test('a clock reading or a decision field out of range: the value as JavaScript prints it', () => {
+  assert.deepEqual(thrown(() => new TokenBucket(1, 1, { clock: () => 1e300 }).allow('k')), [
+    'RangeError',
+    'ERR_RATOMIC_INVALID_CLOCK',
+    "invalid clock reading: 1e+300 ms (a time must be a number of milliseconds >= 0 and at most 2^62 − 1 ns, 4611686018427.388 ms, after the clock's epoch)",
+  ])
+  const d = { allowed: true, remaining: 1, limit: 1, retryAfterMs: -1, resetAfterMs: 0 }
+  assert.deepEqual(thrown(() => new TokenBucket(1, 1).headers(d)), [
+    'RangeError',
+    'ERR_RATOMIC_INVALID_ARGUMENT',
+    'invalid decision.retryAfterMs: -1 (must be a finite number of milliseconds >= 0)',
+  ])
+})

@@ -88,8 +88,9 @@ fn bad_reading(ms: f64) -> JsFailure {
     JsFailure::range(
         "ERR_RATOMIC_INVALID_CLOCK",
         format!(
-            "invalid clock reading: {ms} ms (a time must be a number of milliseconds >= 0 and at most 2^62 − 1 ns, \
+            "invalid clock reading: {} ms (a time must be a number of milliseconds >= 0 and at most 2^62 − 1 ns, \
              {} ms, after the clock's epoch)",
+            crate::error::js_number(ms),
             MAX_TIME as f64 / 1e6
         ),
     )

@@ -274,7 +274,10 @@ impl NativeRedis {
                 } else {
                     Err(JsFailure::range(
                         "ERR_RATOMIC_INVALID_ARGUMENT",
-                        format!("invalid {name}: {v} (must be a finite number of milliseconds >= 0)"),
+                        format!(
+                            "invalid {name}: {} (must be a finite number of milliseconds >= 0)",
+                            crate::error::js_number(v)
+                        ),
                     ))
                 }
             };

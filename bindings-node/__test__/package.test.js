@@ -34,7 +34,7 @@ test('the main package carries no binary', () => {
   assert.equal(r.status, 0, r.stderr)
   const files = JSON.parse(r.stdout)[0].files.map((f) => f.path)
   assert.deepEqual(files.filter((f) => f.endsWith('.node')), [])
-  for (const f of ['ratomic.js', 'native.js', 'index.js', 'ratomic.d.ts', 'express.js', 'redis.js', 'README.md']) {
+  for (const f of ['ratomic.js', 'native.js', 'index.js', 'ratomic.d.ts', 'express.js', 'redis.js', 'README.md', 'LICENSE-MIT', 'LICENSE-APACHE']) {
     assert.ok(files.includes(f), `${f} is packed`)
   }
   assert.ok(!files.some((f) => f.startsWith('src/') || f.startsWith('npm/') || f.startsWith('__test__/')))

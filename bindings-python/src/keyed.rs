@@ -170,8 +170,8 @@ impl Keyed {
 /// `(key, cost)` pair, as `(key, cost)`: every key a str or bytes with a
 /// UTF-8 form, every cost a whole number. When request `j` is not, the
 /// error is that of the first request core's `check` refuses before `j`, if
-/// any, else `j`'s own: either way it names the first invalid request
-/// (SPEC §4.6).
+/// any, else `j`'s own: either way it names the first invalid request, as
+/// core does for the requests it checks.
 pub fn batch<'py>(
     requests: &Bound<'py, PyAny>,
     check: impl Fn(&[u8], u64) -> ratomic::Result<()>,

@@ -198,9 +198,11 @@ class Rule:
     @staticmethod
     def token_bucket(capacity: int | str, refill_per_sec: float | str | None = None) -> Rule: ...
     @staticmethod
-    def fixed_window(limit: int | str, window: float | None = None) -> Rule: ...
+    def fixed_window(limit: int | str, window_secs: float | None = None) -> Rule:
+        """A fixed window: ``Rule.fixed_window("1000/day")`` or ``Rule.fixed_window(1000, 86400.0)`` (seconds)."""
     @staticmethod
-    def sliding_window(limit: int | str, window: float | None = None) -> Rule: ...
+    def sliding_window(limit: int | str, window_secs: float | None = None) -> Rule:
+        """A sliding window: ``Rule.sliding_window("100/h")`` or ``Rule.sliding_window(100, 3600.0)`` (seconds)."""
     @property
     def kind(self) -> Literal["token_bucket", "fixed_window", "sliding_window"]: ...
     @property
@@ -282,12 +284,13 @@ class TokenBucket(Keyed):
 
 @final
 class FixedWindow(Keyed):
-    """At most ``limit`` calls per key in each window, aligned to the clock's epoch."""
+    """At most ``limit`` calls per key in each window of ``window_secs`` seconds
+    (or a rate string such as ``"100/min"``), windows aligned to the clock's epoch."""
 
     def __new__(
         cls,
         limit: int | str,
-        window: float | None = None,
+        window_secs: float | None = None,
         *,
         clock: ManualClock | _Clock | None = None,
         max_keys: int | None = None,
@@ -297,16 +300,18 @@ class FixedWindow(Keyed):
         shared_file: str | os.PathLike[str] | None = None,
     ) -> FixedWindow: ...
     @property
-    def window(self) -> float: ...
+    def window_secs(self) -> float:
+        """The window length, in seconds."""
 
 @final
 class SlidingWindow(Keyed):
-    """At most ``limit`` calls per key in any window (sliding-window counter)."""
+    """At most ``limit`` calls per key in any ``window_secs`` seconds (or a rate
+    string such as ``"100/min"``), by the sliding-window counter approximation."""
 
     def __new__(
         cls,
         limit: int | str,
-        window: float | None = None,
+        window_secs: float | None = None,
         *,
         clock: ManualClock | _Clock | None = None,
         max_keys: int | None = None,
@@ -316,7 +321,8 @@ class SlidingWindow(Keyed):
         shared_file: str | os.PathLike[str] | None = None,
     ) -> SlidingWindow: ...
     @property
-    def window(self) -> float: ...
+    def window_secs(self) -> float:
+        """The window length, in seconds."""
 
 @final
 class DirectTokenBucket:

@@ -622,7 +622,7 @@ class RedisTokenBucket(_SingleRule[_M]):
 
 
 class RedisFixedWindow(_SingleRule[_M]):
-    """A fixed window per key, on Redis: ``limit`` calls per ``window``
+    """A fixed window per key, on Redis: ``limit`` calls per ``window_secs``
     seconds, or a rate string such as ``"100/min"``. Same arguments and
     answers as :class:`ratomic.FixedWindow`; windows start at multiples of
     the window on the server's clock (or on yours, with the ``*_at`` forms).
@@ -634,7 +634,7 @@ class RedisFixedWindow(_SingleRule[_M]):
     def __init__(
         self: RedisFixedWindow[Sync],
         limit: int | str,
-        window: float | None = None,
+        window_secs: float | None = None,
         *,
         client: _SyncClient,
         **options: Unpack[_Options],
@@ -643,20 +643,25 @@ class RedisFixedWindow(_SingleRule[_M]):
     def __init__(
         self: RedisFixedWindow[Async],
         limit: int | str,
-        window: float | None = None,
+        window_secs: float | None = None,
         *,
         client: _AsyncClient,
         **options: Unpack[_Options],
     ) -> None: ...
     def __init__(
-        self, limit: int | str, window: float | None = None, *, client: _t.Any, **options: Unpack[_Options]
+        self,
+        limit: int | str,
+        window_secs: float | None = None,
+        *,
+        client: _t.Any,
+        **options: Unpack[_Options],
     ) -> None:
-        super().__init__(Rule.fixed_window(limit, window), multi=False, client=client, **options)
+        super().__init__(Rule.fixed_window(limit, window_secs), multi=False, client=client, **options)
 
 
 class RedisSlidingWindow(_SingleRule[_M]):
     """A sliding window per key, on Redis: at most ``limit`` calls in any
-    ``window`` seconds (the two-window estimate), or a rate string such as
+    ``window_secs`` seconds (the two-window estimate), or a rate string such as
     ``"100/min"``. Same arguments and answers as :class:`ratomic.SlidingWindow`.
     """
 
@@ -666,7 +671,7 @@ class RedisSlidingWindow(_SingleRule[_M]):
     def __init__(
         self: RedisSlidingWindow[Sync],
         limit: int | str,
-        window: float | None = None,
+        window_secs: float | None = None,
         *,
         client: _SyncClient,
         **options: Unpack[_Options],
@@ -675,15 +680,20 @@ class RedisSlidingWindow(_SingleRule[_M]):
     def __init__(
         self: RedisSlidingWindow[Async],
         limit: int | str,
-        window: float | None = None,
+        window_secs: float | None = None,
         *,
         client: _AsyncClient,
         **options: Unpack[_Options],
     ) -> None: ...
     def __init__(
-        self, limit: int | str, window: float | None = None, *, client: _t.Any, **options: Unpack[_Options]
+        self,
+        limit: int | str,
+        window_secs: float | None = None,
+        *,
+        client: _t.Any,
+        **options: Unpack[_Options],
     ) -> None:
-        super().__init__(Rule.sliding_window(limit, window), multi=False, client=client, **options)
+        super().__init__(Rule.sliding_window(limit, window_secs), multi=False, client=client, **options)
 
 
 _LimitMap = Mapping[str, _t.Union[str, Rule]]

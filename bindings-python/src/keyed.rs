@@ -19,7 +19,6 @@ use crate::decision::Decision;
 use crate::error::{argument_type, core_error, in_batch, type_name, CoreResultExt};
 use crate::headers::{self, Fields};
 use crate::key::{key_bytes, whole, Cost};
-use crate::rule::rule_repr;
 
 /// The core limiter every keyed class holds.
 pub type Core = ratomic::Keyed<Rule, [u8], Time>;
@@ -159,10 +158,11 @@ impl Keyed {
         crate::rule::Rule(*self.inner.algorithm())
     }
 
+    /// `FixedWindow(fixed window 5 per 1m, keys=0)`: the rule with its unit
+    /// and the keys held.
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
-        let rule = rule_repr(slf.get().inner.algorithm());
-        let args = rule.split_once('(').map_or("", |(_, a)| a.trim_end_matches(')'));
-        Ok(format!("{}({}, keys={})", slf.get_type().name()?, args, slf.get().inner.len()))
+        let inner = &slf.get().inner;
+        Ok(format!("{}({}, keys={})", slf.get_type().name()?, inner.algorithm(), inner.len()))
     }
 }
 

@@ -189,23 +189,32 @@ impl Rule {
         self.0.limit()
     }
 
+    /// `Rule.fixed_window(5, window_secs=60.0)`: a repr that rebuilds the rule.
     fn __repr__(&self) -> String {
         rule_repr(&self.0)
     }
+
+    /// `fixed window 5 per 1m`: the rule with its unit, as every face prints it.
+    fn __str__(&self) -> String {
+        self.0.to_string()
+    }
 }
 
-/// `Rule.token_bucket(10, 10.0)` and so on: a repr that rebuilds the rule.
+/// `Rule.token_bucket(10, refill_per_sec=10.0)`, `Rule.fixed_window(5,
+/// window_secs=60.0)`: a repr that rebuilds the rule, its units named.
 pub fn rule_repr(rule: &ratomic::Rule) -> String {
     match rule {
         ratomic::Rule::TokenBucket(g) => {
             let q = g.quota();
-            format!("Rule.token_bucket({}, {})", q.capacity(), py_float_repr(q.refill_per_sec()))
+            format!("Rule.token_bucket({}, refill_per_sec={})", q.capacity(), py_float_repr(q.refill_per_sec()))
         }
         ratomic::Rule::FixedWindow(f) => {
-            format!("Rule.fixed_window({}, {})", window_count(rule), py_float_repr(f.window().as_secs_f64()))
+            let secs = py_float_repr(f.window().as_secs_f64());
+            format!("Rule.fixed_window({}, window_secs={secs})", window_count(rule))
         }
         ratomic::Rule::SlidingWindow(s) => {
-            format!("Rule.sliding_window({}, {})", window_count(rule), py_float_repr(s.window().as_secs_f64()))
+            let secs = py_float_repr(s.window().as_secs_f64());
+            format!("Rule.sliding_window({}, window_secs={secs})", window_count(rule))
         }
         other => format!("{other:?}"),
     }

@@ -64,7 +64,7 @@ def test_token_bucket_arguments(args, exc, match):
         ((10,), E.ArgumentTypeError, "window_secs"),
         ((10, "1m"), E.ArgumentTypeError, "window_secs"),
         (("10/m", 60.0), E.ArgumentTypeError, "not both"),
-        (("10 per m",), E.InvalidRateError, "10 per m"),
+        (("10 per fortnight",), E.InvalidRateError, "10 per fortnight"),
         ((2.5, 1.0), E.ArgumentTypeError, "limit"),
     ],
 )

@@ -181,4 +181,4 @@ def test_properties_and_repr(clock):
     assert ratomic.TokenBucket(1, 1.0).clock is None
     assert tb.rule == ratomic.Rule.token_bucket(10, 2.5)
     tb.allow("k")
-    assert repr(tb) == "TokenBucket(10, 2.5, keys=1)"
+    assert repr(tb) == "TokenBucket(token bucket 10 per 4s, keys=1)"

@@ -368,10 +368,25 @@ class LimitSet:
 
 @final
 class Limiter:
-    """Several named limits on one key, all or nothing."""
+    """Several named limits on one key, all or nothing: ``{name: rule}``,
+    ``(name, rule)`` pairs, or one string of rates as Python's ``limits`` and
+    slowapi write them, ``"10/second;1000/day"`` (token buckets, each named by
+    its rate string)."""
 
-    # Two overloads, not one union: mypy infers a dict display of mixed
+    # Separate overloads, not one union: mypy infers a dict display of mixed
     # values ("3/s" and a Rule) against a Mapping alone, not against a union.
+    @overload
+    def __new__(
+        cls,
+        limits: str,
+        *,
+        clock: ManualClock | _Clock | None = None,
+        max_keys: int | None = None,
+        max_key_len: int | None = None,
+        max_key_bytes: int | None = None,
+        eviction: _Eviction | None = None,
+        shared_file: str | os.PathLike[str] | None = None,
+    ) -> Limiter: ...
     @overload
     def __new__(
         cls,

@@ -698,14 +698,16 @@ class RedisSlidingWindow(_SingleRule[_M]):
 
 _LimitMap = Mapping[str, _t.Union[str, Rule]]
 _LimitPairs = Iterable[tuple[str, _t.Union[str, Rule]]]
-_Limits = _t.Union[_LimitMap, _LimitPairs]
+_Limits = _t.Union[str, _LimitMap, _LimitPairs]
 
 
 class RedisLimiter(_RedisBase[_M, MultiDecision]):
     """Several named limits on each key, all or nothing, on Redis (one hash
     per key, one slot in a cluster): ``limits`` is ``{name: rule}`` or
     ``(name, rule)`` pairs, a rule being a rate string (a token bucket,
-    ``"10/s"``) or a :class:`ratomic.Rule` (``Rule.fixed_window(1000, 86400)``).
+    ``"10/s"``) or a :class:`ratomic.Rule` (``Rule.fixed_window(1000, 86400)``);
+    or one string of rates as slowapi writes them, ``"10/second;1000/day"``
+    (token buckets, each named by its rate string).
     Answers :class:`ratomic.MultiDecision`, as :class:`ratomic.Limiter`.
     """
 
@@ -716,11 +718,19 @@ class RedisLimiter(_RedisBase[_M, MultiDecision]):
     # alone, not against a union.
     @_t.overload
     def __init__(
+        self: RedisLimiter[Sync], limits: str, *, client: _SyncClient, **options: Unpack[_Options]
+    ) -> None: ...
+    @_t.overload
+    def __init__(
         self: RedisLimiter[Sync], limits: _LimitMap, *, client: _SyncClient, **options: Unpack[_Options]
     ) -> None: ...
     @_t.overload
     def __init__(
         self: RedisLimiter[Sync], limits: _LimitPairs, *, client: _SyncClient, **options: Unpack[_Options]
+    ) -> None: ...
+    @_t.overload
+    def __init__(
+        self: RedisLimiter[Async], limits: str, *, client: _AsyncClient, **options: Unpack[_Options]
     ) -> None: ...
     @_t.overload
     def __init__(

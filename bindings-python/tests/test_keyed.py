@@ -1,5 +1,6 @@
 """Keyed: the one base of every single-rule limiter (core's Keyed<Rule>), its
-batches (SPEC §4.6) and its store options (SPEC §5)."""
+batches and its store options, as the contract states them
+(https://github.com/ratomic/ratomic/blob/main/docs/CONTRACT.md#46-batches--allow_many, #5-keys-and-memory)."""
 
 import pytest
 

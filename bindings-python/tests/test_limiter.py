@@ -1,4 +1,5 @@
-"""Limiter: several named limits on one key, all or nothing (SPEC §4.4)."""
+"""Limiter: several named limits on one key, all or nothing
+(https://github.com/ratomic/ratomic/blob/main/docs/CONTRACT.md#44-several-limits-on-one-key--limiter)."""
 
 import pytest
 

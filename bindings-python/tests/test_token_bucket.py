@@ -1,4 +1,5 @@
-"""TokenBucket: the five course behaviours and the SPEC §4.1 equations, on an injected clock."""
+"""TokenBucket: the five course behaviours and the GCRA equations of the contract
+(https://github.com/ratomic/ratomic/blob/main/docs/CONTRACT.md#41-tokenbucket--gcra-normative), on an injected clock."""
 
 import pytest
 

@@ -269,3 +269,28 @@ def test_limiters_print_their_rule_with_units(make, shown):
     limiter = make()
     assert repr(limiter) == shown
     assert str(limiter) == shown
+
+
+def test_python_side_arguments():
+    import asyncio
+
+    from ratomic.wsgi import RateLimitMiddleware
+
+    limiter = ratomic.TokenBucket("5/s")
+    for timeout, exc, text in [
+        (-1.0, E.InvalidArgumentError, "invalid timeout: -1.0 (must be None or a number of seconds >= 0)"),
+        (float("nan"), E.InvalidArgumentError, "invalid timeout: nan (must be None or a number of seconds >= 0)"),
+        ("1", E.ArgumentTypeError, "timeout must be None or a number of seconds, not str: '1'"),
+    ]:
+        with pytest.raises(exc) as e:
+            asyncio.run(ratomic.acquire(limiter, "k", timeout=timeout))
+        assert str(e.value) == text
+    for kwargs, exc, text in [
+        ({"trusted_proxies": -1}, ValueError, "invalid trusted_proxies: -1 (must be a whole number >= 0)"),
+        ({"trusted_proxies": "1"}, TypeError, "trusted_proxies must be an int, not str: '1'"),
+        ({"ipv6_prefix": 129}, ValueError, "invalid ipv6_prefix: 129 (must be a whole number from 0 to 128)"),
+        ({"ipv6_prefix": 64.0}, TypeError, "ipv6_prefix must be an int, not float: 64.0"),
+    ]:
+        with pytest.raises(exc) as e:
+            RateLimitMiddleware(lambda environ, start_response: [], limiter, **kwargs)
+        assert str(e.value) == text

@@ -32,6 +32,7 @@ import time
 import typing as _t
 from collections.abc import Awaitable, Coroutine, Generator, Iterable, Mapping, Sequence
 
+from ratomic._acquire import check_timeout
 from ratomic._ratomic import (
     ArgumentTypeError,
     BackendError,
@@ -254,7 +255,11 @@ class _RedisBase(_t.Generic[_M, _D]):
             )
         if self._async:
             self._timeout = 0.05 if timeout is None else timeout
-            if not (isinstance(self._timeout, (int, float)) and self._timeout > 0):
+            if isinstance(self._timeout, bool) or not isinstance(self._timeout, (int, float)):
+                raise ArgumentTypeError(
+                    f"timeout must be None or a number of seconds, not {type(timeout).__name__}: {timeout!r}"
+                )
+            if not self._timeout > 0:
                 raise InvalidArgumentError(f"invalid timeout: {timeout!r} (must be a number of seconds > 0)")
         elif timeout is not None:
             raise InvalidArgumentError(
@@ -378,8 +383,7 @@ class _RedisBase(_t.Generic[_M, _D]):
         ``asyncio.sleep`` with an asyncio one). With ``timeout`` (seconds),
         gives up as soon as the next wait would pass it and returns that
         denied decision: nothing was consumed."""
-        if timeout is not None and not timeout >= 0:
-            raise InvalidArgumentError(f"invalid timeout: {timeout!r} (must be None or a number of seconds >= 0)")
+        check_timeout(timeout)
         if self._async:
             return _Pending(self._acquire_async(key, cost, timeout))
         waited = 0.0

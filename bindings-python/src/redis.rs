@@ -233,6 +233,12 @@ impl RedisDriver {
         ratomic_redis::script::SOURCE
     }
 
+    /// The limits' rules, in order.
+    #[getter]
+    fn rules(&self) -> Vec<crate::rule::Rule> {
+        self.rules.iter().map(|r| crate::rule::Rule(*r)).collect()
+    }
+
     /// The limits' names, in order.
     #[getter]
     fn names(&self) -> Vec<&str> {

@@ -97,6 +97,13 @@ def test_a_limits_string_as_slowapi_writes_it(client, prefix):
     assert memory.rules == {"2/second": Rule.token_bucket("2/s"), "3 per day": Rule.token_bucket("3/d")}
     with pytest.raises(ratomic.InvalidRateError, match='invalid rate "5/fortnight"'):
         RedisLimiter("2/s|5/fortnight", client=client, prefix=prefix)
+    assert repr(m) == (
+        f'RedisLimiter({{"2/second": token bucket 2 per 1s, "3 per day": token bucket 3 per 1d}}, '
+        f"prefix={prefix!r}, client=blocking)"
+    )
+    assert repr(RedisFixedWindow(5, window_secs=60, client=client, prefix=prefix)) == (
+        f"RedisFixedWindow(fixed window 5 per 1m, prefix={prefix!r}, client=blocking)"
+    )
 
 
 def test_bad_input_raises_the_in_memory_errors_before_any_round_trip(server, prefix):

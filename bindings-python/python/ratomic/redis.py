@@ -545,8 +545,15 @@ class _RedisBase(_t.Generic[_M, _D]):
             waited += d.retry_after
 
     def __repr__(self) -> str:
+        """``RedisTokenBucket(token bucket 10 per 1s, prefix='rl:', client=blocking)``:
+        the rules with their units, as the in-memory limiters print them."""
         mode = "asyncio" if self._async else "blocking"
-        return f"{type(self).__name__}(names={self._driver.names!r}, prefix={self.prefix!r}, client={mode})"
+        rules = self._driver.rules
+        if isinstance(self, RedisLimiter):
+            shown = "{" + ", ".join(f'"{n}": {r}' for n, r in zip(self._driver.names, rules)) + "}"
+        else:
+            shown = str(rules[0])
+        return f"{type(self).__name__}({shown}, prefix={self.prefix!r}, client={mode})"
 
 
 # The options every class takes, documented once here and on each class.

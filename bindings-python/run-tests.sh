@@ -85,6 +85,11 @@ PATH="$bare" "$outside/venv/bin/python" -c \
     'import importlib.metadata as m, sys; sys.stdout.write(m.metadata("ratomic").get_payload())' \
     >"$outside/smoke/package-README.md"
 grep -q "ratomic for Python" "$outside/smoke/package-README.md"
+# PyPI cannot follow a path into the repository, nor a user open SPEC.md.
+if grep -nE '\]\((\.\.?/|[A-Za-z_-]+/[^):]*\))|SPEC|§' "$outside/smoke/package-README.md"; then
+    echo "the package's README points where a package user cannot follow (above)" >&2
+    exit 1
+fi
 (
     cd "$outside/smoke"
     PATH="$bare" RATOMIC_READMES="$outside/smoke/package-README.md:$outside/smoke/project-README.md" \

@@ -95,7 +95,11 @@ fi
     PATH="$bare" RATOMIC_READMES="$outside/smoke/package-README.md:$outside/smoke/project-README.md" \
         "$outside/venv/bin/python" -m pytest -q -p no:cacheprovider -W error "$outside/smoke/test_readme.py"
     PATH="$bare" "$outside/venv/bin/python" -c \
-        'import ratomic, sys; assert ratomic.__file__.startswith(sys.prefix), ratomic.__file__; print("ratomic", ratomic.__version__, "from", ratomic.__file__)'
+        'import importlib.metadata as m, ratomic, sys
+assert ratomic.__file__.startswith(sys.prefix), ratomic.__file__
+licenses = sorted(f.name for f in m.files("ratomic") if "licenses" in f.parts)
+assert licenses == ["LICENSE-APACHE", "LICENSE-MIT"], licenses
+print("ratomic", ratomic.__version__, "from", ratomic.__file__, "with", *licenses)'
 )
 
 echo "==> pip wheel from the sdist ($(basename "$sdist"))"

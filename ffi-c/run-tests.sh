@@ -2,7 +2,8 @@
 # Everything the C ABI promises, checked: build, Rust unit tests, header
 # drift, C/C++ tests under AddressSanitizer + UBSan (and valgrind when it is
 # installed), and install + pkg-config with the README's examples.
-# Needs: Rust (cargo), gcc, g++, make, pkg-config. Installs nothing globally.
+# Needs: Rust (cargo), gcc, g++, make, pkg-config, python3; installs doxygen
+# with apt when it is missing (as redis/server.sh does redis-server).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -11,7 +12,7 @@ cd "$root"
 
 CC=${CC:-gcc}
 CXX=${CXX:-g++}
-for tool in cargo "$CC" "$CXX" make pkg-config; do
+for tool in cargo "$CC" "$CXX" make pkg-config python3; do
     command -v "$tool" >/dev/null || { echo "run-tests.sh: '$tool' is required" >&2; exit 1; }
 done
 
@@ -27,6 +28,21 @@ suites=$((suites + 1))
 
 step "header drift: include/ratomic.h against a fresh cbindgen generation"
 cargo run --quiet -p ratomic-ffi-header -- --check
+suites=$((suites + 1))
+
+step "doxygen: every declaration, parameter and return value of the header documented"
+if ! command -v doxygen >/dev/null; then
+    echo "== installing doxygen (apt)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends doxygen >/dev/null
+fi
+doxygen_out=$(mktemp -d)
+# WARN_AS_ERROR fails on an undocumented declaration or a malformed command;
+# doxygen-check.py then reads the XML for every @param and @return.
+(cat "$here/Doxyfile"; echo "OUTPUT_DIRECTORY=$doxygen_out") | doxygen -
+python3 "$here/doxygen-check.py" "$doxygen_out/xml"
+rm -rf "$doxygen_out"
 suites=$((suites + 1))
 
 target_dir=$(cargo metadata --format-version 1 --no-deps |

@@ -214,17 +214,32 @@ unsafe fn write_direct_headers(
 /// is ignored). With `buf` NULL and `buf_len` 0, only `*len` is written:
 /// allocate `*len + 1` bytes and call again.
 ///
-/// Errors (`buf` and `*len` untouched): `RATOMIC_NULL_ARGUMENT` (limiter,
-/// decision, len; buf with a non-zero `buf_len`; entries of a multi-limit
-/// limiter); `RATOMIC_INVALID_ARGUMENT` (a name that is empty or not
-/// printable ASCII, which a Structured Field String cannot carry; an entry
-/// naming no limit of this limiter); `RATOMIC_BUFFER_TOO_SMALL` (the message gives the
-/// size needed); `RATOMIC_OTHER_ERROR` (a Redis-backed limiter); `RATOMIC_PANIC`.
+/// @param limiter The limiter that gave the decision.
+/// @param name The name of a single-limit limiter's limit, NUL-terminated printable
+///     ASCII; NULL for `"default"`; ignored for a multi-limit limiter.
+/// @param decision A decision this limiter gave.
+/// @param entries A multi-limit limiter's entries, as `ratomic_allow_detailed`
+///     wrote them; may be NULL for a single-limit limiter.
+/// @param entries_len The number of entries in `entries`.
+/// @param legacy Also write the `X-RateLimit-Limit`, `-Remaining` and `-Reset`
+///     fields.
+/// @param[out] buf Receives the text, NUL-terminated; may be NULL when `buf_len` is
+///     0 (to ask for the length).
+/// @param buf_len The size of `buf` in bytes.
+/// @param[out] len Receives the text's length in bytes, without the NUL.
+/// @return `RATOMIC_OK` on success; on an error (`buf` and `*len` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: limiter, decision, len; buf with a non-zero
+///     `buf_len`; entries of a multi-limit limiter.
+/// @retval RATOMIC_INVALID_ARGUMENT A name that is empty or not printable ASCII,
+///     which a Structured Field String cannot carry; an entry naming no limit of
+///     this limiter.
+/// @retval RATOMIC_BUFFER_TOO_SMALL The message gives the size needed.
+/// @retval RATOMIC_OTHER_ERROR A Redis-backed limiter.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// # Safety
-/// `limiter` must be live; `name` NULL or NUL-terminated; `decision`
-/// readable; `entries` NULL or `entries_len` readable entries; `buf` NULL or
-/// `buf_len` writable bytes; `len` valid for writes.
+/// @warning `limiter` must be live; `name` NULL or NUL-terminated; `decision`
+///     readable; `entries` NULL or `entries_len` readable entries; `buf` NULL or
+///     `buf_len` writable bytes; `len` valid for writes.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn ratomic_headers(
@@ -248,8 +263,20 @@ pub unsafe extern "C" fn ratomic_headers(
 /// it writes the empty string (`*len` 0). Arguments, sizing and errors as
 /// `ratomic_headers`.
 ///
-/// # Safety
-/// As `ratomic_headers`.
+/// @param limiter The limiter that gave the decision.
+/// @param name The name of a single-limit limiter's limit, NUL-terminated printable
+///     ASCII; NULL for `"default"`; ignored for a multi-limit limiter.
+/// @param decision A decision this limiter gave.
+/// @param entries A multi-limit limiter's entries, as `ratomic_allow_detailed`
+///     wrote them; may be NULL for a single-limit limiter.
+/// @param entries_len The number of entries in `entries`.
+/// @param[out] buf Receives the text, NUL-terminated; may be NULL when `buf_len` is
+///     0 (to ask for the length).
+/// @param buf_len The size of `buf` in bytes.
+/// @param[out] len Receives the text's length in bytes, without the NUL.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_headers`.
+///
+/// @warning As `ratomic_headers`.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn ratomic_problem_json(
@@ -277,15 +304,25 @@ pub unsafe extern "C" fn ratomic_problem_json(
 /// the `X-RateLimit-*` fields; `*len` gets the length without the NUL.
 /// With `buf` NULL and `buf_len` 0, only `*len` is written.
 ///
-/// Errors (`buf` and `*len` untouched): `RATOMIC_NULL_ARGUMENT` (direct,
-/// decision, len; buf with a non-zero `buf_len`);
-/// `RATOMIC_INVALID_ARGUMENT` (a name that is empty or not printable
-/// ASCII); `RATOMIC_BUFFER_TOO_SMALL` (the message gives the size needed);
-/// `RATOMIC_PANIC`.
+/// @param direct The bucket that gave the decision.
+/// @param name The limit's name for the header fields, NUL-terminated printable
+///     ASCII; NULL for `"default"`.
+/// @param decision A decision this bucket gave.
+/// @param legacy Also write the `X-RateLimit-Limit`, `-Remaining` and `-Reset`
+///     fields.
+/// @param[out] buf Receives the text, NUL-terminated; may be NULL when `buf_len` is
+///     0 (to ask for the length).
+/// @param buf_len The size of `buf` in bytes.
+/// @param[out] len Receives the text's length in bytes, without the NUL.
+/// @return `RATOMIC_OK` on success; on an error (`buf` and `*len` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: direct, decision, len; buf with a non-zero
+///     `buf_len`.
+/// @retval RATOMIC_INVALID_ARGUMENT A name that is empty or not printable ASCII.
+/// @retval RATOMIC_BUFFER_TOO_SMALL The message gives the size needed.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// # Safety
-/// `direct` must be live; `name` NULL or NUL-terminated; `decision`
-/// readable; `buf` NULL or `buf_len` writable bytes; `len` valid for writes.
+/// @warning `direct` must be live; `name` NULL or NUL-terminated; `decision`
+///     readable; `buf` NULL or `buf_len` writable bytes; `len` valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_direct_headers(
     direct: *const ratomic_direct,
@@ -305,8 +342,17 @@ pub unsafe extern "C" fn ratomic_direct_headers(
 /// `ratomic_problem_json` does; for an allowed decision, the empty string
 /// (`*len` 0). Arguments, sizing and errors as `ratomic_direct_headers`.
 ///
-/// # Safety
-/// As `ratomic_direct_headers`.
+/// @param direct The bucket that gave the decision.
+/// @param name The limit's name for the header fields, NUL-terminated printable
+///     ASCII; NULL for `"default"`.
+/// @param decision A decision this bucket gave.
+/// @param[out] buf Receives the text, NUL-terminated; may be NULL when `buf_len` is
+///     0 (to ask for the length).
+/// @param buf_len The size of `buf` in bytes.
+/// @param[out] len Receives the text's length in bytes, without the NUL.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_direct_headers`.
+///
+/// @warning As `ratomic_direct_headers`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_direct_problem_json(
     direct: *const ratomic_direct,
@@ -351,17 +397,28 @@ unsafe fn write_stack_headers(
 /// `legacy`, the `X-RateLimit-*` fields of the combined decision. With `buf`
 /// NULL and `buf_len` 0, only `*len` is written.
 ///
-/// Errors (`buf` and `*len` untouched): `RATOMIC_NULL_ARGUMENT` (stack,
-/// decision, entries, len; buf with a non-zero `buf_len`);
-/// `RATOMIC_INVALID_ARGUMENT` (a member with several limits, which no one
-/// policy describes — the message names it; a member name that is not
-/// printable ASCII; an entry naming no member); `RATOMIC_BUFFER_TOO_SMALL`
-/// (the message gives the size needed); `RATOMIC_PANIC`.
+/// @param stack The stack that gave the decision.
+/// @param decision A decision this stack gave.
+/// @param entries The entries `ratomic_stack_allow` wrote with the decision.
+/// @param entries_len The number of entries in `entries`.
+/// @param legacy Also write the `X-RateLimit-Limit`, `-Remaining` and `-Reset`
+///     fields.
+/// @param[out] buf Receives the text, NUL-terminated; may be NULL when `buf_len` is
+///     0 (to ask for the length).
+/// @param buf_len The size of `buf` in bytes.
+/// @param[out] len Receives the text's length in bytes, without the NUL.
+/// @return `RATOMIC_OK` on success; on an error (`buf` and `*len` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: stack, decision, entries, len; buf with a non-zero
+///     `buf_len`.
+/// @retval RATOMIC_INVALID_ARGUMENT A member with several limits, which no one
+///     policy describes — the message names it; a member name that is not printable
+///     ASCII; an entry naming no member.
+/// @retval RATOMIC_BUFFER_TOO_SMALL The message gives the size needed.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// # Safety
-/// `stack` must be live; `decision` readable; `entries` NULL or
-/// `entries_len` readable entries; `buf` NULL or `buf_len` writable bytes;
-/// `len` valid for writes.
+/// @warning `stack` must be live; `decision` readable; `entries` NULL or
+///     `entries_len` readable entries; `buf` NULL or `buf_len` writable bytes;
+///     `len` valid for writes.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn ratomic_stack_headers(
@@ -383,8 +440,17 @@ pub unsafe extern "C" fn ratomic_stack_headers(
 /// allowed decision, the empty string (`*len` 0). Arguments, sizing and
 /// errors as `ratomic_stack_headers`.
 ///
-/// # Safety
-/// As `ratomic_stack_headers`.
+/// @param stack The stack that gave the decision.
+/// @param decision A decision this stack gave.
+/// @param entries The entries `ratomic_stack_allow` wrote with the decision.
+/// @param entries_len The number of entries in `entries`.
+/// @param[out] buf Receives the text, NUL-terminated; may be NULL when `buf_len` is
+///     0 (to ask for the length).
+/// @param buf_len The size of `buf` in bytes.
+/// @param[out] len Receives the text's length in bytes, without the NUL.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_stack_headers`.
+///
+/// @warning As `ratomic_stack_headers`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_stack_problem_json(
     stack: *const ratomic_stack,

@@ -3,7 +3,7 @@
 //! Builds `libratomic.so` and `libratomic.a`; the header `include/ratomic.h`
 //! is generated from this crate by cbindgen (`ffi-c/header-gen`).
 //!
-//! Conventions, after rustls-ffi (see `SPEC.md` §7):
+//! Conventions, after rustls-ffi:
 //!
 //! - One opaque handle, [`ratomic_limiter`], for every keyed limiter kind
 //!   (token bucket, fixed window, sliding window, several named limits), so
@@ -20,7 +20,11 @@
 //!   never unwinds into C.
 //! - `_free` functions accept NULL.
 
-#![allow(non_camel_case_types)] // C names: ratomic_limiter, ratomic_result, ...
+#![allow(non_camel_case_types)]
+// C names: ratomic_limiter, ratomic_result, ...
+// Each exported function's safety contract is its doc comment's `@warning`,
+// written for the C header (Doxygen), not a Rust `# Safety` section.
+#![allow(clippy::missing_safety_doc)]
 
 #[macro_use]
 mod boundary;

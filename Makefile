@@ -8,6 +8,7 @@
 #   make test-node     # the Node addon: npm ci, build, typings drift, node --test, tsc
 #   make test-redis    # ratomic-redis against real redis-servers (installed with apt if missing)
 #   make lint          # rustfmt, clippy and rustdoc, warnings as errors
+#   make lint-release  # the release workflow against GitHub's workflow schema
 #
 # Bounded settings keep CI well under 30 minutes on 2 cores; raise them by
 # hand for deeper runs, e.g.
@@ -19,9 +20,9 @@ LOOM_MAX_PREEMPTIONS ?= 2
 PROPTEST_CASES ?= 256
 export PROPTEST_CASES
 
-.PHONY: test test-rust test-loom test-ffi test-python test-node test-redis lint
+.PHONY: test test-rust test-loom test-ffi test-python test-node test-redis lint lint-release
 
-test: lint test-rust test-loom test-ffi test-python test-node test-redis
+test: lint lint-release test-rust test-loom test-ffi test-python test-node test-redis
 
 test-rust:
 	$(CARGO) test
@@ -52,3 +53,6 @@ lint:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic-redis
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic-tower --features redis
+
+lint-release:
+	bash scripts/check-release.sh

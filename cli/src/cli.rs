@@ -12,7 +12,8 @@ use crate::simulate::{self, SimConfig};
 use crate::workload::Arrival;
 
 const RATES: &str = "Rates are \"<count>/<period>\": 10/s, 100/min, 5000/h, 1000/15m, 3/250ms, 86400/d \
-(units ms, s, m/min, h/hr, d/day; plurals accepted). Prefix one with an algorithm to mix them: \
+(units ms, s/sec/second, m/min/minute, h/hr/hour, d/day, month = 30 days, year = 360 days; plurals \
+accepted), or as Python's limits writes them: \"5 per minute\". Prefix one with an algorithm to mix them: \
 fixed-window:1000/day (or tb:, fw:, sw:).";
 
 const TOP_EXAMPLES: &str = "\

@@ -72,7 +72,10 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::InvalidRate { input, reason } => {
-                write!(f, "invalid rate {input:?}: {reason} (expected \"<count>/<period>\", e.g. \"10/s\", \"100/min\", \"3/250ms\")")
+                write!(
+                    f,
+                    "invalid rate {input:?}: {reason} (expected \"<count>/<period>\" or \"<count> per <period>\", e.g. \"10/s\", \"100/min\", \"3/250ms\", \"5 per minute\")"
+                )
             }
             Error::InvalidArgument { name, value, reason } => {
                 write!(f, "invalid {name}: {value} ({reason})")

@@ -11,7 +11,7 @@ use crate::algorithm::{sealed, Algorithm};
 use crate::decision::Verdict;
 use crate::div::Divider;
 use crate::quota::Quota;
-use crate::rate::MAX_NANOS;
+use crate::rate::{Period, MAX_NANOS};
 
 /// The GCRA token-bucket algorithm for one [`Quota`]: the rule behind
 /// [`TokenBucket`](crate::TokenBucket) and
@@ -43,6 +43,14 @@ impl Gcra {
     #[inline]
     fn tokens(&self, d: u64) -> u64 {
         self.per_t.div(self.tau.saturating_sub(d))
+    }
+}
+
+/// `token bucket 10 per 1s`: a burst of 10 refilled over one second (the
+/// burst `B` over `B·T`, a rate string that parses back to this bucket).
+impl std::fmt::Display for Gcra {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "token bucket {} per {}", self.quota.capacity(), Period(self.tau))
     }
 }
 

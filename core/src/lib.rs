@@ -88,7 +88,7 @@ pub use limiter::{LimitSet, Limiter, LimiterBuilder, Limits, MultiDecision, Name
 pub use quota::Quota;
 pub use quotas::{PerCall, Quotas};
 pub use rate::Rate;
-pub use rule::Rule;
+pub use rule::{parse_limits, Rule};
 pub use sliding_window::SlidingWindow;
 pub use stack::{Receipt, Stack, StackBuilder, StackMember};
 #[cfg(ratomic_loom)]

@@ -916,6 +916,21 @@ impl Limiter {
     pub fn new<N: Into<String>>(limits: impl IntoIterator<Item = (N, Rule)>) -> Result<Self> {
         limits.into_iter().fold(Self::builder(), |b, (name, rule)| b.limit(name, rule)).build()
     }
+
+    /// A limiter from several limits in one string, as Python's `limits`
+    /// (slowapi, Flask-Limiter) writes them: token buckets named by their
+    /// rate strings (see [`parse_limits`](crate::parse_limits)).
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    /// let limiter = Limiter::parse("10/second;1000/day")?;
+    /// assert_eq!(limiter.names().collect::<Vec<_>>(), ["10/second", "1000/day"]);
+    /// assert!(limiter.allow("k")?.get("1000/day").is_some());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    pub fn parse(limits: &str) -> Result<Self> {
+        Self::new(crate::parse_limits(limits)?)
+    }
 }
 
 /// The named limits a [`LimiterBuilder`] has collected.

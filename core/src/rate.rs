@@ -33,7 +33,17 @@ const UNITS: &[(&str, u64)] = &[
     ("d", 86_400 * NS_PER_S),
     ("day", 86_400 * NS_PER_S),
     ("days", 86_400 * NS_PER_S),
+    // As Python's `limits` (slowapi, Flask-Limiter) defines them, so a
+    // migrated configuration keeps its meaning.
+    ("month", 30 * 86_400 * NS_PER_S),
+    ("months", 30 * 86_400 * NS_PER_S),
+    ("year", 360 * 86_400 * NS_PER_S),
+    ("years", 360 * 86_400 * NS_PER_S),
 ];
+
+/// Every unit [`Rate::parse`] accepts, for error messages.
+const UNIT_LIST: &str = "unknown unit (use ms, s/sec/second, m/min/minute, h/hr/hour, d/day, month (30 days) or \
+                         year (360 days), plurals accepted, words in any letter case; or ns, us)";
 
 /// A count over a period, such as 10 per second or 1000 per 15 minutes.
 ///
@@ -93,36 +103,67 @@ impl Rate {
     }
 
     /// Parses `"<count>/<period>"`, e.g. `"10/s"`, `"100/min"`, `"5000/h"`,
-    /// `"1000/15m"`, `"3/250ms"`, `"86400/d"`. Units: `ms`, `s`/`sec`/`second`,
-    /// `m`/`min`/`minute`, `h`/`hr`/`hour`, `d`/`day`, plurals accepted — and,
-    /// so that every [`Rate`] prints as a string that parses back to it, `ns`
-    /// and `us` (also `µs`) for periods finer than a millisecond. Surrounding
-    /// whitespace is ignored; anything else is an error that quotes the input.
+    /// `"1000/15m"`, `"3/250ms"`, `"86400/d"`, or the same in the notation of
+    /// Python's `limits` (slowapi, Flask-Limiter): `"5 per minute"`,
+    /// `"10 per 2 minutes"`, `"10/2 minutes"`.
+    ///
+    /// Units, plurals accepted, words (`Minute`, `SECONDS`) in any letter case: `ms`,
+    /// `s`/`sec`/`second`, `m`/`min`/`minute`, `h`/`hr`/`hour`, `d`/`day`,
+    /// `month` (30 days) and `year` (360 days) as `limits` defines them — and,
+    /// so that every [`Rate`] prints as a string that parses back to it,
+    /// `ns` and `us` (also `µs`) for periods finer than a millisecond. The
+    /// count is a whole number from 1 to `u64::MAX`; the period must fit in
+    /// 63 bits of nanoseconds (about 292 years). Surrounding whitespace is
+    /// ignored; anything else is an error that quotes the input and says
+    /// what is wrong. Several rates in one string (`"10/s;1000/d"`) are for
+    /// [`parse_limits`](crate::parse_limits).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::Rate;
+    ///
+    /// assert_eq!(Rate::parse("5 per minute")?, Rate::parse("5/min")?);
+    /// assert_eq!(Rate::parse("10 per 2 Minutes")?.period(), Duration::from_secs(120));
+    /// let err = Rate::parse("99999999999999999999/s").unwrap_err().to_string();
+    /// assert!(err.contains("at most 18446744073709551615"), "{err}");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn parse(input: &str) -> Result<Self> {
         let err = |reason| Error::InvalidRate { input: input.to_owned(), reason };
         let s = input.trim();
-        let (count, period) = s.split_once('/').ok_or_else(|| err("missing '/'"))?;
-        let count = parse_digits(count).ok_or_else(|| err("the count must be a whole number"))?;
-        if count == 0 {
-            return Err(err("the count must be at least 1"));
+        if s.contains([';', ',', '|']) {
+            return Err(err("this is several rates; a multi-limit Limiter takes them (\"10/s;1000/d\")"));
         }
+        let (count, period) = split_rate(s).ok_or_else(|| err("missing '/' or ' per '"))?;
+        let count = match parse_digits(count) {
+            Some(Ok(0)) => return Err(err("the count must be at least 1")),
+            Some(Ok(n)) => n,
+            Some(Err(())) => return Err(err("the count is too large (at most 18446744073709551615)")),
+            None => return Err(err("the count must be a whole number")),
+        };
         let split = period.find(|c: char| !c.is_ascii_digit()).unwrap_or(period.len());
         let (multiplier, unit) = period.split_at(split);
-        let multiplier = if multiplier.is_empty() {
-            1
-        } else {
-            parse_digits(multiplier).ok_or_else(|| err("the period's number is too large"))?
+        let multiplier = match parse_digits(multiplier) {
+            _ if multiplier.is_empty() => 1,
+            Some(Ok(n)) => n,
+            _ => return Err(err("the period is too long (at most 2^63 - 1 ns, about 292 years)")),
         };
         if multiplier == 0 {
             return Err(err("the period must be longer than zero"));
         }
-        let unit_ns = UNITS.iter().find(|(name, _)| *name == unit).map(|&(_, ns)| ns).ok_or_else(|| {
-            err("unknown unit (use ms, s/sec/second, m/min/minute, h/hr/hour or d/day, plurals accepted; or ns, us)")
-        })?;
+        let unit = unit.trim_start();
+        // Words (`Minute`, `SECONDS`, `Day`) in any case; the short forms
+        // exactly, so `M` is never read as a minute by one reader and a month
+        // by another.
+        let unit_ns = UNITS
+            .iter()
+            .find(|(name, _)| *name == unit || (name.len() >= 3 && name.eq_ignore_ascii_case(unit)))
+            .map(|&(_, ns)| ns)
+            .ok_or_else(|| err(UNIT_LIST))?;
         let period_ns = multiplier
             .checked_mul(unit_ns)
             .filter(|&ns| ns <= MAX_NANOS)
-            .ok_or_else(|| err("the period is too long"))?;
+            .ok_or_else(|| err("the period is too long (at most 2^63 - 1 ns, about 292 years)"))?;
         Ok(Rate { count, period_ns })
     }
 
@@ -147,12 +188,58 @@ impl Rate {
     }
 }
 
-/// Digits only: no sign, no separators, no whitespace.
-fn parse_digits(s: &str) -> Option<u64> {
+/// Digits only — no sign, no separators, no whitespace — as `None`;
+/// `Some(Err(()))` when the digits do not fit in a `u64`.
+fn parse_digits(s: &str) -> Option<std::result::Result<u64, ()>> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    s.parse().ok()
+    Some(s.parse().map_err(|_| ()))
+}
+
+/// Splits a trimmed rate string into its count and its period, each
+/// trimmed: `"10/2 minutes"` → (`"10"`, `"2 minutes"`), `"10 per minute"` →
+/// (`"10"`, `"minute"`). `None` when there is neither a `/` nor a ` per `.
+fn split_rate(s: &str) -> Option<(&str, &str)> {
+    if let Some((count, period)) = s.split_once('/') {
+        return Some((count.trim_end(), period.trim()));
+    }
+    // "<count> per <period>": `per` as a word of its own, in any case.
+    let mut words = s.split_whitespace();
+    let count = words.next()?;
+    let per = words.next()?;
+    if !per.eq_ignore_ascii_case("per") {
+        return None;
+    }
+    let after_per = s[count.len()..].trim_start()[per.len()..].trim();
+    (!after_per.is_empty()).then_some((count, after_per))
+}
+
+/// A period as a whole number of its largest exact unit, always with the
+/// number: `1s`, `60ms`, `15m`, `90s`. How rules print (`fixed window 5 per
+/// 60ms`).
+pub(crate) struct Period(pub(crate) u64);
+
+const SHOW: &[(&str, u64)] = &[
+    ("d", 86_400 * NS_PER_S),
+    ("h", 3_600 * NS_PER_S),
+    ("m", 60 * NS_PER_S),
+    ("s", NS_PER_S),
+    ("ms", NS_PER_MS),
+    ("us", NS_PER_US),
+    ("ns", 1),
+];
+
+/// The largest unit of [`SHOW`] that divides `ns`: (count of it, its name).
+fn largest_unit(ns: u64) -> (u64, &'static str) {
+    SHOW.iter().find(|&&(_, unit)| ns % unit == 0).map_or((ns, "ns"), |&(name, unit)| (ns / unit, name))
+}
+
+impl fmt::Display for Period {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (n, unit) = largest_unit(self.0);
+        write!(f, "{n}{unit}")
+    }
 }
 
 impl FromStr for Rate {
@@ -170,24 +257,13 @@ impl TryFrom<&str> for Rate {
 }
 
 impl fmt::Display for Rate {
-    /// The shortest canonical form that parses back to the same rate.
+    /// The shortest canonical form that parses back to the same rate:
+    /// `10/s`, `1000/15m`, `3/250ms`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const SHOW: &[(&str, u64)] = &[
-            ("d", 86_400 * NS_PER_S),
-            ("h", 3_600 * NS_PER_S),
-            ("m", 60 * NS_PER_S),
-            ("s", NS_PER_S),
-            ("ms", NS_PER_MS),
-            ("us", NS_PER_US),
-            ("ns", 1),
-        ];
-        for &(unit, ns) in SHOW {
-            if self.period_ns % ns == 0 {
-                let n = self.period_ns / ns;
-                return if n == 1 { write!(f, "{}/{unit}", self.count) } else { write!(f, "{}/{n}{unit}", self.count) };
-            }
+        match largest_unit(self.period_ns) {
+            (1, unit) => write!(f, "{}/{unit}", self.count),
+            (n, unit) => write!(f, "{}/{n}{unit}", self.count),
         }
-        unreachable!("every period is a whole number of nanoseconds")
     }
 }
 
@@ -209,6 +285,17 @@ mod tests {
             ("4/hrs", 4, 3_600 * NS_PER_S),
             ("9/sec", 9, NS_PER_S),
             ("2/minutes", 2, 60 * NS_PER_S),
+            // The notation of Python's `limits` (slowapi, Flask-Limiter).
+            ("5 per minute", 5, 60 * NS_PER_S),
+            ("10 per 2 minutes", 10, 120 * NS_PER_S),
+            ("10/2 minutes", 10, 120 * NS_PER_S),
+            ("1 PER Second", 1, NS_PER_S),
+            ("3 per day", 3, 86_400 * NS_PER_S),
+            ("100/month", 100, 30 * 86_400 * NS_PER_S),
+            ("1000 per 1 year", 1000, 360 * 86_400 * NS_PER_S),
+            ("10 / s", 10, NS_PER_S),
+            ("7/HOURS", 7, 3_600 * NS_PER_S),
+            ("18446744073709551615/s", u64::MAX, NS_PER_S),
         ];
         for (input, count, ns) in cases {
             let r = Rate::parse(input).unwrap_or_else(|e| panic!("{input:?}: {e}"));
@@ -231,8 +318,13 @@ mod tests {
             "10/0s",
             "1.5/s",
             "10/1.5s",
-            "10 / s",
             "10/S",
+            "10/M",
+            "5 per",
+            "5 pe minute",
+            "per minute",
+            "5 minute",
+            "10/s;1000/d",
             "1_000/s",
             "10/s/s",
             "99999999999999999999/s",
@@ -244,6 +336,30 @@ mod tests {
             }
             let msg = Rate::parse(bad).unwrap_err().to_string();
             assert!(msg.contains(&format!("{bad:?}")), "{msg}");
+        }
+    }
+
+    #[test]
+    fn errors_say_what_is_wrong() {
+        let reason = |s: &str| match Rate::parse(s) {
+            Err(Error::InvalidRate { reason, .. }) => reason,
+            other => panic!("{s:?} gave {other:?}"),
+        };
+        assert_eq!(reason("99999999999999999999/s"), "the count is too large (at most 18446744073709551615)");
+        assert_eq!(reason("5 minute"), "missing '/' or ' per '");
+        assert!(reason("10/x").starts_with("unknown unit (use ms, s/sec/second"), "{}", reason("10/x"));
+        assert!(reason("10/x").contains("month (30 days)"));
+        assert!(reason("10/s;1000/d").contains("multi-limit Limiter"));
+        assert_eq!(reason("1/99999999999d"), "the period is too long (at most 2^63 - 1 ns, about 292 years)");
+        assert_eq!(reason("1/99999999999999999999999s"), reason("1/99999999999d"));
+    }
+
+    #[test]
+    fn periods_print_with_their_number_and_unit() {
+        for (ns, shown) in
+            [(NS_PER_S, "1s"), (60 * NS_PER_MS, "60ms"), (900 * NS_PER_S, "15m"), (90 * NS_PER_S, "90s"), (7, "7ns")]
+        {
+            assert_eq!(Period(ns).to_string(), shown);
         }
     }
 

@@ -2,7 +2,7 @@
 
 use crate::algorithm::{sealed, Algorithm};
 use crate::decision::Verdict;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gcra::Gcra;
 use crate::quota::Quota;
 use crate::rate::Rate;
@@ -56,6 +56,38 @@ impl Rule {
     }
 }
 
+/// Several limits in one string, in the notation of Python's `limits`
+/// (slowapi, Flask-Limiter): `"10/second;1000/day"`, separated by `;`, `,`
+/// or `|`. Each is a token bucket (as [`Rule::parse`]) named by its rate
+/// string as written, trimmed — the names a [`Limiter`](crate::Limiter)
+/// reports its limits by. Empty pieces are skipped; a string with no rate,
+/// a rate that does not parse (the error quotes that rate) or the same name
+/// twice is an error.
+///
+/// ```
+/// use ratomic::{parse_limits, Limiter, Rule};
+///
+/// let limits = parse_limits("10/second; 1000 per day")?;
+/// assert_eq!(limits, vec![("10/second".to_owned(), Rule::parse("10/s")?), ("1000 per day".to_owned(), Rule::parse("1000/d")?)]);
+/// let limiter = Limiter::new(limits)?;
+/// assert_eq!(limiter.names().collect::<Vec<_>>(), ["10/second", "1000 per day"]);
+/// assert!(parse_limits("10/s;10/s").is_err());
+/// # Ok::<(), ratomic::Error>(())
+/// ```
+pub fn parse_limits(input: &str) -> Result<Vec<(String, Rule)>> {
+    let mut limits: Vec<(String, Rule)> = Vec::new();
+    for piece in input.split([';', ',', '|']).map(str::trim).filter(|p| !p.is_empty()) {
+        if limits.iter().any(|(name, _)| name == piece) {
+            return Err(Error::invalid("limits", format!("{input:?}"), format!("{piece:?} is given twice")));
+        }
+        limits.push((piece.to_owned(), Rule::parse(piece)?));
+    }
+    if limits.is_empty() {
+        return Err(Error::InvalidRate { input: input.to_owned(), reason: "no rate in it" });
+    }
+    Ok(limits)
+}
+
 impl From<Quota> for Rule {
     fn from(quota: Quota) -> Self {
         Rule::token_bucket(quota)
@@ -88,6 +120,24 @@ macro_rules! dispatch {
             Rule::SlidingWindow($a) => $e,
         }
     };
+}
+
+/// The rule with its unit: `token bucket 10 per 1s`, `fixed window 5 per
+/// 60ms`, `sliding window 100 per 1h`.
+///
+/// ```
+/// use ratomic::{Quota, Rate, Rule};
+///
+/// assert_eq!(Rule::parse("10/s")?.to_string(), "token bucket 10 per 1s");
+/// assert_eq!(Rule::token_bucket(Quota::parse("10/s")?.with_burst(50)?).to_string(), "token bucket 50 per 5s");
+/// assert_eq!(Rule::fixed_window(Rate::parse("5/60ms")?)?.to_string(), "fixed window 5 per 60ms");
+/// assert_eq!(Rule::sliding_window(Rate::parse("100 per hour")?)?.to_string(), "sliding window 100 per 1h");
+/// # Ok::<(), ratomic::Error>(())
+/// ```
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        dispatch!(self, a => a.fmt(f))
+    }
 }
 
 impl sealed::Sealed for Rule {}
@@ -131,3 +181,28 @@ const _: () = assert!(
         && FixedWindowCounter::PRISTINE == Rule::PRISTINE
         && SlidingWindowCounter::PRISTINE == Rule::PRISTINE
 );
+
+#[cfg(test)]
+mod tests {
+    use super::parse_limits;
+    use crate::error::Error;
+
+    #[test]
+    fn parse_limits_quotes_what_is_wrong() {
+        match parse_limits("10/s; 5/fortnight") {
+            Err(Error::InvalidRate { input, .. }) => assert_eq!(input, "5/fortnight"),
+            other => panic!("{other:?}"),
+        }
+        for empty in ["", " ; ,|"] {
+            let err = parse_limits(empty).unwrap_err().to_string();
+            assert!(err.contains("no rate in it"), "{err}");
+        }
+        let err = parse_limits("10/s,10/s").unwrap_err().to_string();
+        assert_eq!(err, r#"invalid limits: "10/s,10/s" ("10/s" is given twice)"#);
+        let three = parse_limits("10/second|100 per minute,;1000/day").unwrap();
+        assert_eq!(
+            three.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            ["10/second", "100 per minute", "1000/day"]
+        );
+    }
+}

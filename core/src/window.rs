@@ -39,7 +39,7 @@ use crate::algorithm::{sealed, Algorithm};
 use crate::decision::Verdict;
 use crate::div::Divider;
 use crate::error::{Error, Result};
-use crate::rate::Rate;
+use crate::rate::{Period, Rate};
 
 /// The last nanosecond a clock reading may have (SPEC §6: times are below
 /// 2^62); later readings are treated as this one.
@@ -208,6 +208,13 @@ impl FixedWindowCounter {
         let (index, count) = self.unpack(state);
         let (frame, age) = self.w.frame(index, now);
         (frame, if age == Age::Same { count } else { 0 })
+    }
+}
+
+/// `fixed window 5 per 60ms`.
+impl std::fmt::Display for FixedWindowCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "fixed window {} per {}", self.w.limit, Period(self.w.window))
     }
 }
 
@@ -396,6 +403,13 @@ impl SlidingWindowCounter {
             let y = (w - fit) as u64;
             self.w.until_end(c.frame).saturating_add(y)
         }
+    }
+}
+
+/// `sliding window 100 per 1h`.
+impl std::fmt::Display for SlidingWindowCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "sliding window {} per {}", self.w.limit, Period(self.w.window))
     }
 }
 

@@ -67,7 +67,7 @@ san=(-fsanitize=address,undefined -fno-sanitize-recover=all)
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-c_tests=(api kinds contract course threads quotas stack headers shared direct)
+c_tests=(api kinds contract course threads quotas stack headers shared direct messages)
 for t in "${c_tests[@]}"; do
     step "C test_$t (ASan + UBSan)"
     "$CC" "${cflags[@]}" "${san[@]}" "$here/tests/test_$t.c" "${libs[@]}" -o "$build/test_$t"
@@ -100,7 +100,7 @@ suites=$((suites + 1))
 if command -v valgrind >/dev/null; then
     step "valgrind, against the shared library"
     ln -sf "$lib/libratomic.so" "$build/libratomic.so.0.1"   # its SONAME
-    for t in api kinds contract course quotas stack headers shared direct; do
+    for t in api kinds contract course quotas stack headers shared direct messages; do
         "$CC" "${cflags[@]}" "$here/tests/test_$t.c" -L"$lib" -lratomic -lpthread -lm -o "$build/vg_$t"
         LD_LIBRARY_PATH="$build" valgrind -q --error-exitcode=1 --leak-check=full \
             --errors-for-leak-kinds=definite,indirect "$build/vg_$t"

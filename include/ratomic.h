@@ -688,8 +688,8 @@ ratomic_result ratomic_direct_token_bucket_new(uint64_t capacity,
  * in `ratomic_direct_token_bucket_new`. On `RATOMIC_OK`, `*out` is a new
  * bucket; on any error `*out` is untouched.
  *
- * @param rate A rate string, NUL-terminated UTF-8: `"<count>/<period>"` such as
- *     `"10/s"`, `"100/min"`, `"5/2s"`; only read during the call.
+ * @param rate A rate string, NUL-terminated UTF-8, such as `"10/s"`,
+ *     `"100/min"`, `"5/2s"` or `"5 per minute"`; only read during the call.
  * @param options Options, or NULL for the library's monotonic clock: only the
  *     clock fields apply; a `shared_file` is refused.
  * @param[out] out Receives the new bucket, only on `RATOMIC_OK`; release it with
@@ -1133,6 +1133,71 @@ ratomic_result ratomic_stack_problem_json(const ratomic_stack *stack,
                                           size_t *len);
 
 /**
+ * Writes what `limiter` enforces, with its units, into `buf` as a
+ * NUL-terminated string, and its length (without the NUL) to `*len`: for a
+ * single rule, `"token bucket 10 per 1s"` (a burst of 10 refilled over
+ * one second), `"fixed window 5 per 60ms"` or `"sliding window 100 per
+ * 1h"`; for several named limits, `"<name>: <rule>"` for each, in order,
+ * joined by `"; "` (`"10/second: token bucket 10 per 1s; 1000/day: token
+ * bucket 1000 per 1d"`). Periods are shown in the largest unit that
+ * divides them exactly: `ns`, `us`, `ms`, `s`, `m`, `h` or `d`. With `buf`
+ * NULL and `buf_len` 0, only `*len` is written: allocate `*len + 1` bytes
+ * and call again.
+ *
+ * @param limiter The limiter to describe, borrowed for the call.
+ * @param[out] buf Receives the text, NUL-terminated; may be NULL when
+ *     `buf_len` is 0 (to ask for the length).
+ * @param buf_len The size of `buf` in bytes.
+ * @param[out] len Receives the text's length in bytes, without the NUL.
+ * @return `RATOMIC_OK` on success; on an error (`buf` and `*len` untouched):
+ * @retval RATOMIC_NULL_ARGUMENT NULL: limiter, len, or buf with a non-zero
+ *     `buf_len`.
+ * @retval RATOMIC_BUFFER_TOO_SMALL `buf_len` is below the text's length + 1
+ *     (the message gives the size needed).
+ * @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
+ *
+ * @note Ownership: the caller owns `buf`. Thread-safety: safe from any
+ *     thread.
+ *
+ * @warning `limiter` must be a live limiter; `buf` NULL or `buf_len`
+ *     writable bytes; `len` valid for writes.
+ */
+ratomic_result ratomic_describe(const ratomic_limiter *limiter,
+                                char *buf,
+                                size_t buf_len,
+                                size_t *len);
+
+/**
+ * Writes what the direct bucket enforces, with its units, into `buf` as a
+ * NUL-terminated string, and its length (without the NUL) to `*len`, as
+ * `ratomic_describe` does for a limiter: `"token bucket 10 per 1s"` is a
+ * burst of 10 refilled over one second. With `buf` NULL and `buf_len` 0,
+ * only `*len` is written.
+ *
+ * @param direct The bucket to describe, borrowed for the call.
+ * @param[out] buf Receives the text, NUL-terminated; may be NULL when
+ *     `buf_len` is 0 (to ask for the length).
+ * @param buf_len The size of `buf` in bytes.
+ * @param[out] len Receives the text's length in bytes, without the NUL.
+ * @return `RATOMIC_OK` on success; on an error (`buf` and `*len` untouched):
+ * @retval RATOMIC_NULL_ARGUMENT NULL: direct, len, or buf with a non-zero
+ *     `buf_len`.
+ * @retval RATOMIC_BUFFER_TOO_SMALL `buf_len` is below the text's length + 1
+ *     (the message gives the size needed).
+ * @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
+ *
+ * @note Ownership: the caller owns `buf`. Thread-safety: safe from any
+ *     thread.
+ *
+ * @warning `direct` must be a live bucket; `buf` NULL or `buf_len` writable
+ *     bytes; `len` valid for writes.
+ */
+ratomic_result ratomic_direct_describe(const ratomic_direct *direct,
+                                       char *buf,
+                                       size_t buf_len,
+                                       size_t *len);
+
+/**
  * Makes a token bucket per key: each key holds up to `capacity` tokens
  * (≥ 1), refilled continuously at `refill_per_sec` tokens per **second**
  * (finite, > 0); a new key starts full. GCRA, exact to the nanosecond: one
@@ -1168,18 +1233,21 @@ ratomic_result ratomic_token_bucket_new(uint64_t capacity,
 /**
  * Makes a token bucket per key from a rate string: `"10/s"` is a burst of
  * 10 refilled over one second (`"100/min"`, `"5/2s"`, `"1000/h"`,
- * `"1000/day"`, `"3/250ms"`). `rate` is NUL-terminated UTF-8,
- * `"<count>/<period>"`: count a whole number ≥ 1; period an optional whole
- * number and a unit, one of `ns`, `us`, `ms`, `s`/`sec`/`second`,
- * `m`/`min`/`minute`, `h`/`hr`/`hour`, `d`/`day` (plurals accepted), at most
- * 2^63 − 1 ns; surrounding whitespace is ignored. One token refills every
- * period / count ns (rounded down, at least 1).
+ * `"1000/day"`, `"3/250ms"`, `"5 per minute"`). `rate` is NUL-terminated
+ * UTF-8, `"<count>/<period>"` or `"<count> per <period>"`: count a whole
+ * number from 1 to 2^64 − 1; period an optional whole number and a unit,
+ * one of `ms`, `s`/`sec`/`second`, `m`/`min`/`minute`, `h`/`hr`/`hour`,
+ * `d`/`day`, `month` (30 days), `year` (360 days), `ns`, `us` (plurals
+ * accepted, words in any letter case), at most 2^63 − 1 ns; surrounding
+ * whitespace is ignored. These are the rate strings of every ratomic face,
+ * and of Python's `limits` (slowapi, Flask-Limiter). One token refills
+ * every period / count ns (rounded down, at least 1).
  *
  * `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter; on any
  * error `*out` is untouched.
  *
- * @param rate A rate string, NUL-terminated UTF-8: `"<count>/<period>"` such as
- *     `"10/s"`, `"100/min"`, `"5/2s"`; only read during the call.
+ * @param rate A rate string, NUL-terminated UTF-8, such as `"10/s"`,
+ *     `"100/min"`, `"5/2s"` or `"5 per minute"`; only read during the call.
  * @param options Construction options, or NULL for all defaults; copied.
  * @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
  *     `ratomic_limiter_free`.
@@ -1248,8 +1316,8 @@ ratomic_result ratomic_fixed_window_new(uint64_t limit,
  * On `RATOMIC_OK`, `*out` is a new limiter; on any error `*out` is
  * untouched.
  *
- * @param rate A rate string, NUL-terminated UTF-8: `"<count>/<period>"` such as
- *     `"10/s"`, `"100/min"`, `"5/2s"`; only read during the call.
+ * @param rate A rate string, NUL-terminated UTF-8, such as `"10/s"`,
+ *     `"100/min"`, `"5/2s"` or `"5 per minute"`; only read during the call.
  * @param options Construction options, or NULL for all defaults; copied.
  * @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
  *     `ratomic_limiter_free`.
@@ -1320,8 +1388,8 @@ ratomic_result ratomic_sliding_window_new(uint64_t limit,
  * On `RATOMIC_OK`, `*out` is a new limiter; on any error `*out` is
  * untouched.
  *
- * @param rate A rate string, NUL-terminated UTF-8: `"<count>/<period>"` such as
- *     `"10/s"`, `"100/min"`, `"5/2s"`; only read during the call.
+ * @param rate A rate string, NUL-terminated UTF-8, such as `"10/s"`,
+ *     `"100/min"`, `"5/2s"` or `"5 per minute"`; only read during the call.
  * @param options Construction options, or NULL for all defaults; copied.
  * @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
  *     `ratomic_limiter_free`.
@@ -1401,6 +1469,42 @@ ratomic_result ratomic_multi_limiter_new(const ratomic_limit_spec *limits,
                                          size_t count,
                                          const ratomic_options *options,
                                          ratomic_limiter **out);
+
+/**
+ * Makes a limiter of several token buckets on each key from one string in
+ * the notation of Python's `limits` (slowapi, Flask-Limiter):
+ * `"10/second;1000/day"` is a burst of 10 refilled over a second and 1000
+ * over a day, decided all or nothing as by `ratomic_multi_limiter_new`.
+ * The rates are separated by `;`, `,` or `|`, each in the syntax of
+ * `ratomic_token_bucket_from_rate`, and each limit is named by its rate as
+ * written, trimmed (`"10/second"`, `"1000/day"`): the names
+ * `ratomic_allow_detailed`, `ratomic_limit_get` and the header functions
+ * report. Empty pieces are skipped. One rate alone makes a one-limit
+ * limiter named by it. For windows, or other names, use
+ * `ratomic_multi_limiter_new`.
+ *
+ * @param limits The rates, NUL-terminated UTF-8, e.g. `"10/second;1000/day"`;
+ *     1 to 16 of them; only read during the call.
+ * @param options Construction options, or NULL for all defaults; copied.
+ * @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it
+ *     with `ratomic_limiter_free`.
+ * @return `RATOMIC_OK` on success; on an error (`*out` untouched):
+ * @retval RATOMIC_NULL_ARGUMENT NULL: limits, out.
+ * @retval RATOMIC_INVALID_RATE A rate that does not parse (the message
+ *     quotes it and says why), a string with no rate, or one not UTF-8.
+ * @retval RATOMIC_INVALID_ARGUMENT The same rate twice; more than 16 rates;
+ *     an option out of range.
+ * @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
+ *
+ * @note Ownership: the caller owns `*out` and must release it with
+ *     `ratomic_limiter_free`. Thread-safety: safe from any thread.
+ *
+ * @warning `limits` must be a NUL-terminated string; `options`, if non-NULL,
+ *     a valid `ratomic_options`; `out` valid for writes.
+ */
+ratomic_result ratomic_multi_limiter_from_rates(const char *limits,
+                                                const ratomic_options *options,
+                                                ratomic_limiter **out);
 
 /**
  * Writes the number of limits in `limiter` to `*out`: the size of the

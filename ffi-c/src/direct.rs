@@ -126,8 +126,8 @@ pub unsafe extern "C" fn ratomic_direct_token_bucket_new(
 /// in `ratomic_direct_token_bucket_new`. On `RATOMIC_OK`, `*out` is a new
 /// bucket; on any error `*out` is untouched.
 ///
-/// @param rate A rate string, NUL-terminated UTF-8: `"<count>/<period>"` such as
-///     `"10/s"`, `"100/min"`, `"5/2s"`; only read during the call.
+/// @param rate A rate string, NUL-terminated UTF-8, such as `"10/s"`,
+///     `"100/min"`, `"5/2s"` or `"5 per minute"`; only read during the call.
 /// @param options Options, or NULL for the library's monotonic clock: only the
 ///     clock fields apply; a `shared_file` is refused.
 /// @param[out] out Receives the new bucket, only on `RATOMIC_OK`; release it with
@@ -196,7 +196,7 @@ unsafe fn decide(
         // SAFETY: the caller passes a live bucket or NULL.
         let b = &unsafe { arg_ref(direct, "direct") }?.bucket;
         let decision = out_ptr(decision, "decision")?;
-        let now = now.unwrap_or_else(|| b.now());
+        let now = crate::boundary::now_arg(now)?.unwrap_or_else(|| b.now());
         let d = if consume { b.allow_at(cost, now) } else { b.peek_at(cost, now) }?;
         // SAFETY: checked non-NULL above; the caller guarantees it is writable.
         unsafe { ratomic_decision::write(decision, d) };
@@ -311,7 +311,7 @@ unsafe fn refund(direct: *const ratomic_direct, tokens: u64, now: Option<u64>) -
     ffi_boundary!({
         // SAFETY: the caller passes a live bucket or NULL.
         let b = &unsafe { arg_ref(direct, "direct") }?.bucket;
-        b.refund_at(tokens, now.unwrap_or_else(|| b.now()))?;
+        b.refund_at(tokens, crate::boundary::now_arg(now)?.unwrap_or_else(|| b.now()))?;
         Ok(())
     })
 }

@@ -15,6 +15,15 @@ use crate::limiter::{ratomic_limiter, Engine};
 use crate::result::ratomic_result;
 use crate::stack::ratomic_stack;
 
+/// The decision argument of a header function, as core's.
+///
+/// # Safety
+/// `decision` NULL or readable.
+unsafe fn decision_arg(decision: *const ratomic_decision) -> Result<Decision, Failure> {
+    // SAFETY: the caller passes a readable decision or NULL.
+    Ok(core(unsafe { arg_ref(decision, "decision") }?))
+}
+
 /// Core's decision from C's.
 fn core(d: &ratomic_decision) -> Decision {
     Decision {
@@ -46,7 +55,8 @@ unsafe fn write_headers(
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller (`name` to `single`, `entries` to `named_entries`).
     unsafe {
-        write_text(limiter, "limiter", decision, buf, buf_len, len, |l, d| {
+        write_text(limiter, "limiter", buf, buf_len, len, |l| {
+            let d = decision_arg(decision)?;
             let rules = match &l.engine {
                 Engine::Redis(_) => return Err(Failure::Unsupported("headers of a Redis-backed limiter: not yet")),
                 _ => l.rules(),
@@ -67,30 +77,28 @@ unsafe fn write_headers(
     }
 }
 
-/// The shape every header function shares: reads the handle (`what` names
-/// it in the NULL error) and the decision, checks `len`, runs `text` on
-/// them, and copies what it makes into `buf` as a NUL-terminated string,
-/// its length without the NUL to `*len`.
+/// The shape every text function shares (the headers, the problem
+/// documents, the descriptions): reads the handle (`what` names it in the
+/// NULL error), runs `text` on it (which reads the decision, if any), checks
+/// `len`, and copies the text into `buf` as a NUL-terminated string, its
+/// length without the NUL to `*len`.
 ///
 /// # Safety
-/// `handle` NULL or live; `decision` NULL or readable; `buf` NULL or
-/// `buf_len` writable bytes; `len` NULL or valid for writes.
+/// `handle` NULL or live; `buf` NULL or `buf_len` writable bytes; `len`
+/// NULL or valid for writes.
 unsafe fn write_text<T>(
     handle: *const T,
     what: &'static str,
-    decision: *const ratomic_decision,
     buf: *mut c_char,
     buf_len: usize,
     len: *mut usize,
-    text: impl FnOnce(&T, Decision) -> Result<String, Failure>,
+    text: impl FnOnce(&T) -> Result<String, Failure>,
 ) -> ratomic_result {
     ffi_boundary!({
         // SAFETY: the caller passes a live handle or NULL.
         let h = unsafe { arg_ref(handle, what) }?;
-        // SAFETY: as above.
-        let d = core(unsafe { arg_ref(decision, "decision") }?);
+        let text = text(h)?;
         let len = crate::boundary::out_ptr(len, "len")?;
-        let text = text(h, d)?;
         // SAFETY: forwarded from the caller; `len` was checked above.
         unsafe { copy_out(&text, buf, buf_len, len) }
     })
@@ -196,7 +204,9 @@ unsafe fn write_direct_headers(
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller (`name` too, to `single`).
     unsafe {
-        write_text(direct, "direct", decision, buf, buf_len, len, |b, d| single(name, b.bucket.algorithm(), d, f))
+        write_text(direct, "direct", buf, buf_len, len, |b| {
+            single(name, b.bucket.algorithm(), decision_arg(decision)?, f)
+        })
     }
 }
 
@@ -384,7 +394,8 @@ unsafe fn write_stack_headers(
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller (`entries` too, to `named_entries`).
     unsafe {
-        write_text(stack, "stack", decision, buf, buf_len, len, |s, d| {
+        write_text(stack, "stack", buf, buf_len, len, |s| {
+            let d = decision_arg(decision)?;
             named_entries(&s.policies()?, "member of this stack", entries, entries_len, d, f)
         })
     }
@@ -467,4 +478,90 @@ pub unsafe extern "C" fn ratomic_stack_problem_json(
             h.problem_json().unwrap_or_default()
         })
     }
+}
+
+/// Writes what `limiter` enforces, with its units, into `buf` as a
+/// NUL-terminated string, and its length (without the NUL) to `*len`: for a
+/// single rule, `"token bucket 10 per 1s"` (a burst of 10 refilled over
+/// one second), `"fixed window 5 per 60ms"` or `"sliding window 100 per
+/// 1h"`; for several named limits, `"<name>: <rule>"` for each, in order,
+/// joined by `"; "` (`"10/second: token bucket 10 per 1s; 1000/day: token
+/// bucket 1000 per 1d"`). Periods are shown in the largest unit that
+/// divides them exactly: `ns`, `us`, `ms`, `s`, `m`, `h` or `d`. With `buf`
+/// NULL and `buf_len` 0, only `*len` is written: allocate `*len + 1` bytes
+/// and call again.
+///
+/// @param limiter The limiter to describe, borrowed for the call.
+/// @param[out] buf Receives the text, NUL-terminated; may be NULL when
+///     `buf_len` is 0 (to ask for the length).
+/// @param buf_len The size of `buf` in bytes.
+/// @param[out] len Receives the text's length in bytes, without the NUL.
+/// @return `RATOMIC_OK` on success; on an error (`buf` and `*len` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: limiter, len, or buf with a non-zero
+///     `buf_len`.
+/// @retval RATOMIC_BUFFER_TOO_SMALL `buf_len` is below the text's length + 1
+///     (the message gives the size needed).
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
+///
+/// @note Ownership: the caller owns `buf`. Thread-safety: safe from any
+///     thread.
+///
+/// @warning `limiter` must be a live limiter; `buf` NULL or `buf_len`
+///     writable bytes; `len` valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn ratomic_describe(
+    limiter: *const ratomic_limiter,
+    buf: *mut c_char,
+    buf_len: usize,
+    len: *mut usize,
+) -> ratomic_result {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        write_text(limiter, "limiter", buf, buf_len, len, |l| {
+            Ok(match l.rules() {
+                [rule] => rule.to_string(),
+                rules => l
+                    .names
+                    .iter()
+                    .zip(rules)
+                    .map(|(name, rule)| format!("{}: {rule}", name.to_string_lossy()))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            })
+        })
+    }
+}
+
+/// Writes what the direct bucket enforces, with its units, into `buf` as a
+/// NUL-terminated string, and its length (without the NUL) to `*len`, as
+/// `ratomic_describe` does for a limiter: `"token bucket 10 per 1s"` is a
+/// burst of 10 refilled over one second. With `buf` NULL and `buf_len` 0,
+/// only `*len` is written.
+///
+/// @param direct The bucket to describe, borrowed for the call.
+/// @param[out] buf Receives the text, NUL-terminated; may be NULL when
+///     `buf_len` is 0 (to ask for the length).
+/// @param buf_len The size of `buf` in bytes.
+/// @param[out] len Receives the text's length in bytes, without the NUL.
+/// @return `RATOMIC_OK` on success; on an error (`buf` and `*len` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: direct, len, or buf with a non-zero
+///     `buf_len`.
+/// @retval RATOMIC_BUFFER_TOO_SMALL `buf_len` is below the text's length + 1
+///     (the message gives the size needed).
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
+///
+/// @note Ownership: the caller owns `buf`. Thread-safety: safe from any
+///     thread.
+///
+/// @warning `direct` must be a live bucket; `buf` NULL or `buf_len` writable
+///     bytes; `len` valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn ratomic_direct_describe(
+    direct: *const ratomic_direct,
+    buf: *mut c_char,
+    buf_len: usize,
+    len: *mut usize,
+) -> ratomic_result {
+    // SAFETY: forwarded from the caller.
+    unsafe { write_text(direct, "direct", buf, buf_len, len, |b| Ok(b.bucket.algorithm().to_string())) }
 }

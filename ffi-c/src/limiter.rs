@@ -125,8 +125,18 @@ impl ratomic_limiter {
     }
 }
 
-/// A window rate from a count and a length in nanoseconds.
-fn window_rate(limit: u64, window_ns: u64) -> Result<Rate, Failure> {
+/// A window rate from a count and a length in nanoseconds, its errors
+/// naming `limit` and `window_ns` as C passes them.
+pub(crate) fn window_rate(limit: u64, window_ns: u64) -> Result<Rate, Failure> {
+    let invalid = |name, value: u64, reason: &'static str| {
+        Failure::Core(ratomic_core::Error::InvalidArgument { name, value: value.to_string(), reason: reason.into() })
+    };
+    if limit == 0 {
+        return Err(invalid("limit", limit, "must be at least 1"));
+    }
+    if window_ns == 0 || window_ns > i64::MAX as u64 {
+        return Err(invalid("window_ns", window_ns, "a window's length in nanoseconds must be from 1 to 2^63 − 1"));
+    }
     Ok(Rate::new(limit, Duration::from_nanos(window_ns))?)
 }
 
@@ -183,18 +193,21 @@ pub unsafe extern "C" fn ratomic_token_bucket_new(
 
 /// Makes a token bucket per key from a rate string: `"10/s"` is a burst of
 /// 10 refilled over one second (`"100/min"`, `"5/2s"`, `"1000/h"`,
-/// `"1000/day"`, `"3/250ms"`). `rate` is NUL-terminated UTF-8,
-/// `"<count>/<period>"`: count a whole number ≥ 1; period an optional whole
-/// number and a unit, one of `ns`, `us`, `ms`, `s`/`sec`/`second`,
-/// `m`/`min`/`minute`, `h`/`hr`/`hour`, `d`/`day` (plurals accepted), at most
-/// 2^63 − 1 ns; surrounding whitespace is ignored. One token refills every
-/// period / count ns (rounded down, at least 1).
+/// `"1000/day"`, `"3/250ms"`, `"5 per minute"`). `rate` is NUL-terminated
+/// UTF-8, `"<count>/<period>"` or `"<count> per <period>"`: count a whole
+/// number from 1 to 2^64 − 1; period an optional whole number and a unit,
+/// one of `ms`, `s`/`sec`/`second`, `m`/`min`/`minute`, `h`/`hr`/`hour`,
+/// `d`/`day`, `month` (30 days), `year` (360 days), `ns`, `us` (plurals
+/// accepted, words in any letter case), at most 2^63 − 1 ns; surrounding
+/// whitespace is ignored. These are the rate strings of every ratomic face,
+/// and of Python's `limits` (slowapi, Flask-Limiter). One token refills
+/// every period / count ns (rounded down, at least 1).
 ///
 /// `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter; on any
 /// error `*out` is untouched.
 ///
-/// @param rate A rate string, NUL-terminated UTF-8: `"<count>/<period>"` such as
-///     `"10/s"`, `"100/min"`, `"5/2s"`; only read during the call.
+/// @param rate A rate string, NUL-terminated UTF-8, such as `"10/s"`,
+///     `"100/min"`, `"5/2s"` or `"5 per minute"`; only read during the call.
 /// @param options Construction options, or NULL for all defaults; copied.
 /// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
 ///     `ratomic_limiter_free`.
@@ -280,8 +293,8 @@ pub unsafe extern "C" fn ratomic_fixed_window_new(
 /// On `RATOMIC_OK`, `*out` is a new limiter; on any error `*out` is
 /// untouched.
 ///
-/// @param rate A rate string, NUL-terminated UTF-8: `"<count>/<period>"` such as
-///     `"10/s"`, `"100/min"`, `"5/2s"`; only read during the call.
+/// @param rate A rate string, NUL-terminated UTF-8, such as `"10/s"`,
+///     `"100/min"`, `"5/2s"` or `"5 per minute"`; only read during the call.
 /// @param options Construction options, or NULL for all defaults; copied.
 /// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
 ///     `ratomic_limiter_free`.
@@ -369,8 +382,8 @@ pub unsafe extern "C" fn ratomic_sliding_window_new(
 /// On `RATOMIC_OK`, `*out` is a new limiter; on any error `*out` is
 /// untouched.
 ///
-/// @param rate A rate string, NUL-terminated UTF-8: `"<count>/<period>"` such as
-///     `"10/s"`, `"100/min"`, `"5/2s"`; only read during the call.
+/// @param rate A rate string, NUL-terminated UTF-8, such as `"10/s"`,
+///     `"100/min"`, `"5/2s"` or `"5 per minute"`; only read during the call.
 /// @param options Construction options, or NULL for all defaults; copied.
 /// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
 ///     `ratomic_limiter_free`.

@@ -86,6 +86,67 @@ pub unsafe extern "C" fn ratomic_multi_limiter_new(
     })
 }
 
+/// Makes a limiter of several token buckets on each key from one string in
+/// the notation of Python's `limits` (slowapi, Flask-Limiter):
+/// `"10/second;1000/day"` is a burst of 10 refilled over a second and 1000
+/// over a day, decided all or nothing as by `ratomic_multi_limiter_new`.
+/// The rates are separated by `;`, `,` or `|`, each in the syntax of
+/// `ratomic_token_bucket_from_rate`, and each limit is named by its rate as
+/// written, trimmed (`"10/second"`, `"1000/day"`): the names
+/// `ratomic_allow_detailed`, `ratomic_limit_get` and the header functions
+/// report. Empty pieces are skipped. One rate alone makes a one-limit
+/// limiter named by it. For windows, or other names, use
+/// `ratomic_multi_limiter_new`.
+///
+/// @param limits The rates, NUL-terminated UTF-8, e.g. `"10/second;1000/day"`;
+///     1 to 16 of them; only read during the call.
+/// @param options Construction options, or NULL for all defaults; copied.
+/// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it
+///     with `ratomic_limiter_free`.
+/// @return `RATOMIC_OK` on success; on an error (`*out` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: limits, out.
+/// @retval RATOMIC_INVALID_RATE A rate that does not parse (the message
+///     quotes it and says why), a string with no rate, or one not UTF-8.
+/// @retval RATOMIC_INVALID_ARGUMENT The same rate twice; more than 16 rates;
+///     an option out of range.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
+///
+/// @note Ownership: the caller owns `*out` and must release it with
+///     `ratomic_limiter_free`. Thread-safety: safe from any thread.
+///
+/// @warning `limits` must be a NUL-terminated string; `options`, if non-NULL,
+///     a valid `ratomic_options`; `out` valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn ratomic_multi_limiter_from_rates(
+    limits: *const c_char,
+    options: *const ratomic_options,
+    out: *mut *mut ratomic_limiter,
+) -> ratomic_result {
+    ffi_boundary!({
+        let out = out_ptr(out, "out")?;
+        // SAFETY: forwarded from the caller.
+        let limits = unsafe { str_arg(limits, "limits", ratomic_result::RATOMIC_INVALID_RATE) }?;
+        let rules = ratomic_core::parse_limits(limits)?;
+        if rules.len() > MAX_LIMITS {
+            return Err(Failure::Core(Error::InvalidArgument {
+                name: "limits",
+                value: format!("{limits:?}"),
+                reason: format!("holds {} rates; a multi-limit limiter holds between 1 and 16", rules.len()).into(),
+            }));
+        }
+        // Names come from a C string, so they hold no NUL.
+        let names = rules.iter().map(|(name, _)| CString::new(name.as_str())).collect::<Result<Vec<_>, _>>();
+        let names = names.map_err(|_| Failure::Unsupported("a rate name with a NUL byte"))?;
+        // SAFETY: forwarded from the caller.
+        let o = unsafe { Resolved::from_ptr(options) }?;
+        let builder = rules.into_iter().fold(Limiter::builder(), |b, (name, rule)| b.limit(name, rule));
+        let limiter = builder.clock(o.clock).options(o.options).build()?;
+        // SAFETY: `out` was checked above.
+        unsafe { ratomic_limiter::hand_out(Engine::Many(std::sync::Arc::new(limiter)), names.into_boxed_slice(), out) };
+        Ok(())
+    })
+}
+
 /// Named rules (with the names C sees): the specs as the engine takes them.
 pub(crate) type NamedRules = (Vec<(String, Rule)>, Vec<CString>);
 
@@ -176,6 +237,7 @@ unsafe fn detailed(
         }
         // SAFETY: the caller passes `key_len` readable bytes at `key`.
         let key = unsafe { key_arg(key, key_len, l.max_key_len()) }?;
+        let now = crate::boundary::now_arg(now)?;
         let entry = |index: usize, d: ratomic_core::Decision| {
             let e = ratomic_limit_decision { name: l.names[index].as_ptr(), decision: d.into() };
             // SAFETY: index < need <= entries_cap writable entries.

@@ -58,6 +58,7 @@ unsafe fn decide(
         let decision = out_ptr(decision, "decision")?;
         // SAFETY: the caller passes `key_len` readable bytes at `key`.
         let key = unsafe { key_arg(key, key_len, l.max_key_len()) }?;
+        let now = crate::boundary::now_arg(now)?;
         if let Engine::Redis(r) = &l.engine {
             let d = r.decide(key, cost, now, consume)?.decision;
             // SAFETY: checked non-NULL above; the caller guarantees it is writable.
@@ -285,6 +286,7 @@ unsafe fn restore(
         let l = unsafe { arg_ref(limiter, "limiter") }?;
         // SAFETY: the caller passes `key_len` readable bytes at `key`.
         let key = unsafe { key_arg(key, key_len, l.max_key_len()) }?;
+        let now = crate::boundary::now_arg(now)?;
         if let Engine::Redis(r) = &l.engine {
             return r.restore(key, refund, now);
         }
@@ -433,6 +435,7 @@ unsafe fn many(
             // SAFETY: non-NULL; the caller guarantees `count` readable requests.
             unsafe { std::slice::from_raw_parts(requests, count) }
         };
+        let now = crate::boundary::now_arg(now)?;
         let now = match (&l.engine, now) {
             (Engine::Redis(_), now) => now.map(check_time).transpose()?,
             (_, now) => Some(check_time(now.unwrap_or_else(|| l.now()))?),
@@ -603,7 +606,7 @@ unsafe fn gc(limiter: *const ratomic_limiter, now: Option<u64>, dropped: *mut us
     ffi_boundary!({
         // SAFETY: the caller passes a live limiter or NULL.
         let l = unsafe { arg_ref(limiter, "limiter") }?;
-        let now = now.unwrap_or_else(|| l.now());
+        let now = crate::boundary::now_arg(now)?.unwrap_or_else(|| l.now());
         let n = with_engine!(l, k => k.gc_at(now), m => m.gc_at(now))?;
         if !dropped.is_null() {
             // SAFETY: non-NULL; writable as the caller guarantees.

@@ -246,7 +246,13 @@ impl Resolved {
         options = options.eviction(match o.eviction {
             e if e == ratomic_eviction::RATOMIC_EVICTION_FAIR as u32 => Eviction::Fair,
             e if e == ratomic_eviction::RATOMIC_EVICTION_STRICT as u32 => Eviction::Strict,
-            value => return Err(Failure::UnknownValue { name: "eviction", value }),
+            value => {
+                return Err(Failure::UnknownValue {
+                    name: "eviction",
+                    value,
+                    accepted: "RATOMIC_EVICTION_FAIR (0) or RATOMIC_EVICTION_STRICT (1)",
+                })
+            }
         });
         if !o.shared_file.is_null() {
             // SAFETY: the caller promises a NUL-terminated string.

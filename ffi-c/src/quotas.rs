@@ -136,7 +136,7 @@ unsafe fn call(
         let quota = unsafe { quota_arg(quota) }?;
         // SAFETY: the caller passes `key_len` readable bytes at `key`.
         let key = unsafe { key_arg(key, key_len, q.inner.max_key_len()) }?;
-        let now = now.unwrap_or_else(|| q.inner.now());
+        let now = crate::boundary::now_arg(now)?.unwrap_or_else(|| q.inner.now());
         let d = match op {
             Op::Allow(cost) => Some(q.inner.allow_at(key, &quota, cost, now)?),
             Op::Peek(cost) => Some(q.inner.peek_at(key, &quota, cost, now)?),
@@ -366,6 +366,7 @@ pub unsafe extern "C" fn ratomic_quotas_gc_at(
     ffi_boundary!({
         // SAFETY: the caller passes a live handle or NULL.
         let q = unsafe { arg_ref(quotas, "quotas") }?;
+        crate::boundary::now_arg(Some(now_ns))?;
         let n = q.inner.gc_at(now_ns)?;
         if !dropped.is_null() {
             // SAFETY: non-NULL; writable as the caller guarantees.

@@ -162,7 +162,11 @@ unsafe fn make(
                 FailurePolicy::FailClosed { retry_after: retry }
             }
             p if p == ratomic_redis_policy::RATOMIC_REDIS_FALLBACK as u32 => FailurePolicy::Fallback,
-            value => return Err(Failure::UnknownValue { name: "policy", value }),
+            value => return Err(Failure::UnknownValue {
+                    name: "policy",
+                    value,
+                    accepted: "RATOMIC_REDIS_RETURN_ERROR (0), RATOMIC_REDIS_FAIL_OPEN (1), RATOMIC_REDIS_FAIL_CLOSED (2) or RATOMIC_REDIS_FALLBACK (3)",
+                }),
         };
     }
     let limiter = BlockingRedisLimiter::connect(url, limits, client)?;
@@ -240,7 +244,7 @@ unsafe fn window(
 ) -> ratomic_result {
     ffi_boundary!({
         let out = out_ptr(out, "out")?;
-        let (rules, names) = single(make_rule(Rate::new(limit, Duration::from_nanos(window_ns))?)?)?;
+        let (rules, names) = single(make_rule(crate::limiter::window_rate(limit, window_ns)?)?)?;
         // SAFETY: forwarded from the caller.
         unsafe { make(url, rules, names, options, out) }
     })

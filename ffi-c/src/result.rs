@@ -75,7 +75,7 @@ impl ratomic_result {
             Some(RATOMIC_OK) => c"ok",
             Some(RATOMIC_NULL_ARGUMENT) => c"a required pointer argument was NULL",
             Some(RATOMIC_INVALID_RATE) => {
-                c"invalid rate string (expected \"<count>/<period>\", e.g. \"10/s\", \"100/min\")"
+                c"invalid rate string (expected \"<count>/<period>\" or \"<count> per <period>\", e.g. \"10/s\", \"100/min\", \"5 per minute\")"
             }
             Some(RATOMIC_INVALID_ARGUMENT) => {
                 c"invalid argument (NaN, infinite, zero or negative rate, zero window, limit too large for its window, bad name or option, time past RATOMIC_MAX_TIME)"

@@ -36,7 +36,11 @@ impl ratomic_algorithm {
         Self::ALL
             .into_iter()
             .find(|a| *a as u32 == code)
-            .ok_or(Failure::UnknownValue { name: "algorithm", value: code })
+            .ok_or(Failure::UnknownValue {
+            name: "algorithm",
+            value: code,
+            accepted: "RATOMIC_ALGORITHM_TOKEN_BUCKET (0), RATOMIC_ALGORITHM_FIXED_WINDOW (1) or RATOMIC_ALGORITHM_SLIDING_WINDOW (2)",
+        })
     }
 
     /// The algorithm of a core rule.
@@ -125,7 +129,7 @@ pub unsafe extern "C" fn ratomic_limit_get(
             return Err(Failure::Core(Error::InvalidArgument {
                 name: "index",
                 value: index.to_string(),
-                reason: format!("this limiter has {} limit(s)", l.names.len()).into(),
+                reason: format!("must be below {}, this limiter's number of limits", l.names.len()).into(),
             }));
         };
         let algorithm = ratomic_algorithm::of(rule)? as u32;
@@ -186,7 +190,7 @@ fn nanos(d: Duration) -> u64 {
 pub unsafe extern "C" fn ratomic_window_max_limit(algorithm: u32, window_ns: u64, out: *mut u64) -> ratomic_result {
     ffi_boundary!({
         let out = out_ptr(out, "out")?;
-        let window = Rate::new(1, Duration::from_nanos(window_ns))?.period();
+        let window = crate::limiter::window_rate(1, window_ns)?.period();
         let max = match ratomic_algorithm::from_code(algorithm)? {
             ratomic_algorithm::RATOMIC_ALGORITHM_FIXED_WINDOW => FixedWindowCounter::max_limit(window),
             ratomic_algorithm::RATOMIC_ALGORITHM_SLIDING_WINDOW => SlidingWindowCounter::max_limit(window),

@@ -354,6 +354,7 @@ unsafe fn decide(
         }
         // SAFETY: forwarded from the caller.
         let keys = unsafe { keys_arg(s, keys, count) }?;
+        let now = crate::boundary::now_arg(now)?;
         let now = || now.unwrap_or_else(|| s.stack.now());
         let md = match op {
             Op::Allow(cost) => s.stack.allow_at(&keys, cost, now())?,
@@ -548,6 +549,7 @@ unsafe fn restore(
         let s = unsafe { arg_ref(stack, "stack") }?;
         // SAFETY: forwarded from the caller.
         let keys = unsafe { keys_arg(s, keys, count) }?;
+        crate::boundary::now_arg(Some(now_ns))?;
         match refund {
             Some(tokens) => s.stack.refund_at(&keys, tokens, now_ns)?,
             None => s.stack.reset_at(&keys, now_ns)?,

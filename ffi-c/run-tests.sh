@@ -149,4 +149,23 @@ make -s -C "$here" uninstall PREFIX="$prefix" >/dev/null
 [[ ! -e "$prefix/lib/libratomic.so" && ! -e "$prefix/include/ratomic.h" ]]
 suites=$((suites + 1))
 
+step "the release tarball: staged as release.yml packs it, unpacked elsewhere, used with no Rust on PATH"
+# release.yml: make install PREFIX=/usr/local DESTDIR=stage; tar of include/ and lib/.
+make -s -C "$here" install PREFIX=/usr/local DESTDIR="$build/stage" >/dev/null
+tar -C "$build/stage/usr/local" -czf "$build/libratomic.tar.gz" include lib
+mkdir -p "$build/unpacked/opt/ratomic"
+tar -C "$build/unpacked/opt/ratomic" -xzf "$build/libratomic.tar.gz"
+(
+    cd "$build"
+    # A clean environment: the system's compiler and pkg-config, no
+    # ~/.cargo/bin on PATH, nothing of the repository but the example.
+    env -i PATH=/usr/bin:/bin HOME="$build" PKG_CONFIG_PATH="$build/unpacked/opt/ratomic/lib/pkgconfig" sh -c '
+        if command -v cargo >/dev/null; then echo "note: this system has cargo in /usr/bin or /bin; nothing below calls it" >&2; fi
+        cc -std=c11 -Wall -Wextra -Wpedantic -Werror example.c $(pkg-config --cflags --libs ratomic) \
+            -Wl,-rpath,$(pkg-config --variable=libdir ratomic) -o example-unpacked && ./example-unpacked
+    ' > example-unpacked.out
+)
+diff "$build/example.out" "$build/example-unpacked.out" || { echo "the unpacked tarball's example differs" >&2; exit 1; }
+suites=$((suites + 1))
+
 printf '\nffi-c: %d passed, 0 failed\n' "$suites"

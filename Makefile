@@ -1,7 +1,8 @@
 # ratomic: one command builds everything and runs every test.
 #
 #   make test          # what CI runs (.ci/run): everything below
-#   make test-rust     # workspace tests, doc tests, property tests, stress tests (release); benches build
+#   make test-rust     # workspace tests, doc tests, property tests, stress tests (release); benches build;
+#                      # the published crates package and build from their packaged sources
 #   make test-loom     # loom models of every CAS protocol
 #   make test-ffi      # the C ABI: header drift, C/C++ tests under ASan+UBSan and valgrind, install
 #   make test-python   # the Python package: fresh venv, wheel, pytest, stubtest
@@ -28,6 +29,7 @@ test-rust:
 	$(CARGO) test
 	$(CARGO) test -p ratomic --release --test stress
 	$(CARGO) check -p ratomic-benches --benches --bins
+	$(CARGO) package -q -p ratomic -p ratomic-redis -p ratomic-tower --allow-dirty
 
 test-loom:
 	RUSTFLAGS="--cfg ratomic_loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=$(LOOM_MAX_PREEMPTIONS) CARGO_TARGET_DIR=target/loom \

@@ -33,7 +33,7 @@ use ratomic_benches::{ratomic_huge, time_inserts, two_threads, u64_keys, Cycle};
 /// The time every call is made at (the quota never denies).
 const NOW: u64 = 1;
 
-/// The GCRA step of SPEC §4.1 on one cell: what each peer store runs.
+/// The GCRA step of the contract (docs/CONTRACT.md §4.1) on one cell: what each peer store runs.
 #[derive(Clone, Copy)]
 struct Gcra1 {
     t: u64,

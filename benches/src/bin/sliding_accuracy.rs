@@ -1,4 +1,4 @@
-//! How closely the sliding-window counter (SPEC §4.3) follows an exact
+//! How closely the sliding-window counter (docs/CONTRACT.md §4.3) follows an exact
 //! sliding log, on random and bursty traffic.
 //!
 //! Two measures, on the same request streams:

@@ -42,6 +42,8 @@ export declare class NativeDirect {
   get id(): number
   /** The rule, as `TokenBucket`'s constructors accept it. */
   get rule(): RuleInfo
+  /** The rule with its units, as core prints it (`"token bucket 100 per 1s"`). */
+  get description(): string
   /** The bucket's monotonic clock, in milliseconds. */
   nowMs(): number
   /**
@@ -79,7 +81,7 @@ export declare class NativeKeyed {
   static shared(name: string, rule: RuleSpec, options?: StoreOptions | undefined | null): NativeKeyed
   /** The limiter's id in this thread's hot-path table. */
   get id(): number
-  /** Keys currently held (see core's `Keyed::len`). */
+  /** Keys currently held (a key full again may count until `gc` drops it). */
   size(): number
   /**
    * Drops every key that is full again at `nowMs` (default: the
@@ -92,6 +94,8 @@ export declare class NativeKeyed {
   get maxKeyLen(): number
   /** The rule, as the constructors accept it. */
   get rule(): RuleInfo
+  /** The rule with its units, as core prints it (`"fixed window 5 per 60ms"`). */
+  get description(): string
   /** The limiter's monotonic clock, in milliseconds. */
   nowMs(): number
   /**
@@ -139,6 +143,12 @@ export declare class NativeLimiter {
   get names(): Array<string>
   /** The rules, in the order of `names`. */
   get rules(): Array<RuleInfo>
+  /**
+   * The limits this handle's calls are subject to, each named and with
+   * its rule in its units, as core prints it:
+   * `"burst": token bucket 5 per 1s, "daily": fixed window 1000 per 1d`.
+   */
+  get description(): string
   /**
    * The HTTP header fields for `decision` (one of this limiter's: its
    * combined fields and its `entries`), as `Name: value\r
@@ -219,6 +229,11 @@ export declare class NativeRedis {
   get names(): Array<string>
   /** The largest cost a call may ask. */
   get limit(): number
+  /**
+   * The rule with its units, as core prints it (`"fixed window 5 per
+   * 1m"`), or a limiter's named rules (`"burst": token bucket 5 per 1s, ...`).
+   */
+  get description(): string
   /** The key prefix. */
   get prefix(): string
   /**
@@ -307,7 +322,8 @@ export declare class NativeStack {
   /**
    * A stack of `members`, in order, named by `names` (same length), that
    * reads the JavaScript clock `clock` (none: the monotonic clock). A
-   * member whose clock is not the stack's is an error (SPEC §4.5).
+   * member whose clock is not the stack's is an error: the stack reads one
+   * clock and passes its time to every member.
    */
   constructor(names: Array<string>, members: Array<NativeMember>, clock?: NativeClock | undefined | null)
   /**
@@ -396,8 +412,14 @@ export declare function hotPath(): {
   entryLen: number
 }
 
-/** An empty native call: the benchmark's floor for crossing into Rust. */
-export declare function noop(): void
+/**
+ * The limits of a string in the notation of Python's `limits` (slowapi):
+ * `"10/second;1000/day"`, split on `;`, `,` or `|` by core's
+ * `parse_limits`, which checks every rate and refuses a name given twice.
+ * Each is a token bucket named by its rate string as written (trimmed),
+ * given back as the rule spec core's parse of that string is.
+ */
+export declare function parseLimits(limits: string): Array<RuleSpec>
 
 /** How sending a call failed. */
 export interface RedisFailure {
@@ -439,7 +461,7 @@ export interface RuleInfo {
   /** Token bucket: tokens refilled per second. */
   refillPerSec?: number
   /** Window: its length in milliseconds. */
-  window?: number
+  windowMs?: number
   /** Window: the rule as a rate string (`"100/m"`), which parses back to it. */
   rate?: string
 }
@@ -473,7 +495,7 @@ export interface RuleSpec {
   window?: string
 }
 
-/** How a limiter stores its keys (see core's `Options`). */
+/** How a limiter stores its keys: how many, how long, and where. */
 export interface StoreOptions {
   /** Most keys held at once (default 4,194,304). */
   maxKeys?: number
@@ -485,7 +507,8 @@ export interface StoreOptions {
   eviction?: string
   /**
    * A file through which the processes of this host that build the same
-   * limiter on it share its keys (Linux; see core's `Options::shared_file`).
+   * limiter on it share its keys (Linux; created `0600`, refused when it
+   * is a symbolic link, another user's, or in use with another rule).
    */
   sharedFile?: string
 }

@@ -845,4 +845,4 @@ module.exports.NativeRedis = nativeBinding.NativeRedis
 module.exports.NativeRedisBatch = nativeBinding.NativeRedisBatch
 module.exports.NativeStack = nativeBinding.NativeStack
 module.exports.hotPath = nativeBinding.hotPath
-module.exports.noop = nativeBinding.noop
+module.exports.parseLimits = nativeBinding.parseLimits

@@ -5,7 +5,11 @@
 // ratomic.js, each with a doc comment. The native layer's own types are
 // generated into index.d.ts, which is not part of the public API.
 
-/** The answer to one call (SPEC §2). A denial is a value, never an exception. */
+/**
+ * The answer to one call, the same shape in every ratomic face (see the
+ * [contract](https://github.com/ratomic/ratomic/blob/main/docs/CONTRACT.md#2-decision--the-same-shape-everywhere)).
+ * A denial is a value, never an exception. Times are in milliseconds.
+ */
 export interface Decision {
   /** The cost was granted and consumed. */
   allowed: boolean
@@ -128,7 +132,7 @@ export type RuleInfo =
       /** The most calls a window allows. */
       limit: number
       /** The window's length in milliseconds. */
-      window: number
+      windowMs: number
       /** The rule as a rate string (`'100/m'`) that parses back to it. */
       rate: string
     }
@@ -169,7 +173,8 @@ export declare abstract class BaseLimiter<D extends Decision = Decision> {
   /** Forgets `key`: it is full again. */
   reset(key: Key): void
   /**
-   * Many calls at one clock reading, in order: a key or a `[key, cost]` pair each (SPEC §4.6).
+   * Many calls at one clock reading, in order: a key or a `[key, cost]` pair each, decided as
+   * that many `allow` calls would be, one after another.
    * Every request is checked before any is decided: if one is invalid the whole call throws,
    * naming the first invalid request (`error.index`), and nothing changes.
    */
@@ -196,6 +201,13 @@ export declare abstract class BaseLimiter<D extends Decision = Decision> {
    * on abort, or at once on a bad call.
    */
   acquire(key: Key, cost?: number, options?: AcquireOptions): Promise<D>
+  /**
+   * The limiter's class and rule with its units, as every ratomic face prints it, and the keys
+   * held: `FixedWindow { fixed window 5 per 60ms, keys: 0 }`, `TokenBucket { token bucket 10
+   * per 1s, keys: 3 }` (a burst of 10 refilled over a second). `console.log` and
+   * `util.inspect` show the same.
+   */
+  toString(): string
 }
 
 /** A token bucket per key (GCRA): bursts of `capacity`, refilled at `refillPerSec` tokens a second. */
@@ -234,8 +246,13 @@ export declare class TokenBucket extends BaseLimiter {
 
 /** At most `limit` calls per key in each window (aligned to the clock's epoch). */
 export declare class FixedWindow extends BaseLimiter {
-  /** @param window milliseconds, or a duration such as `'1min'`, `'250ms'`, `'h'` */
-  constructor(limit: number, window: number | string, options?: LimiterOptions)
+  /**
+   * @param limit the most calls a window allows, a whole number >= 1
+   * @param windowMs the window's length in milliseconds (> 0)
+   */
+  constructor(limit: number, windowMs: number, options?: LimiterOptions)
+  /** @param window the window's length as a duration such as `'1min'`, `'250ms'`, `'h'` */
+  constructor(limit: number, window: string, options?: LimiterOptions)
   /** From a rate string such as `'100/min'`. */
   constructor(rate: string, options?: LimiterOptions)
   /** The most calls a window allows. */
@@ -251,15 +268,21 @@ export declare class FixedWindow extends BaseLimiter {
   headers(decision: Decision, options?: HeaderOptions): Array<[string, string]>
   /** The RFC 9457 problem document (JSON) for a 429 answering `decision`; null when allowed. */
   problem(decision: Decision, options?: { name?: string }): string | null
-  /** The process-wide fixed window `name`, shared by every worker thread. */
-  static shared(name: string, limit: number, window: number | string, options?: SharedOptions): FixedWindow
+  /** The process-wide fixed window `name`, shared by every worker thread (`windowMs` in milliseconds). */
+  static shared(name: string, limit: number, windowMs: number, options?: SharedOptions): FixedWindow
+  static shared(name: string, limit: number, window: string, options?: SharedOptions): FixedWindow
   static shared(name: string, rate: string, options?: SharedOptions): FixedWindow
 }
 
 /** At most `limit` calls per key in any sliding window (the counter approximation, exact integer arithmetic). */
 export declare class SlidingWindow extends BaseLimiter {
-  /** @param window milliseconds, or a duration such as `'1min'`, `'250ms'`, `'h'` */
-  constructor(limit: number, window: number | string, options?: LimiterOptions)
+  /**
+   * @param limit the most calls a window allows, a whole number >= 1
+   * @param windowMs the window's length in milliseconds (> 0)
+   */
+  constructor(limit: number, windowMs: number, options?: LimiterOptions)
+  /** @param window the window's length as a duration such as `'1min'`, `'250ms'`, `'h'` */
+  constructor(limit: number, window: string, options?: LimiterOptions)
   /** From a rate string such as `'100/min'`. */
   constructor(rate: string, options?: LimiterOptions)
   /** The most calls a window allows. */
@@ -275,8 +298,9 @@ export declare class SlidingWindow extends BaseLimiter {
   headers(decision: Decision, options?: HeaderOptions): Array<[string, string]>
   /** The RFC 9457 problem document (JSON) for a 429 answering `decision`; null when allowed. */
   problem(decision: Decision, options?: { name?: string }): string | null
-  /** The process-wide sliding window `name`, shared by every worker thread. */
-  static shared(name: string, limit: number, window: number | string, options?: SharedOptions): SlidingWindow
+  /** The process-wide sliding window `name`, shared by every worker thread (`windowMs` in milliseconds). */
+  static shared(name: string, limit: number, windowMs: number, options?: SharedOptions): SlidingWindow
+  static shared(name: string, limit: number, window: string, options?: SharedOptions): SlidingWindow
   static shared(name: string, rate: string, options?: SharedOptions): SlidingWindow
 }
 
@@ -325,6 +349,8 @@ export declare class DirectTokenBucket {
   headers(decision: Decision, options?: HeaderOptions): Array<[string, string]>
   /** The RFC 9457 problem document (JSON) for a 429 answering `decision`; null when allowed. */
   problem(decision: Decision, options?: { name?: string }): string | null
+  /** The rule with its units: `DirectTokenBucket { token bucket 1000 per 1s }`; `util.inspect` shows the same. */
+  toString(): string
   /** From a rate string: `'1000/s'` is a burst of 1000 refilled over a second; `burst` overrides the capacity. */
   static fromRate(rate: string, options?: { clock?: ClockLike; burst?: number }): DirectTokenBucket
   /**
@@ -367,17 +393,34 @@ export type Rule =
   | {
       /** A fixed or a sliding window. */
       algorithm: 'fixedWindow' | 'slidingWindow'
-      /** The most calls a window allows. */
+      /** The most calls a window allows (a whole number >= 1). */
       limit: number
-      /** The window: milliseconds, or a duration such as `'1min'`. */
-      window: number | string
+      /** The window's length in milliseconds (> 0). */
+      windowMs: number
+    }
+  | {
+      /** A fixed or a sliding window. */
+      algorithm: 'fixedWindow' | 'slidingWindow'
+      /** The most calls a window allows (a whole number >= 1). */
+      limit: number
+      /** The window as a duration such as `'1min'`, `'250ms'`, `'h'`. */
+      window: string
     }
   | RuleInfo
 
+/**
+ * Several limits in one string, as Python's `limits` and slowapi write them: `'10/second;1000/day'`
+ * (separated by `;`, `,` or `|`), each a token bucket named by its rate string as written.
+ */
+export type LimitsString = string
+
 /** Several named limits on one key, all or nothing (at most 16). */
 export declare class Limiter extends BaseLimiter<MultiDecision> {
-  /** @param limits `{ name: rule }`, or `[{ name, ...rule }]` */
-  constructor(limits: Record<string, Rule> | Array<Exclude<Rule, string> & { name: string }>, options?: LimiterOptions)
+  /**
+   * @param limits `{ name: rule }`, `[{ name, ...rule }]`, or a string such as
+   * `'10/second;1000/day'` (token buckets named `'10/second'` and `'1000/day'`)
+   */
+  constructor(limits: Record<string, Rule> | Array<Exclude<Rule, string> & { name: string }> | LimitsString, options?: LimiterOptions)
   /** The limit names, in order. */
   readonly names: string[]
   /** Every limit's rule, by name, as the constructor accepts them. */
@@ -397,7 +440,7 @@ export declare class Limiter extends BaseLimiter<MultiDecision> {
    */
   select(names: string[]): Limiter
   /** The process-wide Limiter `name`, shared by every worker thread. */
-  static shared(name: string, limits: Record<string, Rule> | Array<Exclude<Rule, string> & { name: string }>, options?: SharedOptions): Limiter
+  static shared(name: string, limits: Record<string, Rule> | Array<Exclude<Rule, string> & { name: string }> | LimitsString, options?: SharedOptions): Limiter
 }
 
 /**
@@ -453,14 +496,16 @@ export declare class Quotas {
   readonly clock: ClockLike | undefined
   /** The clock's reading, in milliseconds. */
   now(): number
+  /** `Quotas { buckets: 3 }`; `util.inspect` shows the same. */
+  toString(): string
 }
 
 /**
  * Limiters on different keys (per IP, per user, global), all or nothing: a call passes
  * only if every member allows its key; then every member is charged, otherwise none is.
  * Members stay usable on their own. The stack reads one clock per call and passes it to
- * every member, so all members must have the same clock (SPEC §4.5): members on
- * different clocks throw a RangeError. A {@link DirectTokenBucket} member (a global limit)
+ * every member, so all members must have the same clock: members on different clocks throw
+ * a RangeError. A {@link DirectTokenBucket} member (a global limit)
  * ignores its key; the stack still takes one key per member.
  */
 export declare class Stack {
@@ -498,4 +543,9 @@ export declare class Stack {
    * denied; null when allowed. A stack with a `Limiter` member throws as `headers` does.
    */
   problem(decision: MultiDecision): string | null
+  /**
+   * Each member's name and printed form: `Stack { "ip": TokenBucket { token bucket 10 per 1s,
+   * keys: 0 }, "global": DirectTokenBucket { token bucket 1000 per 1s } }`.
+   */
+  toString(): string
 }

@@ -10,7 +10,8 @@
 // scope, and package.json's `exports` lets `require('ratomic')` reach only
 // this file.
 
-const { NativeKeyed, NativeLimiter, NativeStack, NativeQuotas, NativeDirect, NativeClock, hotPath } = require('./index.js')
+const { NativeKeyed, NativeLimiter, NativeStack, NativeQuotas, NativeDirect, NativeClock, hotPath, parseLimits } = require('./native.js')
+const { inspect } = require('node:util')
 
 // One allow and one op function per thread for each kind of limiter, each
 // taking the limiter's id (a direct bucket's take no key): every call site
@@ -202,13 +203,19 @@ function storeOptions(o) {
   return spec
 }
 
-// A window given as milliseconds or a duration string ("1min", "250ms", "s").
+// A window given as milliseconds (windowMs) or a duration string ("1min", "250ms", "s").
 function windowRule(algorithm, what, limit, window) {
   if (typeof limit === 'string' && window === undefined) return { algorithm, rate: limit }
   if (typeof limit !== 'number') throw typeError(`${what} limit must be a number or a rate string like "100/min", got ${describe(limit)}`)
   if (typeof window === 'number') return { algorithm, limit, windowMs: window }
   if (typeof window === 'string') return { algorithm, limit, window }
-  throw typeError(`${what} window must be a number of milliseconds or a duration string like "1min", got ${describe(window)}`)
+  throw typeError(`${what} windowMs must be a number of milliseconds or a duration string like "1min", got ${describe(window)}`)
+}
+
+// How a limiter prints (toString, util.inspect, console.log): its class and
+// its rule with units, as core prints rules ("fixed window 5 per 60ms").
+function printed(name, parts) {
+  return `${name} { ${parts.join(', ')} }`
 }
 
 // The drafts headers() writes, by name: the code src/headers.rs reads.
@@ -455,6 +462,14 @@ class KeyedLimiter extends BaseLimiter {
   problem(decision, options) {
     return singleProblem(this.#native, decision, options)
   }
+
+  toString() {
+    return printed(this.constructor.name, [this.#native.description, `keys: ${this.size}`])
+  }
+
+  [inspect.custom]() {
+    return this.toString()
+  }
 }
 
 // The arguments of a token bucket: (capacity, refillPerSec | rate, options)
@@ -592,6 +607,14 @@ class DirectTokenBucket {
     return singleProblem(this.#native, decision, options)
   }
 
+  toString() {
+    return printed('DirectTokenBucket', [this.#native.description])
+  }
+
+  [inspect.custom]() {
+    return this.toString()
+  }
+
   static fromRate(rate, options) {
     if (typeof rate !== 'string') throw typeError(`rate must be a string like "10/s", got ${describe(rate)}`)
     return new DirectTokenBucket(rate, options)
@@ -647,7 +670,7 @@ class SlidingWindow extends KeyedLimiter {
   }
 }
 
-const RULE_KEYS = ['algorithm', 'capacity', 'refillPerSec', 'rate', 'burst', 'limit', 'window']
+const RULE_KEYS = ['algorithm', 'capacity', 'refillPerSec', 'rate', 'burst', 'limit', 'windowMs', 'window']
 const ALGORITHMS = ['tokenBucket', 'fixedWindow', 'slidingWindow']
 
 function limitRule(name, rule) {
@@ -663,7 +686,7 @@ function limitRule(name, rule) {
   if (!ALGORITHMS.includes(algorithm)) {
     throw typeError(`limit ${JSON.stringify(name)}: algorithm must be one of ${ALGORITHMS.join(', ')}, got ${JSON.stringify(algorithm)}`)
   }
-  for (const k of ['capacity', 'refillPerSec', 'burst', 'limit']) {
+  for (const k of ['capacity', 'refillPerSec', 'burst', 'limit', 'windowMs']) {
     if (rule[k] !== undefined && typeof rule[k] !== 'number') throw typeError(`limit ${JSON.stringify(name)}: ${k} must be a number, got ${describe(rule[k])}`)
   }
   if (rule.rate !== undefined && typeof rule.rate !== 'string') throw typeError(`limit ${JSON.stringify(name)}: rate must be a string, got ${describe(rule.rate)}`)
@@ -673,10 +696,19 @@ function limitRule(name, rule) {
     return out
   }
   if (rule.rate !== undefined) return { name, algorithm, rate: rule.rate }
-  return { ...windowRule(algorithm, `limit ${JSON.stringify(name)}:`, rule.limit, rule.window), name }
+  if (rule.window !== undefined && typeof rule.window !== 'string') {
+    throw typeError(`limit ${JSON.stringify(name)}: window must be a duration string like "1min", got ${describe(rule.window)} (give milliseconds as windowMs)`)
+  }
+  if (rule.window !== undefined && rule.windowMs !== undefined) {
+    throw typeError(`limit ${JSON.stringify(name)}: give windowMs or window, not both`)
+  }
+  const window = rule.windowMs !== undefined ? rule.windowMs : rule.window
+  return { ...windowRule(algorithm, `limit ${JSON.stringify(name)}:`, rule.limit, window), name }
 }
 
 function limitRules(limits) {
+  // "10/second;1000/day": token buckets named by their rate strings (core splits and checks them).
+  if (typeof limits === 'string') return parseLimits(limits)
   if (Array.isArray(limits)) {
     return limits.map((l) => {
       if (typeof l !== 'object' || l === null) throw typeError(`each limit must be an object with a name, got ${describe(l)}`)
@@ -684,7 +716,7 @@ function limitRules(limits) {
     })
   }
   if (typeof limits === 'object' && limits !== null) return Object.entries(limits).map(([n, r]) => limitRule(n, r))
-  throw typeError(`limits must be an object { name: rule } or an array of { name, ...rule }, got ${describe(limits)}`)
+  throw typeError(`limits must be a string like "10/second;1000/day", an object { name: rule } or an array of { name, ...rule }, got ${describe(limits)}`)
 }
 
 // Names-lists remembered by one Limiter's select (a bound: the lists are the caller's).
@@ -774,6 +806,14 @@ class Limiter extends BaseLimiter {
     return this.#native.problem(d, entriesArg(d))
   }
 
+  toString() {
+    return printed('Limiter', [this.#native.description, `keys: ${this.size}`])
+  }
+
+  [inspect.custom]() {
+    return this.toString()
+  }
+
   select(names) {
     if (!Array.isArray(names) || names.some((n) => typeof n !== 'string')) {
       throw typeError(`select takes an array of limit names, got ${describe(names)}`)
@@ -818,6 +858,7 @@ class Stack {
   #native
   #names
   #time
+  #members
 
   constructor(members, options) {
     const list = Array.isArray(members) ? members : members !== null && typeof members === 'object' ? Object.entries(members) : null
@@ -836,6 +877,15 @@ class Stack {
     const handles = parts.map((p) => p.native.member())
     this.#native = new NativeStack(list.map((m) => m[0]), handles, clockId(this.#time.clock))
     this.#names = this.#native.names
+    this.#members = list.map((m) => m[1])
+  }
+
+  toString() {
+    return printed('Stack', this.#names.map((n, i) => `${JSON.stringify(n)}: ${this.#members[i]}`))
+  }
+
+  [inspect.custom]() {
+    return this.toString()
   }
 
   #at() {
@@ -979,6 +1029,14 @@ class Quotas {
   now() {
     const t = this.#at()
     return t === undefined ? this.#native.nowMs() : t
+  }
+
+  toString() {
+    return printed('Quotas', [`buckets: ${this.size}`])
+  }
+
+  [inspect.custom]() {
+    return this.toString()
   }
 }
 

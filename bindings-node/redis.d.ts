@@ -1,6 +1,6 @@
 // Types of `ratomic/redis`: the limiters of `ratomic`, with their state on a
 // Redis server reached through your own ioredis or node-redis client.
-import type { AcquireOptions, Decision, HeaderOptions, Key, Limiter, MultiDecision, FixedWindow, Rule, SlidingWindow, TokenBucket } from './ratomic'
+import type { AcquireOptions, Decision, HeaderOptions, Key, Limiter, LimitsString, MultiDecision, FixedWindow, Rule, SlidingWindow, TokenBucket } from './ratomic'
 
 /**
  * Who answered a call: `'redis'` (the server), `'deny_cache'` (a denial Redis gave
@@ -114,6 +114,11 @@ export declare abstract class RedisBase<D extends RedisDecision = RedisDecision>
   headers(decision: Decision, options?: HeaderOptions): Array<[string, string]>
   /** The RFC 9457 problem document for a 429 answering `decision`; null when it was allowed. */
   problem(decision: Decision, options?: { name?: string }): string | null
+  /**
+   * The class, the rule(s) with their units and the prefix: `RedisFixedWindow { fixed window 5
+   * per 1m, prefix: "ratomic:" }`; `util.inspect` shows the same.
+   */
+  toString(): string
 }
 
 /** A token bucket (GCRA) per key, on Redis: the arguments of {@link TokenBucket}, plus the Redis options. */
@@ -129,24 +134,34 @@ export declare class RedisTokenBucket extends RedisBase {
 
 /** A fixed window per key, on Redis: the arguments of {@link FixedWindow}, plus the Redis options. */
 export declare class RedisFixedWindow extends RedisBase {
-  /** @param window milliseconds, or a duration such as `'1min'` */
-  constructor(limit: number, window: number | string, options: RedisOptions<TokenBucket | FixedWindow | SlidingWindow>)
+  /**
+   * @param limit the most calls a window allows, a whole number >= 1
+   * @param windowMs the window's length in milliseconds (> 0)
+   */
+  constructor(limit: number, windowMs: number, options: RedisOptions<TokenBucket | FixedWindow | SlidingWindow>)
+  /** @param window the window's length as a duration such as `'1min'` */
+  constructor(limit: number, window: string, options: RedisOptions<TokenBucket | FixedWindow | SlidingWindow>)
   /** From a rate string such as `'100/min'`. */
   constructor(rate: string, options: RedisOptions<TokenBucket | FixedWindow | SlidingWindow>)
 }
 
 /** A sliding window per key, on Redis: the arguments of {@link SlidingWindow}, plus the Redis options. */
 export declare class RedisSlidingWindow extends RedisBase {
-  /** @param window milliseconds, or a duration such as `'1min'` */
-  constructor(limit: number, window: number | string, options: RedisOptions<TokenBucket | FixedWindow | SlidingWindow>)
+  /**
+   * @param limit the most calls a window allows, a whole number >= 1
+   * @param windowMs the window's length in milliseconds (> 0)
+   */
+  constructor(limit: number, windowMs: number, options: RedisOptions<TokenBucket | FixedWindow | SlidingWindow>)
+  /** @param window the window's length as a duration such as `'1min'` */
+  constructor(limit: number, window: string, options: RedisOptions<TokenBucket | FixedWindow | SlidingWindow>)
   /** From a rate string such as `'100/min'`. */
   constructor(rate: string, options: RedisOptions<TokenBucket | FixedWindow | SlidingWindow>)
 }
 
 /** Several named limits on each key, all or nothing, on Redis (one hash per key): the arguments of {@link Limiter}. */
 export declare class RedisLimiter extends RedisBase<RedisMultiDecision> {
-  /** @param limits `{ name: rule }`, or `[{ name, ...rule }]` */
-  constructor(limits: Record<string, Rule> | Array<Exclude<Rule, string> & { name: string }>, options: RedisOptions<Limiter>)
+  /** @param limits `{ name: rule }`, `[{ name, ...rule }]`, or a string such as `'10/second;1000/day'` */
+  constructor(limits: Record<string, Rule> | Array<Exclude<Rule, string> & { name: string }> | LimitsString, options: RedisOptions<Limiter>)
   /** The limits' names, in order. */
   readonly names: string[]
   /** The header fields for `decision`: one `RateLimit-Policy` and `RateLimit` item per limit the call was subject to. */

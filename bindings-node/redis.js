@@ -11,7 +11,8 @@
 // the in-memory limiters'.
 
 const ratomic = require('./ratomic.js')
-const { NativeRedis } = require('./index.js')
+const { NativeRedis } = require('./native.js')
+const { inspect } = require('node:util')
 
 const {
   typeError, rangeError, describe, readOptions, tokenBucketRule, windowArgs, limitRules, decodeAll, single, multi, acquire, realSleep,
@@ -413,6 +414,15 @@ class RedisBase {
     const o = headerOptions(options, this.#multi ? [] : ['name'])
     const d = decisionArg(decision)
     return this.#native.problem(d, this.#multi ? entriesArg(d) : undefined, o.name)
+  }
+
+  /** The class, the rule(s) with their units and the prefix: `RedisFixedWindow { fixed window 5 per 1m, prefix: "ratomic:" }`. */
+  toString() {
+    return `${this.constructor.name} { ${this.#native.description}, prefix: ${JSON.stringify(this.#native.prefix)} }`
+  }
+
+  [inspect.custom]() {
+    return this.toString()
   }
 }
 

@@ -3,11 +3,16 @@
 # fallback), checks that every Node version package.json declares can run
 # every locked package, builds the addon from source, checks that the
 # committed generated files (index.js, index.d.ts) match a fresh build, and
-# runs every test: node --test and tsc on the typings. The ratomic/redis
-# tests start their own redis-servers (redis-server from apt, as for the
-# Rust, C and Python tests).
+# runs every test: node --test and tsc on the typings. Then it installs the
+# packages as a user would: it packs the main package and this platform's
+# package (linux-x64-gnu) the way a release does (scripts/pack-local.sh:
+# napi artifacts, napi pre-publish without publishing), installs the two tarballs in a fresh
+# project outside the repository (offline: local tarballs only) and runs the
+# READMEs' examples there. The ratomic/redis tests start their own
+# redis-servers (redis-server from apt, as for the Rust, C and Python tests).
 set -euo pipefail
 cd "$(dirname "$0")"
+here="$PWD"
 . ../redis/server.sh
 redis_install
 
@@ -17,7 +22,9 @@ node scripts/check-engines.js
 
 echo "== build (napi build --platform --release)"
 committed="$(mktemp -d)"
-trap 'rm -rf "$committed"; redis_stop_all' EXIT
+stage="$(mktemp -d)"
+project="$(mktemp -d)"
+trap 'rm -rf "$committed" "$stage" "$project"; redis_stop_all' EXIT
 cp index.js index.d.ts "$committed/"
 npm run build
 
@@ -33,4 +40,26 @@ done
 
 echo "== tsc (the typings test, index.d.ts) and node --test"
 npm test
+
+echo "== packages: the main package and ratomic-linux-x64-gnu, packed as a release packs them"
+scripts/pack-local.sh "$stage"
+ls "$stage"
+
+echo "== a fresh project outside the repository: npm install the two tarballs, run the READMEs' examples"
+(
+  cd "$project"
+  npm init -y >/dev/null
+  npm install --offline --no-audit --no-fund "$stage"/ratomic-*.tgz
+  node -e "
+const p = require('ratomic/package.json')
+if (p.optionalDependencies?.['ratomic-linux-x64-gnu'] !== p.version) throw new Error('the platform package is not an optional dependency: ' + JSON.stringify(p.optionalDependencies))
+"
+  node -e "
+const { TokenBucket } = require('ratomic')
+const d = new TokenBucket('5/min').allow('ip:10.0.0.1')
+if (d.remaining !== 4) throw new Error('unexpected decision ' + JSON.stringify(d))
+console.log('require(\"ratomic\") from the installed package:', JSON.stringify(d))
+"
+)
+(cd "$project" && RATOMIC_INSTALLED="$project" node --test "$here/__test__/readme.test.js")
 echo "== bindings-node: all tests passed"

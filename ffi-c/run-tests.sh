@@ -2,7 +2,8 @@
 # Everything the C ABI promises, checked: build, Rust unit tests, header
 # drift, C/C++ tests under AddressSanitizer + UBSan (and valgrind when it is
 # installed), and install + pkg-config with the README's examples.
-# Needs: Rust (cargo), gcc, g++, make, pkg-config. Installs nothing globally.
+# Needs: Rust (cargo), gcc, g++, make, pkg-config, python3; installs doxygen
+# with apt when it is missing (as redis/server.sh does redis-server).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -11,7 +12,7 @@ cd "$root"
 
 CC=${CC:-gcc}
 CXX=${CXX:-g++}
-for tool in cargo "$CC" "$CXX" make pkg-config; do
+for tool in cargo "$CC" "$CXX" make pkg-config python3; do
     command -v "$tool" >/dev/null || { echo "run-tests.sh: '$tool' is required" >&2; exit 1; }
 done
 
@@ -27,6 +28,21 @@ suites=$((suites + 1))
 
 step "header drift: include/ratomic.h against a fresh cbindgen generation"
 cargo run --quiet -p ratomic-ffi-header -- --check
+suites=$((suites + 1))
+
+step "doxygen: every declaration, parameter and return value of the header documented"
+if ! command -v doxygen >/dev/null; then
+    echo "== installing doxygen (apt)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends doxygen >/dev/null
+fi
+doxygen_out=$(mktemp -d)
+# WARN_AS_ERROR fails on an undocumented declaration or a malformed command;
+# doxygen-check.py then reads the XML for every @param and @return.
+(cat "$here/Doxyfile"; echo "OUTPUT_DIRECTORY=$doxygen_out") | doxygen -
+python3 "$here/doxygen-check.py" "$doxygen_out/xml"
+rm -rf "$doxygen_out"
 suites=$((suites + 1))
 
 target_dir=$(cargo metadata --format-version 1 --no-deps |
@@ -51,7 +67,7 @@ san=(-fsanitize=address,undefined -fno-sanitize-recover=all)
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-c_tests=(api kinds contract course threads quotas stack headers shared direct)
+c_tests=(api kinds contract course threads quotas stack headers shared direct messages)
 for t in "${c_tests[@]}"; do
     step "C test_$t (ASan + UBSan)"
     "$CC" "${cflags[@]}" "${san[@]}" "$here/tests/test_$t.c" "${libs[@]}" -o "$build/test_$t"
@@ -84,7 +100,7 @@ suites=$((suites + 1))
 if command -v valgrind >/dev/null; then
     step "valgrind, against the shared library"
     ln -sf "$lib/libratomic.so" "$build/libratomic.so.0.1"   # its SONAME
-    for t in api kinds contract course quotas stack headers shared direct; do
+    for t in api kinds contract course quotas stack headers shared direct messages; do
         "$CC" "${cflags[@]}" "$here/tests/test_$t.c" -L"$lib" -lratomic -lpthread -lm -o "$build/vg_$t"
         LD_LIBRARY_PATH="$build" valgrind -q --error-exitcode=1 --leak-check=full \
             --errors-for-leak-kinds=definite,indirect "$build/vg_$t"
@@ -131,6 +147,25 @@ cat "$build/direct.out"
 diff "$build/direct.expected" "$build/direct.out" || { echo "the direct bucket example's output differs from the README" >&2; exit 1; }
 make -s -C "$here" uninstall PREFIX="$prefix" >/dev/null
 [[ ! -e "$prefix/lib/libratomic.so" && ! -e "$prefix/include/ratomic.h" ]]
+suites=$((suites + 1))
+
+step "the release tarball: staged as release.yml packs it, unpacked elsewhere, used with no Rust on PATH"
+# release.yml: make install PREFIX=/usr/local DESTDIR=stage; tar of include/ and lib/.
+make -s -C "$here" install PREFIX=/usr/local DESTDIR="$build/stage" >/dev/null
+tar -C "$build/stage/usr/local" -czf "$build/libratomic.tar.gz" include lib
+mkdir -p "$build/unpacked/opt/ratomic"
+tar -C "$build/unpacked/opt/ratomic" -xzf "$build/libratomic.tar.gz"
+(
+    cd "$build"
+    # A clean environment: the system's compiler and pkg-config, no
+    # ~/.cargo/bin on PATH, nothing of the repository but the example.
+    env -i PATH=/usr/bin:/bin HOME="$build" PKG_CONFIG_PATH="$build/unpacked/opt/ratomic/lib/pkgconfig" sh -c '
+        if command -v cargo >/dev/null; then echo "note: this system has cargo in /usr/bin or /bin; nothing below calls it" >&2; fi
+        cc -std=c11 -Wall -Wextra -Wpedantic -Werror example.c $(pkg-config --cflags --libs ratomic) \
+            -Wl,-rpath,$(pkg-config --variable=libdir ratomic) -o example-unpacked && ./example-unpacked
+    ' > example-unpacked.out
+)
+diff "$build/example.out" "$build/example-unpacked.out" || { echo "the unpacked tarball's example differs" >&2; exit 1; }
 suites=$((suites + 1))
 
 printf '\nffi-c: %d passed, 0 failed\n' "$suites"

@@ -63,7 +63,7 @@ test('acquire resolves with the denial when the wait would pass timeoutMs', asyn
   const clock = new ManualClock()
   const tb = new TokenBucket(1, 1, { clock })
   tb.allow('k')
-  // A denial is a value (SPEC §2), as core's and Python's acquire return it.
+  // A denial is a value, as core's and Python's acquire return it.
   const d = await tb.acquire('k', 1, { timeoutMs: 999 })
   assert.equal(d.allowed, false)
   assert.equal(d.retryAfterMs, 1000)

@@ -219,8 +219,8 @@ test('a limiter\'s rule, limit, clock and store are readable', () => {
   assert.equal(tb.now(), 5)
   assert.equal(tb.maxKeyLen, 64)
   assert.deepEqual(TokenBucket.fromRate('3/250ms', { burst: 6 }).rule, { algorithm: 'tokenBucket', limit: 6, capacity: 6, refillPerSec: 12 })
-  assert.deepEqual(new FixedWindow('100/15m').rule, { algorithm: 'fixedWindow', limit: 100, window: 900_000, rate: '100/15m' })
-  assert.deepEqual(new SlidingWindow(7, 1500).rule, { algorithm: 'slidingWindow', limit: 7, window: 1500, rate: '7/1500ms' })
+  assert.deepEqual(new FixedWindow('100/15m').rule, { algorithm: 'fixedWindow', limit: 100, windowMs: 900_000, rate: '100/15m' })
+  assert.deepEqual(new SlidingWindow(7, 1500).rule, { algorithm: 'slidingWindow', limit: 7, windowMs: 1500, rate: '7/1500ms' })
   assert.equal(new SlidingWindow(7, 1500).clock, undefined, 'the monotonic clock')
   const empty = tb.memoryBytes
   assert.ok(empty > 0 && empty <= 64 * 1024, `each shard starts with a small table: ${empty}`)

@@ -1,6 +1,6 @@
 'use strict'
 // DirectTokenBucket: one token bucket for all traffic, no key (core's
-// DirectTokenBucket). The SPEC §4.1 equations on a ManualClock, its errors
+// DirectTokenBucket). The token bucket's equations (GCRA) on a ManualClock, its errors
 // (a TokenBucket's), acquire, headers, Stack membership and sharing.
 const test = require('node:test')
 const assert = require('node:assert/strict')
@@ -10,7 +10,7 @@ const RANGE = (code) => ({ name: 'RangeError', code })
 const TYPE = (code) => ({ name: 'TypeError', code })
 const tick = () => new Promise((resolve) => setImmediate(resolve))
 
-// SPEC §4.1 with T = 1000 / refillPerSec ms (exact here), B = capacity, τ = B·T.
+// GCRA with T = 1000 / refillPerSec ms (exact here), B = capacity, τ = B·T.
 test('a fresh bucket passes exactly B unit calls; the denial waits T and is full after τ', () => {
   const clock = new ManualClock(5_000)
   const b = new DirectTokenBucket(5, 4, { clock }) // T = 250 ms, τ = 1250 ms
@@ -174,7 +174,7 @@ test('bad constructor arguments throw what TokenBucket throws', () => {
   }
   const cases = [
     [10, NaN], [10, -1], [10, 0], [10, Infinity], [0, 1], [-3, 1], [1.5, 1], [NaN, 1], [2 ** 60, 1e-9],
-    ['10 per second'], ['5/fortnight'], ['0/s'], ['10/s', { burst: 0 }], ['10/s', { burst: 1.5 }], ['10/s', { burst: '2' }],
+    ['10 per fortnight'], ['5/fortnight'], ['0/s'], ['10/s', { burst: 0 }], ['10/s', { burst: 1.5 }], ['10/s', { burst: '2' }],
     ['10', 1], [10, null], [{}, 1], [10, 1, { clock: 5 }], [10, 1, { colour: 'red' }], [10, 1, 'options'], [10, '1/x'],
   ]
   for (const args of cases) {
@@ -196,10 +196,11 @@ test('a bad cost or clock throws what TokenBucket throws, and changes nothing', 
   b.allow()
   assert.throws(() => b.allow(4), { ...RANGE('ERR_RATOMIC_COST_EXCEEDS_LIMIT'), message: /cost 4 exceeds the limit 3/ })
   assert.throws(() => b.peek(4), RANGE('ERR_RATOMIC_COST_EXCEEDS_LIMIT'))
-  for (const bad of [-1, 1.5, NaN, Infinity, 2 ** 60]) {
+  for (const bad of [-1, 1.5, NaN, Infinity]) {
     assert.throws(() => b.allow(bad), RANGE('ERR_RATOMIC_INVALID_ARGUMENT'), String(bad))
     assert.throws(() => b.peek(bad), RANGE('ERR_RATOMIC_INVALID_ARGUMENT'))
   }
+  assert.throws(() => b.allow(2 ** 60), { ...RANGE('ERR_RATOMIC_COST_EXCEEDS_LIMIT'), message: /^cost 1152921504606847000 exceeds the limit/ })
   for (const bad of ['2', null, {}, 2n]) {
     assert.throws(() => b.allow(bad), { ...TYPE('ERR_RATOMIC_INVALID_ARGUMENT'), message: /cost must be a number/ })
     assert.throws(() => b.peek(bad), TypeError)
@@ -209,7 +210,7 @@ test('a bad cost or clock throws what TokenBucket throws, and changes nothing', 
   assert.deepEqual(b.peek(0), { allowed: true, remaining: 2, limit: 3, retryAfterMs: 0, resetAfterMs: 1000 }, 'nothing changed')
 })
 
-test('a clock that throws or returns nonsense is an error that changes nothing (SPEC §6)', () => {
+test('a clock that throws or returns nonsense is an error that changes nothing', () => {
   let t = 0
   let fail = false
   const b = new DirectTokenBucket(2, 1, { clock: () => { if (fail) throw new Error('clock broke'); return t } })
@@ -315,7 +316,7 @@ test('a Stack member: its key is ignored, all or nothing with the others', () =>
   assert.ok(new Stack({ l: new Limiter({ a: '1/s' }, { clock }), f: new FixedWindow('5/s', { clock }), global }).allow(['k', 'k', '']).allowed)
 })
 
-test('a Stack refuses a direct bucket on another clock (SPEC §4.5)', () => {
+test('a Stack refuses a direct bucket on another clock', () => {
   const a = new ManualClock()
   const b = new ManualClock()
   const CLOCKS = { name: 'RangeError', code: 'ERR_RATOMIC_INVALID_ARGUMENT', message: /another clock/ }
@@ -367,6 +368,6 @@ test('no native handle on the public object; it is no BaseLimiter', () => {
   assert.deepEqual(Object.getOwnPropertyNames(b), [])
   assert.ok(!(b instanceof BaseLimiter))
   assert.deepEqual(Object.getOwnPropertyNames(DirectTokenBucket.prototype).sort(), [
-    'acquire', 'allow', 'clock', 'constructor', 'headers', 'limit', 'now', 'peek', 'problem', 'refund', 'reset', 'rule',
+    'acquire', 'allow', 'clock', 'constructor', 'headers', 'limit', 'now', 'peek', 'problem', 'refund', 'reset', 'rule', 'toString',
   ])
 })

@@ -1,5 +1,5 @@
 'use strict'
-// Keys are bytes: a string's UTF-8, a Buffer's contents (SPEC §1).
+// Keys are bytes: a string's UTF-8, a Buffer's contents.
 const test = require('node:test')
 const assert = require('node:assert/strict')
 const { TokenBucket, Limiter, Stack, ManualClock } = require('..')

@@ -42,8 +42,8 @@ test('rules and limits are readable, and read back as constructor input', () => 
   const l = new Limiter(limits, { clock: new ManualClock() })
   assert.deepEqual(l.rules, {
     burst: { algorithm: 'tokenBucket', limit: 5, capacity: 5, refillPerSec: 2.5 },
-    hourly: { algorithm: 'slidingWindow', limit: 100, window: 3_600_000, rate: '100/h' },
-    daily: { algorithm: 'fixedWindow', limit: 1000, window: 86_400_000, rate: '1000/d' },
+    hourly: { algorithm: 'slidingWindow', limit: 100, windowMs: 3_600_000, rate: '100/h' },
+    daily: { algorithm: 'fixedWindow', limit: 1000, windowMs: 86_400_000, rate: '1000/d' },
   })
   const again = new Limiter(l.rules)
   assert.deepEqual(again.rules, l.rules)

@@ -1,32 +1,60 @@
 'use strict'
-// The project README's Node example (its first ```js block) runs as written
-// (with require('ratomic') pointing here).
+// The READMEs' Node examples run as written: the project README's ```js
+// blocks and the npm page's (bindings-node/README.md).
+//
+// `require('ratomic')`, `require('ratomic/express')` ... resolve as in a
+// user's project: by default this package (by its own name, through
+// package.json's `exports`); with RATOMIC_INSTALLED set (run-tests.sh), the
+// project outside the repository where the packed tarballs were installed.
+// Other modules (express, ioredis) come from this package's devDependencies.
 const test = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
+const { createRequire } = require('node:module')
+
+const INSTALLED = process.env.RATOMIC_INSTALLED
+const fromProject = INSTALLED ? createRequire(path.join(INSTALLED, 'package.json')) : require
+const load = (name) => (name === 'ratomic' || name.startsWith('ratomic/') ? fromProject(name) : require(name))
+const README = path.join(__dirname, '..', '..', 'README.md')
+const NPM_README = path.join(__dirname, '..', 'README.md')
+
+if (INSTALLED) {
+  test('ratomic resolves to the installed package, its binary to the platform package', () => {
+    const pkg = path.dirname(fromProject.resolve('ratomic/package.json'))
+    assert.equal(pkg, path.join(fs.realpathSync(INSTALLED), 'node_modules', 'ratomic'))
+    assert.deepEqual(fs.readdirSync(pkg).filter((f) => f.endsWith('.node')), [], 'the main package carries no binary')
+    const platform = path.join(pkg, '..', 'ratomic-linux-x64-gnu')
+    assert.equal(typeof fromProject('ratomic').TokenBucket, 'function')
+    assert.ok(require.cache[path.join(platform, 'ratomic.linux-x64-gnu.node')], 'the addon loaded is the platform package\'s')
+  })
+}
 
 test('the README example runs', async () => {
-  const md = fs.readFileSync(path.join(__dirname, '..', '..', 'README.md'), 'utf8')
+  const md = fs.readFileSync(README, 'utf8')
   const code = md.match(/```js\n([\s\S]*?)```/)[1]
   const lines = []
   const log = (...args) => lines.push(args.map((a) => (typeof a === 'string' ? a : JSON.stringify(a))).join(' '))
   const run = new Function('require', 'console', `return (async () => { ${code}; await waited })()`)
-  await run((name) => require(name === 'ratomic' ? '..' : name), { log })
+  await run(load, { log })
   assert.deepEqual(lines[0], JSON.stringify({ allowed: false, remaining: 0, limit: 10, retryAfterMs: 100, resetAfterMs: 1000 }))
   assert.equal(lines[1], 'true')
   assert.deepEqual(JSON.parse(lines[2]), { algorithm: 'tokenBucket', limit: 20, capacity: 20, refillPerSec: 100 / 60 })
   assert.equal(lines[4], 'true')
+  assert.equal(
+    lines.at(-2),
+    'TokenBucket { token bucket 10 per 1s, keys: 2 } Limiter { "10/second": token bucket 10 per 1s, "1000/day": token bucket 1000 per 1d, keys: 0 }',
+  )
   assert.equal(lines.at(-1), 'acquired true')
 })
 
 test("the README's DirectTokenBucket example runs", async () => {
-  const md = fs.readFileSync(path.join(__dirname, '..', '..', 'README.md'), 'utf8')
+  const md = fs.readFileSync(README, 'utf8')
   const code = [...md.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((c) => c.includes('new DirectTokenBucket(') && !c.includes('express'))
   assert.ok(code, 'the README has a DirectTokenBucket example')
   const lines = []
   const log = (...args) => lines.push(args.map((a) => (typeof a === 'string' ? a : JSON.stringify(a))).join(' '))
-  new Function('require', 'console', code)((name) => require(name === 'ratomic' ? '..' : name), { log })
+  new Function('require', 'console', code)(load, { log })
   assert.deepEqual(lines, [
     JSON.stringify({ allowed: false, remaining: 0, limit: 100, retryAfterMs: 10, resetAfterMs: 1000 }),
     'true',
@@ -35,12 +63,11 @@ test("the README's DirectTokenBucket example runs", async () => {
 })
 
 test("the README's Express example runs and answers with the standard fields", async () => {
-  const md = fs.readFileSync(path.join(__dirname, '..', '..', 'README.md'), 'utf8')
+  const md = fs.readFileSync(README, 'utf8')
   const code = [...md.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((c) => c.includes("require('ratomic/express')"))
   assert.ok(code, 'the README has an Express example')
   const line = await new Promise((resolve, reject) => {
     const log = (...args) => resolve(args.join(' '))
-    const load = (name) => require(name.startsWith('ratomic') ? name.replace('ratomic', '..') : name)
     try {
       new Function('require', 'console', code)(load, { log })
     } catch (e) {
@@ -52,13 +79,12 @@ test("the README's Express example runs and answers with the standard fields", a
 })
 
 test("the README's Express example with a Stack runs and writes an item per member", async () => {
-  const md = fs.readFileSync(path.join(__dirname, '..', '..', 'README.md'), 'utf8')
+  const md = fs.readFileSync(README, 'utf8')
   const code = [...md.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((c) => c.includes("require('ratomic/express')") && c.includes('new Stack('))
   assert.ok(code, 'the README has an Express example with a Stack')
   const lines = await new Promise((resolve, reject) => {
     const lines = []
     const log = (...args) => lines.push(args.join(' ')) === 2 && resolve(lines)
-    const load = (name) => require(name.startsWith('ratomic') ? name.replace('ratomic', '..') : name)
     try {
       new Function('require', 'console', code)(load, { log })
     } catch (e) {
@@ -70,7 +96,7 @@ test("the README's Express example with a Stack runs and writes an item per memb
 
 test("the README's Redis example runs against a real server", async () => {
   const { startRedis } = require('./redis-server')
-  const md = fs.readFileSync(path.join(__dirname, '..', '..', 'README.md'), 'utf8')
+  const md = fs.readFileSync(README, 'utf8')
   const code = [...md.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((c) => c.includes("require('ratomic/redis')"))
   assert.ok(code, 'the README has a Redis example')
   const server = await startRedis()
@@ -79,7 +105,6 @@ test("the README's Redis example runs against a real server", async () => {
   try {
     const lines = []
     const log = (...args) => lines.push(args.map((a) => (typeof a === 'string' ? a : JSON.stringify(a))).join(' '))
-    const load = (name) => require(name.startsWith('ratomic') ? name.replace('ratomic', '..') : name)
     await new Function('require', 'console', 'process', `return (async () => { ${code} })()`)(load, { log }, process)
     assert.deepEqual(lines, ['[true,true,false]', 'redis', 'true 1000'])
   } finally {
@@ -87,4 +112,40 @@ test("the README's Redis example runs against a real server", async () => {
     else process.env.REDIS_URL = saved
     await server.stop()
   }
+})
+
+// The npm page (bindings-node/README.md): every ```js block, its printed
+// lines as its comments say.
+const npmBlocks = () => [...fs.readFileSync(NPM_README, 'utf8').matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1].replace(/^ {2}/gm, ''))
+
+function printed(code) {
+  const lines = []
+  const log = (...args) => lines.push(args.map((a) => (typeof a === 'string' ? a : require('node:util').inspect(a))).join(' '))
+  new Function('require', 'console', code)(load, { log })
+  return lines
+}
+
+test("the npm page's rate-string example runs", () => {
+  const code = npmBlocks().find((c) => c.includes("new Limiter('10/second;1000/day')"))
+  assert.ok(code, 'the npm README has the rate-string example')
+  assert.deepEqual(printed(code), [
+    'true 4',
+    'TokenBucket { token bucket 5 per 1m, keys: 1 }',
+    "true [ '10/second: 9 left', '1000/day: 999 left' ]",
+    'FixedWindow { fixed window 100 per 1m, keys: 0 }',
+  ])
+})
+
+test("the npm page's shared-file example runs", { skip: process.platform !== 'linux' && 'a shared file is Linux only' }, () => {
+  const code = npmBlocks().find((c) => c.includes('sharedFile'))
+  assert.ok(code, 'the npm README has the shared-file example')
+  assert.deepEqual(printed(code), ['99'])
+})
+
+test('the npm page links nothing a package user cannot open', () => {
+  const md = fs.readFileSync(NPM_README, 'utf8')
+  const links = [...md.matchAll(/\]\(([^)]+)\)/g)].map((m) => m[1])
+  assert.ok(links.length > 0)
+  for (const link of links) assert.match(link, /^https:\/\//, link)
+  assert.doesNotMatch(md, /SPEC|§|\.\.\/shared/)
 })

@@ -95,6 +95,12 @@ test('typings: ratomic/redis through ioredis and node-redis', async () => {
     assert.equal(problem, null)
     assert.equal(m.headers(md, { legacy: false })[0][1], '"burst";q=2;w=1, "day";q=100;w=86400')
     assert.equal(m.problem(md), null)
+    // Printed with the rules' units; several limits also as one string, as slowapi writes them.
+    const printed: string = fw.toString()
+    assert.equal(printed, 'RedisFixedWindow { fixed window 10 per 1m, prefix: "ratomic:" }')
+    assert.equal(String(m), 'RedisLimiter { "burst": token bucket 2 per 1s, "day": fixed window 100 per 1d, prefix: "ratomic:" }')
+    const slowapi = new RedisLimiter('5/second;100 per day', { client: io })
+    assert.deepEqual(slowapi.names, ['5/second', '100 per day'])
     // @ts-expect-error a RedisLimiter's limits are named already
     assert.throws(() => m.headers(md, { name: 'x' }), TypeError)
 

@@ -17,6 +17,7 @@ import {
   Key,
   Limiter,
   LimiterOptions,
+  LimitsString,
   ManualClock,
   MultiDecision,
   NamedDecision,
@@ -91,6 +92,9 @@ test('typings: constructors, rate strings, shared limiters', () => {
   )
   assert.equal(fw.rule.algorithm, 'fixedWindow')
   assert.equal(sw.rule.algorithm, 'slidingWindow')
+  // Printed with the rule's units.
+  const printed: string = new FixedWindow(5, 60).toString()
+  assert.equal(printed, 'FixedWindow { fixed window 5 per 60ms, keys: 0 }')
 })
 
 test('typings: a Limiter and its selections', () => {
@@ -109,6 +113,15 @@ test('typings: a Limiter and its selections', () => {
   assert.deepEqual(again.rules, rules)
   const shared: Limiter = Limiter.shared('typings-limiter', { burst: '2/s' })
   assert.equal(shared.names.length, 1)
+  // As Python's limits / slowapi write several limits; windows in milliseconds are windowMs.
+  const slowapi: LimitsString = '10/second;1000 per day'
+  const fromString = new Limiter(slowapi)
+  assert.deepEqual(fromString.names, ['10/second', '1000 per day'])
+  assert.equal(Limiter.shared('typings-limiter-string', '5/s|10/min').names.length, 2)
+  const inMs: Rule = { algorithm: 'fixedWindow', limit: 5, windowMs: 60_000 }
+  assert.equal(new Limiter({ inMs }).rules.inMs.algorithm, 'fixedWindow')
+  const printed: string = fromString.toString()
+  assert.equal(printed, 'Limiter { "10/second": token bucket 10 per 1s, "1000 per day": token bucket 1000 per 1d, keys: 0 }')
 })
 
 test('typings: a Stack, every operation', async () => {
@@ -126,6 +139,8 @@ test('typings: a Stack, every operation', async () => {
   assert.equal(waited.allowed, true)
   const pairs = new Stack([['a', new TokenBucket(1, 1)]])
   assert.deepEqual(pairs.names, ['a'])
+  const printed: string = pairs.toString()
+  assert.equal(printed, 'Stack { "a": TokenBucket { token bucket 1 per 1s, keys: 0 } }')
   const fields: Array<[string, string]> = stack.headers(d, { legacy: true, draft: 'draft-11' })
   assert.equal(fields[0][1], '"ip";q=5;w=5, "user";q=2;w=1')
   // @ts-expect-error a stack's items are named as its members
@@ -176,6 +191,8 @@ test('typings: a DirectTokenBucket, every operation', async () => {
   assert.throws(() => new DirectTokenBucket(1, 1, { maxKeys: 10 }), TypeError)
   // @ts-expect-error it is no BaseLimiter: allowMany, size and gc are for keys
   assert.equal(global.size, undefined)
+  const printed: string = global.toString()
+  assert.equal(printed, 'DirectTokenBucket { token bucket 10 per 2s }')
 })
 
 test('typings: Quotas, every operation', async () => {
@@ -196,6 +213,8 @@ test('typings: Quotas, every operation', async () => {
   const theClock: ClockLike | undefined = q.clock
   assert.equal(theClock, clock)
   assert.equal(q.now(), 0)
+  const printed: string = q.toString()
+  assert.match(printed, /^Quotas \{ buckets: \d+ \}$/)
   // @ts-expect-error a quota is a rate string or a token-bucket object
   assert.throws(() => q.allow('acme', 5), TypeError)
 })

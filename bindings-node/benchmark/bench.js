@@ -8,7 +8,7 @@
 //
 // - a JavaScript function V8 is told never to optimise (%NeverOptimizeFunction)
 //   that returns `true`: the cost of calling something V8 cannot inline, the
-//   floor issue 12 §5 measures the hot path against;
+//   floor issue 12 (part 5) measures the hot path against;
 // - an empty native call (napi-rs): the cost of crossing into Rust at all.
 //
 // Every case runs ROUNDS times, interleaved with the others inside this one

@@ -1,5 +1,5 @@
 //! Batches (`allowMany`): requests read from a JavaScript array and decided
-//! by core's whole-batch `allow_many_at` (SPEC §4.6): every request is
+//! by core's whole-batch `allow_many_at`: every request is
 //! checked before any is decided, and the first invalid one fails the whole
 //! call with an error naming its index.
 
@@ -7,7 +7,7 @@ use std::ptr;
 
 use napi::sys;
 
-use crate::error::{whole, JsFailure, Res};
+use crate::error::{JsFailure, Res};
 use crate::hot::status;
 use crate::key::with_key;
 
@@ -95,7 +95,7 @@ unsafe fn request(env: sys::napi_env, item: sys::napi_value, max_len: usize, out
                 sys::ValueType::napi_number => {
                     let mut c = 0.0;
                     status(sys::napi_get_value_double(env, cost, &mut c), "napi_get_value_double")?;
-                    whole("cost", c, 0)?
+                    crate::error::cost(c)?
                 }
                 _ => return Err(JsFailure::type_error("ERR_RATOMIC_INVALID_ARGUMENT", "cost must be a number")),
             };

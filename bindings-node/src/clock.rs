@@ -6,7 +6,7 @@
 //! call, so the native limiter itself always reads the process's monotonic
 //! clock. What it keeps of the JavaScript clock is its identity, as core's
 //! [`ClockId`]: a `Stack` then refuses, in core, members whose clocks
-//! differ (SPEC §4.5).
+//! differ.
 
 use std::sync::Arc;
 
@@ -70,7 +70,7 @@ impl NativeClock {
 /// A clock reading in milliseconds as nanoseconds on the limiter's timeline.
 ///
 /// Negative, NaN or past core's [`MAX_TIME`] is an error that changes no
-/// state (SPEC §6): never clamped.
+/// state: never clamped.
 #[inline]
 pub fn ms_to_ns(ms: f64) -> Res<u64> {
     let ns = ms * 1e6;
@@ -88,8 +88,9 @@ fn bad_reading(ms: f64) -> JsFailure {
     JsFailure::range(
         "ERR_RATOMIC_INVALID_CLOCK",
         format!(
-            "invalid clock reading: {ms} ms (a time must be a number of milliseconds >= 0 and at most 2^62 − 1 ns, \
+            "invalid clock reading: {} ms (a time must be a number of milliseconds >= 0 and at most 2^62 − 1 ns, \
              {} ms, after the clock's epoch)",
+            crate::error::js_number(ms),
             MAX_TIME as f64 / 1e6
         ),
     )

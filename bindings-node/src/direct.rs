@@ -92,6 +92,12 @@ impl NativeDirect {
         rule::info(&Rule::from(*self.bucket.algorithm()))
     }
 
+    /// The rule with its units, as core prints it (`"token bucket 100 per 1s"`).
+    #[napi(getter)]
+    pub fn description(&self) -> String {
+        self.bucket.algorithm().to_string()
+    }
+
     /// The bucket's monotonic clock, in milliseconds.
     #[napi]
     pub fn now_ms(&self) -> f64 {

@@ -1,4 +1,4 @@
-//! The one place where failures become JavaScript exceptions (SPEC §7):
+//! The one place where failures become JavaScript exceptions:
 //! bad arguments throw `TypeError`/`RangeError`, everything else an `Error`;
 //! every exception carries a `code`, and an error about one request of a
 //! batch also its `index`.
@@ -29,7 +29,8 @@ struct Failure {
     kind: Kind,
     code: &'static str,
     message: String,
-    /// The position of the request a batch failed on (SPEC §4.6).
+    /// The position of the request a batch failed on (a batch is checked whole before
+    /// anything is decided).
     index: Option<usize>,
 }
 
@@ -141,15 +142,101 @@ impl From<ratomic::Error> for JsFailure {
     }
 }
 
-/// A whole number in `[min, 2^53]`, or a `RangeError` naming `name`.
+/// The largest whole number JavaScript holds exactly (`Number.MAX_SAFE_INTEGER`).
+pub const MAX_SAFE: u64 = 9_007_199_254_740_991;
+
+/// `v` as JavaScript prints it (`String(v)`): the value as the user wrote
+/// it, not Rust's spelling (`1e+300`, not three hundred digits).
+pub fn js_number(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".to_owned()
+    } else if v.is_infinite() {
+        if v > 0.0 { "Infinity" } else { "-Infinity" }.to_owned()
+    } else if v == 0.0 {
+        "0".to_owned()
+    } else if v.abs() >= 1e21 || v.abs() < 1e-6 {
+        // JavaScript's exponent form: `1e+21`, `1.5e-7`.
+        let s = format!("{v:e}");
+        match s.split_once('e') {
+            Some((m, e)) if !e.starts_with('-') => format!("{m}e+{e}"),
+            _ => s,
+        }
+    } else {
+        format!("{v}")
+    }
+}
+
+/// A whole number in `[min, Number.MAX_SAFE_INTEGER]`, or a `RangeError`
+/// naming `name`, the value and the range.
 pub fn whole(name: &str, value: f64, min: u64) -> Res<u64> {
-    const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
-    if value.is_finite() && value.fract() == 0.0 && value >= min as f64 && value <= MAX_SAFE {
+    if value.is_finite() && value.fract() == 0.0 && value >= min as f64 && value <= MAX_SAFE as f64 {
         Ok(value as u64)
     } else {
-        Err(JsFailure::range(
+        Err(not_whole(name, value, min))
+    }
+}
+
+#[cold]
+fn not_whole(name: &str, value: f64, min: u64) -> JsFailure {
+    let above = if value > MAX_SAFE as f64 { "above the maximum: " } else { "" };
+    JsFailure::range(
+        "ERR_RATOMIC_INVALID_ARGUMENT",
+        format!(
+            "invalid {name}: {} ({above}must be a whole number from {min} to {MAX_SAFE}, Number.MAX_SAFE_INTEGER)",
+            js_number(value)
+        ),
+    )
+}
+
+/// A call's cost: a whole number from 0 to the limit (core checks the
+/// limit). One above `Number.MAX_SAFE_INTEGER` is above every limit: a
+/// `RangeError` coded as a cost above the limit.
+pub fn cost(value: f64) -> Res<u64> {
+    if value.is_finite() && value.fract() == 0.0 && value >= 0.0 && value <= MAX_SAFE as f64 {
+        Ok(value as u64)
+    } else {
+        Err(bad_cost(value))
+    }
+}
+
+#[cold]
+fn bad_cost(value: f64) -> JsFailure {
+    if value > MAX_SAFE as f64 && value.is_finite() {
+        JsFailure::range(
+            "ERR_RATOMIC_COST_EXCEEDS_LIMIT",
+            format!(
+                "cost {} exceeds the limit: a cost must be a whole number from 0 to the limit, which is at most {MAX_SAFE}",
+                js_number(value)
+            ),
+        )
+    } else {
+        JsFailure::range(
             "ERR_RATOMIC_INVALID_ARGUMENT",
-            format!("invalid {name}: {value} (must be a whole number >= {min})"),
-        ))
+            format!("invalid cost: {} (must be a whole number from 0 to the limit)", js_number(value)),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::js_number;
+
+    #[test]
+    fn numbers_print_as_javascript_prints_them() {
+        for (v, js) in [
+            (2f64.powi(64), "18446744073709552000"),
+            (2f64.powi(60), "1152921504606847000"),
+            (1e21, "1e+21"),
+            (1e300, "1e+300"),
+            (1.5e-7, "1.5e-7"),
+            (-1.0, "-1"),
+            (1.5, "1.5"),
+            (0.1, "0.1"),
+            (-0.0, "0"),
+            (f64::NAN, "NaN"),
+            (f64::NEG_INFINITY, "-Infinity"),
+        ] {
+            assert_eq!(js_number(v), js, "{v:?}");
+        }
     }
 }

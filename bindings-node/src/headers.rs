@@ -41,7 +41,10 @@ fn duration(name: &str, ms: f64) -> Res<Duration> {
     if ms.is_finite() && ms >= 0.0 {
         Ok(Duration::from_nanos((ms * 1e6).ceil().min(u64::MAX as f64) as u64))
     } else {
-        Err(JsFailure::range("ERR_RATOMIC_INVALID_ARGUMENT", format!("invalid {name}: {ms} (must be a number >= 0)")))
+        Err(JsFailure::range(
+            "ERR_RATOMIC_INVALID_ARGUMENT",
+            format!("invalid {name}: {} (must be a finite number of milliseconds >= 0)", crate::error::js_number(ms)),
+        ))
     }
 }
 

@@ -531,14 +531,35 @@ unsafe fn number(env: sys::napi_env, v: sys::napi_value, name: &str) -> Res<f64>
     let mut x = 0.0;
     // SAFETY: v is a live argument of the current call.
     if unsafe { sys::napi_get_value_double(env, v, &mut x) } != sys::Status::napi_ok {
-        return Err(not_a_number(name));
+        // SAFETY: as above.
+        return Err(unsafe { not_a_number(env, v, name) });
     }
     Ok(x)
 }
 
+/// A `TypeError` naming `name` and what it was given instead (`a string`).
+///
+/// # Safety
+/// `v` must be a live value of the current call.
 #[cold]
-fn not_a_number(name: &str) -> JsFailure {
-    JsFailure::type_error("ERR_RATOMIC_INVALID_ARGUMENT", format!("{name} must be a number"))
+unsafe fn not_a_number(env: sys::napi_env, v: sys::napi_value, name: &str) -> JsFailure {
+    let mut t = 0;
+    // SAFETY: v is a live value (caller's contract).
+    let got = if unsafe { sys::napi_typeof(env, v, &mut t) } != sys::Status::napi_ok {
+        "something else"
+    } else {
+        match t {
+            sys::ValueType::napi_undefined => "undefined",
+            sys::ValueType::napi_null => "null",
+            sys::ValueType::napi_boolean => "a boolean",
+            sys::ValueType::napi_string => "a string",
+            sys::ValueType::napi_symbol => "a symbol",
+            sys::ValueType::napi_function => "a function",
+            sys::ValueType::napi_bigint => "a bigint",
+            _ => "an object",
+        }
+    };
+    JsFailure::type_error("ERR_RATOMIC_INVALID_ARGUMENT", format!("{name} must be a number, got {got}"))
 }
 
 #[inline(always)]
@@ -592,7 +613,7 @@ unsafe extern "C" fn allow_cb<T: Target>(env: sys::napi_env, info: sys::napi_cal
             // Omitted arguments (the common case) cost no conversion: cost 1, the limiter's clock.
             let ([i, key, c, now], argc, state) = args::<4>(env, info)?;
             let id = id(env, i)?;
-            let cost = if argc < 3 { 1 } else { whole("cost", number(env, c, "cost")?, 0)? };
+            let cost = if argc < 3 { 1 } else { crate::error::cost(number(env, c, "cost")?)? };
             let now = time(env, (argc >= 4).then_some(now))?;
             let allowed = on_key(env, state, id, key, |t: &T, k| {
                 let out = state.out(env)?;
@@ -610,8 +631,11 @@ unsafe extern "C" fn op_cb<T: Target>(env: sys::napi_env, info: sys::napi_callba
             let ([code, i, key, c, now], argc, state) = args::<5>(env, info)?;
             let code = number(env, code, "op")? as u32;
             let id = id(env, i)?;
-            let what = if code == op::REFUND { "tokens" } else { "cost" };
-            let n = whole(what, number(env, c, what)?, 0)?;
+            let n = if code == op::REFUND {
+                whole("tokens", number(env, c, "tokens")?, 0)?
+            } else {
+                crate::error::cost(number(env, c, "cost")?)?
+            };
             let now = time(env, (argc >= 5).then_some(now))?;
             match code {
                 op::PEEK => {
@@ -679,7 +703,7 @@ unsafe extern "C" fn allow_direct_cb(env: sys::napi_env, info: sys::napi_callbac
         guard(env, || {
             let ([i, c, now], argc, state) = args::<3>(env, info)?;
             let id = id(env, i)?;
-            let cost = if argc < 2 { 1 } else { whole("cost", number(env, c, "cost")?, 0)? };
+            let cost = if argc < 2 { 1 } else { crate::error::cost(number(env, c, "cost")?)? };
             let now = time(env, (argc >= 3).then_some(now))?;
             let allowed = on_direct(state, id, |b| {
                 let out = state.out(env)?;
@@ -698,8 +722,11 @@ unsafe extern "C" fn op_direct_cb(env: sys::napi_env, info: sys::napi_callback_i
             let ([code, i, c, now], argc, state) = args::<4>(env, info)?;
             let code = number(env, code, "op")? as u32;
             let id = id(env, i)?;
-            let what = if code == op::REFUND { "tokens" } else { "cost" };
-            let n = whole(what, number(env, c, what)?, 0)?;
+            let n = if code == op::REFUND {
+                whole("tokens", number(env, c, "tokens")?, 0)?
+            } else {
+                crate::error::cost(number(env, c, "cost")?)?
+            };
             let now = time(env, (argc >= 4).then_some(now))?;
             match code {
                 op::PEEK => {

@@ -131,7 +131,7 @@ impl NativeKeyed {
         self.limiter.id
     }
 
-    /// Keys currently held (see core's `Keyed::len`).
+    /// Keys currently held (a key full again may count until `gc` drops it).
     #[napi]
     pub fn size(&self) -> f64 {
         self.limiter.len() as f64
@@ -161,6 +161,12 @@ impl NativeKeyed {
     #[napi(getter)]
     pub fn rule(&self) -> RuleInfo {
         rule::info(self.limiter.algorithm())
+    }
+
+    /// The rule with its units, as core prints it (`"fixed window 5 per 60ms"`).
+    #[napi(getter)]
+    pub fn description(&self) -> String {
+        self.limiter.algorithm().to_string()
     }
 
     /// The limiter's monotonic clock, in milliseconds.

@@ -191,6 +191,16 @@ impl NativeLimiter {
         self.view.limiter.rules().iter().map(rule::info).collect()
     }
 
+    /// The limits this handle's calls are subject to, each named and with
+    /// its rule in its units, as core prints it:
+    /// `"burst": token bucket 5 per 1s, "daily": fixed window 1000 per 1d`.
+    #[napi(getter)]
+    pub fn description(&self) -> String {
+        let l = &self.view.limiter;
+        let limits = l.names().zip(l.rules()).enumerate().filter(|(i, _)| self.view.set.contains(*i));
+        limits.map(|(_, (name, rule))| format!("{name:?}: {rule}")).collect::<Vec<_>>().join(", ")
+    }
+
     /// The HTTP header fields for `decision` (one of this limiter's: its
     /// combined fields and its `entries`), as `Name: value\r\n` lines.
     #[napi]

@@ -61,8 +61,8 @@ impl NativeQuotas {
                     || self.inner.max_key_len(),
                     |k| -> Res<_> {
                         Ok(match op {
-                            Op::Allow(cost) => Some(self.inner.allow_at(k, &q, whole("cost", cost, 0)?, now)?),
-                            Op::Peek(cost) => Some(self.inner.peek_at(k, &q, whole("cost", cost, 0)?, now)?),
+                            Op::Allow(cost) => Some(self.inner.allow_at(k, &q, crate::error::cost(cost)?, now)?),
+                            Op::Peek(cost) => Some(self.inner.peek_at(k, &q, crate::error::cost(cost)?, now)?),
                             Op::Refund(tokens) => {
                                 self.inner.refund_at(k, &q, whole("tokens", tokens, 0)?, now)?;
                                 None

@@ -196,7 +196,7 @@ impl NativeRedis {
     ) -> Result<u32> {
         let (op, key, cost, now_ms) = call;
         let run = || -> Res<_> {
-            let (op, cost, now) = (op_of(op), whole("cost", cost, 0)?, now_of(now_ms)?);
+            let (op, cost, now) = (op_of(op), crate::error::cost(cost)?, now_of(now_ms)?);
             let d = self.key(env, key, |k| self.driver.finish_parts(op, k, cost, now, reply))?.map_err(failure)?;
             Ok(self.write(&d, io))
         };
@@ -274,7 +274,10 @@ impl NativeRedis {
                 } else {
                     Err(JsFailure::range(
                         "ERR_RATOMIC_INVALID_ARGUMENT",
-                        format!("invalid {name}: {v} (must be a finite number of milliseconds >= 0)"),
+                        format!(
+                            "invalid {name}: {} (must be a finite number of milliseconds >= 0)",
+                            crate::error::js_number(v)
+                        ),
                     ))
                 }
             };
@@ -317,6 +320,17 @@ impl NativeRedis {
     #[napi(getter)]
     pub fn limit(&self) -> f64 {
         self.driver.limits().max_cost() as f64
+    }
+
+    /// The rule with its units, as core prints it (`"fixed window 5 per
+    /// 1m"`), or a limiter's named rules (`"burst": token bucket 5 per 1s, ...`).
+    #[napi(getter)]
+    pub fn description(&self) -> String {
+        if !self.multi {
+            return self.rules[0].to_string();
+        }
+        let names = self.driver.limits().names();
+        names.zip(&self.rules).map(|(name, rule)| format!("{name:?}: {rule}")).collect::<Vec<_>>().join(", ")
     }
 
     /// The key prefix.
@@ -383,7 +397,7 @@ impl NativeRedis {
         mut io: Float64ArraySlice<'_>,
     ) -> Result<Either3<u32, String, Buffer>> {
         let mut run = || -> Res<_> {
-            let (op, cost, now) = (op_of(op), whole("cost", cost, 0)?, now_of(now_ms)?);
+            let (op, cost, now) = (op_of(op), crate::error::cost(cost)?, now_of(now_ms)?);
             match self.key(&env, &key, |k| self.driver.begin(op, k, cost, now))?.map_err(failure)? {
                 Step::Answer(d) => Ok(Either3::A(self.write(&d, &mut io))),
                 Step::Send(call) => Ok(match text(call.redis_key()) {
@@ -401,7 +415,7 @@ impl NativeRedis {
     #[napi(ts_args_type = "op: number, cost: number, nowMs?: number")]
     pub fn argv(&self, env: Env, op: u32, cost: f64, now_ms: Option<f64>) -> Result<Vec<String>> {
         let run = || -> Res<_> {
-            let (op, cost, now) = (op_of(op), whole("cost", cost, 0)?, now_of(now_ms)?);
+            let (op, cost, now) = (op_of(op), crate::error::cost(cost)?, now_of(now_ms)?);
             let args = self.driver.limits().args(op, now, cost).map_err(failure)?;
             Ok(args.into_iter().map(|a| String::from_utf8_lossy(&a).into_owned()).collect())
         };

@@ -11,7 +11,7 @@ use napi_derive::napi;
 use ratomic::{Eviction, Options, Quota, Rate, Rule};
 
 use crate::clock::ns_to_ms;
-use crate::error::{whole, JsFailure, Res};
+use crate::error::{js_number, whole, JsFailure, Res};
 
 /// One rule: a token bucket or a window counter.
 ///
@@ -42,7 +42,7 @@ pub struct RuleSpec {
     pub window: Option<String>,
 }
 
-/// How a limiter stores its keys (see core's `Options`).
+/// How a limiter stores its keys: how many, how long, and where.
 #[napi(object)]
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StoreOptions {
@@ -55,7 +55,8 @@ pub struct StoreOptions {
     /// What happens to keys evicted at `maxKeys`: `"fair"` (the default) or `"strict"`.
     pub eviction: Option<String>,
     /// A file through which the processes of this host that build the same
-    /// limiter on it share its keys (Linux; see core's `Options::shared_file`).
+    /// limiter on it share its keys (Linux; created `0600`, refused when it
+    /// is a symbolic link, another user's, or in use with another rule).
     pub shared_file: Option<String>,
 }
 
@@ -73,7 +74,7 @@ pub struct RuleInfo {
     /// Token bucket: tokens refilled per second.
     pub refill_per_sec: Option<f64>,
     /// Window: its length in milliseconds.
-    pub window: Option<f64>,
+    pub window_ms: Option<f64>,
     /// Window: the rule as a rate string (`"100/m"`), which parses back to it.
     pub rate: Option<String>,
 }
@@ -82,30 +83,65 @@ fn missing(algorithm: &str, what: &str) -> JsFailure {
     JsFailure::type_error("ERR_RATOMIC_INVALID_ARGUMENT", format!("a {algorithm} needs {what}"))
 }
 
+/// Core's complaint about a parameter, reworded with the name and the value
+/// JavaScript gave (core says `refill_per_sec`, `period` in nanoseconds).
+fn as_given(name: &str, value: f64) -> impl FnOnce(ratomic::Error) -> JsFailure + '_ {
+    move |e| match e {
+        ratomic::Error::InvalidArgument { reason, .. } => {
+            JsFailure::range("ERR_RATOMIC_INVALID_ARGUMENT", format!("invalid {name}: {} ({reason})", js_number(value)))
+        }
+        other => other.into(),
+    }
+}
+
+/// Tokens per second: finite and above zero (what core can represent is
+/// core's check).
+fn refill_per_sec(v: f64) -> Res<f64> {
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(JsFailure::range(
+            "ERR_RATOMIC_INVALID_ARGUMENT",
+            format!("invalid refillPerSec: {} (must be a finite number of tokens per second > 0)", js_number(v)),
+        ))
+    }
+}
+
 fn quota(rule: &RuleSpec) -> Res<Quota> {
     let burst = |q: Quota, b: Option<f64>| -> Res<Quota> {
         match b {
-            Some(b) => Ok(q.with_burst(whole("burst", b, 0)?)?),
+            Some(b) => Ok(q.with_burst(whole("burst", b, 1)?).map_err(as_given("burst", b))?),
             None => Ok(q),
         }
     };
     match (&rule.rate, rule.capacity, rule.refill_per_sec) {
         (Some(rate), capacity, None) => burst(Quota::parse(rate)?, rule.burst.or(capacity)),
-        (None, Some(capacity), Some(refill)) => burst(Quota::new(whole("capacity", capacity, 0)?, refill)?, rule.burst),
+        (None, Some(capacity), Some(refill)) => {
+            let q = Quota::new(whole("capacity", capacity, 1)?, refill_per_sec(refill)?).map_err(|e| match e {
+                ratomic::Error::InvalidArgument { name: "capacity", .. } => as_given("capacity", capacity)(e),
+                e => as_given("refillPerSec", refill)(e),
+            })?;
+            burst(q, rule.burst)
+        }
         _ => Err(missing("token bucket", "a capacity and a refillPerSec, or a rate string")),
     }
 }
 
-/// Milliseconds as a duration: finite and not negative (zero is core's error).
+/// The longest window, in milliseconds: 2^63 − 1 ns.
+const MAX_WINDOW_MS: f64 = 9_223_372_036_854.775;
+
+/// Milliseconds as a duration: above zero and at most [`MAX_WINDOW_MS`].
 fn window_ms(ms: f64) -> Res<Duration> {
-    let ns = ms * 1e6;
-    if ns.is_finite() && ns >= 0.0 {
-        // Saturates at 2^64 − 1 ns, which core refuses as too long.
-        Ok(Duration::from_nanos(ns.round() as u64))
+    if ms.is_finite() && ms > 0.0 && ms <= MAX_WINDOW_MS {
+        Ok(Duration::from_nanos((ms * 1e6).round() as u64))
     } else {
+        let above = if ms > MAX_WINDOW_MS { "above the maximum: " } else { "" };
         Err(JsFailure::range(
             "ERR_RATOMIC_INVALID_ARGUMENT",
-            format!("invalid window: {ms} ms (must be a finite number of milliseconds > 0)"),
+            format!(
+                "invalid windowMs: {} ({above}must be a number of milliseconds > 0 and at most {MAX_WINDOW_MS})",
+                js_number(ms)
+            ),
         ))
     }
 }
@@ -113,13 +149,39 @@ fn window_ms(ms: f64) -> Res<Duration> {
 fn window_rate(rule: &RuleSpec) -> Res<Rate> {
     match (&rule.rate, rule.limit, rule.window_ms, &rule.window) {
         (Some(rate), None, None, None) => Ok(Rate::parse(rate)?),
-        (None, Some(limit), Some(ms), None) => Ok(Rate::new(whole("limit", limit, 0)?, window_ms(ms)?)?),
+        (None, Some(limit), Some(ms), None) => {
+            Ok(Rate::new(whole("limit", limit, 1)?, window_ms(ms)?).map_err(as_given("windowMs", ms))?)
+        }
         // A duration string is a rate string's period.
         (None, Some(limit), None, Some(window)) => {
-            Ok(Rate::parse(&format!("{}/{}", whole("limit", limit, 0)?, window.trim()))?)
+            Ok(Rate::parse(&format!("{}/{}", whole("limit", limit, 1)?, window.trim()))?)
         }
-        _ => Err(missing(&rule.algorithm, "a limit and a window, or a rate string")),
+        _ => Err(missing(&rule.algorithm, "a limit and a windowMs (or a window string), or a rate string")),
     }
+}
+
+/// The limits of a string in the notation of Python's `limits` (slowapi):
+/// `"10/second;1000/day"`, split on `;`, `,` or `|` by core's
+/// `parse_limits`, which checks every rate and refuses a name given twice.
+/// Each is a token bucket named by its rate string as written (trimmed),
+/// given back as the rule spec core's parse of that string is.
+#[napi]
+pub fn parse_limits(env: napi::Env, limits: String) -> napi::Result<Vec<RuleSpec>> {
+    let parsed = ratomic::parse_limits(&limits).map_err(|e| JsFailure::from(e).into_napi(&env))?;
+    Ok(parsed
+        .into_iter()
+        .map(|(name, _)| RuleSpec {
+            rate: Some(name.clone()),
+            name: Some(name),
+            algorithm: "tokenBucket".to_owned(),
+            capacity: None,
+            refill_per_sec: None,
+            burst: None,
+            limit: None,
+            window_ms: None,
+            window: None,
+        })
+        .collect())
 }
 
 /// Core's rule for `spec`.
@@ -137,16 +199,16 @@ pub fn rule(spec: &RuleSpec) -> Res<Rule> {
 
 /// Core's store options for `o`.
 pub fn options(o: &StoreOptions) -> Res<Options> {
-    let size = |name, v: f64| whole(name, v, 0).map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    let size = |name, v: f64, min| whole(name, v, min).map(|n| usize::try_from(n).unwrap_or(usize::MAX));
     let mut options = Options::default();
     if let Some(n) = o.max_keys {
-        options = options.max_keys(size("maxKeys", n)?);
+        options = options.max_keys(size("maxKeys", n, 1)?);
     }
     if let Some(n) = o.max_key_len {
-        options = options.max_key_len(size("maxKeyLen", n)?);
+        options = options.max_key_len(size("maxKeyLen", n, 1)?);
     }
     if let Some(n) = o.max_key_bytes {
-        options = options.max_key_bytes(size("maxKeyBytes", n)?);
+        options = options.max_key_bytes(size("maxKeyBytes", n, 0)?);
     }
     if let Some(path) = &o.shared_file {
         options = options.shared_file(path);
@@ -171,7 +233,7 @@ pub fn info(rule: &Rule) -> RuleInfo {
         limit: limit as f64,
         capacity: None,
         refill_per_sec: None,
-        window: Some(ns_to_ms(window.as_nanos() as u64)),
+        window_ms: Some(ns_to_ms(window.as_nanos() as u64)),
         rate: Rate::new(limit, window).ok().map(|r| r.to_string()),
     };
     use ratomic::Algorithm as _;
@@ -181,7 +243,7 @@ pub fn info(rule: &Rule) -> RuleInfo {
             limit: g.quota().capacity() as f64,
             capacity: Some(g.quota().capacity() as f64),
             refill_per_sec: Some(g.quota().refill_per_sec()),
-            window: None,
+            window_ms: None,
             rate: None,
         },
         Rule::FixedWindow(w) => window("fixedWindow", w.limit(), w.window()),
@@ -192,7 +254,7 @@ pub fn info(rule: &Rule) -> RuleInfo {
             limit: other.limit() as f64,
             capacity: None,
             refill_per_sec: None,
-            window: None,
+            window_ms: None,
             rate: None,
         },
     }

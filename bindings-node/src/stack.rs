@@ -75,7 +75,8 @@ fn no_policy(e: ratomic::Error) -> JsFailure {
 impl NativeStack {
     /// A stack of `members`, in order, named by `names` (same length), that
     /// reads the JavaScript clock `clock` (none: the monotonic clock). A
-    /// member whose clock is not the stack's is an error (SPEC §4.5).
+    /// member whose clock is not the stack's is an error: the stack reads one
+    /// clock and passes its time to every member.
     #[napi(constructor)]
     pub fn new(env: Env, names: Vec<String>, members: Vec<&NativeMember>, clock: Option<&NativeClock>) -> Result<Self> {
         if names.len() != members.len() {
@@ -197,7 +198,7 @@ impl NativeStack {
 
     fn decide(&self, env: &Env, keys: Unknown<'_>, cost: f64, now_ms: Option<f64>, peek: bool) -> Result<bool> {
         let run = || -> Res<bool> {
-            let (keys, cost, now) = (self.keys(env, keys)?, whole("cost", cost, 0)?, self.time(now_ms)?);
+            let (keys, cost, now) = (self.keys(env, keys)?, crate::error::cost(cost)?, self.time(now_ms)?);
             let d = if peek { self.stack.peek_at(&keys, cost, now)? } else { self.stack.allow_at(&keys, cost, now)? };
             // SAFETY: env is the live environment of this call; the slice is
             // used only here.

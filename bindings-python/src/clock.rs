@@ -87,7 +87,10 @@ pub fn py_float_repr(x: f64) -> String {
 /// ns), so no value is ever clamped into range.
 pub fn seconds_to_nanos(py: Python<'_>, secs: f64, name: &str) -> PyResult<u64> {
     if !secs.is_finite() || secs < 0.0 {
-        return Err(invalid_argument(py, format!("invalid {name}: {secs} (must be a finite number of seconds ≥ 0)")));
+        return Err(invalid_argument(
+            py,
+            format!("invalid {name}: {} (must be a finite number of seconds ≥ 0)", py_float_repr(secs)),
+        ));
     }
     // `as` saturates: anything at or past 2^64 ns becomes u64::MAX.
     Ok((secs * 1e9).round() as u64)

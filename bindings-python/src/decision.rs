@@ -46,7 +46,8 @@ impl From<ratomic_redis::Source> for Source {
     }
 }
 
-/// The answer to one call (SPEC §2). Immutable; truthy exactly when allowed.
+/// The answer to one call: `allowed`, `remaining`, `limit`, `retry_after`
+/// and `reset_after` (seconds). Immutable; truthy exactly when allowed.
 ///
 /// Holds the core decision as is (durations in nanoseconds), so making one
 /// costs a small allocation and no conversion; the float seconds are
@@ -173,8 +174,10 @@ pub fn make_names<'a>(py: Python<'_>, names: impl Iterator<Item = &'a str>) -> N
     names.map(|n| (Box::from(n), PyString::intern(py, n).unbind())).collect()
 }
 
-/// The answer to a `Limiter` or `Stack` call: the combined decision (SPEC
-/// §4.4) and one `Decision` per limit (or stack member) it was subject to.
+/// The answer to a `Limiter` or `Stack` call: the combined decision (allowed
+/// only if every limit allowed; the fewest `remaining`; on a denial, the
+/// longest `retry_after` among the limits that denied) and one `Decision` per
+/// limit (or stack member) it was subject to.
 /// Immutable; truthy exactly when allowed (by every limit).
 #[pyclass(frozen, module = "ratomic", name = "MultiDecision")]
 pub struct MultiDecision {

@@ -9,7 +9,7 @@ use crate::decision::Decision;
 use crate::error::CoreResultExt;
 use crate::headers::{self, Fields};
 use crate::key::{whole, Cost};
-use crate::rule::{quota, rule_repr, Rule};
+use crate::rule::{quota, Rule};
 
 /// The core bucket, on this face's clock.
 pub type Core = ratomic::DirectTokenBucket<Time>;
@@ -119,9 +119,8 @@ impl DirectTokenBucket {
         headers::with_single(py, name, self.inner.algorithm(), decision.0, headers::problem)
     }
 
+    /// `DirectTokenBucket(token bucket 10 per 1s)`: the rule with its unit.
     fn __repr__(&self) -> String {
-        let rule = rule_repr(&ratomic::Rule::from(*self.inner.algorithm()));
-        let args = rule.split_once('(').map_or("", |(_, a)| a.trim_end_matches(')'));
-        format!("DirectTokenBucket({args})")
+        format!("DirectTokenBucket({})", self.inner.algorithm())
     }
 }

@@ -16,7 +16,7 @@
 //! The classes have two bases each, which `create_exception!` cannot make,
 //! so they are built once with `type(name, bases, namespace)`. Every class
 //! has an `index` attribute: None, or for a batch (`allow_many`), the
-//! position of the first invalid request (SPEC §4.6).
+//! position of the first invalid request (nothing in the batch was decided).
 
 use pyo3::exceptions::{PyException, PyTypeError, PyUnicodeError, PyValueError};
 use pyo3::prelude::*;

@@ -11,8 +11,9 @@ use crate::keyed::Keyed;
 use crate::rule::rate;
 use crate::store::StoreArgs;
 
-/// At most `limit` calls per key in each window of `window` seconds, windows
-/// aligned to the clock's epoch (SPEC §4.2).
+/// At most `limit` calls per key in each window of `window_secs` seconds,
+/// windows aligned to the clock's epoch (multiples of the window from the
+/// clock's zero), the count starting again at 0 in each.
 #[pyclass(frozen, extends = Keyed, module = "ratomic", name = "FixedWindow")]
 pub struct FixedWindow {
     window: Duration,
@@ -20,17 +21,17 @@ pub struct FixedWindow {
 
 #[pymethods]
 impl FixedWindow {
-    /// `(100, 60.0)`: 100 calls per 60-second window; or a rate string:
-    /// `("100/min")`.
+    /// `(100, 60.0)`: 100 calls per 60-second window (`window_secs`, in
+    /// seconds); or a rate string: `("100/min")`.
     #[new]
     #[pyo3(signature = (
-        limit, window=None, *, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, eviction=None, shared_file=None,
+        limit, window_secs=None, *, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, eviction=None, shared_file=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         limit: &Bound<'_, PyAny>,
-        window: Option<&Bound<'_, PyAny>>,
+        window_secs: Option<&Bound<'_, PyAny>>,
         clock: Option<&Bound<'_, PyAny>>,
         max_keys: Option<&Bound<'_, PyAny>>,
         max_key_len: Option<&Bound<'_, PyAny>>,
@@ -38,7 +39,7 @@ impl FixedWindow {
         eviction: Option<&Bound<'_, PyAny>>,
         shared_file: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<(Self, Keyed)> {
-        let rate = rate(limit, window)?;
+        let rate = rate(limit, window_secs)?;
         let rule = Rule::fixed_window(rate).py_err(py)?;
         let store = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction, shared_file };
         Ok((FixedWindow { window: rate.period() }, Keyed::new(py, rule, clock, store.options()?)?))
@@ -46,7 +47,7 @@ impl FixedWindow {
 
     /// The window length, in seconds.
     #[getter]
-    fn window(&self) -> f64 {
+    fn window_secs(&self) -> f64 {
         self.window.as_secs_f64()
     }
 }

@@ -5,6 +5,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt, PyString};
 
+use crate::clock::py_float_repr;
 use crate::error::{argument_type, invalid_argument, key_encoding, key_type, type_name};
 
 /// A key's bytes: a `str`'s UTF-8 encoding, or a `bytes`' contents. Borrowed
@@ -62,31 +63,38 @@ fn not_a_key(obj: &Bound<'_, PyAny>) -> PyErr {
     key_type(obj.py(), format!("a key must be str or bytes, not {}", type_name(obj)))
 }
 
-/// A whole number ≥ 0 (a cost, a token count, an option), with errors a
-/// Python user expects: `ArgumentTypeError` for a non-int (a float, a str),
-/// `InvalidArgumentError` for a negative or too large int.
+/// A whole number ≥ 0 (a cost, a token count), with errors a Python user
+/// expects: `ArgumentTypeError` for a non-int (a float, a str),
+/// `InvalidArgumentError` for a negative or too large int. Each names the
+/// parameter, the value as given and the accepted range.
 #[inline]
 pub fn whole(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
+    whole_from(obj, name, 0)
+}
+
+/// [`whole`] with a smallest accepted value (`1` for a capacity or a limit).
+#[inline]
+pub fn whole_from(obj: &Bound<'_, PyAny>, name: &str, min: u64) -> PyResult<u64> {
     match obj.extract::<u64>() {
-        Ok(n) if !obj.is_instance_of::<pyo3::types::PyBool>() => Ok(n),
-        _ => Err(not_whole(obj, name)),
+        Ok(n) if n >= min && !obj.is_instance_of::<pyo3::types::PyBool>() => Ok(n),
+        _ => Err(not_whole(obj, name, min, u64::MAX)),
     }
 }
 
 #[cold]
-fn not_whole(obj: &Bound<'_, PyAny>, name: &str) -> PyErr {
+fn not_whole(obj: &Bound<'_, PyAny>, name: &str, min: u64, max: u64) -> PyErr {
     let py = obj.py();
     if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<pyo3::types::PyBool>() {
-        invalid_argument(py, format!("invalid {name}: {obj} (must be a whole number from 0 to 2**64 - 1)"))
+        invalid_argument(py, format!("invalid {name}: {} (must be a whole number from {min} to {max})", as_given(obj)))
     } else {
-        argument_type(py, format!("{name} must be an int, not {}", type_name(obj)))
+        argument_type(py, format!("{name} must be an int, not {}: {}", type_name(obj), as_given(obj)))
     }
 }
 
-/// [`whole`] as a `usize` (for sizes).
-pub fn size(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
-    let n = whole(obj, name)?;
-    usize::try_from(n).map_err(|_| invalid_argument(obj.py(), format!("invalid {name}: {n} (too large)")))
+/// [`whole_from`] as a `usize` (for sizes).
+pub fn size(obj: &Bound<'_, PyAny>, name: &str, min: usize) -> PyResult<usize> {
+    let n = whole_from(obj, name, min as u64)?;
+    usize::try_from(n).map_err(|_| not_whole(obj, name, min as u64, usize::MAX as u64))
 }
 
 /// A number (int or float, not bool or str) as an `f64`.
@@ -94,9 +102,34 @@ pub fn number(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
     let numeric = (obj.is_instance_of::<PyInt>() || obj.is_instance_of::<pyo3::types::PyFloat>())
         && !obj.is_instance_of::<pyo3::types::PyBool>();
     if !numeric {
-        return Err(argument_type(obj.py(), format!("{name} must be a number, not {}", type_name(obj))));
+        return Err(argument_type(
+            obj.py(),
+            format!("{name} must be a number (int or float), not {}: {}", type_name(obj), as_given(obj)),
+        ));
     }
-    obj.extract::<f64>().map_err(|_| invalid_argument(obj.py(), format!("invalid {name}: {obj} (too large)")))
+    obj.extract::<f64>().map_err(|_| {
+        invalid_argument(
+            obj.py(),
+            format!(
+                "invalid {name}: {} (too large for a float: must be at most {})",
+                as_given(obj),
+                py_float_repr(f64::MAX)
+            ),
+        )
+    })
+}
+
+/// An argument as the user wrote it, for messages: its `repr` (`1e-300`,
+/// `10`, `'1m'`), shortened when it is very long (a 400-digit int).
+pub fn as_given(obj: &Bound<'_, PyAny>) -> String {
+    let text = obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".to_owned());
+    const MAX: usize = 60;
+    if text.chars().count() <= MAX {
+        return text;
+    }
+    let head: String = text.chars().take(MAX - 20).collect();
+    let tail: String = text.chars().rev().take(10).collect::<Vec<_>>().into_iter().rev().collect();
+    format!("{head}...{tail} ({} characters)", text.chars().count())
 }
 
 /// A call's cost (or a refund's token count): a whole number ≥ 0.

@@ -19,7 +19,6 @@ use crate::decision::Decision;
 use crate::error::{argument_type, core_error, in_batch, type_name, CoreResultExt};
 use crate::headers::{self, Fields};
 use crate::key::{key_bytes, whole, Cost};
-use crate::rule::rule_repr;
 
 /// The core limiter every keyed class holds.
 pub type Core = ratomic::Keyed<Rule, [u8], Time>;
@@ -159,10 +158,11 @@ impl Keyed {
         crate::rule::Rule(*self.inner.algorithm())
     }
 
+    /// `FixedWindow(fixed window 5 per 1m, keys=0)`: the rule with its unit
+    /// and the keys held.
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
-        let rule = rule_repr(slf.get().inner.algorithm());
-        let args = rule.split_once('(').map_or("", |(_, a)| a.trim_end_matches(')'));
-        Ok(format!("{}({}, keys={})", slf.get_type().name()?, args, slf.get().inner.len()))
+        let inner = &slf.get().inner;
+        Ok(format!("{}({}, keys={})", slf.get_type().name()?, inner.algorithm(), inner.len()))
     }
 }
 
@@ -170,8 +170,8 @@ impl Keyed {
 /// `(key, cost)` pair, as `(key, cost)`: every key a str or bytes with a
 /// UTF-8 form, every cost a whole number. When request `j` is not, the
 /// error is that of the first request core's `check` refuses before `j`, if
-/// any, else `j`'s own: either way it names the first invalid request
-/// (SPEC §4.6).
+/// any, else `j`'s own: either way it names the first invalid request, as
+/// core does for the requests it checks.
 pub fn batch<'py>(
     requests: &Bound<'py, PyAny>,
     check: impl Fn(&[u8], u64) -> ratomic::Result<()>,

@@ -14,7 +14,7 @@ use crate::error::{argument_type, invalid_argument, type_name, CoreResultExt};
 use crate::headers::{self, Fields};
 use crate::key::{key_bytes, whole, Cost};
 use crate::keyed::{batch, keys_of};
-use crate::rule::{rule_arg, rule_repr, Rule};
+use crate::rule::{rule_arg, Rule};
 use crate::store::StoreArgs;
 
 /// `(name, value)` pairs from a mapping (its items, in order) or an
@@ -26,7 +26,10 @@ pub fn named_pairs<'py>(arg: &Bound<'py, PyAny>, what: &str) -> PyResult<Vec<(St
         return Err(argument_type(py, format!("{what} must be a mapping or a list of (name, value) pairs, not str")));
     }
     let mut out = Vec::new();
-    for item in items.try_iter()? {
+    let iter = items.try_iter().map_err(|_| {
+        argument_type(py, format!("{what} must be a mapping or a list of (name, value) pairs, not {}", type_name(arg)))
+    })?;
+    for item in iter {
         let item = item?;
         let pair = item.cast::<PyTuple>().ok().filter(|t| t.len() == 2).ok_or_else(|| {
             argument_type(py, format!("each of {what} must be a (name, value) pair, not {}", type_name(&item)))
@@ -38,6 +41,17 @@ pub fn named_pairs<'py>(arg: &Bound<'py, PyAny>, what: &str) -> PyResult<Vec<(St
         out.push((name.to_cow()?.into_owned(), pair.get_item(1)?));
     }
     Ok(out)
+}
+
+/// A `Limiter`'s limits: a mapping `{name: rule}`, `(name, rule)` pairs, or
+/// one string of rates in the notation of Python's `limits` (slowapi,
+/// Flask-Limiter), `"10/second;1000/day"` (separated by `;`, `,` or `|`):
+/// token buckets, each named by its rate string as written.
+pub fn limits_arg(arg: &Bound<'_, PyAny>) -> PyResult<Vec<(String, ratomic::Rule)>> {
+    if let Ok(s) = arg.cast::<PyString>() {
+        return ratomic::parse_limits(&s.to_cow()?).py_err(arg.py());
+    }
+    named_pairs(arg, "limits")?.into_iter().map(|(name, rule)| Ok((name, rule_arg(&rule)?))).collect()
 }
 
 /// Several named limits on the same key, decided all or nothing: a call is
@@ -128,7 +142,10 @@ impl Limiter {
 impl Limiter {
     /// `limits`: a mapping `{name: rule}` or a list of `(name, rule)` pairs,
     /// where a rule is a rate string (a token bucket, e.g. `"10/s"`) or a
-    /// `Rule` (`Rule.fixed_window("1000/day")`, ...). At most 16 limits.
+    /// `Rule` (`Rule.fixed_window("1000/day")`, ...); or one string of
+    /// rates as Python's `limits` and slowapi write them,
+    /// `"10/second;1000/day"`: token buckets named by their rate strings.
+    /// At most 16 limits.
     #[new]
     #[pyo3(signature = (
         limits, *, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, eviction=None, shared_file=None,
@@ -147,8 +164,8 @@ impl Limiter {
         let time = Time::from_arg(clock)?;
         let store = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction, shared_file };
         let mut builder = ratomic::Limiter::builder().options(store.options()?).clock(time);
-        for (name, rule) in named_pairs(limits, "limits")? {
-            builder = builder.limit(name, rule_arg(&rule)?);
+        for (name, rule) in limits_arg(limits)? {
+            builder = builder.limit(name, rule);
         }
         let inner = builder.build().py_err(py)?;
         let names = make_names(py, inner.names());
@@ -307,9 +324,11 @@ impl Limiter {
         self.inner.len()
     }
 
+    /// `Limiter({"burst": token bucket 3 per 1s, "daily": fixed window 5 per
+    /// 1d}, keys=0)`: each limit's rule with its unit.
     fn __repr__(&self) -> String {
         let limits: Vec<String> =
-            self.inner.names().zip(self.inner.rules()).map(|(n, r)| format!("{n:?}: {}", rule_repr(r))).collect();
+            self.inner.names().zip(self.inner.rules()).map(|(n, r)| format!("{n:?}: {r}")).collect();
         format!("Limiter({{{}}}, keys={})", limits.join(", "), self.inner.len())
     }
 }

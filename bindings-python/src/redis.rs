@@ -18,7 +18,7 @@ use crate::error::{core_error, invalid_argument, CoreResultExt, Exceptions};
 use crate::headers::{self, Fields};
 use crate::key::{key_bytes, Cost};
 use crate::keyed::{batch, keys_of};
-use crate::limiter::named_pairs;
+use crate::limiter::limits_arg;
 use crate::rule::rule_arg;
 
 /// One `EVALSHA` to send: `client.execute_command(*call.argv)`.
@@ -164,10 +164,7 @@ impl RedisDriver {
         max_key_len: usize,
     ) -> PyResult<Self> {
         let (made, rules) = if multi {
-            let pairs = named_pairs(limits, "limits")?
-                .into_iter()
-                .map(|(n, r)| Ok((n, rule_arg(&r)?)))
-                .collect::<PyResult<Vec<_>>>()?;
+            let pairs = limits_arg(limits)?;
             let rules = pairs.iter().map(|(_, r)| *r).collect();
             (Limits::new(pairs), rules)
         } else {
@@ -234,6 +231,12 @@ impl RedisDriver {
     #[getter]
     fn script(&self) -> &'static str {
         ratomic_redis::script::SOURCE
+    }
+
+    /// The limits' rules, in order.
+    #[getter]
+    fn rules(&self) -> Vec<crate::rule::Rule> {
+        self.rules.iter().map(|r| crate::rule::Rule(*r)).collect()
     }
 
     /// The limits' names, in order.

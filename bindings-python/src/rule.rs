@@ -8,14 +8,20 @@ use pyo3::types::PyString;
 
 use ratomic::{Quota, Rate};
 
-use crate::clock::{py_float_repr, seconds_to_nanos};
-use crate::error::{argument_type, type_name, CoreResultExt};
-use crate::key::{number, whole};
+use crate::clock::py_float_repr;
+use crate::error::{argument_type, invalid_argument, type_name, CoreResultExt};
+use crate::key::{as_given, number, whole_from};
+
+/// The longest duration the engine holds: 2^63 − 1 ns (about 292 years).
+const MAX_NANOS: u64 = (1 << 63) - 1;
 
 /// A token-bucket quota from `(capacity, refill_per_sec)`:
 /// - `("10/s", None)`: a rate string, burst = count;
 /// - `(10, 2.5)`: capacity and tokens per second;
 /// - `(50, "10/s")`: capacity 50, refilled at the rate's pace.
+///
+/// Each number is checked here, so its error names the parameter, the
+/// value as written and the accepted range.
 pub fn quota(capacity: &Bound<'_, PyAny>, refill_per_sec: Option<&Bound<'_, PyAny>>) -> PyResult<Quota> {
     let py = capacity.py();
     let refill = refill_per_sec.filter(|r| !r.is_none());
@@ -30,7 +36,7 @@ pub fn quota(capacity: &Bound<'_, PyAny>, refill_per_sec: Option<&Bound<'_, PyAn
         }
         return Quota::parse(&rate.to_cow()?).py_err(py);
     }
-    let capacity = whole(capacity, "capacity")?;
+    let capacity_n = whole_from(capacity, "capacity", 1)?;
     let Some(refill) = refill else {
         return Err(argument_type(
             py,
@@ -38,46 +44,99 @@ pub fn quota(capacity: &Bound<'_, PyAny>, refill_per_sec: Option<&Bound<'_, PyAn
                 .to_owned(),
         ));
     };
-    if let Ok(rate) = refill.cast::<PyString>() {
-        return Quota::parse(&rate.to_cow()?).and_then(|q| q.with_burst(capacity)).py_err(py);
-    }
-    Quota::new(capacity, number(refill, "refill_per_sec")?).py_err(py)
+    let pace = if let Ok(rate) = refill.cast::<PyString>() {
+        Quota::parse(&rate.to_cow()?).py_err(py)?
+    } else {
+        refill_arg(refill)?
+    };
+    with_capacity(pace, capacity, capacity_n, "capacity")
 }
 
-/// A window rate from `(limit, window)`: `("100/min", None)`, or
+/// A refill rate in tokens per second, as a one-token quota: finite and
+/// large enough that one token refills within 2^63 − 1 ns.
+fn refill_arg(obj: &Bound<'_, PyAny>) -> PyResult<Quota> {
+    let x = number(obj, "refill_per_sec")?;
+    let min = 1e9 / MAX_NANOS as f64;
+    match Quota::new(1, x) {
+        Ok(q) if x > min => Ok(q),
+        _ => Err(invalid_argument(
+            obj.py(),
+            format!(
+                "invalid refill_per_sec: {} (must be a finite number of tokens per second greater than {}: \
+                 one token per 2^63 − 1 ns, about 292 years)",
+                as_given(obj),
+                py_float_repr(min)
+            ),
+        )),
+    }
+}
+
+/// `pace` with a burst of `capacity` (the argument `obj`, named `name`):
+/// the burst must refill within 2^63 − 1 ns at that pace.
+pub fn with_capacity(pace: Quota, obj: &Bound<'_, PyAny>, capacity: u64, name: &str) -> PyResult<Quota> {
+    pace.with_burst(capacity).map_err(|_| {
+        let max = MAX_NANOS / pace.emission_interval_nanos();
+        invalid_argument(
+            obj.py(),
+            format!(
+                "invalid {name}: {} (must be a whole number from 1 to {max} at {} tokens per second: \
+                 a full refill must take at most 2^63 − 1 ns, about 292 years)",
+                as_given(obj),
+                py_float_repr(pace.refill_per_sec())
+            ),
+        )
+    })
+}
+
+/// A window rate from `(limit, window_secs)`: `("100/min", None)`, or
 /// `(100, 60.0)` with the window in seconds.
-pub fn rate(limit: &Bound<'_, PyAny>, window: Option<&Bound<'_, PyAny>>) -> PyResult<Rate> {
+pub fn rate(limit: &Bound<'_, PyAny>, window_secs: Option<&Bound<'_, PyAny>>) -> PyResult<Rate> {
     let py = limit.py();
-    let window = window.filter(|w| !w.is_none());
+    let window = window_secs.filter(|w| !w.is_none());
     if let Ok(rate) = limit.cast::<PyString>() {
         if window.is_some() {
             return Err(argument_type(
                 py,
-                "give either a rate string (\"100/min\") or limit and window (100, 60.0), not both".to_owned(),
+                "give either a rate string (\"100/min\") or limit and window_secs (100, 60.0), not both".to_owned(),
             ));
         }
         return Rate::parse(&rate.to_cow()?).py_err(py);
     }
-    let count = whole(limit, "limit")?;
+    let count = whole_from(limit, "limit", 1)?;
     let Some(window) = window else {
         return Err(argument_type(
             py,
-            "window is missing: give (limit, window_seconds) or a rate string such as \"100/min\"".to_owned(),
+            "window_secs is missing: give (limit, window_secs) or a rate string such as \"100/min\"".to_owned(),
         ));
     };
     if window.is_instance_of::<PyString>() {
         return Err(argument_type(
             py,
             format!(
-                "window must be a number of seconds, not str; for a rate string write \"{count}/{}\" as the only argument",
+                "window_secs must be a number of seconds, not str: {}; for a rate string write \"{count}/{}\" \
+                 as the only argument",
+                as_given(window),
                 window.str().map(|s| s.to_string()).unwrap_or_default()
             ),
         ));
     }
-    // Core checks the rate: a limit of at least 1, a window longer than
-    // zero and at most 2^63 − 1 ns.
-    let window = seconds_to_nanos(py, number(window, "window")?, "window")?;
-    Rate::new(count, Duration::from_nanos(window)).py_err(py)
+    let secs = number(window, "window_secs")?;
+    // Seconds become whole nanoseconds, rounded to the nearest: from 1 ns
+    // to 2^63 − 1 ns.
+    let ns = (secs * 1e9).round();
+    // `MAX_NANOS as f64` rounds up to 2^63: below it, every float is at
+    // most 2^63 − 1024.
+    if !(ns >= 1.0 && ns < MAX_NANOS as f64) {
+        return Err(invalid_argument(
+            py,
+            format!(
+                "invalid window_secs: {} (must be a number of seconds from 1e-09 to 9223372036.854775807: \
+                 1 ns to 2^63 − 1 ns, about 292 years)",
+                as_given(window)
+            ),
+        ));
+    }
+    Rate::new(count, Duration::from_nanos(ns as u64)).py_err(py)
 }
 
 /// One limit of a `Limiter`: a token bucket, a fixed window or a sliding
@@ -98,17 +157,17 @@ impl Rule {
 
     /// A fixed window: `Rule.fixed_window("1000/day")` or `Rule.fixed_window(1000, 86400.0)`.
     #[staticmethod]
-    #[pyo3(signature = (limit, window=None))]
-    fn fixed_window(limit: &Bound<'_, PyAny>, window: Option<&Bound<'_, PyAny>>) -> PyResult<Rule> {
-        let r = rate(limit, window)?;
+    #[pyo3(signature = (limit, window_secs=None))]
+    fn fixed_window(limit: &Bound<'_, PyAny>, window_secs: Option<&Bound<'_, PyAny>>) -> PyResult<Rule> {
+        let r = rate(limit, window_secs)?;
         ratomic::Rule::fixed_window(r).map(Rule).py_err(limit.py())
     }
 
     /// A sliding window: `Rule.sliding_window("100/h")` or `Rule.sliding_window(100, 3600.0)`.
     #[staticmethod]
-    #[pyo3(signature = (limit, window=None))]
-    fn sliding_window(limit: &Bound<'_, PyAny>, window: Option<&Bound<'_, PyAny>>) -> PyResult<Rule> {
-        let r = rate(limit, window)?;
+    #[pyo3(signature = (limit, window_secs=None))]
+    fn sliding_window(limit: &Bound<'_, PyAny>, window_secs: Option<&Bound<'_, PyAny>>) -> PyResult<Rule> {
+        let r = rate(limit, window_secs)?;
         ratomic::Rule::sliding_window(r).map(Rule).py_err(limit.py())
     }
 
@@ -130,23 +189,32 @@ impl Rule {
         self.0.limit()
     }
 
+    /// `Rule.fixed_window(5, window_secs=60.0)`: a repr that rebuilds the rule.
     fn __repr__(&self) -> String {
         rule_repr(&self.0)
     }
+
+    /// `fixed window 5 per 1m`: the rule with its unit, as every face prints it.
+    fn __str__(&self) -> String {
+        self.0.to_string()
+    }
 }
 
-/// `Rule.token_bucket(10, 10.0)` and so on: a repr that rebuilds the rule.
+/// `Rule.token_bucket(10, refill_per_sec=10.0)`, `Rule.fixed_window(5,
+/// window_secs=60.0)`: a repr that rebuilds the rule, its units named.
 pub fn rule_repr(rule: &ratomic::Rule) -> String {
     match rule {
         ratomic::Rule::TokenBucket(g) => {
             let q = g.quota();
-            format!("Rule.token_bucket({}, {})", q.capacity(), py_float_repr(q.refill_per_sec()))
+            format!("Rule.token_bucket({}, refill_per_sec={})", q.capacity(), py_float_repr(q.refill_per_sec()))
         }
         ratomic::Rule::FixedWindow(f) => {
-            format!("Rule.fixed_window({}, {})", window_count(rule), py_float_repr(f.window().as_secs_f64()))
+            let secs = py_float_repr(f.window().as_secs_f64());
+            format!("Rule.fixed_window({}, window_secs={secs})", window_count(rule))
         }
         ratomic::Rule::SlidingWindow(s) => {
-            format!("Rule.sliding_window({}, {})", window_count(rule), py_float_repr(s.window().as_secs_f64()))
+            let secs = py_float_repr(s.window().as_secs_f64());
+            format!("Rule.sliding_window({}, window_secs={secs})", window_count(rule))
         }
         other => format!("{other:?}"),
     }

@@ -11,8 +11,10 @@ use crate::keyed::Keyed;
 use crate::rule::rate;
 use crate::store::StoreArgs;
 
-/// At most `limit` calls per key in any `window` seconds, by the
-/// sliding-window counter approximation (SPEC §4.3).
+/// At most `limit` calls per key in any `window_secs` seconds, by the
+/// sliding-window counter approximation: the current window's count plus
+/// the previous window's, weighted by how much of it still overlaps the
+/// last `window_secs` seconds.
 #[pyclass(frozen, extends = Keyed, module = "ratomic", name = "SlidingWindow")]
 pub struct SlidingWindow {
     window: Duration,
@@ -20,17 +22,17 @@ pub struct SlidingWindow {
 
 #[pymethods]
 impl SlidingWindow {
-    /// `(100, 60.0)`: 100 calls per 60-second window; or a rate string:
-    /// `("100/min")`.
+    /// `(100, 60.0)`: 100 calls per 60-second window (`window_secs`, in
+    /// seconds); or a rate string: `("100/min")`.
     #[new]
     #[pyo3(signature = (
-        limit, window=None, *, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, eviction=None, shared_file=None,
+        limit, window_secs=None, *, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, eviction=None, shared_file=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         limit: &Bound<'_, PyAny>,
-        window: Option<&Bound<'_, PyAny>>,
+        window_secs: Option<&Bound<'_, PyAny>>,
         clock: Option<&Bound<'_, PyAny>>,
         max_keys: Option<&Bound<'_, PyAny>>,
         max_key_len: Option<&Bound<'_, PyAny>>,
@@ -38,7 +40,7 @@ impl SlidingWindow {
         eviction: Option<&Bound<'_, PyAny>>,
         shared_file: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<(Self, Keyed)> {
-        let rate = rate(limit, window)?;
+        let rate = rate(limit, window_secs)?;
         let rule = Rule::sliding_window(rate).py_err(py)?;
         let store = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction, shared_file };
         Ok((SlidingWindow { window: rate.period() }, Keyed::new(py, rule, clock, store.options()?)?))
@@ -46,7 +48,7 @@ impl SlidingWindow {
 
     /// The window length, in seconds.
     #[getter]
-    fn window(&self) -> f64 {
+    fn window_secs(&self) -> f64 {
         self.window.as_secs_f64()
     }
 }

@@ -30,13 +30,13 @@ impl<'a, 'py> StoreArgs<'a, 'py> {
         }
         let mut o = Options::default();
         if let Some(n) = given(self.max_keys) {
-            o = o.max_keys(size(n, "max_keys")?);
+            o = o.max_keys(size(n, "max_keys", 1)?);
         }
         if let Some(n) = given(self.max_key_len) {
-            o = o.max_key_len(size(n, "max_key_len")?);
+            o = o.max_key_len(size(n, "max_key_len", 1)?);
         }
         if let Some(n) = given(self.max_key_bytes) {
-            o = o.max_key_bytes(size(n, "max_key_bytes")?);
+            o = o.max_key_bytes(size(n, "max_key_bytes", 0)?);
         }
         if let Some(e) = given(self.eviction) {
             o = o.eviction(eviction(e)?);

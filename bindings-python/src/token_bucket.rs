@@ -5,13 +5,15 @@ use pyo3::prelude::*;
 use ratomic::{Quota, Rule};
 
 use crate::error::CoreResultExt;
-use crate::key::whole;
+use crate::key::whole_from;
 use crate::keyed::Keyed;
-use crate::rule::quota;
+use crate::rule::{quota, with_capacity};
 use crate::store::StoreArgs;
 
-/// A token bucket per key (GCRA, SPEC §4.1): bursts of `capacity`, refilled
-/// at `refill_per_sec` tokens a second.
+/// A token bucket per key (GCRA, the generic cell rate algorithm): bursts of
+/// `capacity`, refilled at `refill_per_sec` tokens a second. A key starts
+/// full; a call of cost `n` passes if the key holds `n` tokens, and takes
+/// them.
 #[pyclass(frozen, extends = Keyed, module = "ratomic", name = "TokenBucket")]
 pub struct TokenBucket {
     quota: Quota,
@@ -76,7 +78,7 @@ impl TokenBucket {
     ) -> PyResult<Py<Self>> {
         let mut q = Quota::parse(rate).py_err(py)?;
         if let Some(b) = burst.filter(|b| !b.is_none()) {
-            q = q.with_burst(whole(b, "burst")?).py_err(py)?;
+            q = with_capacity(q, b, whole_from(b, "burst", 1)?, "burst")?;
         }
         let store = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction, shared_file };
         Py::new(py, Self::build(py, q, clock, store)?)

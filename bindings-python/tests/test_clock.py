@@ -83,7 +83,7 @@ def test_clock_returning_no_time_is_a_value_error(value):
         tb.allow("k")
 
 
-# Times are nanoseconds below 2**62 (SPEC §6): a later reading is an error
+# Times are nanoseconds below 2**62 (the contract's time rules, https://github.com/ratomic/ratomic/blob/main/docs/CONTRACT.md#6-time): a later reading is an error
 # from core, never clamped, and changes nothing.
 LAST = (2**62 - 1) / 1e9
 LIMITERS = {

@@ -19,7 +19,7 @@ def test_direct_bucket(clock):
     b.reset()
     assert b.peek(0).remaining == 3
     assert b.clock is clock and b.rule == ratomic.Rule.token_bucket(3, 2.0)
-    assert repr(b) == "DirectTokenBucket(3, 2.0)"
+    assert repr(b) == "DirectTokenBucket(token bucket 3 per 1500ms)"
 
 
 def test_direct_bucket_arguments():

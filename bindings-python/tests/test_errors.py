@@ -51,20 +51,20 @@ def test_token_bucket_arguments(args, exc, match):
 @pytest.mark.parametrize(
     "args, exc, match",
     [
-        # Core checks the rate (its count and period), the face the types.
-        ((10, 0.0), E.InvalidArgumentError, "period"),
-        ((10, 1e-10), E.InvalidArgumentError, "period"),
-        ((10, -1.0), E.InvalidArgumentError, "window"),
-        ((10, float("nan")), E.InvalidArgumentError, "window"),
-        ((10, float("inf")), E.InvalidArgumentError, "window"),
-        ((10, 1e300), E.InvalidArgumentError, "period"),
-        ((10, 2.0**63 / 1e9), E.InvalidArgumentError, "period"),
-        ((0, 1.0), E.InvalidArgumentError, "count"),
+        # The face checks the numbers, naming the Python parameters.
+        ((10, 0.0), E.InvalidArgumentError, "window_secs"),
+        ((10, 1e-10), E.InvalidArgumentError, "window_secs"),
+        ((10, -1.0), E.InvalidArgumentError, "window_secs"),
+        ((10, float("nan")), E.InvalidArgumentError, "window_secs"),
+        ((10, float("inf")), E.InvalidArgumentError, "window_secs"),
+        ((10, 1e300), E.InvalidArgumentError, "window_secs"),
+        ((10, 2.0**63 / 1e9), E.InvalidArgumentError, "window_secs"),
+        ((0, 1.0), E.InvalidArgumentError, "limit"),
         ((-5, 1.0), E.InvalidArgumentError, "limit"),
-        ((10,), E.ArgumentTypeError, "window"),
-        ((10, "1m"), E.ArgumentTypeError, "window"),
+        ((10,), E.ArgumentTypeError, "window_secs"),
+        ((10, "1m"), E.ArgumentTypeError, "window_secs"),
         (("10/m", 60.0), E.ArgumentTypeError, "not both"),
-        (("10 per m",), E.InvalidRateError, "10 per m"),
+        (("10 per fortnight",), E.InvalidRateError, "10 per fortnight"),
         ((2.5, 1.0), E.ArgumentTypeError, "limit"),
     ],
 )

@@ -1,4 +1,5 @@
-"""FixedWindow (SPEC §4.2)."""
+"""FixedWindow: at most limit calls in each window, windows aligned to the clock's epoch
+(https://github.com/ratomic/ratomic/blob/main/docs/CONTRACT.md#42-fixedwindowlimit-window-and-43-slidingwindowlimit-window)."""
 
 import pytest
 

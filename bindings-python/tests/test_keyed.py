@@ -1,5 +1,6 @@
 """Keyed: the one base of every single-rule limiter (core's Keyed<Rule>), its
-batches (SPEC §4.6) and its store options (SPEC §5)."""
+batches and its store options, as the contract states them
+(https://github.com/ratomic/ratomic/blob/main/docs/CONTRACT.md#46-batches--allow_many, #5-keys-and-memory)."""
 
 import pytest
 
@@ -88,7 +89,7 @@ def test_store_options_reach_the_store(clock):
 @pytest.mark.parametrize("cls", [ratomic.FixedWindow, ratomic.SlidingWindow])
 def test_window_operations(cls, clock):
     w = cls(5, 10.0, clock=clock)
-    assert w.window == 10.0 and w.limit == 5
+    assert w.window_secs == 10.0 and w.limit == 5
     assert w.allow("k", 3).remaining == 2
     assert w.peek("k", 2).remaining == 0
     assert w.peek("k", 0).remaining == 2
@@ -110,6 +111,6 @@ def test_window_operations(cls, clock):
 @pytest.mark.parametrize("cls", [ratomic.FixedWindow, ratomic.SlidingWindow])
 def test_window_from_rate_string(cls):
     w = cls("1000/15m")
-    assert (w.limit, w.window) == (1000, 900.0)
+    assert (w.limit, w.window_secs) == (1000, 900.0)
     w = cls(3, 0.25)
-    assert (w.limit, w.window) == (3, 0.25)
+    assert (w.limit, w.window_secs) == (3, 0.25)

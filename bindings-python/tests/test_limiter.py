@@ -1,4 +1,5 @@
-"""Limiter: several named limits on one key, all or nothing (SPEC §4.4)."""
+"""Limiter: several named limits on one key, all or nothing
+(https://github.com/ratomic/ratomic/blob/main/docs/CONTRACT.md#44-several-limits-on-one-key--limiter)."""
 
 import pytest
 
@@ -81,7 +82,7 @@ def test_operations(api, clock):
     assert api.names == ("burst", "daily")
     assert api.rules == {"burst": Rule.token_bucket("3/s"), "daily": Rule.fixed_window(5, 86400.0)}
     assert api.max_key_len == 1024
-    assert repr(api).startswith("Limiter({\"burst\": Rule.token_bucket(3, 3.0), ")
+    assert repr(api) == 'Limiter({"burst": token bucket 3 per 1s, "daily": fixed window 5 per 1d}, keys=0)'
 
 
 def test_rules_of_every_kind(clock):
@@ -98,8 +99,44 @@ def test_rules_of_every_kind(clock):
     d = lim.allow("k")
     assert d.remaining == 4 and len(d) == 5
     assert [r.kind for r in lim.rules.values()] == ["token_bucket"] * 2 + ["fixed_window", "sliding_window", "token_bucket"]
-    assert repr(Rule.sliding_window(50, 3600.0)) == "Rule.sliding_window(50, 3600.0)"
+    assert repr(Rule.sliding_window(50, 3600.0)) == "Rule.sliding_window(50, window_secs=3600.0)"
+    assert str(Rule.sliding_window(50, 3600.0)) == "sliding window 50 per 1h"
+    assert repr(Rule.token_bucket(10, 2.5)) == "Rule.token_bucket(10, refill_per_sec=2.5)"
+    assert str(Rule.token_bucket(10, 2.5)) == "token bucket 10 per 4s"
+    for rule in lim.rules.values():
+        assert eval(repr(rule), {"Rule": Rule}) == rule, "a Rule's repr rebuilds it"
     assert Rule.fixed_window("5/s").limit == 5
+
+
+def test_a_limits_string_as_slowapi_and_limits_write_it(clock):
+    """slowapi's "10/second;1000/day": token buckets named by their rates."""
+    api = ratomic.Limiter("2/second; 3 per minute | 5/hour,", clock=clock)
+    assert api.names == ("2/second", "3 per minute", "5/hour")
+    assert api.rules == {
+        "2/second": Rule.token_bucket("2/s"),
+        "3 per minute": Rule.token_bucket("3/min"),
+        "5/hour": Rule.token_bucket("5/h"),
+    }
+    assert [bool(api.allow("k")) for _ in range(3)] == [True, True, False]
+    clock.advance(1.0)
+    d = api.allow("k")
+    assert d and d["3 per minute"].remaining == 0
+    assert api.allow("k").denied_by == ("3 per minute",)
+    assert api.peek("k", 0, limits=["5/hour"]).remaining == 2
+    # Every rate string accepts the notation of `limits`.
+    for text, same in [
+        ("5 per minute", "5/min"),
+        ("10 per 2 minutes", "10/2m"),
+        ("10/2 minutes", "10/120s"),
+        ("7 PER Hour", "7/h"),
+        ("1/month", "1/30d"),
+        ("1 per year", "1/360d"),
+    ]:
+        assert Rule.token_bucket(text) == Rule.token_bucket(same), text
+        assert Rule.fixed_window(text) == Rule.fixed_window(same), text
+        assert ratomic.SlidingWindow(text).window_secs == ratomic.SlidingWindow(same).window_secs
+    with pytest.raises(ratomic.InvalidRateError, match="no rate in it"):
+        ratomic.Limiter(" ; ")
 
 
 def test_limiter_errors():
@@ -119,8 +156,10 @@ def test_limiter_errors():
         ratomic.Limiter([("a",)])
     with pytest.raises(ratomic.ArgumentTypeError):
         ratomic.Limiter([(1, "1/s")])
+    with pytest.raises(ratomic.InvalidRateError, match='invalid rate "a"'):
+        ratomic.Limiter("a")  # a str is a limits string: "10/second;1000/day"
     with pytest.raises(ratomic.ArgumentTypeError):
-        ratomic.Limiter("a")
+        ratomic.Limiter(5)
     lim = ratomic.Limiter({"a": "2/s", "b": "5/s"})
     with pytest.raises(ratomic.CostExceedsLimitError):
         lim.allow("k", 3)

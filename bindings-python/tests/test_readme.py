@@ -1,9 +1,16 @@
-"""The README's Python examples, run as tests.
+"""The READMEs' Python examples, run as tests.
 
-The project's README (the repository root's README.md) holds the Python
-guide; every ```python block in it runs here.
+Two READMEs hold Python: the package's own (bindings-python/README.md, the
+PyPI page) and the project's (the repository root's README.md, with the
+full guide). Every ```python block in them runs here, and every
+`print(x)  # shown` comment must match what was printed.
+
+RATOMIC_READMES (paths separated by os.pathsep) names other copies: the
+fresh install outside the repository (run-tests.sh) runs this file against
+the README inside the installed wheel's metadata and a copy of the root one.
 """
 
+import os
 import pathlib
 import re
 import textwrap
@@ -11,25 +18,33 @@ import textwrap
 import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent.parent
-ROOT_README = HERE.parent / "README.md"
+DEFAULT_READMES = [HERE / "README.md", HERE.parent / "README.md"]
 
 
-def python_blocks():
-    text = ROOT_README.read_text(encoding="utf-8")
+def readmes():
+    given = os.environ.get("RATOMIC_READMES")
+    return [pathlib.Path(p) for p in given.split(os.pathsep)] if given else DEFAULT_READMES
+
+
+def python_blocks(path):
+    text = path.read_text(encoding="utf-8")
     # Blocks inside a list item are indented: dedent them.
-    return ROOT_README, [textwrap.dedent(b) for b in re.findall(r"```python\n(.*?)```", text, flags=re.S)]
+    return [textwrap.dedent(b) for b in re.findall(r"```python\n(.*?)```", text, flags=re.S)]
 
 
-PATH, BLOCKS = python_blocks()
+BLOCKS = [(path, i, code) for path in readmes() for i, code in enumerate(python_blocks(path))]
 
 
-def test_readme_has_examples():
-    assert len(BLOCKS) >= 3, PATH
+@pytest.mark.parametrize("path", readmes(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_readme_has_examples(path):
+    assert len(python_blocks(path)) >= 3, path
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_readme_example_runs(index, capsys, monkeypatch):
-    code = BLOCKS[index]
+@pytest.mark.parametrize("path, index, code", BLOCKS, ids=[f"{p.parent.name}/{p.name}[{i}]" for p, i, _ in BLOCKS])
+def test_readme_example_runs(path, index, code, capsys, monkeypatch, tmp_path):
+    # Run where nothing of the repository is importable: `ratomic` is the
+    # installed wheel.
+    monkeypatch.chdir(tmp_path)
     if "REDIS_URL" in code:
         # The Redis example talks to a real server of its own.
         from redis_server import Server
@@ -37,16 +52,15 @@ def test_readme_example_runs(index, capsys, monkeypatch):
         server = Server()
         monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{server.port}/0")
         try:
-            run(code, index, capsys)
+            run(code, f"{path.name}[python block {index}]", capsys)
         finally:
             server.stop()
     else:
-        run(code, index, capsys)
+        run(code, f"{path.name}[python block {index}]", capsys)
 
 
-def run(code, index, capsys):
-    exec(compile(code, f"{PATH.name}[python block {index}]", "exec"), {"__name__": "__readme__"})
-    # Every `print(x)  # shown` comment must match what was printed.
-    expected = [m.group(1) for m in re.finditer(r"^print\(.*\)\s+# (.*)$", code, flags=re.M)]
+def run(code, name, capsys):
+    exec(compile(code, name, "exec"), {"__name__": "__readme__"})
+    expected = [m.group(1) for m in re.finditer(r"^\s*print\(.*\)\s+# (.*)$", code, flags=re.M)]
     printed = capsys.readouterr().out.splitlines()
     assert printed == expected

@@ -87,6 +87,25 @@ def test_windows_and_a_two_limit_limiter_decide_as_documented(client, prefix):
     assert m.names == ("burst", "daily") and ds[0]["daily"].remaining == 2
 
 
+def test_a_limits_string_as_slowapi_writes_it(client, prefix):
+    m = RedisLimiter("2/second;3 per day", client=client, prefix=prefix)
+    assert m.names == ("2/second", "3 per day")
+    ds = [m.allow_at("u", t) for t in (0.0, 0.0, 0.0, 5.0, 10.0)]
+    assert [d.allowed for d in ds] == [True, True, False, True, False]
+    assert ds[2].denied_by == ("2/second",) and ds[4].denied_by == ("3 per day",)
+    memory = ratomic.Limiter("2/second;3 per day", clock=ratomic.ManualClock())
+    assert memory.rules == {"2/second": Rule.token_bucket("2/s"), "3 per day": Rule.token_bucket("3/d")}
+    with pytest.raises(ratomic.InvalidRateError, match='invalid rate "5/fortnight"'):
+        RedisLimiter("2/s|5/fortnight", client=client, prefix=prefix)
+    assert repr(m) == (
+        f'RedisLimiter({{"2/second": token bucket 2 per 1s, "3 per day": token bucket 3 per 1d}}, '
+        f"prefix={prefix!r}, client=blocking)"
+    )
+    assert repr(RedisFixedWindow(5, window_secs=60, client=client, prefix=prefix)) == (
+        f"RedisFixedWindow(fixed window 5 per 1m, prefix={prefix!r}, client=blocking)"
+    )
+
+
 def test_bad_input_raises_the_in_memory_errors_before_any_round_trip(server, prefix):
     dead = redis.Redis(port=1)  # nothing listens: a round trip would fail
     l = RedisTokenBucket("2/s", client=dead, prefix=prefix)

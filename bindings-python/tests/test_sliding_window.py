@@ -1,4 +1,5 @@
-"""SlidingWindow (SPEC §4.3)."""
+"""SlidingWindow: the sliding-window counter approximation
+(https://github.com/ratomic/ratomic/blob/main/docs/CONTRACT.md#42-fixedwindowlimit-window-and-43-slidingwindowlimit-window)."""
 
 import pytest
 

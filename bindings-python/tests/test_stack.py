@@ -19,7 +19,7 @@ def test_stack_is_all_or_nothing(clock):
     assert stack.allow(["10.0.0.1", "alice"])
     assert len(stack) == 2 and stack.names == ("ip", "user")
     assert stack.members == (per_ip, per_user)
-    assert repr(stack).startswith('Stack({"ip": TokenBucket(3, 3.0')
+    assert repr(stack).startswith('Stack({"ip": TokenBucket(token bucket 3 per 1s, keys=')
 
 
 def test_stack_of_every_kind(clock):
@@ -37,7 +37,7 @@ def test_stack_of_every_kind(clock):
 
 def test_stack_members_must_share_one_clock(clock):
     # The stack passes one reading to every member: core refuses a member
-    # on another clock (SPEC §4.5), in every face.
+    # on another clock (the contract, https://github.com/ratomic/ratomic/blob/main/docs/CONTRACT.md#45-limiters-on-different-keys--stack), in every face.
     manual = ratomic.TokenBucket("1/s", clock=clock)
     default = ratomic.TokenBucket("1/s")
     with pytest.raises(ratomic.InvalidArgumentError, match='member: "b" .*another clock'):

@@ -1,4 +1,5 @@
-"""TokenBucket: the five course behaviours and the SPEC §4.1 equations, on an injected clock."""
+"""TokenBucket: the five course behaviours and the GCRA equations of the contract
+(https://github.com/ratomic/ratomic/blob/main/docs/CONTRACT.md#41-tokenbucket--gcra-normative), on an injected clock."""
 
 import pytest
 
@@ -181,4 +182,4 @@ def test_properties_and_repr(clock):
     assert ratomic.TokenBucket(1, 1.0).clock is None
     assert tb.rule == ratomic.Rule.token_bucket(10, 2.5)
     tb.allow("k")
-    assert repr(tb) == "TokenBucket(10, 2.5, keys=1)"
+    assert repr(tb) == "TokenBucket(token bucket 10 per 4s, keys=1)"

@@ -12,7 +12,7 @@ use crate::algorithm::{sealed, Algorithm};
 use crate::decision::Verdict;
 use crate::div::Divider;
 use crate::quota::Quota;
-use crate::rate::{Period, MAX_NANOS};
+use crate::rate::{round_period, Period, MAX_NANOS};
 
 /// The GCRA token-bucket algorithm for one [`Quota`]: the rule behind
 /// [`TokenBucket`](crate::TokenBucket) and
@@ -56,11 +56,28 @@ impl Gcra {
     }
 }
 
-/// `token bucket 10 per 1s`: a burst of 10 refilled over one second (the
-/// burst `B` over `B·T`, a rate string that parses back to this bucket).
+/// `token bucket 10 per 1s`: a burst of 10 refilled over one second — a
+/// rate string that parses back to this very bucket. `T` is a whole number
+/// of nanoseconds rounded down, so `B·T` can fall short of the period the
+/// rate was written with (`"3/s"`: 999,999,999 ns); the period shown is the
+/// one in the largest whole unit, down to milliseconds, that gives the same
+/// `T`. A bucket no such period gives (`Quota::new(10, 3.0)`: 10 tokens per
+/// 3,333,333,330 ns) shows its refill rate instead: `token bucket 10,
+/// refill 3/s`.
 impl std::fmt::Display for Gcra {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "token bucket {} per {}", self.quota.capacity(), Period(self.tau))
+        let b = self.quota.capacity();
+        match round_period(self.tau, |p| (p / b).max(1) == self.t) {
+            Some(p) => write!(f, "token bucket {b} per {}", Period(p)),
+            None => {
+                let r = self.quota.refill_per_sec();
+                if r.fract() == 0.0 && r < 1e15 {
+                    write!(f, "token bucket {b}, refill {}/s", r as u64)
+                } else {
+                    write!(f, "token bucket {b}, refill {r:?}/s")
+                }
+            }
+        }
     }
 }
 
@@ -121,6 +138,19 @@ impl Algorithm for Gcra {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn prints_as_a_rate_string_that_parses_back_to_the_same_bucket() {
+        for count in 1..=300u64 {
+            for period in ["1s", "7s", "1m", "250ms", "15m", "1d", "3ms", "1h"] {
+                let g = Gcra::new(Quota::parse(&format!("{count}/{period}")).unwrap());
+                let shown = g.to_string();
+                let rate = shown.strip_prefix("token bucket ").unwrap().replacen(" per ", "/", 1);
+                let back = Gcra::new(Quota::parse(&rate).unwrap_or_else(|e| panic!("{shown}: {e}")));
+                assert_eq!((back.t, back.tau), (g.t, g.tau), "{count}/{period} shown as {shown}");
+            }
+        }
+    }
+
     use super::*;
 
     fn gcra(capacity: u64, t: u64) -> Gcra {

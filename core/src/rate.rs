@@ -232,6 +232,16 @@ const SHOW: &[(&str, u64)] = &[
     ("ns", 1),
 ];
 
+/// The period `p >= at_least` in whole units of the largest unit, from days
+/// down to milliseconds, that `same` accepts (rounded up to that unit), if
+/// any.
+pub(crate) fn round_period(at_least: u64, same: impl Fn(u64) -> bool) -> Option<u64> {
+    SHOW.iter()
+        .take_while(|&&(_, unit)| unit >= NS_PER_MS)
+        .filter_map(|&(_, unit)| at_least.div_ceil(unit).checked_mul(unit))
+        .find(|&p| p <= MAX_NANOS && same(p))
+}
+
 /// The largest unit of [`SHOW`] that divides `ns`: (count of it, its name).
 fn largest_unit(ns: u64) -> (u64, &'static str) {
     SHOW.iter().find(|&&(_, unit)| ns % unit == 0).map_or((ns, "ns"), |&(name, unit)| (ns / unit, name))

@@ -130,6 +130,10 @@ macro_rules! dispatch {
 ///
 /// assert_eq!(Rule::parse("10/s")?.to_string(), "token bucket 10 per 1s");
 /// assert_eq!(Rule::token_bucket(Quota::parse("10/s")?.with_burst(50)?).to_string(), "token bucket 50 per 5s");
+/// assert_eq!(Rule::parse("3/s")?.to_string(), "token bucket 3 per 1s"); // T = 333,333,333 ns
+/// assert_eq!(Rule::token_bucket(Quota::new(10, 3.0)?).to_string(), "token bucket 10, refill 3/s");
+/// assert_eq!(Rule::token_bucket(Quota::new(2, 0.25)?).to_string(), "token bucket 2 per 8s");
+/// assert_eq!(Rule::token_bucket(Quota::new(1, 1e-9)?).to_string(), "token bucket 1 per 1000000000s");
 /// assert_eq!(Rule::fixed_window(Rate::parse("5/60ms")?)?.to_string(), "fixed window 5 per 60ms");
 /// assert_eq!(Rule::sliding_window(Rate::parse("100 per hour")?)?.to_string(), "sliding window 100 per 1h");
 /// # Ok::<(), ratomic::Error>(())

@@ -23,8 +23,9 @@ pub(crate) enum Failure {
     BufferTooSmall { need: usize, have: usize },
     /// A caller's text buffer holds `have` bytes; the text and its NUL need `need`.
     TextBufferTooSmall { need: usize, have: usize },
-    /// An enum argument (named) holds a value with no meaning.
-    UnknownValue { name: &'static str, value: u32 },
+    /// An enum argument (named) holds a value with no meaning; `accepted`
+    /// lists the values it may hold.
+    UnknownValue { name: &'static str, value: u32, accepted: &'static str },
     /// Request `index` of a batch failed as `cause` says, found by the C
     /// face before the engine saw the batch (a key C cannot read).
     Request { index: usize, cause: Box<Failure> },
@@ -86,8 +87,8 @@ impl Failure {
             Failure::TextBufferTooSmall { need, have } => {
                 (RATOMIC_BUFFER_TOO_SMALL, format!("buf holds {have} bytes; the text with its NUL needs {need}"), None)
             }
-            Failure::UnknownValue { name, value } => {
-                (RATOMIC_INVALID_ARGUMENT, format!("unknown {name}: {value}"), None)
+            Failure::UnknownValue { name, value, accepted } => {
+                (RATOMIC_INVALID_ARGUMENT, format!("unknown {name}: {value} (expected {accepted})"), None)
             }
             Failure::Unsupported(what) => (RATOMIC_OTHER_ERROR, what.to_owned(), None),
             Failure::Redis(e) => {
@@ -205,6 +206,20 @@ pub(crate) unsafe fn key_arg<'a>(key: *const u8, key_len: usize, max_key_len: us
     // SAFETY: non-NULL, and the caller guarantees `key_len` readable bytes;
     // `key_len <= max_key_len < 2^32`, so the length fits in an isize.
     Ok(unsafe { std::slice::from_raw_parts(key, key_len) })
+}
+
+/// A caller's `now_ns` argument, if any, checked against `MAX_TIME` here so
+/// that the error names the parameter as C wrote it.
+#[inline(always)]
+pub(crate) fn now_arg(now_ns: Option<u64>) -> Result<Option<u64>, Failure> {
+    match now_ns {
+        Some(t) if t > ratomic_core::MAX_TIME => Err(Failure::Core(Error::InvalidArgument {
+            name: "now_ns",
+            value: t.to_string(),
+            reason: "must be at most RATOMIC_MAX_TIME, 2^62 − 1 ns (about 146 years after the clock's zero)".into(),
+        })),
+        now => Ok(now),
+    }
 }
 
 /// A NUL-terminated UTF-8 string argument.

@@ -1,4 +1,5 @@
-//! The answer to one call, as C sees it (SPEC §2).
+//! The answer to one call, as C sees it: allowed or not, what remains,
+//! and when to retry and when the key is full again.
 
 use std::ffi::c_char;
 

@@ -87,17 +87,24 @@ unsafe fn make(quota: Quota, options: *const ratomic_options, out: *mut *mut rat
 /// process. On `RATOMIC_OK`, `*out` is a new bucket; on any error `*out` is
 /// untouched.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (out); `RATOMIC_INVALID_ARGUMENT`
-/// (capacity 0; `refill_per_sec` NaN, infinite, ≤ 0, or so small that one
-/// token would take more than 2^63 ns; `capacity` × `T` above 2^63 − 1 ns;
-/// an unknown `eviction`; a `shared_file`); `RATOMIC_PANIC`.
+/// @param capacity The most tokens a key holds (the burst), at least 1.
+/// @param refill_per_sec Tokens refilled per **second**: finite and > 0.
+/// @param options Options, or NULL for the library's monotonic clock: only the
+///     clock fields apply; a `shared_file` is refused.
+/// @param[out] out Receives the new bucket, only on `RATOMIC_OK`; release it with
+///     `ratomic_direct_free`.
+/// @return `RATOMIC_OK` on success; on an error:
+/// @retval RATOMIC_NULL_ARGUMENT NULL: out.
+/// @retval RATOMIC_INVALID_ARGUMENT Capacity 0; `refill_per_sec` NaN, infinite, ≤
+///     0, or so small that one token would take more than 2^63 ns; `capacity` × `T`
+///     above 2^63 − 1 ns; an unknown `eviction`; a `shared_file`.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: the caller owns `*out` and must release it with
-/// `ratomic_direct_free`. Thread-safety: safe from any thread.
+/// @note Ownership: the caller owns `*out` and must release it with
+///     `ratomic_direct_free`. Thread-safety: safe from any thread.
 ///
-/// # Safety
-/// `options`, if non-NULL, must point to a valid `ratomic_options`; `out`
-/// must be valid for writes.
+/// @warning `options`, if non-NULL, must point to a valid `ratomic_options`; `out`
+///     must be valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_direct_token_bucket_new(
     capacity: u64,
@@ -119,18 +126,25 @@ pub unsafe extern "C" fn ratomic_direct_token_bucket_new(
 /// in `ratomic_direct_token_bucket_new`. On `RATOMIC_OK`, `*out` is a new
 /// bucket; on any error `*out` is untouched.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (rate, out); `RATOMIC_INVALID_RATE` (a
-/// malformed or non-UTF-8 rate, as for `ratomic_token_bucket_from_rate`:
-/// the message quotes the input); `RATOMIC_INVALID_ARGUMENT` (an unknown
-/// `eviction`; a `shared_file`); `RATOMIC_PANIC`.
+/// @param rate A rate string, NUL-terminated UTF-8, such as `"10/s"`,
+///     `"100/min"`, `"5/2s"` or `"5 per minute"`; only read during the call.
+/// @param options Options, or NULL for the library's monotonic clock: only the
+///     clock fields apply; a `shared_file` is refused.
+/// @param[out] out Receives the new bucket, only on `RATOMIC_OK`; release it with
+///     `ratomic_direct_free`.
+/// @return `RATOMIC_OK` on success; on an error:
+/// @retval RATOMIC_NULL_ARGUMENT NULL: rate, out.
+/// @retval RATOMIC_INVALID_RATE A malformed or non-UTF-8 rate, as for
+///     `ratomic_token_bucket_from_rate`: the message quotes the input.
+/// @retval RATOMIC_INVALID_ARGUMENT An unknown `eviction`; a `shared_file`.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: `rate` is only read during the call; the caller owns `*out`
-/// and must release it with `ratomic_direct_free`. Thread-safety: safe from
-/// any thread.
+/// @note Ownership: `rate` is only read during the call; the caller owns `*out` and
+///     must release it with `ratomic_direct_free`. Thread-safety: safe from any
+///     thread.
 ///
-/// # Safety
-/// `rate` must be a NUL-terminated string; `options`, if non-NULL, a valid
-/// `ratomic_options`; `out` valid for writes.
+/// @warning `rate` must be a NUL-terminated string; `options`, if non-NULL, a valid
+///     `ratomic_options`; `out` valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_direct_token_bucket_from_rate(
     rate: *const c_char,
@@ -150,9 +164,10 @@ pub unsafe extern "C" fn ratomic_direct_token_bucket_from_rate(
 /// Releases a direct bucket (a stack that holds it as a member keeps it
 /// alive until the stack is freed). NULL is accepted and does nothing.
 ///
-/// # Safety
-/// `direct` must be NULL or a pointer from a `ratomic_direct_*` constructor
-/// not yet freed, and no other call may use it at the same time.
+/// @param direct The bucket to release, or NULL.
+///
+/// @warning `direct` must be NULL or a pointer from a `ratomic_direct_*`
+///     constructor not yet freed, and no other call may use it at the same time.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_direct_free(direct: *mut ratomic_direct) {
     let _ = ffi_boundary!({
@@ -181,7 +196,7 @@ unsafe fn decide(
         // SAFETY: the caller passes a live bucket or NULL.
         let b = &unsafe { arg_ref(direct, "direct") }?.bucket;
         let decision = out_ptr(decision, "decision")?;
-        let now = now.unwrap_or_else(|| b.now());
+        let now = crate::boundary::now_arg(now)?.unwrap_or_else(|| b.now());
         let d = if consume { b.allow_at(cost, now) } else { b.peek_at(cost, now) }?;
         // SAFETY: checked non-NULL above; the caller guarantees it is writable.
         unsafe { ratomic_decision::write(decision, d) };
@@ -190,21 +205,26 @@ unsafe fn decide(
 }
 
 /// Takes `cost` tokens from the bucket if it has that many, and writes the
-/// decision to `*decision`: SPEC §4.1's token bucket, with no key. A denial
+/// decision to `*decision`: the token bucket of `ratomic_token_bucket_new`
+/// (GCRA), with no key. A denial
 /// is `RATOMIC_OK` with `decision->allowed == false` and a positive
 /// `retry_after_ns`; it consumes nothing. Cost 0 answers like a peek.
 ///
-/// Errors (no state changed, `*decision` untouched): `RATOMIC_NULL_ARGUMENT`
-/// (direct, decision); `RATOMIC_COST_EXCEEDS_LIMIT` (a cost above the
-/// capacity could never pass); `RATOMIC_INVALID_ARGUMENT` (the clock read
-/// past `RATOMIC_MAX_TIME`); `RATOMIC_PANIC`.
+/// @param direct The direct bucket, borrowed for the call.
+/// @param cost Tokens to take, at most the capacity; 0 answers like a peek.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; on an error (no state changed, `*decision`
+///     untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: direct, decision.
+/// @retval RATOMIC_COST_EXCEEDS_LIMIT A cost above the capacity could never pass.
+/// @retval RATOMIC_INVALID_ARGUMENT The clock read past `RATOMIC_MAX_TIME`.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: borrows `direct` for the call; the caller owns `*decision`.
-/// Thread-safety: safe to call from many threads at once; no call ever
-/// grants more than the bucket holds plus what has refilled.
+/// @note Ownership: borrows `direct` for the call; the caller owns `*decision`.
+///     Thread-safety: safe to call from many threads at once; no call ever grants
+///     more than the bucket holds plus what has refilled.
 ///
-/// # Safety
-/// `direct` must be a live bucket; `decision` must be valid for writes.
+/// @warning `direct` must be a live bucket; `decision` must be valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_direct_allow(
     direct: *const ratomic_direct,
@@ -220,11 +240,15 @@ pub unsafe extern "C" fn ratomic_direct_allow(
 /// `ratomic_direct_now` reads; at most `RATOMIC_MAX_TIME`). Time that steps
 /// back never grants more: pass non-decreasing times.
 ///
-/// Errors as `ratomic_direct_allow`; `RATOMIC_INVALID_ARGUMENT` when
-/// `now_ns` is above `RATOMIC_MAX_TIME`.
+/// @param direct The direct bucket, borrowed for the call.
+/// @param cost Tokens to take, at most the capacity; 0 answers like a peek.
+/// @param now_ns The time in **nanoseconds** on the clock's timeline (the
+///     callback's, or the library's monotonic clock), at most `RATOMIC_MAX_TIME`.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_direct_allow`;
+///     `RATOMIC_INVALID_ARGUMENT` when `now_ns` is above `RATOMIC_MAX_TIME`.
 ///
-/// # Safety
-/// As `ratomic_direct_allow`.
+/// @warning As `ratomic_direct_allow`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_direct_allow_at(
     direct: *const ratomic_direct,
@@ -240,10 +264,13 @@ pub unsafe extern "C" fn ratomic_direct_allow_at(
 /// nothing: `remaining` is what would be left after that cost; cost 0
 /// reports the bucket as it is.
 ///
-/// Errors, ownership and thread-safety as `ratomic_direct_allow`.
+/// @param direct The direct bucket, borrowed for the call.
+/// @param cost Tokens to take, at most the capacity; 0 answers like a peek.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; errors, ownership and thread-safety as
+///     `ratomic_direct_allow`.
 ///
-/// # Safety
-/// As `ratomic_direct_allow`.
+/// @warning As `ratomic_direct_allow`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_direct_peek(
     direct: *const ratomic_direct,
@@ -255,10 +282,16 @@ pub unsafe extern "C" fn ratomic_direct_peek(
 }
 
 /// `ratomic_direct_peek` at time `now_ns` (nanoseconds; see
-/// `ratomic_direct_allow_at`). Errors as `ratomic_direct_allow_at`.
+///     `ratomic_direct_allow_at`).
 ///
-/// # Safety
-/// As `ratomic_direct_allow`.
+/// @param direct The direct bucket, borrowed for the call.
+/// @param cost Tokens to take, at most the capacity; 0 answers like a peek.
+/// @param now_ns The time in **nanoseconds** on the clock's timeline (the
+///     callback's, or the library's monotonic clock), at most `RATOMIC_MAX_TIME`.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_direct_allow_at`.
+///
+/// @warning As `ratomic_direct_allow`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_direct_peek_at(
     direct: *const ratomic_direct,
@@ -278,7 +311,7 @@ unsafe fn refund(direct: *const ratomic_direct, tokens: u64, now: Option<u64>) -
     ffi_boundary!({
         // SAFETY: the caller passes a live bucket or NULL.
         let b = &unsafe { arg_ref(direct, "direct") }?.bucket;
-        b.refund_at(tokens, now.unwrap_or_else(|| b.now()))?;
+        b.refund_at(tokens, crate::boundary::now_arg(now)?.unwrap_or_else(|| b.now()))?;
         Ok(())
     })
 }
@@ -286,15 +319,17 @@ unsafe fn refund(direct: *const ratomic_direct, tokens: u64, now: Option<u64>) -
 /// Gives `tokens` back to the bucket (work admitted but not done). It never
 /// fills above its capacity: refunding a full bucket does nothing.
 ///
-/// Errors (nothing changed): `RATOMIC_NULL_ARGUMENT` (direct);
-/// `RATOMIC_INVALID_ARGUMENT` (the clock read past `RATOMIC_MAX_TIME`);
-/// `RATOMIC_PANIC`.
+/// @param direct The direct bucket, borrowed for the call.
+/// @param tokens Tokens (or calls) to give back; a key never fills above its limit.
+/// @return `RATOMIC_OK` on success; on an error (nothing changed):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: direct.
+/// @retval RATOMIC_INVALID_ARGUMENT The clock read past `RATOMIC_MAX_TIME`.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: borrows `direct` for the call. Thread-safety: safe from many
-/// threads at once.
+/// @note Ownership: borrows `direct` for the call. Thread-safety: safe from many
+///     threads at once.
 ///
-/// # Safety
-/// `direct` must be a live bucket.
+/// @warning `direct` must be a live bucket.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_direct_refund(direct: *const ratomic_direct, tokens: u64) -> ratomic_result {
     // SAFETY: forwarded from the caller.
@@ -304,11 +339,14 @@ pub unsafe extern "C" fn ratomic_direct_refund(direct: *const ratomic_direct, to
 /// `ratomic_direct_refund` at time `now_ns` (nanoseconds; see
 /// `ratomic_direct_allow_at`).
 ///
-/// Errors as `ratomic_direct_refund`; `RATOMIC_INVALID_ARGUMENT` when
-/// `now_ns` is above `RATOMIC_MAX_TIME`.
+/// @param direct The direct bucket, borrowed for the call.
+/// @param tokens Tokens (or calls) to give back; a key never fills above its limit.
+/// @param now_ns The time in **nanoseconds** on the clock's timeline (the
+///     callback's, or the library's monotonic clock), at most `RATOMIC_MAX_TIME`.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_direct_refund`;
+///     `RATOMIC_INVALID_ARGUMENT` when `now_ns` is above `RATOMIC_MAX_TIME`.
 ///
-/// # Safety
-/// As `ratomic_direct_refund`.
+/// @warning As `ratomic_direct_refund`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_direct_refund_at(
     direct: *const ratomic_direct,
@@ -322,14 +360,15 @@ pub unsafe extern "C" fn ratomic_direct_refund_at(
 /// Makes the bucket full again, for everyone. It reads no clock (a full
 /// bucket is full at any time), so there is no `_at` form.
 ///
-/// Errors (nothing changed): `RATOMIC_NULL_ARGUMENT` (direct);
-/// `RATOMIC_PANIC`.
+/// @param direct The direct bucket, borrowed for the call.
+/// @return `RATOMIC_OK` on success; on an error (nothing changed):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: direct.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: borrows `direct` for the call. Thread-safety: safe from many
-/// threads at once.
+/// @note Ownership: borrows `direct` for the call. Thread-safety: safe from many
+///     threads at once.
 ///
-/// # Safety
-/// `direct` must be a live bucket.
+/// @warning `direct` must be a live bucket.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_direct_reset(direct: *const ratomic_direct) -> ratomic_result {
     ffi_boundary!({
@@ -349,16 +388,20 @@ pub unsafe extern "C" fn ratomic_direct_reset(direct: *const ratomic_direct) -> 
 /// as it takes. Blocks the calling thread; no `_at` form (see
 /// `ratomic_acquire`).
 ///
-/// Errors (`*decision` untouched; nothing was taken): as
-/// `ratomic_direct_allow`, reported at once for a bad call (a cost above
-/// the capacity never waits), or after a wait if the clock then reads past
-/// `RATOMIC_MAX_TIME`.
+/// @param direct The direct bucket, borrowed for the call.
+/// @param cost Tokens to take, at most the capacity; 0 answers like a peek.
+/// @param timeout_ns The most to wait in total, in **nanoseconds**: 0 never waits,
+///     `RATOMIC_NO_TIMEOUT` waits as long as it takes.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; errors (`*decision` untouched; nothing was
+///     taken): as `ratomic_direct_allow`, reported at once for a bad call (a cost
+///     above the capacity never waits), or after a wait if the clock then reads
+///     past `RATOMIC_MAX_TIME`.
 ///
-/// Ownership: borrows `direct` for the call; the caller owns `*decision`.
-/// Thread-safety: safe from many threads at once.
+/// @note Ownership: borrows `direct` for the call; the caller owns `*decision`.
+///     Thread-safety: safe from many threads at once.
 ///
-/// # Safety
-/// As `ratomic_direct_allow`.
+/// @warning As `ratomic_direct_allow`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_direct_acquire(
     direct: *const ratomic_direct,
@@ -382,12 +425,15 @@ pub unsafe extern "C" fn ratomic_direct_acquire(
 /// callback's value if one was given, else the library's monotonic clock.
 /// Use it to drive the `_at` functions from one reading.
 ///
-/// Errors (`*out_ns` untouched): `RATOMIC_NULL_ARGUMENT` (direct, out_ns);
-/// `RATOMIC_INVALID_ARGUMENT` (the clock read past `RATOMIC_MAX_TIME`);
-/// `RATOMIC_PANIC`.
+/// @param direct The direct bucket, borrowed for the call.
+/// @param[out] out_ns Receives the clock's reading in **nanoseconds**, only on
+///     `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; on an error (`*out_ns` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: direct, out_ns.
+/// @retval RATOMIC_INVALID_ARGUMENT The clock read past `RATOMIC_MAX_TIME`.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// # Safety
-/// `direct` must be a live bucket; `out_ns` valid for writes.
+/// @warning `direct` must be a live bucket; `out_ns` valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_direct_now(direct: *const ratomic_direct, out_ns: *mut u64) -> ratomic_result {
     ffi_boundary!({
@@ -407,11 +453,13 @@ pub unsafe extern "C" fn ratomic_direct_now(direct: *const ratomic_direct, out_n
 /// the emission interval `T`, `period_ns` = `limit` × `interval_ns`, and
 /// `refill_per_sec` as given.
 ///
-/// Errors (`*out` untouched): `RATOMIC_NULL_ARGUMENT` (direct, out);
-/// `RATOMIC_PANIC`.
+/// @param direct The direct bucket, borrowed for the call.
+/// @param[out] out Receives the bucket's description, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; on an error (`*out` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: direct, out.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// # Safety
-/// `direct` must be a live bucket; `out` valid for writes.
+/// @warning `direct` must be a live bucket; `out` valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_direct_limit_get(
     direct: *const ratomic_direct,

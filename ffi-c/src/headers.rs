@@ -15,6 +15,15 @@ use crate::limiter::{ratomic_limiter, Engine};
 use crate::result::ratomic_result;
 use crate::stack::ratomic_stack;
 
+/// The decision argument of a header function, as core's.
+///
+/// # Safety
+/// `decision` NULL or readable.
+unsafe fn decision_arg(decision: *const ratomic_decision) -> Result<Decision, Failure> {
+    // SAFETY: the caller passes a readable decision or NULL.
+    Ok(core(unsafe { arg_ref(decision, "decision") }?))
+}
+
 /// Core's decision from C's.
 fn core(d: &ratomic_decision) -> Decision {
     Decision {
@@ -46,7 +55,8 @@ unsafe fn write_headers(
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller (`name` to `single`, `entries` to `named_entries`).
     unsafe {
-        write_text(limiter, "limiter", decision, buf, buf_len, len, |l, d| {
+        write_text(limiter, "limiter", buf, buf_len, len, |l| {
+            let d = decision_arg(decision)?;
             let rules = match &l.engine {
                 Engine::Redis(_) => return Err(Failure::Unsupported("headers of a Redis-backed limiter: not yet")),
                 _ => l.rules(),
@@ -67,30 +77,28 @@ unsafe fn write_headers(
     }
 }
 
-/// The shape every header function shares: reads the handle (`what` names
-/// it in the NULL error) and the decision, checks `len`, runs `text` on
-/// them, and copies what it makes into `buf` as a NUL-terminated string,
-/// its length without the NUL to `*len`.
+/// The shape every text function shares (the headers, the problem
+/// documents, the descriptions): reads the handle (`what` names it in the
+/// NULL error), runs `text` on it (which reads the decision, if any), checks
+/// `len`, and copies the text into `buf` as a NUL-terminated string, its
+/// length without the NUL to `*len`.
 ///
 /// # Safety
-/// `handle` NULL or live; `decision` NULL or readable; `buf` NULL or
-/// `buf_len` writable bytes; `len` NULL or valid for writes.
+/// `handle` NULL or live; `buf` NULL or `buf_len` writable bytes; `len`
+/// NULL or valid for writes.
 unsafe fn write_text<T>(
     handle: *const T,
     what: &'static str,
-    decision: *const ratomic_decision,
     buf: *mut c_char,
     buf_len: usize,
     len: *mut usize,
-    text: impl FnOnce(&T, Decision) -> Result<String, Failure>,
+    text: impl FnOnce(&T) -> Result<String, Failure>,
 ) -> ratomic_result {
     ffi_boundary!({
         // SAFETY: the caller passes a live handle or NULL.
         let h = unsafe { arg_ref(handle, what) }?;
-        // SAFETY: as above.
-        let d = core(unsafe { arg_ref(decision, "decision") }?);
+        let text = text(h)?;
         let len = crate::boundary::out_ptr(len, "len")?;
-        let text = text(h, d)?;
         // SAFETY: forwarded from the caller; `len` was checked above.
         unsafe { copy_out(&text, buf, buf_len, len) }
     })
@@ -196,7 +204,9 @@ unsafe fn write_direct_headers(
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller (`name` too, to `single`).
     unsafe {
-        write_text(direct, "direct", decision, buf, buf_len, len, |b, d| single(name, b.bucket.algorithm(), d, f))
+        write_text(direct, "direct", buf, buf_len, len, |b| {
+            single(name, b.bucket.algorithm(), decision_arg(decision)?, f)
+        })
     }
 }
 
@@ -214,17 +224,32 @@ unsafe fn write_direct_headers(
 /// is ignored). With `buf` NULL and `buf_len` 0, only `*len` is written:
 /// allocate `*len + 1` bytes and call again.
 ///
-/// Errors (`buf` and `*len` untouched): `RATOMIC_NULL_ARGUMENT` (limiter,
-/// decision, len; buf with a non-zero `buf_len`; entries of a multi-limit
-/// limiter); `RATOMIC_INVALID_ARGUMENT` (a name that is empty or not
-/// printable ASCII, which a Structured Field String cannot carry; an entry
-/// naming no limit of this limiter); `RATOMIC_BUFFER_TOO_SMALL` (the message gives the
-/// size needed); `RATOMIC_OTHER_ERROR` (a Redis-backed limiter); `RATOMIC_PANIC`.
+/// @param limiter The limiter that gave the decision.
+/// @param name The name of a single-limit limiter's limit, NUL-terminated printable
+///     ASCII; NULL for `"default"`; ignored for a multi-limit limiter.
+/// @param decision A decision this limiter gave.
+/// @param entries A multi-limit limiter's entries, as `ratomic_allow_detailed`
+///     wrote them; may be NULL for a single-limit limiter.
+/// @param entries_len The number of entries in `entries`.
+/// @param legacy Also write the `X-RateLimit-Limit`, `-Remaining` and `-Reset`
+///     fields.
+/// @param[out] buf Receives the text, NUL-terminated; may be NULL when `buf_len` is
+///     0 (to ask for the length).
+/// @param buf_len The size of `buf` in bytes.
+/// @param[out] len Receives the text's length in bytes, without the NUL.
+/// @return `RATOMIC_OK` on success; on an error (`buf` and `*len` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: limiter, decision, len; buf with a non-zero
+///     `buf_len`; entries of a multi-limit limiter.
+/// @retval RATOMIC_INVALID_ARGUMENT A name that is empty or not printable ASCII,
+///     which a Structured Field String cannot carry; an entry naming no limit of
+///     this limiter.
+/// @retval RATOMIC_BUFFER_TOO_SMALL The message gives the size needed.
+/// @retval RATOMIC_OTHER_ERROR A Redis-backed limiter.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// # Safety
-/// `limiter` must be live; `name` NULL or NUL-terminated; `decision`
-/// readable; `entries` NULL or `entries_len` readable entries; `buf` NULL or
-/// `buf_len` writable bytes; `len` valid for writes.
+/// @warning `limiter` must be live; `name` NULL or NUL-terminated; `decision`
+///     readable; `entries` NULL or `entries_len` readable entries; `buf` NULL or
+///     `buf_len` writable bytes; `len` valid for writes.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn ratomic_headers(
@@ -248,8 +273,20 @@ pub unsafe extern "C" fn ratomic_headers(
 /// it writes the empty string (`*len` 0). Arguments, sizing and errors as
 /// `ratomic_headers`.
 ///
-/// # Safety
-/// As `ratomic_headers`.
+/// @param limiter The limiter that gave the decision.
+/// @param name The name of a single-limit limiter's limit, NUL-terminated printable
+///     ASCII; NULL for `"default"`; ignored for a multi-limit limiter.
+/// @param decision A decision this limiter gave.
+/// @param entries A multi-limit limiter's entries, as `ratomic_allow_detailed`
+///     wrote them; may be NULL for a single-limit limiter.
+/// @param entries_len The number of entries in `entries`.
+/// @param[out] buf Receives the text, NUL-terminated; may be NULL when `buf_len` is
+///     0 (to ask for the length).
+/// @param buf_len The size of `buf` in bytes.
+/// @param[out] len Receives the text's length in bytes, without the NUL.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_headers`.
+///
+/// @warning As `ratomic_headers`.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn ratomic_problem_json(
@@ -277,15 +314,25 @@ pub unsafe extern "C" fn ratomic_problem_json(
 /// the `X-RateLimit-*` fields; `*len` gets the length without the NUL.
 /// With `buf` NULL and `buf_len` 0, only `*len` is written.
 ///
-/// Errors (`buf` and `*len` untouched): `RATOMIC_NULL_ARGUMENT` (direct,
-/// decision, len; buf with a non-zero `buf_len`);
-/// `RATOMIC_INVALID_ARGUMENT` (a name that is empty or not printable
-/// ASCII); `RATOMIC_BUFFER_TOO_SMALL` (the message gives the size needed);
-/// `RATOMIC_PANIC`.
+/// @param direct The bucket that gave the decision.
+/// @param name The limit's name for the header fields, NUL-terminated printable
+///     ASCII; NULL for `"default"`.
+/// @param decision A decision this bucket gave.
+/// @param legacy Also write the `X-RateLimit-Limit`, `-Remaining` and `-Reset`
+///     fields.
+/// @param[out] buf Receives the text, NUL-terminated; may be NULL when `buf_len` is
+///     0 (to ask for the length).
+/// @param buf_len The size of `buf` in bytes.
+/// @param[out] len Receives the text's length in bytes, without the NUL.
+/// @return `RATOMIC_OK` on success; on an error (`buf` and `*len` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: direct, decision, len; buf with a non-zero
+///     `buf_len`.
+/// @retval RATOMIC_INVALID_ARGUMENT A name that is empty or not printable ASCII.
+/// @retval RATOMIC_BUFFER_TOO_SMALL The message gives the size needed.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// # Safety
-/// `direct` must be live; `name` NULL or NUL-terminated; `decision`
-/// readable; `buf` NULL or `buf_len` writable bytes; `len` valid for writes.
+/// @warning `direct` must be live; `name` NULL or NUL-terminated; `decision`
+///     readable; `buf` NULL or `buf_len` writable bytes; `len` valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_direct_headers(
     direct: *const ratomic_direct,
@@ -305,8 +352,17 @@ pub unsafe extern "C" fn ratomic_direct_headers(
 /// `ratomic_problem_json` does; for an allowed decision, the empty string
 /// (`*len` 0). Arguments, sizing and errors as `ratomic_direct_headers`.
 ///
-/// # Safety
-/// As `ratomic_direct_headers`.
+/// @param direct The bucket that gave the decision.
+/// @param name The limit's name for the header fields, NUL-terminated printable
+///     ASCII; NULL for `"default"`.
+/// @param decision A decision this bucket gave.
+/// @param[out] buf Receives the text, NUL-terminated; may be NULL when `buf_len` is
+///     0 (to ask for the length).
+/// @param buf_len The size of `buf` in bytes.
+/// @param[out] len Receives the text's length in bytes, without the NUL.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_direct_headers`.
+///
+/// @warning As `ratomic_direct_headers`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_direct_problem_json(
     direct: *const ratomic_direct,
@@ -338,7 +394,8 @@ unsafe fn write_stack_headers(
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller (`entries` too, to `named_entries`).
     unsafe {
-        write_text(stack, "stack", decision, buf, buf_len, len, |s, d| {
+        write_text(stack, "stack", buf, buf_len, len, |s| {
+            let d = decision_arg(decision)?;
             named_entries(&s.policies()?, "member of this stack", entries, entries_len, d, f)
         })
     }
@@ -351,17 +408,28 @@ unsafe fn write_stack_headers(
 /// `legacy`, the `X-RateLimit-*` fields of the combined decision. With `buf`
 /// NULL and `buf_len` 0, only `*len` is written.
 ///
-/// Errors (`buf` and `*len` untouched): `RATOMIC_NULL_ARGUMENT` (stack,
-/// decision, entries, len; buf with a non-zero `buf_len`);
-/// `RATOMIC_INVALID_ARGUMENT` (a member with several limits, which no one
-/// policy describes — the message names it; a member name that is not
-/// printable ASCII; an entry naming no member); `RATOMIC_BUFFER_TOO_SMALL`
-/// (the message gives the size needed); `RATOMIC_PANIC`.
+/// @param stack The stack that gave the decision.
+/// @param decision A decision this stack gave.
+/// @param entries The entries `ratomic_stack_allow` wrote with the decision.
+/// @param entries_len The number of entries in `entries`.
+/// @param legacy Also write the `X-RateLimit-Limit`, `-Remaining` and `-Reset`
+///     fields.
+/// @param[out] buf Receives the text, NUL-terminated; may be NULL when `buf_len` is
+///     0 (to ask for the length).
+/// @param buf_len The size of `buf` in bytes.
+/// @param[out] len Receives the text's length in bytes, without the NUL.
+/// @return `RATOMIC_OK` on success; on an error (`buf` and `*len` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: stack, decision, entries, len; buf with a non-zero
+///     `buf_len`.
+/// @retval RATOMIC_INVALID_ARGUMENT A member with several limits, which no one
+///     policy describes — the message names it; a member name that is not printable
+///     ASCII; an entry naming no member.
+/// @retval RATOMIC_BUFFER_TOO_SMALL The message gives the size needed.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// # Safety
-/// `stack` must be live; `decision` readable; `entries` NULL or
-/// `entries_len` readable entries; `buf` NULL or `buf_len` writable bytes;
-/// `len` valid for writes.
+/// @warning `stack` must be live; `decision` readable; `entries` NULL or
+///     `entries_len` readable entries; `buf` NULL or `buf_len` writable bytes;
+///     `len` valid for writes.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn ratomic_stack_headers(
@@ -383,8 +451,17 @@ pub unsafe extern "C" fn ratomic_stack_headers(
 /// allowed decision, the empty string (`*len` 0). Arguments, sizing and
 /// errors as `ratomic_stack_headers`.
 ///
-/// # Safety
-/// As `ratomic_stack_headers`.
+/// @param stack The stack that gave the decision.
+/// @param decision A decision this stack gave.
+/// @param entries The entries `ratomic_stack_allow` wrote with the decision.
+/// @param entries_len The number of entries in `entries`.
+/// @param[out] buf Receives the text, NUL-terminated; may be NULL when `buf_len` is
+///     0 (to ask for the length).
+/// @param buf_len The size of `buf` in bytes.
+/// @param[out] len Receives the text's length in bytes, without the NUL.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_stack_headers`.
+///
+/// @warning As `ratomic_stack_headers`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_stack_problem_json(
     stack: *const ratomic_stack,
@@ -401,4 +478,90 @@ pub unsafe extern "C" fn ratomic_stack_problem_json(
             h.problem_json().unwrap_or_default()
         })
     }
+}
+
+/// Writes what `limiter` enforces, with its units, into `buf` as a
+/// NUL-terminated string, and its length (without the NUL) to `*len`: for a
+/// single rule, `"token bucket 10 per 1s"` (a burst of 10 refilled over
+/// one second), `"fixed window 5 per 60ms"` or `"sliding window 100 per
+/// 1h"`; for several named limits, `"<name>: <rule>"` for each, in order,
+/// joined by `"; "` (`"10/second: token bucket 10 per 1s; 1000/day: token
+/// bucket 1000 per 1d"`). Periods are shown in the largest unit that
+/// divides them exactly: `ns`, `us`, `ms`, `s`, `m`, `h` or `d`. With `buf`
+/// NULL and `buf_len` 0, only `*len` is written: allocate `*len + 1` bytes
+/// and call again.
+///
+/// @param limiter The limiter to describe, borrowed for the call.
+/// @param[out] buf Receives the text, NUL-terminated; may be NULL when
+///     `buf_len` is 0 (to ask for the length).
+/// @param buf_len The size of `buf` in bytes.
+/// @param[out] len Receives the text's length in bytes, without the NUL.
+/// @return `RATOMIC_OK` on success; on an error (`buf` and `*len` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: limiter, len, or buf with a non-zero
+///     `buf_len`.
+/// @retval RATOMIC_BUFFER_TOO_SMALL `buf_len` is below the text's length + 1
+///     (the message gives the size needed).
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
+///
+/// @note Ownership: the caller owns `buf`. Thread-safety: safe from any
+///     thread.
+///
+/// @warning `limiter` must be a live limiter; `buf` NULL or `buf_len`
+///     writable bytes; `len` valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn ratomic_describe(
+    limiter: *const ratomic_limiter,
+    buf: *mut c_char,
+    buf_len: usize,
+    len: *mut usize,
+) -> ratomic_result {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        write_text(limiter, "limiter", buf, buf_len, len, |l| {
+            Ok(match l.rules() {
+                [rule] => rule.to_string(),
+                rules => l
+                    .names
+                    .iter()
+                    .zip(rules)
+                    .map(|(name, rule)| format!("{}: {rule}", name.to_string_lossy()))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            })
+        })
+    }
+}
+
+/// Writes what the direct bucket enforces, with its units, into `buf` as a
+/// NUL-terminated string, and its length (without the NUL) to `*len`, as
+/// `ratomic_describe` does for a limiter: `"token bucket 10 per 1s"` is a
+/// burst of 10 refilled over one second. With `buf` NULL and `buf_len` 0,
+/// only `*len` is written.
+///
+/// @param direct The bucket to describe, borrowed for the call.
+/// @param[out] buf Receives the text, NUL-terminated; may be NULL when
+///     `buf_len` is 0 (to ask for the length).
+/// @param buf_len The size of `buf` in bytes.
+/// @param[out] len Receives the text's length in bytes, without the NUL.
+/// @return `RATOMIC_OK` on success; on an error (`buf` and `*len` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: direct, len, or buf with a non-zero
+///     `buf_len`.
+/// @retval RATOMIC_BUFFER_TOO_SMALL `buf_len` is below the text's length + 1
+///     (the message gives the size needed).
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
+///
+/// @note Ownership: the caller owns `buf`. Thread-safety: safe from any
+///     thread.
+///
+/// @warning `direct` must be a live bucket; `buf` NULL or `buf_len` writable
+///     bytes; `len` valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn ratomic_direct_describe(
+    direct: *const ratomic_direct,
+    buf: *mut c_char,
+    buf_len: usize,
+    len: *mut usize,
+) -> ratomic_result {
+    // SAFETY: forwarded from the caller.
+    unsafe { write_text(direct, "direct", buf, buf_len, len, |b| Ok(b.bucket.algorithm().to_string())) }
 }

@@ -3,7 +3,7 @@
 //! Builds `libratomic.so` and `libratomic.a`; the header `include/ratomic.h`
 //! is generated from this crate by cbindgen (`ffi-c/header-gen`).
 //!
-//! Conventions, after rustls-ffi (see `SPEC.md` §7):
+//! Conventions, after rustls-ffi:
 //!
 //! - One opaque handle, [`ratomic_limiter`], for every keyed limiter kind
 //!   (token bucket, fixed window, sliding window, several named limits), so
@@ -20,7 +20,11 @@
 //!   never unwinds into C.
 //! - `_free` functions accept NULL.
 
-#![allow(non_camel_case_types)] // C names: ratomic_limiter, ratomic_result, ...
+#![allow(non_camel_case_types)]
+// C names: ratomic_limiter, ratomic_result, ...
+// Each exported function's safety contract is its doc comment's `@warning`,
+// written for the C header (Doxygen), not a Rust `# Safety` section.
+#![allow(clippy::missing_safety_doc)]
 
 #[macro_use]
 mod boundary;
@@ -45,7 +49,10 @@ pub use direct::{
     ratomic_direct_refund_at, ratomic_direct_reset, ratomic_direct_token_bucket_from_rate,
     ratomic_direct_token_bucket_new,
 };
-pub use headers::{ratomic_direct_headers, ratomic_direct_problem_json, ratomic_headers, ratomic_problem_json};
+pub use headers::{
+    ratomic_describe, ratomic_direct_describe, ratomic_direct_headers, ratomic_direct_problem_json, ratomic_headers,
+    ratomic_problem_json,
+};
 pub use limiter::{
     ratomic_fixed_window_from_rate, ratomic_fixed_window_new, ratomic_limiter, ratomic_limiter_free,
     ratomic_sliding_window_from_rate, ratomic_sliding_window_new, ratomic_token_bucket_from_rate,
@@ -53,7 +60,7 @@ pub use limiter::{
 };
 pub use multi::{
     ratomic_allow_detailed, ratomic_allow_detailed_at, ratomic_limit_count, ratomic_limit_spec,
-    ratomic_multi_limiter_new, ratomic_peek_detailed, ratomic_peek_detailed_at,
+    ratomic_multi_limiter_from_rates, ratomic_multi_limiter_new, ratomic_peek_detailed, ratomic_peek_detailed_at,
 };
 pub use ops::{
     ratomic_acquire, ratomic_allow, ratomic_allow_at, ratomic_allow_many, ratomic_allow_many_at, ratomic_gc,

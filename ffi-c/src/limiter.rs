@@ -125,8 +125,18 @@ impl ratomic_limiter {
     }
 }
 
-/// A window rate from a count and a length in nanoseconds.
-fn window_rate(limit: u64, window_ns: u64) -> Result<Rate, Failure> {
+/// A window rate from a count and a length in nanoseconds, its errors
+/// naming `limit` and `window_ns` as C passes them.
+pub(crate) fn window_rate(limit: u64, window_ns: u64) -> Result<Rate, Failure> {
+    let invalid = |name, value: u64, reason: &'static str| {
+        Failure::Core(ratomic_core::Error::InvalidArgument { name, value: value.to_string(), reason: reason.into() })
+    };
+    if limit == 0 {
+        return Err(invalid("limit", limit, "must be at least 1"));
+    }
+    if window_ns == 0 || window_ns > i64::MAX as u64 {
+        return Err(invalid("window_ns", window_ns, "a window's length in nanoseconds must be from 1 to 2^63 − 1"));
+    }
     Ok(Rate::new(limit, Duration::from_nanos(window_ns))?)
 }
 
@@ -149,17 +159,23 @@ unsafe fn rate_arg(rate: *const c_char) -> Result<Rate, Failure> {
 /// `options` may be NULL (all defaults). On `RATOMIC_OK`, `*out` is a new
 /// limiter; on any error `*out` is untouched.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (out); `RATOMIC_INVALID_ARGUMENT`
-/// (capacity 0; `refill_per_sec` NaN, infinite, ≤ 0, or so small that one
-/// token would take more than 2^63 ns; `capacity` × `T` above 2^63 − 1 ns;
-/// an option out of range); `RATOMIC_PANIC`.
+/// @param capacity The most tokens a key holds (the burst), at least 1.
+/// @param refill_per_sec Tokens refilled per **second**: finite and > 0.
+/// @param options Construction options, or NULL for all defaults; copied.
+/// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
+///     `ratomic_limiter_free`.
+/// @return `RATOMIC_OK` on success; on an error:
+/// @retval RATOMIC_NULL_ARGUMENT NULL: out.
+/// @retval RATOMIC_INVALID_ARGUMENT Capacity 0; `refill_per_sec` NaN, infinite, ≤
+///     0, or so small that one token would take more than 2^63 ns; `capacity` × `T`
+///     above 2^63 − 1 ns; an option out of range.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: the caller owns `*out` and must release it with
-/// `ratomic_limiter_free`. Thread-safety: safe from any thread.
+/// @note Ownership: the caller owns `*out` and must release it with
+///     `ratomic_limiter_free`. Thread-safety: safe from any thread.
 ///
-/// # Safety
-/// `options`, if non-NULL, must point to a valid `ratomic_options`; `out`
-/// must be valid for writes.
+/// @warning `options`, if non-NULL, must point to a valid `ratomic_options`; `out`
+///     must be valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_token_bucket_new(
     capacity: u64,
@@ -177,28 +193,37 @@ pub unsafe extern "C" fn ratomic_token_bucket_new(
 
 /// Makes a token bucket per key from a rate string: `"10/s"` is a burst of
 /// 10 refilled over one second (`"100/min"`, `"5/2s"`, `"1000/h"`,
-/// `"1000/day"`, `"3/250ms"`). `rate` is NUL-terminated UTF-8,
-/// `"<count>/<period>"`: count a whole number ≥ 1; period an optional whole
-/// number and a unit, one of `ns`, `us`, `ms`, `s`/`sec`/`second`,
-/// `m`/`min`/`minute`, `h`/`hr`/`hour`, `d`/`day` (plurals accepted), at most
-/// 2^63 − 1 ns; surrounding whitespace is ignored. One token refills every
-/// period / count ns (rounded down, at least 1).
+/// `"1000/day"`, `"3/250ms"`, `"5 per minute"`). `rate` is NUL-terminated
+/// UTF-8, `"<count>/<period>"` or `"<count> per <period>"`: count a whole
+/// number from 1 to 2^64 − 1; period an optional whole number and a unit,
+/// one of `ms`, `s`/`sec`/`second`, `m`/`min`/`minute`, `h`/`hr`/`hour`,
+/// `d`/`day`, `month` (30 days), `year` (360 days), `ns`, `us` (plurals
+/// accepted, words in any letter case), at most 2^63 − 1 ns; surrounding
+/// whitespace is ignored. These are the rate strings of every ratomic face,
+/// and of Python's `limits` (slowapi, Flask-Limiter). One token refills
+/// every period / count ns (rounded down, at least 1).
 ///
 /// `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter; on any
 /// error `*out` is untouched.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (rate, out); `RATOMIC_INVALID_RATE` (a
-/// malformed or non-UTF-8 rate, a count of 0, a zero or too long period,
-/// an unknown unit: the message quotes the input); `RATOMIC_INVALID_ARGUMENT`
-/// (an option out of range); `RATOMIC_PANIC`.
+/// @param rate A rate string, NUL-terminated UTF-8, such as `"10/s"`,
+///     `"100/min"`, `"5/2s"` or `"5 per minute"`; only read during the call.
+/// @param options Construction options, or NULL for all defaults; copied.
+/// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
+///     `ratomic_limiter_free`.
+/// @return `RATOMIC_OK` on success; on an error:
+/// @retval RATOMIC_NULL_ARGUMENT NULL: rate, out.
+/// @retval RATOMIC_INVALID_RATE A malformed or non-UTF-8 rate, a count of 0, a zero
+///     or too long period, an unknown unit: the message quotes the input.
+/// @retval RATOMIC_INVALID_ARGUMENT An option out of range.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: `rate` is only read during the call; the caller owns `*out`
-/// and must release it with `ratomic_limiter_free`. Thread-safety: safe from
-/// any thread.
+/// @note Ownership: `rate` is only read during the call; the caller owns `*out` and
+///     must release it with `ratomic_limiter_free`. Thread-safety: safe from any
+///     thread.
 ///
-/// # Safety
-/// `rate` must be a NUL-terminated string; `options`, if non-NULL, a valid
-/// `ratomic_options`; `out` valid for writes.
+/// @warning `rate` must be a NUL-terminated string; `options`, if non-NULL, a valid
+///     `ratomic_options`; `out` valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_token_bucket_from_rate(
     rate: *const c_char,
@@ -227,16 +252,24 @@ pub unsafe extern "C" fn ratomic_token_bucket_from_rate(
 /// `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter; on any
 /// error `*out` is untouched.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (out); `RATOMIC_INVALID_ARGUMENT` (limit
-/// 0; window 0 or above 2^63 − 1 ns; a limit above the window's largest,
-/// named in the message; an option out of range); `RATOMIC_PANIC`.
+/// @param limit The most calls per key in a window, at least 1 and at most the
+///     window's largest (`ratomic_window_max_limit`).
+/// @param window_ns The window's length in **nanoseconds**: > 0 and at most 2^63 −
+///     1. Windows are aligned to the clock's zero.
+/// @param options Construction options, or NULL for all defaults; copied.
+/// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
+///     `ratomic_limiter_free`.
+/// @return `RATOMIC_OK` on success; on an error:
+/// @retval RATOMIC_NULL_ARGUMENT NULL: out.
+/// @retval RATOMIC_INVALID_ARGUMENT Limit 0; window 0 or above 2^63 − 1 ns; a limit
+///     above the window's largest, named in the message; an option out of range.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: the caller owns `*out` and must release it with
-/// `ratomic_limiter_free`. Thread-safety: safe from any thread.
+/// @note Ownership: the caller owns `*out` and must release it with
+///     `ratomic_limiter_free`. Thread-safety: safe from any thread.
 ///
-/// # Safety
-/// `options`, if non-NULL, must point to a valid `ratomic_options`; `out`
-/// must be valid for writes.
+/// @warning `options`, if non-NULL, must point to a valid `ratomic_options`; `out`
+///     must be valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_fixed_window_new(
     limit: u64,
@@ -260,17 +293,23 @@ pub unsafe extern "C" fn ratomic_fixed_window_new(
 /// On `RATOMIC_OK`, `*out` is a new limiter; on any error `*out` is
 /// untouched.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (rate, out); `RATOMIC_INVALID_RATE` (a
-/// malformed or non-UTF-8 rate, as for `ratomic_token_bucket_from_rate`);
-/// `RATOMIC_INVALID_ARGUMENT` (a count above the window's largest limit,
-/// named in the message; an option out of range); `RATOMIC_PANIC`.
+/// @param rate A rate string, NUL-terminated UTF-8, such as `"10/s"`,
+///     `"100/min"`, `"5/2s"` or `"5 per minute"`; only read during the call.
+/// @param options Construction options, or NULL for all defaults; copied.
+/// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
+///     `ratomic_limiter_free`.
+/// @return `RATOMIC_OK` on success; on an error:
+/// @retval RATOMIC_NULL_ARGUMENT NULL: rate, out.
+/// @retval RATOMIC_INVALID_RATE A malformed or non-UTF-8 rate, as for
+///     `ratomic_token_bucket_from_rate`.
+/// @retval RATOMIC_INVALID_ARGUMENT A count above the window's largest limit, named
+///     in the message; an option out of range.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: `rate` is only read during the call; the caller owns `*out`
-/// (release with `ratomic_limiter_free`). Thread-safety: safe from any
-/// thread.
+/// @note Ownership: `rate` is only read during the call; the caller owns `*out`
+///     (release with `ratomic_limiter_free`). Thread-safety: safe from any thread.
 ///
-/// # Safety
-/// As `ratomic_token_bucket_from_rate`.
+/// @warning As `ratomic_token_bucket_from_rate`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_fixed_window_from_rate(
     rate: *const c_char,
@@ -302,15 +341,23 @@ pub unsafe extern "C" fn ratomic_fixed_window_from_rate(
 /// `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter; on any
 /// error `*out` is untouched.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (out); `RATOMIC_INVALID_ARGUMENT` (limit
-/// 0; window 0 or above 2^63 − 1 ns; a limit above the window's largest,
-/// named in the message; an option out of range); `RATOMIC_PANIC`.
+/// @param limit The most calls per key in a window, at least 1 and at most the
+///     window's largest (`ratomic_window_max_limit`).
+/// @param window_ns The window's length in **nanoseconds**: > 1 and at most 2^63 −
+///     1.
+/// @param options Construction options, or NULL for all defaults; copied.
+/// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
+///     `ratomic_limiter_free`.
+/// @return `RATOMIC_OK` on success; on an error:
+/// @retval RATOMIC_NULL_ARGUMENT NULL: out.
+/// @retval RATOMIC_INVALID_ARGUMENT Limit 0; window 0 or above 2^63 − 1 ns; a limit
+///     above the window's largest, named in the message; an option out of range.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: the caller owns `*out` and must release it with
-/// `ratomic_limiter_free`. Thread-safety: safe from any thread.
+/// @note Ownership: the caller owns `*out` and must release it with
+///     `ratomic_limiter_free`. Thread-safety: safe from any thread.
 ///
-/// # Safety
-/// As `ratomic_fixed_window_new`.
+/// @warning As `ratomic_fixed_window_new`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_sliding_window_new(
     limit: u64,
@@ -335,17 +382,23 @@ pub unsafe extern "C" fn ratomic_sliding_window_new(
 /// On `RATOMIC_OK`, `*out` is a new limiter; on any error `*out` is
 /// untouched.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (rate, out); `RATOMIC_INVALID_RATE` (a
-/// malformed or non-UTF-8 rate, as for `ratomic_token_bucket_from_rate`);
-/// `RATOMIC_INVALID_ARGUMENT` (a count above the window's largest limit,
-/// named in the message; an option out of range); `RATOMIC_PANIC`.
+/// @param rate A rate string, NUL-terminated UTF-8, such as `"10/s"`,
+///     `"100/min"`, `"5/2s"` or `"5 per minute"`; only read during the call.
+/// @param options Construction options, or NULL for all defaults; copied.
+/// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
+///     `ratomic_limiter_free`.
+/// @return `RATOMIC_OK` on success; on an error:
+/// @retval RATOMIC_NULL_ARGUMENT NULL: rate, out.
+/// @retval RATOMIC_INVALID_RATE A malformed or non-UTF-8 rate, as for
+///     `ratomic_token_bucket_from_rate`.
+/// @retval RATOMIC_INVALID_ARGUMENT A count above the window's largest limit, named
+///     in the message; an option out of range.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: `rate` is only read during the call; the caller owns `*out`
-/// (release with `ratomic_limiter_free`). Thread-safety: safe from any
-/// thread.
+/// @note Ownership: `rate` is only read during the call; the caller owns `*out`
+///     (release with `ratomic_limiter_free`). Thread-safety: safe from any thread.
 ///
-/// # Safety
-/// As `ratomic_token_bucket_from_rate`.
+/// @warning As `ratomic_token_bucket_from_rate`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_sliding_window_from_rate(
     rate: *const c_char,
@@ -364,13 +417,14 @@ pub unsafe extern "C" fn ratomic_sliding_window_from_rate(
 /// Releases a limiter and every key it holds. NULL is accepted and does
 /// nothing.
 ///
-/// Ownership: takes back the limiter made by a constructor; `limiter` (and
-/// every `name` pointer it lent out) is invalid afterwards. Thread-safety:
-/// must not race with any other call on the same limiter.
+/// @param limiter The limiter to release, or NULL.
 ///
-/// # Safety
-/// `limiter` must be NULL or a pointer from a ratomic constructor not yet
-/// freed.
+/// @note Ownership: takes back the limiter made by a constructor; `limiter` (and
+///     every `name` pointer it lent out) is invalid afterwards. Thread-safety: must
+///     not race with any other call on the same limiter.
+///
+/// @warning `limiter` must be NULL or a pointer from a ratomic constructor not yet
+///     freed.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_limiter_free(limiter: *mut ratomic_limiter) {
     let _ = ffi_boundary!({

@@ -1,5 +1,5 @@
-//! Several named limits on one key (SPEC §4.4), and the detailed decision
-//! that says which limit denied.
+//! Several named limits on one key, decided all or nothing, and the
+//! detailed decision that says which limit denied.
 
 use std::ffi::{c_char, CStr, CString};
 
@@ -45,20 +45,26 @@ pub struct ratomic_limit_spec {
 /// `options` may be NULL. On `RATOMIC_OK`, `*out` is a new limiter; on any
 /// error `*out` is untouched.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (limits, a name or rate, out);
-/// `RATOMIC_INVALID_RATE` (a malformed or non-UTF-8 rate);
-/// `RATOMIC_INVALID_ARGUMENT` (count 0 or above 16; an empty, duplicate or
-/// non-UTF-8 name; an unknown algorithm; a window limit above its window's
-/// largest; an option out of range); `RATOMIC_PANIC`.
+/// @param limits An array of `count` limit specs, copied.
+/// @param count The number of limits, 1 to 16.
+/// @param options Construction options, or NULL for all defaults; copied.
+/// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
+///     `ratomic_limiter_free`.
+/// @return `RATOMIC_OK` on success; on an error:
+/// @retval RATOMIC_NULL_ARGUMENT NULL: limits, a name or rate, out.
+/// @retval RATOMIC_INVALID_RATE A malformed or non-UTF-8 rate.
+/// @retval RATOMIC_INVALID_ARGUMENT Count 0 or above 16; an empty, duplicate or
+///     non-UTF-8 name; an unknown algorithm; a window limit above its window's
+///     largest; an option out of range.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: the specs and their strings are copied; the caller owns
-/// `*out` and must release it with `ratomic_limiter_free`. Thread-safety:
-/// safe from any thread.
+/// @note Ownership: the specs and their strings are copied; the caller owns `*out`
+///     and must release it with `ratomic_limiter_free`. Thread-safety: safe from
+///     any thread.
 ///
-/// # Safety
-/// `limits` must point to `count` readable specs with NUL-terminated
-/// strings; `options`, if non-NULL, a valid `ratomic_options`; `out` valid
-/// for writes.
+/// @warning `limits` must point to `count` readable specs with NUL-terminated
+///     strings; `options`, if non-NULL, a valid `ratomic_options`; `out` valid for
+///     writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_multi_limiter_new(
     limits: *const ratomic_limit_spec,
@@ -70,6 +76,67 @@ pub unsafe extern "C" fn ratomic_multi_limiter_new(
         let out = out_ptr(out, "out")?;
         // SAFETY: forwarded from the caller.
         let (rules, names) = unsafe { specs_arg(limits, count) }?;
+        // SAFETY: forwarded from the caller.
+        let o = unsafe { Resolved::from_ptr(options) }?;
+        let builder = rules.into_iter().fold(Limiter::builder(), |b, (name, rule)| b.limit(name, rule));
+        let limiter = builder.clock(o.clock).options(o.options).build()?;
+        // SAFETY: `out` was checked above.
+        unsafe { ratomic_limiter::hand_out(Engine::Many(std::sync::Arc::new(limiter)), names.into_boxed_slice(), out) };
+        Ok(())
+    })
+}
+
+/// Makes a limiter of several token buckets on each key from one string in
+/// the notation of Python's `limits` (slowapi, Flask-Limiter):
+/// `"10/second;1000/day"` is a burst of 10 refilled over a second and 1000
+/// over a day, decided all or nothing as by `ratomic_multi_limiter_new`.
+/// The rates are separated by `;`, `,` or `|`, each in the syntax of
+/// `ratomic_token_bucket_from_rate`, and each limit is named by its rate as
+/// written, trimmed (`"10/second"`, `"1000/day"`): the names
+/// `ratomic_allow_detailed`, `ratomic_limit_get` and the header functions
+/// report. Empty pieces are skipped. One rate alone makes a one-limit
+/// limiter named by it. For windows, or other names, use
+/// `ratomic_multi_limiter_new`.
+///
+/// @param limits The rates, NUL-terminated UTF-8, e.g. `"10/second;1000/day"`;
+///     1 to 16 of them; only read during the call.
+/// @param options Construction options, or NULL for all defaults; copied.
+/// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it
+///     with `ratomic_limiter_free`.
+/// @return `RATOMIC_OK` on success; on an error (`*out` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: limits, out.
+/// @retval RATOMIC_INVALID_RATE A rate that does not parse (the message
+///     quotes it and says why), a string with no rate, or one not UTF-8.
+/// @retval RATOMIC_INVALID_ARGUMENT The same rate twice; more than 16 rates;
+///     an option out of range.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
+///
+/// @note Ownership: the caller owns `*out` and must release it with
+///     `ratomic_limiter_free`. Thread-safety: safe from any thread.
+///
+/// @warning `limits` must be a NUL-terminated string; `options`, if non-NULL,
+///     a valid `ratomic_options`; `out` valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn ratomic_multi_limiter_from_rates(
+    limits: *const c_char,
+    options: *const ratomic_options,
+    out: *mut *mut ratomic_limiter,
+) -> ratomic_result {
+    ffi_boundary!({
+        let out = out_ptr(out, "out")?;
+        // SAFETY: forwarded from the caller.
+        let limits = unsafe { str_arg(limits, "limits", ratomic_result::RATOMIC_INVALID_RATE) }?;
+        let rules = ratomic_core::parse_limits(limits)?;
+        if rules.len() > MAX_LIMITS {
+            return Err(Failure::Core(Error::InvalidArgument {
+                name: "limits",
+                value: format!("{limits:?}"),
+                reason: format!("holds {} rates; a multi-limit limiter holds between 1 and 16", rules.len()).into(),
+            }));
+        }
+        // Names come from a C string, so they hold no NUL.
+        let names = rules.iter().map(|(name, _)| CString::new(name.as_str())).collect::<Result<Vec<_>, _>>();
+        let names = names.map_err(|_| Failure::Unsupported("a rate name with a NUL byte"))?;
         // SAFETY: forwarded from the caller.
         let o = unsafe { Resolved::from_ptr(options) }?;
         let builder = rules.into_iter().fold(Limiter::builder(), |b, (name, rule)| b.limit(name, rule));
@@ -120,13 +187,15 @@ pub(crate) unsafe fn specs_arg(limits: *const ratomic_limit_spec, count: usize) 
 /// entries array `ratomic_allow_detailed` needs, and the indices
 /// `ratomic_limit_get` accepts. 1 for a token bucket or window limiter.
 ///
-/// Errors (`*out` untouched): `RATOMIC_NULL_ARGUMENT` (limiter, out),
-/// `RATOMIC_PANIC`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param[out] out Receives the number of limits, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; on an error (`*out` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: limiter, out.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: borrows `limiter`. Thread-safety: safe from any thread.
+/// @note Ownership: borrows `limiter`. Thread-safety: safe from any thread.
 ///
-/// # Safety
-/// `limiter` must be a live limiter; `out` valid for writes.
+/// @warning `limiter` must be a live limiter; `out` valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_limit_count(limiter: *const ratomic_limiter, out: *mut usize) -> ratomic_result {
     ffi_boundary!({
@@ -168,6 +237,7 @@ unsafe fn detailed(
         }
         // SAFETY: the caller passes `key_len` readable bytes at `key`.
         let key = unsafe { key_arg(key, key_len, l.max_key_len()) }?;
+        let now = crate::boundary::now_arg(now)?;
         let entry = |index: usize, d: ratomic_core::Decision| {
             let e = ratomic_limit_decision { name: l.names[index].as_ptr(), decision: d.into() };
             // SAFETY: index < need <= entries_cap writable entries.
@@ -220,17 +290,27 @@ unsafe fn detailed(
 /// `ratomic_limit_count` (else `RATOMIC_BUFFER_TOO_SMALL`, nothing written,
 /// nothing consumed).
 ///
-/// Errors (nothing consumed, nothing written): as `ratomic_allow` (with
-/// `RATOMIC_NULL_ARGUMENT` also for entries and entries_len), plus
-/// `RATOMIC_BUFFER_TOO_SMALL`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param key The key's bytes (any bytes, not NUL-terminated); may be NULL when
+///     `key_len` is 0.
+/// @param key_len The key's length in bytes, at most the limiter's `max_key_len`
+///     (checked before `key` is read).
+/// @param cost Tokens (or calls) to take, at most the limit; 0 answers like a peek.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @param[out] entries An array of `entries_cap` entries; receives one entry per
+///     limit.
+/// @param entries_cap The size of `entries`, at least `ratomic_limit_count`.
+/// @param[out] entries_len Receives the number of entries written.
+/// @return `RATOMIC_OK` on success; errors (nothing consumed, nothing written): as
+///     `ratomic_allow` (with `RATOMIC_NULL_ARGUMENT` also for entries and
+///     entries_len), plus `RATOMIC_BUFFER_TOO_SMALL`.
 ///
-/// Ownership: the caller owns the arrays; each entry's `name` is borrowed
-/// from the limiter (valid until it is freed). Thread-safety: safe from many
-/// threads at once.
+/// @note Ownership: the caller owns the arrays; each entry's `name` is borrowed
+///     from the limiter (valid until it is freed). Thread-safety: safe from many
+///     threads at once.
 ///
-/// # Safety
-/// As `ratomic_allow`; `entries` must hold `entries_cap` writable entries;
-/// `entries_len` valid for writes.
+/// @warning As `ratomic_allow`; `entries` must hold `entries_cap` writable entries;
+///     `entries_len` valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_allow_detailed(
     limiter: *const ratomic_limiter,
@@ -249,11 +329,23 @@ pub unsafe extern "C" fn ratomic_allow_detailed(
 /// `ratomic_allow_detailed` at time `now_ns` (nanoseconds; see
 /// `ratomic_allow_at`).
 ///
-/// Errors as `ratomic_allow_detailed`; `RATOMIC_INVALID_ARGUMENT` when
-/// `now_ns` is above `RATOMIC_MAX_TIME`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param key The key's bytes (any bytes, not NUL-terminated); may be NULL when
+///     `key_len` is 0.
+/// @param key_len The key's length in bytes, at most the limiter's `max_key_len`
+///     (checked before `key` is read).
+/// @param cost Tokens (or calls) to take, at most the limit; 0 answers like a peek.
+/// @param now_ns The time in **nanoseconds** on the clock's timeline (the
+///     callback's, or the library's monotonic clock), at most `RATOMIC_MAX_TIME`.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @param[out] entries An array of `entries_cap` entries; receives one entry per
+///     limit.
+/// @param entries_cap The size of `entries`, at least `ratomic_limit_count`.
+/// @param[out] entries_len Receives the number of entries written.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_allow_detailed`;
+///     `RATOMIC_INVALID_ARGUMENT` when `now_ns` is above `RATOMIC_MAX_TIME`.
 ///
-/// # Safety
-/// As `ratomic_allow_detailed`.
+/// @warning As `ratomic_allow_detailed`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_allow_detailed_at(
     limiter: *const ratomic_limiter,
@@ -272,10 +364,20 @@ pub unsafe extern "C" fn ratomic_allow_detailed_at(
 
 /// `ratomic_allow_detailed` that changes nothing (as `ratomic_peek`).
 ///
-/// Errors as `ratomic_allow_detailed`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param key The key's bytes (any bytes, not NUL-terminated); may be NULL when
+///     `key_len` is 0.
+/// @param key_len The key's length in bytes, at most the limiter's `max_key_len`
+///     (checked before `key` is read).
+/// @param cost Tokens (or calls) to take, at most the limit; 0 answers like a peek.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @param[out] entries An array of `entries_cap` entries; receives one entry per
+///     limit.
+/// @param entries_cap The size of `entries`, at least `ratomic_limit_count`.
+/// @param[out] entries_len Receives the number of entries written.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_allow_detailed`.
 ///
-/// # Safety
-/// As `ratomic_allow_detailed`.
+/// @warning As `ratomic_allow_detailed`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_peek_detailed(
     limiter: *const ratomic_limiter,
@@ -293,10 +395,22 @@ pub unsafe extern "C" fn ratomic_peek_detailed(
 
 /// `ratomic_peek_detailed` at time `now_ns` (nanoseconds).
 ///
-/// Errors as `ratomic_allow_detailed_at`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param key The key's bytes (any bytes, not NUL-terminated); may be NULL when
+///     `key_len` is 0.
+/// @param key_len The key's length in bytes, at most the limiter's `max_key_len`
+///     (checked before `key` is read).
+/// @param cost Tokens (or calls) to take, at most the limit; 0 answers like a peek.
+/// @param now_ns The time in **nanoseconds** on the clock's timeline (the
+///     callback's, or the library's monotonic clock), at most `RATOMIC_MAX_TIME`.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @param[out] entries An array of `entries_cap` entries; receives one entry per
+///     limit.
+/// @param entries_cap The size of `entries`, at least `ratomic_limit_count`.
+/// @param[out] entries_len Receives the number of entries written.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_allow_detailed_at`.
 ///
-/// # Safety
-/// As `ratomic_allow_detailed`.
+/// @warning As `ratomic_allow_detailed`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_peek_detailed_at(
     limiter: *const ratomic_limiter,

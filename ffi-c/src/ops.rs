@@ -58,6 +58,7 @@ unsafe fn decide(
         let decision = out_ptr(decision, "decision")?;
         // SAFETY: the caller passes `key_len` readable bytes at `key`.
         let key = unsafe { key_arg(key, key_len, l.max_key_len()) }?;
+        let now = crate::boundary::now_arg(now)?;
         if let Engine::Redis(r) = &l.engine {
             let d = r.decide(key, cost, now, consume)?.decision;
             // SAFETY: checked non-NULL above; the caller guarantees it is writable.
@@ -85,20 +86,29 @@ unsafe fn decide(
 ///
 /// `key` is `key_len` bytes, any bytes; NULL is allowed when `key_len` is 0.
 ///
-/// Errors (no state changed, `*decision` untouched): `RATOMIC_NULL_ARGUMENT`
-/// (limiter, decision, or key with a non-zero `key_len`);
-/// `RATOMIC_COST_EXCEEDS_LIMIT` (a cost above the limit could never pass);
-/// `RATOMIC_KEY_TOO_LONG` (above the limiter's `max_key_len`, checked before
-/// `key` is read); `RATOMIC_INVALID_ARGUMENT` (the clock read past
-/// `RATOMIC_MAX_TIME`); `RATOMIC_PANIC` (a bug in ratomic, caught).
+/// @param limiter The limiter, borrowed for the call.
+/// @param key The key's bytes (any bytes, not NUL-terminated); may be NULL when
+///     `key_len` is 0.
+/// @param key_len The key's length in bytes, at most the limiter's `max_key_len`
+///     (checked before `key` is read).
+/// @param cost Tokens (or calls) to take, at most the limit; 0 answers like a peek.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; on an error (no state changed, `*decision`
+///     untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: limiter, decision, or key with a non-zero
+///     `key_len`.
+/// @retval RATOMIC_COST_EXCEEDS_LIMIT A cost above the limit could never pass.
+/// @retval RATOMIC_KEY_TOO_LONG Above the limiter's `max_key_len`, checked before
+///     `key` is read.
+/// @retval RATOMIC_INVALID_ARGUMENT The clock read past `RATOMIC_MAX_TIME`.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught.
 ///
-/// Ownership: borrows `limiter` and `key` for the call; the caller owns
-/// `*decision`. Thread-safety: safe to call from many threads at once on
-/// the same limiter and key; no call ever grants more than the limit.
+/// @note Ownership: borrows `limiter` and `key` for the call; the caller owns
+///     `*decision`. Thread-safety: safe to call from many threads at once on the
+///     same limiter and key; no call ever grants more than the limit.
 ///
-/// # Safety
-/// `limiter` must be a live limiter; `key` must point to `key_len` readable
-/// bytes; `decision` must be valid for writes.
+/// @warning `limiter` must be a live limiter; `key` must point to `key_len`
+///     readable bytes; `decision` must be valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_allow(
     limiter: *const ratomic_limiter,
@@ -117,11 +127,20 @@ pub unsafe extern "C" fn ratomic_allow(
 /// makes the limiter deny more than it should until time catches up: pass
 /// non-decreasing times.
 ///
-/// Errors as `ratomic_allow`; `RATOMIC_INVALID_ARGUMENT` when `now_ns` is
-/// above `RATOMIC_MAX_TIME`. Ownership and thread-safety as `ratomic_allow`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param key The key's bytes (any bytes, not NUL-terminated); may be NULL when
+///     `key_len` is 0.
+/// @param key_len The key's length in bytes, at most the limiter's `max_key_len`
+///     (checked before `key` is read).
+/// @param cost Tokens (or calls) to take, at most the limit; 0 answers like a peek.
+/// @param now_ns The time in **nanoseconds** on the clock's timeline (the
+///     callback's, or the library's monotonic clock), at most `RATOMIC_MAX_TIME`.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_allow`;
+///     `RATOMIC_INVALID_ARGUMENT` when `now_ns` is above `RATOMIC_MAX_TIME`.
+///     Ownership and thread-safety as `ratomic_allow`.
 ///
-/// # Safety
-/// As `ratomic_allow`.
+/// @warning As `ratomic_allow`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_allow_at(
     limiter: *const ratomic_limiter,
@@ -139,10 +158,17 @@ pub unsafe extern "C" fn ratomic_allow_at(
 /// `remaining` is what would be left after that cost; cost 0 reports the
 /// key as it is.
 ///
-/// Errors, ownership and thread-safety as `ratomic_allow`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param key The key's bytes (any bytes, not NUL-terminated); may be NULL when
+///     `key_len` is 0.
+/// @param key_len The key's length in bytes, at most the limiter's `max_key_len`
+///     (checked before `key` is read).
+/// @param cost Tokens (or calls) to take, at most the limit; 0 answers like a peek.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; errors, ownership and thread-safety as
+///     `ratomic_allow`.
 ///
-/// # Safety
-/// As `ratomic_allow`.
+/// @warning As `ratomic_allow`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_peek(
     limiter: *const ratomic_limiter,
@@ -157,10 +183,18 @@ pub unsafe extern "C" fn ratomic_peek(
 
 /// `ratomic_peek` at time `now_ns` (nanoseconds; see `ratomic_allow_at`).
 ///
-/// Errors as `ratomic_allow_at`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param key The key's bytes (any bytes, not NUL-terminated); may be NULL when
+///     `key_len` is 0.
+/// @param key_len The key's length in bytes, at most the limiter's `max_key_len`
+///     (checked before `key` is read).
+/// @param cost Tokens (or calls) to take, at most the limit; 0 answers like a peek.
+/// @param now_ns The time in **nanoseconds** on the clock's timeline (the
+///     callback's, or the library's monotonic clock), at most `RATOMIC_MAX_TIME`.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_allow_at`.
 ///
-/// # Safety
-/// As `ratomic_allow`.
+/// @warning As `ratomic_allow`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_peek_at(
     limiter: *const ratomic_limiter,
@@ -188,15 +222,24 @@ pub unsafe extern "C" fn ratomic_peek_at(
 /// must read the time after waiting, so tests give the limiter a clock
 /// callback and a `clock_sleep` that moves that clock instead of sleeping.
 ///
-/// Errors (`*decision` untouched; nothing was taken): as `ratomic_allow`,
-/// reported at once for a bad call (a cost above the limit never waits), or
-/// after a wait if the clock then reads past `RATOMIC_MAX_TIME`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param key The key's bytes (any bytes, not NUL-terminated); may be NULL when
+///     `key_len` is 0.
+/// @param key_len The key's length in bytes, at most the limiter's `max_key_len`
+///     (checked before `key` is read).
+/// @param cost Tokens (or calls) to take, at most the limit; 0 answers like a peek.
+/// @param timeout_ns The most to wait in total, in **nanoseconds**: 0 never waits,
+///     `RATOMIC_NO_TIMEOUT` waits as long as it takes.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; errors (`*decision` untouched; nothing was
+///     taken): as `ratomic_allow`, reported at once for a bad call (a cost above
+///     the limit never waits), or after a wait if the clock then reads past
+///     `RATOMIC_MAX_TIME`.
 ///
-/// Ownership: borrows `limiter` and `key` for the call; the caller owns
-/// `*decision`. Thread-safety: safe from many threads at once.
+/// @note Ownership: borrows `limiter` and `key` for the call; the caller owns
+///     `*decision`. Thread-safety: safe from many threads at once.
 ///
-/// # Safety
-/// As `ratomic_allow`.
+/// @warning As `ratomic_allow`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_acquire(
     limiter: *const ratomic_limiter,
@@ -243,6 +286,7 @@ unsafe fn restore(
         let l = unsafe { arg_ref(limiter, "limiter") }?;
         // SAFETY: the caller passes `key_len` readable bytes at `key`.
         let key = unsafe { key_arg(key, key_len, l.max_key_len()) }?;
+        let now = crate::boundary::now_arg(now)?;
         if let Engine::Redis(r) = &l.engine {
             return r.restore(key, refund, now);
         }
@@ -259,16 +303,23 @@ unsafe fn restore(
 /// fills above its limit: refunding a full key, or one never seen, does
 /// nothing. For a multi-limit limiter, every limit gets them back.
 ///
-/// Errors (nothing changed): `RATOMIC_NULL_ARGUMENT` (limiter, or key with a
-/// non-zero `key_len`); `RATOMIC_KEY_TOO_LONG`; `RATOMIC_INVALID_ARGUMENT`
-/// (the clock read past `RATOMIC_MAX_TIME`); `RATOMIC_PANIC`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param key The key's bytes (any bytes, not NUL-terminated); may be NULL when
+///     `key_len` is 0.
+/// @param key_len The key's length in bytes, at most the limiter's `max_key_len`
+///     (checked before `key` is read).
+/// @param tokens Tokens (or calls) to give back; a key never fills above its limit.
+/// @return `RATOMIC_OK` on success; on an error (nothing changed):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: limiter, or key with a non-zero `key_len`.
+/// @retval RATOMIC_KEY_TOO_LONG
+/// @retval RATOMIC_INVALID_ARGUMENT The clock read past `RATOMIC_MAX_TIME`.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: borrows `limiter` and `key` for the call. Thread-safety: safe
-/// from many threads at once.
+/// @note Ownership: borrows `limiter` and `key` for the call. Thread-safety: safe
+///     from many threads at once.
 ///
-/// # Safety
-/// `limiter` must be a live limiter; `key` must point to `key_len` readable
-/// bytes.
+/// @warning `limiter` must be a live limiter; `key` must point to `key_len`
+///     readable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_refund(
     limiter: *const ratomic_limiter,
@@ -282,11 +333,18 @@ pub unsafe extern "C" fn ratomic_refund(
 
 /// `ratomic_refund` at time `now_ns` (nanoseconds; see `ratomic_allow_at`).
 ///
-/// Errors as `ratomic_refund`; `RATOMIC_INVALID_ARGUMENT` when `now_ns` is
-/// above `RATOMIC_MAX_TIME`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param key The key's bytes (any bytes, not NUL-terminated); may be NULL when
+///     `key_len` is 0.
+/// @param key_len The key's length in bytes, at most the limiter's `max_key_len`
+///     (checked before `key` is read).
+/// @param tokens Tokens (or calls) to give back; a key never fills above its limit.
+/// @param now_ns The time in **nanoseconds** on the clock's timeline (the
+///     callback's, or the library's monotonic clock), at most `RATOMIC_MAX_TIME`.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_refund`;
+///     `RATOMIC_INVALID_ARGUMENT` when `now_ns` is above `RATOMIC_MAX_TIME`.
 ///
-/// # Safety
-/// As `ratomic_refund`.
+/// @warning As `ratomic_refund`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_refund_at(
     limiter: *const ratomic_limiter,
@@ -302,13 +360,17 @@ pub unsafe extern "C" fn ratomic_refund_at(
 /// Forgets `key`: it is full again (for every limit of a multi-limit
 /// limiter).
 ///
-/// Errors as `ratomic_refund`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param key The key's bytes (any bytes, not NUL-terminated); may be NULL when
+///     `key_len` is 0.
+/// @param key_len The key's length in bytes, at most the limiter's `max_key_len`
+///     (checked before `key` is read).
+/// @return `RATOMIC_OK` on success; errors as `ratomic_refund`.
 ///
-/// Ownership: borrows `limiter` and `key` for the call. Thread-safety: safe
-/// from many threads at once.
+/// @note Ownership: borrows `limiter` and `key` for the call. Thread-safety: safe
+///     from many threads at once.
 ///
-/// # Safety
-/// As `ratomic_refund`.
+/// @warning As `ratomic_refund`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_reset(
     limiter: *const ratomic_limiter,
@@ -321,10 +383,16 @@ pub unsafe extern "C" fn ratomic_reset(
 
 /// `ratomic_reset` at time `now_ns` (nanoseconds; see `ratomic_allow_at`).
 ///
-/// Errors as `ratomic_refund_at`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param key The key's bytes (any bytes, not NUL-terminated); may be NULL when
+///     `key_len` is 0.
+/// @param key_len The key's length in bytes, at most the limiter's `max_key_len`
+///     (checked before `key` is read).
+/// @param now_ns The time in **nanoseconds** on the clock's timeline (the
+///     callback's, or the library's monotonic clock), at most `RATOMIC_MAX_TIME`.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_refund_at`.
 ///
-/// # Safety
-/// As `ratomic_refund`.
+/// @warning As `ratomic_refund`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_reset_at(
     limiter: *const ratomic_limiter,
@@ -367,6 +435,7 @@ unsafe fn many(
             // SAFETY: non-NULL; the caller guarantees `count` readable requests.
             unsafe { std::slice::from_raw_parts(requests, count) }
         };
+        let now = crate::boundary::now_arg(now)?;
         let now = match (&l.engine, now) {
             (Engine::Redis(_), now) => now.map(check_time).transpose()?,
             (_, now) => Some(check_time(now.unwrap_or_else(|| l.now()))?),
@@ -444,18 +513,26 @@ fn first_invalid(l: &ratomic_limiter, before: &[(&[u8], u64)], index: usize, cos
 ///
 /// When `count` is 0 the arrays may be NULL and nothing is written.
 ///
-/// Errors (nothing decided, `decisions` untouched): `RATOMIC_INVALID_REQUEST`
-/// (above); `RATOMIC_NULL_ARGUMENT` (limiter; requests or decisions when
-/// `count` > 0); `RATOMIC_INVALID_ARGUMENT` (count larger than any array;
-/// the clock read past `RATOMIC_MAX_TIME`); `RATOMIC_PANIC`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param requests An array of `count` requests (key and cost each); may be NULL
+///     when `count` is 0.
+/// @param count The number of requests; 0 decides nothing.
+/// @param[out] decisions An array of `count` decisions; `decisions[i]` receives the
+///     answer to `requests[i]`, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; on an error (nothing decided, `decisions`
+///     untouched):
+/// @retval RATOMIC_INVALID_REQUEST A request is invalid, as above.
+/// @retval RATOMIC_NULL_ARGUMENT NULL: limiter; requests or decisions when `count` > 0.
+/// @retval RATOMIC_INVALID_ARGUMENT Count larger than any array; the clock read
+///     past `RATOMIC_MAX_TIME`.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: borrows all arrays for the call; the caller owns them.
-/// Thread-safety: safe from many threads at once.
+/// @note Ownership: borrows all arrays for the call; the caller owns them.
+///     Thread-safety: safe from many threads at once.
 ///
-/// # Safety
-/// `limiter` must be a live limiter; `requests` must point to `count`
-/// readable requests whose keys are valid; `decisions` to `count` writable
-/// decisions.
+/// @warning `limiter` must be a live limiter; `requests` must point to `count`
+///     readable requests whose keys are valid; `decisions` to `count` writable
+///     decisions.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_allow_many(
     limiter: *const ratomic_limiter,
@@ -469,11 +546,18 @@ pub unsafe extern "C" fn ratomic_allow_many(
 
 /// `ratomic_allow_many` at time `now_ns` (nanoseconds; see `ratomic_allow_at`).
 ///
-/// Errors as `ratomic_allow_many`; `RATOMIC_INVALID_ARGUMENT` when `now_ns`
-/// is above `RATOMIC_MAX_TIME`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param requests An array of `count` requests (key and cost each); may be NULL
+///     when `count` is 0.
+/// @param count The number of requests; 0 decides nothing.
+/// @param now_ns The time in **nanoseconds** on the clock's timeline (the
+///     callback's, or the library's monotonic clock), at most `RATOMIC_MAX_TIME`.
+/// @param[out] decisions An array of `count` decisions; `decisions[i]` receives the
+///     answer to `requests[i]`, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_allow_many`;
+///     `RATOMIC_INVALID_ARGUMENT` when `now_ns` is above `RATOMIC_MAX_TIME`.
 ///
-/// # Safety
-/// As `ratomic_allow_many`.
+/// @warning As `ratomic_allow_many`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_allow_many_at(
     limiter: *const ratomic_limiter,
@@ -491,14 +575,16 @@ pub unsafe extern "C" fn ratomic_allow_many_at(
 /// growth or `ratomic_gc`); call `ratomic_gc` first for an exact count of
 /// keys being limited.
 ///
-/// Errors (`*out` untouched): `RATOMIC_NULL_ARGUMENT` (limiter, out),
-/// `RATOMIC_PANIC`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param[out] out Receives the number of keys held, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; on an error (`*out` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: limiter, out.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: borrows `limiter`. Thread-safety: safe from many threads at
-/// once (a count taken while others call is a snapshot).
+/// @note Ownership: borrows `limiter`. Thread-safety: safe from many threads at
+///     once (a count taken while others call is a snapshot).
 ///
-/// # Safety
-/// `limiter` must be a live limiter; `out` valid for writes.
+/// @warning `limiter` must be a live limiter; `out` valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_key_count(limiter: *const ratomic_limiter, out: *mut usize) -> ratomic_result {
     ffi_boundary!({
@@ -520,7 +606,7 @@ unsafe fn gc(limiter: *const ratomic_limiter, now: Option<u64>, dropped: *mut us
     ffi_boundary!({
         // SAFETY: the caller passes a live limiter or NULL.
         let l = unsafe { arg_ref(limiter, "limiter") }?;
-        let now = now.unwrap_or_else(|| l.now());
+        let now = crate::boundary::now_arg(now)?.unwrap_or_else(|| l.now());
         let n = with_engine!(l, k => k.gc_at(now), m => m.gc_at(now))?;
         if !dropped.is_null() {
             // SAFETY: non-NULL; writable as the caller guarantees.
@@ -535,15 +621,18 @@ unsafe fn gc(limiter: *const ratomic_limiter, now: Option<u64>, dropped: *mut us
 /// and writes how many were dropped to `*dropped` (which may be NULL).
 /// Optional: the same work happens, amortised, inside calls.
 ///
-/// Errors (`*dropped` untouched): `RATOMIC_NULL_ARGUMENT` (limiter);
-/// `RATOMIC_INVALID_ARGUMENT` (the clock read past `RATOMIC_MAX_TIME`);
-/// `RATOMIC_PANIC`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param[out] dropped Receives how many were dropped; may be NULL.
+/// @return `RATOMIC_OK` on success; on an error (`*dropped` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: limiter.
+/// @retval RATOMIC_INVALID_ARGUMENT The clock read past `RATOMIC_MAX_TIME`.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: borrows `limiter`. Thread-safety: safe from many threads at
-/// once.
+/// @note Ownership: borrows `limiter`. Thread-safety: safe from many threads at
+///     once.
 ///
-/// # Safety
-/// `limiter` must be a live limiter; `dropped`, if non-NULL, valid for writes.
+/// @warning `limiter` must be a live limiter; `dropped`, if non-NULL, valid for
+///     writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_gc(limiter: *const ratomic_limiter, dropped: *mut usize) -> ratomic_result {
     // SAFETY: forwarded from the caller.
@@ -553,11 +642,14 @@ pub unsafe extern "C" fn ratomic_gc(limiter: *const ratomic_limiter, dropped: *m
 /// `ratomic_gc` at time `now_ns` (nanoseconds; see `ratomic_allow_at`):
 /// drops the keys that are full at that time.
 ///
-/// Errors as `ratomic_gc`; `RATOMIC_INVALID_ARGUMENT` when `now_ns` is above
-/// `RATOMIC_MAX_TIME`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param now_ns The time in **nanoseconds** on the clock's timeline (the
+///     callback's, or the library's monotonic clock), at most `RATOMIC_MAX_TIME`.
+/// @param[out] dropped Receives how many were dropped; may be NULL.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_gc`;
+///     `RATOMIC_INVALID_ARGUMENT` when `now_ns` is above `RATOMIC_MAX_TIME`.
 ///
-/// # Safety
-/// As `ratomic_gc`.
+/// @warning As `ratomic_gc`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_gc_at(
     limiter: *const ratomic_limiter,
@@ -572,14 +664,17 @@ pub unsafe extern "C" fn ratomic_gc_at(
 /// callback's value if one was given, else the library's monotonic clock.
 /// Use it to drive the `_at` functions from one reading.
 ///
-/// Errors (`*out_ns` untouched): `RATOMIC_NULL_ARGUMENT` (limiter, out_ns);
-/// `RATOMIC_INVALID_ARGUMENT` (the clock read past `RATOMIC_MAX_TIME`);
-/// `RATOMIC_PANIC`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param[out] out_ns Receives the clock's reading in **nanoseconds**, only on
+///     `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; on an error (`*out_ns` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: limiter, out_ns.
+/// @retval RATOMIC_INVALID_ARGUMENT The clock read past `RATOMIC_MAX_TIME`.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: borrows `limiter`. Thread-safety: safe from any thread.
+/// @note Ownership: borrows `limiter`. Thread-safety: safe from any thread.
 ///
-/// # Safety
-/// `limiter` must be a live limiter; `out_ns` valid for writes.
+/// @warning `limiter` must be a live limiter; `out_ns` valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_now(limiter: *const ratomic_limiter, out_ns: *mut u64) -> ratomic_result {
     ffi_boundary!({

@@ -21,15 +21,15 @@ use crate::boundary::Failure;
 /// nothing.
 pub type ratomic_clock_fn = Option<unsafe extern "C" fn(user_data: *mut c_void) -> u64>;
 
-/// How `ratomic_acquire` waits `ns` nanoseconds on the clock's timeline
+/// How `ratomic_acquire` waits `wait_ns` nanoseconds on the clock's timeline
 /// before it tries again. Called with the `clock_user_data` given in
 /// `ratomic_options`, on the thread that called `ratomic_acquire`; it must
 /// be thread-safe and must not unwind out of the call.
 ///
-/// A test's clock moves itself forward by `ns` here instead of sleeping,
+/// A test's clock moves itself forward by `wait_ns` here instead of sleeping,
 /// so that no test ever sleeps; a program whose clock callback reads real
 /// time sleeps (e.g. with `nanosleep`) or leaves this NULL.
-pub type ratomic_sleep_fn = Option<unsafe extern "C" fn(user_data: *mut c_void, ns: u64)>;
+pub type ratomic_sleep_fn = Option<unsafe extern "C" fn(user_data: *mut c_void, wait_ns: u64)>;
 
 /// What a limiter does with a key it must evict to respect `max_keys` (or
 /// `max_key_bytes`) before that key's bucket is full again: the
@@ -246,7 +246,13 @@ impl Resolved {
         options = options.eviction(match o.eviction {
             e if e == ratomic_eviction::RATOMIC_EVICTION_FAIR as u32 => Eviction::Fair,
             e if e == ratomic_eviction::RATOMIC_EVICTION_STRICT as u32 => Eviction::Strict,
-            value => return Err(Failure::UnknownValue { name: "eviction", value }),
+            value => {
+                return Err(Failure::UnknownValue {
+                    name: "eviction",
+                    value,
+                    accepted: "RATOMIC_EVICTION_FAIR (0) or RATOMIC_EVICTION_STRICT (1)",
+                })
+            }
         });
         if !o.shared_file.is_null() {
             // SAFETY: the caller promises a NUL-terminated string.

@@ -53,15 +53,19 @@ unsafe fn quota_arg(quota: *const ratomic_quota) -> Result<Quota, Failure> {
 /// `max_key_len`, `max_key_bytes` and eviction policy apply as to any
 /// limiter). On `RATOMIC_OK`, `*out` is new; on any error it is untouched.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (out); `RATOMIC_INVALID_ARGUMENT` (an
-/// option out of range); `RATOMIC_PANIC`.
+/// @param options Construction options, or NULL for all defaults; copied.
+/// @param[out] out Receives the new handle, only on `RATOMIC_OK`; release it with
+///     `ratomic_quotas_free`.
+/// @return `RATOMIC_OK` on success; on an error:
+/// @retval RATOMIC_NULL_ARGUMENT NULL: out.
+/// @retval RATOMIC_INVALID_ARGUMENT An option out of range.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: the caller owns `*out` and must release it with
-/// `ratomic_quotas_free`. Thread-safety: safe from any thread.
+/// @note Ownership: the caller owns `*out` and must release it with
+///     `ratomic_quotas_free`. Thread-safety: safe from any thread.
 ///
-/// # Safety
-/// `options`, if non-NULL, must point to a valid `ratomic_options`; `out`
-/// must be valid for writes.
+/// @warning `options`, if non-NULL, must point to a valid `ratomic_options`; `out`
+///     must be valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_quotas_new(
     options: *const ratomic_options,
@@ -82,9 +86,10 @@ pub unsafe extern "C" fn ratomic_quotas_new(
 /// Releases a `ratomic_quotas` and every bucket it holds. NULL is accepted
 /// and does nothing.
 ///
-/// # Safety
-/// `quotas` must be NULL or a pointer from `ratomic_quotas_new` not yet
-/// freed, and no other call may use it at the same time.
+/// @param quotas The handle to release, or NULL.
+///
+/// @warning `quotas` must be NULL or a pointer from `ratomic_quotas_new` not yet
+///     freed, and no other call may use it at the same time.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_quotas_free(quotas: *mut ratomic_quotas) {
     let _ = ffi_boundary!({
@@ -131,7 +136,7 @@ unsafe fn call(
         let quota = unsafe { quota_arg(quota) }?;
         // SAFETY: the caller passes `key_len` readable bytes at `key`.
         let key = unsafe { key_arg(key, key_len, q.inner.max_key_len()) }?;
-        let now = now.unwrap_or_else(|| q.inner.now());
+        let now = crate::boundary::now_arg(now)?.unwrap_or_else(|| q.inner.now());
         let d = match op {
             Op::Allow(cost) => Some(q.inner.allow_at(key, &quota, cost, now)?),
             Op::Peek(cost) => Some(q.inner.peek_at(key, &quota, cost, now)?),
@@ -151,19 +156,31 @@ unsafe fn call(
 /// denial is `RATOMIC_OK` with `allowed == false`). A quota not seen before
 /// starts full; the same key under another quota is another bucket.
 ///
-/// Errors (no state changed, `*decision` untouched): `RATOMIC_NULL_ARGUMENT`
-/// (quotas, quota, decision, or key with a non-zero `key_len`);
-/// `RATOMIC_INVALID_ARGUMENT` (capacity 0; `refill_per_sec` NaN, infinite or
-/// ≤ 0, or a quota too slow for 63 bits of nanoseconds; the clock read past
-/// `RATOMIC_MAX_TIME`); `RATOMIC_COST_EXCEEDS_LIMIT` (cost above the
-/// quota's capacity); `RATOMIC_KEY_TOO_LONG`; `RATOMIC_PANIC`.
+/// @param quotas The `ratomic_quotas` handle, borrowed for the call.
+/// @param key The key's bytes (any bytes, not NUL-terminated); may be NULL when
+///     `key_len` is 0.
+/// @param key_len The key's length in bytes, at most the limiter's `max_key_len`
+///     (checked before `key` is read).
+/// @param quota The quota this call is under (capacity and refill rate), read
+///     during the call.
+/// @param cost Tokens to take, at most the quota's capacity; 0 answers like a peek.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; on an error (no state changed, `*decision`
+///     untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: quotas, quota, decision, or key with a non-zero
+///     `key_len`.
+/// @retval RATOMIC_INVALID_ARGUMENT Capacity 0; `refill_per_sec` NaN, infinite or ≤
+///     0, or a quota too slow for 63 bits of nanoseconds; the clock read past
+///     `RATOMIC_MAX_TIME`.
+/// @retval RATOMIC_COST_EXCEEDS_LIMIT Cost above the quota's capacity.
+/// @retval RATOMIC_KEY_TOO_LONG
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: borrows everything for the call. Thread-safety: safe from many
-/// threads at once; no call grants more than its quota.
+/// @note Ownership: borrows everything for the call. Thread-safety: safe from many
+///     threads at once; no call grants more than its quota.
 ///
-/// # Safety
-/// `quotas` must be live; `quota` readable; `key` must point to `key_len`
-/// readable bytes; `decision` valid for writes.
+/// @warning `quotas` must be live; `quota` readable; `key` must point to `key_len`
+///     readable bytes; `decision` valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_quotas_allow(
     quotas: *const ratomic_quotas,
@@ -177,12 +194,23 @@ pub unsafe extern "C" fn ratomic_quotas_allow(
     unsafe { call(quotas, key, key_len, quota, Op::Allow(cost), None, decision) }
 }
 
-/// `ratomic_quotas_allow` at time `now_ns` (nanoseconds on the handle's
-/// clock's timeline; see `ratomic_allow_at`). Errors as
-/// `ratomic_quotas_allow`.
+/// `ratomic_quotas_allow` at time `now_ns` (nanoseconds on the handle's clock's
+///     timeline; see `ratomic_allow_at`).
 ///
-/// # Safety
-/// As `ratomic_quotas_allow`.
+/// @param quotas The `ratomic_quotas` handle, borrowed for the call.
+/// @param key The key's bytes (any bytes, not NUL-terminated); may be NULL when
+///     `key_len` is 0.
+/// @param key_len The key's length in bytes, at most the limiter's `max_key_len`
+///     (checked before `key` is read).
+/// @param quota The quota this call is under (capacity and refill rate), read
+///     during the call.
+/// @param cost Tokens to take, at most the quota's capacity; 0 answers like a peek.
+/// @param now_ns The time in **nanoseconds** on the handle's clock's timeline, at
+///     most `RATOMIC_MAX_TIME`.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_quotas_allow`.
+///
+/// @warning As `ratomic_quotas_allow`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_quotas_allow_at(
     quotas: *const ratomic_quotas,
@@ -197,11 +225,22 @@ pub unsafe extern "C" fn ratomic_quotas_allow_at(
     unsafe { call(quotas, key, key_len, quota, Op::Allow(cost), Some(now_ns), decision) }
 }
 
-/// What `ratomic_quotas_allow` with this `cost` would answer, changing
-/// nothing. Errors as `ratomic_quotas_allow`.
+/// What `ratomic_quotas_allow` with this `cost` would answer, changing nothing.
 ///
-/// # Safety
-/// As `ratomic_quotas_allow`.
+/// @param quotas The `ratomic_quotas` handle, borrowed for the call.
+/// @param key The key's bytes (any bytes, not NUL-terminated); may be NULL when
+///     `key_len` is 0.
+/// @param key_len The key's length in bytes, at most the limiter's `max_key_len`
+///     (checked before `key` is read).
+/// @param quota The quota this call is under (capacity and refill rate), read
+///     during the call.
+/// @param cost Tokens to take, at most the quota's capacity; 0 answers like a peek.
+/// @param now_ns The time in **nanoseconds** on the handle's clock's timeline, at
+///     most `RATOMIC_MAX_TIME`.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_quotas_allow`.
+///
+/// @warning As `ratomic_quotas_allow`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_quotas_peek_at(
     quotas: *const ratomic_quotas,
@@ -218,8 +257,18 @@ pub unsafe extern "C" fn ratomic_quotas_peek_at(
 
 /// `ratomic_quotas_peek_at` on the handle's clock.
 ///
-/// # Safety
-/// As `ratomic_quotas_allow`.
+/// @param quotas The `ratomic_quotas` handle, borrowed for the call.
+/// @param key The key's bytes (any bytes, not NUL-terminated); may be NULL when
+///     `key_len` is 0.
+/// @param key_len The key's length in bytes, at most the limiter's `max_key_len`
+///     (checked before `key` is read).
+/// @param quota The quota this call is under (capacity and refill rate), read
+///     during the call.
+/// @param cost Tokens to take, at most the quota's capacity; 0 answers like a peek.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_quotas_allow`.
+///
+/// @warning As `ratomic_quotas_allow`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_quotas_peek(
     quotas: *const ratomic_quotas,
@@ -236,12 +285,21 @@ pub unsafe extern "C" fn ratomic_quotas_peek(
 /// Gives `tokens` back to `key`'s bucket under `*quota` (never above full;
 /// a bucket never seen is left alone) at time `now_ns`.
 ///
-/// Errors (nothing changed): as `ratomic_quotas_allow`, less the decision
-/// and the cost.
+/// @param quotas The `ratomic_quotas` handle, borrowed for the call.
+/// @param key The key's bytes (any bytes, not NUL-terminated); may be NULL when
+///     `key_len` is 0.
+/// @param key_len The key's length in bytes, at most the limiter's `max_key_len`
+///     (checked before `key` is read).
+/// @param quota The quota this call is under (capacity and refill rate), read
+///     during the call.
+/// @param tokens Tokens (or calls) to give back; a key never fills above its limit.
+/// @param now_ns The time in **nanoseconds** on the handle's clock's timeline, at
+///     most `RATOMIC_MAX_TIME`.
+/// @return `RATOMIC_OK` on success; errors (nothing changed): as
+///     `ratomic_quotas_allow`, less the decision and the cost.
 ///
-/// # Safety
-/// `quotas` must be live; `quota` readable; `key` must point to `key_len`
-/// readable bytes.
+/// @warning `quotas` must be live; `quota` readable; `key` must point to `key_len`
+///     readable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_quotas_refund_at(
     quotas: *const ratomic_quotas,
@@ -257,10 +315,19 @@ pub unsafe extern "C" fn ratomic_quotas_refund_at(
 
 /// Forgets `key`'s bucket under `*quota` at time `now_ns`: it is full again.
 ///
-/// Errors (nothing changed): as `ratomic_quotas_refund_at`.
+/// @param quotas The `ratomic_quotas` handle, borrowed for the call.
+/// @param key The key's bytes (any bytes, not NUL-terminated); may be NULL when
+///     `key_len` is 0.
+/// @param key_len The key's length in bytes, at most the limiter's `max_key_len`
+///     (checked before `key` is read).
+/// @param quota The quota this call is under (capacity and refill rate), read
+///     during the call.
+/// @param now_ns The time in **nanoseconds** on the handle's clock's timeline, at
+///     most `RATOMIC_MAX_TIME`.
+/// @return `RATOMIC_OK` on success; errors (nothing changed): as
+///     `ratomic_quotas_refund_at`.
 ///
-/// # Safety
-/// As `ratomic_quotas_refund_at`.
+/// @warning As `ratomic_quotas_refund_at`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_quotas_reset_at(
     quotas: *const ratomic_quotas,
@@ -277,11 +344,18 @@ pub unsafe extern "C" fn ratomic_quotas_reset_at(
 /// `*dropped` if it is non-NULL. Writes the number of buckets still held
 /// to `*held` if it is non-NULL.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (quotas); `RATOMIC_INVALID_ARGUMENT`
-/// (`now_ns` above `RATOMIC_MAX_TIME`); `RATOMIC_PANIC`.
+/// @param quotas The `ratomic_quotas` handle, borrowed for the call.
+/// @param now_ns The time in **nanoseconds** on the handle's clock's timeline, at
+///     most `RATOMIC_MAX_TIME`.
+/// @param[out] dropped Receives how many were dropped; may be NULL.
+/// @param[out] held Receives how many buckets are still held; may be NULL.
+/// @return `RATOMIC_OK` on success; on an error:
+/// @retval RATOMIC_NULL_ARGUMENT NULL: quotas.
+/// @retval RATOMIC_INVALID_ARGUMENT `now_ns` above `RATOMIC_MAX_TIME`.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// # Safety
-/// `quotas` must be live; `dropped` and `held`, if non-NULL, valid for writes.
+/// @warning `quotas` must be live; `dropped` and `held`, if non-NULL, valid for
+///     writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_quotas_gc_at(
     quotas: *const ratomic_quotas,
@@ -292,6 +366,7 @@ pub unsafe extern "C" fn ratomic_quotas_gc_at(
     ffi_boundary!({
         // SAFETY: the caller passes a live handle or NULL.
         let q = unsafe { arg_ref(quotas, "quotas") }?;
+        crate::boundary::now_arg(Some(now_ns))?;
         let n = q.inner.gc_at(now_ns)?;
         if !dropped.is_null() {
             // SAFETY: non-NULL; writable as the caller guarantees.

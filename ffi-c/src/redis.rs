@@ -162,7 +162,11 @@ unsafe fn make(
                 FailurePolicy::FailClosed { retry_after: retry }
             }
             p if p == ratomic_redis_policy::RATOMIC_REDIS_FALLBACK as u32 => FailurePolicy::Fallback,
-            value => return Err(Failure::UnknownValue { name: "policy", value }),
+            value => return Err(Failure::UnknownValue {
+                    name: "policy",
+                    value,
+                    accepted: "RATOMIC_REDIS_RETURN_ERROR (0), RATOMIC_REDIS_FAIL_OPEN (1), RATOMIC_REDIS_FAIL_CLOSED (2) or RATOMIC_REDIS_FALLBACK (3)",
+                }),
         };
     }
     let limiter = BlockingRedisLimiter::connect(url, limits, client)?;
@@ -189,19 +193,27 @@ fn single(rule: Rule) -> Result<NamedRules, Failure> {
 /// Not available on a Redis-backed limiter: `ratomic_key_count`,
 /// `ratomic_gc`, `ratomic_gc_at` (`RATOMIC_OTHER_ERROR`).
 ///
-/// Errors: as `ratomic_token_bucket_new`; `RATOMIC_NULL_ARGUMENT` (url);
-/// `RATOMIC_INVALID_ARGUMENT` (a bad prefix or policy, a rule beyond exact
-/// microseconds); `RATOMIC_BACKEND_UNAVAILABLE` (a bad URL, a refused
-/// connection), `RATOMIC_BACKEND_TIMEOUT`, `RATOMIC_BACKEND_ERROR` (a server
-/// that is not Redis). On later calls, these three report Redis failures
-/// under `RATOMIC_REDIS_RETURN_ERROR` (other policies answer instead).
+/// @param url The server's URL, NUL-terminated (`redis://host:port/db`); only read
+///     during the call.
+/// @param capacity The most tokens a key holds (the burst), at least 1.
+/// @param refill_per_sec Tokens refilled per **second**: finite and > 0.
+/// @param options Redis options, or NULL for all defaults; copied.
+/// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
+///     `ratomic_limiter_free`.
+/// @return `RATOMIC_OK` on success; errors: as `ratomic_token_bucket_new`;
+///     `RATOMIC_NULL_ARGUMENT` (url); `RATOMIC_INVALID_ARGUMENT` (a bad prefix or
+///     policy, a rule beyond exact microseconds); `RATOMIC_BACKEND_UNAVAILABLE` (a
+///     bad URL, a refused connection), `RATOMIC_BACKEND_TIMEOUT`,
+///     `RATOMIC_BACKEND_ERROR` (a server that is not Redis). On later calls, these
+///     three report Redis failures under `RATOMIC_REDIS_RETURN_ERROR` (other
+///     policies answer instead).
 ///
-/// Ownership: the caller owns `*out` and releases it with
-/// `ratomic_limiter_free` (which closes the connection). Thread-safety: safe
-/// from any thread; calls from many threads share one pipelined connection.
+/// @note Ownership: the caller owns `*out` and releases it with
+///     `ratomic_limiter_free` (which closes the connection). Thread-safety: safe
+///     from any thread; calls from many threads share one pipelined connection.
 ///
-/// # Safety
-/// `url` must be NUL-terminated; `options` NULL or valid; `out` valid for writes.
+/// @warning `url` must be NUL-terminated; `options` NULL or valid; `out` valid for
+///     writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_redis_token_bucket_new(
     url: *const c_char,
@@ -232,7 +244,7 @@ unsafe fn window(
 ) -> ratomic_result {
     ffi_boundary!({
         let out = out_ptr(out, "out")?;
-        let (rules, names) = single(make_rule(Rate::new(limit, Duration::from_nanos(window_ns))?)?)?;
+        let (rules, names) = single(make_rule(crate::limiter::window_rate(limit, window_ns)?)?)?;
         // SAFETY: forwarded from the caller.
         unsafe { make(url, rules, names, options, out) }
     })
@@ -243,8 +255,19 @@ unsafe fn window(
 /// `limit` × window in µs below 2^53), and as
 /// `ratomic_redis_token_bucket_new` for the rest.
 ///
-/// # Safety
-/// As `ratomic_redis_token_bucket_new`.
+/// @param url The server's URL, NUL-terminated (`redis://host:port/db`); only read
+///     during the call.
+/// @param limit The most calls per key in a window, at least 1 and at most the
+///     window's largest (`ratomic_window_max_limit`).
+/// @param window_ns The window's length in **nanoseconds**: > 0 and at most 2^63 −
+///     1.
+/// @param options Redis options, or NULL for all defaults; copied.
+/// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
+///     `ratomic_limiter_free`.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_redis_token_bucket_new`,
+///     with the window's as `ratomic_fixed_window_new`.
+///
+/// @warning As `ratomic_redis_token_bucket_new`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_redis_fixed_window_new(
     url: *const c_char,
@@ -260,8 +283,19 @@ pub unsafe extern "C" fn ratomic_redis_fixed_window_new(
 /// A sliding window of `limit` calls per `window_ns` per key, on Redis: as
 /// `ratomic_sliding_window_new` and `ratomic_redis_fixed_window_new`.
 ///
-/// # Safety
-/// As `ratomic_redis_token_bucket_new`.
+/// @param url The server's URL, NUL-terminated (`redis://host:port/db`); only read
+///     during the call.
+/// @param limit The most calls per key in a window, at least 1 and at most the
+///     window's largest (`ratomic_window_max_limit`).
+/// @param window_ns The window's length in **nanoseconds**: > 0 and at most 2^63 −
+///     1.
+/// @param options Redis options, or NULL for all defaults; copied.
+/// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
+///     `ratomic_limiter_free`.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_redis_token_bucket_new`,
+///     with the window's as `ratomic_sliding_window_new`.
+///
+/// @warning As `ratomic_redis_token_bucket_new`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_redis_sliding_window_new(
     url: *const c_char,
@@ -279,8 +313,17 @@ pub unsafe extern "C" fn ratomic_redis_sliding_window_new(
 /// hash, so a call touches one key, in one Cluster slot), and as
 /// `ratomic_redis_token_bucket_new` for the rest.
 ///
-/// # Safety
-/// As `ratomic_multi_limiter_new` and `ratomic_redis_token_bucket_new`.
+/// @param url The server's URL, NUL-terminated (`redis://host:port/db`); only read
+///     during the call.
+/// @param limits An array of `count` limit specs, copied.
+/// @param count The number of limits, 1 to 16.
+/// @param options Redis options, or NULL for all defaults; copied.
+/// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
+///     `ratomic_limiter_free`.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_multi_limiter_new` and
+///     `ratomic_redis_token_bucket_new`.
+///
+/// @warning As `ratomic_multi_limiter_new` and `ratomic_redis_token_bucket_new`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_redis_multi_limiter_new(
     url: *const c_char,

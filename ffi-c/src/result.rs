@@ -75,7 +75,7 @@ impl ratomic_result {
             Some(RATOMIC_OK) => c"ok",
             Some(RATOMIC_NULL_ARGUMENT) => c"a required pointer argument was NULL",
             Some(RATOMIC_INVALID_RATE) => {
-                c"invalid rate string (expected \"<count>/<period>\", e.g. \"10/s\", \"100/min\")"
+                c"invalid rate string (expected \"<count>/<period>\" or \"<count> per <period>\", e.g. \"10/s\", \"100/min\", \"5 per minute\")"
             }
             Some(RATOMIC_INVALID_ARGUMENT) => {
                 c"invalid argument (NaN, infinite, zero or negative rate, zero window, limit too large for its window, bad name or option, time past RATOMIC_MAX_TIME)"
@@ -101,8 +101,11 @@ impl ratomic_result {
 /// A static, NUL-terminated English message for a `ratomic_result` code;
 /// unknown codes give "unknown ratomic_result code". Never returns NULL.
 ///
-/// Ownership: the string is static; do not free it.
-/// Thread-safety: safe from any thread.
+/// @param code A `ratomic_result` value.
+/// @return The message: static, NUL-terminated, never NULL; do not free it.
+///
+/// @note Ownership: the string is static; do not free it. Thread-safety: safe from
+///     any thread.
 #[no_mangle]
 pub extern "C" fn ratomic_result_message(code: u32) -> *const c_char {
     ratomic_result::message(code).as_ptr()
@@ -112,7 +115,9 @@ pub extern "C" fn ratomic_result_message(code: u32) -> *const c_char {
 /// string; compare with the header's `RATOMIC_VERSION_*` macros to detect
 /// a header/library mismatch.
 ///
-/// Ownership: static; do not free. Thread-safety: safe from any thread.
+/// @return The version string: static, NUL-terminated; do not free it.
+///
+/// @note Ownership: static; do not free. Thread-safety: safe from any thread.
 #[no_mangle]
 pub extern "C" fn ratomic_version() -> *const c_char {
     const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
@@ -146,11 +151,18 @@ pub(crate) fn set_last_error(message: String, request: Option<(usize, ratomic_re
 /// `buf` may be NULL only when `buf_len` is 0 (to ask for the length).
 /// `out_len` may be NULL if the length is not wanted.
 ///
-/// Ownership: the caller owns `buf`. Thread-safety: each thread has its own
-/// last error.
+/// @param[out] buf Receives the message, NUL-terminated and truncated to `buf_len`
+///     − 1 bytes; may be NULL when `buf_len` is 0.
+/// @param buf_len The size of `buf` in bytes.
+/// @param[out] out_len Receives the message's full length in bytes, without the
+///     NUL; may be NULL.
+/// @return `RATOMIC_OK` on success, or `RATOMIC_NULL_ARGUMENT` when `buf` is NULL
+///     with a non-zero `buf_len`.
 ///
-/// # Safety
-/// `buf` must point to `buf_len` writable bytes.
+/// @note Ownership: the caller owns `buf`. Thread-safety: each thread has its own
+///     last error.
+///
+/// @warning `buf` must point to `buf_len` writable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_last_error_message(
     buf: *mut c_char,
@@ -186,16 +198,18 @@ pub unsafe extern "C" fn ratomic_last_error_message(
 /// `RATOMIC_NULL_ARGUMENT` for a NULL key) to `*out_code`. Successful calls
 /// do not clear it.
 ///
-/// Errors (nothing written): `RATOMIC_NULL_ARGUMENT` (out_index, out_code);
-/// `RATOMIC_INVALID_ARGUMENT` when the most recent failed call on this
-/// thread was not a batch refused for one of its requests (that failure
-/// is then the last error, as for any other call).
+/// @param[out] out_index Receives the invalid request's index in its batch.
+/// @param[out] out_code Receives the code that request alone would have returned.
+/// @return `RATOMIC_OK` on success; on an error (nothing written):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: out_index, out_code.
+/// @retval RATOMIC_INVALID_ARGUMENT When the most recent failed call on this thread
+///     was not a batch refused for one of its requests (that failure is then the
+///     last error, as for any other call).
 ///
-/// Ownership: the caller owns both out-parameters. Thread-safety: each
-/// thread has its own last error.
+/// @note Ownership: the caller owns both out-parameters. Thread-safety: each thread
+///     has its own last error.
 ///
-/// # Safety
-/// `out_index` and `out_code` must be valid for writes.
+/// @warning `out_index` and `out_code` must be valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_last_error_request(
     out_index: *mut usize,

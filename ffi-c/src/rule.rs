@@ -36,7 +36,11 @@ impl ratomic_algorithm {
         Self::ALL
             .into_iter()
             .find(|a| *a as u32 == code)
-            .ok_or(Failure::UnknownValue { name: "algorithm", value: code })
+            .ok_or(Failure::UnknownValue {
+            name: "algorithm",
+            value: code,
+            accepted: "RATOMIC_ALGORITHM_TOKEN_BUCKET (0), RATOMIC_ALGORITHM_FIXED_WINDOW (1) or RATOMIC_ALGORITHM_SLIDING_WINDOW (2)",
+        })
     }
 
     /// The algorithm of a core rule.
@@ -99,14 +103,18 @@ pub struct ratomic_limit_info {
 /// algorithm and parameters. `index` runs from 0 to `ratomic_limit_count`
 /// − 1, in the order the limits were given (a single-rule limiter has one).
 ///
-/// Errors (`*out` untouched): `RATOMIC_NULL_ARGUMENT` (limiter, out);
-/// `RATOMIC_INVALID_ARGUMENT` (`index` ≥ the limit count); `RATOMIC_PANIC`.
+/// @param limiter The limiter, borrowed for the call.
+/// @param index Which limit, from 0 to `ratomic_limit_count` − 1.
+/// @param[out] out Receives the limit's description, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; on an error (`*out` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: limiter, out.
+/// @retval RATOMIC_INVALID_ARGUMENT `index` ≥ the limit count.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: borrows `limiter`; `out->name` is borrowed from it (valid
-/// until it is freed). Thread-safety: safe from any thread.
+/// @note Ownership: borrows `limiter`; `out->name` is borrowed from it (valid until
+///     it is freed). Thread-safety: safe from any thread.
 ///
-/// # Safety
-/// `limiter` must be a live limiter; `out` valid for writes.
+/// @warning `limiter` must be a live limiter; `out` valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_limit_get(
     limiter: *const ratomic_limiter,
@@ -121,7 +129,7 @@ pub unsafe extern "C" fn ratomic_limit_get(
             return Err(Failure::Core(Error::InvalidArgument {
                 name: "index",
                 value: index.to_string(),
-                reason: format!("this limiter has {} limit(s)", l.names.len()).into(),
+                reason: format!("must be below {}, this limiter's number of limits", l.names.len()).into(),
             }));
         };
         let algorithm = ratomic_algorithm::of(rule)? as u32;
@@ -164,19 +172,25 @@ fn nanos(d: Duration) -> u64 {
 /// day, 0 for 1 ns; fixed, at least `window_ns` (one call per nanosecond)
 /// for any window up to `RATOMIC_MAX_TIME`.
 ///
-/// Errors (`*out` untouched): `RATOMIC_NULL_ARGUMENT` (out);
-/// `RATOMIC_INVALID_ARGUMENT` (a token bucket or unknown algorithm; window 0
-/// or above 2^63 − 1 ns); `RATOMIC_PANIC`.
+/// @param algorithm `RATOMIC_ALGORITHM_FIXED_WINDOW` or
+///     `RATOMIC_ALGORITHM_SLIDING_WINDOW`.
+/// @param window_ns The window's length in **nanoseconds**: > 0 and at most 2^63 −
+///     1.
+/// @param[out] out Receives the largest limit, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; on an error (`*out` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: out.
+/// @retval RATOMIC_INVALID_ARGUMENT A token bucket or unknown algorithm; window 0
+///     or above 2^63 − 1 ns.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Thread-safety: safe from any thread.
+/// @note Thread-safety: safe from any thread.
 ///
-/// # Safety
-/// `out` must be valid for writes.
+/// @warning `out` must be valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_window_max_limit(algorithm: u32, window_ns: u64, out: *mut u64) -> ratomic_result {
     ffi_boundary!({
         let out = out_ptr(out, "out")?;
-        let window = Rate::new(1, Duration::from_nanos(window_ns))?.period();
+        let window = crate::limiter::window_rate(1, window_ns)?.period();
         let max = match ratomic_algorithm::from_code(algorithm)? {
             ratomic_algorithm::RATOMIC_ALGORITHM_FIXED_WINDOW => FixedWindowCounter::max_limit(window),
             ratomic_algorithm::RATOMIC_ALGORITHM_SLIDING_WINDOW => SlidingWindowCounter::max_limit(window),

@@ -114,26 +114,36 @@ unsafe fn make(
 /// clock of `options` (NULL or no callback: the library's monotonic clock)
 /// once per call and passes it to every member, so every member must read
 /// the same clock: all on the monotonic clock, or all made with the same
-/// `clock` callback and `clock_user_data` as the stack (SPEC §4.5). Only the
+/// `clock` callback and `clock_user_data` as the stack. Only the
 /// options' clock fields are read. For a keyless `ratomic_direct` bucket as
 /// a member, use `ratomic_stack_new_members`.
 ///
 /// On `RATOMIC_OK`, `*out` is a new stack; on any error it is untouched.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (names, members, out, or any entry of
-/// either); `RATOMIC_INVALID_ARGUMENT` (count 0 or above 16, a repeated or
-/// non-UTF-8 name, a member on another clock than the stack's: the message
-/// names it); `RATOMIC_OTHER_ERROR` (a Redis-backed member); `RATOMIC_PANIC`.
+/// @param names An array of `count` member names, NUL-terminated UTF-8, distinct;
+///     copied.
+/// @param members An array of `count` limiters: member `i` is `members[i]`, shared
+///     by the stack.
+/// @param count The number of members, 1 to 16.
+/// @param options Options, or NULL: only the clock fields are read (the clock every
+///     member must share).
+/// @param[out] out Receives the new stack, only on `RATOMIC_OK`; release it with
+///     `ratomic_stack_free`.
+/// @return `RATOMIC_OK` on success; on an error:
+/// @retval RATOMIC_NULL_ARGUMENT NULL: names, members, out, or any entry of either.
+/// @retval RATOMIC_INVALID_ARGUMENT Count 0 or above 16, a repeated or non-UTF-8
+///     name, a member on another clock than the stack's: the message names it.
+/// @retval RATOMIC_OTHER_ERROR A Redis-backed member.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: `names` and `members` are only read during the call; the stack
-/// shares each member's limiter, so the caller may free the member handles
-/// at any time. The caller owns `*out` and releases it with
-/// `ratomic_stack_free`. Thread-safety: safe from any thread.
+/// @note Ownership: `names` and `members` are only read during the call; the stack
+///     shares each member's limiter, so the caller may free the member handles at
+///     any time. The caller owns `*out` and releases it with `ratomic_stack_free`.
+///     Thread-safety: safe from any thread.
 ///
-/// # Safety
-/// `names` must point to `count` NUL-terminated strings and `members` to
-/// `count` live limiters; `options`, if non-NULL, a valid `ratomic_options`;
-/// `out` valid for writes.
+/// @warning `names` must point to `count` NUL-terminated strings and `members` to
+///     `count` live limiters; `options`, if non-NULL, a valid `ratomic_options`;
+///     `out` valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_stack_new(
     names: *const *const c_char,
@@ -174,22 +184,30 @@ pub unsafe extern "C" fn ratomic_stack_new(
 ///
 /// On `RATOMIC_OK`, `*out` is a new stack; on any error it is untouched.
 ///
-/// Errors: `RATOMIC_NULL_ARGUMENT` (members, out, a member's name, or a
-/// member with both `limiter` and `direct` NULL); `RATOMIC_INVALID_ARGUMENT`
-/// (count 0 or above 16, a repeated or non-UTF-8 name, a member with both
-/// `limiter` and `direct` set, a member on another clock than the stack's:
-/// the message names it); `RATOMIC_OTHER_ERROR` (a Redis-backed member);
-/// `RATOMIC_PANIC`.
+/// @param members An array of `count` members, each a name and exactly one of
+///     `limiter` or `direct`.
+/// @param count The number of members, 1 to 16.
+/// @param options Options, or NULL: only the clock fields are read (the clock every
+///     member must share).
+/// @param[out] out Receives the new stack, only on `RATOMIC_OK`; release it with
+///     `ratomic_stack_free`.
+/// @return `RATOMIC_OK` on success; on an error:
+/// @retval RATOMIC_NULL_ARGUMENT NULL: members, out, a member's name, or a member with
+///     both `limiter` and `direct` NULL.
+/// @retval RATOMIC_INVALID_ARGUMENT Count 0 or above 16, a repeated or non-UTF-8
+///     name, a member with both `limiter` and `direct` set, a member on another
+///     clock than the stack's: the message names it.
+/// @retval RATOMIC_OTHER_ERROR A Redis-backed member.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: `members` (and the names) are only read during the call; the
-/// stack shares each member's limiter or bucket, so the caller may free the
-/// member handles at any time. The caller owns `*out` and releases it with
-/// `ratomic_stack_free`. Thread-safety: safe from any thread.
+/// @note Ownership: `members` (and the names) are only read during the call; the
+///     stack shares each member's limiter or bucket, so the caller may free the
+///     member handles at any time. The caller owns `*out` and releases it with
+///     `ratomic_stack_free`. Thread-safety: safe from any thread.
 ///
-/// # Safety
-/// `members` must point to `count` readable `ratomic_stack_member`s, each
-/// with a NUL-terminated name and live handles; `options`, if non-NULL, a
-/// valid `ratomic_options`; `out` valid for writes.
+/// @warning `members` must point to `count` readable `ratomic_stack_member`s, each
+///     with a NUL-terminated name and live handles; `options`, if non-NULL, a valid
+///     `ratomic_options`; `out` valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_stack_new_members(
     members: *const ratomic_stack_member,
@@ -229,9 +247,10 @@ pub unsafe extern "C" fn ratomic_stack_new_members(
 /// Releases a stack (the members' limiters live on while other handles or
 /// stacks hold them). NULL is accepted and does nothing.
 ///
-/// # Safety
-/// `stack` must be NULL or a pointer from `ratomic_stack_new` not yet freed,
-/// and no other call may use it at the same time.
+/// @param stack The stack to release, or NULL.
+///
+/// @warning `stack` must be NULL or a pointer from `ratomic_stack_new` not yet
+///     freed, and no other call may use it at the same time.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_stack_free(stack: *mut ratomic_stack) {
     let _ = ffi_boundary!({
@@ -335,6 +354,7 @@ unsafe fn decide(
         }
         // SAFETY: forwarded from the caller.
         let keys = unsafe { keys_arg(s, keys, count) }?;
+        let now = crate::boundary::now_arg(now)?;
         let now = || now.unwrap_or_else(|| s.stack.now());
         let md = match op {
             Op::Allow(cost) => s.stack.allow_at(&keys, cost, now())?,
@@ -357,22 +377,34 @@ unsafe fn decide(
 /// are the entries with `decision.allowed == false`. A denial is
 /// `RATOMIC_OK` with `decision->allowed == false`, and charges no member.
 ///
-/// Errors (no state changed, outputs untouched): `RATOMIC_NULL_ARGUMENT`
-/// (stack, keys, decision, entries, entries_len, or a key with a non-zero
-/// length); `RATOMIC_INVALID_ARGUMENT` (`count` is not the number of
-/// members; the clock read past `RATOMIC_MAX_TIME`);
-/// `RATOMIC_BUFFER_TOO_SMALL` (`entries_cap` below the member count);
-/// `RATOMIC_COST_EXCEEDS_LIMIT` (above a member's limit);
-/// `RATOMIC_KEY_TOO_LONG` (above a member's `max_key_len`); `RATOMIC_PANIC`.
+/// @param stack The stack, borrowed for the call.
+/// @param keys An array of `count` keys: member `i` is asked about `keys[i]` (a
+///     direct member's key is ignored).
+/// @param count The number of keys: the stack's member count.
+/// @param cost Tokens (or calls) to take, at most the limit; 0 answers like a peek.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @param[out] entries An array of `entries_cap` entries; receives one entry per
+///     member.
+/// @param entries_cap The size of `entries`, at least the member count.
+/// @param[out] entries_len Receives the number of entries written.
+/// @return `RATOMIC_OK` on success; on an error (no state changed, outputs
+///     untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: stack, keys, decision, entries, entries_len, or a
+///     key with a non-zero length.
+/// @retval RATOMIC_INVALID_ARGUMENT `count` is not the number of members; the clock
+///     read past `RATOMIC_MAX_TIME`.
+/// @retval RATOMIC_BUFFER_TOO_SMALL `entries_cap` below the member count.
+/// @retval RATOMIC_COST_EXCEEDS_LIMIT Above a member's limit.
+/// @retval RATOMIC_KEY_TOO_LONG Above a member's `max_key_len`.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// Ownership: borrows everything for the call; an entry's `name` stays valid
-/// until the stack is freed. Thread-safety: safe from many threads at once;
-/// no member ever grants more than its limit.
+/// @note Ownership: borrows everything for the call; an entry's `name` stays valid
+///     until the stack is freed. Thread-safety: safe from many threads at once; no
+///     member ever grants more than its limit.
 ///
-/// # Safety
-/// `stack` must be live; `keys` must point to `count` keys, each to its
-/// bytes; `decision`, `entries_len` and `entries` (room for `entries_cap`)
-/// valid for writes.
+/// @warning `stack` must be live; `keys` must point to `count` keys, each to its
+///     bytes; `decision`, `entries_len` and `entries` (room for `entries_cap`)
+///     valid for writes.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn ratomic_stack_allow(
@@ -389,13 +421,25 @@ pub unsafe extern "C" fn ratomic_stack_allow(
     unsafe { decide(stack, keys, count, Op::Allow(cost), None, decision, entries, entries_cap, entries_len) }
 }
 
-/// `ratomic_stack_allow` at time `now_ns` (nanoseconds on the stack's
-/// clock's timeline; see `ratomic_allow_at`). Errors as
-/// `ratomic_stack_allow`; `RATOMIC_INVALID_ARGUMENT` when `now_ns` is above
-/// `RATOMIC_MAX_TIME`.
+/// `ratomic_stack_allow` at time `now_ns` (nanoseconds on the stack's clock's
+///     timeline; see `ratomic_allow_at`).
 ///
-/// # Safety
-/// As `ratomic_stack_allow`.
+/// @param stack The stack, borrowed for the call.
+/// @param keys An array of `count` keys: member `i` is asked about `keys[i]` (a
+///     direct member's key is ignored).
+/// @param count The number of keys: the stack's member count.
+/// @param cost Tokens (or calls) to take, at most the limit; 0 answers like a peek.
+/// @param now_ns The time in **nanoseconds** on the clock's timeline (the
+///     callback's, or the library's monotonic clock), at most `RATOMIC_MAX_TIME`.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @param[out] entries An array of `entries_cap` entries; receives one entry per
+///     member.
+/// @param entries_cap The size of `entries`, at least the member count.
+/// @param[out] entries_len Receives the number of entries written.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_stack_allow`;
+///     `RATOMIC_INVALID_ARGUMENT` when `now_ns` is above `RATOMIC_MAX_TIME`.
+///
+/// @warning As `ratomic_stack_allow`.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn ratomic_stack_allow_at(
@@ -413,11 +457,23 @@ pub unsafe extern "C" fn ratomic_stack_allow_at(
     unsafe { decide(stack, keys, count, Op::Allow(cost), Some(now_ns), decision, entries, entries_cap, entries_len) }
 }
 
-/// What `ratomic_stack_allow_at` would answer, changing nothing. Errors as
-/// `ratomic_stack_allow_at`.
+/// What `ratomic_stack_allow_at` would answer, changing nothing.
 ///
-/// # Safety
-/// As `ratomic_stack_allow`.
+/// @param stack The stack, borrowed for the call.
+/// @param keys An array of `count` keys: member `i` is asked about `keys[i]` (a
+///     direct member's key is ignored).
+/// @param count The number of keys: the stack's member count.
+/// @param cost Tokens (or calls) to take, at most the limit; 0 answers like a peek.
+/// @param now_ns The time in **nanoseconds** on the clock's timeline (the
+///     callback's, or the library's monotonic clock), at most `RATOMIC_MAX_TIME`.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @param[out] entries An array of `entries_cap` entries; receives one entry per
+///     member.
+/// @param entries_cap The size of `entries`, at least the member count.
+/// @param[out] entries_len Receives the number of entries written.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_stack_allow_at`.
+///
+/// @warning As `ratomic_stack_allow`.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn ratomic_stack_peek_at(
@@ -442,8 +498,22 @@ pub unsafe extern "C" fn ratomic_stack_peek_at(
 /// without waiting. `RATOMIC_NO_TIMEOUT` waits as long as it takes. Errors
 /// as `ratomic_stack_allow`. Blocks the calling thread.
 ///
-/// # Safety
-/// As `ratomic_stack_allow`.
+/// @param stack The stack, borrowed for the call.
+/// @param keys An array of `count` keys: member `i` is asked about `keys[i]` (a
+///     direct member's key is ignored).
+/// @param count The number of keys: the stack's member count.
+/// @param cost Tokens (or calls) to take, at most the limit; 0 answers like a peek.
+/// @param timeout_ns The most to wait in total, in **nanoseconds**: 0 never waits,
+///     `RATOMIC_NO_TIMEOUT` waits as long as it takes.
+/// @param[out] decision Receives the decision, only on `RATOMIC_OK`.
+/// @param[out] entries An array of `entries_cap` entries; receives one entry per
+///     member.
+/// @param entries_cap The size of `entries`, at least the member count.
+/// @param[out] entries_len Receives the number of entries written.
+/// @return `RATOMIC_OK` on success (a timeout is a denial, not an error); errors as
+///     `ratomic_stack_allow`.
+///
+/// @warning As `ratomic_stack_allow`.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn ratomic_stack_acquire(
@@ -479,6 +549,7 @@ unsafe fn restore(
         let s = unsafe { arg_ref(stack, "stack") }?;
         // SAFETY: forwarded from the caller.
         let keys = unsafe { keys_arg(s, keys, count) }?;
+        crate::boundary::now_arg(Some(now_ns))?;
         match refund {
             Some(tokens) => s.stack.refund_at(&keys, tokens, now_ns)?,
             None => s.stack.reset_at(&keys, now_ns)?,
@@ -490,13 +561,22 @@ unsafe fn restore(
 /// Gives `tokens` back to every member, member `i` on `keys[i]` (never above
 /// full), at `now_ns`: for work a stack call admitted but that was not done.
 ///
-/// Errors (nothing changed): `RATOMIC_NULL_ARGUMENT` (stack, keys, or a key
-/// with a non-zero length); `RATOMIC_INVALID_ARGUMENT` (`count` is not the
-/// number of members; `now_ns` above `RATOMIC_MAX_TIME`);
-/// `RATOMIC_KEY_TOO_LONG`; `RATOMIC_PANIC`.
+/// @param stack The stack, borrowed for the call.
+/// @param keys An array of `count` keys: member `i` is asked about `keys[i]` (a
+///     direct member's key is ignored).
+/// @param count The number of keys: the stack's member count.
+/// @param tokens Tokens (or calls) to give back; a key never fills above its limit.
+/// @param now_ns The time in **nanoseconds** on the clock's timeline (the
+///     callback's, or the library's monotonic clock), at most `RATOMIC_MAX_TIME`.
+/// @return `RATOMIC_OK` on success; on an error (nothing changed):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: stack, keys, or a key with a non-zero length.
+/// @retval RATOMIC_INVALID_ARGUMENT `count` is not the number of members; `now_ns`
+///     above `RATOMIC_MAX_TIME`.
+/// @retval RATOMIC_KEY_TOO_LONG
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
-/// # Safety
-/// `stack` must be live; `keys` must point to `count` keys, each to its bytes.
+/// @warning `stack` must be live; `keys` must point to `count` keys, each to its
+///     bytes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_stack_refund_at(
     stack: *const ratomic_stack,
@@ -509,11 +589,18 @@ pub unsafe extern "C" fn ratomic_stack_refund_at(
     unsafe { restore(stack, keys, count, Some(tokens), now_ns) }
 }
 
-/// Forgets every member's key (`keys[i]` for member `i`) at `now_ns`: each
-/// is full again. Errors as `ratomic_stack_refund_at`.
+/// Forgets every member's key (`keys[i]` for member `i`) at `now_ns`: each is full
+///     again.
 ///
-/// # Safety
-/// As `ratomic_stack_refund_at`.
+/// @param stack The stack, borrowed for the call.
+/// @param keys An array of `count` keys: member `i` is asked about `keys[i]` (a
+///     direct member's key is ignored).
+/// @param count The number of keys: the stack's member count.
+/// @param now_ns The time in **nanoseconds** on the clock's timeline (the
+///     callback's, or the library's monotonic clock), at most `RATOMIC_MAX_TIME`.
+/// @return `RATOMIC_OK` on success; errors as `ratomic_stack_refund_at`.
+///
+/// @warning As `ratomic_stack_refund_at`.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_stack_reset_at(
     stack: *const ratomic_stack,
@@ -525,12 +612,16 @@ pub unsafe extern "C" fn ratomic_stack_reset_at(
     unsafe { restore(stack, keys, count, None, now_ns) }
 }
 
-/// Writes the number of members to `*out`: the `count` every call takes and
-/// the room `entries` needs. Errors (`*out` untouched):
-/// `RATOMIC_NULL_ARGUMENT` (stack, out); `RATOMIC_PANIC`.
+/// Writes the number of members to `*out`: the `count` every call takes and the
+///     room `entries` needs.
 ///
-/// # Safety
-/// `stack` must be live; `out` valid for writes.
+/// @param stack The stack, borrowed for the call.
+/// @param[out] out Receives the number of members, only on `RATOMIC_OK`.
+/// @return `RATOMIC_OK` on success; on an error (`*out` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: stack, out.
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
+///
+/// @warning `stack` must be live; `out` valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn ratomic_stack_member_count(stack: *const ratomic_stack, out: *mut usize) -> ratomic_result {
     ffi_boundary!({

@@ -1,9 +1,9 @@
-/* What every face of ratomic agrees on, through the C ABI: a batch with an
- * invalid request fails whole (SPEC §4.6); a time past RATOMIC_MAX_TIME is
- * an error, never clamped (SPEC §6); acquire waits on the limiter's clock
- * (here a manual one: no test sleeps); gc at an explicit time forgets
- * without changing a decision; the eviction policies and the key byte
- * budget (SPEC §5); and every limit readable back. */
+/* What every face of ratomic agrees on (docs/CONTRACT.md), through the C
+ * ABI: a batch with an invalid request fails whole (§4.6); a time past
+ * RATOMIC_MAX_TIME is an error, never clamped (§6); acquire waits on the
+ * limiter's clock (here a manual one: no test sleeps); gc at an explicit
+ * time forgets without changing a decision; the eviction policies and the
+ * key byte budget (§5); and every limit readable back. */
 #include "common.h"
 
 static const ratomic_decision SENTINEL = {true, 77, 77, 77, 77};
@@ -38,7 +38,7 @@ static bool last_error_contains(const char *needle) {
 
 #define REQ(s, cost) {(const uint8_t *)(s), sizeof(s) - 1, (cost)}
 
-/* ---- SPEC §4.6: batches fail whole ---------------------------------- */
+/* ---- CONTRACT §4.6: batches fail whole ------------------------------ */
 
 static void batch_with_an_invalid_request_fails_whole_and_changes_nothing(void) {
     manual_clock clock = {0};
@@ -145,7 +145,7 @@ static void multi_limit_batch_fails_whole_too(void) {
     ratomic_limiter_free(l);
 }
 
-/* ---- SPEC §6: times past RATOMIC_MAX_TIME are errors ------------------ */
+/* ---- CONTRACT §6: times past RATOMIC_MAX_TIME are errors -------------- */
 
 static void explicit_times_past_the_bound_are_errors_that_change_nothing(void) {
     CHECK(RATOMIC_MAX_TIME == (UINT64_C(1) << 62) - 1);
@@ -383,7 +383,7 @@ static void gc_at_drops_keys_full_at_that_time_and_changes_no_decision(void) {
     ratomic_limiter_free(l);
 }
 
-/* ---- SPEC §5: eviction policies and the key byte budget --------------- */
+/* ---- CONTRACT §5: eviction policies and the key byte budget ----------- */
 
 /* `keys` single-use keys on a frozen clock through a bucket of 1 that
  * never refills in the test; returns how many were denied. */
@@ -476,7 +476,7 @@ static void every_limit_reads_back_as_built(void) {
     CHECK(info.refill_per_sec == 4.0);
     ratomic_limit_info before = info;
     CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_limit_get(l, 1, &info));
-    CHECK(last_error_contains("index") && last_error_contains("1 limit"));
+    CHECK(last_error_contains("invalid index: 1") && last_error_contains("must be below 1"));
     CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_limit_get(l, SIZE_MAX, &info));
     CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_limit_get(NULL, 0, &info));
     CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_limit_get(l, 0, NULL));

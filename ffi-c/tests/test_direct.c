@@ -1,6 +1,7 @@
-/* ratomic_direct: one token bucket for all traffic, no key. SPEC §4.1's
- * equations on an explicit clock (burst, refill, retry_after, reset_after,
- * cost 0, refund never above full, reset, peek changes nothing); the
+/* ratomic_direct: one token bucket for all traffic, no key. The token
+ * bucket's equations (docs/CONTRACT.md §4.1) on an explicit clock (burst,
+ * refill, retry_after, reset_after, cost 0, refund never above full, reset,
+ * peek changes nothing); the
  * clock-reading forms and acquire on a manual clock; every error and NULL
  * argument refused with nothing changed and a clear last error; headers and
  * problem bodies as a keyed token bucket's; a direct bucket as a stack

@@ -5,7 +5,18 @@ from __future__ import annotations
 import asyncio
 import typing as _t
 
-from ratomic._ratomic import InvalidArgumentError
+from ratomic._ratomic import ArgumentTypeError, InvalidArgumentError
+
+
+def check_timeout(timeout: object) -> None:
+    """A ``timeout=``: None, or a number of seconds >= 0 (a TypeError naming
+    it for any other type, a ValueError for a negative or NaN number)."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise ArgumentTypeError(f"timeout must be None or a number of seconds, not {type(timeout).__name__}: {timeout!r}")
+    if not timeout >= 0:
+        raise InvalidArgumentError(f"invalid timeout: {timeout!r} (must be None or a number of seconds >= 0)")
 
 
 class _Answer(_t.Protocol):
@@ -38,8 +49,7 @@ async def acquire(limiter: _Limiter[_D], key: _t.Any, cost: int = 1, *, timeout:
     the token first, and ``acquire`` waits again. ``timeout`` bounds the
     total time asked of ``asyncio.sleep``.
     """
-    if timeout is not None and not timeout >= 0:
-        raise InvalidArgumentError(f"invalid timeout: {timeout!r} (must be None or a number of seconds >= 0)")
+    check_timeout(timeout)
     waited = 0.0
     while True:
         decision = limiter.allow(key, cost)

@@ -134,10 +134,12 @@ class Policy:
                 if server == "async"
                 else "a WSGI app needs a Redis limiter on a blocking redis.Redis client, not an asyncio one"
             )
-        if not isinstance(trusted_proxies, int) or trusted_proxies < 0:
-            raise ValueError(f"trusted_proxies must be a whole number >= 0, not {trusted_proxies!r}")
-        if not isinstance(ipv6_prefix, int) or not 0 <= ipv6_prefix <= 128:
-            raise ValueError(f"ipv6_prefix must be between 0 and 128, not {ipv6_prefix!r}")
+        for param, value, top in (("trusted_proxies", trusted_proxies, None), ("ipv6_prefix", ipv6_prefix, 128)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{param} must be an int, not {type(value).__name__}: {value!r}")
+            if value < 0 or (top is not None and value > top):
+                accepted = "a whole number >= 0" if top is None else f"a whole number from 0 to {top}"
+                raise ValueError(f"invalid {param}: {value!r} (must be {accepted})")
         if on_error not in ("deny", "allow"):
             raise ValueError(f'on_error must be "deny" or "allow", not {on_error!r}')
         # `is`, not `==`: 1 and 0 are not booleans here.

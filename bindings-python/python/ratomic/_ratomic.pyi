@@ -198,14 +198,18 @@ class Rule:
     @staticmethod
     def token_bucket(capacity: int | str, refill_per_sec: float | str | None = None) -> Rule: ...
     @staticmethod
-    def fixed_window(limit: int | str, window: float | None = None) -> Rule: ...
+    def fixed_window(limit: int | str, window_secs: float | None = None) -> Rule:
+        """A fixed window: ``Rule.fixed_window("1000/day")`` or ``Rule.fixed_window(1000, 86400.0)`` (seconds)."""
     @staticmethod
-    def sliding_window(limit: int | str, window: float | None = None) -> Rule: ...
+    def sliding_window(limit: int | str, window_secs: float | None = None) -> Rule:
+        """A sliding window: ``Rule.sliding_window("100/h")`` or ``Rule.sliding_window(100, 3600.0)`` (seconds)."""
     @property
     def kind(self) -> Literal["token_bucket", "fixed_window", "sliding_window"]: ...
     @property
     def limit(self) -> int: ...
     def __eq__(self, value: object, /) -> bool: ...
+    def __str__(self) -> str:
+        """The rule with its unit, as every face prints it: ``fixed window 5 per 1m``."""
     __hash__: None  # type: ignore[assignment]
 
 @disjoint_base
@@ -282,12 +286,13 @@ class TokenBucket(Keyed):
 
 @final
 class FixedWindow(Keyed):
-    """At most ``limit`` calls per key in each window, aligned to the clock's epoch."""
+    """At most ``limit`` calls per key in each window of ``window_secs`` seconds
+    (or a rate string such as ``"100/min"``), windows aligned to the clock's epoch."""
 
     def __new__(
         cls,
         limit: int | str,
-        window: float | None = None,
+        window_secs: float | None = None,
         *,
         clock: ManualClock | _Clock | None = None,
         max_keys: int | None = None,
@@ -297,16 +302,18 @@ class FixedWindow(Keyed):
         shared_file: str | os.PathLike[str] | None = None,
     ) -> FixedWindow: ...
     @property
-    def window(self) -> float: ...
+    def window_secs(self) -> float:
+        """The window length, in seconds."""
 
 @final
 class SlidingWindow(Keyed):
-    """At most ``limit`` calls per key in any window (sliding-window counter)."""
+    """At most ``limit`` calls per key in any ``window_secs`` seconds (or a rate
+    string such as ``"100/min"``), by the sliding-window counter approximation."""
 
     def __new__(
         cls,
         limit: int | str,
-        window: float | None = None,
+        window_secs: float | None = None,
         *,
         clock: ManualClock | _Clock | None = None,
         max_keys: int | None = None,
@@ -316,7 +323,8 @@ class SlidingWindow(Keyed):
         shared_file: str | os.PathLike[str] | None = None,
     ) -> SlidingWindow: ...
     @property
-    def window(self) -> float: ...
+    def window_secs(self) -> float:
+        """The window length, in seconds."""
 
 @final
 class DirectTokenBucket:
@@ -362,10 +370,25 @@ class LimitSet:
 
 @final
 class Limiter:
-    """Several named limits on one key, all or nothing."""
+    """Several named limits on one key, all or nothing: ``{name: rule}``,
+    ``(name, rule)`` pairs, or one string of rates as Python's ``limits`` and
+    slowapi write them, ``"10/second;1000/day"`` (token buckets, each named by
+    its rate string)."""
 
-    # Two overloads, not one union: mypy infers a dict display of mixed
+    # Separate overloads, not one union: mypy infers a dict display of mixed
     # values ("3/s" and a Rule) against a Mapping alone, not against a union.
+    @overload
+    def __new__(
+        cls,
+        limits: str,
+        *,
+        clock: ManualClock | _Clock | None = None,
+        max_keys: int | None = None,
+        max_key_len: int | None = None,
+        max_key_bytes: int | None = None,
+        eviction: _Eviction | None = None,
+        shared_file: str | os.PathLike[str] | None = None,
+    ) -> Limiter: ...
     @overload
     def __new__(
         cls,
@@ -519,6 +542,8 @@ class _RedisDriver:
     ) -> _RedisDriver: ...
     @property
     def script(self) -> str: ...
+    @property
+    def rules(self) -> list[Rule]: ...
     @property
     def names(self) -> list[str]: ...
     @property

@@ -32,6 +32,7 @@ import time
 import typing as _t
 from collections.abc import Awaitable, Coroutine, Generator, Iterable, Mapping, Sequence
 
+from ratomic._acquire import check_timeout
 from ratomic._ratomic import (
     ArgumentTypeError,
     BackendError,
@@ -254,7 +255,11 @@ class _RedisBase(_t.Generic[_M, _D]):
             )
         if self._async:
             self._timeout = 0.05 if timeout is None else timeout
-            if not (isinstance(self._timeout, (int, float)) and self._timeout > 0):
+            if isinstance(self._timeout, bool) or not isinstance(self._timeout, (int, float)):
+                raise ArgumentTypeError(
+                    f"timeout must be None or a number of seconds, not {type(timeout).__name__}: {timeout!r}"
+                )
+            if not self._timeout > 0:
                 raise InvalidArgumentError(f"invalid timeout: {timeout!r} (must be a number of seconds > 0)")
         elif timeout is not None:
             raise InvalidArgumentError(
@@ -378,8 +383,7 @@ class _RedisBase(_t.Generic[_M, _D]):
         ``asyncio.sleep`` with an asyncio one). With ``timeout`` (seconds),
         gives up as soon as the next wait would pass it and returns that
         denied decision: nothing was consumed."""
-        if timeout is not None and not timeout >= 0:
-            raise InvalidArgumentError(f"invalid timeout: {timeout!r} (must be None or a number of seconds >= 0)")
+        check_timeout(timeout)
         if self._async:
             return _Pending(self._acquire_async(key, cost, timeout))
         waited = 0.0
@@ -541,8 +545,15 @@ class _RedisBase(_t.Generic[_M, _D]):
             waited += d.retry_after
 
     def __repr__(self) -> str:
+        """``RedisTokenBucket(token bucket 10 per 1s, prefix='rl:', client=blocking)``:
+        the rules with their units, as the in-memory limiters print them."""
         mode = "asyncio" if self._async else "blocking"
-        return f"{type(self).__name__}(names={self._driver.names!r}, prefix={self.prefix!r}, client={mode})"
+        rules = self._driver.rules
+        if isinstance(self, RedisLimiter):
+            shown = "{" + ", ".join(f'"{n}": {r}' for n, r in zip(self._driver.names, rules)) + "}"
+        else:
+            shown = str(rules[0])
+        return f"{type(self).__name__}({shown}, prefix={self.prefix!r}, client={mode})"
 
 
 # The options every class takes, documented once here and on each class.
@@ -622,7 +633,7 @@ class RedisTokenBucket(_SingleRule[_M]):
 
 
 class RedisFixedWindow(_SingleRule[_M]):
-    """A fixed window per key, on Redis: ``limit`` calls per ``window``
+    """A fixed window per key, on Redis: ``limit`` calls per ``window_secs``
     seconds, or a rate string such as ``"100/min"``. Same arguments and
     answers as :class:`ratomic.FixedWindow`; windows start at multiples of
     the window on the server's clock (or on yours, with the ``*_at`` forms).
@@ -634,7 +645,7 @@ class RedisFixedWindow(_SingleRule[_M]):
     def __init__(
         self: RedisFixedWindow[Sync],
         limit: int | str,
-        window: float | None = None,
+        window_secs: float | None = None,
         *,
         client: _SyncClient,
         **options: Unpack[_Options],
@@ -643,20 +654,25 @@ class RedisFixedWindow(_SingleRule[_M]):
     def __init__(
         self: RedisFixedWindow[Async],
         limit: int | str,
-        window: float | None = None,
+        window_secs: float | None = None,
         *,
         client: _AsyncClient,
         **options: Unpack[_Options],
     ) -> None: ...
     def __init__(
-        self, limit: int | str, window: float | None = None, *, client: _t.Any, **options: Unpack[_Options]
+        self,
+        limit: int | str,
+        window_secs: float | None = None,
+        *,
+        client: _t.Any,
+        **options: Unpack[_Options],
     ) -> None:
-        super().__init__(Rule.fixed_window(limit, window), multi=False, client=client, **options)
+        super().__init__(Rule.fixed_window(limit, window_secs), multi=False, client=client, **options)
 
 
 class RedisSlidingWindow(_SingleRule[_M]):
     """A sliding window per key, on Redis: at most ``limit`` calls in any
-    ``window`` seconds (the two-window estimate), or a rate string such as
+    ``window_secs`` seconds (the two-window estimate), or a rate string such as
     ``"100/min"``. Same arguments and answers as :class:`ratomic.SlidingWindow`.
     """
 
@@ -666,7 +682,7 @@ class RedisSlidingWindow(_SingleRule[_M]):
     def __init__(
         self: RedisSlidingWindow[Sync],
         limit: int | str,
-        window: float | None = None,
+        window_secs: float | None = None,
         *,
         client: _SyncClient,
         **options: Unpack[_Options],
@@ -675,27 +691,34 @@ class RedisSlidingWindow(_SingleRule[_M]):
     def __init__(
         self: RedisSlidingWindow[Async],
         limit: int | str,
-        window: float | None = None,
+        window_secs: float | None = None,
         *,
         client: _AsyncClient,
         **options: Unpack[_Options],
     ) -> None: ...
     def __init__(
-        self, limit: int | str, window: float | None = None, *, client: _t.Any, **options: Unpack[_Options]
+        self,
+        limit: int | str,
+        window_secs: float | None = None,
+        *,
+        client: _t.Any,
+        **options: Unpack[_Options],
     ) -> None:
-        super().__init__(Rule.sliding_window(limit, window), multi=False, client=client, **options)
+        super().__init__(Rule.sliding_window(limit, window_secs), multi=False, client=client, **options)
 
 
 _LimitMap = Mapping[str, _t.Union[str, Rule]]
 _LimitPairs = Iterable[tuple[str, _t.Union[str, Rule]]]
-_Limits = _t.Union[_LimitMap, _LimitPairs]
+_Limits = _t.Union[str, _LimitMap, _LimitPairs]
 
 
 class RedisLimiter(_RedisBase[_M, MultiDecision]):
     """Several named limits on each key, all or nothing, on Redis (one hash
     per key, one slot in a cluster): ``limits`` is ``{name: rule}`` or
     ``(name, rule)`` pairs, a rule being a rate string (a token bucket,
-    ``"10/s"``) or a :class:`ratomic.Rule` (``Rule.fixed_window(1000, 86400)``).
+    ``"10/s"``) or a :class:`ratomic.Rule` (``Rule.fixed_window(1000, 86400)``);
+    or one string of rates as slowapi writes them, ``"10/second;1000/day"``
+    (token buckets, each named by its rate string).
     Answers :class:`ratomic.MultiDecision`, as :class:`ratomic.Limiter`.
     """
 
@@ -706,11 +729,19 @@ class RedisLimiter(_RedisBase[_M, MultiDecision]):
     # alone, not against a union.
     @_t.overload
     def __init__(
+        self: RedisLimiter[Sync], limits: str, *, client: _SyncClient, **options: Unpack[_Options]
+    ) -> None: ...
+    @_t.overload
+    def __init__(
         self: RedisLimiter[Sync], limits: _LimitMap, *, client: _SyncClient, **options: Unpack[_Options]
     ) -> None: ...
     @_t.overload
     def __init__(
         self: RedisLimiter[Sync], limits: _LimitPairs, *, client: _SyncClient, **options: Unpack[_Options]
+    ) -> None: ...
+    @_t.overload
+    def __init__(
+        self: RedisLimiter[Async], limits: str, *, client: _AsyncClient, **options: Unpack[_Options]
     ) -> None: ...
     @_t.overload
     def __init__(

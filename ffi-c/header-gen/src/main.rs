@@ -36,7 +36,16 @@ fn main() -> ExitCode {
     // The version macros come from Cargo: this generator shares the
     // workspace version with ratomic-ffi (both use `version.workspace`).
     let version = format!(
-        "\n#define RATOMIC_VERSION_MAJOR {}\n#define RATOMIC_VERSION_MINOR {}\n#define RATOMIC_VERSION_PATCH {}\n#define RATOMIC_VERSION_STRING \"{}\"\n",
+        concat!(
+            "\n/** The header's major version (compare with ratomic_version() for a mismatch). */",
+            "\n#define RATOMIC_VERSION_MAJOR {}",
+            "\n/** The header's minor version: while the major version is 0, each minor version may change the ABI. */",
+            "\n#define RATOMIC_VERSION_MINOR {}",
+            "\n/** The header's patch version. */",
+            "\n#define RATOMIC_VERSION_PATCH {}",
+            "\n/** The header's version as a string, e.g. \"0.1.0\"; ratomic_version() gives the library's. */",
+            "\n#define RATOMIC_VERSION_STRING \"{}\"\n",
+        ),
         env!("CARGO_PKG_VERSION_MAJOR"),
         env!("CARGO_PKG_VERSION_MINOR"),
         env!("CARGO_PKG_VERSION_PATCH"),

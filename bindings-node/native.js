@@ -1,0 +1,56 @@
+'use strict'
+// Loads the native addon through the loader napi-rs generates (index.js),
+// which looks for `ratomic.<platform>.node` beside it (a build from source),
+// then for the platform package (`ratomic-linux-x64-gnu`, ...), an optional
+// dependency of this one. When neither is there, the generated loader's
+// message blames an npm bug and says to delete package-lock.json, which
+// sends the user the wrong way: this file replaces it with one that says
+// what is missing and what to do.
+
+// The platforms whose binaries are published (package.json's napi.targets),
+// by the names of their packages' suffixes.
+const PREBUILT = ['linux-x64-gnu', 'linux-arm64-gnu', 'linux-x64-musl', 'linux-arm64-musl', 'darwin-x64', 'darwin-arm64', 'win32-x64-msvc']
+
+// This machine's platform, named as napi-rs names it.
+function platform() {
+  const base = `${process.platform}-${process.arch}`
+  if (process.platform === 'win32') return `${base}-msvc`
+  if (process.platform !== 'linux') return base
+  let glibc = false
+  try {
+    glibc = Boolean(process.report.getReport().header.glibcVersionRuntime)
+  } catch {
+    // No report: say gnu, the common case.
+    glibc = true
+  }
+  return `${base}-${glibc ? 'gnu' : 'musl'}`
+}
+
+function missingBinary(cause) {
+  const here = platform()
+  const prebuilt = PREBUILT.includes(here)
+  const error = new Error(
+    `ratomic: no native addon for this platform (${here}) could be loaded. ` +
+      (prebuilt
+        ? `Its prebuilt binary is the package ratomic-${here}, an optional dependency of ratomic: ` +
+          'install again without --omit=optional / --no-optional (or add ratomic-' + here + ' to your dependencies). '
+        : `Prebuilt binaries ship for ${PREBUILT.join(', ')}; this platform is not one of them. `) +
+      'To build it from source (needs Rust, https://rustup.rs): clone https://github.com/ratomic/ratomic, ' +
+      'run `npm ci && npm run build` in its bindings-node directory, then `npm run pack:local -- <dir>` there, ' +
+      'and `npm install <dir>/ratomic-*.tgz` in your project. The error of each place tried is this error\'s `cause`.',
+  )
+  error.code = 'ERR_RATOMIC_NO_BINARY'
+  error.cause = cause
+  return error
+}
+
+try {
+  module.exports = require('./index.js')
+} catch (e) {
+  // Only the loader's "found nothing to load" errors; any other failure
+  // (an addon that loaded and threw) is passed on as it is.
+  if (e && typeof e.message === 'string' && /^(Cannot find native binding|Failed to load native binding)/.test(e.message)) {
+    throw missingBinary(e)
+  }
+  throw e
+}

@@ -8,11 +8,11 @@
 //! ```no_run
 //! use std::net::SocketAddr;
 //! use axum::{routing::get, Router};
-//! use ratomic::{Quota, TokenBucket};
+//! use ratomic::TokenBucket;
 //! use ratomic_tower::{KeyBy, RateLimitLayer};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let limiter = TokenBucket::new(Quota::parse("100/min")?);
+//! let limiter = TokenBucket::builder("100/min").build()?;
 //! let app = Router::new()
 //!     .route("/", get(|| async { "hello" }))
 //!     .layer(RateLimitLayer::new(limiter).name("per-ip")?.key(KeyBy::peer_ip()));
@@ -44,6 +44,14 @@
 //! its decision is awaited (one `EVALSHA`, or its deny cache, breaker and
 //! failure policy), and a Redis error under `FailurePolicy::ReturnError`
 //! is a request the layer cannot judge (a 429, as for a key too long).
+//!
+//! An in-memory limiter's state belongs to its process: a service run as
+//! several processes (workers behind one socket, replicas behind a load
+//! balancer) gives each its own count, so a per-IP limit of 5 per minute
+//! lets through 5 per minute *per process*. Build the limiter with
+//! `.shared_file(path)` for the processes of one host, or put a
+//! `ratomic_redis::RedisLimiter` behind the layer (`redis` feature) for a
+//! fleet.
 
 #![warn(missing_docs)]
 

@@ -92,11 +92,28 @@ impl<A: Algorithm> Retention for A {
 
 impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// A limiter running `algorithm` on `clock`, storing keys as `options` say.
+    ///
+    /// ```
+    /// use ratomic::{Gcra, Keyed, ManualClock, Options, Quota};
+    ///
+    /// let limiter: Keyed<Gcra, u64, ManualClock> =
+    ///     Keyed::with_algorithm(Gcra::new(Quota::parse("5/min")?), ManualClock::new(), Options::default().max_keys(1000))?;
+    /// assert_eq!(limiter.limit(), 5);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn with_algorithm(algorithm: A, clock: C, options: Options) -> Result<Self> {
         Ok(Keyed { base: Base::new(algorithm, 1, clock, &options)? })
     }
 
     /// The algorithm (and through it the quota) this limiter enforces.
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder("3/s").build()?;
+    /// assert_eq!(limiter.algorithm().to_string(), "token bucket 3 per 1s");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn algorithm(&self) -> &A {
         &self.base.rules
     }
@@ -110,22 +127,59 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     }
 
     /// The limiter's clock.
+    ///
+    /// ```
+    /// use ratomic::{Clock, ManualClock, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = TokenBucket::builder("3/s").clock(clock.clone()).build()?;
+    /// clock.advance_nanos(5);
+    /// assert_eq!(limiter.clock().now(), 5);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn clock(&self) -> &C {
         &self.base.clock
     }
 
     /// The clock's reading now, as the `*_at` methods expect it.
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = TokenBucket::builder("3/s").clock(clock.clone()).build()?;
+    /// clock.advance_nanos(42);
+    /// assert_eq!(limiter.now(), 42);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn now(&self) -> u64 {
         self.base.clock.now()
     }
 
     /// The most a key can hold: the largest cost a call may ask.
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder("3/s").build()?;
+    /// assert_eq!(limiter.limit(), 3);
+    /// assert!(limiter.allow_n("k", 4).is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn limit(&self) -> u64 {
         self.base.rules.limit()
     }
 
     /// The longest key, in bytes, this limiter accepts (see [`Options::max_key_len`]).
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder("3/s").max_key_len(64).build()?;
+    /// assert_eq!(limiter.max_key_len(), 64);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn max_key_len(&self) -> usize {
         self.base.max_key_len()
     }
@@ -135,12 +189,34 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     ///
     /// Errors (and changes nothing) if `cost` exceeds the limit or the key is
     /// too long.
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder("3/s").build()?;
+    /// assert_eq!(limiter.allow_n("k", 2)?.remaining, 1);
+    /// assert!(!limiter.allow_n("k", 2)?.allowed, "only one left");
+    /// assert!(limiter.allow_n("k", 4).is_err(), "more than the bucket holds");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn allow_n<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64) -> Result<Decision> {
         self.allow_at(key, cost, self.now())
     }
 
     /// [`allow_n`](Self::allow_n) at time `now` (ns on this limiter's clock).
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = TokenBucket::builder("3/s").clock(clock.clone()).build()?;
+    /// let now = limiter.now();
+    /// assert_eq!(limiter.allow_at("k", 3, now)?.remaining, 0);
+    /// // One token refills in 1/3 s of the clock's time.
+    /// assert!(limiter.allow_at("k", 1, now + 333_333_334)?.allowed);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn allow_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<Decision> {
         on_algorithm!(self, alg => {
@@ -182,6 +258,17 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// [`allow_many`](Self::allow_many) at time `now`, appending to `out` (so
     /// a caller can reuse one buffer across batches). On an error nothing is
     /// appended and nothing changes.
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = TokenBucket::builder("3/s").clock(clock.clone()).build()?;
+    /// let mut out = Vec::new();
+    /// limiter.allow_many_at([("a", 2), ("a", 2)], limiter.now(), &mut out)?;
+    /// assert_eq!(out.iter().map(|d| d.allowed).collect::<Vec<_>>(), [true, false]);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn allow_many_at<'q, Q, I>(&self, requests: I, now: u64, out: &mut Vec<Decision>) -> Result<()>
     where
         Q: ?Sized + AsKey<K> + 'q,
@@ -209,12 +296,33 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     }
 
     /// What `allow_n(key, cost)` would answer, changing nothing.
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder("3/s").build()?;
+    /// assert!(!limiter.peek_n("k", 4).is_ok());
+    /// assert_eq!(limiter.peek_n("k", 0)?.remaining, 3, "a fresh key is full");
+    /// assert_eq!(limiter.peek_n("k", 2)?.remaining, 1);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn peek_n<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64) -> Result<Decision> {
         self.peek_at(key, cost, self.now())
     }
 
     /// [`peek_n`](Self::peek_n) at time `now`.
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = TokenBucket::builder("3/s").clock(clock.clone()).build()?;
+    /// let _ = limiter.allow_n("k", 3)?;
+    /// assert!(!limiter.peek_at("k", 1, limiter.now())?.allowed);
+    /// assert!(limiter.peek_at("k", 1, limiter.now() + 1_000_000_000)?.allowed, "a second later");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn peek_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<Decision> {
         on_algorithm!(self, alg => {
@@ -227,11 +335,34 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// Gives `tokens` back to `key` (say, for work that was admitted but not
     /// done). The bucket never fills above full: refunding a full bucket, or
     /// a key never seen, does nothing.
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder("3/s").build()?;
+    /// let _ = limiter.allow_n("k", 3)?;
+    /// limiter.refund("k", 2)?; // work admitted but not done
+    /// assert_eq!(limiter.peek_n("k", 0)?.remaining, 2);
+    /// limiter.refund("k", 100)?;
+    /// assert_eq!(limiter.peek_n("k", 0)?.remaining, 3, "never above full");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn refund<Q: ?Sized + AsKey<K>>(&self, key: &Q, tokens: u64) -> Result<()> {
         self.refund_at(key, tokens, self.now())
     }
 
     /// [`refund`](Self::refund) at time `now`.
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = TokenBucket::builder("3/s").clock(clock.clone()).build()?;
+    /// let _ = limiter.allow_n("k", 3)?;
+    /// limiter.refund_at("k", 1, limiter.now())?;
+    /// assert_eq!(limiter.peek_n("k", 0)?.remaining, 1);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn refund_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, tokens: u64, now: u64) -> Result<()> {
         on_algorithm!(self, alg => {
             self.base.credit(key.as_key(), now, true, |cells| refund_in(alg, cells, 0, now, tokens).map(drop)).map(drop)
@@ -239,11 +370,32 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     }
 
     /// Forgets `key`: it is full again.
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder("3/s").build()?;
+    /// let _ = limiter.allow_n("k", 3)?;
+    /// limiter.reset("k")?;
+    /// assert_eq!(limiter.peek_n("k", 0)?.remaining, 3);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn reset<Q: ?Sized + AsKey<K>>(&self, key: &Q) -> Result<()> {
         self.reset_at(key, self.now())
     }
 
     /// [`reset`](Self::reset) at time `now`.
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = TokenBucket::builder("3/s").clock(clock.clone()).build()?;
+    /// let _ = limiter.allow_n("k", 3)?;
+    /// limiter.reset_at("k", limiter.now())?;
+    /// assert!(limiter.allow("k")?.allowed);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn reset_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, now: u64) -> Result<()> {
         self.base.reset_at(key.as_key(), now)
     }
@@ -298,6 +450,17 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
 
     /// Checks a call's arguments (the cost against the limit, the key's
     /// length) as `allow_n` would, changing nothing.
+    ///
+    /// ```
+    /// use ratomic::{Error, TokenBucket};
+    ///
+    /// let limiter = TokenBucket::builder("3/s").max_key_len(4).build()?;
+    /// assert!(limiter.check("k", 3).is_ok());
+    /// assert_eq!(limiter.check("k", 4), Err(Error::CostExceedsLimit { cost: 4, limit: 3 }));
+    /// assert_eq!(limiter.check("long key", 1), Err(Error::KeyTooLong { len: 8, max: 4 }));
+    /// assert!(limiter.is_empty(), "check changes nothing");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn check<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64) -> Result<()> {
         self.base.rules.check_cost(cost)?;
         self.base.probe(key.as_key()).map(|_| ())
@@ -307,11 +470,31 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// counted until the store next drops such keys (when a table would grow,
     /// or on [`gc`](Self::gc)); call `gc` first for an exact count of keys
     /// that are being limited.
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder("3/s").build()?;
+    /// let _ = limiter.allow("a")?;
+    /// let _ = limiter.allow("b")?;
+    /// assert_eq!(limiter.len(), 2);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn len(&self) -> usize {
         self.base.len()
     }
 
     /// Whether no key is held.
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder("3/s").build()?;
+    /// assert!(limiter.is_empty());
+    /// let _ = limiter.allow("a")?;
+    /// assert!(!limiter.is_empty());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -319,11 +502,34 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// Drops every key whose bucket is full (losslessly: no later decision
     /// changes) and shrinks sparse tables. Returns how many keys were dropped.
     /// Calling it is optional: the same work happens, amortised, inside calls.
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = TokenBucket::builder("3/s").clock(clock.clone()).build()?;
+    /// let _ = limiter.allow("a")?;
+    /// clock.advance(std::time::Duration::from_secs(1)); // "a" is full again
+    /// assert_eq!(limiter.gc()?, 1);
+    /// assert!(limiter.is_empty());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn gc(&self) -> Result<usize> {
         self.gc_at(self.now())
     }
 
     /// [`gc`](Self::gc) at time `now`.
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = TokenBucket::builder("3/s").clock(clock.clone()).build()?;
+    /// let _ = limiter.allow("a")?;
+    /// assert_eq!(limiter.gc_at(limiter.now())?, 0, "still refilling");
+    /// assert_eq!(limiter.gc_at(limiter.now() + 1_000_000_000)?, 1);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn gc_at(&self, now: u64) -> Result<usize> {
         self.base.gc_at(now)
     }
@@ -339,6 +545,18 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// Bytes of memory the limiter's store holds: its tables, the keys
     /// longer than 23 bytes (stored outside the tables) and the summaries of
     /// evicted keys. Bounded by the store's [`Options`].
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder("3/s").build()?;
+    /// let empty = limiter.memory_bytes();
+    /// for i in 0..10_000 {
+    ///     let _ = limiter.allow(&format!("user:{i}"))?;
+    /// }
+    /// assert!(limiter.memory_bytes() > empty);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn memory_bytes(&self) -> usize {
         self.base.memory_bytes()
     }
@@ -515,6 +733,15 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Builder<A, K, C> {
     /// The limiter; errors if what it was started from is invalid (a rate
     /// string that does not parse, a window limit too large to pack) or an
     /// option is out of range.
+    ///
+    /// ```
+    /// use ratomic::{Error, TokenBucket};
+    ///
+    /// assert!(TokenBucket::builder("3/s").max_keys(10).build().is_ok());
+    /// let e = TokenBucket::builder("3/s").max_keys(0).build().unwrap_err();
+    /// assert!(matches!(e, Error::InvalidArgument { name: "max_keys", .. }));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn build(self) -> Result<Keyed<A, K, C>> {
         Keyed::with_algorithm(self.what?, self.clock, self.options)
     }

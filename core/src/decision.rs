@@ -31,12 +31,32 @@ pub struct Decision {
 
 impl Decision {
     /// `retry_after` in nanoseconds.
+    ///
+    /// ```
+    /// use ratomic::{DirectTokenBucket, Quota};
+    ///
+    /// let limiter = DirectTokenBucket::new(Quota::parse("1/s")?);
+    /// let _ = limiter.allow();
+    /// let d = limiter.peek();
+    /// assert!(!d.allowed);
+    /// assert!(d.retry_after_nanos() > 0 && d.retry_after_nanos() <= 1_000_000_000);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn retry_after_nanos(&self) -> u64 {
         duration_nanos(self.retry_after)
     }
 
     /// `reset_after` in nanoseconds.
+    ///
+    /// ```
+    /// use ratomic::{DirectTokenBucket, Quota};
+    ///
+    /// let limiter = DirectTokenBucket::new(Quota::parse("1/s")?);
+    /// assert_eq!(limiter.peek_at(0, 0)?.reset_after_nanos(), 0, "full: nothing to wait for");
+    /// assert_eq!(limiter.allow_at(1, 0)?.reset_after_nanos(), 1_000_000_000);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn reset_after_nanos(&self) -> u64 {
         duration_nanos(self.reset_after)

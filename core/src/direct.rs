@@ -39,27 +39,75 @@ pub struct Direct<A: Algorithm, C: Clock = MonotonicClock> {
 
 impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// A full bucket running `algorithm` on `clock`.
+    ///
+    /// ```
+    /// use ratomic::{Direct, FixedWindowCounter, ManualClock, Rate};
+    ///
+    /// // Any algorithm can run unkeyed: here at most 2 calls in each minute.
+    /// let limiter = Direct::with_algorithm(FixedWindowCounter::new(Rate::parse("2/min")?)?, ManualClock::new());
+    /// assert!(limiter.allow().allowed && limiter.allow().allowed);
+    /// assert!(!limiter.allow().allowed);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn with_algorithm(algorithm: A, clock: C) -> Self {
         Direct { alg: algorithm, state: AtomicU64::new(A::PRISTINE), clock }
     }
 
     /// The algorithm this limiter enforces.
+    ///
+    /// ```
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = DirectTokenBucket::with_clock(Quota::parse("3/s")?, clock.clone());
+    /// assert_eq!(limiter.algorithm().to_string(), "token bucket 3 per 1s");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn algorithm(&self) -> &A {
         &self.alg
     }
 
     /// The limiter's clock.
+    ///
+    /// ```
+    /// use ratomic::{Clock, DirectTokenBucket, ManualClock, Quota};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = DirectTokenBucket::with_clock(Quota::parse("3/s")?, clock.clone());
+    /// clock.advance_nanos(9);
+    /// assert_eq!(limiter.clock().now(), 9);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn clock(&self) -> &C {
         &self.clock
     }
 
     /// The clock's reading now, as the `*_at` methods expect it.
+    ///
+    /// ```
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = DirectTokenBucket::with_clock(Quota::parse("3/s")?, clock.clone());
+    /// clock.advance_nanos(9);
+    /// assert_eq!(limiter.now(), 9);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn now(&self) -> u64 {
         self.clock.now()
     }
 
     /// The most the bucket can hold.
+    ///
+    /// ```
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = DirectTokenBucket::with_clock(Quota::parse("3/s")?, clock.clone());
+    /// assert_eq!(limiter.limit(), 3);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn limit(&self) -> u64 {
         self.alg.limit()
     }
@@ -91,12 +139,33 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
 
     /// Takes `cost` tokens if there are that many. Errors (changing nothing)
     /// if `cost` exceeds the limit.
+    ///
+    /// ```
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = DirectTokenBucket::with_clock(Quota::parse("3/s")?, clock.clone());
+    /// assert_eq!(limiter.allow_n(2)?.remaining, 1);
+    /// assert!(!limiter.allow_n(2)?.allowed);
+    /// assert!(limiter.allow_n(4).is_err(), "more than the bucket holds");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn allow_n(&self, cost: u64) -> Result<Decision> {
         self.allow_at(cost, self.now())
     }
 
     /// [`allow_n`](Self::allow_n) at time `now`.
+    ///
+    /// ```
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = DirectTokenBucket::with_clock(Quota::parse("3/s")?, clock.clone());
+    /// assert_eq!(limiter.allow_at(3, 0)?.remaining, 0);
+    /// assert!(limiter.allow_at(1, 333_333_334)?.allowed, "one token back after a third of a second");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn allow_at(&self, cost: u64, now: u64) -> Result<Decision> {
         let now = checked(now)?;
@@ -121,6 +190,17 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     }
 
     /// What `allow_n(cost)` would answer at `now`, changing nothing.
+    ///
+    /// ```
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = DirectTokenBucket::with_clock(Quota::parse("3/s")?, clock.clone());
+    /// let _ = limiter.allow_n(3)?;
+    /// assert!(!limiter.peek_at(1, 0)?.allowed);
+    /// assert_eq!(limiter.peek_at(0, 1_000_000_000)?.remaining, 3);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn peek_at(&self, cost: u64, now: u64) -> Result<Decision> {
         let now = checked(now)?;
@@ -129,23 +209,69 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     }
 
     /// Gives `tokens` back, never filling above full.
+    ///
+    /// ```
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = DirectTokenBucket::with_clock(Quota::parse("3/s")?, clock.clone());
+    /// let _ = limiter.allow_n(3)?;
+    /// limiter.refund(1)?;
+    /// assert_eq!(limiter.peek().remaining, 0, "the refunded token, taken by the peek's one");
+    /// limiter.refund(10)?;
+    /// assert_eq!(limiter.peek_at(0, 0)?.remaining, 3, "never above full");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn refund(&self, tokens: u64) -> Result<()> {
         self.refund_at(tokens, self.now())
     }
 
     /// [`refund`](Self::refund) at time `now`.
+    ///
+    /// ```
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = DirectTokenBucket::with_clock(Quota::parse("3/s")?, clock.clone());
+    /// let _ = limiter.allow_n(3)?;
+    /// limiter.refund_at(2, 0)?;
+    /// assert_eq!(limiter.peek_at(0, 0)?.remaining, 2);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn refund_at(&self, tokens: u64, now: u64) -> Result<()> {
         cas_refund(&self.alg, &self.state, checked(now)?, tokens);
         Ok(())
     }
 
     /// Makes the bucket full again.
+    ///
+    /// ```
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = DirectTokenBucket::with_clock(Quota::parse("3/s")?, clock.clone());
+    /// let _ = limiter.allow_n(3)?;
+    /// limiter.reset();
+    /// assert_eq!(limiter.peek().remaining, 2);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn reset(&self) {
         self.state.store(A::PRISTINE, Ordering::Relaxed);
     }
 
     /// Takes `cost`, waiting out denials; see
     /// [`Keyed::acquire`](crate::Keyed::acquire).
+    ///
+    /// ```
+    /// use ratomic::{Clock, DirectTokenBucket, ManualClock, Quota};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = DirectTokenBucket::with_clock(Quota::parse("3/s")?, clock.clone());
+    /// let _ = limiter.allow_n(3)?;
+    /// assert!(limiter.acquire(1, None)?.allowed); // the manual clock moves itself forward
+    /// assert_eq!(clock.now(), 333_333_333); // one token: a third of a second, rounded down to the ns
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn acquire(&self, cost: u64, timeout: Option<Duration>) -> Result<Decision> {
         base::acquire(timeout, || self.allow_n(cost), |d| (d.allowed, d.retry_after), |d| self.clock.sleep(d))
     }

@@ -67,6 +67,16 @@ pub enum Error {
 
 impl Error {
     /// The error itself, or for a batch, the error of its invalid request.
+    ///
+    /// ```
+    /// use ratomic::{Error, TokenBucket};
+    ///
+    /// let limiter = TokenBucket::builder("1/s").build()?;
+    /// let e = limiter.allow_many([("a", 1), ("b", 2)]).unwrap_err();
+    /// assert!(matches!(e, Error::InvalidRequest { index: 1, .. }));
+    /// assert_eq!(e.cause(), &Error::CostExceedsLimit { cost: 2, limit: 1 });
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn cause(&self) -> &Error {
         match self {
             Error::InvalidRequest { error, .. } => error.cause(),

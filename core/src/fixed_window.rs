@@ -62,11 +62,29 @@ pub type FixedWindow<K = [u8], C = MonotonicClock> = Keyed<FixedWindowCounter, K
 
 impl FixedWindow {
     /// `limit` calls per `window` per byte-string key, default clock and options.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::FixedWindow;
+    ///
+    /// let limiter = FixedWindow::new(100, Duration::from_secs(60))?;
+    /// assert_eq!(limiter.limit(), 100);
+    /// assert!(FixedWindow::new(0, Duration::from_secs(60)).is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn new(limit: u64, window: Duration) -> Result<Self> {
         Self::from_rate(Rate::new(limit, window)?)
     }
 
     /// `rate.count()` calls per `rate.period()`.
+    ///
+    /// ```
+    /// use ratomic::{FixedWindow, Rate};
+    ///
+    /// let limiter = FixedWindow::from_rate(Rate::parse("100 per minute")?)?;
+    /// assert_eq!(limiter.allow("k")?.remaining, 99);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn from_rate(rate: Rate) -> Result<Self> {
         Keyed::with_algorithm(FixedWindowCounter::new(rate)?, MonotonicClock::new(), Options::default())
     }
@@ -75,6 +93,14 @@ impl FixedWindow {
     /// string such as `"100/min"`. Never fails: an invalid rate (or a limit
     /// too large for the window, see [`FixedWindowCounter::max_limit`]) comes out of
     /// [`build`](Builder::build), with the options' errors.
+    ///
+    /// ```
+    /// use ratomic::{FixedWindow, ManualClock};
+    ///
+    /// let limiter = FixedWindow::builder("100/min").clock(ManualClock::new()).max_keys(10_000).build()?;
+    /// assert_eq!(limiter.allow("k")?.limit, 100);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn builder<R>(rate: R) -> Builder<FixedWindowCounter>
     where
         R: TryInto<Rate>,
@@ -86,6 +112,14 @@ impl FixedWindow {
 
 impl<K: ?Sized + Key, C: Clock> Keyed<FixedWindowCounter, K, C> {
     /// The window length.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::FixedWindow;
+    ///
+    /// assert_eq!(FixedWindow::builder("5/10s").build()?.window(), Duration::from_secs(10));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn window(&self) -> Duration {
         self.algorithm().window()
     }

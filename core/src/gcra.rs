@@ -39,12 +39,27 @@ pub struct Gcra {
 
 impl Gcra {
     /// The algorithm for `quota`.
+    ///
+    /// ```
+    /// use ratomic::{Algorithm, Gcra, Quota};
+    ///
+    /// assert_eq!(Gcra::new(Quota::per_minute(30)?).limit(), 30);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn new(quota: Quota) -> Self {
         let t = quota.emission_interval_nanos();
         Gcra { quota, t, tau: quota.capacity() * t, per_t: Divider::new(t) }
     }
 
     /// The quota this algorithm enforces.
+    ///
+    /// ```
+    /// use ratomic::{Gcra, Quota};
+    ///
+    /// let q = Quota::parse("5/s")?;
+    /// assert_eq!(Gcra::new(q).quota(), q);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn quota(&self) -> Quota {
         self.quota
     }

@@ -206,6 +206,14 @@ pub enum Ipv6Grouping {
 
 impl Ipv6Grouping {
     /// The prefix length in bits: 128 for [`Address`](Self::Address).
+    ///
+    /// ```
+    /// use ratomic::Ipv6Grouping;
+    ///
+    /// assert_eq!(Ipv6Grouping::Slash64.prefix_len(), 64);
+    /// assert_eq!(Ipv6Grouping::Address.prefix_len(), 128);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn prefix_len(self) -> u32 {
         match self {
             Ipv6Grouping::Address => 128,

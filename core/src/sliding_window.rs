@@ -65,11 +65,29 @@ pub type SlidingWindow<K = [u8], C = MonotonicClock> = Keyed<SlidingWindowCounte
 
 impl SlidingWindow {
     /// `limit` calls per `window` per byte-string key, default clock and options.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::SlidingWindow;
+    ///
+    /// let limiter = SlidingWindow::new(100, Duration::from_secs(60))?;
+    /// assert_eq!(limiter.limit(), 100);
+    /// assert!(SlidingWindow::new(0, Duration::from_secs(60)).is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn new(limit: u64, window: Duration) -> Result<Self> {
         Self::from_rate(Rate::new(limit, window)?)
     }
 
     /// `rate.count()` calls per `rate.period()`.
+    ///
+    /// ```
+    /// use ratomic::{SlidingWindow, Rate};
+    ///
+    /// let limiter = SlidingWindow::from_rate(Rate::parse("100 per minute")?)?;
+    /// assert_eq!(limiter.allow("k")?.remaining, 99);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn from_rate(rate: Rate) -> Result<Self> {
         Keyed::with_algorithm(SlidingWindowCounter::new(rate)?, MonotonicClock::new(), Options::default())
     }
@@ -78,6 +96,14 @@ impl SlidingWindow {
     /// string such as `"100/min"`. Never fails: an invalid rate (or a limit
     /// too large for the window, see [`SlidingWindowCounter::max_limit`]) comes out of
     /// [`build`](Builder::build), with the options' errors.
+    ///
+    /// ```
+    /// use ratomic::{SlidingWindow, ManualClock};
+    ///
+    /// let limiter = SlidingWindow::builder("100/min").clock(ManualClock::new()).max_keys(10_000).build()?;
+    /// assert_eq!(limiter.allow("k")?.limit, 100);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn builder<R>(rate: R) -> Builder<SlidingWindowCounter>
     where
         R: TryInto<Rate>,
@@ -89,6 +115,14 @@ impl SlidingWindow {
 
 impl<K: ?Sized + Key, C: Clock> Keyed<SlidingWindowCounter, K, C> {
     /// The window length.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::SlidingWindow;
+    ///
+    /// assert_eq!(SlidingWindow::builder("5/10s").build()?.window(), Duration::from_secs(10));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn window(&self) -> Duration {
         self.algorithm().window()
     }

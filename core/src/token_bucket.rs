@@ -95,6 +95,14 @@ pub type DirectTokenBucket<C = MonotonicClock> = Direct<Gcra, C>;
 
 impl TokenBucket {
     /// A token bucket per byte-string key with the default clock and options.
+    ///
+    /// ```
+    /// use ratomic::{Quota, TokenBucket};
+    ///
+    /// let limiter = TokenBucket::new(Quota::parse("100/min")?);
+    /// assert!(limiter.allow("user:1")?.allowed);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn new(quota: Quota) -> Self {
         Self::with_algorithm(Gcra::new(quota), MonotonicClock::new(), Options::default())
             .expect("the default options are valid")
@@ -125,6 +133,16 @@ impl TokenBucket {
 
 impl<K: ?Sized + crate::Key, C: Clock> Keyed<Gcra, K, C> {
     /// The quota this limiter enforces.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder("10/s").build()?;
+    /// assert_eq!(limiter.quota().capacity(), 10);
+    /// assert_eq!(limiter.quota().emission_interval(), Duration::from_millis(100));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn quota(&self) -> Quota {
         self.algorithm().quota()
     }
@@ -132,6 +150,14 @@ impl<K: ?Sized + crate::Key, C: Clock> Keyed<Gcra, K, C> {
 
 impl DirectTokenBucket {
     /// A full bucket for `quota` on the default clock.
+    ///
+    /// ```
+    /// use ratomic::{DirectTokenBucket, Quota};
+    ///
+    /// let limiter = DirectTokenBucket::new(Quota::parse("100/s")?.with_burst(10)?);
+    /// assert_eq!(limiter.allow().remaining, 9);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn new(quota: Quota) -> Self {
         Direct::with_algorithm(Gcra::new(quota), MonotonicClock::new())
     }
@@ -139,11 +165,30 @@ impl DirectTokenBucket {
 
 impl<C: Clock> Direct<Gcra, C> {
     /// A full bucket for `quota` on `clock`.
+    ///
+    /// ```
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = DirectTokenBucket::with_clock(Quota::parse("1/s")?, clock.clone());
+    /// assert!(limiter.allow().allowed && !limiter.allow().allowed);
+    /// clock.advance(std::time::Duration::from_secs(1));
+    /// assert!(limiter.allow().allowed);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn with_clock(quota: Quota, clock: C) -> Self {
         Direct::with_algorithm(Gcra::new(quota), clock)
     }
 
     /// The quota this limiter enforces.
+    ///
+    /// ```
+    /// use ratomic::{DirectTokenBucket, Quota};
+    ///
+    /// let limiter = DirectTokenBucket::new(Quota::parse("100/s")?);
+    /// assert_eq!(limiter.quota().capacity(), 100);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn quota(&self) -> Quota {
         self.algorithm().quota()
     }

@@ -187,6 +187,15 @@ pub struct FixedWindowCounter {
 impl FixedWindowCounter {
     /// `limit` calls per `window`, from a [`Rate`] (`"100/min"`: 100 per
     /// minute). Errors if the limit exceeds [`max_limit`](Self::max_limit).
+    ///
+    /// ```
+    /// use ratomic::{FixedWindowCounter, Rate};
+    ///
+    /// assert!(FixedWindowCounter::new(Rate::parse("100/min")?).is_ok());
+    /// let too_many = FixedWindowCounter::max_limit(std::time::Duration::from_secs(60)) + 1;
+    /// assert!(FixedWindowCounter::new(Rate::new(too_many, std::time::Duration::from_secs(60))?).is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn new(rate: Rate) -> Result<Self> {
         Ok(FixedWindowCounter { w: Windows::new(rate, Kind::Fixed)? })
     }
@@ -194,11 +203,30 @@ impl FixedWindowCounter {
     /// The largest limit a fixed window of this length admits (see the
     /// packing in the module docs): at least one call per nanosecond of
     /// window, so in practice any.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::FixedWindowCounter;
+    ///
+    /// // A longer window has fewer windows to number, leaving more bits for counts.
+    /// assert_eq!(FixedWindowCounter::max_limit(Duration::from_secs(1)), 1_073_741_823);
+    /// assert_eq!(FixedWindowCounter::max_limit(Duration::from_secs(60)), 68_719_476_735);
+    /// assert_eq!(FixedWindowCounter::max_limit(Duration::from_secs(86_400)), 140_737_488_355_327);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn max_limit(window: Duration) -> u64 {
         Packing::max_limit(Kind::Fixed, duration_nanos(window))
     }
 
     /// The window length.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::{FixedWindowCounter, Rate};
+    ///
+    /// assert_eq!(FixedWindowCounter::new(Rate::parse("5/90s")?)?.window(), Duration::from_secs(90));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn window(&self) -> Duration {
         Duration::from_nanos(self.w.window)
     }
@@ -324,6 +352,15 @@ struct Counts {
 impl SlidingWindowCounter {
     /// `limit` calls per sliding `window`, from a [`Rate`]. Errors if the
     /// limit exceeds [`max_limit`](Self::max_limit).
+    ///
+    /// ```
+    /// use ratomic::{SlidingWindowCounter, Rate};
+    ///
+    /// assert!(SlidingWindowCounter::new(Rate::parse("100/min")?).is_ok());
+    /// let too_many = SlidingWindowCounter::max_limit(std::time::Duration::from_secs(60)) + 1;
+    /// assert!(SlidingWindowCounter::new(Rate::new(too_many, std::time::Duration::from_secs(60))?).is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn new(rate: Rate) -> Result<Self> {
         Ok(SlidingWindowCounter { w: Windows::new(rate, Kind::Sliding)? })
     }
@@ -341,11 +378,30 @@ impl SlidingWindowCounter {
     /// assert_eq!(SlidingWindowCounter::max_limit(Duration::from_secs(1)), 32_767);
     /// assert_eq!(SlidingWindowCounter::max_limit(Duration::from_secs(3_600)), 2_097_151);
     /// ```
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::SlidingWindowCounter;
+    ///
+    /// // A longer window has fewer windows to number, leaving more bits for counts.
+    /// assert_eq!(SlidingWindowCounter::max_limit(Duration::from_secs(1)), 32_767);
+    /// assert_eq!(SlidingWindowCounter::max_limit(Duration::from_secs(60)), 262_143);
+    /// assert_eq!(SlidingWindowCounter::max_limit(Duration::from_secs(86_400)), 8_388_607);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn max_limit(window: Duration) -> u64 {
         Packing::max_limit(Kind::Sliding, duration_nanos(window))
     }
 
     /// The window length.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::{SlidingWindowCounter, Rate};
+    ///
+    /// assert_eq!(SlidingWindowCounter::new(Rate::parse("5/90s")?)?.window(), Duration::from_secs(90));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn window(&self) -> Duration {
         Duration::from_nanos(self.w.window)
     }

@@ -237,40 +237,101 @@ impl<T> Builder<T> {
 
 impl<T, K: ?Sized + Key, C: Clock> Builder<T, K, C> {
     /// Index keys by `K2` instead (`[u8]` or `u64`).
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use ratomic::TokenBucket;
+    ///
+    /// let by_id = TokenBucket::builder("5/s").keys::<u64>().build()?;
+    /// assert!(by_id.allow(&7).allowed);
+    /// let by_ip = TokenBucket::builder("5/s").keys::<IpAddr>().build()?;
+    /// assert!(by_ip.allow(&"192.0.2.1".parse().unwrap()).allowed);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn keys<K2: ?Sized + Key>(self) -> Builder<T, K2, C> {
         Builder { what: self.what, clock: self.clock, options: self.options, _key: PhantomData }
     }
 
     /// Use `clock` instead of the default [`MonotonicClock`].
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, TokenBucket};
+    ///
+    /// let clock = ManualClock::starting_at(1_000);
+    /// let limiter = TokenBucket::builder("5/s").clock(clock.clone()).build()?;
+    /// assert_eq!(limiter.now(), 1_000);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn clock<C2: Clock>(self, clock: C2) -> Builder<T, K, C2> {
         Builder { what: self.what, clock, options: self.options, _key: PhantomData }
     }
 
     /// Replace all store options at once.
+    ///
+    /// ```
+    /// use ratomic::{Options, TokenBucket};
+    ///
+    /// let limiter = TokenBucket::builder("5/s").options(Options::default().max_key_len(32)).build()?;
+    /// assert_eq!(limiter.max_key_len(), 32);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn options(mut self, options: Options) -> Self {
         self.options = options;
         self
     }
 
     /// See [`Options::max_keys`].
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    ///
+    /// assert!(TokenBucket::builder("5/s").max_keys(100_000).build().is_ok());
+    /// assert!(TokenBucket::builder("5/s").max_keys(0).build().is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn max_keys(mut self, n: usize) -> Self {
         self.options.max_keys = n;
         self
     }
 
     /// See [`Options::max_key_len`].
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder("5/s").max_key_len(3).build()?;
+    /// assert!(limiter.allow("abc").is_ok());
+    /// assert!(limiter.allow("abcd").is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn max_key_len(mut self, n: usize) -> Self {
         self.options.max_key_len = n;
         self
     }
 
     /// See [`Options::max_key_bytes`].
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder("5/s").max_key_bytes(1 << 20).build()?;
+    /// assert!(limiter.allow(&"x".repeat(100))?.allowed);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn max_key_bytes(mut self, n: usize) -> Self {
         self.options.max_key_bytes = n;
         self
     }
 
     /// See [`Options::shards`].
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    ///
+    /// assert!(TokenBucket::builder("5/s").shards(16).build().is_ok());
+    /// assert!(TokenBucket::builder("5/s").shards(3).build().is_err(), "a power of two");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn shards(mut self, n: usize) -> Self {
         self.options.shards = Some(n);
         self
@@ -279,12 +340,33 @@ impl<T, K: ?Sized + Key, C: Clock> Builder<T, K, C> {
     /// Shares the limiter's keys with every process of this host that
     /// builds the same limiter on the file at `path`: see
     /// [`Options::shared_file`].
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    ///
+    /// let path = std::env::temp_dir().join(format!("ratomic-doc-builder-{}.shm", std::process::id()));
+    /// # #[cfg(target_os = "linux")] {
+    /// let a = TokenBucket::builder("1/min").max_keys(1_000).shared_file(&path).build()?;
+    /// let b = TokenBucket::builder("1/min").max_keys(1_000).shared_file(&path).build()?; // another process, say
+    /// assert!(a.allow("k")?.allowed);
+    /// assert!(!b.allow("k")?.allowed, "one bucket in the file");
+    /// # drop((a, b)); std::fs::remove_file(&path).unwrap(); }
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn shared_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
         self.options.shared_file = Some(path.into());
         self
     }
 
     /// See [`Options::eviction`] and [`Eviction`].
+    ///
+    /// ```
+    /// use ratomic::{Eviction, TokenBucket};
+    ///
+    /// let limiter = TokenBucket::builder("5/s").max_keys(10_000).eviction(Eviction::Strict).build()?;
+    /// assert!(limiter.allow("k")?.allowed);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn eviction(mut self, policy: Eviction) -> Self {
         self.options.eviction = policy;
         self

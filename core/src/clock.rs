@@ -38,6 +38,15 @@ use crate::error::{Error, Result};
 /// The last valid time, in nanoseconds since a clock's epoch: `2^62 − 1`
 /// (about 146 years). A clock reading or an `*_at` time beyond it is an error
 /// that changes no state; it is never clamped.
+///
+/// ```
+/// use ratomic::{TokenBucket, MAX_TIME};
+///
+/// let limiter = TokenBucket::builder("1/s").build()?;
+/// assert!(limiter.allow_at("k", 1, MAX_TIME).is_ok());
+/// assert!(limiter.allow_at("k", 1, MAX_TIME + 1).is_err());
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 pub const MAX_TIME: u64 = (1 << 62) - 1;
 
 /// `now` if it is a valid time (at most [`MAX_TIME`]), else the error every
@@ -74,16 +83,42 @@ fn bad_time(now: u64) -> Error {
 /// Which timeline a [`Clock`] reads: two clocks with the same id give the
 /// same readings. A [`Stack`](crate::Stack) refuses members whose clocks'
 /// ids differ from its own, since it passes one reading to all of them.
+///
+/// ```
+/// use ratomic::{Clock, ClockId, ManualClock, MonotonicClock};
+///
+/// assert_eq!(MonotonicClock::new().id(), ClockId::MONOTONIC);
+/// let clock = ManualClock::new();
+/// assert_eq!(clock.clone().id(), clock.id(), "clones share one timeline");
+/// assert_ne!(ManualClock::new().id(), clock.id());
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ClockId(usize);
 
 impl ClockId {
     /// The timeline every [`MonotonicClock`] reads.
+    ///
+    /// ```
+    /// use ratomic::{Clock, ClockId, MonotonicClock};
+    ///
+    /// assert_eq!(MonotonicClock::new().id(), ClockId::MONOTONIC);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub const MONOTONIC: ClockId = ClockId(0);
 
     /// The id of one particular object's timeline: its address. Clocks that
     /// share state through a pointer (as [`ManualClock`]'s clones do) should
     /// pass that pointer, so that every clone has the same id.
+    ///
+    /// ```
+    /// use ratomic::ClockId;
+    ///
+    /// let (a, b) = (1u8, 2u8);
+    /// assert_eq!(ClockId::of(&a), ClockId::of(&a));
+    /// assert_ne!(ClockId::of(&a), ClockId::of(&b));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn of<T: ?Sized>(object: &T) -> ClockId {
         ClockId((object as *const T).cast::<()>() as usize)
     }
@@ -192,6 +227,15 @@ pub struct MonotonicClock {
 impl MonotonicClock {
     /// The process's monotonic clock. The first call in a process measures
     /// the TSC rate (about a millisecond); later calls are free.
+    ///
+    /// ```
+    /// use ratomic::{Clock, MonotonicClock};
+    ///
+    /// let clock = MonotonicClock::new();
+    /// let (t1, t2) = (clock.now(), clock.now());
+    /// assert!(t2 >= t1);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn new() -> Self {
         static SOURCE: OnceLock<source::Source> = OnceLock::new();
         MonotonicClock { source: SOURCE.get_or_init(source::Source::new) }
@@ -199,6 +243,14 @@ impl MonotonicClock {
 
     /// Whether this process reads time through the TSC (see the type's docs)
     /// rather than calling `Instant::now` every time.
+    ///
+    /// ```
+    /// use ratomic::MonotonicClock;
+    ///
+    /// // Either way the readings are monotonic; this only says how they are made.
+    /// let _fast: bool = MonotonicClock::new().uses_tsc();
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn uses_tsc(&self) -> bool {
         self.source.uses_tsc()
     }
@@ -459,26 +511,68 @@ pub struct ManualClock {
 
 impl ManualClock {
     /// A clock at time 0.
+    ///
+    /// ```
+    /// use ratomic::{Clock, ManualClock};
+    ///
+    /// assert_eq!(ManualClock::new().now(), 0);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// A clock at `ns` nanoseconds.
+    ///
+    /// ```
+    /// use ratomic::{Clock, ManualClock};
+    ///
+    /// assert_eq!(ManualClock::starting_at(5_000).now(), 5_000);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn starting_at(ns: u64) -> Self {
         ManualClock { ns: Arc::new(AtomicU64::new(ns)) }
     }
 
     /// Moves time forward by `by` (saturating).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::{Clock, ManualClock};
+    ///
+    /// let clock = ManualClock::new();
+    /// clock.advance(Duration::from_millis(2));
+    /// assert_eq!(clock.now(), 2_000_000);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn advance(&self, by: Duration) {
         self.advance_nanos(u64::try_from(by.as_nanos()).unwrap_or(u64::MAX));
     }
 
     /// Moves time forward by `ns` nanoseconds (saturating).
+    ///
+    /// ```
+    /// use ratomic::{Clock, ManualClock};
+    ///
+    /// let clock = ManualClock::starting_at(u64::MAX - 1);
+    /// clock.advance_nanos(10);
+    /// assert_eq!(clock.now(), u64::MAX, "saturates");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn advance_nanos(&self, ns: u64) {
         let _ = self.ns.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| Some(t.saturating_add(ns)));
     }
 
     /// Sets the time, forward or back.
+    ///
+    /// ```
+    /// use ratomic::{Clock, ManualClock};
+    ///
+    /// let clock = ManualClock::starting_at(100);
+    /// clock.set_nanos(40); // back in time: a limiter never grants more for it
+    /// assert_eq!(clock.now(), 40);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn set_nanos(&self, ns: u64) {
         self.ns.store(ns, Ordering::Relaxed);
     }

@@ -148,6 +148,15 @@ pub(crate) trait Retention {
 /// | attack + 200 users at 18× their rate, `max_keys` 1,000 | `Fair` | 0% | 36,800 extra grants (of 60,000 requests) |
 /// | attack + 200 users at 18× their rate, `max_keys` 1,000 | `Strict` | 93.6% | 0 |
 /// | 20,000 honest users at half their rate, `max_keys` 10,000 | both | 0% | 0 |
+///
+/// ```
+/// use ratomic::{Eviction, Options};
+///
+/// assert_eq!(Options::default().eviction, Eviction::Fair);
+/// let paid_quota = Options::default().eviction(Eviction::Strict);
+/// assert_eq!(paid_quota.eviction, Eviction::Strict);
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Eviction {
@@ -248,24 +257,54 @@ impl Default for Options {
 
 impl Options {
     /// Sets [`max_keys`](Self::max_keys).
+    ///
+    /// ```
+    /// use ratomic::Options;
+    ///
+    /// assert_eq!(Options::default().max_keys(1_000).max_keys, 1_000);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn max_keys(mut self, n: usize) -> Self {
         self.max_keys = n;
         self
     }
 
     /// Sets [`max_key_len`](Self::max_key_len).
+    ///
+    /// ```
+    /// use ratomic::Options;
+    ///
+    /// assert_eq!(Options::default().max_key_len, 1024);
+    /// assert_eq!(Options::default().max_key_len(64).max_key_len, 64);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn max_key_len(mut self, n: usize) -> Self {
         self.max_key_len = n;
         self
     }
 
     /// Sets [`max_key_bytes`](Self::max_key_bytes).
+    ///
+    /// ```
+    /// use ratomic::Options;
+    ///
+    /// assert_eq!(Options::default().max_key_bytes(1 << 20).max_key_bytes, 1 << 20);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn max_key_bytes(mut self, n: usize) -> Self {
         self.max_key_bytes = n;
         self
     }
 
     /// Sets [`shards`](Self::shards).
+    ///
+    /// ```
+    /// use ratomic::Options;
+    ///
+    /// assert_eq!(Options::default().shards, None);
+    /// assert_eq!(Options::default().shards(8).shards, Some(8));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn shards(mut self, n: usize) -> Self {
         self.shards = Some(n);
         self
@@ -310,12 +349,31 @@ impl Options {
     ///   refill period and neither happens.
     /// - **Processes** must share a pid namespace (a dead process is told
     ///   from a live one by its pid).
+    ///
+    /// ```
+    /// use ratomic::{Options, TokenBucket};
+    ///
+    /// let path = std::env::temp_dir().join(format!("ratomic-doc-options-{}.shm", std::process::id()));
+    /// # #[cfg(target_os = "linux")] {
+    /// let options = Options::default().max_keys(1_000).shared_file(&path);
+    /// let limiter = TokenBucket::builder("10/s").options(options).build()?;
+    /// assert!(limiter.allow("k")?.allowed);
+    /// # drop(limiter); std::fs::remove_file(&path).unwrap(); }
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn shared_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
         self.shared_file = Some(path.into());
         self
     }
 
     /// Sets [`eviction`](Self::eviction).
+    ///
+    /// ```
+    /// use ratomic::{Eviction, Options};
+    ///
+    /// assert_eq!(Options::default().eviction(Eviction::Strict).eviction, Eviction::Strict);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn eviction(mut self, policy: Eviction) -> Self {
         self.eviction = policy;
         self

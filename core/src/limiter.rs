@@ -16,6 +16,14 @@ use crate::rule::Rule;
 use crate::store::{Cells, Frozen, Retention, MAX_WIDTH};
 
 /// The most limits one [`Limiter`] holds.
+///
+/// ```
+/// use ratomic::{Limiter, Rule, MAX_LIMITS};
+///
+/// let too_many = (0..=MAX_LIMITS).fold(Limiter::builder(), |b, i| b.limit(format!("l{i}"), Rule::parse("1/s").unwrap()));
+/// assert!(too_many.build().is_err());
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 pub const MAX_LIMITS: usize = MAX_WIDTH;
 
 /// Several named limits on the same key — say a burst of `10/s` and
@@ -73,32 +81,86 @@ pub struct Limiter<K: ?Sized + Key = [u8], C: Clock = MonotonicClock> {
 
 /// Which of a [`Limiter`]'s limits a call is subject to: a bitmask, made
 /// once from names with [`Limiter::limit_set`].
+///
+/// ```
+/// use ratomic::Limiter;
+///
+/// let limiter = Limiter::parse("2/s;5/day")?;
+/// let daily = limiter.limit_set(&["5/day"])?;
+/// assert!(daily.contains(1) && !daily.contains(0));
+/// assert_eq!(limiter.select(daily).allow("k")?.entries().count(), 1);
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LimitSet(u16);
 
 impl LimitSet {
     /// Whether the set holds the limit at position `index`.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// assert!(limiter.all_limits().contains(0));
+    /// assert!(!limiter.all_limits().contains(2));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn contains(self, index: usize) -> bool {
         index < MAX_LIMITS && self.0 & (1 << index) != 0
     }
 
     /// The union of two sets.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// let both = limiter.limit_set(&["2/s"])?.union(limiter.limit_set(&["5/day"])?);
+    /// assert_eq!(both, limiter.all_limits());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn union(self, other: LimitSet) -> LimitSet {
         LimitSet(self.0 | other.0)
     }
 
     /// How many limits the set holds.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// assert_eq!(limiter.all_limits().len(), 2);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn len(self) -> usize {
         self.0.count_ones() as usize
     }
 
     /// Whether the set is empty.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// assert!(!limiter.all_limits().is_empty());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn is_empty(self) -> bool {
         self.0 == 0
     }
 
     /// The set as a bitmask: bit `i` for the limit at position `i`. Rebuild
     /// it with [`Limiter::limit_set_from_bits`].
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// let bits = limiter.limit_set(&["5/day"])?.bits();
+    /// assert_eq!(bits, 0b10);
+    /// assert_eq!(limiter.limit_set_from_bits(bits)?, limiter.limit_set(&["5/day"])?);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn bits(self) -> u16 {
         self.0
     }
@@ -255,6 +317,16 @@ pub(crate) type Entries = SmallVec<[Entry; 3]>;
 /// marked allowed (so [`denied_by`](Self::denied_by) names only the
 /// deniers) and reports that limit as it stands — the tokens it still has
 /// and the time until it is full — never as if the call had been charged.
+///
+/// ```
+/// use ratomic::Limiter;
+///
+/// let limiter = Limiter::parse("2/s;5/day")?;
+/// let d = limiter.allow("k")?;
+/// assert!(d.decision.allowed);
+/// assert_eq!(d.decision.remaining, 1, "the smallest remaining: 2/s has 1 left");
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 #[derive(Clone, PartialEq, Eq)]
 #[must_use = "a decision says whether the call was allowed"]
 pub struct MultiDecision<'a> {
@@ -268,6 +340,16 @@ pub struct MultiDecision<'a> {
 }
 
 /// One limit's part in a [`MultiDecision`].
+///
+/// ```
+/// use ratomic::Limiter;
+///
+/// let limiter = Limiter::parse("2/s;5/day")?;
+/// let d = limiter.allow("k")?;
+/// let first = d.entries().next().unwrap();
+/// assert_eq!((first.index, first.name, first.decision.remaining), (0, "2/s", 1));
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NamedDecision<'a> {
@@ -308,11 +390,29 @@ impl<'a> MultiDecision<'a> {
     }
 
     /// Whether the call was allowed (by every limit).
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// assert!(limiter.allow("k")?.allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn allowed(&self) -> bool {
         self.decision.allowed
     }
 
     /// One entry per limit the call was subject to, in the limiter's order.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// let d = limiter.allow("k")?;
+    /// let remaining: Vec<_> = d.entries().map(|e| (e.name, e.decision.remaining)).collect();
+    /// assert_eq!(remaining, [("2/s", 1), ("5/day", 4)]);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn entries(&self) -> impl ExactSizeIterator<Item = NamedDecision<'a>> + '_ {
         self.entries.iter().enumerate().map(|(k, e)| {
             // The k-th set bit of the mask is this entry's index.
@@ -326,11 +426,29 @@ impl<'a> MultiDecision<'a> {
     }
 
     /// The named limit's entry, if the call was subject to it.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// assert_eq!(limiter.allow("k")?.get("5/day").unwrap().remaining, 4);
+    /// assert!(limiter.allow("k")?.get("nope").is_none());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn get(&self, name: &str) -> Option<Decision> {
         self.entries().find(|e| e.name == name).map(|e| e.decision)
     }
 
     /// The limits that denied the call (empty when it was allowed).
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// let _ = limiter.allow_n("k", 2)?;
+    /// assert_eq!(limiter.allow("k")?.denied_by().collect::<Vec<_>>(), ["2/s"]);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn denied_by(&self) -> impl Iterator<Item = &'a str> + '_ {
         self.entries().filter(|e| !e.decision.allowed).map(|e| e.name)
     }
@@ -347,17 +465,44 @@ impl fmt::Debug for MultiDecision<'_> {
 
 impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     /// The limiter's limits, in order, by name.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// assert_eq!(limiter.names().collect::<Vec<_>>(), ["2/s", "5/day"]);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn names(&self) -> impl ExactSizeIterator<Item = &str> {
         self.names.iter().map(|n| &**n)
     }
 
     /// The limiter's rules, in the same order as [`names`](Self::names).
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// let rules: Vec<String> = limiter.rules().iter().map(|r| r.to_string()).collect();
+    /// assert_eq!(rules, ["token bucket 2 per 1s", "token bucket 5 per 1d"]);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn rules(&self) -> &[Rule] {
         &self.base.rules.0
     }
 
     /// The set of limits with these names; errors on an unknown name or an
     /// empty list.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// assert_eq!(limiter.limit_set(&["5/day"])?.len(), 1);
+    /// assert!(limiter.limit_set(&["10/h"]).is_err());
+    /// assert!(limiter.limit_set(&[]).is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn limit_set(&self, names: &[&str]) -> Result<LimitSet> {
         let mut bits = 0u16;
         for name in names {
@@ -374,6 +519,16 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
 
     /// The set with these bits (see [`LimitSet::bits`]); errors if a bit
     /// names no limit of this limiter or the set is empty.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// assert!(limiter.limit_set_from_bits(0b01).is_ok());
+    /// assert!(limiter.limit_set_from_bits(0b100).is_err(), "no third limit");
+    /// assert!(limiter.limit_set_from_bits(0).is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn limit_set_from_bits(&self, bits: u16) -> Result<LimitSet> {
         let set = LimitSet(bits);
         self.check_set(set, 0)?;
@@ -381,6 +536,14 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     }
 
     /// Every limit: what the plain methods use.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// assert_eq!(limiter.all_limits().len(), 2);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn all_limits(&self) -> LimitSet {
         self.all
     }
@@ -411,12 +574,34 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     }
 
     /// The clock's reading now, as the `*_at` methods expect it.
+    ///
+    /// ```
+    /// use ratomic::{Limiter, ManualClock, Rule};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = Limiter::builder()
+    ///     .limit("burst", Rule::parse("2/s")?)
+    ///     .limit("daily", Rule::parse("5/day")?)
+    ///     .clock(clock.clone())
+    ///     .build()?;
+    /// clock.advance_nanos(7);
+    /// assert_eq!(limiter.now(), 7);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn now(&self) -> u64 {
         self.base.clock.now()
     }
 
     /// The longest key, in bytes, this limiter accepts (see [`Options::max_key_len`](crate::Options::max_key_len)).
+    ///
+    /// ```
+    /// use ratomic::{Limiter, Rule};
+    ///
+    /// let limiter = Limiter::builder().limit("l", Rule::parse("1/s")?).max_key_len(16).build()?;
+    /// assert_eq!(limiter.max_key_len(), 16);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn max_key_len(&self) -> usize {
         self.base.max_key_len()
     }
@@ -430,23 +615,70 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     }
 
     /// The limiter's clock.
+    ///
+    /// ```
+    /// use ratomic::{Clock, Limiter, ManualClock, Rule};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = Limiter::builder()
+    ///     .limit("burst", Rule::parse("2/s")?)
+    ///     .limit("daily", Rule::parse("5/day")?)
+    ///     .clock(clock.clone())
+    ///     .build()?;
+    /// assert_eq!(limiter.clock().now(), 0);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn clock(&self) -> &C {
         &self.base.clock
     }
 
     /// Checks a call's arguments (the cost against every limit, the key's
     /// length) as `allow_n` would, changing nothing.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// assert!(limiter.check("k", 2).is_ok());
+    /// assert!(limiter.check("k", 3).is_err(), "more than 2/s holds");
+    /// assert!(limiter.is_empty(), "check changes nothing");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn check<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64) -> Result<()> {
         self.select(self.all).check(key, cost)
     }
 
     /// Takes `cost` from every limit of `key`, or from none.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// assert_eq!(limiter.allow_n("k", 2)?.get("5/day").unwrap().remaining, 3);
+    /// assert!(!limiter.allow_n("k", 2)?.allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn allow_n<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64) -> Result<MultiDecision<'_>> {
         self.select(self.all).allow_n(key, cost)
     }
 
     /// [`allow_n`](Self::allow_n) at time `now`.
+    ///
+    /// ```
+    /// use ratomic::{Limiter, ManualClock, Rule};
+    ///
+    /// let limiter = Limiter::builder()
+    ///     .limit("burst", Rule::parse("2/s")?)
+    ///     .limit("daily", Rule::parse("5/day")?)
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// let now = limiter.now();
+    /// assert!(limiter.allow_at("k", 2, now)?.allowed());
+    /// assert!(!limiter.allow_at("k", 1, now)?.allowed());
+    /// assert!(limiter.allow_at("k", 1, now + 500_000_000)?.allowed(), "half a second later");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn allow_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<MultiDecision<'_>> {
         self.select(self.all).allow_at(key, cost, now)
@@ -454,6 +686,15 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
 
     /// Many calls at one clock reading, all checked before any is decided;
     /// see [`Keyed::allow_many`](crate::Keyed::allow_many).
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// let out = limiter.allow_many([("a", 2), ("a", 1), ("b", 1)])?;
+    /// assert_eq!(out.iter().map(|d| d.allowed()).collect::<Vec<_>>(), [true, false, true]);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn allow_many<'q, Q, I>(&self, requests: I) -> Result<Vec<MultiDecision<'_>>>
     where
         Q: ?Sized + AsKey<K> + 'q,
@@ -463,39 +704,126 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     }
 
     /// What `allow_n` would answer, changing nothing.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// let _ = limiter.allow("k")?;
+    /// assert_eq!(limiter.peek_n("k", 0)?.get("5/day").unwrap().remaining, 4);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn peek_n<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64) -> Result<MultiDecision<'_>> {
         self.select(self.all).peek_n(key, cost)
     }
 
     /// [`peek_n`](Self::peek_n) at time `now`.
+    ///
+    /// ```
+    /// use ratomic::{Limiter, ManualClock, Rule};
+    ///
+    /// let limiter = Limiter::builder()
+    ///     .limit("burst", Rule::parse("2/s")?)
+    ///     .limit("daily", Rule::parse("5/day")?)
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// let _ = limiter.allow_n("k", 2)?;
+    /// assert!(!limiter.peek_at("k", 1, limiter.now())?.allowed());
+    /// assert!(limiter.peek_at("k", 1, limiter.now() + 1_000_000_000)?.allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn peek_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<MultiDecision<'_>> {
         self.select(self.all).peek_at(key, cost, now)
     }
 
     /// Gives `tokens` back to every limit of `key` (never above full).
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// let _ = limiter.allow_n("k", 2)?;
+    /// limiter.refund("k", 1)?;
+    /// assert_eq!(limiter.peek_n("k", 0)?.get("2/s").unwrap().remaining, 1);
+    /// assert_eq!(limiter.peek_n("k", 0)?.get("5/day").unwrap().remaining, 4);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn refund<Q: ?Sized + AsKey<K>>(&self, key: &Q, tokens: u64) -> Result<()> {
         self.select(self.all).refund(key, tokens)
     }
 
     /// [`refund`](Self::refund) at time `now`.
+    ///
+    /// ```
+    /// use ratomic::{Limiter, ManualClock, Rule};
+    ///
+    /// let limiter = Limiter::builder()
+    ///     .limit("burst", Rule::parse("2/s")?)
+    ///     .limit("daily", Rule::parse("5/day")?)
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// let _ = limiter.allow_n("k", 2)?;
+    /// limiter.refund_at("k", 2, limiter.now())?;
+    /// assert_eq!(limiter.peek_n("k", 0)?.decision.remaining, 2);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn refund_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, tokens: u64, now: u64) -> Result<()> {
         self.select(self.all).refund_at(key, tokens, now)
     }
 
     /// Forgets `key` in every limit: it is full again.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// let _ = limiter.allow_n("k", 2)?;
+    /// limiter.reset("k")?;
+    /// assert_eq!(limiter.peek_n("k", 0)?.get("5/day").unwrap().remaining, 5);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn reset<Q: ?Sized + AsKey<K>>(&self, key: &Q) -> Result<()> {
         self.reset_at(key, self.now())
     }
 
     /// [`reset`](Self::reset) at time `now`.
+    ///
+    /// ```
+    /// use ratomic::{Limiter, ManualClock, Rule};
+    ///
+    /// let limiter = Limiter::builder()
+    ///     .limit("burst", Rule::parse("2/s")?)
+    ///     .limit("daily", Rule::parse("5/day")?)
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// let _ = limiter.allow_n("k", 2)?;
+    /// limiter.reset_at("k", limiter.now())?;
+    /// assert!(limiter.allow_n("k", 2)?.allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn reset_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, now: u64) -> Result<()> {
         self.base.reset_at(key.as_key(), now)
     }
 
     /// Takes `cost` from every limit of `key`, waiting out denials; see
     /// [`Keyed::acquire`](crate::Keyed::acquire).
+    ///
+    /// ```
+    /// use ratomic::{Clock, Limiter, ManualClock, Rule};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = Limiter::builder()
+    ///     .limit("burst", Rule::parse("2/s")?)
+    ///     .limit("daily", Rule::parse("5/day")?)
+    ///     .clock(clock.clone())
+    ///     .build()?;
+    /// let _ = limiter.allow_n("k", 2)?;
+    /// assert!(limiter.acquire("k", 1, None)?.allowed()); // waits half a second of the clock's time
+    /// assert_eq!(clock.now(), 500_000_000);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn acquire<Q: ?Sized + AsKey<K>>(
         &self,
         key: &Q,
@@ -523,22 +851,67 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     }
 
     /// Keys currently held (see [`Keyed::len`](crate::Keyed::len)).
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// let _ = limiter.allow("a")?;
+    /// assert_eq!(limiter.len(), 1);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn len(&self) -> usize {
         self.base.len()
     }
 
     /// Whether no key is held.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// assert!(limiter.is_empty());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Drops every key all of whose limits are full again (losslessly).
     /// Returns how many keys were dropped.
+    ///
+    /// ```
+    /// use ratomic::{Limiter, ManualClock, Rule};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = Limiter::builder()
+    ///     .limit("burst", Rule::parse("2/s")?)
+    ///     .limit("daily", Rule::parse("5/day")?)
+    ///     .clock(clock.clone())
+    ///     .build()?;
+    /// let _ = limiter.allow("a")?;
+    /// clock.advance(std::time::Duration::from_secs(86_400)); // every limit full again
+    /// assert_eq!(limiter.gc()?, 1);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn gc(&self) -> Result<usize> {
         self.gc_at(self.now())
     }
 
     /// [`gc`](Self::gc) at time `now`.
+    ///
+    /// ```
+    /// use ratomic::{Limiter, ManualClock, Rule};
+    ///
+    /// let limiter = Limiter::builder()
+    ///     .limit("burst", Rule::parse("2/s")?)
+    ///     .limit("daily", Rule::parse("5/day")?)
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// let _ = limiter.allow("a")?;
+    /// assert_eq!(limiter.gc_at(limiter.now())?, 0, "still refilling");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn gc_at(&self, now: u64) -> Result<usize> {
         self.base.gc_at(now)
     }
@@ -553,6 +926,18 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
 
     /// Bytes of memory the limiter's store holds (see
     /// [`Keyed::memory_bytes`](crate::Keyed::memory_bytes)).
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// let empty = limiter.memory_bytes();
+    /// for i in 0..10_000 {
+    ///     let _ = limiter.allow(&format!("user:{i}"))?;
+    /// }
+    /// assert!(limiter.memory_bytes() > empty);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn memory_bytes(&self) -> usize {
         self.base.memory_bytes()
     }
@@ -693,6 +1078,15 @@ fn uncharge(rules: &[Rule], entries: &mut Entries, index: &[u8; MAX_LIMITS], sta
 
 /// A [`Limiter`] seen through a [`LimitSet`]: the same calls, subject only
 /// to the limits in the set. Made by [`Limiter::select`]; cheap to make.
+///
+/// ```
+/// use ratomic::Limiter;
+///
+/// let limiter = Limiter::parse("2/s;5/day")?;
+/// let daily = limiter.select(limiter.limit_set(&["5/day"])?);
+/// assert_eq!(daily.allow("k")?.entries().map(|e| e.name).collect::<Vec<_>>(), ["5/day"]);
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 #[derive(Clone, Copy)]
 pub struct Selected<'l, K: ?Sized + Key = [u8], C: Clock = MonotonicClock> {
     limiter: &'l Limiter<K, C>,
@@ -709,30 +1103,83 @@ impl<K: ?Sized + Key, C: Clock> fmt::Debug for Selected<'_, K, C> {
 
 impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
     /// The limits this view's calls are subject to.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// let set = limiter.limit_set(&["2/s"])?;
+    /// assert_eq!(limiter.select(set).limits(), set);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn limits(&self) -> LimitSet {
         self.set
     }
 
     /// Checks a call's arguments (the cost against every selected limit, the
     /// key's length, the set itself) as `allow_n` would, changing nothing.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// let burst = limiter.select(limiter.limit_set(&["2/s"])?);
+    /// assert!(burst.check("k", 2).is_ok());
+    /// assert!(burst.check("k", 3).is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn check<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64) -> Result<()> {
         self.limiter.check_set(self.set, cost)?;
         self.limiter.base.probe(key.as_key()).map(|_| ())
     }
 
     /// Takes one token from every selected limit of `key`, or from none.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// let daily = limiter.select(limiter.limit_set(&["5/day"])?);
+    /// for _ in 0..5 {
+    ///     assert!(daily.allow("k")?.allowed(), "2/s is not consulted");
+    /// }
+    /// assert!(!daily.allow("k")?.allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn allow<Q: ?Sized + AsKey<K>>(&self, key: &Q) -> Result<MultiDecision<'l>> {
         self.allow_at(key, 1, self.limiter.now())
     }
 
     /// Takes `cost` from every selected limit of `key`, or from none.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// let daily = limiter.select(limiter.limit_set(&["5/day"])?);
+    /// assert_eq!(daily.allow_n("k", 5)?.decision.remaining, 0);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn allow_n<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64) -> Result<MultiDecision<'l>> {
         self.allow_at(key, cost, self.limiter.now())
     }
 
     /// [`allow_n`](Self::allow_n) at time `now`.
+    ///
+    /// ```
+    /// use ratomic::{Limiter, ManualClock, Rule};
+    ///
+    /// let limiter = Limiter::builder()
+    ///     .limit("burst", Rule::parse("2/s")?)
+    ///     .limit("daily", Rule::parse("5/day")?)
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// let daily = limiter.select(limiter.limit_set(&["daily"])?);
+    /// assert_eq!(daily.allow_at("k", 3, limiter.now())?.decision.remaining, 2);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn allow_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<MultiDecision<'l>> {
         let l = self.limiter;
@@ -749,6 +1196,16 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
 
     /// Many calls at one clock reading, all checked before any is decided;
     /// see [`Keyed::allow_many`](crate::Keyed::allow_many).
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// let daily = limiter.select(limiter.limit_set(&["5/day"])?);
+    /// let out = daily.allow_many([("a", 3), ("a", 3)])?;
+    /// assert_eq!(out.iter().map(|d| d.allowed()).collect::<Vec<_>>(), [true, false]);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn allow_many<'q, Q, I>(&self, requests: I) -> Result<Vec<MultiDecision<'l>>>
     where
         Q: ?Sized + AsKey<K> + 'q,
@@ -761,6 +1218,21 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
 
     /// [`allow_many`](Self::allow_many) at time `now`, appending to `out`.
     /// On an error nothing is appended and nothing changes.
+    ///
+    /// ```
+    /// use ratomic::{Limiter, ManualClock, Rule};
+    ///
+    /// let limiter = Limiter::builder()
+    ///     .limit("burst", Rule::parse("2/s")?)
+    ///     .limit("daily", Rule::parse("5/day")?)
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// let daily = limiter.select(limiter.limit_set(&["daily"])?);
+    /// let mut out = Vec::new();
+    /// daily.allow_many_at([("a", 5)], limiter.now(), &mut out)?;
+    /// assert!(out[0].allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn allow_many_at<'q, Q, I>(&self, requests: I, now: u64, out: &mut Vec<MultiDecision<'l>>) -> Result<()>
     where
         Q: ?Sized + AsKey<K> + 'q,
@@ -787,18 +1259,50 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
     }
 
     /// What `allow` would answer, changing nothing.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// let daily = limiter.select(limiter.limit_set(&["5/day"])?);
+    /// assert_eq!(daily.peek("k")?.decision.remaining, 4);
+    /// assert_eq!(daily.peek("k")?.decision.remaining, 4);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn peek<Q: ?Sized + AsKey<K>>(&self, key: &Q) -> Result<MultiDecision<'l>> {
         self.peek_at(key, 1, self.limiter.now())
     }
 
     /// What `allow_n` would answer, changing nothing.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// let daily = limiter.select(limiter.limit_set(&["5/day"])?);
+    /// assert!(daily.peek_n("k", 5)?.allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn peek_n<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64) -> Result<MultiDecision<'l>> {
         self.peek_at(key, cost, self.limiter.now())
     }
 
     /// [`peek_n`](Self::peek_n) at time `now`.
+    ///
+    /// ```
+    /// use ratomic::{Limiter, ManualClock, Rule};
+    ///
+    /// let limiter = Limiter::builder()
+    ///     .limit("burst", Rule::parse("2/s")?)
+    ///     .limit("daily", Rule::parse("5/day")?)
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// let daily = limiter.select(limiter.limit_set(&["daily"])?);
+    /// assert!(daily.peek_at("k", 5, limiter.now())?.allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn peek_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<MultiDecision<'l>> {
         let l = self.limiter;
         l.check_set(self.set, cost)?;
@@ -824,11 +1328,37 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
     }
 
     /// Gives `tokens` back to every selected limit of `key`.
+    ///
+    /// ```
+    /// use ratomic::Limiter;
+    ///
+    /// let limiter = Limiter::parse("2/s;5/day")?;
+    /// let daily = limiter.select(limiter.limit_set(&["5/day"])?);
+    /// let _ = daily.allow_n("k", 5)?;
+    /// daily.refund("k", 1)?;
+    /// assert!(daily.allow("k")?.allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn refund<Q: ?Sized + AsKey<K>>(&self, key: &Q, tokens: u64) -> Result<()> {
         self.refund_at(key, tokens, self.limiter.now())
     }
 
     /// [`refund`](Self::refund) at time `now`.
+    ///
+    /// ```
+    /// use ratomic::{Limiter, ManualClock, Rule};
+    ///
+    /// let limiter = Limiter::builder()
+    ///     .limit("burst", Rule::parse("2/s")?)
+    ///     .limit("daily", Rule::parse("5/day")?)
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// let daily = limiter.select(limiter.limit_set(&["daily"])?);
+    /// let _ = daily.allow_n("k", 5)?;
+    /// daily.refund_at("k", 5, limiter.now())?;
+    /// assert_eq!(daily.peek_n("k", 0)?.decision.remaining, 5);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn refund_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, tokens: u64, now: u64) -> Result<()> {
         let l = self.limiter;
         l.check_set(self.set, 0)?;
@@ -847,6 +1377,22 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
 
     /// Takes `cost` from every selected limit, waiting out denials; see
     /// [`Keyed::acquire`](crate::Keyed::acquire).
+    ///
+    /// ```
+    /// use ratomic::{Clock, Limiter, ManualClock, Rule};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = Limiter::builder()
+    ///     .limit("burst", Rule::parse("2/s")?)
+    ///     .limit("daily", Rule::parse("5/day")?)
+    ///     .clock(clock.clone())
+    ///     .build()?;
+    /// let burst = limiter.select(limiter.limit_set(&["burst"])?);
+    /// let _ = burst.allow_n("k", 2)?;
+    /// assert!(burst.acquire("k", 2, None)?.allowed());
+    /// assert_eq!(clock.now(), 1_000_000_000);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn acquire<Q: ?Sized + AsKey<K>>(
         &self,
         key: &Q,
@@ -995,6 +1541,14 @@ impl fmt::Debug for Shown<'_> {
 impl Limiter {
     /// Starts building a limiter: add limits with
     /// [`LimiterBuilder::limit`](Builder::limit).
+    ///
+    /// ```
+    /// use ratomic::{Limiter, Rule};
+    ///
+    /// let limiter = Limiter::builder().limit("burst", Rule::parse("10/s")?).keys::<u64>().max_keys(1_000).build()?;
+    /// assert!(limiter.allow(&42).allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn builder() -> LimiterBuilder {
         Builder::new(Ok(Limits(Vec::new())))
     }
@@ -1028,15 +1582,42 @@ impl Limiter {
 }
 
 /// The named limits a [`LimiterBuilder`] has collected.
+///
+/// ```
+/// use ratomic::{Limiter, Rule};
+///
+/// let builder = Limiter::builder().limit("burst", Rule::parse("10/s")?);
+/// assert_eq!(builder.build()?.names().collect::<Vec<_>>(), ["burst"]);
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct Limits(Vec<(String, Rule)>);
 
 /// Builds a [`Limiter`]: its named limits, key type, clock and store options.
+///
+/// ```
+/// use ratomic::{Limiter, LimiterBuilder, Rule};
+///
+/// let builder: LimiterBuilder = Limiter::builder().limit("burst", Rule::parse("10/s")?);
+/// assert!(builder.build().is_ok());
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 pub type LimiterBuilder<K = [u8], C = MonotonicClock> = Builder<Limits, K, C>;
 
 impl<K: ?Sized + Key, C: Clock> Builder<Limits, K, C> {
     /// Adds a limit. Names must be unique and non-empty; at most
     /// [`MAX_LIMITS`] limits.
+    ///
+    /// ```
+    /// use ratomic::{Limiter, Quota, Rate, Rule};
+    ///
+    /// let limiter = Limiter::builder()
+    ///     .limit("burst", Quota::parse("10/s")?) // a Quota is a token bucket
+    ///     .limit("daily", Rule::fixed_window(Rate::parse("1000/day")?)?)
+    ///     .build()?;
+    /// assert_eq!(limiter.names().collect::<Vec<_>>(), ["burst", "daily"]);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn limit(mut self, name: impl Into<String>, rule: impl Into<Rule>) -> Self {
         if let Ok(limits) = &mut self.what {
             limits.0.push((name.into(), rule.into()));
@@ -1046,6 +1627,15 @@ impl<K: ?Sized + Key, C: Clock> Builder<Limits, K, C> {
 
     /// The limiter; errors on no limits, more than [`MAX_LIMITS`], an empty
     /// or duplicate name, or an option out of range.
+    ///
+    /// ```
+    /// use ratomic::{Limiter, Rule};
+    ///
+    /// assert!(Limiter::builder().build().is_err(), "no limits");
+    /// let dup = Limiter::builder().limit("a", Rule::parse("1/s")?).limit("a", Rule::parse("2/s")?);
+    /// assert!(dup.build().is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn build(self) -> Result<Limiter<K, C>> {
         let limits = self.what?.0;
         if limits.is_empty() {

@@ -130,11 +130,27 @@ fn store_key(quota: &Quota, key: &[u8]) -> SmallVec<[u8; 64]> {
 impl Quotas {
     /// Token buckets per (quota, byte-string key) with the default clock
     /// and options.
+    ///
+    /// ```
+    /// use ratomic::{Quota, Quotas};
+    ///
+    /// let limiter = Quotas::new();
+    /// assert!(limiter.allow("acme", &Quota::parse("100/min")?)?.allowed);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn new() -> Self {
         Self::with_options(MonotonicClock::new(), Options::default()).expect("the default options are valid")
     }
 
     /// Starts building a limiter whose quotas come with each call.
+    ///
+    /// ```
+    /// use ratomic::Quotas;
+    ///
+    /// let limiter = Quotas::builder().max_keys(100_000).max_key_len(64).build()?;
+    /// assert_eq!(limiter.max_key_len(), 64);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn builder() -> Builder<PerCall> {
         Builder::new(Ok(PerCall(())))
     }
@@ -148,11 +164,26 @@ impl Default for Quotas {
 
 /// What a [`Quotas`] builder builds: quotas given with each call (see
 /// [`Quotas::builder`]).
+///
+/// ```
+/// use ratomic::Quotas;
+///
+/// let builder = Quotas::builder(); // a Builder<PerCall>
+/// assert!(builder.build().is_ok());
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct PerCall(());
 
 impl<C: Clock> Builder<PerCall, [u8], C> {
     /// The limiter; errors if an option is out of range.
+    ///
+    /// ```
+    /// use ratomic::Quotas;
+    ///
+    /// assert!(Quotas::builder().max_keys(0).build().is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn build(self) -> Result<Quotas<C>> {
         Quotas::with_options(self.clock, self.options)
     }
@@ -161,6 +192,14 @@ impl<C: Clock> Builder<PerCall, [u8], C> {
 impl<C: Clock> Quotas<C> {
     /// A limiter on `clock`, storing buckets as `options` say (`max_key_len`
     /// bounds the caller's key; the quota is stored beside it).
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, Options, Quotas};
+    ///
+    /// let limiter = Quotas::with_options(ManualClock::new(), Options::default().max_keys(1_000))?;
+    /// assert!(limiter.is_empty());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn with_options(clock: C, options: Options) -> Result<Self> {
         options.validate()?;
         let max_key_len = options.max_key_len;
@@ -169,17 +208,46 @@ impl<C: Clock> Quotas<C> {
     }
 
     /// The limiter's clock.
+    ///
+    /// ```
+    /// use ratomic::{Clock, ManualClock, Quota, Quotas};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = Quotas::builder().clock(clock.clone()).build()?;
+    /// let plan = Quota::parse("3/s")?;
+    /// clock.advance_nanos(4);
+    /// assert_eq!(limiter.clock().now(), 4);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn clock(&self) -> &C {
         &self.base.clock
     }
 
     /// The clock's reading now, as the `*_at` methods expect it.
+    ///
+    /// ```
+    /// use ratomic::{Clock, ManualClock, Quota, Quotas};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = Quotas::builder().clock(clock.clone()).build()?;
+    /// let plan = Quota::parse("3/s")?;
+    /// clock.advance_nanos(4);
+    /// assert_eq!(limiter.now(), 4);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn now(&self) -> u64 {
         self.base.clock.now()
     }
 
     /// The longest key, in bytes, this limiter accepts.
+    ///
+    /// ```
+    /// use ratomic::Quotas;
+    ///
+    /// assert_eq!(Quotas::builder().max_key_len(40).build()?.max_key_len(), 40);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn max_key_len(&self) -> usize {
         self.max_key_len
     }
@@ -194,6 +262,19 @@ impl<C: Clock> Quotas<C> {
     }
 
     /// Takes one token from `key`'s bucket under `quota`, if it has one.
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, Quota, Quotas};
+    ///
+    /// let limiter = Quotas::builder().clock(ManualClock::new()).build()?;
+    /// let plan = Quota::parse("3/s")?;
+    /// for _ in 0..3 {
+    ///     assert!(limiter.allow("tiny-startup", &plan)?.allowed);
+    /// }
+    /// assert!(!limiter.allow("tiny-startup", &plan)?.allowed);
+    /// assert!(limiter.allow("tiny-startup", &Quota::parse("10/s")?)?.allowed, "another quota is another bucket");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn allow<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q, quota: &Quota) -> Result<Decision> {
         self.allow_at(key, quota, 1, self.now())
@@ -202,12 +283,32 @@ impl<C: Clock> Quotas<C> {
     /// Takes `cost` tokens from `key`'s bucket under `quota`; cost 0
     /// answers like [`peek`](Self::peek). Errors (changing nothing) if
     /// `cost` exceeds the quota's capacity or the key is too long.
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, Quota, Quotas};
+    ///
+    /// let limiter = Quotas::builder().clock(ManualClock::new()).build()?;
+    /// let plan = Quota::parse("3/s")?;
+    /// assert_eq!(limiter.allow_n("k", &plan, 2)?.remaining, 1);
+    /// assert!(limiter.allow_n("k", &plan, 4).is_err(), "more than the plan holds");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn allow_n<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q, quota: &Quota, cost: u64) -> Result<Decision> {
         self.allow_at(key, quota, cost, self.now())
     }
 
     /// [`allow_n`](Self::allow_n) at time `now`.
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, Quota, Quotas};
+    ///
+    /// let limiter = Quotas::builder().clock(ManualClock::new()).build()?;
+    /// let plan = Quota::parse("3/s")?;
+    /// assert_eq!(limiter.allow_at("k", &plan, 3, limiter.now())?.remaining, 0);
+    /// assert!(limiter.allow_at("k", &plan, 1, limiter.now() + 333_333_333)?.allowed);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn allow_at<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q, quota: &Quota, cost: u64, now: u64) -> Result<Decision> {
         let alg = Gcra::new(*quota);
         alg.check_cost(cost)?;
@@ -217,11 +318,30 @@ impl<C: Clock> Quotas<C> {
     }
 
     /// What `allow` would answer for one token, changing nothing.
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, Quota, Quotas};
+    ///
+    /// let limiter = Quotas::builder().clock(ManualClock::new()).build()?;
+    /// let plan = Quota::parse("3/s")?;
+    /// assert_eq!(limiter.peek("k", &plan)?.remaining, 2);
+    /// assert_eq!(limiter.peek("k", &plan)?.remaining, 2, "nothing taken");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn peek<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q, quota: &Quota) -> Result<Decision> {
         self.peek_at(key, quota, 1, self.now())
     }
 
     /// What `allow_n(key, quota, cost)` would answer at `now`, changing nothing.
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, Quota, Quotas};
+    ///
+    /// let limiter = Quotas::builder().clock(ManualClock::new()).build()?;
+    /// let plan = Quota::parse("3/s")?;
+    /// assert!(limiter.peek_at("k", &plan, 3, limiter.now())?.allowed);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn peek_at<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q, quota: &Quota, cost: u64, now: u64) -> Result<Decision> {
         let alg = Gcra::new(*quota);
         alg.check_cost(cost)?;
@@ -231,11 +351,33 @@ impl<C: Clock> Quotas<C> {
     }
 
     /// Gives `tokens` back to `key`'s bucket under `quota` (never above full).
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, Quota, Quotas};
+    ///
+    /// let limiter = Quotas::builder().clock(ManualClock::new()).build()?;
+    /// let plan = Quota::parse("3/s")?;
+    /// let _ = limiter.allow_n("k", &plan, 3)?;
+    /// limiter.refund("k", &plan, 2)?;
+    /// assert_eq!(limiter.peek_at("k", &plan, 0, limiter.now())?.remaining, 2);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn refund<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q, quota: &Quota, tokens: u64) -> Result<()> {
         self.refund_at(key, quota, tokens, self.now())
     }
 
     /// [`refund`](Self::refund) at time `now`.
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, Quota, Quotas};
+    ///
+    /// let limiter = Quotas::builder().clock(ManualClock::new()).build()?;
+    /// let plan = Quota::parse("3/s")?;
+    /// let _ = limiter.allow_n("k", &plan, 3)?;
+    /// limiter.refund_at("k", &plan, 1, limiter.now())?;
+    /// assert!(limiter.allow("k", &plan)?.allowed);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn refund_at<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q, quota: &Quota, tokens: u64, now: u64) -> Result<()> {
         let alg = Gcra::new(*quota);
         let k = self.key_for(key.as_key(), quota)?;
@@ -243,11 +385,33 @@ impl<C: Clock> Quotas<C> {
     }
 
     /// Forgets `key`'s bucket under `quota`: it is full again.
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, Quota, Quotas};
+    ///
+    /// let limiter = Quotas::builder().clock(ManualClock::new()).build()?;
+    /// let plan = Quota::parse("3/s")?;
+    /// let _ = limiter.allow_n("k", &plan, 3)?;
+    /// limiter.reset("k", &plan)?;
+    /// assert_eq!(limiter.allow_n("k", &plan, 3)?.remaining, 0);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn reset<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q, quota: &Quota) -> Result<()> {
         self.reset_at(key, quota, self.now())
     }
 
     /// [`reset`](Self::reset) at time `now`.
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, Quota, Quotas};
+    ///
+    /// let limiter = Quotas::builder().clock(ManualClock::new()).build()?;
+    /// let plan = Quota::parse("3/s")?;
+    /// let _ = limiter.allow_n("k", &plan, 3)?;
+    /// limiter.reset_at("k", &plan, limiter.now())?;
+    /// assert!(limiter.allow("k", &plan)?.allowed);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn reset_at<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q, quota: &Quota, now: u64) -> Result<()> {
         let k = self.key_for(key.as_key(), quota)?;
         self.base.reset_at(&k, now)
@@ -256,6 +420,18 @@ impl<C: Clock> Quotas<C> {
     /// Takes `cost` from `key` under `quota`, waiting out each denial with
     /// the clock's [`sleep`](Clock::sleep), as
     /// [`Keyed::acquire`](crate::Keyed::acquire) does.
+    ///
+    /// ```
+    /// use ratomic::{Clock, ManualClock, Quota, Quotas};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = Quotas::builder().clock(clock.clone()).build()?;
+    /// let plan = Quota::parse("3/s")?;
+    /// let _ = limiter.allow_n("k", &plan, 3)?;
+    /// assert!(limiter.acquire("k", &plan, 1, None)?.allowed);
+    /// assert_eq!(clock.now(), 333_333_333);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn acquire<Q: ?Sized + AsKey<[u8]>>(
         &self,
         key: &Q,
@@ -291,26 +467,82 @@ impl<C: Clock> Quotas<C> {
 
     /// Buckets currently held, across all quotas (see
     /// [`Keyed::len`](crate::Keyed::len)).
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, Quota, Quotas};
+    ///
+    /// let limiter = Quotas::builder().clock(ManualClock::new()).build()?;
+    /// let plan = Quota::parse("3/s")?;
+    /// let _ = limiter.allow("a", &plan)?;
+    /// let _ = limiter.allow("a", &Quota::parse("9/s")?)?;
+    /// assert_eq!(limiter.len(), 2, "one bucket per (quota, key)");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn len(&self) -> usize {
         self.base.len()
     }
 
     /// Whether no bucket is held.
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, Quota, Quotas};
+    ///
+    /// let limiter = Quotas::builder().clock(ManualClock::new()).build()?;
+    /// let plan = Quota::parse("3/s")?;
+    /// assert!(limiter.is_empty());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Drops every bucket that is full again; returns how many.
+    ///
+    /// ```
+    /// use ratomic::{Clock, ManualClock, Quota, Quotas};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = Quotas::builder().clock(clock.clone()).build()?;
+    /// let plan = Quota::parse("3/s")?;
+    /// let _ = limiter.allow("a", &plan)?;
+    /// clock.advance(std::time::Duration::from_secs(1));
+    /// assert_eq!(limiter.gc()?, 1);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn gc(&self) -> Result<usize> {
         self.gc_at(self.now())
     }
 
     /// [`gc`](Self::gc) at time `now`.
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, Quota, Quotas};
+    ///
+    /// let limiter = Quotas::builder().clock(ManualClock::new()).build()?;
+    /// let plan = Quota::parse("3/s")?;
+    /// let _ = limiter.allow("a", &plan)?;
+    /// assert_eq!(limiter.gc_at(limiter.now())?, 0);
+    /// assert_eq!(limiter.gc_at(limiter.now() + 1_000_000_000)?, 1);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn gc_at(&self, now: u64) -> Result<usize> {
         self.base.gc_at(now)
     }
 
     /// Bytes of memory the store holds.
+    ///
+    /// ```
+    /// use ratomic::{ManualClock, Quota, Quotas};
+    ///
+    /// let limiter = Quotas::builder().clock(ManualClock::new()).build()?;
+    /// let plan = Quota::parse("3/s")?;
+    /// let empty = limiter.memory_bytes();
+    /// for i in 0..10_000 {
+    ///     let _ = limiter.allow(&format!("customer:{i}"), &plan)?;
+    /// }
+    /// assert!(limiter.memory_bytes() > empty);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn memory_bytes(&self) -> usize {
         self.base.memory_bytes()
     }

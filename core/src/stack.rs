@@ -24,6 +24,18 @@ mod private {
 /// and [`Limiter`] over byte keys, and the direct (keyless) buckets.
 ///
 /// Sealed; its methods are the stack's business.
+///
+/// ```
+/// use std::sync::Arc;
+/// use ratomic::{DirectTokenBucket, ManualClock, Quota, Stack, TokenBucket};
+///
+/// let clock = ManualClock::new();
+/// let per_user = Arc::new(TokenBucket::builder("2/s").clock(clock.clone()).build()?);
+/// let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/s")?, clock.clone()));
+/// let stack = Stack::builder().member("user", per_user).member("global", global).clock(clock.clone()).build()?;
+/// assert!(stack.allow(&["alice", ""])?.allowed());
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 pub trait StackMember: private::Sealed + Send + Sync {
     #[doc(hidden)]
     fn check(&self, key: &[u8], cost: u64) -> Result<()>;
@@ -208,6 +220,18 @@ impl<C: Clock> fmt::Debug for Stack<C> {
 
 impl Stack {
     /// Starts building a stack.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota, Stack, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let per_user = Arc::new(TokenBucket::builder("2/s").clock(clock.clone()).build()?);
+    /// let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/s")?, clock.clone()));
+    /// let stack = Stack::builder().member("user", per_user).member("global", global).clock(clock.clone()).build()?;
+    /// assert_eq!(stack.names().collect::<Vec<_>>(), ["user", "global"]);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn builder() -> StackBuilder {
         StackBuilder { members: Vec::new(), clock: MonotonicClock::new() }
     }
@@ -234,11 +258,36 @@ impl<C: Clock> Stack<C> {
     /// assert_eq!(Headers::multi(&policies, &d)?.policy(), r#""ip";q=100;w=60, "global";q=1000;w=1"#);
     /// # Ok::<(), ratomic::Error>(())
     /// ```
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota, Stack, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let per_user = Arc::new(TokenBucket::builder("2/s").clock(clock.clone()).build()?);
+    /// let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/s")?, clock.clone()));
+    /// let stack = Stack::builder().member("user", per_user).member("global", global).clock(clock.clone()).build()?;
+    /// let policies = stack.policies()?;
+    /// assert_eq!(policies.iter().map(|p| (p.name(), p.quota())).collect::<Vec<_>>(), [("user", 2), ("global", 100)]);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn policies(&self) -> Result<Vec<Policy>> {
         self.members.iter().zip(self.names.iter()).map(|(m, n)| m.policy(n)).collect()
     }
 
     /// The members' names, in order.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota, Stack, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let per_user = Arc::new(TokenBucket::builder("2/s").clock(clock.clone()).build()?);
+    /// let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/s")?, clock.clone()));
+    /// let stack = Stack::builder().member("user", per_user).member("global", global).clock(clock.clone()).build()?;
+    /// assert_eq!(stack.names().len(), 2);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn names(&self) -> impl ExactSizeIterator<Item = &str> {
         self.names.iter().map(|n| &**n)
     }
@@ -258,11 +307,37 @@ impl<C: Clock> Stack<C> {
     /// assert_eq!(stack.clock().now(), 7);
     /// # Ok::<(), ratomic::Error>(())
     /// ```
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{Clock, DirectTokenBucket, ManualClock, Quota, Stack, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let per_user = Arc::new(TokenBucket::builder("2/s").clock(clock.clone()).build()?);
+    /// let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/s")?, clock.clone()));
+    /// let stack = Stack::builder().member("user", per_user).member("global", global).clock(clock.clone()).build()?;
+    /// clock.advance_nanos(3);
+    /// assert_eq!(stack.clock().now(), 3);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn clock(&self) -> &C {
         &self.clock
     }
 
     /// The clock's reading now.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota, Stack, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let per_user = Arc::new(TokenBucket::builder("2/s").clock(clock.clone()).build()?);
+    /// let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/s")?, clock.clone()));
+    /// let stack = Stack::builder().member("user", per_user).member("global", global).clock(clock.clone()).build()?;
+    /// clock.advance_nanos(3);
+    /// assert_eq!(stack.now(), 3);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     #[inline]
     pub fn now(&self) -> u64 {
         self.clock.now()
@@ -270,11 +345,37 @@ impl<C: Clock> Stack<C> {
 
     /// One token from every member, each on its key (`keys[i]` for member
     /// `i`; a direct bucket ignores its key), or from none.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota, Stack, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let per_user = Arc::new(TokenBucket::builder("2/s").clock(clock.clone()).build()?);
+    /// let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/s")?, clock.clone()));
+    /// let stack = Stack::builder().member("user", per_user).member("global", global).clock(clock.clone()).build()?;
+    /// assert!(stack.allow(&["alice", ""])?.allowed());
+    /// assert!(stack.allow(&["alice"]).is_err(), "one key per member");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn allow<Q: AsRef<[u8]>>(&self, keys: &[Q]) -> Result<MultiDecision<'_>> {
         self.allow_at(keys, 1, self.now())
     }
 
     /// `cost` from every member, or from none.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota, Stack, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let per_user = Arc::new(TokenBucket::builder("2/s").clock(clock.clone()).build()?);
+    /// let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/s")?, clock.clone()));
+    /// let stack = Stack::builder().member("user", per_user).member("global", global).clock(clock.clone()).build()?;
+    /// assert_eq!(stack.allow_n(&["alice", ""], 2)?.get("global").unwrap().remaining, 98);
+    /// assert!(!stack.allow_n(&["alice", ""], 1)?.allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn allow_n<Q: AsRef<[u8]>>(&self, keys: &[Q], cost: u64) -> Result<MultiDecision<'_>> {
         self.allow_at(keys, cost, self.now())
     }
@@ -288,6 +389,20 @@ impl<C: Clock> Stack<C> {
     /// back exactly what this call took, when nothing else has changed them
     /// since; a member that did change keeps the charge (a spurious denial
     /// later, never an over-grant).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota, Stack, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let per_user = Arc::new(TokenBucket::builder("2/s").clock(clock.clone()).build()?);
+    /// let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/s")?, clock.clone()));
+    /// let stack = Stack::builder().member("user", per_user).member("global", global).clock(clock.clone()).build()?;
+    /// let now = stack.now();
+    /// assert!(stack.allow_at(&["alice", ""], 2, now)?.allowed());
+    /// assert!(stack.allow_at(&["alice", ""], 1, now + 500_000_000)?.allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn allow_at<Q: AsRef<[u8]>>(&self, keys: &[Q], cost: u64, now: u64) -> Result<MultiDecision<'_>> {
         let now = checked(now)?;
         self.check(keys, cost)?;
@@ -326,11 +441,38 @@ impl<C: Clock> Stack<C> {
     }
 
     /// What `allow` would answer, changing nothing.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota, Stack, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let per_user = Arc::new(TokenBucket::builder("2/s").clock(clock.clone()).build()?);
+    /// let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/s")?, clock.clone()));
+    /// let stack = Stack::builder().member("user", per_user).member("global", global).clock(clock.clone()).build()?;
+    /// assert_eq!(stack.peek(&["alice", ""])?.get("user").unwrap().remaining, 1);
+    /// assert_eq!(stack.peek(&["alice", ""])?.get("user").unwrap().remaining, 1, "nothing taken");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn peek<Q: AsRef<[u8]>>(&self, keys: &[Q]) -> Result<MultiDecision<'_>> {
         self.peek_at(keys, 1, self.now())
     }
 
     /// What `allow_n` would answer at `now`, changing nothing.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota, Stack, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let per_user = Arc::new(TokenBucket::builder("2/s").clock(clock.clone()).build()?);
+    /// let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/s")?, clock.clone()));
+    /// let stack = Stack::builder().member("user", per_user).member("global", global).clock(clock.clone()).build()?;
+    /// assert!(stack.peek_at(&["alice", ""], 2, stack.now())?.allowed());
+    /// let _ = stack.allow_n(&["alice", ""], 2)?;
+    /// assert_eq!(stack.peek_at(&["alice", ""], 1, stack.now())?.denied_by().collect::<Vec<_>>(), ["user"]);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn peek_at<Q: AsRef<[u8]>>(&self, keys: &[Q], cost: u64, now: u64) -> Result<MultiDecision<'_>> {
         let now = checked(now)?;
         self.check(keys, cost)?;
@@ -364,11 +506,39 @@ impl<C: Clock> Stack<C> {
 
     /// Gives `tokens` back to every member, each on its key (never above
     /// full): for work that was admitted but not done.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota, Stack, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let per_user = Arc::new(TokenBucket::builder("2/s").clock(clock.clone()).build()?);
+    /// let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/s")?, clock.clone()));
+    /// let stack = Stack::builder().member("user", per_user).member("global", global).clock(clock.clone()).build()?;
+    /// let _ = stack.allow_n(&["alice", ""], 2)?;
+    /// stack.refund(&["alice", ""], 1)?;
+    /// assert!(stack.allow(&["alice", ""])?.allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn refund<Q: AsRef<[u8]>>(&self, keys: &[Q], tokens: u64) -> Result<()> {
         self.refund_at(keys, tokens, self.now())
     }
 
     /// [`refund`](Self::refund) at time `now`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota, Stack, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let per_user = Arc::new(TokenBucket::builder("2/s").clock(clock.clone()).build()?);
+    /// let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/s")?, clock.clone()));
+    /// let stack = Stack::builder().member("user", per_user).member("global", global).clock(clock.clone()).build()?;
+    /// let _ = stack.allow_n(&["alice", ""], 2)?;
+    /// stack.refund_at(&["alice", ""], 2, stack.now())?;
+    /// assert!(stack.allow_n(&["alice", ""], 2)?.allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn refund_at<Q: AsRef<[u8]>>(&self, keys: &[Q], tokens: u64, now: u64) -> Result<()> {
         let now = checked(now)?;
         self.check(keys, 0)?;
@@ -380,11 +550,39 @@ impl<C: Clock> Stack<C> {
 
     /// Forgets every member's key: each is full again (a direct bucket
     /// member is reset for everyone).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota, Stack, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let per_user = Arc::new(TokenBucket::builder("2/s").clock(clock.clone()).build()?);
+    /// let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/s")?, clock.clone()));
+    /// let stack = Stack::builder().member("user", per_user).member("global", global).clock(clock.clone()).build()?;
+    /// let _ = stack.allow_n(&["alice", ""], 2)?;
+    /// stack.reset(&["alice", ""])?;
+    /// assert!(stack.allow_n(&["alice", ""], 2)?.allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn reset<Q: AsRef<[u8]>>(&self, keys: &[Q]) -> Result<()> {
         self.reset_at(keys, self.now())
     }
 
     /// [`reset`](Self::reset) at time `now`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota, Stack, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let per_user = Arc::new(TokenBucket::builder("2/s").clock(clock.clone()).build()?);
+    /// let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/s")?, clock.clone()));
+    /// let stack = Stack::builder().member("user", per_user).member("global", global).clock(clock.clone()).build()?;
+    /// let _ = stack.allow_n(&["alice", ""], 2)?;
+    /// stack.reset_at(&["alice", ""], stack.now())?;
+    /// assert!(stack.allow(&["alice", ""])?.allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn reset_at<Q: AsRef<[u8]>>(&self, keys: &[Q], now: u64) -> Result<()> {
         let now = checked(now)?;
         self.check(keys, 0)?;
@@ -396,6 +594,20 @@ impl<C: Clock> Stack<C> {
 
     /// `cost` from every member, waiting out denials; see
     /// [`Keyed::acquire`](crate::Keyed::acquire).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{Clock, DirectTokenBucket, ManualClock, Quota, Stack, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let per_user = Arc::new(TokenBucket::builder("2/s").clock(clock.clone()).build()?);
+    /// let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/s")?, clock.clone()));
+    /// let stack = Stack::builder().member("user", per_user).member("global", global).clock(clock.clone()).build()?;
+    /// let _ = stack.allow_n(&["alice", ""], 2)?;
+    /// assert!(stack.acquire(&["alice", ""], 1, None)?.allowed()); // the manual clock moves itself
+    /// assert_eq!(clock.now(), 500_000_000);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn acquire<Q: AsRef<[u8]>>(
         &self,
         keys: &[Q],
@@ -424,6 +636,19 @@ impl<C: Clock> Stack<C> {
 
     /// Checks a call's arguments against every member (one key per member,
     /// each key's length, the cost against each limit), changing nothing.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota, Stack, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let per_user = Arc::new(TokenBucket::builder("2/s").clock(clock.clone()).build()?);
+    /// let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/s")?, clock.clone()));
+    /// let stack = Stack::builder().member("user", per_user).member("global", global).clock(clock.clone()).build()?;
+    /// assert!(stack.check(&["alice", ""], 2).is_ok());
+    /// assert!(stack.check(&["alice", ""], 3).is_err(), "more than the user bucket holds");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn check<Q: AsRef<[u8]>>(&self, keys: &[Q], cost: u64) -> Result<()> {
         if keys.len() != self.members.len() {
             return Err(Error::invalid("keys", keys.len(), "a stack call needs exactly one key per member"));
@@ -436,6 +661,18 @@ impl<C: Clock> Stack<C> {
 }
 
 /// Builds a [`Stack`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use ratomic::{DirectTokenBucket, ManualClock, Quota, Stack, TokenBucket};
+///
+/// let clock = ManualClock::new();
+/// let per_user = Arc::new(TokenBucket::builder("2/s").clock(clock.clone()).build()?);
+/// let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/s")?, clock.clone()));
+/// let stack = Stack::builder().member("user", per_user).member("global", global).clock(clock.clone()).build()?;
+/// assert_eq!(stack.names().count(), 2);
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 #[must_use = "call .build() to get the stack"]
 pub struct StackBuilder<C = MonotonicClock> {
     members: Vec<(String, Arc<dyn StackMember>)>,
@@ -451,24 +688,68 @@ impl<C> fmt::Debug for StackBuilder<C> {
 
 impl<C: Clock> StackBuilder<C> {
     /// Adds a member; it is charged in the order added.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{DirectTokenBucket, ManualClock, Quota, Stack, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let per_user = Arc::new(TokenBucket::builder("2/s").clock(clock.clone()).build()?);
+    /// let global = Arc::new(DirectTokenBucket::with_clock(Quota::parse("100/s")?, clock.clone()));
+    /// let stack = Stack::builder().member("user", per_user).member("global", global).clock(clock.clone()).build()?;
+    /// assert!(stack.allow(&["bob", ""])?.allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn member<M: StackMember + 'static>(mut self, name: impl Into<String>, limiter: Arc<M>) -> Self {
         self.members.push((name.into(), limiter));
         self
     }
 
     /// Adds a member that is already a trait object.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{Quota, Stack, StackMember, TokenBucket};
+    ///
+    /// // Members chosen at run time, as trait objects.
+    /// let members: Vec<(&str, Arc<dyn StackMember>)> = vec![("ip", Arc::new(TokenBucket::new(Quota::parse("10/s")?)))];
+    /// let stack = members.into_iter().fold(Stack::builder(), |b, (n, m)| b.member_dyn(n, m)).build()?;
+    /// assert!(stack.allow(&["10.0.0.1"])?.allowed());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn member_dyn(mut self, name: impl Into<String>, limiter: Arc<dyn StackMember>) -> Self {
         self.members.push((name.into(), limiter));
         self
     }
 
     /// The clock whose reading every call passes to all members.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{ManualClock, Stack, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let member = Arc::new(TokenBucket::builder("1/s").clock(clock.clone()).build()?);
+    /// assert!(Stack::builder().member("m", member.clone()).build().is_err(), "the stack reads another clock");
+    /// assert!(Stack::builder().member("m", member).clock(clock).build().is_ok());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn clock<C2: Clock>(self, clock: C2) -> StackBuilder<C2> {
         StackBuilder { members: self.members, clock }
     }
 
     /// The stack; errors on no members, more than 16, an empty or duplicate
     /// name, or a member whose clock is not the stack's (see [`ClockId`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ratomic::{Stack, TokenBucket};
+    ///
+    /// assert!(Stack::builder().build().is_err(), "no members");
+    /// let m = Arc::new(TokenBucket::builder("1/s").build()?);
+    /// assert!(Stack::builder().member("a", m.clone()).member("a", m).build().is_err(), "a name used twice");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn build(self) -> Result<Stack<C>> {
         if self.members.is_empty() {
             return Err(Error::invalid("members", "[]", "a Stack needs at least one member"));

@@ -50,6 +50,16 @@ pub(crate) type Probe<'a, K> = <<K as Key>::Stored as StoredKey>::Probe<'a>;
 /// A value that can be used as a key of type `K`: for `[u8]` anything that
 /// is `AsRef<[u8]>` (`str`, `String`, `[u8]`, `Vec<u8>`, `[u8; N]`); for `u64`
 /// a `u64`.
+///
+/// ```
+/// use ratomic::TokenBucket;
+///
+/// let limiter = TokenBucket::builder("1/s").build()?;
+/// assert!(limiter.allow("user:1")?.allowed); // &str
+/// assert!(!limiter.allow(&String::from("user:1"))?.allowed); // String: the same key
+/// assert!(!limiter.allow(b"user:1")?.allowed); // bytes: the same key
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 pub trait AsKey<K: ?Sized + Key> {
     /// The key as `K`.
     fn as_key(&self) -> &K;
@@ -191,6 +201,16 @@ unsafe impl StoredKey for u64 {
 /// a whole /64 (often a /56 or /48), and can pick a new address in it for
 /// every request: limiting each address alone lets such a client multiply
 /// its limit by 2^64. IPv4 addresses are never grouped.
+///
+/// ```
+/// use std::net::IpAddr;
+/// use ratomic::{ip_key, Ipv6Grouping};
+///
+/// let a: IpAddr = "2001:db8:1:2:3:4:5:6".parse().unwrap();
+/// assert_eq!(ip_key(a, Ipv6Grouping::Address), a);
+/// assert_eq!(ip_key(a, Ipv6Grouping::Slash56), "2001:db8:1::".parse::<IpAddr>().unwrap());
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Ipv6Grouping {

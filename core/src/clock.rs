@@ -130,6 +130,27 @@ impl ClockId {
 /// a clock that jumps back makes limiters deny more than they should until it
 /// catches up, so production clocks should be monotonic. Readings must stay
 /// at or below [`MAX_TIME`]; a call that reads a later time is an error.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use ratomic::{Clock, TokenBucket};
+///
+/// /// Time read from a counter the application advances (say, a simulation's).
+/// struct Ticks(AtomicU64);
+///
+/// impl Clock for Ticks {
+///     fn now(&self) -> u64 {
+///         self.0.load(Ordering::Relaxed) * 1_000_000 // one tick is a millisecond
+///     }
+/// }
+///
+/// let limiter = TokenBucket::builder("1/s").clock(Ticks(AtomicU64::new(0))).build()?;
+/// assert!(limiter.allow("k")?.allowed);
+/// assert!(!limiter.allow("k")?.allowed);
+/// limiter.clock().0.store(1_000, Ordering::Relaxed);
+/// assert!(limiter.allow("k")?.allowed, "a second of ticks later");
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 pub trait Clock: Send + Sync {
     /// Nanoseconds since this clock's epoch.
     fn now(&self) -> u64;

@@ -127,4 +127,14 @@ impl From<std::convert::Infallible> for Error {
 }
 
 /// `Result` with this crate's [`Error`].
+///
+/// ```
+/// use ratomic::{Result, TokenBucket};
+///
+/// fn admitted(limiter: &TokenBucket, user: &str) -> Result<bool> {
+///     Ok(limiter.allow(user)?.allowed)
+/// }
+/// assert!(admitted(&TokenBucket::builder("1/s").build()?, "alice")?);
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;

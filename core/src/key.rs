@@ -79,6 +79,17 @@ impl<T: AsRef<[u8]> + ?Sized> AsKey<[u8]> for T {
 /// longer than the limiter's `max_key_len`, keep the `Result`.
 ///
 /// Sealed: implemented here for `u64`, [`IpAddr`], [`Ipv4Addr`] and [`Ipv6Addr`].
+///
+/// ```
+/// use ratomic::{BoundedKey, Keyed, MonotonicClock, Options, Rule};
+///
+/// fn first_call_allowed<K: BoundedKey>(limiter: &Keyed<Rule, K>, key: &K) -> bool {
+///     limiter.allow(key).allowed // a Decision, no Result to handle
+/// }
+/// let limiter = Keyed::with_algorithm(Rule::parse("1/s")?, MonotonicClock::new(), Options::default())?;
+/// assert!(first_call_allowed::<u64>(&limiter, &7));
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 pub trait BoundedKey: Key {}
 
 impl<K: BoundedKey> AsKey<K> for K {

@@ -433,6 +433,36 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// ```ignore
     /// let d = limiter.acquire_with("user:1", 1, None, tokio::time::sleep).await?;
     /// ```
+    ///
+    /// With a test's own sleep, which moves a manual clock:
+    ///
+    /// ```
+    /// use ratomic::{Clock, ManualClock, TokenBucket};
+    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
+    /// #     fn clone(_: *const ()) -> RawWaker { RawWaker::new(std::ptr::null(), &VTABLE) }
+    /// #     fn noop(_: *const ()) {}
+    /// #     static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, noop, noop, noop);
+    /// #     // SAFETY: the vtable's functions do nothing with the null data pointer.
+    /// #     let waker = unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) };
+    /// #     let mut f = std::pin::pin!(f);
+    /// #     loop {
+    /// #         if let Poll::Ready(v) = f.as_mut().poll(&mut Context::from_waker(&waker)) { return v; }
+    /// #     }
+    /// # }
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = TokenBucket::builder("2/s").clock(clock.clone()).build()?;
+    /// let _ = limiter.allow_n("user:1", 2)?;
+    /// let sleep = |d| {
+    ///     clock.advance(d);
+    ///     std::future::ready(())
+    /// };
+    /// let d = block_on(limiter.acquire_with("user:1", 1, None, sleep))?;
+    /// assert!(d.allowed);
+    /// assert_eq!(clock.now(), 500_000_000);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub async fn acquire_with<Q, F, Fut>(
         &self,
         key: &Q,

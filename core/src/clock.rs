@@ -240,6 +240,16 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
 ///
 /// Everywhere else (other CPUs or systems, a kernel that distrusts the TSC,
 /// a scale that fails its sanity check), it is `Instant` itself.
+///
+/// ```
+/// use ratomic::{Clock, MonotonicClock, TokenBucket};
+///
+/// // The default: a limiter built without .clock(..) reads it.
+/// let limiter = TokenBucket::builder("10/s").build()?;
+/// let clock: &MonotonicClock = limiter.clock();
+/// assert!(clock.now() <= limiter.now());
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct MonotonicClock {
     source: &'static source::Source,

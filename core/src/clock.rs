@@ -129,7 +129,11 @@ impl ClockId {
 /// The engine never grants more because a clock stepped back, but
 /// a clock that jumps back makes limiters deny more than they should until it
 /// catches up, so production clocks should be monotonic. Readings must stay
-/// at or below [`MAX_TIME`]; a call that reads a later time is an error.
+/// at or below [`MAX_TIME`] (about 146 years): a call that returns a
+/// `Result` reports a later reading as an error and changes nothing; the
+/// calls that cannot otherwise fail (`allow` and `peek` on `u64` and IP keys
+/// and on a [`DirectTokenBucket`](crate::DirectTokenBucket)) panic with the
+/// reading instead, as a broken contract.
 ///
 /// ```
 /// use std::sync::atomic::{AtomicU64, Ordering};

@@ -40,6 +40,7 @@ const SCENARIOS: &[&str] = &[
     "alg-fixed-window",
     "alg-sliding-window",
     "alg-limiter-tb+fw",
+    "ratomic-limiter2-hot-u64",
 ];
 
 /// The profiled loop: `n` calls of `call`.
@@ -152,6 +153,17 @@ fn main() {
                 .build()
                 .unwrap();
             measured(n, |i| l.allow_at(&hot, 1, i as u64 * step).unwrap().allowed())
+        }
+        "ratomic-limiter2-hot-u64" => {
+            // `rounds`' limiter2-hot on a manual clock: compare with ratomic-hot-u64.
+            let l = Limiter::builder()
+                .keys::<u64>()
+                .limit("burst", Rule::token_bucket(ratomic_huge()))
+                .limit("sustained", Rule::token_bucket(ratomic_huge()))
+                .clock(ManualClock::new())
+                .build()
+                .unwrap();
+            measured(n, |_| l.allow(&hot).allowed())
         }
         other => {
             eprintln!("unknown scenario {other:?}\nscenarios: {}", SCENARIOS.join(", "));

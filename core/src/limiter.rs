@@ -1049,7 +1049,20 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         });
     }
 
+    #[inline]
     fn check_set(&self, set: LimitSet, cost: u64) -> Result<()> {
+        let rules = &self.base.rules.0;
+        // Every limit is at least 1: a cost of 0 or 1 fits any non-empty set
+        // of this limiter's (the common call, checked without a pass over
+        // the rules).
+        if cost <= 1 && set.0 != 0 && set.0 >> rules.len() == 0 {
+            return Ok(());
+        }
+        self.check_set_slow(set, cost)
+    }
+
+    #[inline(never)]
+    fn check_set_slow(&self, set: LimitSet, cost: u64) -> Result<()> {
         let rules = &self.base.rules.0;
         if set.0 >> rules.len() != 0 {
             return Err(Error::invalid("limit set", format!("{:#x}", set.0), "was made for another limiter"));

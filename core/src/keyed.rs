@@ -688,7 +688,15 @@ impl<A: Algorithm, K: BoundedKey, C: Clock> Keyed<A, K, C> {
 #[cold]
 #[inline(never)]
 pub(crate) fn clock_broke_its_contract(e: Error) -> ! {
-    panic!("the limiter's clock read past MAX_TIME, which a Clock must never do ({e}); call allow_at to get this as an error")
+    match e {
+        Error::InvalidArgument { name: "now", .. } => panic!(
+            "the limiter's clock read past MAX_TIME, which a Clock must never do ({e}); \
+             call allow_at or peek_at to get this as an error"
+        ),
+        // Not reachable by the argument above; if it is, say what happened
+        // rather than blame the clock.
+        _ => panic!("a call that cannot fail failed, a bug in ratomic: {e}"),
+    }
 }
 
 /// `(allowed, retry_after)` of a decision, for the acquire loops.

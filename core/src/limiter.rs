@@ -1055,7 +1055,7 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         // Every limit is at least 1: a cost of 0 or 1 fits any non-empty set
         // of this limiter's (the common call, checked without a pass over
         // the rules).
-        if cost <= 1 && set.0 != 0 && set.0 >> rules.len() == 0 {
+        if cost <= 1 && set.0 != 0 && u32::from(set.0) >> rules.len() == 0 {
             return Ok(());
         }
         self.check_set_slow(set, cost)
@@ -1064,7 +1064,8 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     #[inline(never)]
     fn check_set_slow(&self, set: LimitSet, cost: u64) -> Result<()> {
         let rules = &self.base.rules.0;
-        if set.0 >> rules.len() != 0 {
+        // Widened: a limiter may hold 16 limits, and a u16 shifted by 16 overflows.
+        if u32::from(set.0) >> rules.len() != 0 {
             return Err(Error::invalid("limit set", format!("{:#x}", set.0), "was made for another limiter"));
         }
         let selected = (0..rules.len()).filter(|&i| set.contains(i));

@@ -94,6 +94,34 @@ fn per_request_limit_sets() {
     assert!(matches!(l.limit_set(&[]), Err(Error::InvalidArgument { .. })));
 }
 
+/// The documented maximum works: a limit set of 16 is a full `u16`
+/// (it once made the set check shift a `u16` by 16).
+#[test]
+fn a_limiter_with_the_most_limits_decides_every_call() {
+    let clock = ManualClock::new();
+    let build = || {
+        (0..MAX_LIMITS)
+            .fold(Limiter::builder(), |b, i| b.limit(format!("l{i}"), Rule::parse(&format!("{}/s", i + 2)).unwrap()))
+            .clock(clock.clone())
+    };
+    let bytes = build().build().unwrap();
+    let ids = build().keys::<u64>().build().unwrap();
+    assert_eq!(bytes.names().len(), MAX_LIMITS);
+    for cost in [0, 1, 1] {
+        let d = bytes.allow_n("k", cost).unwrap();
+        assert!(d.allowed(), "cost {cost}");
+        assert_eq!(d.entries().len(), MAX_LIMITS);
+    }
+    // Both tokens of the tightest limit (2/s) taken: the next call is
+    // denied, and the cost check still names the smallest limit.
+    assert!(!bytes.allow("k").unwrap().allowed());
+    assert_eq!(bytes.allow_n("k", 3).unwrap_err(), Error::CostExceedsLimit { cost: 3, limit: 2 });
+    assert!(ids.allow(&7).allowed());
+    assert!(ids.peek(&7).allowed());
+    let every = bytes.limit_set(&bytes.names().collect::<Vec<_>>()).unwrap();
+    assert!(bytes.select(every).allow("fresh").unwrap().allowed());
+}
+
 #[test]
 fn limiter_bad_input() {
     let err = |b: ratomic::LimiterBuilder| b.build().unwrap_err();

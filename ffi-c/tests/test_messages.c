@@ -205,6 +205,18 @@ static void a_limits_string_makes_a_multi_limit_limiter(void) {
     CHECK(count == 1);
     CHECK(describes_as(l, "token bucket 10 per 1s"));
     ratomic_limiter_free(l);
+
+    /* The most limits a limiter holds (16) decide calls: a full limit set
+     * once overflowed the set check. */
+    CHECK_OK(ratomic_multi_limiter_from_rates(
+        "2/s;3/s;4/s;5/s;6/s;7/s;8/s;9/s;10/s;11/s;12/s;13/s;14/s;15/s;16/s;17/s", NULL, &l));
+    CHECK_OK(ratomic_limit_count(l, &count));
+    CHECK(count == 16);
+    CHECK_OK(ratomic_allow(l, KEY("k"), 2, &d));
+    CHECK(d.allowed && d.remaining == 0 && d.limit == 2);
+    CHECK_OK(ratomic_allow(l, KEY("k"), 1, &d));
+    CHECK(!d.allowed);
+    ratomic_limiter_free(l);
 }
 
 static void a_bad_limits_string_is_refused_with_its_reason(void) {

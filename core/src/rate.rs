@@ -159,7 +159,7 @@ impl Rate {
         // by another.
         let unit_ns = UNITS
             .iter()
-            .find(|(name, _)| *name == unit || (name.len() >= 3 && name.eq_ignore_ascii_case(unit)))
+            .find(|(name, _)| *name == unit || (name.len() >= 3 && name.is_ascii() && name.eq_ignore_ascii_case(unit)))
             .map(|&(_, ns)| ns)
             .ok_or_else(|| err(UNIT_LIST))?;
         let period_ns = multiplier
@@ -337,6 +337,7 @@ mod tests {
             "per minute",
             "5 minute",
             "10/s;1000/d",
+            "3/µS",
             "1_000/s",
             "10/s/s",
             "99999999999999999999/s",

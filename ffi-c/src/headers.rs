@@ -486,8 +486,11 @@ pub unsafe extern "C" fn ratomic_stack_problem_json(
 /// one second), `"fixed window 5 per 60ms"` or `"sliding window 100 per
 /// 1h"`; for several named limits, `"<name>: <rule>"` for each, in order,
 /// joined by `"; "` (`"10/second: token bucket 10 per 1s; 1000/day: token
-/// bucket 1000 per 1d"`). Periods are shown in the largest unit that
-/// divides them exactly: `ns`, `us`, `ms`, `s`, `m`, `h` or `d`. With `buf`
+/// bucket 1000 per 1d"`). A window's period is shown in the largest unit
+/// that divides it exactly (`ns`, `us`, `ms`, `s`, `m`, `h` or `d`); a token
+/// bucket's in the largest whole unit, down to `ms`, that gives back the
+/// same bucket (`"3/s"` shows `per 1s`), or, when none does, as its refill
+/// rate: `"token bucket 10, refill 3/s"`. With `buf`
 /// NULL and `buf_len` 0, only `*len` is written: allocate `*len + 1` bytes
 /// and call again.
 ///

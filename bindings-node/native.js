@@ -26,8 +26,37 @@ function platform() {
   return `${base}-${glibc ? 'gnu' : 'musl'}`
 }
 
+// Whether the platform package is installed (resolvable), though it failed to load.
+function installed(name) {
+  try {
+    require.resolve(`${name}/package.json`)
+    return true
+  } catch {
+    return false
+  }
+}
+
+// The innermost message of a loader error (napi-rs chains each place it tried as `cause`).
+function innermost(e) {
+  let m = e && e.message
+  for (let c = e && e.cause; c; c = c.cause) if (typeof c.message === 'string') m = c.message
+  return m
+}
+
 function missingBinary(cause) {
   const here = platform()
+  if (installed(`ratomic-${here}`)) {
+    // There, but it did not load (a libc too old, a damaged file, another version): reinstalling
+    // with optional dependencies would not help; say what failed.
+    const error = new Error(
+      `ratomic: the package ratomic-${here} is installed but its native addon failed to load: ${innermost(cause)}. ` +
+        'Check that it matches the version of ratomic and this system (its libc), or build from source ' +
+        '(https://github.com/ratomic/ratomic, bindings-node: `npm ci && npm run build`). The full error is this error\'s `cause`.',
+    )
+    error.code = 'ERR_RATOMIC_NO_BINARY'
+    error.cause = cause
+    return error
+  }
   const prebuilt = PREBUILT.includes(here)
   const error = new Error(
     `ratomic: no native addon for this platform (${here}) could be loaded. ` +

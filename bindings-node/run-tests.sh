@@ -41,7 +41,8 @@ done
 echo "== tsc (the typings test, index.d.ts) and node --test"
 npm test
 
-echo "== packages: the main package and ratomic-linux-x64-gnu, packed as a release packs them"
+platform="$(ls ratomic.*.node | sed -n 's/^ratomic\.\(.*\)\.node$/\1/p')"
+echo "== packages: the main package and ratomic-$platform, packed as a release packs them"
 scripts/pack-local.sh "$stage"
 ls "$stage"
 
@@ -52,7 +53,7 @@ echo "== a fresh project outside the repository: npm install the two tarballs, r
   npm install --offline --no-audit --no-fund "$stage"/ratomic-*.tgz
   node -e "
 const p = require('ratomic/package.json')
-if (p.optionalDependencies?.['ratomic-linux-x64-gnu'] !== p.version) throw new Error('the platform package is not an optional dependency: ' + JSON.stringify(p.optionalDependencies))
+if (p.optionalDependencies?.['ratomic-$platform'] !== p.version) throw new Error('the platform package is not an optional dependency: ' + JSON.stringify(p.optionalDependencies))
 "
   node -e "
 const { TokenBucket } = require('ratomic')

@@ -24,8 +24,14 @@ test('one platform package per target, each at the main package\'s version', () 
     const sub = require(`../npm/${p}/package.json`)
     assert.equal(sub.name, `ratomic-${p}`)
     assert.equal(sub.version, pkg.version)
-    assert.deepEqual(sub.files, [`ratomic.${p}.node`])
+    assert.deepEqual(sub.files, [`ratomic.${p}.node`, 'LICENSE-MIT', 'LICENSE-APACHE'])
     assert.equal(sub.os[0], p.split('-')[0])
+  }
+})
+
+test('the license texts packed are the repository\'s', () => {
+  for (const f of ['LICENSE-MIT', 'LICENSE-APACHE']) {
+    assert.equal(fs.readFileSync(path.join(DIR, f), 'utf8'), fs.readFileSync(path.join(DIR, '..', f), 'utf8'), f)
   }
 })
 
@@ -38,6 +44,38 @@ test('the main package carries no binary', () => {
     assert.ok(files.includes(f), `${f} is packed`)
   }
   assert.ok(!files.some((f) => f.startsWith('src/') || f.startsWith('npm/') || f.startsWith('__test__/')))
+})
+
+test('a platform package that is installed but fails to load says so, not "install again"', () => {
+  // The package's JavaScript in node_modules/ratomic, beside a
+  // node_modules/ratomic-<platform> whose binary is not a shared library.
+  const root = fs.mkdtempSync(path.join(os.tmpdir(), 'ratomic-broken-binary-'))
+  try {
+    const libc = process.platform === 'linux' ? (process.report.getReport().header.glibcVersionRuntime ? '-gnu' : '-musl') : ''
+    const here = `${process.platform}-${process.arch}${process.platform === 'win32' ? '-msvc' : libc}`
+    const main = path.join(root, 'node_modules', 'ratomic')
+    const platform = path.join(root, 'node_modules', `ratomic-${here}`)
+    fs.mkdirSync(main, { recursive: true })
+    fs.mkdirSync(platform, { recursive: true })
+    for (const f of pkg.files.filter((f) => f.endsWith('.js')).concat('package.json')) {
+      fs.copyFileSync(path.join(DIR, f), path.join(main, f))
+    }
+    const file = `ratomic.${here}.node`
+    fs.writeFileSync(path.join(platform, 'package.json'), JSON.stringify({ name: `ratomic-${here}`, version: pkg.version, main: file }))
+    fs.writeFileSync(path.join(platform, file), 'not a shared library')
+    const r = spawnSync(process.execPath, ['-e', `
+      try { require('ratomic') } catch (e) {
+        console.log(JSON.stringify({ code: e.code, message: e.message }))
+      }
+    `], { cwd: root, encoding: 'utf8', env: { ...process.env, NAPI_RS_NATIVE_LIBRARY_PATH: '' } })
+    assert.equal(r.status, 0, r.stderr)
+    const e = JSON.parse(r.stdout)
+    assert.equal(e.code, 'ERR_RATOMIC_NO_BINARY')
+    assert.ok(e.message.includes(`the package ratomic-${here} is installed but its native addon failed to load`), e.message)
+    assert.doesNotMatch(e.message, /--omit=optional|npm has a bug/)
+  } finally {
+    fs.rmSync(root, { recursive: true, force: true })
+  }
 })
 
 test('a missing binary says what to do, not napi-rs\'s npm-bug message', () => {

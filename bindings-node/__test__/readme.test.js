@@ -24,9 +24,14 @@ if (INSTALLED) {
     const pkg = path.dirname(fromProject.resolve('ratomic/package.json'))
     assert.equal(pkg, path.join(fs.realpathSync(INSTALLED), 'node_modules', 'ratomic'))
     assert.deepEqual(fs.readdirSync(pkg).filter((f) => f.endsWith('.node')), [], 'the main package carries no binary')
-    const platform = path.join(pkg, '..', 'ratomic-linux-x64-gnu')
+    // The platform this machine built for: the one ratomic.<platform>.node beside the sources.
+    const built = fs.readdirSync(path.join(__dirname, '..')).filter((f) => /^ratomic\..+\.node$/.test(f))
+    assert.equal(built.length, 1, `one built addon: ${built}`)
+    const here = built[0].slice('ratomic.'.length, -'.node'.length)
+    const platform = path.join(pkg, '..', `ratomic-${here}`)
     assert.equal(typeof fromProject('ratomic').TokenBucket, 'function')
-    assert.ok(require.cache[path.join(platform, 'ratomic.linux-x64-gnu.node')], 'the addon loaded is the platform package\'s')
+    assert.ok(require.cache[path.join(platform, built[0])], 'the addon loaded is the platform package\'s')
+    for (const f of ['LICENSE-MIT', 'LICENSE-APACHE']) assert.ok(fs.existsSync(path.join(platform, f)), `ratomic-${here} ships ${f}`)
   })
 }
 

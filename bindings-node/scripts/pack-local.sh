@@ -46,4 +46,6 @@ npx napi artifacts --cwd "$stage/package" -c ../one-target.json --output-dir . >
 npx napi pre-publish --cwd "$stage/package" -c ../one-target.json -t npm --no-gh-release --skip-optional-publish >/dev/null
 rm "$stage/package/${built[0]}"
 (cd "$stage/package" && npm pack --silent --pack-destination "$dest")
+# The platform package ships the binary under the same licenses as the main package.
+cp LICENSE-MIT LICENSE-APACHE "$stage/package/npm/$platform/"
 (cd "$stage/package/npm/$platform" && npm pack --silent --pack-destination "$dest")

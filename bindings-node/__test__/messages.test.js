@@ -42,8 +42,13 @@ test('a rate or a window out of range names refillPerSec or windowMs, in their u
     thrown(() => new TokenBucket(10, 1e-30)),
     range('invalid refillPerSec: 1e-30 (is too small: one token would take more than 2^63 ns to refill)'),
   )
-  const window = 'must be a number of milliseconds > 0 and at most 9223372036854.775'
+  const window = 'must be a number of milliseconds from 0.000001 (1 ns) to 9223372036854.773 (about 292 years)'
   assert.deepEqual(thrown(() => new FixedWindow(5, 0)), range(`invalid windowMs: 0 (${window})`))
+  // The bounds hold after rounding to whole nanoseconds: the maximum itself
+  // is a window; below half a nanosecond is not.
+  assert.equal(String(new FixedWindow(5, 9223372036854.773)).startsWith('FixedWindow { fixed window 5 per '), true)
+  assert.equal(String(new FixedWindow(1, 0.000001)), 'FixedWindow { fixed window 1 per 1ns, keys: 0 }')
+  assert.deepEqual(thrown(() => new FixedWindow(5, 1e-9)), range(`invalid windowMs: 1e-9 (${window})`))
   assert.deepEqual(thrown(() => new SlidingWindow(5, -1)), range(`invalid windowMs: -1 (${window})`))
   assert.deepEqual(thrown(() => new SlidingWindow(5, 1e30)), range(`invalid windowMs: 1e+30 (above the maximum: ${window})`))
   assert.deepEqual(

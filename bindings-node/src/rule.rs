@@ -127,20 +127,26 @@ fn quota(rule: &RuleSpec) -> Res<Quota> {
     }
 }
 
-/// The longest window, in milliseconds: 2^63 − 1 ns.
-const MAX_WINDOW_MS: f64 = 9_223_372_036_854.775;
+/// The longest window, in milliseconds: the largest number of them whose
+/// nanoseconds, rounded, stay below 2^63 (about 292 years).
+const MAX_WINDOW_MS: f64 = 9_223_372_036_854.773;
 
-/// Milliseconds as a duration: above zero and at most [`MAX_WINDOW_MS`].
+/// Milliseconds as a duration: a whole number of nanoseconds (rounded)
+/// from 1 ns to 2^63 − 1 ns, checked after rounding, so the bounds the
+/// message states are the ones that hold.
 fn window_ms(ms: f64) -> Res<Duration> {
-    if ms.is_finite() && ms > 0.0 && ms <= MAX_WINDOW_MS {
-        Ok(Duration::from_nanos((ms * 1e6).round() as u64))
+    const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+    let ns = (ms * 1e6).round();
+    if ms.is_finite() && ns >= 1.0 && ns < TWO_POW_63 {
+        Ok(Duration::from_nanos(ns as u64))
     } else {
         let above = if ms > MAX_WINDOW_MS { "above the maximum: " } else { "" };
         Err(JsFailure::range(
             "ERR_RATOMIC_INVALID_ARGUMENT",
             format!(
-                "invalid windowMs: {} ({above}must be a number of milliseconds > 0 and at most {MAX_WINDOW_MS})",
-                js_number(ms)
+                "invalid windowMs: {} ({above}must be a number of milliseconds from 0.000001 (1 ns) to {} (about 292 years))",
+                js_number(ms),
+                js_number(MAX_WINDOW_MS)
             ),
         ))
     }

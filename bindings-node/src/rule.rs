@@ -137,7 +137,7 @@ const MAX_WINDOW_MS: f64 = 9_223_372_036_854.773;
 fn window_ms(ms: f64) -> Res<Duration> {
     const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
     let ns = (ms * 1e6).round();
-    if ms.is_finite() && ns >= 1.0 && ns < TWO_POW_63 {
+    if ms.is_finite() && (1.0..TWO_POW_63).contains(&ns) {
         Ok(Duration::from_nanos(ns as u64))
     } else {
         let above = if ms > MAX_WINDOW_MS { "above the maximum: " } else { "" };

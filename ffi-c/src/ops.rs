@@ -101,6 +101,10 @@ unsafe fn decide(
 /// @retval RATOMIC_KEY_TOO_LONG Above the limiter's `max_key_len`, checked before
 ///     `key` is read.
 /// @retval RATOMIC_INVALID_ARGUMENT The clock read past `RATOMIC_MAX_TIME`.
+/// @retval RATOMIC_BACKEND_UNAVAILABLE A Redis-backed limiter (`ratomic_redis_*_new`) under
+///     `RATOMIC_REDIS_RETURN_ERROR` could not reach its server.
+/// @retval RATOMIC_BACKEND_TIMEOUT The same, when the server did not answer within the timeout.
+/// @retval RATOMIC_BACKEND_ERROR The same, when the server answered with an error.
 /// @retval RATOMIC_PANIC A bug in ratomic, caught.
 ///
 /// @note Ownership: borrows `limiter` and `key` for the call; the caller owns
@@ -311,8 +315,12 @@ unsafe fn restore(
 /// @param tokens Tokens (or calls) to give back; a key never fills above its limit.
 /// @return `RATOMIC_OK` on success; on an error (nothing changed):
 /// @retval RATOMIC_NULL_ARGUMENT NULL: limiter, or key with a non-zero `key_len`.
-/// @retval RATOMIC_KEY_TOO_LONG
+/// @retval RATOMIC_KEY_TOO_LONG Above the limiter's `max_key_len`, checked before `key` is read.
 /// @retval RATOMIC_INVALID_ARGUMENT The clock read past `RATOMIC_MAX_TIME`.
+/// @retval RATOMIC_BACKEND_UNAVAILABLE A Redis-backed limiter (`ratomic_redis_*_new`) under
+///     `RATOMIC_REDIS_RETURN_ERROR` could not reach its server.
+/// @retval RATOMIC_BACKEND_TIMEOUT The same, when the server did not answer within the timeout.
+/// @retval RATOMIC_BACKEND_ERROR The same, when the server answered with an error.
 /// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
 /// @note Ownership: borrows `limiter` and `key` for the call. Thread-safety: safe
@@ -525,6 +533,10 @@ fn first_invalid(l: &ratomic_limiter, before: &[(&[u8], u64)], index: usize, cos
 /// @retval RATOMIC_NULL_ARGUMENT NULL: limiter; requests or decisions when `count` > 0.
 /// @retval RATOMIC_INVALID_ARGUMENT Count larger than any array; the clock read
 ///     past `RATOMIC_MAX_TIME`.
+/// @retval RATOMIC_BACKEND_UNAVAILABLE A Redis-backed limiter (`ratomic_redis_*_new`) under
+///     `RATOMIC_REDIS_RETURN_ERROR` could not reach its server.
+/// @retval RATOMIC_BACKEND_TIMEOUT The same, when the server did not answer within the timeout.
+/// @retval RATOMIC_BACKEND_ERROR The same, when the server answered with an error.
 /// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
 /// @note Ownership: borrows all arrays for the call; the caller owns them.
@@ -579,6 +591,8 @@ pub unsafe extern "C" fn ratomic_allow_many_at(
 /// @param[out] out Receives the number of keys held, only on `RATOMIC_OK`.
 /// @return `RATOMIC_OK` on success; on an error (`*out` untouched):
 /// @retval RATOMIC_NULL_ARGUMENT NULL: limiter, out.
+/// @retval RATOMIC_OTHER_ERROR A Redis-backed limiter: its keys live on the server, and
+///     this call is not available on it.
 /// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
 /// @note Ownership: borrows `limiter`. Thread-safety: safe from many threads at
@@ -626,6 +640,8 @@ unsafe fn gc(limiter: *const ratomic_limiter, now: Option<u64>, dropped: *mut us
 /// @return `RATOMIC_OK` on success; on an error (`*dropped` untouched):
 /// @retval RATOMIC_NULL_ARGUMENT NULL: limiter.
 /// @retval RATOMIC_INVALID_ARGUMENT The clock read past `RATOMIC_MAX_TIME`.
+/// @retval RATOMIC_OTHER_ERROR A Redis-backed limiter: its keys live on the server, and
+///     this call is not available on it.
 /// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
 /// @note Ownership: borrows `limiter`. Thread-safety: safe from many threads at

@@ -4,8 +4,10 @@
 #
 #   1. a fresh virtual environment (bindings-python/.venv) with the pinned
 #      tools (requirements-dev.txt);
-#   2. the sdist, and from it the manylinux2014 wheel (maturin links through
-#      zig against glibc 2.17's symbols), which auditwheel must accept;
+#   2. the sdist, and from it the manylinux2014 wheel (maturin unpacks the
+#      sdist and builds in it, so a file the sdist lacks fails here; it links
+#      through zig against glibc 2.17's symbols), which auditwheel must
+#      accept;
 #   3. that wheel installed into .venv: pytest (tests/, including both
 #      READMEs' examples and mypy.stubtest), then stubtest once more on its
 #      own so a stub drift is reported plainly;
@@ -14,7 +16,8 @@
 #      with its [redis] extra, and the READMEs' examples run there — the
 #      package page's from the installed wheel's own metadata;
 #   5. `pip wheel` from the sdist (a platform without our wheel builds from
-#      it), into that temporary directory.
+#      it), into that temporary directory, and that wheel installed into a
+#      venv of its own, where it must import and decide.
 #
 # Needs Rust and Python >= 3.10; installs the rest into bindings-python/.venv.
 #
@@ -66,17 +69,24 @@ echo "==> mypy.stubtest"
 echo "==> the wheel in a fresh venv outside the repository ($outside), no Rust on the PATH"
 cd "$outside"
 "$python" -m venv "$outside/venv"
-bare="$outside/venv/bin:/usr/local/bin:/usr/bin:/bin"
+# A PATH of the venv and a directory holding only what the examples run
+# (redis-server): no cargo, rustc or C compiler can be found, wherever the
+# machine installed them (rustup, apt).
+mkdir "$outside/bin"
+ln -s "$(command -v redis-server)" "$outside/bin/redis-server"
+bare="$outside/venv/bin:$outside/bin"
 PATH="$bare" "$outside/venv/bin/python" -m pip install --quiet --upgrade pip
 # Only wheels: nothing may be built here. The README's examples also need
 # fastapi (a dependency), and pytest runs them.
-pins=$(grep -E '^(pytest|fastapi)==' "$here/requirements-dev.txt")
+pins=$(grep -E '^(pytest|fastapi|redis)==' "$here/requirements-dev.txt")
 # shellcheck disable=SC2086
 PATH="$bare" "$outside/venv/bin/python" -m pip install --quiet --only-binary=:all: "$wheel[redis]" $pins
-if PATH="$bare" command -v cargo >/dev/null; then
-    echo "cargo is on the bare PATH: the install would not prove it needs no Rust" >&2
-    exit 1
-fi
+for tool in cargo rustc cc; do
+    if PATH="$bare" command -v "$tool" >/dev/null; then
+        echo "$tool is on the bare PATH: the install would not prove it needs no Rust" >&2
+        exit 1
+    fi
+done
 mkdir "$outside/smoke"
 cp "$here/tests/test_readme.py" "$here/tests/redis_server.py" "$outside/smoke/"
 cp "$here/../README.md" "$outside/smoke/project-README.md"
@@ -107,4 +117,8 @@ echo "==> pip wheel from the sdist ($(basename "$sdist"))"
 # target directory, so it reuses the build above instead of starting over.
 PATH="$venv/bin:$PATH" CARGO_TARGET_DIR="$target" "$venv/bin/python" -m pip wheel --quiet --no-deps --no-build-isolation \
     -w "$outside/from-sdist" "$sdist"
-ls "$outside/from-sdist"/ratomic-*.whl
+# That wheel works too: installed alone into a venv of its own, it imports and decides.
+"$python" -m venv "$outside/sdist-venv"
+"$outside/sdist-venv/bin/python" -m pip install --quiet --no-deps --no-index "$outside/from-sdist"/ratomic-*.whl
+(cd "$outside" && "$outside/sdist-venv/bin/python" -c \
+    'import ratomic; d = ratomic.TokenBucket("5/min").allow("k"); assert d.allowed and d.remaining == 4, d; print("the wheel built from the sdist:", d)')

@@ -110,13 +110,16 @@ pub fn rate(limit: &Bound<'_, PyAny>, window_secs: Option<&Bound<'_, PyAny>>) ->
         ));
     };
     if window.is_instance_of::<PyString>() {
+        // A bare number ("60") is seconds: suggest the string that parses.
+        let period = window.str().map(|s| s.to_string()).unwrap_or_default();
+        let period = period.trim();
+        let unit = if !period.is_empty() && period.bytes().all(|b| b.is_ascii_digit()) { "s" } else { "" };
         return Err(argument_type(
             py,
             format!(
-                "window_secs must be a number of seconds, not str: {}; for a rate string write \"{count}/{}\" \
+                "window_secs must be a number of seconds, not str: {}; for a rate string write \"{count}/{period}{unit}\" \
                  as the only argument",
                 as_given(window),
-                window.str().map(|s| s.to_string()).unwrap_or_default()
             ),
         ));
     }

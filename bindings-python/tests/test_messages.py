@@ -133,6 +133,11 @@ def message(call):
             "window_secs must be a number of seconds, not str: '1m'; for a rate string write \"5/1m\" as the only argument",
         ),
         (
+            lambda: ratomic.FixedWindow(5, "60"),
+            E.ArgumentTypeError,
+            "window_secs must be a number of seconds, not str: '60'; for a rate string write \"5/60s\" as the only argument",
+        ),
+        (
             lambda: ratomic.FixedWindow(5),
             E.ArgumentTypeError,
             'window_secs is missing: give (limit, window_secs) or a rate string such as "100/min"',

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, Union
 
 from ratomic._ratomic import (
     PROBLEM_CONTENT_TYPE,
+    ArgumentTypeError,
     DirectTokenBucket,
+    InvalidArgumentError,
     Keyed,
     Limiter,
     RatomicError,
@@ -123,12 +125,12 @@ class Policy:
     ) -> None:
         redis = _redis_limiter(limiter)
         if redis is None and not isinstance(limiter, (Keyed, Limiter, DirectTokenBucket, Stack)):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"limiter must be a ratomic TokenBucket, FixedWindow, SlidingWindow, Limiter, "
                 f"DirectTokenBucket or Stack, or one of ratomic.redis, not {type(limiter).__name__}"
             )
         if redis is not None and redis._async != (server == "async"):
-            raise TypeError(
+            raise ArgumentTypeError(
                 "an ASGI app needs a Redis limiter on a redis.asyncio client (a blocking call would stall "
                 "the event loop)"
                 if server == "async"
@@ -136,15 +138,15 @@ class Policy:
             )
         for param, value, top in (("trusted_proxies", trusted_proxies, None), ("ipv6_prefix", ipv6_prefix, 128)):
             if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{param} must be an int, not {type(value).__name__}: {value!r}")
+                raise ArgumentTypeError(f"{param} must be an int, not {type(value).__name__}: {value!r}")
             if value < 0 or (top is not None and value > top):
                 accepted = "a whole number >= 0" if top is None else f"a whole number from 0 to {top}"
-                raise ValueError(f"invalid {param}: {value!r} (must be {accepted})")
+                raise InvalidArgumentError(f"invalid {param}: {value!r} (must be {accepted})")
         if on_error not in ("deny", "allow"):
-            raise ValueError(f'on_error must be "deny" or "allow", not {on_error!r}')
+            raise InvalidArgumentError(f'on_error must be "deny" or "allow", not {on_error!r}')
         # `is`, not `==`: 1 and 0 are not booleans here.
         if standard_headers is not True and standard_headers is not False and standard_headers not in _DRAFTS:
-            raise ValueError(
+            raise InvalidArgumentError(
                 'standard_headers must be True (draft-11), False, "draft-11", "draft-8", "draft-7" or "draft-6", '
                 f"not {standard_headers!r}"
             )

@@ -21,7 +21,11 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use ratomic::{DirectTokenBucket, Limiter, ManualClock, Quota, Rate, Rule, SlidingWindow, Stack, TokenBucket};
+use std::net::{IpAddr, Ipv6Addr};
+
+use ratomic::{
+    BoundedKey, DirectTokenBucket, Limiter, ManualClock, Quota, Rate, Rule, SlidingWindow, Stack, TokenBucket,
+};
 
 fn scale() -> u64 {
     std::env::var("RATOMIC_STRESS_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1)
@@ -304,7 +308,18 @@ fn windows_in_a_limiter_never_over_grant_under_contention() {
 
 #[test]
 fn keys_forgotten_and_evicted_under_contention_never_over_grant() {
-    forgotten_and_evicted(None);
+    forgotten_and_evicted(None, |k| k);
+}
+
+/// The same with IPv6 keys, stored as two words in the slot: keys that
+/// share their first word and differ in the second (and the reverse), so a
+/// match that read one word of a slot being reused would show.
+#[test]
+fn ip_keys_forgotten_and_evicted_under_contention_never_over_grant() {
+    forgotten_and_evicted(None, |k| {
+        let (hi, lo) = (0x2001_0db8_0000_0000 | (k % 3), 0xffff_0000 | (k / 3));
+        IpAddr::V6(Ipv6Addr::from((u128::from(hi) << 64) | u128::from(lo)))
+    });
 }
 
 /// The same through a shared file (`Options::shared_file`): its own
@@ -316,11 +331,14 @@ fn keys_forgotten_and_evicted_in_a_shared_file_under_contention_never_over_grant
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("evict.shm");
     let _ = std::fs::remove_file(&path);
-    forgotten_and_evicted(Some(&path));
+    forgotten_and_evicted(Some(&path), |k| k);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-fn forgotten_and_evicted(shared_file: Option<&std::path::Path>) {
+fn forgotten_and_evicted<K: BoundedKey + Sync>(
+    shared_file: Option<&std::path::Path>,
+    key_of: impl Fn(u64) -> K + Sync,
+) {
     // 48 keys through a store that holds 16 (strict eviction: never more
     // than remembering every key would grant), two limits on each key, a
     // worker that also runs gc, every call with its own clock reading: the
@@ -337,7 +355,7 @@ fn forgotten_and_evicted(shared_file: Option<&std::path::Path>) {
         .shards(1)
         .max_keys(16)
         .eviction(ratomic::Eviction::Strict)
-        .keys::<u64>();
+        .keys::<K>();
     let l = match shared_file {
         Some(path) => l.shared_file(path).build().unwrap(),
         None => l.build().unwrap(),
@@ -345,10 +363,11 @@ fn forgotten_and_evicted(shared_file: Option<&std::path::Path>) {
     let names: Vec<[&'static str; 2]> = (0..KEYS)
         .map(|k| ["a", "b"].map(|limit| &*Box::leak(format!("key {k}, limit {limit}").into_boxed_str())))
         .collect();
+    let keys: Vec<K> = (0..KEYS).map(&key_of).collect();
     let grants = hammer(&clock, 6, 20_000 * scale(), 700, |w, i, out| {
         let now = stamp(l.now(), w, i, 1_500);
         let key = (i * 7 + w as u64 * 13) % KEYS;
-        if l.allow_at(&key, 1, now).unwrap().allowed() {
+        if l.allow_at(&keys[key as usize], 1, now).unwrap().allowed() {
             out.push((names[key as usize][0], now, 1));
             out.push((names[key as usize][1], now, 1));
         }

@@ -257,6 +257,27 @@ fn byte_keys_race_to_exactly_one_slot() {
 }
 
 #[test]
+fn ip_keys_race_to_exactly_one_slot() {
+    // The same with an IPv6 key (two key words in the slot), beside a key
+    // that shares its first word: each lands once, with its own charges.
+    model(|| {
+        let l = bucket::<std::net::Ipv6Addr>(3, 16);
+        let a: std::net::Ipv6Addr = "2001:db8::1".parse().unwrap();
+        let b: std::net::Ipv6Addr = "2001:db8::2".parse().unwrap();
+        let h = {
+            let l = l.clone();
+            thread::spawn(move || l.allow_at(&a, 1, 0).unwrap().allowed)
+        };
+        assert!(l.allow_at(&a, 1, 0).unwrap().allowed);
+        assert!(l.allow_at(&b, 1, 0).unwrap().allowed);
+        assert!(h.join().unwrap());
+        assert_eq!(l.len(), 2);
+        assert_eq!(l.peek_at(&a, 0, 0).unwrap().remaining, 1);
+        assert_eq!(l.peek_at(&b, 0, 0).unwrap().remaining, 2);
+    });
+}
+
+#[test]
 fn calls_racing_a_migration_lose_no_charge_and_grant_nothing_extra() {
     // The key holds one charge; a call takes another while the table
     // migrates under it: afterwards the key holds exactly both, in one copy

@@ -40,12 +40,13 @@ npm pack --silent --pack-destination "$stage" >/dev/null
 tar -xzf "$stage"/ratomic-*.tgz -C "$stage"
 rm "$stage"/ratomic-*.tgz
 cp -r npm "$stage/package/"
+# A platform package ships the binary under the same licenses as the main
+# package (its package.json lists them; napi pre-publish checks they exist).
+cp LICENSE-MIT LICENSE-APACHE "$stage/package/npm/$platform/"
 cp "${built[0]}" "$stage/package/"
 echo "{ \"binaryName\": \"ratomic\", \"targets\": [\"$target\"] }" >"$stage/one-target.json"
 npx napi artifacts --cwd "$stage/package" -c ../one-target.json --output-dir . >/dev/null
 npx napi pre-publish --cwd "$stage/package" -c ../one-target.json -t npm --no-gh-release --skip-optional-publish >/dev/null
 rm "$stage/package/${built[0]}"
 (cd "$stage/package" && npm pack --silent --pack-destination "$dest")
-# The platform package ships the binary under the same licenses as the main package.
-cp LICENSE-MIT LICENSE-APACHE "$stage/package/npm/$platform/"
 (cd "$stage/package/npm/$platform" && npm pack --silent --pack-destination "$dest")

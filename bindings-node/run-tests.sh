@@ -38,6 +38,9 @@ for f in index.js index.d.ts; do
 done
 [ "$drift" = 0 ]
 
+echo "== cargo test -p ratomic-node --lib (the glue's own unit tests)"
+(cd .. && cargo test -q -p ratomic-node --lib)
+
 echo "== tsc (the typings test, index.d.ts) and node --test"
 npm test
 

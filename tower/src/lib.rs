@@ -406,8 +406,10 @@ fn forwarded_client(parts: &http::request::Parts, proxies: usize) -> Option<IpAd
 }
 
 /// A client's key from its address: IPv4 (or IPv4-mapped IPv6) as is,
-/// other IPv6 addresses grouped by their first `prefix` bits.
+/// other IPv6 addresses grouped by their first `prefix` bits (a `prefix`
+/// above 128 is 128: the whole address).
 pub fn client_key(ip: IpAddr, prefix: u8) -> String {
+    let prefix = prefix.min(128);
     match ip {
         IpAddr::V4(v4) => ipv4_text(v4),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -696,6 +698,14 @@ fn denial<L, RB: From<String>>(c: &Config<L>, outcome: &Outcome) -> Response<RB>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prefix_above_128_is_the_whole_address() {
+        let ip: IpAddr = "2001:db8::1".parse().unwrap();
+        for prefix in [129, 200, 255] {
+            assert_eq!(client_key(ip, prefix), "2001:db8::1/128");
+        }
+    }
 
     #[test]
     fn ipv6_keys_group_by_prefix_and_ipv4_stays_whole() {

@@ -50,7 +50,10 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
             None => Backend::Local(Store::new(options, width, &rules)?),
             #[cfg(all(target_os = "linux", not(ratomic_loom)))]
             Some(path) => {
-                Backend::Shared(SharedStore::open::<K::Stored>(path, options, width, &rules.describe(), &rules)?)
+                // The key type by name, not only by how it is stored: `u64`
+                // and `Ipv4Addr` keys share a storage but not a meaning.
+                let describe = format!("{}|{}", rules.describe(), std::any::type_name::<K>());
+                Backend::Shared(SharedStore::open::<K::Stored>(path, options, width, &describe, &rules)?)
             }
             #[cfg(not(all(target_os = "linux", not(ratomic_loom))))]
             Some(path) => {

@@ -224,6 +224,24 @@ fn refusal(r: Result<Built, Error>) -> String {
     }
 }
 
+/// `u64` and `Ipv4Addr` keys are stored alike but mean different things:
+/// a file made for one refuses the other (192.0.2.1 is not id 3221225985).
+#[test]
+fn a_file_for_one_key_type_refuses_another_stored_alike() {
+    let d = dir("key-type");
+    let path = d.join("ids.ratomic");
+    let _ = std::fs::remove_file(&path);
+    let ids = ratomic::TokenBucket::builder("5/min").keys::<u64>().shared_file(&path).build().unwrap();
+    assert!(ids.allow(&3_221_225_985).allowed);
+    let ips = ratomic::TokenBucket::builder("5/min").keys::<std::net::Ipv4Addr>().shared_file(&path).build();
+    let e = ips.map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("different rule, key type"), "{e}");
+    let again = ratomic::TokenBucket::builder("5/min").keys::<u64>().shared_file(&path).build().unwrap();
+    // One token taken by the first: a peek answers as a call would, 3 left after it.
+    assert_eq!(again.peek(&3_221_225_985).remaining, 3, "the same limiter shares the key");
+    std::fs::remove_file(&path).unwrap();
+}
+
 #[test]
 fn a_file_is_refused_with_a_clear_error_when_it_does_not_fit() {
     let d = dir("refuse");

@@ -192,36 +192,55 @@ pub(crate) fn charge_in<A: Algorithm>(
     let (decision, next) = alg.decide(current, now, cost);
     match next {
         None => Ok((decision, None)),
-        Some(next) => charge_from_in(alg, cells, i, current, next, decision, now, cost),
+        Some(next) => Ok(match settle_in(alg, cells, i, current, next, now, cost)? {
+            None => (decision, Some(Charge { before: current, after: next })),
+            Some(decided_again) => decided_again,
+        }),
     }
 }
 
-/// [`charge_from`] on word `i` of a stored key.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-pub(crate) fn charge_from_in<A: Algorithm>(
+/// Finishes a charge already decided on a reading of word `i` (`current`,
+/// giving `next`): `None` if the word still held `current` and now holds
+/// `next` (the charge went through as decided), else what deciding again on
+/// what it holds gave, as [`charge_in`] does.
+///
+/// The common case, a CAS that succeeds, is inlined and returns nothing
+/// the caller must read back from memory; a conflict is decided out of line.
+#[inline(always)]
+pub(crate) fn settle_in<A: Algorithm>(
+    alg: &A,
+    cells: &mut Cells<'_>,
+    i: usize,
+    current: u64,
+    next: u64,
+    now: u64,
+    cost: u64,
+) -> Result<Option<(Verdict, Option<Charge>)>, Frozen> {
+    match cells.cas(i, current, next) {
+        Ok(()) => Ok(None),
+        Err(Conflict::Frozen) => Err(Frozen),
+        Err(Conflict::Changed(actual)) => recharge_in(alg, cells, i, actual, now, cost).map(Some),
+    }
+}
+
+/// [`charge_in`] from a reading of word `i` that a CAS just returned.
+#[cold]
+#[inline(never)]
+fn recharge_in<A: Algorithm>(
     alg: &A,
     cells: &mut Cells<'_>,
     i: usize,
     mut current: u64,
-    mut next: u64,
-    mut decision: Verdict,
     now: u64,
     cost: u64,
 ) -> Result<(Verdict, Option<Charge>), Frozen> {
     loop {
+        let (decision, next) = alg.decide(current, now, cost);
+        let Some(next) = next else { return Ok((decision, None)) };
         match cells.cas(i, current, next) {
             Ok(()) => return Ok((decision, Some(Charge { before: current, after: next }))),
             Err(Conflict::Frozen) => return Err(Frozen),
-            Err(Conflict::Changed(actual)) => {
-                current = actual;
-                let (d, n) = alg.decide(current, now, cost);
-                decision = d;
-                match n {
-                    Some(n) => next = n,
-                    None => return Ok((decision, None)),
-                }
-            }
+            Err(Conflict::Changed(actual)) => current = actual,
         }
     }
 }

@@ -159,7 +159,10 @@ impl Algorithm for Rule {
         dispatch!(self, a => Algorithm::window(a))
     }
 
-    #[inline]
+    /// Always inlined: out of line, its answer comes back through memory
+    /// and a multi-limit call read it back wider than it was written, a
+    /// stalled store forward (a two-limit call took 62 ns instead of 57).
+    #[inline(always)]
     fn decide(&self, state: u64, now: u64, cost: u64) -> (Verdict, Option<u64>) {
         dispatch!(self, a => a.decide(state, now, cost))
     }

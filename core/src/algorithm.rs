@@ -189,13 +189,53 @@ pub(crate) fn charge_in<A: Algorithm>(
     cost: u64,
 ) -> Result<(Verdict, Option<Charge>), Frozen> {
     let current = cells.load(i)?;
+    charge_reading_in(alg, cells, i, current, now, cost)
+}
+
+/// [`charge_in`] from a reading of word `i`.
+#[inline(always)]
+fn charge_reading_in<A: Algorithm>(
+    alg: &A,
+    cells: &mut Cells<'_>,
+    i: usize,
+    current: u64,
+    now: u64,
+    cost: u64,
+) -> Result<(Verdict, Option<Charge>), Frozen> {
     let (decision, next) = alg.decide(current, now, cost);
     match next {
         None => Ok((decision, None)),
-        Some(next) => Ok(match settle_in(alg, cells, i, current, next, now, cost)? {
-            None => (decision, Some(Charge { before: current, after: next })),
-            Some(decided_again) => decided_again,
-        }),
+        Some(next) => charge_from_in(alg, cells, i, current, next, decision, now, cost),
+    }
+}
+
+/// [`charge_from`] on word `i` of a stored key.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn charge_from_in<A: Algorithm>(
+    alg: &A,
+    cells: &mut Cells<'_>,
+    i: usize,
+    mut current: u64,
+    mut next: u64,
+    mut decision: Verdict,
+    now: u64,
+    cost: u64,
+) -> Result<(Verdict, Option<Charge>), Frozen> {
+    loop {
+        match cells.cas(i, current, next) {
+            Ok(()) => return Ok((decision, Some(Charge { before: current, after: next }))),
+            Err(Conflict::Frozen) => return Err(Frozen),
+            Err(Conflict::Changed(actual)) => {
+                current = actual;
+                let (d, n) = alg.decide(current, now, cost);
+                decision = d;
+                match n {
+                    Some(n) => next = n,
+                    None => return Ok((decision, None)),
+                }
+            }
+        }
     }
 }
 
@@ -230,19 +270,11 @@ fn recharge_in<A: Algorithm>(
     alg: &A,
     cells: &mut Cells<'_>,
     i: usize,
-    mut current: u64,
+    current: u64,
     now: u64,
     cost: u64,
 ) -> Result<(Verdict, Option<Charge>), Frozen> {
-    loop {
-        let (decision, next) = alg.decide(current, now, cost);
-        let Some(next) = next else { return Ok((decision, None)) };
-        match cells.cas(i, current, next) {
-            Ok(()) => return Ok((decision, Some(Charge { before: current, after: next }))),
-            Err(Conflict::Frozen) => return Err(Frozen),
-            Err(Conflict::Changed(actual)) => current = actual,
-        }
-    }
+    charge_reading_in(alg, cells, i, current, now, cost)
 }
 
 /// [`cas_refund`] on word `i` of a stored key.

@@ -993,7 +993,7 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
             bits &= bits - 1;
             let k = a.count;
             let s = cells.load(i)?;
-            let (verdict, n) = rules[i].decide(s, now, cost);
+            let (verdict, n) = rules[i].decide_inlined(s, now, cost);
             denied |= !verdict.allowed;
             a.index[k] = i as u8;
             seen[k] = s;

@@ -89,8 +89,8 @@ impl Keyed {
     }
 
     /// Drops every key whose bucket is full again (no later decision
-    /// changes); returns how many. Optional: the same work happens,
-    /// amortised, inside calls.
+    /// changes); returns how many. Optional: inside calls, when the store
+    /// grows, a key is dropped once it has been full for its limit's window.
     fn gc(&self, py: Python<'_>) -> PyResult<usize> {
         self.inner.gc_at(self.now(py)?).py_err(py)
     }

@@ -82,6 +82,9 @@ impl<A: Algorithm> Retention for A {
     fn idle_after(&self, states: &[u64], now: u64) -> u64 {
         Algorithm::idle_after(self, states[0], now)
     }
+    fn linger(&self) -> u64 {
+        crate::store::nanos_of(self.window())
+    }
     fn join_word(&self, _: usize, a: u64, b: u64) -> u64 {
         self.join(a, b)
     }
@@ -531,7 +534,8 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
 
     /// Drops every key whose bucket is full (losslessly: no later decision
     /// changes) and shrinks sparse tables. Returns how many keys were dropped.
-    /// Calling it is optional: the same work happens, amortised, inside calls.
+    /// Calling it is optional: inside calls, when the store grows, a key is
+    /// dropped once it has been full for its limit's window.
     ///
     /// ```
     /// use ratomic::{ManualClock, TokenBucket};

@@ -176,6 +176,9 @@ impl Retention for Rules {
     fn idle_after(&self, states: &[u64], now: u64) -> u64 {
         self.0.iter().zip(states).map(|(r, &s)| Algorithm::idle_after(r, s, now)).max().unwrap_or(0)
     }
+    fn linger(&self) -> u64 {
+        self.0.iter().map(Retention::linger).max().unwrap_or(0)
+    }
     fn join_word(&self, i: usize, a: u64, b: u64) -> u64 {
         self.0[i].join(a, b)
     }

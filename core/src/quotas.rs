@@ -99,6 +99,11 @@ impl Retention for QuotaFree {
     fn idle_after(&self, states: &[u64], now: u64) -> u64 {
         Algorithm::idle_after(&Self::gcra(), states[0], now)
     }
+    fn linger(&self) -> u64 {
+        // Each key's quota is part of the key, not known here: a full
+        // bucket is forgotten at the next growth, as `gc` would.
+        0
+    }
     fn join_word(&self, _: usize, a: u64, b: u64) -> u64 {
         Self::gcra().join(a, b)
     }

@@ -185,6 +185,34 @@ fn limiter_forgets_a_key_only_when_all_limits_are_idle() {
 }
 
 #[test]
+fn an_idle_key_stays_for_its_longest_window_as_the_store_grows() {
+    // Windows of 1 s and 60 s (the time each empty bucket takes to fill).
+    let clock = ManualClock::new();
+    let l = Limiter::builder()
+        .keys::<u64>()
+        .limit("second", Rule::token_bucket(Quota::new(1000, 1000.0).unwrap()))
+        .limit("minute", Rule::token_bucket(Quota::new(6000, 100.0).unwrap()))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    for k in 0..10_000u64 {
+        assert!(l.allow(&k).allowed());
+    }
+    // Both buckets of every key are full again after 10 ms; 5 s is past the
+    // shorter window, within the longer one.
+    clock.advance(Duration::from_secs(5));
+    for k in 10_000..40_000u64 {
+        assert!(l.allow(&k).allowed());
+    }
+    assert_eq!(l.len(), 40_000, "the first keys stay through the growth: within 60 s");
+    clock.advance(Duration::from_secs(61));
+    for k in 40_000..130_000u64 {
+        assert!(l.allow(&k).allowed());
+    }
+    assert_eq!(l.len(), 90_000, "then every key idle for over 60 s is gone at the next growth");
+}
+
+#[test]
 fn check_and_limit_set_bits_change_nothing() {
     use ratomic::{Limiter, ManualClock, Quota, Rule};
     let limiter = Limiter::builder()

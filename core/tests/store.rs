@@ -74,6 +74,36 @@ fn full_buckets_are_dropped_as_tables_fill_without_gc() {
 }
 
 #[test]
+fn keys_that_come_back_within_their_window_stay_as_the_store_grows() {
+    // 1000/s with bursts of 1000: a window of 1 s. Each key takes one token
+    // a pass and has it back 1 ms later, so it is full whenever the store
+    // grows; a pass takes 0.1 s, well within the window. Forgotten at each
+    // growth, every return would be an insert and the store would never
+    // grow to hold them.
+    let (l, clock) = limiter(Quota::new(1000, 1000.0).unwrap(), 1 << 22);
+    let keys: Vec<[u8; 8]> = (0..20_000u64).map(u64::to_le_bytes).collect();
+    for _pass in 0..3 {
+        for k in &keys {
+            assert_eq!(l.allow(k).unwrap().remaining, 999, "full on every return");
+            clock.advance_nanos(5_000);
+        }
+    }
+    assert_eq!(l.len(), keys.len(), "every returning key stayed");
+
+    // Idle for longer than the window: gone at the next growth, with no gc().
+    clock.advance(Duration::from_secs(2));
+    for i in 0..40_000u64 {
+        let _ = l.allow(&(i + (1 << 32)).to_le_bytes()).unwrap();
+        clock.advance_nanos(5_000);
+    }
+    assert_eq!(l.len(), 40_000, "the idle keys are forgotten, the ones within their window stay");
+    // gc() does not wait for the window: every full key goes.
+    clock.advance(Duration::from_millis(2));
+    assert_eq!(l.gc().unwrap(), 40_000);
+    assert!(l.is_empty());
+}
+
+#[test]
 fn max_keys_bounds_memory_and_never_blocks() {
     let (l, _clock) = limiter(Quota::per_hour(10).unwrap(), 1_000);
     for i in 0..100_000u64 {

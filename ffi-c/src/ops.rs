@@ -633,7 +633,8 @@ unsafe fn gc(limiter: *const ratomic_limiter, now: Option<u64>, dropped: *mut us
 /// Drops every key that is full again (losslessly: no later decision
 /// changes, even one stamped with an earlier time) at the limiter's clock,
 /// and writes how many were dropped to `*dropped` (which may be NULL).
-/// Optional: the same work happens, amortised, inside calls.
+/// Optional: inside calls, when the store grows, a key is dropped once it
+/// has been full for its limit's window (the longest, for several limits).
 ///
 /// @param limiter The limiter, borrowed for the call.
 /// @param[out] dropped Receives how many were dropped; may be NULL.

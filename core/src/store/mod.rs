@@ -166,7 +166,7 @@ pub(crate) trait Retention {
 /// | attack, `max_keys` 1,000, 10 min | `Fair` | 0% | 0 |
 /// | attack, `max_keys` 1,000, 10 min | `Strict` | 93.3% | 0 |
 /// | attack, `max_keys` 10,000, 30 min | `Fair` | 0% | 0 |
-/// | attack, `max_keys` 10,000, 30 min | `Strict` | 46.4% | 0 |
+/// | attack, `max_keys` 10,000, 30 min | `Strict` | 46.9% | 0 |
 /// | attack + 200 users at 18× their rate, `max_keys` 1,000 | `Fair` | 0% | 36,800 extra grants (of 60,000 requests) |
 /// | attack + 200 users at 18× their rate, `max_keys` 1,000 | `Strict` | 93.6% | 0 |
 /// | 20,000 honest users at half their rate, `max_keys` 10,000 | both | 0% | 0 |

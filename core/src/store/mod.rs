@@ -1031,10 +1031,12 @@ impl<S: StoredKey> Store<S> {
         shard.live.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// Moves every key of `old` that still carries information to a new
-    /// table of `size(n)` slots (`n`: at most how many keys will move; the
-    /// table is made larger if it could not hold them), forgetting the rest,
-    /// while other threads keep working: each slot is locked, captured and moved on its own; lookups
+    /// Moves every key of `old` to a new table of `size(n)` slots (`n`: at
+    /// most how many keys will move; the table is made larger if it could
+    /// not hold them), forgetting the keys already droppable at `since`
+    /// (`now`, or earlier to keep keys that have been idle less than their
+    /// window; droppable then means droppable now), while other threads keep
+    /// working: each slot is locked, captured and moved on its own; lookups
     /// of a key not moved yet still find it in `old`, and new keys go to the
     /// new table from the moment it is announced. `old` is freed through
     /// the epoch.

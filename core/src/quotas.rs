@@ -82,10 +82,29 @@ pub struct Quotas<C: Clock = MonotonicClock> {
 /// What the store asks of a GCRA state when no call is at hand, which is
 /// the same for every quota (see the module docs): the retention of a
 /// [`Gcra`] of any quota.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct QuotaFree;
+///
+/// It also remembers the longest window (`capacity × emission interval`)
+/// any call has charged, for [`Retention::linger`]: a full key then stays
+/// through growth for at least its own window.
+#[derive(Debug, Default)]
+pub(crate) struct QuotaFree {
+    /// ns; a heuristic (how long full keys stay), never a decision: std's
+    /// atomic even under loom, like [`Counter`](crate::sync::Counter).
+    longest_window: std::sync::atomic::AtomicU64,
+}
 
 impl QuotaFree {
+    /// Notes that a call charged `quota`.
+    #[inline]
+    fn saw(&self, quota: &Quota) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let window = quota.capacity().saturating_mul(quota.emission_interval_nanos());
+        // One load of a word that seldom changes; a write only for a longer window.
+        if window > self.longest_window.load(Relaxed) {
+            self.longest_window.fetch_max(window, Relaxed);
+        }
+    }
+
     /// Any GCRA: its `PRISTINE`, `idle_after` and `join` never read the quota.
     fn gcra() -> Gcra {
         Gcra::new(Quota::new(1, 1.0).expect("a valid quota"))
@@ -100,9 +119,10 @@ impl Retention for QuotaFree {
         Algorithm::idle_after(&Self::gcra(), states[0], now)
     }
     fn linger(&self) -> u64 {
-        // Each key's quota is part of the key, not known here: a full
-        // bucket is forgotten at the next growth, as `gc` would.
-        0
+        // Each key's quota is part of the key, not known here: the longest
+        // window any call has charged (a key may stay longer than its own
+        // window, never shorter).
+        self.longest_window.load(std::sync::atomic::Ordering::Relaxed)
     }
     fn join_word(&self, _: usize, a: u64, b: u64) -> u64 {
         Self::gcra().join(a, b)
@@ -209,7 +229,7 @@ impl<C: Clock> Quotas<C> {
         options.validate()?;
         let max_key_len = options.max_key_len;
         let store_options = options.max_key_len((max_key_len + MAX_PREFIX).min(u32::MAX as usize));
-        Ok(Quotas { base: Base::new(QuotaFree, 1, clock, &store_options)?, max_key_len })
+        Ok(Quotas { base: Base::new(QuotaFree::default(), 1, clock, &store_options)?, max_key_len })
     }
 
     /// The limiter's clock.
@@ -318,6 +338,7 @@ impl<C: Clock> Quotas<C> {
         let alg = Gcra::new(*quota);
         alg.check_cost(cost)?;
         let k = self.key_for(key.as_key(), quota)?;
+        self.base.rules.saw(quota);
         let verdict = self.base.update(&k, now, |cells| Ok(charge_in(&alg, cells, 0, now, cost)?.0))?;
         Ok(verdict.decision())
     }
@@ -579,9 +600,9 @@ mod tests {
         for q in [Quota::new(1, 1.0).unwrap(), Quota::new(1000, 0.001).unwrap(), Quota::new(7, 1e9).unwrap()] {
             let g = Gcra::new(q);
             for (s, now) in [(0, 0), (5, 10), (10, 5), (u64::MAX >> 1, 3)] {
-                assert_eq!(QuotaFree.idle_after(&[s], now), Algorithm::idle_after(&g, s, now));
+                assert_eq!(QuotaFree::default().idle_after(&[s], now), Algorithm::idle_after(&g, s, now));
                 let mut f = [s];
-                QuotaFree.join_into(&mut f, &[now]);
+                QuotaFree::default().join_into(&mut f, &[now]);
                 assert_eq!(f[0], g.join(s, now));
             }
         }

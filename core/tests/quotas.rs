@@ -91,3 +91,29 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn customers_under_their_quota_stay_as_the_store_grows() {
+    // A per-customer quota of 1000/s with bursts of 1000 (a window of 1 s):
+    // each customer is back under it, its bucket full, when a pass of 0.1 s
+    // returns to it. They stay in the store instead of being inserted again
+    // at every return; once idle for longer than the window they go at the
+    // next growth.
+    let clock = ManualClock::new();
+    let limiter = Quotas::builder().clock(clock.clone()).build().unwrap();
+    let plan = Quota::new(1000, 1000.0).unwrap();
+    let customers: Vec<String> = (0..20_000).map(|i| format!("customer:{i}")).collect();
+    for _pass in 0..3 {
+        for c in &customers {
+            assert_eq!(limiter.allow(c, &plan).unwrap().remaining, 999, "full on every return");
+            clock.advance_nanos(5_000);
+        }
+    }
+    assert_eq!(limiter.len(), customers.len());
+    clock.advance(Duration::from_secs(2));
+    for i in 0..40_000 {
+        let _ = limiter.allow(&format!("newcomer:{i}"), &plan).unwrap();
+        clock.advance_nanos(5_000);
+    }
+    assert_eq!(limiter.len(), 40_000, "the idle customers are gone, the newcomers stay");
+}

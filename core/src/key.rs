@@ -233,6 +233,19 @@ pub enum Ipv6Grouping {
     Slash56,
     /// All addresses of a /48 (one site) share a key.
     Slash48,
+    /// All addresses that share their first `n` bits share a key (`n`
+    /// above 128 is 128: the whole address; 0 groups every IPv6 client).
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use ratomic::{ip_key, Ipv6Grouping};
+    ///
+    /// let a: IpAddr = "2001:db8:1:2:3:4:5:6".parse().unwrap();
+    /// assert_eq!(ip_key(a, Ipv6Grouping::Bits(60)), "2001:db8:1::".parse::<IpAddr>().unwrap());
+    /// assert_eq!(ip_key(a, Ipv6Grouping::Bits(200)), a);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    Bits(u8),
 }
 
 impl Ipv6Grouping {
@@ -251,6 +264,7 @@ impl Ipv6Grouping {
             Ipv6Grouping::Slash64 => 64,
             Ipv6Grouping::Slash56 => 56,
             Ipv6Grouping::Slash48 => 48,
+            Ipv6Grouping::Bits(n) => u32::from(n).min(128),
         }
     }
 }
@@ -284,7 +298,7 @@ pub fn ip_key(addr: IpAddr, grouping: Ipv6Grouping) -> IpAddr {
             Some(v4) => IpAddr::V4(v4),
             None => {
                 let keep = grouping.prefix_len();
-                let mask = if keep >= 128 { u128::MAX } else { !(u128::MAX >> keep) };
+                let mask = if keep == 0 { 0 } else { u128::MAX << (128 - keep) };
                 IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
             }
         },

@@ -409,17 +409,11 @@ fn forwarded_client(parts: &http::request::Parts, proxies: usize) -> Option<IpAd
 /// other IPv6 addresses grouped by their first `prefix` bits (a `prefix`
 /// above 128 is 128: the whole address).
 pub fn client_key(ip: IpAddr, prefix: u8) -> String {
-    let prefix = prefix.min(128);
-    match ip {
+    // Grouped as ratomic's `ip_key` groups an `IpAddr` key, as text.
+    let grouping = ratomic::Ipv6Grouping::Bits(prefix);
+    match ratomic::ip_key(ip, grouping) {
         IpAddr::V4(v4) => ipv4_text(v4),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => ipv4_text(v4),
-            None => {
-                let bits = u128::from(v6);
-                let mask = if prefix == 0 { 0 } else { u128::MAX << (128 - u32::from(prefix)) };
-                format!("{}/{prefix}", std::net::Ipv6Addr::from(bits & mask))
-            }
-        },
+        IpAddr::V6(network) => format!("{network}/{}", grouping.prefix_len()),
     }
 }
 

@@ -16,9 +16,12 @@ export interface RateLimitOptions<Req = IncomingMessage, Res = ServerResponse> {
    * is a TypeError); its fields are named `name`.
    */
   limiter?: BaseLimiter<any> | DirectTokenBucket | Stack | RedisBase<any>
-  /** Requests per window per client when no `limiter` is given (default 5). */
-  limit?: number
-  /** The window in milliseconds when no `limiter` is given (default 60000). */
+  /**
+   * Requests per window per client when no `limiter` is given (default 5), or a rate string that
+   * names its window too (`'10/second'`, `'100 per 15 minutes'`; then no `windowMs`).
+   */
+  limit?: number | string
+  /** The window in milliseconds when no `limiter` is given and `limit` is a number (default 60000). */
   windowMs?: number
   /**
    * The client's key; default its address (`req.ip`, else the socket's peer), IPv6 grouped by

@@ -68,10 +68,14 @@ function resolve(options) {
   }
   let limiter = o.limiter
   if (limiter === undefined) {
-    const limit = o.limit === undefined ? 5 : o.limit
-    const windowMs = o.windowMs === undefined ? 60_000 : o.windowMs
     // express-rate-limit counts in fixed windows; so does the default here.
-    limiter = new FixedWindow(limit, windowMs)
+    if (typeof o.limit === 'string') {
+      // A rate string ('10/second', '100 per 15 minutes') names its own window.
+      if (o.windowMs !== undefined) throw typeError(`limit ${JSON.stringify(o.limit)} names its window: give it without windowMs, or a number with windowMs`)
+      limiter = new FixedWindow(o.limit)
+    } else {
+      limiter = new FixedWindow(o.limit === undefined ? 5 : o.limit, o.windowMs === undefined ? 60_000 : o.windowMs)
+    }
   } else if (
     !(limiter instanceof BaseLimiter) && !(limiter instanceof DirectTokenBucket) && !(limiter instanceof Stack) && !(limiter instanceof RedisBase)
   ) {

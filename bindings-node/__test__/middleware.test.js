@@ -160,6 +160,25 @@ test("express: standardHeaders in express-rate-limit's earlier drafts", async ()
   }
 })
 
+test('express: limit as a rate string names its own window', async () => {
+  const app = express()
+  app.use(rateLimit({ limit: '2 per 15 minutes' }))
+  app.get('/', (req, res) => res.send('ok'))
+  const server = http.createServer(app)
+  const url = await listen(server)
+  try {
+    const first = await fetch(url)
+    assert.equal(first.status, 200)
+    assert.equal(first.headers.get('ratelimit-policy'), '"default";q=2;w=900')
+    assert.equal((await fetch(url)).status, 200)
+    assert.equal((await fetch(url)).status, 429)
+  } finally {
+    server.close()
+  }
+  assert.throws(() => rateLimit({ limit: '10/second', windowMs: 1000 }), { name: 'TypeError', message: /names its window/ })
+  assert.throws(() => rateLimit({ limit: '10 per fortnight' }), RangeError)
+})
+
 test('bad options throw at set-up', () => {
   assert.throws(() => rateLimit({ colour: 'red' }), TypeError)
   assert.throws(() => rateLimit({ standardHeaders: 'draft-5' }), TypeError)

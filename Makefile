@@ -29,6 +29,16 @@ test-rust:
 	$(CARGO) test
 	$(CARGO) test -p ratomic --release --test stress
 	$(CARGO) check -p ratomic-benches --benches --bins
+	@# `cargo package` verifies each crate against the ones it has just packed (a
+	@# registry overlay in target/package), but a registry version being
+	@# immutable, it reuses what an earlier run left: the extraction under
+	@# $$CARGO_HOME/registry/src/<overlay>/<name>-<version>/ and the build of it
+	@# in the target directory. ratomic-tower would then be checked against an
+	@# old ratomic. Remove both for our crates first.
+	rm -rf "$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/*/ratomic-[0-9]* \
+		"$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/*/ratomic-redis-[0-9]* \
+		"$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/*/ratomic-tower-[0-9]* \
+		"$${CARGO_TARGET_DIR:-target}"/debug/.fingerprint/ratomic-*
 	$(CARGO) package -q -p ratomic -p ratomic-redis -p ratomic-tower --allow-dirty
 
 test-loom:

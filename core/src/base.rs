@@ -85,6 +85,16 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
         Ok(self.update_probed(hash, &probe, now, op))
     }
 
+    /// Runs `f`, a batch of calls, with this thread pinned once: each call's
+    /// own pin is then nested, without the fenced store a first pin costs
+    /// (measured: ~3 ns of a ~33 ns call). Memory the batch's calls retire
+    /// waits for the batch's end, no longer.
+    #[inline]
+    pub(crate) fn batch<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _pinned = crate::sync::epoch::pin();
+        f()
+    }
+
     /// [`update`](Self::update) for a key already probed, at a time
     /// already checked.
     #[inline]

@@ -290,11 +290,13 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
             })
             .collect::<Result<Vec<_>>>()?;
         out.reserve(prepared.len());
-        on_algorithm!(self, alg => out.extend(prepared.into_iter().map(|(hash, probe, cost)| {
-            let verdict =
-                self.base.update_probed(hash, &probe, now, |cells| Ok(charge_in(alg, cells, 0, now, cost)?.0));
-            verdict.decision()
-        })));
+        self.base.batch(|| {
+            on_algorithm!(self, alg => out.extend(prepared.into_iter().map(|(hash, probe, cost)| {
+                let verdict =
+                    self.base.update_probed(hash, &probe, now, |cells| Ok(charge_in(alg, cells, 0, now, cost)?.0));
+                verdict.decision()
+            })))
+        });
         Ok(())
     }
 

@@ -1350,7 +1350,9 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
             })
             .collect::<Result<Vec<_>>>()?;
         out.reserve(prepared.len());
-        out.extend(prepared.into_iter().map(|(hash, probe, cost)| self.dispatch(hash, &probe, cost, now)));
+        l.base.batch(|| {
+            out.extend(prepared.into_iter().map(|(hash, probe, cost)| self.dispatch(hash, &probe, cost, now)))
+        });
         Ok(())
     }
 

@@ -35,6 +35,8 @@
 //!   and one GCRA compare-and-swap on an `AtomicU64`, written inline here.
 //! - `limiter2-hot`, `limiter2-100k`: a `Limiter` with two token-bucket
 //!   limits against a single `TokenBucket`, u64 keys (ratomic vs ratomic).
+//! - `many64-100k`: `allow_many` in batches of 64 against single calls, per
+//!   request, 100k u64 keys (ratomic vs ratomic).
 //!
 //! ```sh
 //! # the workspace's release profile (codegen-units = 1, lto = "thin")
@@ -336,6 +338,42 @@ fn keys100k_returning(cfg: &Config) -> Row {
     )
 }
 
+/// `many64-100k`: `allow_many` in batches of 64 against 64 single calls,
+/// on 100k present u64 keys, per request (ratomic vs ratomic): what a
+/// batch saves (one epoch pin for the batch, one clock reading).
+fn many64_100k(cfg: &Config) -> Row {
+    let keys = u64_keys(100_000, 12);
+    let tb = TokenBucket::builder(ratomic_huge()).keys::<u64>().build().expect("limiter");
+    assert!(keys.iter().all(|k| tb.allow(k).allowed), "the set-up is allowed");
+    let (tb, all) = (&tb, &keys);
+    let (mut out, mut at) = (Vec::with_capacity(64), 0usize);
+    let many: Side<'_> = Box::new(move |n| {
+        let start = Instant::now();
+        for _ in 0..n / 64 {
+            if at + 64 > all.len() {
+                at = 0;
+            }
+            out.clear();
+            tb.allow_many_at(all[at..at + 64].iter().map(|k| (k, 1)), tb.now(), &mut out).expect("valid requests");
+            black_box(&out);
+            at += 64;
+        }
+        start.elapsed()
+    });
+    let mut single = Cycle::new(&keys, 0);
+    let row = compare(
+        cfg,
+        "many64-100k",
+        "64 single calls",
+        1.0,
+        64,
+        many,
+        looping(|| tb.allow(black_box(single.next_key())).allowed),
+    );
+    assert_eq!(tb.len(), keys.len(), "every key stayed in the store");
+    row
+}
+
 /// `direct-allow` / `direct-deny`, on the default clocks or (`manual`) on
 /// clocks that never move.
 fn direct(cfg: &Config, deny: bool, manual: bool) -> Row {
@@ -483,7 +521,7 @@ fn main() {
     let started = Instant::now();
 
     type Scenario = (&'static str, fn(&Config) -> Row);
-    let scenarios: [Scenario; 13] = [
+    let scenarios: [Scenario; 14] = [
         ("insert-u64", insert_u64),
         ("insert-str16", insert_str16),
         ("2threads-hot", two_threads_hot),
@@ -497,6 +535,7 @@ fn main() {
         ("floor", floor),
         ("limiter2-hot", |c| limiter2(c, "limiter2-hot", 1)),
         ("limiter2-100k", |c| limiter2(c, "limiter2-100k", 100_000)),
+        ("many64-100k", many64_100k),
     ];
     let rows: Vec<Row> = scenarios.iter().filter(|(name, _)| cfg.wants(name)).map(|(_, run)| run(&cfg)).collect();
 

@@ -259,22 +259,15 @@ pub(crate) fn settle_in<A: Algorithm>(
     match cells.cas(i, current, next) {
         Ok(()) => Ok(None),
         Err(Conflict::Frozen) => Err(Frozen),
-        Err(Conflict::Changed(actual)) => recharge_in(alg, cells, i, actual, now, cost).map(Some),
+        Err(Conflict::Changed(actual)) => out_of_line(|| charge_reading_in(alg, cells, i, actual, now, cost)).map(Some),
     }
 }
 
-/// [`charge_in`] from a reading of word `i` that a CAS just returned.
+/// Runs `f` as a call that is never inlined and seldom taken.
 #[cold]
 #[inline(never)]
-fn recharge_in<A: Algorithm>(
-    alg: &A,
-    cells: &mut Cells<'_>,
-    i: usize,
-    current: u64,
-    now: u64,
-    cost: u64,
-) -> Result<(Verdict, Option<Charge>), Frozen> {
-    charge_reading_in(alg, cells, i, current, now, cost)
+fn out_of_line<T>(f: impl FnOnce() -> T) -> T {
+    f()
 }
 
 /// [`cas_refund`] on word `i` of a stored key.

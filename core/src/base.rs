@@ -87,8 +87,9 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
 
     /// Runs `f`, a batch of calls, with this thread pinned once: each call's
     /// own pin is then nested, without the fenced store a first pin costs
-    /// (measured: ~3 ns of a ~33 ns call). Memory the batch's calls retire
-    /// waits for the batch's end, no longer.
+    /// (`rounds many64-100k`: a batch of 64 went from 0.94–0.98 to 0.88–0.90
+    /// of 64 single calls). Memory the batch's calls retire waits for the
+    /// batch's end, no longer.
     #[inline]
     pub(crate) fn batch<T>(&self, f: impl FnOnce() -> T) -> T {
         let _pinned = crate::sync::epoch::pin();

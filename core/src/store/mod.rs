@@ -1067,26 +1067,29 @@ impl<S: StoredKey> Store<S> {
         // and every other slot that holds or may still publish a key is
         // counted, so the new table is sized for the keys that will move.
         let mut bound = 0usize;
+        // One buffer for both scans, written and read word by word in place.
+        let mut buffer = [0u64; MAX_WIDTH];
+        let states = &mut buffer[..w];
         for i in 0..from.capacity() {
             if matches!(from.control(i), EMPTY | DEAD | MOVED | MOVED_EMPTY) {
                 continue;
             }
-            let mut states = [0u64; MAX_WIDTH];
-            if Self::read_live(from, i, &mut states[..w]) && retention.idle_after(&states[..w], since) == 0 {
-                if let Some(states) = from.lock_all(i, states[0]) {
-                    if retention.idle_after(&states[..w], since) == 0 {
-                        self.drop_locked(shard, from, i, &states[..w], 0, now, cells, retention, guard);
-                        continue;
-                    }
-                    from.unlock(i, &states[..w]);
+            if Self::read_live(from, i, states)
+                && retention.idle_after(states, since) == 0
+                && from.lock_into(i, states[0], states)
+            {
+                if retention.idle_after(states, since) == 0 {
+                    self.drop_locked(shard, from, i, states, 0, now, cells, retention, guard);
+                    continue;
                 }
+                from.unlock(i, states);
             }
             bound += 1;
         }
         let cap = size(bound);
         let cap = cap.max(if bound == 0 { 0 } else { (bound * 8).div_ceil(7) + 1 });
         let table = Table::new(cap, self.width);
-        table.used.store(bound, Ordering::SeqCst);
+        table.used.store(bound, Ordering::Relaxed); // published with the table, below
         let new = epoch::Owned::new(table).into_shared(guard);
         // SAFETY: just made; published below.
         let to = unsafe { new.deref() };
@@ -1109,16 +1112,18 @@ impl<S: StoredKey> Store<S> {
                     // give the slot up, or publish first), or a reset: wait.
                     CLAIMED | BUSY | LOCKED => backoff.snooze(),
                     first => {
-                        let Some(states) = from.lock_all(i, first) else { continue };
+                        if !from.lock_into(i, first, states) {
+                            continue;
+                        }
                         let hash = S::rehash(from.key(i), &self.hasher);
-                        if retention.idle_after(&states[..self.width], since) == 0 {
+                        if retention.idle_after(states, since) == 0 {
                             // Full since `since`: forgotten on the way (the floor keeps it).
-                            shard.summary.forget(hash, &states[..self.width], 0, now, cells, retention, guard);
+                            shard.summary.forget(hash, states, 0, now, cells, retention, guard);
                             shard.key_bytes.fetch_sub(S::heap_bytes(from.key(i)), Ordering::Relaxed);
                             S::retire(from.key(i), guard);
                             shard.live.fetch_sub(1, Ordering::Relaxed);
                         } else {
-                            adopted += to.adopt(hash, from.key(i), &states[..self.width]) as usize;
+                            adopted += to.adopt(hash, from.key(i), states) as usize;
                         }
                         from.mark_moved(i);
                         break;

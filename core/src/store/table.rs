@@ -370,7 +370,13 @@ impl<S: StoredKey> Table<S> {
             // the key written above (its check after the CAS relies on it).
             w.store(v, Ordering::Release);
         }
-        word.store(BUSY, Ordering::SeqCst);
+        // Release, not SeqCst: whoever reads BUSY reads the key after it.
+        // No scan can miss this slot for want of a fence: the claim above is
+        // a SeqCst CAS, so a scan whose SeqCst loads follow its own claim
+        // reads CLAIMED or later here (and waits for BUSY), or this scan
+        // reads its slot. (A SeqCst store is an `xchg` on x86, which drains
+        // the store buffer: a migration pays it on every key it moves.)
+        word.store(BUSY, Ordering::Release);
         true
     }
 
@@ -449,15 +455,23 @@ impl<S: StoredKey> Table<S> {
     /// Locks live slot `i` (see [`lock`](Self::lock)) and captures its other
     /// state words: its final states, or `None` if the first changed.
     pub(crate) fn lock_all(&self, i: usize, first: u64) -> Option<[u64; MAX_WIDTH]> {
-        if !self.lock(i, first) {
-            return None;
-        }
         let mut states = [0u64; MAX_WIDTH];
-        states[0] = first;
-        for (w, state) in states.iter_mut().enumerate().take(self.width).skip(1) {
+        self.lock_into(i, first, &mut states[..self.width]).then_some(states)
+    }
+
+    /// [`lock_all`](Self::lock_all) into `out` (the table's width long), in
+    /// place: a migration locks every key it moves, and an array returned by
+    /// value is copied, its words read back wider than they were written.
+    #[inline]
+    pub(crate) fn lock_into(&self, i: usize, first: u64, out: &mut [u64]) -> bool {
+        if !self.lock(i, first) {
+            return false;
+        }
+        out[0] = first;
+        for (w, state) in out.iter_mut().enumerate().skip(1) {
             *state = self.capture(i, w);
         }
-        Some(states)
+        true
     }
 
     /// Takes state word `w` (≥ 1) of locked slot `i`: returns its final
@@ -494,8 +508,13 @@ impl<S: StoredKey> Table<S> {
     }
 
     /// Marks locked slot `i` moved: its key now belongs to the next table.
+    ///
+    /// Release: a call that reads MOVED goes on to the next table, and must
+    /// find there the key [`adopt`](Self::adopt)ed before this store (and
+    /// the `next` pointer stored before both). Only the locking migrator
+    /// writes the word, so no ordering with later loads is needed.
     pub(crate) fn mark_moved(&self, i: usize) {
-        self.states(i)[0].store(MOVED, Ordering::SeqCst);
+        self.states(i)[0].store(MOVED, Ordering::Release);
     }
 
     /// (Migration) puts a key known to be unique — taken from slot `from`
@@ -517,7 +536,11 @@ impl<S: StoredKey> Table<S> {
                 for (w, &v) in self.states(i).iter().zip(states).skip(1) {
                     w.store(v, Ordering::Release);
                 }
-                word.store(states[0], Ordering::SeqCst);
+                // Release: a reader of the state reads the key above. No
+                // inserter can be verifying a copy of this key meanwhile:
+                // it reaches this table only after reading the old slot
+                // MOVED, which is stored after this.
+                word.store(states[0], Ordering::Release);
                 return c == EMPTY;
             }
             i = self.next_slot(i);

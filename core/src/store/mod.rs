@@ -599,12 +599,10 @@ impl<S: StoredKey> Store<S> {
             let t = unsafe { table.deref() };
             match t.find(hash, probe, &guard) {
                 Find::Found(i) => {
-                    if let Some(mut states) = self.lock_key(t, i, probe, &guard) {
-                        let (r, changed) = on_copy(&states, self.width, &op);
-                        if let Some(new) = changed {
-                            states = new;
-                        }
-                        t.unlock(i, &states[..self.width]);
+                    if let Some(states) = self.lock_key(t, i, probe, &guard) {
+                        let mut words = Scratch(states);
+                        let (r, _) = on_copy(&mut words, self.width, &op);
+                        t.unlock(i, &words.0[..self.width]);
                         return Some(r);
                     }
                     table = shard.table.load(Ordering::Acquire, &guard);
@@ -665,10 +663,15 @@ impl<S: StoredKey> Store<S> {
         op: &impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
         guard: &epoch::Guard,
     ) -> Option<R> {
-        let initial = shard.summary.initial(hash, retention, guard);
-        let (r, changed) = on_copy(&initial, self.width, op);
-        let Some(states) = changed else { return Some(r) };
-        match self.insert(shard, t, hash, probe, free, &states, now, retention, guard) {
+        // Filled, changed and inserted in place: copies of the whole array
+        // were read back wider than they were written (a stall each).
+        let mut words = Scratch([0; MAX_WIDTH]);
+        shard.summary.initial_into(hash, retention, guard, &mut words.0[..self.width]);
+        let (r, changed) = on_copy(&mut words, self.width, op);
+        if !changed {
+            return Some(r);
+        }
+        match self.insert(shard, t, hash, probe, free, &words.0, now, retention, guard) {
             Next::Done => Some(r),
             Next::Retry => None,
         }
@@ -751,8 +754,11 @@ impl<S: StoredKey> Store<S> {
         retention.pristine(&mut pristine[..self.width]);
         // Would the key, absent, start less than full (its own summary, or
         // a join)? Then it is stored with fresh states, so the reset is exact.
-        let summary_matters =
-            || retention.idle_after(&shard.summary.initial(hash, retention, &guard)[..self.width], now) > 0;
+        let summary_matters = || {
+            let mut initial = [0; MAX_WIDTH];
+            shard.summary.initial_into(hash, retention, &guard, &mut initial[..self.width]);
+            retention.idle_after(&initial[..self.width], now) > 0
+        };
         let mut table = shard.table.load(Ordering::Acquire, &guard);
         loop {
             // SAFETY: as in `update`.
@@ -1144,38 +1150,44 @@ impl<S: StoredKey> Store<S> {
     }
 }
 
-/// Runs `op` on a private copy of `states`: the answer for an absent
-/// key, and the states to insert if `op` changed them.
+/// A key's state words outside any table (an absent key's, a copy of a
+/// locked slot's), aligned as atomics so [`on_copy`] runs on them in place.
+#[repr(C, align(8))]
+pub(crate) struct Scratch(pub(crate) [u64; MAX_WIDTH]);
+
+/// Runs `op` on the first `width` of `words`, a private copy, in place:
+/// the answer for an absent key, and whether `op` changed the words (then
+/// they are the states to insert).
+#[inline]
 pub(crate) fn on_copy<R>(
-    states: &[u64; MAX_WIDTH],
+    words: &mut Scratch,
     width: usize,
     op: &impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
-) -> (R, Option<[u64; MAX_WIDTH]>) {
+) -> (R, bool) {
     #[cfg(not(ratomic_loom))]
     {
-        // A private copy, seen as atomics: only the words in use are
-        // touched, with no per-word construction (this runs on every
-        // call for a key the store does not hold).
-        #[repr(C, align(8))]
-        struct Words([u64; MAX_WIDTH]);
-        let mut words = Words(*states);
+        // Seen as atomics: only the words in use are touched, with no
+        // per-word construction (this runs on every call for a key the
+        // store does not hold).
         let ptr = words.0.as_mut_ptr().cast::<AtomicU64>();
         // SAFETY: `AtomicU64` has the size and bit validity of `u64`, and
-        // `Words` gives the alignment it needs (8); the slice borrows the
+        // `Scratch` gives the alignment it needs (8); the slice borrows the
         // private copy exclusively until `op` returns.
-        let words_ref = unsafe { std::slice::from_raw_parts(ptr, width) };
-        let mut cells = Cells::new(words_ref);
+        let atomics = unsafe { std::slice::from_raw_parts(ptr, width) };
+        let mut cells = Cells::new(atomics);
         let r = op(&mut cells).expect("a private copy holds no marker");
-        let changed = cells.wrote();
-        (r, changed.then_some(words.0))
+        (r, cells.wrote())
     }
     #[cfg(ratomic_loom)]
     {
-        let words: [AtomicU64; MAX_WIDTH] = std::array::from_fn(|w| AtomicU64::new(states[w]));
-        let mut cells = Cells::new(&words[..width]);
+        let atomics: [AtomicU64; MAX_WIDTH] = std::array::from_fn(|w| AtomicU64::new(words.0[w]));
+        let mut cells = Cells::new(&atomics[..width]);
         let r = op(&mut cells).expect("a private copy holds no marker");
         let changed = cells.wrote();
-        (r, changed.then(|| std::array::from_fn(|w| words[w].load(Ordering::Relaxed))))
+        for (w, a) in words.0.iter_mut().zip(&atomics) {
+            *w = a.load(Ordering::Relaxed);
+        }
+        (r, changed)
     }
 }
 

@@ -138,12 +138,12 @@ impl Summary {
         ((u128::from(mixed) * n as u128) >> 64) as usize
     }
 
-    /// The states a key the shard does not hold answers from.
+    /// Writes into `out` (the width long) the states a key the shard does
+    /// not hold answers from.
     #[inline]
-    pub(super) fn initial(&self, hash: u64, retention: &impl Retention, guard: &epoch::Guard) -> [u64; MAX_WIDTH] {
+    pub(super) fn initial_into(&self, hash: u64, retention: &impl Retention, guard: &epoch::Guard, out: &mut [u64]) {
         let w = self.width;
-        let mut out = [0u64; MAX_WIDTH];
-        for (o, f) in out[..w].iter_mut().zip(&self.floor) {
+        for (o, f) in out.iter_mut().zip(&self.floor) {
             *o = f.load(Ordering::Acquire);
         }
         // SAFETY: a cell array is freed only through the epoch.
@@ -159,7 +159,6 @@ impl Summary {
                 _ => {}
             }
         }
-        out
     }
 
     /// Remembers the state of a key forgotten at `now` (the single writer).

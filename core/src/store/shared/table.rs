@@ -102,7 +102,7 @@
 //! next sweep, which recounts.
 
 use crate::store::cells::{Cells, Frozen, FIRST_MARKER};
-use crate::store::{on_copy, Retention, MAX_WIDTH};
+use crate::store::{on_copy, Retention, Scratch, MAX_WIDTH};
 use crate::sync::{AtomicU64, Backoff, Ordering};
 
 pub(crate) const EMPTY: u64 = 0;
@@ -403,9 +403,12 @@ impl<'a> Table<'a> {
                     }
                 }
                 Find::Absent(free) => {
-                    let (r, changed) = on_copy(&self.initial(fp), self.width, op);
-                    let Some(states) = changed else { return Ok(r) };
-                    if self.insert(ctx, fp, free, &states[..self.width], now, retention)? {
+                    let mut words = Scratch(self.initial(fp));
+                    let (r, changed) = on_copy(&mut words, self.width, op);
+                    if !changed {
+                        return Ok(r);
+                    }
+                    if self.insert(ctx, fp, free, &words.0[..self.width], now, retention)? {
                         return Ok(r);
                     }
                     // Another process is inserting the key, or took the
@@ -456,9 +459,12 @@ impl<'a> Table<'a> {
                     if !insert {
                         return Ok(None);
                     }
-                    let (r, changed) = on_copy(&self.initial(fp), self.width, op);
-                    let Some(states) = changed else { return Ok(Some(r)) };
-                    if self.insert(ctx, fp, free, &states[..self.width], now, retention)? {
+                    let mut words = Scratch(self.initial(fp));
+                    let (r, changed) = on_copy(&mut words, self.width, op);
+                    if !changed {
+                        return Ok(Some(r));
+                    }
+                    if self.insert(ctx, fp, free, &words.0[..self.width], now, retention)? {
                         return Ok(Some(r));
                     }
                     backoff.snooze();

@@ -123,7 +123,11 @@ impl JsFailure {
 impl From<ratomic::Error> for JsFailure {
     #[cold]
     fn from(e: ratomic::Error) -> Self {
-        let message = e.to_string();
+        let message = match e.cause() {
+            // Named as a Node user sets it.
+            ratomic::Error::KeyTooLong { .. } => e.to_string().replace("max_key_len", "maxKeyLen"),
+            _ => e.to_string(),
+        };
         let index = match e {
             ratomic::Error::InvalidRequest { index, .. } => Some(index),
             _ => None,

@@ -18,7 +18,7 @@ use std::fmt;
 /// assert_eq!(e, Error::CostExceedsLimit { cost: 6, limit: 5 });
 /// assert_eq!(e.to_string(), "cost 6 exceeds the limit 5: this call could never be allowed");
 /// let e = limiter.allow("a key of twenty bytes").unwrap_err();
-/// assert_eq!(e.to_string(), "key is 21 bytes long; the limit is 16 bytes");
+/// assert_eq!(e.to_string(), "key is 21 bytes long; the limit is 16 bytes (the limiter's max_key_len option)");
 /// # Ok::<(), ratomic::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,7 +107,7 @@ impl fmt::Display for Error {
                 write!(f, "cost {cost} exceeds the limit {limit}: this call could never be allowed")
             }
             Error::KeyTooLong { len, max } => {
-                write!(f, "key is {len} bytes long; the limit is {max} bytes")
+                write!(f, "key is {len} bytes long; the limit is {max} bytes (the limiter's max_key_len option)")
             }
             Error::InvalidRequest { index, error } => {
                 write!(f, "request {index} of the batch: {error} (nothing in the batch was decided)")

@@ -14,7 +14,10 @@ fn call_errors() {
     let clock = ManualClock::new();
     let l = TokenBucket::builder("5/min").max_key_len(8).clock(clock.clone()).build().unwrap();
     assert_eq!(message(l.allow_n("k", 6)), "cost 6 exceeds the limit 5: this call could never be allowed");
-    assert_eq!(message(l.allow("user:123456")), "key is 11 bytes long; the limit is 8 bytes");
+    assert_eq!(
+        message(l.allow("user:123456")),
+        "key is 11 bytes long; the limit is 8 bytes (the limiter's max_key_len option)"
+    );
     assert_eq!(
         message(l.allow_at("k", 1, MAX_TIME + 1)),
         "invalid now: 4611686018427387904 (a time must be at most 2^62 − 1 ns (about 146 years after the clock's epoch))"

@@ -229,7 +229,7 @@ static void test_call_errors(void) {
     char msg[128];
     CHECK_RC(RATOMIC_KEY_TOO_LONG, ratomic_allow(l, KEY("123456789"), 1, &d));
     CHECK_OK(ratomic_last_error_message(msg, sizeof msg, NULL));
-    CHECK(strcmp(msg, "key is 9 bytes long; the limit is 8 bytes") == 0);
+    CHECK(strcmp(msg, "key is 9 bytes long; the limit is 8 bytes (the limiter's max_key_len option)") == 0);
 
     /* Batches: bad arrays fail; a bad request fails the whole batch (its
      * index from ratomic_last_error_request; see test_contract.c). */

@@ -88,7 +88,7 @@ static void arguments_out_of_range_name_the_parameter_value_and_range(void) {
     o.max_key_len = 8;
     CHECK_OK(ratomic_token_bucket_new(10, 1.0, &o, &l));
     ratomic_decision d;
-    CHECK_MESSAGE(RATOMIC_KEY_TOO_LONG, "key is 10 bytes long; the limit is 8 bytes",
+    CHECK_MESSAGE(RATOMIC_KEY_TOO_LONG, "key is 10 bytes long; the limit is 8 bytes (the limiter's max_key_len option)",
                   ratomic_allow(l, KEY("0123456789"), 1, &d));
     CHECK_MESSAGE(RATOMIC_COST_EXCEEDS_LIMIT, "cost 11 exceeds the limit 10: this call could never be allowed",
                   ratomic_allow(l, KEY("k"), 11, &d));

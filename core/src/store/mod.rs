@@ -1158,7 +1158,6 @@ pub(crate) struct Scratch(pub(crate) [u64; MAX_WIDTH]);
 /// Runs `op` on the first `width` of `words`, a private copy, in place:
 /// the answer for an absent key, and whether `op` changed the words (then
 /// they are the states to insert).
-#[inline]
 pub(crate) fn on_copy<R>(
     words: &mut Scratch,
     width: usize,

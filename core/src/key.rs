@@ -35,8 +35,10 @@ use crate::sync::{epoch, AtomicU64, Ordering};
 /// # Ok::<(), ratomic::Error>(())
 /// ```
 ///
-/// Sealed: implemented here for `[u8]`, `u64` and the three IP address types.
-pub trait Key: private::Sealed {
+/// Sealed: implemented here for `[u8]`, `u64` and the three IP address
+/// types (all `'static`, which the trait says so batches can hold probes
+/// borrowed from the callers' keys).
+pub trait Key: private::Sealed + 'static {
     #[doc(hidden)]
     type Stored: StoredKey;
     /// The key's hash and its form prepared for comparison with slots.

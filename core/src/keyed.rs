@@ -279,16 +279,7 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     {
         let now = checked(now)?;
         let alg = &self.base.rules;
-        let prepared = requests
-            .into_iter()
-            .enumerate()
-            .map(|(index, (key, cost))| {
-                alg.check_cost(cost)
-                    .and_then(|()| self.base.probe(key.as_key()))
-                    .map(|(hash, probe)| (hash, probe, cost))
-                    .map_err(|e| Error::InvalidRequest { index, error: Box::new(e) })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let prepared = self.base.prepare(requests, |cost| alg.check_cost(cost))?;
         out.reserve(prepared.len());
         self.base.batch(|| {
             on_algorithm!(self, alg => out.extend(prepared.into_iter().map(|(hash, probe, cost)| {

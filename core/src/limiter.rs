@@ -1344,16 +1344,7 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
     {
         let l = self.limiter;
         let now = checked(now)?;
-        let prepared = requests
-            .into_iter()
-            .enumerate()
-            .map(|(index, (key, cost))| {
-                l.check_set(self.set, cost)
-                    .and_then(|()| l.base.probe(key.as_key()))
-                    .map(|(hash, probe)| (hash, probe, cost))
-                    .map_err(|e| Error::InvalidRequest { index, error: Box::new(e) })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let prepared = l.base.prepare(requests, |cost| l.check_set(self.set, cost))?;
         out.reserve(prepared.len());
         l.base.batch(|| {
             out.extend(prepared.into_iter().map(|(hash, probe, cost)| self.dispatch(hash, &probe, cost, now)))

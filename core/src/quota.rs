@@ -44,6 +44,18 @@ pub struct Quota {
 impl Quota {
     /// A bucket of `capacity` tokens (≥ 1) refilled at `refill_per_sec`
     /// tokens per second (finite, > 0).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::Quota;
+    ///
+    /// let q = Quota::new(5, 0.5)?; // a burst of 5, one token every 2 s
+    /// assert_eq!(q.emission_interval(), Duration::from_secs(2));
+    /// assert!(Quota::new(0, 1.0).is_err()); // no capacity
+    /// assert!(Quota::new(5, 0.0).is_err()); // never refills
+    /// assert!(Quota::new(5, -1.0).is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn new(capacity: u64, refill_per_sec: f64) -> Result<Self> {
         if !refill_per_sec.is_finite() || refill_per_sec <= 0.0 {
             return Err(Error::invalid("refill_per_sec", refill_per_sec, "must be a finite number greater than 0"));
@@ -61,32 +73,88 @@ impl Quota {
 
     /// `rate.count()` tokens of burst, refilled over `rate.period()`: the
     /// emission interval is `period / count`, computed exactly in integers.
+    ///
+    /// ```
+    /// use ratomic::{Quota, Rate};
+    ///
+    /// let q = Quota::from_rate(Rate::parse("3/250ms")?)?;
+    /// assert_eq!(q.capacity(), 3);
+    /// assert_eq!(q.emission_interval_nanos(), 83_333_333); // 250 ms / 3, rounded down
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn from_rate(rate: Rate) -> Result<Self> {
         let interval = (rate.period_nanos() / rate.count()).max(1);
         Self::from_parts(rate.count(), interval, rate.per_sec())
     }
 
     /// Parses a rate string (see [`Rate::parse`]) into a quota.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::Quota;
+    ///
+    /// let q = Quota::parse("5 per minute")?;
+    /// assert_eq!((q.capacity(), q.emission_interval()), (5, Duration::from_secs(12)));
+    /// assert!(Quota::parse("five per minute").is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn parse(rate: &str) -> Result<Self> {
         Self::from_rate(Rate::parse(rate)?)
     }
 
     /// `n` tokens a second, burst `n`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::Quota;
+    ///
+    /// let q = Quota::per_second(10)?;
+    /// assert_eq!((q.capacity(), q.emission_interval()), (10, Duration::from_millis(100)));
+    /// assert!(Quota::per_second(0).is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn per_second(n: u64) -> Result<Self> {
         Self::from_rate(Rate::per_second(n)?)
     }
 
     /// `n` tokens a minute, burst `n`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::Quota;
+    ///
+    /// let q = Quota::per_minute(30)?;
+    /// assert_eq!((q.capacity(), q.emission_interval()), (30, Duration::from_secs(2)));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn per_minute(n: u64) -> Result<Self> {
         Self::from_rate(Rate::per_minute(n)?)
     }
 
     /// `n` tokens an hour, burst `n`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::Quota;
+    ///
+    /// let q = Quota::per_hour(3600)?;
+    /// assert_eq!((q.capacity(), q.emission_interval()), (3600, Duration::from_secs(1)));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn per_hour(n: u64) -> Result<Self> {
         Self::from_rate(Rate::per_hour(n)?)
     }
 
     /// The same refill rate with a different burst.
+    ///
+    /// ```
+    /// use ratomic::Quota;
+    ///
+    /// let smooth = Quota::per_second(10)?.with_burst(1)?; // 10/s, one at a time
+    /// assert_eq!((smooth.capacity(), smooth.emission_interval_nanos()), (1, 100_000_000));
+    /// assert!(Quota::per_second(10)?.with_burst(0).is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn with_burst(self, capacity: u64) -> Result<Self> {
         Self::from_parts(capacity, self.interval_ns, self.refill_per_sec)
     }
@@ -106,26 +174,65 @@ impl Quota {
     }
 
     /// `B`: the most tokens a key can hold, and the largest cost a call may ask.
+    ///
+    /// ```
+    /// use ratomic::Quota;
+    ///
+    /// assert_eq!(Quota::per_minute(100)?.capacity(), 100);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
 
     /// `T`: the time one token takes to refill.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::Quota;
+    ///
+    /// assert_eq!(Quota::per_hour(60)?.emission_interval(), Duration::from_secs(60));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn emission_interval(&self) -> Duration {
         Duration::from_nanos(self.interval_ns)
     }
 
     /// `T` in nanoseconds.
+    ///
+    /// ```
+    /// use ratomic::Quota;
+    ///
+    /// assert_eq!(Quota::per_second(1000)?.emission_interval_nanos(), 1_000_000);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn emission_interval_nanos(&self) -> u64 {
         self.interval_ns
     }
 
     /// The refill rate this quota was made from, in tokens per second.
+    ///
+    /// ```
+    /// use ratomic::Quota;
+    ///
+    /// assert_eq!(Quota::new(10, 2.5)?.refill_per_sec(), 2.5);
+    /// assert_eq!(Quota::per_minute(120)?.refill_per_sec(), 2.0);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn refill_per_sec(&self) -> f64 {
         self.refill_per_sec
     }
 
     /// `τ = B·T`: how long an empty bucket takes to become full again.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::Quota;
+    ///
+    /// // 10 tokens at 2 a second: empty to full in 5 s.
+    /// assert_eq!(Quota::new(10, 2.0)?.burst_window(), Duration::from_secs(5));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn burst_window(&self) -> Duration {
         Duration::from_nanos(self.capacity * self.interval_ns)
     }

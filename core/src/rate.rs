@@ -75,6 +75,17 @@ pub(crate) const MAX_NANOS: u64 = (1 << 63) - 1;
 impl Rate {
     /// `count` per `period`. Both must be non-zero; the period must fit in 63
     /// bits of nanoseconds.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::Rate;
+    ///
+    /// let r = Rate::new(1000, Duration::from_secs(15 * 60))?;
+    /// assert_eq!(r, "1000/15m".parse()?);
+    /// assert!(Rate::new(0, Duration::from_secs(1)).is_err());
+    /// assert!(Rate::new(10, Duration::ZERO).is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn new(count: u64, period: Duration) -> Result<Self> {
         if count == 0 {
             return Err(Error::invalid("count", count, "must be at least 1"));
@@ -90,16 +101,37 @@ impl Rate {
     }
 
     /// `count` per second.
+    ///
+    /// ```
+    /// use ratomic::Rate;
+    ///
+    /// assert_eq!(Rate::per_second(10)?, Rate::parse("10/s")?);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn per_second(count: u64) -> Result<Self> {
         Self::new(count, Duration::from_secs(1))
     }
 
     /// `count` per minute.
+    ///
+    /// ```
+    /// use ratomic::Rate;
+    ///
+    /// assert_eq!(Rate::per_minute(100)?, Rate::parse("100/min")?);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn per_minute(count: u64) -> Result<Self> {
         Self::new(count, Duration::from_secs(60))
     }
 
     /// `count` per hour.
+    ///
+    /// ```
+    /// use ratomic::Rate;
+    ///
+    /// assert_eq!(Rate::per_hour(5000)?, Rate::parse("5000/h")?);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn per_hour(count: u64) -> Result<Self> {
         Self::new(count, Duration::from_secs(3_600))
     }
@@ -170,21 +202,51 @@ impl Rate {
     }
 
     /// How many calls (or tokens) per period.
+    ///
+    /// ```
+    /// use ratomic::Rate;
+    ///
+    /// assert_eq!(Rate::parse("10 per 2 minutes")?.count(), 10);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn count(&self) -> u64 {
         self.count
     }
 
     /// The period.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::Rate;
+    ///
+    /// assert_eq!(Rate::parse("10 per 2 minutes")?.period(), Duration::from_secs(120));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn period(&self) -> Duration {
         Duration::from_nanos(self.period_ns)
     }
 
     /// The period in nanoseconds.
+    ///
+    /// ```
+    /// use ratomic::Rate;
+    ///
+    /// assert_eq!(Rate::parse("3/250ms")?.period_nanos(), 250_000_000);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn period_nanos(&self) -> u64 {
         self.period_ns
     }
 
     /// Calls per second, as a float (for display).
+    ///
+    /// ```
+    /// use ratomic::Rate;
+    ///
+    /// assert_eq!(Rate::parse("120/min")?.per_sec(), 2.0);
+    /// assert_eq!(Rate::parse("3/250ms")?.per_sec(), 12.0);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn per_sec(&self) -> f64 {
         self.count as f64 * NS_PER_S as f64 / self.period_ns as f64
     }

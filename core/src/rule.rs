@@ -35,22 +35,56 @@ pub enum Rule {
 
 impl Rule {
     /// A token bucket for `quota`.
+    ///
+    /// ```
+    /// use ratomic::{Algorithm, Quota, Rule};
+    ///
+    /// let rule = Rule::token_bucket(Quota::per_second(10)?.with_burst(20)?);
+    /// assert_eq!(rule.limit(), 20);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn token_bucket(quota: Quota) -> Self {
         Rule::TokenBucket(Gcra::new(quota))
     }
 
     /// A fixed window: `rate.count()` per `rate.period()`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::{Algorithm, Rate, Rule};
+    ///
+    /// let rule = Rule::fixed_window(Rate::parse("1000/d")?)?;
+    /// assert_eq!((rule.limit(), rule.window()), (1000, Duration::from_secs(86_400)));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn fixed_window(rate: Rate) -> Result<Self> {
         Ok(Rule::FixedWindow(FixedWindowCounter::new(rate)?))
     }
 
     /// A sliding window: `rate.count()` per `rate.period()`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::{Algorithm, Rate, Rule};
+    ///
+    /// let rule = Rule::sliding_window(Rate::parse("100/h")?)?;
+    /// assert_eq!((rule.limit(), rule.window()), (100, Duration::from_secs(3600)));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn sliding_window(rate: Rate) -> Result<Self> {
         Ok(Rule::SlidingWindow(SlidingWindowCounter::new(rate)?))
     }
 
     /// A token bucket from a rate string: `"10/s"` is a burst of 10 refilled
     /// over a second.
+    ///
+    /// ```
+    /// use ratomic::{Quota, Rule};
+    ///
+    /// assert_eq!(Rule::parse("10/s")?, Rule::token_bucket(Quota::parse("10/s")?));
+    /// assert!(Rule::parse("10/fortnight").is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
     pub fn parse(rate: &str) -> Result<Self> {
         Ok(Rule::token_bucket(Quota::parse(rate)?))
     }

@@ -375,7 +375,7 @@ impl<S: StoredKey> Table<S> {
         // a SeqCst CAS, so a scan whose SeqCst loads follow its own claim
         // reads CLAIMED or later here (and waits for BUSY), or this scan
         // reads its slot. (A SeqCst store is an `xchg` on x86, which drains
-        // the store buffer: a migration pays it on every key it moves.)
+        // the store buffer: every insert paid it.)
         word.store(BUSY, Ordering::Release);
         true
     }

@@ -413,7 +413,7 @@ pub struct BytesProbe<'a> {
 
 impl Key for [u8] {
     type Stored = ByteKey;
-    #[inline]
+    #[inline(always)]
     fn probe<H: BuildHasher>(&self, hasher: &H, max_len: usize) -> Result<(u64, BytesProbe<'_>)> {
         if self.len() > max_len {
             return Err(Error::KeyTooLong { len: self.len(), max: max_len });

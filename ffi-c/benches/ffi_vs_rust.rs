@@ -63,6 +63,17 @@ impl CAbi {
         let target = std::env::var_os("CARGO_TARGET_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+        // Build the library first (a no-op when it is up to date): a
+        // libratomic.so left from an older tree would time old C-side code
+        // against new Rust code, which once went into BENCHMARKS.md.
+        // `cargo bench` gives its benches the path of cargo in `CARGO`.
+        if let Some(cargo) = std::env::var_os("CARGO") {
+            let status = std::process::Command::new(cargo)
+                .args(["build", "--release", "--quiet", "-p", "ratomic-ffi"])
+                .status()
+                .expect("run cargo");
+            assert!(status.success(), "cargo build --release -p ratomic-ffi failed");
+        }
         let path = target.join("release/libratomic.so");
         assert!(path.exists(), "{} is missing: run `cargo build --release -p ratomic-ffi` first", path.display());
         let c_path = CString::new(path.to_str().expect("a UTF-8 path")).unwrap();

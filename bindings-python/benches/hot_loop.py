@@ -6,26 +6,11 @@ each; the machine is noisy and code layout alone moves this by 1-3 ns).
     PYTHONPATH=/tmp/build-a python bindings-python/benches/hot_loop.py
     PYTHONPATH=/tmp/build-b python bindings-python/benches/hot_loop.py
 
-Prints the best CPU ns per call over 15 passes of each.
+Prints the best CPU ns per call over 15 passes of each (bench.py's timer).
 """
 
-import gc
-import time
-
 import ratomic
-
-
-def best_ns(call, keys, passes=15):
-    best = float("inf")
-    for _ in range(passes):
-        gc.disable()
-        t0 = time.process_time_ns()
-        for k in keys:
-            call(k)
-        dt = time.process_time_ns() - t0
-        gc.enable()
-        best = min(best, dt / len(keys))
-    return best
+from bench import per_call_ns  # best CPU ns per call over passes, as the bench
 
 
 def main():
@@ -34,8 +19,8 @@ def main():
     allow = limiter.allow
     for k in keys:
         assert allow(k).allowed
-    spread = best_ns(allow, keys)
-    hot = best_ns(allow, ["user:42"] * 100_000)
+    spread = per_call_ns(allow, keys, 15)
+    hot = per_call_ns(allow, ["user:42"] * 100_000, 15)
     print(f"100k keys {spread:.1f} ns, hot key {hot:.1f} ns ({ratomic.__file__})")
 
 

@@ -7,7 +7,7 @@
 //! the same keys, in the same order.
 //!
 //! ```text
-//! cargo build --release -p ratomic-ffi && cargo bench -p ratomic-ffi
+//! cargo bench -p ratomic-ffi   # builds libratomic.so first
 //! ```
 //!
 //! Groups: a hot key and 100k keys, each reading the library's clock

@@ -42,7 +42,7 @@ test-rust:
 	$(CARGO) package -q -p ratomic -p ratomic-redis -p ratomic-tower --allow-dirty
 
 test-loom:
-	RUSTFLAGS="--cfg ratomic_loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=$(LOOM_MAX_PREEMPTIONS) CARGO_TARGET_DIR=target/loom \
+	RUSTFLAGS="--cfg ratomic_loom" LOOM_MAX_PREEMPTIONS=$(LOOM_MAX_PREEMPTIONS) CARGO_TARGET_DIR=target/loom \
 		$(CARGO) test -p ratomic --release --test loom
 
 test-ffi:

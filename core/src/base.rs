@@ -111,10 +111,10 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
     }
 
     /// Runs `f`, a batch of calls, with this thread pinned once: each call's
-    /// own pin is then nested, without the fenced store a first pin costs
-    /// (`rounds many64-100k`: a batch of 64 went from 0.94–0.98 to 0.88–0.90
-    /// of 64 single calls). Memory the batch's calls retire waits for the
-    /// batch's end, no longer.
+    /// own pin is then nested, a count rather than a store to the thread's
+    /// epoch word (`rounds many64-100k`: a batch of 64 went from 0.94–0.98
+    /// to 0.88–0.90 of 64 single calls when a first pin was a fenced store).
+    /// Memory the batch's calls retire waits for the batch's end, no longer.
     #[inline]
     pub(crate) fn batch<T>(&self, f: impl FnOnce() -> T) -> T {
         let _pinned = crate::sync::epoch::pin();

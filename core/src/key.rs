@@ -544,6 +544,15 @@ mod block {
     }
 }
 
+/// A retired block's deferred free (the epoch runs it with the slot's word).
+///
+/// # Safety
+/// As [`block::free`], for the block whose address `word` is.
+unsafe fn free_block(word: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { block::free(block::from_word(word as u64)) }
+}
+
 impl ByteKey {
     #[inline]
     fn is_heap(header: u64) -> bool {
@@ -638,7 +647,7 @@ unsafe impl StoredKey for ByteKey {
             let word = words[2].load(Ordering::Relaxed);
             // SAFETY: the block is unreachable from the slot once the caller
             // reuses it; the epoch runs this after every thread pinned now.
-            unsafe { guard.defer_unchecked(move || block::free(block::from_word(word))) };
+            unsafe { guard.defer(free_block, word as usize) };
         }
     }
 

@@ -54,6 +54,7 @@ mod clock;
 mod decision;
 mod direct;
 mod div;
+mod epoch;
 mod error;
 mod fixed_window;
 mod gcra;
@@ -94,6 +95,12 @@ pub use stack::{Receipt, Stack, StackBuilder, StackMember};
 #[cfg(ratomic_loom)]
 #[doc(hidden)]
 pub use store::shared::model as shared_model;
+/// The epoch reclamation, for `tests/loom.rs`'s models of it and the
+/// `reclaim` benchmark; not part of the API.
+#[doc(hidden)]
+pub mod __epoch {
+    pub use crate::epoch::{pin, Guard};
+}
 pub use store::{Eviction, Options};
 pub use token_bucket::{DirectTokenBucket, TokenBucket};
 pub use window::{FixedWindowCounter, SlidingWindowCounter};

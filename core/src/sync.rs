@@ -1,11 +1,11 @@
 //! The one place that chooses between `std`'s and loom's synchronisation
 //! primitives, so every CAS protocol in the crate can be model-checked with
-//! `RUSTFLAGS="--cfg ratomic_loom --cfg crossbeam_loom"` (see `tests/loom.rs`).
+//! `RUSTFLAGS="--cfg ratomic_loom"` (see `tests/loom.rs`).
 //!
 //! Memory reclamation (old tables after a store grows, long keys after their
-//! slot is reused) is crossbeam-epoch's, which runs under loom too.
+//! slot is reused) is `epoch.rs`'s, which runs under loom too.
 
-pub(crate) use crossbeam_epoch as epoch;
+pub(crate) use crate::epoch;
 
 #[cfg(ratomic_loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};

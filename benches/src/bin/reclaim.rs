@@ -3,13 +3,16 @@
 //! compare-and-swap on an `AtomicU64`, the shape of a keyed call on a stored
 //! key, measured in interleaved rounds in one process:
 //!
-//! - `crossbeam-epoch`: `pin()` and drop, what the store does today;
+//! - `ratomic`: ratomic's own epoch (`core/src/epoch.rs`), `pin()` and
+//!   drop, what the store does since it stopped using crossbeam-epoch;
+//! - `crossbeam-epoch`: `pin()` and drop, what the store did before;
 //! - `seize`: `Collector::enter`, `protect` and drop (its Linux fast
 //!   barrier is on by default);
 //! - `asymmetric`: a relaxed store of the thread's epoch, a compiler fence,
 //!   and a release store to leave: the reader's side of epoch reclamation
 //!   with asymmetric fences (the reclaiming thread pays a process-wide
-//!   barrier, `membarrier(2)`, instead); neither crate offers this reader;
+//!   barrier, `membarrier(2)`, instead), written inline: the least such a
+//!   reader can cost, which neither crate offers;
 //! - `bare`: the CAS alone.
 //!
 //! ```sh
@@ -55,7 +58,13 @@ fn main() {
     let table = AtomicPtr::new(Box::into_raw(Box::new(0u64)));
     let collector = seize::Collector::new();
 
-    let contenders: [(&str, &dyn Fn(u64)); 4] = [
+    let contenders: [(&str, &dyn Fn(u64)); 5] = [
+        ("ratomic", &|i| {
+            let guard = ratomic::__epoch::pin();
+            black_box(table.load(Ordering::Acquire));
+            charge(&word, i);
+            drop(guard);
+        }),
         ("crossbeam-epoch", &|i| {
             let guard = crossbeam_epoch::pin();
             black_box(table.load(Ordering::Acquire));

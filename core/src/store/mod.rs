@@ -26,7 +26,8 @@
 //! calls go on: a call that meets a frozen slot waits for that one slot,
 //! then follows the new table; new keys go to the new table as soon as it
 //! exists. Old tables and long keys' heap blocks are freed through an epoch
-//! (crossbeam-epoch), once no call that might read them is still running.
+//! (`epoch.rs`: a call pins its thread with a store, not a locked
+//! instruction), once no call that might read them is still running.
 //!
 //! Operations that *credit* a key (refunds, give-backs, resets) lock its
 //! slot instead (`update_locked`): a credit must not land on a slot reused
@@ -480,6 +481,9 @@ impl<S: StoredKey> Store<S> {
     pub(crate) fn new(options: &Options, width: usize, retention: &impl Retention) -> Result<Self> {
         options.validate()?;
         assert!((1..=MAX_WIDTH).contains(&width));
+        // The epoch's one-time set-up (a `membarrier` registration, which
+        // can take milliseconds) happens here, not in the first call.
+        epoch::init();
         let count = options.shard_count();
         let shards = (0..count)
             .map(|_| {

@@ -1,0 +1,847 @@
+//! Epoch-based memory reclamation whose readers execute no fence.
+//!
+//! The keyed store frees old tables, old summary cells and long keys' heap
+//! blocks only once no call that might still read them is running. This
+//! module is that guarantee: a call *pins* its thread for its length, and
+//! memory unlinked meanwhile is *deferred* and freed two epochs later.
+//!
+//! # Why not crossbeam-epoch or seize
+//!
+//! Both make every pin a locked instruction (crossbeam-epoch's `pin` stores
+//! the thread's epoch and executes a SeqCst fence; seize's `leave` is an
+//! `xchg`): `cargo run --release -p ratomic-benches --bin reclaim` measured
+//! +5.9 and +6.8 ns around one CAS that costs 5.1 ns, 35% of a hot keyed call
+//! (`BENCHMARKS.md`, "where ratomic still loses"). The scheme here is
+//! crossbeam-epoch's algorithm with its one per-pin fence made *asymmetric*:
+//! the reader's half is a compiler fence, and the rare thread that advances
+//! the epoch pays a process-wide `membarrier(2)`, which executes a full
+//! barrier on every CPU running one of this process's threads (the pairing
+//! liburcu's "memb" flavour and folly's `asymmetric_thread_fence_*` use).
+//! Where `membarrier` is not available (not Linux, or refused), the reader's
+//! half is a real SeqCst fence: the scheme is then crossbeam-epoch's exactly.
+//!
+//! # The protocol
+//!
+//! - The global epoch `G` advances by 2. A thread's `Local::epoch` is 0 when
+//!   it is not pinned, `e | 1` while pinned at epoch `e`.
+//! - **Pin**: read `G` (relaxed), store `G | 1` to the thread's word
+//!   (relaxed), *light fence*; then read the shared pointers. **Unpin**: store
+//!   0 (release), ordering every read of the pinned section before it.
+//! - **Retire**: after unlinking an object, its free is pushed to the
+//!   thread's bag. A bag is *sealed* (when full, or on `flush`): a SeqCst
+//!   fence, then `t = G` (the unlink is ordered before that read), and the
+//!   bag goes to the global queue tagged `t`.
+//! - **Advance** (one thread at a time): read `G`, *heavy fence*, read every
+//!   thread's word (acquire); if every pinned thread is pinned at `G`, store
+//!   `G + 2` (release). Bags tagged `t` are freed once `G >= t + 4`.
+//!
+//! Why a bag tagged `t` is never freed under a reader that saw its objects:
+//! such a reader read the pointer before the unlink, so (the light/heavy
+//! pair acting as a Dekker pair of SeqCst fences) every advance whose heavy
+//! fence comes after the unlink sees the reader pinned, at one epoch `e`
+//! for the whole pinned section. The advance past `t + 2` is such an advance
+//! (its `G` was read after the advance past `t`, which comes after the seal's
+//! read of `t`, which comes after the unlink), and so is the one past `t`'s
+//! successor, or the reader's pin comes later than that: it can pass only if
+//! `e = t + 2`, and the advance past `t` only if `e = t`, so at most one of
+//! them happens while the reader is pinned. When the reader unpins, the
+//! release store, the advancer's acquire read, its release store of `G` and
+//! the freeing thread's acquire read of `G` order the reader's last access
+//! before the free.
+//!
+//! Under loom (`--cfg ratomic_loom`) both fences are SeqCst fences, the
+//! standard model of a `membarrier` pair, and `tests/loom.rs` checks that no
+//! deferred free runs while a thread that read the pointer is pinned.
+//!
+//! # Costs and bounds
+//!
+//! A pin costs a thread-local access, two loads and a store; an unpin a
+//! store. Nested pins (a batch pins once, then each call) only count. Frees
+//! are batched 64 at a time, so a `membarrier` (about a microsecond here,
+//! more with more CPUs) is paid at most once per 64 retired objects, plus
+//! once per 1,024 pins of a thread while garbage waits and no one else
+//! advances the epoch (so memory retired just before a store goes quiet is
+//! freed soon after anything pins again). A thread pinned for a long time (a long
+//! batch) delays every free meanwhile; it never lets one happen early.
+//! Per-thread records are reused after their thread exits; a thread that
+//! exits hands its bag to the global queue.
+
+use std::cell::{Cell, UnsafeCell};
+use std::marker::PhantomData;
+use std::ptr;
+
+#[cfg(ratomic_loom)]
+use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64};
+use std::sync::atomic::Ordering;
+#[cfg(not(ratomic_loom))]
+use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64};
+
+use crate::sync::Counter;
+
+/// Deferred frees in a thread's bag before it is sealed.
+const BAG: usize = 64;
+/// A thread checks for garbage nobody is freeing once per this many pins.
+const IDLE_CHECK: u32 = 1024;
+
+/// A free to run once no pinned thread can reach its object: `call(arg)`.
+#[derive(Clone, Copy)]
+struct Deferred {
+    call: unsafe fn(usize),
+    arg: usize,
+}
+
+/// A sealed bag: the epoch it was sealed at and its frees.
+struct Sealed {
+    epoch: u64,
+    bag: Vec<Deferred>,
+}
+
+/// One thread's pin word. Records are never freed: a thread that exits
+/// gives its record back for the next thread to use.
+#[repr(align(128))]
+struct Local {
+    epoch: AtomicU64,
+    in_use: AtomicBool,
+    next: *const Local,
+}
+
+#[repr(C)]
+struct Global {
+    epoch: AtomicU64,
+    /// How many sealed bags wait in `garbage` (a hint: when to collect);
+    /// read by every pin, beside `epoch`.
+    pending: Counter,
+    /// Every `Local` ever made, newest first (pushed, never removed).
+    locals: AtomicPtr<Local>,
+    garbage: Mutex<Vec<Sealed>>,
+    /// Set by the one thread advancing the epoch and freeing.
+    collecting: AtomicBool,
+}
+
+// SAFETY: `Local`s are only reached through atomics and live forever.
+unsafe impl Send for Global {}
+// SAFETY: as above.
+unsafe impl Sync for Global {}
+
+#[cfg(not(ratomic_loom))]
+type Mutex<T> = std::sync::Mutex<T>;
+#[cfg(ratomic_loom)]
+type Mutex<T> = loom::sync::Mutex<T>;
+
+macro_rules! global_new {
+    () => {
+        Global {
+            epoch: AtomicU64::new(0),
+            locals: AtomicPtr::new(ptr::null_mut()),
+            garbage: Mutex::new(Vec::new()),
+            pending: Counter::new(0),
+            collecting: AtomicBool::new(false),
+        }
+    };
+}
+
+#[cfg(not(ratomic_loom))]
+static GLOBAL: Global = global_new!();
+
+// Under loom the global state is made afresh for each execution, and each
+// thread's handle keeps it alive until the handle is dropped (loom drops
+// its statics before the main thread's locals).
+#[cfg(ratomic_loom)]
+loom::lazy_static! {
+    static ref GLOBAL: std::sync::Arc<Global> = std::sync::Arc::new(global_new!());
+}
+
+impl Global {
+    fn garbage(&self) -> impl std::ops::DerefMut<Target = Vec<Sealed>> + '_ {
+        #[cfg(not(ratomic_loom))]
+        return self.garbage.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        #[cfg(ratomic_loom)]
+        return self.garbage.lock().unwrap();
+    }
+
+    /// Takes a free `Local`, or makes one.
+    fn acquire_local(&self) -> *const Local {
+        let mut l = self.locals.load(Ordering::Acquire);
+        // SAFETY: `Local`s are never freed (under loom, not before `self`).
+        while let Some(local) = unsafe { l.as_ref() } {
+            if !local.in_use.load(Ordering::Relaxed)
+                && local.in_use.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok()
+            {
+                return l;
+            }
+            l = local.next.cast_mut();
+        }
+        let new = Box::into_raw(Box::new(Local {
+            epoch: AtomicU64::new(0),
+            in_use: AtomicBool::new(true),
+            next: ptr::null(),
+        }));
+        let mut head = self.locals.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: `new` is ours until the CAS publishes it.
+            unsafe { (*new).next = head };
+            match self.locals.compare_exchange_weak(head, new, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return new,
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    /// Queues a bag of frees, tagged with the epoch now.
+    fn seal(&self, bag: Vec<Deferred>) {
+        if bag.is_empty() {
+            return;
+        }
+        // Orders the unlinks of the bag's objects before the read of the tag.
+        fence(Ordering::SeqCst);
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        let mut garbage = self.garbage();
+        garbage.push(Sealed { epoch, bag });
+        self.pending.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Advances the epoch if every pinned thread is pinned at it, and runs
+    /// the frees of the bags two epochs old. Does nothing if another thread
+    /// is at it.
+    fn collect(&self) {
+        if self.collecting.swap(true, Ordering::Acquire) {
+            return;
+        }
+        let epoch = self.try_advance();
+        let ready: Vec<Sealed> = {
+            let mut garbage = self.garbage();
+            let (ready, waiting) =
+                std::mem::take(&mut *garbage).into_iter().partition(|s| epoch.wrapping_sub(s.epoch) >= 4);
+            *garbage = waiting;
+            self.pending.fetch_sub(ready.len(), Ordering::Relaxed);
+            ready
+        };
+        self.collecting.store(false, Ordering::Release);
+        for sealed in ready {
+            for d in sealed.bag {
+                // SAFETY: two epochs have passed since the bag was sealed: no
+                // thread pinned now was pinned when its objects were unlinked.
+                unsafe { (d.call)(d.arg) };
+            }
+        }
+    }
+
+    /// One advance attempt; returns the epoch after it.
+    fn try_advance(&self) -> u64 {
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        if !heavy_fence() {
+            return epoch;
+        }
+        let mut l = self.locals.load(Ordering::Acquire);
+        // SAFETY: `Local`s are never freed.
+        while let Some(local) = unsafe { l.as_ref() } {
+            let e = local.epoch.load(Ordering::Acquire);
+            if e != 0 && e != epoch | 1 {
+                return epoch;
+            }
+            l = local.next.cast_mut();
+        }
+        // Only the collecting thread stores the epoch.
+        self.epoch.store(epoch.wrapping_add(2), Ordering::Release);
+        epoch.wrapping_add(2)
+    }
+}
+
+#[cfg(ratomic_loom)]
+impl Drop for Global {
+    fn drop(&mut self) {
+        for sealed in std::mem::take(&mut *self.garbage()) {
+            for d in sealed.bag {
+                // SAFETY: the execution is over: no thread is pinned.
+                unsafe { (d.call)(d.arg) };
+            }
+        }
+        let mut l = self.locals.load(Ordering::Relaxed);
+        while !l.is_null() {
+            // SAFETY: made by `Box::into_raw`, unreachable once `self` goes.
+            let local = unsafe { Box::from_raw(l) };
+            l = local.next.cast_mut();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The light and heavy halves of the fence.
+
+/// Whether readers may use a compiler fence: decided once, before any
+/// thread registers, and never changed.
+#[cfg(not(ratomic_loom))]
+static ASYMMETRIC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[cfg(all(target_os = "linux", not(ratomic_loom)))]
+mod membarrier {
+    const CMD_GLOBAL: libc::c_long = 1;
+    const CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+    const CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+
+    fn call(cmd: libc::c_long) -> bool {
+        // SAFETY: membarrier(cmd, flags = 0, cpu_id = 0) reads no memory of ours.
+        unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0 as libc::c_long, 0 as libc::c_long) == 0 }
+    }
+
+    /// Registers the process for expedited barriers and tries one.
+    pub(super) fn register() -> bool {
+        call(CMD_REGISTER_PRIVATE_EXPEDITED) && call(CMD_PRIVATE_EXPEDITED)
+    }
+
+    /// A full barrier on every CPU running a thread of this process.
+    pub(super) fn barrier() -> bool {
+        // A process forked from a registered one may need to register again;
+        // the global command (slow: it waits for a grace period) needs none.
+        call(CMD_PRIVATE_EXPEDITED) || register() || call(CMD_GLOBAL)
+    }
+}
+
+/// Settles, once per process, whether readers may use a compiler fence.
+/// Registering for `membarrier` can take milliseconds (the kernel waits for
+/// a grace period when the process has threads), so stores call this when
+/// they are made, not in their first call.
+pub fn init() {
+    #[cfg(not(ratomic_loom))]
+    decide_mode();
+}
+
+#[cfg(not(ratomic_loom))]
+fn decide_mode() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        #[cfg(target_os = "linux")]
+        ASYMMETRIC.store(membarrier::register(), Ordering::Relaxed);
+    });
+}
+
+/// The reader's half: keeps the pin's store before the pinned section's
+/// loads, with a real fence when the heavy half cannot be asymmetric.
+#[inline(always)]
+fn light_fence(asymmetric: bool) {
+    #[cfg(not(ratomic_loom))]
+    if asymmetric {
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        return;
+    }
+    let _ = asymmetric;
+    fence(Ordering::SeqCst);
+}
+
+/// The advancer's half; `false` if no barrier could be had (then the epoch
+/// must not advance: no memory is freed, none early).
+fn heavy_fence() -> bool {
+    #[cfg(all(target_os = "linux", not(ratomic_loom)))]
+    if ASYMMETRIC.load(Ordering::Relaxed) {
+        return membarrier::barrier();
+    }
+    fence(Ordering::SeqCst);
+    true
+}
+
+// ---------------------------------------------------------------------------
+// A thread's handle.
+
+struct Handle {
+    local: Cell<*const Local>,
+    nest: Cell<usize>,
+    asymmetric: Cell<bool>,
+    pins: Cell<u32>,
+    /// The epoch at this thread's last idle check.
+    seen: Cell<u64>,
+    bag: UnsafeCell<Vec<Deferred>>,
+    #[cfg(ratomic_loom)]
+    global: std::cell::OnceCell<std::sync::Arc<Global>>,
+}
+
+macro_rules! handle_new {
+    ($($loom:tt)*) => {
+        Handle {
+            local: Cell::new(ptr::null()),
+            nest: Cell::new(0),
+            asymmetric: Cell::new(false),
+            pins: Cell::new(0),
+            seen: Cell::new(0),
+            bag: UnsafeCell::new(Vec::new()),
+            $($loom)*
+        }
+    };
+}
+
+impl Handle {
+    #[cfg(not(ratomic_loom))]
+    const fn new() -> Handle {
+        handle_new!()
+    }
+
+    #[cfg(ratomic_loom)]
+    fn new() -> Handle {
+        handle_new!(global: std::cell::OnceCell::new(),)
+    }
+
+    #[inline(always)]
+    fn global(&self) -> &Global {
+        #[cfg(not(ratomic_loom))]
+        return &GLOBAL;
+        #[cfg(ratomic_loom)]
+        return self.global.get_or_init(|| GLOBAL.clone());
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn register(&self) {
+        #[cfg(not(ratomic_loom))]
+        {
+            decide_mode();
+            self.asymmetric.set(ASYMMETRIC.load(Ordering::Relaxed));
+        }
+        self.local.set(self.global().acquire_local());
+    }
+
+    #[inline(always)]
+    fn enter(&self) {
+        let n = self.nest.get();
+        self.nest.set(n + 1);
+        if n == 0 {
+            self.pin_first();
+        }
+    }
+
+    #[inline(always)]
+    fn pin_first(&self) {
+        if self.local.get().is_null() {
+            self.register();
+        }
+        // SAFETY: registered above; records live forever.
+        let local = unsafe { &*self.local.get() };
+        let global = self.global();
+        let epoch = global.epoch.load(Ordering::Relaxed);
+        local.epoch.store(epoch | 1, Ordering::Relaxed);
+        light_fence(self.asymmetric.get());
+        if global.pending.load(Ordering::Relaxed) != 0 {
+            self.idle_check(epoch);
+        }
+    }
+
+    /// While garbage waits, every [`IDLE_CHECK`]th pin of this thread frees
+    /// what is due if nobody advanced the epoch since its last check.
+    #[cold]
+    #[inline(never)]
+    fn idle_check(&self, epoch: u64) {
+        let pins = self.pins.get().wrapping_add(1);
+        self.pins.set(pins);
+        if pins % IDLE_CHECK != 0 {
+            return;
+        }
+        let global = self.global();
+        if epoch == self.seen.get() {
+            global.collect();
+        }
+        self.seen.set(global.epoch.load(Ordering::Relaxed));
+    }
+
+    #[inline(always)]
+    fn leave(&self) {
+        let n = self.nest.get() - 1;
+        self.nest.set(n);
+        if n == 0 {
+            // SAFETY: pinned, so registered.
+            unsafe { &*self.local.get() }.epoch.store(0, Ordering::Release);
+        }
+    }
+
+    fn defer(&self, d: Deferred) {
+        // SAFETY: the bag is only touched by this thread, and by no caller
+        // up the stack (a free that defers again runs after the take below).
+        let bag = unsafe { &mut *self.bag.get() };
+        bag.push(d);
+        if bag.len() >= BAG {
+            self.flush();
+        }
+    }
+
+    fn flush(&self) {
+        // SAFETY: as in `defer`.
+        let bag = std::mem::take(unsafe { &mut *self.bag.get() });
+        let global = self.global();
+        global.seal(bag);
+        global.collect();
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let local = self.local.get();
+        if local.is_null() {
+            return;
+        }
+        let bag = std::mem::take(self.bag.get_mut());
+        self.global().seal(bag);
+        if self.nest.get() != 0 {
+            // A guard outlives the thread's handle: keep the record pinned
+            // (frees wait forever; none runs early).
+            return;
+        }
+        // SAFETY: records live forever.
+        let local = unsafe { &*local };
+        local.epoch.store(0, Ordering::Release);
+        local.in_use.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(not(ratomic_loom))]
+thread_local! {
+    static HANDLE: Handle = const { Handle::new() };
+}
+#[cfg(ratomic_loom)]
+loom::thread_local! {
+    static HANDLE: Handle = Handle::new();
+}
+
+// ---------------------------------------------------------------------------
+// The API the store uses: a subset of crossbeam-epoch's.
+
+/// Proof that the thread is pinned: shared pointers loaded through it stay
+/// valid while it lives.
+pub struct Guard {
+    /// The thread's handle, or null for [`unprotected`] and for a guard on
+    /// a thread whose handle is gone (then `orphan` is its record).
+    handle: *const Handle,
+    orphan: *const Local,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Guard")
+    }
+}
+
+/// Pins the thread until the guard is dropped.
+#[inline]
+pub fn pin() -> Guard {
+    match HANDLE.try_with(|h| {
+        h.enter();
+        h as *const Handle
+    }) {
+        Ok(handle) => Guard { handle, orphan: ptr::null(), _not_send: PhantomData },
+        Err(_) => pin_orphan(),
+    }
+}
+
+/// A pin on a thread whose handle is already destroyed (a call from another
+/// thread-local's destructor): a record of its own, always with a real fence.
+#[cold]
+fn pin_orphan() -> Guard {
+    let global: &Global = &GLOBAL;
+    let orphan = global.acquire_local();
+    // SAFETY: records live forever.
+    let local = unsafe { &*orphan };
+    local.epoch.store(global.epoch.load(Ordering::Relaxed) | 1, Ordering::Relaxed);
+    fence(Ordering::SeqCst);
+    Guard { handle: ptr::null(), orphan, _not_send: PhantomData }
+}
+
+/// A guard for memory no other thread can reach (a store being dropped):
+/// deferred frees run at once.
+///
+/// # Safety
+///
+/// Only for data no other thread can access.
+pub unsafe fn unprotected() -> &'static Guard {
+    struct Unprotected(Guard);
+    // SAFETY: this guard holds no handle or record; it is never pinned.
+    unsafe impl Sync for Unprotected {}
+    static UNPROTECTED: Unprotected =
+        Unprotected(Guard { handle: ptr::null(), orphan: ptr::null(), _not_send: PhantomData });
+    &UNPROTECTED.0
+}
+
+impl Guard {
+    /// Runs `call(arg)` once no thread pinned now can still be pinned.
+    ///
+    /// # Safety
+    ///
+    /// What `call` frees must be unreachable to threads that pin from now on.
+    pub unsafe fn defer(&self, call: unsafe fn(usize), arg: usize) {
+        let d = Deferred { call, arg };
+        if !self.handle.is_null() {
+            // SAFETY: a guard lives on its thread, within its handle's life.
+            unsafe { &*self.handle }.defer(d);
+        } else if !self.orphan.is_null() {
+            GLOBAL.seal(vec![d]);
+        } else {
+            // SAFETY: unprotected: the caller vouches that no thread can reach it.
+            unsafe { call(arg) };
+        }
+    }
+
+    /// Drops the object behind `ptr` once no pinned thread can reach it.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` came from an [`Owned`], is unlinked, and is deferred once.
+    pub unsafe fn defer_destroy<T>(&self, ptr: Shared<'_, T>) {
+        unsafe fn drop_box<T>(p: usize) {
+            // SAFETY: made by `Box::into_raw` (`Owned`), dropped once.
+            drop(unsafe { Box::from_raw(p as *mut T) });
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.defer(drop_box::<T>, ptr.ptr as usize) };
+    }
+
+    /// Queues this thread's deferred frees now and tries to free what is due.
+    pub fn flush(&self) {
+        if !self.handle.is_null() {
+            // SAFETY: as in `defer`.
+            unsafe { &*self.handle }.flush();
+        }
+    }
+}
+
+impl Drop for Guard {
+    #[inline]
+    fn drop(&mut self) {
+        if !self.handle.is_null() {
+            // SAFETY: as in `defer`.
+            unsafe { &*self.handle }.leave();
+        } else if !self.orphan.is_null() {
+            // SAFETY: records live forever.
+            let local = unsafe { &*self.orphan };
+            local.epoch.store(0, Ordering::Release);
+            local.in_use.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// An atomic pointer to a heap object freed through the epoch.
+pub struct Atomic<T> {
+    ptr: AtomicPtr<T>,
+    _owns: PhantomData<Box<T>>,
+}
+
+impl<T> std::fmt::Debug for Atomic<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Atomic")
+    }
+}
+
+impl<T> Atomic<T> {
+    pub fn null() -> Self {
+        Atomic { ptr: AtomicPtr::new(ptr::null_mut()), _owns: PhantomData }
+    }
+
+    pub fn new(value: T) -> Self {
+        Atomic { ptr: AtomicPtr::new(Box::into_raw(Box::new(value))), _owns: PhantomData }
+    }
+
+    #[inline(always)]
+    pub fn load<'g>(&self, order: Ordering, _guard: &'g Guard) -> Shared<'g, T> {
+        Shared { ptr: self.ptr.load(order), _guard: PhantomData }
+    }
+
+    #[inline]
+    pub fn store(&self, new: Shared<'_, T>, order: Ordering) {
+        self.ptr.store(new.ptr, order);
+    }
+}
+
+/// A pointer loaded while pinned: valid for the guard's life.
+pub struct Shared<'g, T> {
+    ptr: *mut T,
+    _guard: PhantomData<(&'g (), *const T)>,
+}
+
+impl<T> Clone for Shared<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Shared<'_, T> {}
+
+impl<T> std::fmt::Debug for Shared<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Shared({:p})", self.ptr)
+    }
+}
+
+impl<'g, T> Shared<'g, T> {
+    #[inline(always)]
+    pub fn is_null(&self) -> bool {
+        self.ptr.is_null()
+    }
+
+    /// # Safety
+    ///
+    /// Not null, and not freed before the guard was pinned.
+    #[inline(always)]
+    pub unsafe fn deref(&self) -> &'g T {
+        // SAFETY: the caller's contract.
+        unsafe { &*self.ptr }
+    }
+
+    /// # Safety
+    ///
+    /// As [`deref`](Self::deref), but may be null.
+    #[inline(always)]
+    pub unsafe fn as_ref(&self) -> Option<&'g T> {
+        // SAFETY: the caller's contract.
+        unsafe { self.ptr.as_ref() }
+    }
+
+    /// # Safety
+    ///
+    /// Not null, and no other thread can reach it any more.
+    pub unsafe fn into_owned(self) -> Owned<T> {
+        // SAFETY: the caller's contract; made by `Box::into_raw`.
+        Owned(unsafe { Box::from_raw(self.ptr) })
+    }
+}
+
+/// A heap object not yet shared.
+#[derive(Debug)]
+pub struct Owned<T>(Box<T>);
+
+impl<T> Owned<T> {
+    pub fn new(value: T) -> Self {
+        Owned(Box::new(value))
+    }
+
+    pub fn into_shared<'g>(self, _guard: &'g Guard) -> Shared<'g, T> {
+        Shared { ptr: Box::into_raw(self.0), _guard: PhantomData }
+    }
+}
+
+#[cfg(all(test, not(ratomic_loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+
+    const MAGIC: u64 = 0x5eed_cafe_f00d_beef;
+
+    /// An object whose drop poisons it before freeing it.
+    struct Object([u64; 8]);
+
+    impl Drop for Object {
+        fn drop(&mut self) {
+            for w in &mut self.0 {
+                // SAFETY: a plain write through a live `&mut`; volatile so it
+                // is not elided as a dead store before the free.
+                unsafe { std::ptr::write_volatile(w, 0xdead) };
+            }
+        }
+    }
+
+    /// Real threads, real `membarrier` (where the platform has it): readers
+    /// pin and check every word of the object they loaded many times while
+    /// writers replace it and retire the old one. A free under a pinned
+    /// reader shows as a poisoned or reused word. Every retired object is
+    /// freed in the end.
+    #[test]
+    fn readers_never_see_a_freed_object_while_writers_retire() {
+        static DROPPED: AtomicUsize = AtomicUsize::new(0);
+        struct Counted(Object);
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                DROPPED.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let shared = Arc::new(Atomic::new(Counted(Object([MAGIC; 8]))));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let retired = Arc::new(AtomicUsize::new(0));
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let (shared, stop) = (shared.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut reads = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let guard = pin();
+                        // SAFETY: never null; freed only through the epoch.
+                        let object = unsafe { shared.load(Ordering::Acquire, &guard).deref() };
+                        for _ in 0..4 {
+                            for w in &object.0 .0 {
+                                // SAFETY: a read of a live object, volatile so each pass rereads.
+                                assert_eq!(unsafe { std::ptr::read_volatile(w) }, MAGIC, "read after free");
+                            }
+                        }
+                        reads += 1;
+                    }
+                    reads
+                })
+            })
+            .collect();
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                let (shared, retired) = (shared.clone(), retired.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..20_000 {
+                        let guard = pin();
+                        let new = Owned::new(Counted(Object([MAGIC; 8]))).into_shared(&guard);
+                        let old = Shared { ptr: shared.ptr.swap(new.ptr, Ordering::AcqRel), _guard: PhantomData };
+                        // SAFETY: swapped out above, retired once.
+                        unsafe { guard.defer_destroy(old) };
+                        retired.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+        assert!(reads > 0);
+        // Nobody else pinned: a few advances free everything retired.
+        for _ in 0..4 {
+            pin().flush();
+        }
+        // Other tests of this binary run concurrently and may be pinned:
+        // wait for them, boundedly.
+        for _ in 0..10_000 {
+            if DROPPED.load(Ordering::Relaxed) == retired.load(Ordering::Relaxed) {
+                break;
+            }
+            pin().flush();
+            std::thread::yield_now();
+        }
+        assert_eq!(DROPPED.load(Ordering::Relaxed), retired.load(Ordering::Relaxed), "every retired object is freed");
+    }
+
+    /// A free deferred on a thread that then exits runs later, elsewhere.
+    #[test]
+    fn an_exiting_thread_hands_its_frees_over() {
+        static FREED: AtomicUsize = AtomicUsize::new(0);
+        unsafe fn count(_: usize) {
+            FREED.fetch_add(1, Ordering::Relaxed);
+        }
+        std::thread::spawn(|| {
+            let guard = pin();
+            // SAFETY: nothing is freed.
+            unsafe { guard.defer(count, 0) };
+        })
+        .join()
+        .unwrap();
+        for _ in 0..10_000 {
+            if FREED.load(Ordering::Relaxed) == 1 {
+                break;
+            }
+            pin().flush();
+            std::thread::yield_now();
+        }
+        assert_eq!(FREED.load(Ordering::Relaxed), 1);
+    }
+
+    /// Nested pins count; only the outermost unpins.
+    #[test]
+    fn nested_pins_unpin_at_the_outermost() {
+        let outer = pin();
+        let inner = pin();
+        drop(inner);
+        // SAFETY: pinned, so registered.
+        let local = HANDLE.with(|h| unsafe { &*h.local.get() });
+        assert_ne!(local.epoch.load(Ordering::Relaxed), 0, "still pinned");
+        drop(outer);
+        assert_eq!(local.epoch.load(Ordering::Relaxed), 0);
+    }
+}

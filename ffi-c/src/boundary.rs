@@ -157,13 +157,19 @@ macro_rules! ffi_boundary {
 }
 
 /// A shared reference from a pointer argument, or `Failure::Null(name)`.
+/// (The failure is made only on NULL: `ok_or(Failure::Null(name))` built
+/// one on every call and dropped it through an out-of-line
+/// `drop_in_place::<Failure>`, seen in `perf annotate` of every C call.)
 ///
 /// # Safety
 /// A non-NULL `ptr` must be valid for reads and live for `'a`.
 #[inline(always)]
 pub(crate) unsafe fn arg_ref<'a, T>(ptr: *const T, name: &'static str) -> Result<&'a T, Failure> {
     // SAFETY: the caller guarantees a non-NULL `ptr` is valid for `'a`.
-    unsafe { ptr.as_ref() }.ok_or(Failure::Null(name))
+    match unsafe { ptr.as_ref() } {
+        Some(r) => Ok(r),
+        None => Err(Failure::Null(name)),
+    }
 }
 
 /// Checks an out-pointer for NULL (it is written only at the end, on success).

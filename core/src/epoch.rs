@@ -64,7 +64,10 @@
 //! freed soon after anything pins again). A thread pinned for a long time (a long
 //! batch) delays every free meanwhile; it never lets one happen early.
 //! Per-thread records are reused after their thread exits; a thread that
-//! exits hands its bag to the global queue.
+//! exits hands its bag to the global stack of sealed bags, which is
+//! lock-free so that a `fork` cannot leave a lock held; in the child of a
+//! `fork`, the records of the parent's other threads are released
+//! (`forked_child`).
 
 use std::cell::{Cell, UnsafeCell};
 use std::marker::PhantomData;
@@ -90,10 +93,12 @@ struct Deferred {
     arg: usize,
 }
 
-/// A sealed bag: the epoch it was sealed at and its frees.
+/// A sealed bag: the epoch it was sealed at and its frees; a node of the
+/// global stack of bags waiting to be freed.
 struct Sealed {
     epoch: u64,
     bag: Vec<Deferred>,
+    next: *mut Sealed,
 }
 
 /// One thread's pin word. Records are never freed: a thread that exits
@@ -102,7 +107,21 @@ struct Sealed {
 struct Local {
     epoch: AtomicU64,
     in_use: AtomicBool,
-    next: *const Local,
+    next: *mut Local,
+}
+
+/// Pushes `node`, the caller's until published, on the lock-free stack at
+/// `head`; `next` is its link. (Stacks are only pushed, or taken whole.)
+fn push<T>(head: &AtomicPtr<T>, node: *mut T, next: impl Fn(&mut T) -> &mut *mut T) {
+    let mut h = head.load(Ordering::Relaxed);
+    loop {
+        // SAFETY: not yet published: only this thread can reach `node`.
+        *next(unsafe { &mut *node }) = h;
+        match head.compare_exchange_weak(h, node, Ordering::Release, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(now) => h = now,
+        }
+    }
 }
 
 #[repr(C)]
@@ -113,27 +132,26 @@ struct Global {
     pending: Counter,
     /// Every `Local` ever made, newest first (pushed, never removed).
     locals: AtomicPtr<Local>,
-    garbage: Mutex<Vec<Sealed>>,
+    /// Sealed bags waiting for their epoch, newest first: a lock-free
+    /// stack, so that no lock can be held across a `fork` (see
+    /// [`forked_child`]).
+    garbage: AtomicPtr<Sealed>,
     /// Set by the one thread advancing the epoch and freeing.
     collecting: AtomicBool,
 }
 
-// SAFETY: `Local`s are only reached through atomics and live forever.
+// SAFETY: `Local`s and sealed bags are only reached through atomics, and a
+// bag is owned by whoever took it off the stack.
 unsafe impl Send for Global {}
 // SAFETY: as above.
 unsafe impl Sync for Global {}
-
-#[cfg(not(ratomic_loom))]
-type Mutex<T> = std::sync::Mutex<T>;
-#[cfg(ratomic_loom)]
-type Mutex<T> = loom::sync::Mutex<T>;
 
 macro_rules! global_new {
     () => {
         Global {
             epoch: AtomicU64::new(0),
             locals: AtomicPtr::new(ptr::null_mut()),
-            garbage: Mutex::new(Vec::new()),
+            garbage: AtomicPtr::new(ptr::null_mut()),
             pending: Counter::new(0),
             collecting: AtomicBool::new(false),
         }
@@ -145,20 +163,14 @@ static GLOBAL: Global = global_new!();
 
 // Under loom the global state is made afresh for each execution, and each
 // thread's handle keeps it alive until the handle is dropped (loom drops
-// its statics before the main thread's locals).
+// its statics before the main thread's locals); loom's `Arc`, so that its
+// drop is ordered after every thread's last use.
 #[cfg(ratomic_loom)]
 loom::lazy_static! {
-    static ref GLOBAL: std::sync::Arc<Global> = std::sync::Arc::new(global_new!());
+    static ref GLOBAL: loom::sync::Arc<Global> = loom::sync::Arc::new(global_new!());
 }
 
 impl Global {
-    fn garbage(&self) -> impl std::ops::DerefMut<Target = Vec<Sealed>> + '_ {
-        #[cfg(not(ratomic_loom))]
-        return self.garbage.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        #[cfg(ratomic_loom)]
-        return self.garbage.lock().unwrap();
-    }
-
     /// Takes a free `Local`, or makes one.
     fn acquire_local(&self) -> *const Local {
         let mut l = self.locals.load(Ordering::Acquire);
@@ -169,22 +181,15 @@ impl Global {
             {
                 return l;
             }
-            l = local.next.cast_mut();
+            l = local.next;
         }
         let new = Box::into_raw(Box::new(Local {
             epoch: AtomicU64::new(0),
             in_use: AtomicBool::new(true),
-            next: ptr::null(),
+            next: ptr::null_mut(),
         }));
-        let mut head = self.locals.load(Ordering::Relaxed);
-        loop {
-            // SAFETY: `new` is ours until the CAS publishes it.
-            unsafe { (*new).next = head };
-            match self.locals.compare_exchange_weak(head, new, Ordering::Release, Ordering::Relaxed) {
-                Ok(_) => return new,
-                Err(h) => head = h,
-            }
-        }
+        push(&self.locals, new, |l| &mut l.next);
+        new
     }
 
     /// Queues a bag of frees, tagged with the epoch now.
@@ -195,8 +200,8 @@ impl Global {
         // Orders the unlinks of the bag's objects before the read of the tag.
         fence(Ordering::SeqCst);
         let epoch = self.epoch.load(Ordering::Relaxed);
-        let mut garbage = self.garbage();
-        garbage.push(Sealed { epoch, bag });
+        let node = Box::into_raw(Box::new(Sealed { epoch, bag, next: ptr::null_mut() }));
+        push(&self.garbage, node, |s| &mut s.next);
         self.pending.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -208,14 +213,20 @@ impl Global {
             return;
         }
         let epoch = self.try_advance();
-        let ready: Vec<Sealed> = {
-            let mut garbage = self.garbage();
-            let (ready, waiting) =
-                std::mem::take(&mut *garbage).into_iter().partition(|s| epoch.wrapping_sub(s.epoch) >= 4);
-            *garbage = waiting;
-            self.pending.fetch_sub(ready.len(), Ordering::Relaxed);
-            ready
-        };
+        // Take the whole stack, and put back the bags not yet due.
+        let mut node = self.garbage.swap(ptr::null_mut(), Ordering::Acquire);
+        let mut ready = Vec::new();
+        while !node.is_null() {
+            // SAFETY: taken off the stack by the swap: this thread's alone.
+            let sealed = unsafe { Box::from_raw(node) };
+            node = sealed.next;
+            if epoch.wrapping_sub(sealed.epoch) >= 4 {
+                ready.push(sealed);
+            } else {
+                push(&self.garbage, Box::into_raw(sealed), |s| &mut s.next);
+            }
+        }
+        self.pending.fetch_sub(ready.len(), Ordering::Relaxed);
         self.collecting.store(false, Ordering::Release);
         for sealed in ready {
             for d in sealed.bag {
@@ -239,7 +250,7 @@ impl Global {
             if e != 0 && e != epoch | 1 {
                 return epoch;
             }
-            l = local.next.cast_mut();
+            l = local.next;
         }
         // Only the collecting thread stores the epoch.
         self.epoch.store(epoch.wrapping_add(2), Ordering::Release);
@@ -250,17 +261,23 @@ impl Global {
 #[cfg(ratomic_loom)]
 impl Drop for Global {
     fn drop(&mut self) {
-        for sealed in std::mem::take(&mut *self.garbage()) {
+        // Exclusive access: the last value of each list, not a relaxed
+        // load (which loom may answer with an older head).
+        let mut node = self.garbage.with_mut(|p| *p);
+        while !node.is_null() {
+            // SAFETY: made by `Box::into_raw`, unreachable once `self` goes.
+            let sealed = unsafe { Box::from_raw(node) };
+            node = sealed.next;
             for d in sealed.bag {
                 // SAFETY: the execution is over: no thread is pinned.
                 unsafe { (d.call)(d.arg) };
             }
         }
-        let mut l = self.locals.load(Ordering::Relaxed);
+        let mut l = self.locals.with_mut(|p| *p);
         while !l.is_null() {
             // SAFETY: made by `Box::into_raw`, unreachable once `self` goes.
             let local = unsafe { Box::from_raw(l) };
-            l = local.next.cast_mut();
+            l = local.next;
         }
     }
 }
@@ -312,7 +329,43 @@ fn decide_mode() {
     ONCE.call_once(|| {
         #[cfg(target_os = "linux")]
         ASYMMETRIC.store(membarrier::register(), Ordering::Relaxed);
+        #[cfg(unix)]
+        // SAFETY: registers a handler that only touches atomics and this
+        // thread's handle (see `forked_child`).
+        unsafe {
+            libc::pthread_atfork(None, None, Some(forked_child));
+        }
     });
+}
+
+/// Runs in the child of a `fork`, where only the forking thread exists. A
+/// thread of the parent pinned at the fork would stay pinned in the child
+/// forever, and no memory the child retires would ever be freed (a leak
+/// that grows with every key churned through): every record but the
+/// forking thread's is released. A collection or a seal the fork cut short
+/// in another thread loses its bags (a leak of what the parent had retired,
+/// never an early free); `pending` is recounted from what is left.
+#[cfg(all(unix, not(ratomic_loom)))]
+extern "C" fn forked_child() {
+    let mine = HANDLE.try_with(|h| h.local.get()).unwrap_or(ptr::null());
+    let mut l = GLOBAL.locals.load(Ordering::Relaxed);
+    // SAFETY: records live forever.
+    while let Some(local) = unsafe { l.as_ref() } {
+        if !ptr::eq(l, mine) {
+            local.epoch.store(0, Ordering::Relaxed);
+            local.in_use.store(false, Ordering::Relaxed);
+        }
+        l = local.next;
+    }
+    let mut waiting = 0;
+    let mut node = GLOBAL.garbage.load(Ordering::Relaxed);
+    // SAFETY: bags on the stack are freed only once taken off it.
+    while let Some(sealed) = unsafe { node.as_ref() } {
+        waiting += 1;
+        node = sealed.next;
+    }
+    GLOBAL.pending.store(waiting, Ordering::Relaxed);
+    GLOBAL.collecting.store(false, Ordering::Relaxed);
 }
 
 /// The reader's half: keeps the pin's store before the pinned section's
@@ -351,7 +404,7 @@ struct Handle {
     seen: Cell<u64>,
     bag: UnsafeCell<Vec<Deferred>>,
     #[cfg(ratomic_loom)]
-    global: std::cell::OnceCell<std::sync::Arc<Global>>,
+    global: std::cell::OnceCell<loom::sync::Arc<Global>>,
 }
 
 macro_rules! handle_new {
@@ -830,6 +883,55 @@ mod tests {
             std::thread::yield_now();
         }
         assert_eq!(FREED.load(Ordering::Relaxed), 1);
+    }
+
+    /// A thread pinned in the parent at a `fork` does not hold back the
+    /// child's frees (the child has only the forking thread).
+    #[test]
+    fn a_thread_pinned_at_a_fork_does_not_stall_the_child() {
+        static FREED: AtomicUsize = AtomicUsize::new(0);
+        unsafe fn count(_: usize) {
+            FREED.fetch_add(1, Ordering::Relaxed);
+        }
+        init();
+        let (pinned_tx, pinned_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let _guard = pin();
+            pinned_tx.send(()).unwrap();
+            done_rx.recv().unwrap();
+        });
+        pinned_rx.recv().unwrap();
+        // SAFETY: the child only pins, defers, collects and `_exit`s; it
+        // takes no lock another thread of the parent may have held.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            {
+                let guard = pin();
+                // SAFETY: nothing is freed.
+                unsafe { guard.defer(count, 0) };
+            }
+            let mut freed = false;
+            for _ in 0..8 {
+                pin().flush();
+                if FREED.load(Ordering::Relaxed) == 1 {
+                    freed = true;
+                    break;
+                }
+            }
+            // SAFETY: ends the child without running the parent's atexit work.
+            unsafe { libc::_exit(if freed { 0 } else { 1 }) };
+        }
+        assert!(pid > 0, "fork failed");
+        let mut status = 0;
+        // SAFETY: waits for the child just made.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        done_tx.send(()).unwrap();
+        holder.join().unwrap();
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child's deferred free never ran (status {status:#x})"
+        );
     }
 
     /// Nested pins count; only the outermost unpins.

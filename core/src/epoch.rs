@@ -30,24 +30,25 @@
 //! - **Retire**: after unlinking an object, its free is pushed to the
 //!   thread's bag. A bag is *sealed* (when full, or on `flush`): a SeqCst
 //!   fence, then `t = G` (the unlink is ordered before that read), and the
-//!   bag goes to the global queue tagged `t`.
+//!   bag goes on the global stack of sealed bags, tagged `t`.
 //! - **Advance** (one thread at a time): read `G`, *heavy fence*, read every
 //!   thread's word (acquire); if every pinned thread is pinned at `G`, store
 //!   `G + 2` (release). Bags tagged `t` are freed once `G >= t + 4`.
 //!
-//! Why a bag tagged `t` is never freed under a reader that saw its objects:
-//! such a reader read the pointer before the unlink, so (the light/heavy
-//! pair acting as a Dekker pair of SeqCst fences) every advance whose heavy
-//! fence comes after the unlink sees the reader pinned, at one epoch `e`
-//! for the whole pinned section. The advance past `t + 2` is such an advance
-//! (its `G` was read after the advance past `t`, which comes after the seal's
-//! read of `t`, which comes after the unlink), and so is the one past `t`'s
-//! successor, or the reader's pin comes later than that: it can pass only if
-//! `e = t + 2`, and the advance past `t` only if `e = t`, so at most one of
-//! them happens while the reader is pinned. When the reader unpins, the
-//! release store, the advancer's acquire read, its release store of `G` and
-//! the freeing thread's acquire read of `G` order the reader's last access
-//! before the free.
+//! Why a bag tagged `t` is never freed under a reader that read one of its
+//! objects (the light and heavy fences acting as a pair of SeqCst fences):
+//! the bag is freed only after the advance from `t + 2`. That advance read
+//! `G = t + 2`, stored by the advance from `t` after the seal read `t`, and
+//! the seal read it after the unlink: so its heavy fence comes after the
+//! unlink. The reader read the pointer before the unlink, so that advance
+//! sees the reader's pin store: the reader is pinned, at some `e`. Had it
+//! pinned at `e = t + 2`, it would have read `G` after it became `t + 2`,
+//! so after the unlink, and its read of the pointer, after its light fence,
+//! would have seen the unlink. So `e ≠ t + 2`, and the advance fails for as
+//! long as the reader stays pinned. Once the reader unpins, its release
+//! store, the advancer's acquire read of it, the advancer's release store
+//! of `G` and the freeing thread's acquire read of `G` order the reader's
+//! last access before the free.
 //!
 //! Under loom (`--cfg ratomic_loom`) both fences are SeqCst fences, the
 //! standard model of a `membarrier` pair, and `tests/loom.rs` checks that no
@@ -61,8 +62,9 @@
 //! more with more CPUs) is paid at most once per 64 retired objects, plus
 //! once per 1,024 pins of a thread while garbage waits and no one else
 //! advances the epoch (so memory retired just before a store goes quiet is
-//! freed soon after anything pins again). A thread pinned for a long time (a long
-//! batch) delays every free meanwhile; it never lets one happen early.
+//! freed soon after anything pins again). A thread pinned for a long time
+//! (a long batch) delays every free meanwhile; it never lets one happen
+//! early.
 //! Per-thread records are reused after their thread exits; a thread that
 //! exits hands its bag to the global stack of sealed bags, which is
 //! lock-free so that a `fork` cannot leave a lock held; in the child of a

@@ -58,13 +58,18 @@
 //!
 //! A pin costs a thread-local access, two loads and a store; an unpin a
 //! store. Nested pins (a batch pins once, then each call) only count. Frees
-//! are batched 64 at a time, so a `membarrier` (about a microsecond here,
-//! more with more CPUs) is paid at most once per 64 retired objects, plus
-//! once per 1,024 pins of a thread while garbage waits and no one else
-//! advances the epoch (so memory retired just before a store goes quiet is
-//! freed soon after anything pins again). A thread pinned for a long time
-//! (a long batch) delays every free meanwhile; it never lets one happen
-//! early.
+//! are batched 64 to a bag. A collection (an advance, and the frees it
+//! makes due) starts on its own when a bag fills, when a store retires a
+//! small old table (`flush`), and every 1,024th pin of a thread while
+//! sealed bags wait (so memory retired just before a store goes quiet is
+//! freed once anything pins again), but at most once a millisecond: its
+//! `membarrier` costs about a microsecond here and interrupts every CPU
+//! running the process. Those frees wait a few milliseconds. The table a
+//! store outgrew is freed when the call that grew it ends (`flush_now`:
+//! two advances once that thread is unpinned): growths are few, and their
+//! old tables are most of a growing store's memory. A thread
+//! pinned for a long time (a long batch) delays every free meanwhile, and
+//! never lets one happen early.
 //! Per-thread records are reused after their thread exits; a thread that
 //! exits hands its bag to the global stack of sealed bags, which is
 //! lock-free so that a `fork` cannot leave a lock held; in the child of a
@@ -85,6 +90,15 @@ use crate::sync::Counter;
 
 /// Deferred frees in a thread's bag before it is sealed.
 const BAG: usize = 64;
+/// Collections that start on their own (a full bag, a growing store's
+/// `flush`, the idle check) start at most once per this many nanoseconds.
+/// Each is an advance, so a `membarrier`, which interrupts every CPU
+/// running the process (on a VM, each interrupt is a VM exit): under churn
+/// of long keys, whose heap blocks are retired as their keys are evicted,
+/// a collection per bag made two threads 25% slower than with
+/// crossbeam-epoch. Frees then wait two or three milliseconds.
+#[cfg(not(ratomic_loom))]
+const MIN_INTERVAL_NS: u64 = 1_000_000;
 /// A thread checks for garbage nobody is freeing once per this many pins.
 const IDLE_CHECK: u32 = 1024;
 
@@ -140,6 +154,10 @@ struct Global {
     garbage: AtomicPtr<Sealed>,
     /// Set by the one thread advancing the epoch and freeing.
     collecting: AtomicBool,
+    /// When a collection last started on its own ([`Global::maybe_collect`]):
+    /// nanoseconds since the process's first, plus one (0: never).
+    #[cfg(not(ratomic_loom))]
+    last: std::sync::atomic::AtomicU64,
 }
 
 // SAFETY: `Local`s and sealed bags are only reached through atomics, and a
@@ -156,6 +174,8 @@ macro_rules! global_new {
             garbage: AtomicPtr::new(ptr::null_mut()),
             pending: Counter::new(0),
             collecting: AtomicBool::new(false),
+            #[cfg(not(ratomic_loom))]
+            last: std::sync::atomic::AtomicU64::new(0),
         }
     };
 }
@@ -205,6 +225,25 @@ impl Global {
         let node = Box::into_raw(Box::new(Sealed { epoch, bag, next: ptr::null_mut() }));
         push(&self.garbage, node, |s| &mut s.next);
         self.pending.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// [`collect`](Self::collect), unless a collection started on its own
+    /// less than [`MIN_INTERVAL_NS`] ago (under loom, always).
+    fn maybe_collect(&self) {
+        #[cfg(not(ratomic_loom))]
+        {
+            static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+            let now = u64::try_from(START.get_or_init(std::time::Instant::now).elapsed().as_nanos())
+                .unwrap_or(u64::MAX)
+                .saturating_add(1);
+            let last = self.last.load(Ordering::Relaxed);
+            if last != 0 && now.saturating_sub(last) < MIN_INTERVAL_NS {
+                return;
+            }
+            // Two threads may both get here; `collecting` lets one through.
+            self.last.store(now, Ordering::Relaxed);
+        }
+        self.collect();
     }
 
     /// Advances the epoch if every pinned thread is pinned at it, and runs
@@ -402,8 +441,8 @@ struct Handle {
     nest: Cell<usize>,
     asymmetric: Cell<bool>,
     pins: Cell<u32>,
-    /// The epoch at this thread's last idle check.
-    seen: Cell<u64>,
+    /// Set by [`Guard::flush_now`]: collect when the outermost pin ends.
+    urgent: Cell<bool>,
     bag: UnsafeCell<Vec<Deferred>>,
     #[cfg(ratomic_loom)]
     global: std::cell::OnceCell<loom::sync::Arc<Global>>,
@@ -416,7 +455,7 @@ macro_rules! handle_new {
             nest: Cell::new(0),
             asymmetric: Cell::new(false),
             pins: Cell::new(0),
-            seen: Cell::new(0),
+            urgent: Cell::new(false),
             bag: UnsafeCell::new(Vec::new()),
             $($loom)*
         }
@@ -474,25 +513,21 @@ impl Handle {
         local.epoch.store(epoch | 1, Ordering::Relaxed);
         light_fence(self.asymmetric.get());
         if global.pending.load(Ordering::Relaxed) != 0 {
-            self.idle_check(epoch);
+            self.idle_check();
         }
     }
 
-    /// While garbage waits, every [`IDLE_CHECK`]th pin of this thread frees
-    /// what is due if nobody advanced the epoch since its last check.
+    /// While garbage waits, every [`IDLE_CHECK`]th pin of this thread tries
+    /// to free what is due (so memory retired just before the store went
+    /// quiet is freed once anything pins again).
     #[cold]
     #[inline(never)]
-    fn idle_check(&self, epoch: u64) {
+    fn idle_check(&self) {
         let pins = self.pins.get().wrapping_add(1);
         self.pins.set(pins);
-        if pins % IDLE_CHECK != 0 {
-            return;
+        if pins % IDLE_CHECK == 0 {
+            self.global().maybe_collect();
         }
-        let global = self.global();
-        if epoch == self.seen.get() {
-            global.collect();
-        }
-        self.seen.set(global.epoch.load(Ordering::Relaxed));
     }
 
     #[inline(always)]
@@ -502,7 +537,23 @@ impl Handle {
         if n == 0 {
             // SAFETY: pinned, so registered.
             unsafe { &*self.local.get() }.epoch.store(0, Ordering::Release);
+            if self.urgent.get() {
+                self.collect_urgent();
+            }
         }
+    }
+
+    /// Frees what [`Guard::flush_now`] sealed, once this thread is no longer
+    /// pinned: two advances in a row (pinned, a thread can advance the
+    /// epoch only once past its own pin), so the bag is freed now unless
+    /// another thread is pinned at an older epoch.
+    #[cold]
+    #[inline(never)]
+    fn collect_urgent(&self) {
+        self.urgent.set(false);
+        let global = self.global();
+        global.collect();
+        global.collect();
     }
 
     fn defer(&self, d: Deferred) {
@@ -511,16 +562,25 @@ impl Handle {
         let bag = unsafe { &mut *self.bag.get() };
         bag.push(d);
         if bag.len() >= BAG {
-            self.flush();
+            let bag = std::mem::take(bag);
+            let global = self.global();
+            global.seal(bag);
+            global.maybe_collect();
         }
     }
 
-    fn flush(&self) {
+    fn flush(&self, now: bool) {
         // SAFETY: as in `defer`.
         let bag = std::mem::take(unsafe { &mut *self.bag.get() });
         let global = self.global();
         global.seal(bag);
-        global.collect();
+        if now && self.nest.get() > 0 {
+            self.urgent.set(true);
+        } else if now {
+            global.collect();
+        } else {
+            global.maybe_collect();
+        }
     }
 }
 
@@ -645,11 +705,23 @@ impl Guard {
         unsafe { self.defer(drop_box::<T>, ptr.ptr as usize) };
     }
 
-    /// Queues this thread's deferred frees now and tries to free what is due.
+    /// Seals this thread's deferred frees now, and tries to free what is
+    /// due (at most one such collection a millisecond, process-wide).
     pub fn flush(&self) {
         if !self.handle.is_null() {
             // SAFETY: as in `defer`.
-            unsafe { &*self.handle }.flush();
+            unsafe { &*self.handle }.flush(false);
+        }
+    }
+
+    /// [`flush`](Self::flush), and a collection whatever the last one's
+    /// time, when this thread's outermost pin ends (so it can advance the
+    /// epoch twice, and free what it sealed at once): for large frees (a
+    /// growing store's old table), whose memory should not wait.
+    pub fn flush_now(&self) {
+        if !self.handle.is_null() {
+            // SAFETY: as in `defer`.
+            unsafe { &*self.handle }.flush(true);
         }
     }
 }
@@ -775,6 +847,12 @@ mod tests {
 
     const MAGIC: u64 = 0x5eed_cafe_f00d_beef;
 
+    /// One advance attempt and the frees it makes due, now: a collection
+    /// that is not one of the throttled automatic ones.
+    fn collect_now() {
+        pin().flush_now();
+    }
+
     /// An object whose drop poisons it before freeing it.
     struct Object([u64; 8]);
 
@@ -849,7 +927,7 @@ mod tests {
         assert!(reads > 0);
         // Nobody else pinned: a few advances free everything retired.
         for _ in 0..4 {
-            pin().flush();
+            collect_now();
         }
         // Other tests of this binary run concurrently and may be pinned:
         // wait for them, boundedly.
@@ -857,7 +935,7 @@ mod tests {
             if DROPPED.load(Ordering::Relaxed) == retired.load(Ordering::Relaxed) {
                 break;
             }
-            pin().flush();
+            collect_now();
             std::thread::yield_now();
         }
         assert_eq!(DROPPED.load(Ordering::Relaxed), retired.load(Ordering::Relaxed), "every retired object is freed");
@@ -881,7 +959,7 @@ mod tests {
             if FREED.load(Ordering::Relaxed) == 1 {
                 break;
             }
-            pin().flush();
+            collect_now();
             std::thread::yield_now();
         }
         assert_eq!(FREED.load(Ordering::Relaxed), 1);
@@ -915,7 +993,7 @@ mod tests {
             }
             let mut freed = false;
             for _ in 0..8 {
-                pin().flush();
+                collect_now();
                 if FREED.load(Ordering::Relaxed) == 1 {
                     freed = true;
                     break;

@@ -140,12 +140,19 @@ fn push<T>(head: &AtomicPtr<T>, node: *mut T, next: impl Fn(&mut T) -> &mut *mut
     }
 }
 
+/// What every pin reads, on a cache line of its own: the other fields of
+/// [`Global`] are written by seals and collections, which would otherwise
+/// make every other thread's next pin miss.
+#[repr(C, align(128))]
+struct ReadMostly {
+    epoch: AtomicU64,
+    /// How many sealed bags wait in `garbage` (a hint: when to collect).
+    pending: Counter,
+}
+
 #[repr(C)]
 struct Global {
-    epoch: AtomicU64,
-    /// How many sealed bags wait in `garbage` (a hint: when to collect);
-    /// read by every pin, beside `epoch`.
-    pending: Counter,
+    read: ReadMostly,
     /// Every `Local` ever made, newest first (pushed, never removed).
     locals: AtomicPtr<Local>,
     /// Sealed bags waiting for their epoch, newest first: a lock-free
@@ -169,10 +176,9 @@ unsafe impl Sync for Global {}
 macro_rules! global_new {
     () => {
         Global {
-            epoch: AtomicU64::new(0),
+            read: ReadMostly { epoch: AtomicU64::new(0), pending: Counter::new(0) },
             locals: AtomicPtr::new(ptr::null_mut()),
             garbage: AtomicPtr::new(ptr::null_mut()),
-            pending: Counter::new(0),
             collecting: AtomicBool::new(false),
             #[cfg(not(ratomic_loom))]
             last: std::sync::atomic::AtomicU64::new(0),
@@ -221,10 +227,10 @@ impl Global {
         }
         // Orders the unlinks of the bag's objects before the read of the tag.
         fence(Ordering::SeqCst);
-        let epoch = self.epoch.load(Ordering::Relaxed);
+        let epoch = self.read.epoch.load(Ordering::Relaxed);
         let node = Box::into_raw(Box::new(Sealed { epoch, bag, next: ptr::null_mut() }));
         push(&self.garbage, node, |s| &mut s.next);
-        self.pending.fetch_add(1, Ordering::Relaxed);
+        self.read.pending.fetch_add(1, Ordering::Relaxed);
     }
 
     /// [`collect`](Self::collect), unless a collection started on its own
@@ -267,7 +273,7 @@ impl Global {
                 push(&self.garbage, Box::into_raw(sealed), |s| &mut s.next);
             }
         }
-        self.pending.fetch_sub(ready.len(), Ordering::Relaxed);
+        self.read.pending.fetch_sub(ready.len(), Ordering::Relaxed);
         self.collecting.store(false, Ordering::Release);
         for sealed in ready {
             for d in sealed.bag {
@@ -280,7 +286,7 @@ impl Global {
 
     /// One advance attempt; returns the epoch after it.
     fn try_advance(&self) -> u64 {
-        let epoch = self.epoch.load(Ordering::Relaxed);
+        let epoch = self.read.epoch.load(Ordering::Relaxed);
         if !heavy_fence() {
             return epoch;
         }
@@ -294,7 +300,7 @@ impl Global {
             l = local.next;
         }
         // Only the collecting thread stores the epoch.
-        self.epoch.store(epoch.wrapping_add(2), Ordering::Release);
+        self.read.epoch.store(epoch.wrapping_add(2), Ordering::Release);
         epoch.wrapping_add(2)
     }
 }
@@ -405,7 +411,7 @@ extern "C" fn forked_child() {
         waiting += 1;
         node = sealed.next;
     }
-    GLOBAL.pending.store(waiting, Ordering::Relaxed);
+    GLOBAL.read.pending.store(waiting, Ordering::Relaxed);
     GLOBAL.collecting.store(false, Ordering::Relaxed);
 }
 
@@ -509,10 +515,10 @@ impl Handle {
         // SAFETY: registered above; records live forever.
         let local = unsafe { &*self.local.get() };
         let global = self.global();
-        let epoch = global.epoch.load(Ordering::Relaxed);
+        let epoch = global.read.epoch.load(Ordering::Relaxed);
         local.epoch.store(epoch | 1, Ordering::Relaxed);
         light_fence(self.asymmetric.get());
-        if global.pending.load(Ordering::Relaxed) != 0 {
+        if global.read.pending.load(Ordering::Relaxed) != 0 {
             self.idle_check();
         }
     }
@@ -654,7 +660,7 @@ fn pin_orphan() -> Guard {
     let orphan = global.acquire_local();
     // SAFETY: records live forever.
     let local = unsafe { &*orphan };
-    local.epoch.store(global.epoch.load(Ordering::Relaxed) | 1, Ordering::Relaxed);
+    local.epoch.store(global.read.epoch.load(Ordering::Relaxed) | 1, Ordering::Relaxed);
     fence(Ordering::SeqCst);
     Guard { handle: ptr::null(), orphan, _not_send: PhantomData }
 }

@@ -1156,11 +1156,13 @@ impl<S: StoredKey> Store<S> {
         // (with the old tables' frees left to the epoch's next collection,
         // RSS per key after 100k inserts rose by a quarter, and freeing only
         // the old tables of 16 KiB or more at once did not help: `bin
-        // memory`). A rebuild that does not grow (a store at `max_keys`
-        // under churn does one every few hundred keys) waits for the
-        // epoch's next collection, at most one a millisecond, so churn does
-        // not pay a `membarrier` each time.
-        if to.capacity() > from.capacity() {
+        // memory`). Other rebuilds wait for the epoch's next collection, at
+        // most one a millisecond: those that do not grow, and those of a
+        // shard near its `max_keys` share, whose table shrinks and grows
+        // again under churn (one every ~3,000 keys in `bin churn`), so that
+        // churn does not pay two `membarrier`s each time.
+        let near_bound = shard.live.load(Ordering::Relaxed) >= self.max_per_shard / 2;
+        if to.capacity() > from.capacity() && !near_bound {
             guard.flush_now();
         } else {
             guard.flush();

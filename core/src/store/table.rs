@@ -161,11 +161,11 @@ impl Drop for Words {
 }
 
 /// A table's words with its shape copied out, read without a bounds check
-/// per slot: for the probe loops (`find`, `verify`). Inlined into a caller,
-/// a loop over `Table::control` and `Table::key` reloaded the table's fields
-/// and checked the bounds again after every key comparison (an opaque
-/// `bcmp` for long keys): 15 instructions more a probe (callgrind of `bin
-/// churn`, whose chains run ~30 probes).
+/// per slot: for the probe loops (`find`, `verify`, `adopt`). Inlined into
+/// a caller, a loop over `Table::control` and `Table::key` reloaded the
+/// table's fields and checked the bounds again after every key comparison
+/// (an opaque `bcmp` for long keys): 15 instructions more a probe
+/// (callgrind of `bin churn`, whose chains run ~30 probes).
 #[derive(Clone, Copy)]
 struct Slots<'t> {
     words: &'t [AtomicU64],
@@ -309,15 +309,6 @@ impl<S: StoredKey> Table<S> {
     #[inline]
     fn home(&self, hash: u64) -> usize {
         ((u128::from(hash) * self.cap as u128) >> 64) as usize
-    }
-
-    #[inline]
-    fn next_slot(&self, i: usize) -> usize {
-        if i + 1 == self.cap {
-            0
-        } else {
-            i + 1
-        }
     }
 
     /// Waits until slot `i`'s control word is no longer `c`; returns the new one.
@@ -579,14 +570,15 @@ impl<S: StoredKey> Table<S> {
     /// marked moved, not released. The migration reserved room for it (in
     /// `used`); returns whether it took an EMPTY slot (a reservation used).
     pub(crate) fn adopt(&self, hash: u64, key: &[AtomicU64], states: &[u64]) -> bool {
+        let slots = self.slots();
         let mut i = self.home(hash);
         loop {
-            let word = &self.states(i)[0];
+            let word = slots.first(i);
             let c = word.load(Ordering::SeqCst);
             if (c == EMPTY || c == DEAD)
                 && word.compare_exchange(c, CLAIMED, Ordering::SeqCst, Ordering::SeqCst).is_ok()
             {
-                for (to, from) in self.key(i).iter().zip(key) {
+                for (to, from) in slots.key(i).iter().zip(key) {
                     to.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
                 }
                 for (w, &v) in self.states(i).iter().zip(states).skip(1) {
@@ -599,7 +591,7 @@ impl<S: StoredKey> Table<S> {
                 word.store(states[0], Ordering::Release);
                 return c == EMPTY;
             }
-            i = self.next_slot(i);
+            i = slots.next(i);
         }
     }
 

@@ -13,6 +13,13 @@
 //! the end check the epoch itself: no deferred free runs while a thread that
 //! read the object is still pinned, and each one does run once nobody is.
 //!
+//! loom treats SeqCst loads and stores as AcqRel (tokio-rs/loom#180), so it
+//! would explore outcomes that the single order of SeqCst operations rules
+//! out. Where a protocol relies on that order (an insert's claim, then its
+//! scan of the chain; a migration's `closed`, then its scan of the slots)
+//! the code has `sync::seq_cst_order()` there, a SeqCst fence under loom
+//! (which loom does model) and nothing in production.
+//!
 //! The store's protocols take many steps per call, so the models are as
 //! small as each property allows: the main thread is one of the racing
 //! callers, keys are `u64` (one word) wherever the key type plays no part,
@@ -43,6 +50,17 @@ fn heavy_model<F: Fn() + Sync + Send + 'static>(f: F) {
     let mut builder = loom::model::Builder::new();
     builder.max_branches = 1_000_000;
     builder.preemption_bound = Some(builder.preemption_bound.unwrap_or(2).saturating_sub(1).max(1));
+    builder.check(f);
+}
+
+/// A small model whose race needs three preemptions to unfold (one thread's
+/// probe passes a slot, the other changes it and probes past the first
+/// thread's next slot, then both insert): at least that bound, whatever the
+/// environment asks for.
+fn deep_model<F: Fn() + Sync + Send + 'static>(f: F) {
+    let mut builder = loom::model::Builder::new();
+    builder.max_branches = 1_000_000;
+    builder.preemption_bound = Some(builder.preemption_bound.unwrap_or(3).max(3));
     builder.check(f);
 }
 
@@ -195,6 +213,41 @@ fn inserts_of_one_new_key_race_to_exactly_one_slot() {
         assert!(h.join().unwrap() && mine);
         assert_eq!(l.len(), 1, "one copy of the key");
         assert_eq!(l.peek_at(&7, 0, 0).unwrap().remaining, 1, "both charges on it");
+    });
+}
+
+/// The home slot of a `u64` key in a fresh one-shard store's first table,
+/// as the store computes it under loom (foldhash with its fixed seed; the
+/// hash scaled to the table's 8 slots, `table.rs`): for models that need two
+/// keys on one probe chain.
+fn home_of_8(key: u64) -> u128 {
+    use std::hash::BuildHasher;
+    (u128::from(foldhash::fast::FixedState::default().hash_one(key)) * 8) >> 64
+}
+
+#[test]
+fn an_insert_into_a_reused_slot_meets_a_copy_published_beyond_it() {
+    // X and K share a home slot, X in it. One thread inserts K, which goes
+    // one slot on; the other forgets X (its slot DEAD) and inserts K too,
+    // into the DEAD home slot if its probe passed the next one before the
+    // first thread claimed it. Its check must then look beyond its own slot,
+    // or K is held twice. The race unfolds only with three preemptions; with
+    // loom's AcqRel reading of SeqCst it also failed at two (both claims
+    // missed by both scans), which is what `sync::seq_cst_order` is for.
+    let x = 1;
+    let k = (2..).find(|&k| home_of_8(k) == home_of_8(x)).unwrap();
+    deep_model(move || {
+        let l = bucket::<u64>(3, 16);
+        assert!(allowed(&l, x, 0));
+        let h = {
+            let l = l.clone();
+            thread::spawn(move || allowed(&l, k, 0))
+        };
+        l.reset_at(&x, 0).unwrap();
+        let mine = allowed(&l, k, 0);
+        assert!(h.join().unwrap() && mine);
+        assert_eq!(l.len(), 1, "one copy of K (X forgotten)");
+        assert_eq!(l.peek_at(&k, 0, 0).unwrap().remaining, 1, "both charges on it");
     });
 }
 

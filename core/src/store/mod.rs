@@ -94,7 +94,7 @@ use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
 use crate::key::StoredKey;
-use crate::sync::{epoch, AtomicBool, AtomicU64, Backoff, Counter, Ordering};
+use crate::sync::{epoch, seq_cst_order, AtomicBool, AtomicU64, Backoff, Counter, Ordering};
 pub(crate) use cells::{Cells, Conflict, Frozen};
 #[cfg(all(target_os = "linux", not(ratomic_loom)))]
 pub(crate) use shared::SharedStore;
@@ -1071,6 +1071,7 @@ impl<S: StoredKey> Store<S> {
         // them before any new key can reach it: it never fills up under the
         // keys it adopts, however many new keys race the migration.
         from.closed.store(true, Ordering::SeqCst);
+        seq_cst_order();
         let cells = (from.capacity() / 8).max(8).next_power_of_two().min(self.max_cells);
         let w = self.width;
         // One scan: keys that carry no information are forgotten in place,

@@ -56,7 +56,7 @@
 use std::marker::PhantomData;
 
 use crate::key::StoredKey;
-use crate::sync::{epoch, AtomicBool, AtomicU64, Backoff, Counter, Ordering};
+use crate::sync::{epoch, seq_cst_order, AtomicBool, AtomicU64, Backoff, Counter, Ordering};
 
 pub(crate) use super::cells::FIRST_MARKER;
 use super::MAX_WIDTH;
@@ -405,6 +405,9 @@ impl<S: StoredKey> Table<S> {
         if word.compare_exchange(from, CLAIMED, Ordering::SeqCst, Ordering::SeqCst).is_err() {
             return false;
         }
+        // The claim comes before this inserter's scan of the chain in the
+        // SeqCst order (see below, and `verify`).
+        seq_cst_order();
         let key = self.key(i);
         if from == DEAD {
             // A slot given up by a losing inserter still owns its key.

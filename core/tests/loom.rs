@@ -230,8 +230,9 @@ fn an_insert_into_a_reused_slot_meets_a_copy_published_beyond_it() {
     // X and K share a home slot, X in it. One thread inserts K, which goes
     // one slot on; the other forgets X (its slot DEAD) and inserts K too,
     // into the DEAD home slot if its probe passed the next one before the
-    // first thread claimed it. Its check must then look beyond its own slot,
-    // or K is held twice. The race unfolds only with three preemptions; with
+    // first thread claimed it. Its check must then look beyond its own slot
+    // (a check from a slot claimed EMPTY needs not: see `Table::verify`), or
+    // K is held twice. The race unfolds only with three preemptions; with
     // loom's AcqRel reading of SeqCst it also failed at two (both claims
     // missed by both scans), which is what `sync::seq_cst_order` is for.
     let x = 1;

@@ -734,7 +734,8 @@ impl<S: StoredKey> Store<S> {
             shard.key_bytes.fetch_add(bytes, Ordering::Relaxed);
         }
         // A table that started migrating takes no new key (see `migrate`).
-        let published = t.verify(hash, probe, i, guard) && !t.closed.load(Ordering::SeqCst) && t.publish(i, states[0]);
+        let published =
+            t.verify(hash, probe, i, from, guard) && !t.closed.load(Ordering::SeqCst) && t.publish(i, states[0]);
         if !published {
             t.abandon(i, guard);
             shard.live.fetch_sub(1, Ordering::Relaxed);

@@ -116,8 +116,13 @@ unsafe impl Send for Words {}
 unsafe impl Sync for Words {}
 
 impl Words {
-    /// `len` words, each `init(i)`.
-    fn new(len: usize, mut init: impl FnMut(usize) -> u64) -> Self {
+    /// `slots` slots of `stride` words: each slot's first word `first`,
+    /// every other word 0. Zeroed by the allocator, then one store a slot: a
+    /// store per word, each choosing its value, took ~105 instructions an
+    /// insert (every key is copied into two or three new tables as a store
+    /// grows), and `rounds insert-u64` went from 2.50-2.53x to 2.45-2.48x.
+    fn new(slots: usize, stride: usize, first: u64) -> Self {
+        let len = slots * stride;
         #[cfg(not(ratomic_loom))]
         {
             if len == 0 {
@@ -125,17 +130,19 @@ impl Words {
             }
             let layout = Self::layout(len);
             // SAFETY: the layout has a non-zero size.
-            let raw = unsafe { std::alloc::alloc(layout) }.cast::<AtomicU64>();
+            let raw = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<AtomicU64>();
             let ptr = std::ptr::NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-            for i in 0..len {
-                // SAFETY: in bounds of the fresh allocation, aligned.
-                unsafe { ptr.as_ptr().add(i).write(AtomicU64::new(init(i))) };
+            for slot in 0..slots {
+                // SAFETY: in bounds of the fresh allocation (`slot * stride <
+                // len`), aligned; zero bytes are a valid `AtomicU64` (0).
+                unsafe { ptr.as_ptr().add(slot * stride).write(AtomicU64::new(first)) };
             }
             Words { ptr, len }
         }
         #[cfg(ratomic_loom)]
         {
-            Words { vec: (0..len).map(|i| AtomicU64::new(init(i))).collect(), len }
+            let vec = (0..len).map(|i| AtomicU64::new(if i % stride == 0 { first } else { 0 })).collect();
+            Words { vec, len }
         }
     }
 
@@ -238,18 +245,7 @@ impl<S: StoredKey> Table<S> {
     /// A table of `cap` empty slots of `width` state words.
     pub(crate) fn new(cap: usize, width: usize) -> Self {
         let stride = width + S::WORDS;
-        // The first word of each slot EMPTY, the others 0 (counted, not
-        // divided: this runs over every word of every new table).
-        let mut left = 0;
-        let words = Words::new(cap * stride, |_| {
-            if left == 0 {
-                left = stride - 1;
-                EMPTY
-            } else {
-                left -= 1;
-                0
-            }
-        });
+        let words = Words::new(cap, stride, EMPTY);
         Table {
             words,
             cap,

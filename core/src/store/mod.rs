@@ -10,8 +10,10 @@
 //! the probe's loads, the algorithm's CAS on the state and one re-read of
 //! the key (the slot may have been reused meanwhile: `cells.rs` takes the
 //! change back exactly and the call runs again). An insert claims a free
-//! slot with one CAS, writes the key, checks it is the key's only copy and
-//! publishes the state with one more. No call takes a lock.
+//! slot with one CAS, writes the key, checks it is the key's only copy (and
+//! that the shard forgot no key since it computed the states from what it
+//! remembers: see `Store::insert`) and publishes the state with one more.
+//! No call takes a lock.
 //!
 //! Three things are done by one thread at a time per shard (the shard's
 //! maintainer flag, taken with a CAS; an insert that finds it taken goes on
@@ -670,20 +672,24 @@ impl<S: StoredKey> Store<S> {
         // Filled, changed and inserted in place: copies of the whole array
         // were read back wider than they were written (a stall each).
         let mut words = Scratch([0; MAX_WIDTH]);
+        let seen = shard.summary.changes();
         shard.summary.initial_into(hash, retention, guard, &mut words.0[..self.width]);
         let (r, changed) = on_copy(&mut words, self.width, op);
         if !changed {
             return Some(r);
         }
-        match self.insert(shard, t, hash, probe, free, &words.0, now, retention, guard) {
+        match self.insert(shard, t, hash, probe, free, &words.0, Some(seen), now, retention, guard) {
             Next::Done => Some(r),
             Next::Retry => None,
         }
     }
 
-    /// Inserts a key absent from `t` with `states`. `Retry` when the caller
-    /// must look again (another thread inserted the key or took the slot,
-    /// the table started migrating, or the shard needed room first).
+    /// Inserts a key absent from `t` with `states`: computed from what the
+    /// shard remembered of it when its summary had taken in `seen` forgets,
+    /// if they were (a reset's fresh states are not). `Retry` when the
+    /// caller must look again (another thread inserted the key or took the
+    /// slot, the table started migrating, the shard needed room first, or
+    /// it has forgotten a key since).
     #[allow(clippy::too_many_arguments)]
     fn insert(
         &self,
@@ -693,6 +699,7 @@ impl<S: StoredKey> Store<S> {
         probe: &S::Probe<'_>,
         free: Option<(usize, u64)>,
         states: &[u64; MAX_WIDTH],
+        seen: Option<u64>,
         now: u64,
         retention: &impl Retention,
         guard: &epoch::Guard,
@@ -734,8 +741,20 @@ impl<S: StoredKey> Store<S> {
             shard.key_bytes.fetch_add(bytes, Ordering::Relaxed);
         }
         // A table that started migrating takes no new key (see `migrate`).
-        let published =
-            t.verify(hash, probe, i, from, guard) && !t.closed.load(Ordering::SeqCst) && t.publish(i, states[0]);
+        // Nor one whose states the shard's memory of it may have outdated:
+        // another copy of the key inserted after ours was computed, charged
+        // and forgotten before our check (its slot DEAD, so `verify` passed
+        // it) left its charges in the summary, not in our states, and
+        // publishing them would grant those tokens twice. So no forget may
+        // have happened since the summary was read (a forget counts itself
+        // before the slot turns DEAD, and `verify` read that slot or a later
+        // state of it). Once our copy is verified, no other copy can be
+        // published before it. Comparing the key's summary itself instead of
+        // the count cost 11 ns an insert (`rounds insert-u64`).
+        let published = t.verify(hash, probe, i, from, guard)
+            && !t.closed.load(Ordering::SeqCst)
+            && seen.is_none_or(|seen| shard.summary.changes() == seen)
+            && t.publish(i, states[0]);
         if !published {
             t.abandon(i, guard);
             shard.live.fetch_sub(1, Ordering::Relaxed);
@@ -791,7 +810,7 @@ impl<S: StoredKey> Store<S> {
                     if !summary_matters() {
                         return;
                     }
-                    match self.insert(shard, t, hash, probe, free, &pristine, now, retention, &guard) {
+                    match self.insert(shard, t, hash, probe, free, &pristine, None, now, retention, &guard) {
                         Next::Done => return,
                         Next::Retry => table = shard.table.load(Ordering::Acquire, &guard),
                     }

@@ -110,6 +110,10 @@ pub(super) struct Summary {
     /// Join of every full state forgotten.
     floor: [AtomicU64; MAX_WIDTH],
     cells: epoch::Atomic<Cells>,
+    /// Forgets so far, each counted after its writes: an insert computed
+    /// from the summary publishes only if this has not moved since it read
+    /// it (see `Store::insert`).
+    changes: AtomicU64,
     width: usize,
     eviction: Eviction,
 }
@@ -118,7 +122,21 @@ impl Summary {
     pub(super) fn new(width: usize, eviction: Eviction, retention: &impl Retention) -> Self {
         let mut floor = [0; MAX_WIDTH];
         retention.pristine(&mut floor[..width]);
-        Summary { floor: floor.map(AtomicU64::new), cells: epoch::Atomic::null(), width, eviction }
+        Summary {
+            floor: floor.map(AtomicU64::new),
+            cells: epoch::Atomic::null(),
+            changes: AtomicU64::new(0),
+            width,
+            eviction,
+        }
+    }
+
+    /// How many forgets the summary has taken in (see `changes`). Read it
+    /// before [`initial_into`](Self::initial_into): a forget counted by a
+    /// later read may have changed what that returned.
+    #[inline]
+    pub(super) fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
     }
 
     /// Bytes the cells occupy.
@@ -166,6 +184,23 @@ impl Summary {
     /// cells an eviction wants (a power of two): they grow to that if fewer.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn forget(
+        &self,
+        hash: u64,
+        states: &[u64],
+        wait: u64,
+        now: u64,
+        cells: usize,
+        retention: &impl Retention,
+        guard: &epoch::Guard,
+    ) {
+        self.remember(hash, states, wait, now, cells, retention, guard);
+        // Counted after the writes (Release): a reader that sees this count
+        // sees every write it counts.
+        self.changes.fetch_add(1, Ordering::Release);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn remember(
         &self,
         hash: u64,
         states: &[u64],

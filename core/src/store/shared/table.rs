@@ -97,6 +97,17 @@
 //!    insert into a full table or a `gc` meeting another process's sweep,
 //!    each only while that holder is alive.
 //!
+//! 7. **A key comes back as its floor cell stands when it is published.**
+//!    An absent key's states are computed from its cell; after the
+//!    inserter's check (`verify`) and before it publishes, it reads the
+//!    cell again and gives the insert up (the call runs again) if the cell
+//!    changed. Otherwise a copy of the key inserted after ours was computed,
+//!    charged and forgotten before our check — its slot DEAD, so the check
+//!    passed it, and its charges joined into the cell — would have those
+//!    charges granted twice: an over-grant the stress test found under
+//!    eviction. Once our copy has passed its check no other copy can be
+//!    published before it (invariant 3), so nothing can slip in later.
+//!
 //! The key count (`live`) steers the `max_keys` policy only; a process
 //! killed between its count and its publish leaves it off by one until the
 //! next sweep, which recounts.
@@ -403,12 +414,13 @@ impl<'a> Table<'a> {
                     }
                 }
                 Find::Absent(free) => {
-                    let mut words = Scratch(self.initial(fp));
+                    let floor = self.initial(fp);
+                    let mut words = Scratch(floor);
                     let (r, changed) = on_copy(&mut words, self.width, op);
                     if !changed {
                         return Ok(r);
                     }
-                    if self.insert(ctx, fp, free, &words.0[..self.width], now, retention)? {
+                    if self.insert(ctx, fp, free, &words.0[..self.width], &floor, now, retention)? {
                         return Ok(r);
                     }
                     // Another process is inserting the key, or took the
@@ -459,12 +471,13 @@ impl<'a> Table<'a> {
                     if !insert {
                         return Ok(None);
                     }
-                    let mut words = Scratch(self.initial(fp));
+                    let floor = self.initial(fp);
+                    let mut words = Scratch(floor);
                     let (r, changed) = on_copy(&mut words, self.width, op);
                     if !changed {
                         return Ok(Some(r));
                     }
-                    if self.insert(ctx, fp, free, &words.0[..self.width], now, retention)? {
+                    if self.insert(ctx, fp, free, &words.0[..self.width], &floor, now, retention)? {
                         return Ok(Some(r));
                     }
                     backoff.snooze();
@@ -496,14 +509,17 @@ impl<'a> Table<'a> {
         self.credit(ctx, fp, now, retention, insert, &op).map(drop)
     }
 
-    /// Inserts `fp` with `states` at `free`; false if the caller must look
-    /// again (invariant 3).
+    /// Inserts `fp` with `states`, computed from its floor cell read as
+    /// `floor`, at `free`; false if the caller must look again (invariants 3
+    /// and 7).
+    #[allow(clippy::too_many_arguments)]
     fn insert(
         &self,
         ctx: &Ctx<'_>,
         fp: u64,
         free: Option<(usize, u64)>,
         states: &[u64],
+        floor: &[u64; MAX_WIDTH],
         now: u64,
         retention: &impl Retention,
     ) -> Result<bool, Killed> {
@@ -537,7 +553,11 @@ impl<'a> Table<'a> {
         step!(ctx);
         let won = self.verify(ctx, fp, i)?;
         step!(ctx);
-        if won && self.cas(i, busy, ctl(LIVE, g, 0)).is_ok() {
+        // Invariant 7: the states were computed from the floor as read
+        // before; a copy of this key published and forgotten since then
+        // (its charges now in the floor, its slot DEAD, so `verify` did not
+        // see it) would have them lost.
+        if won && self.initial(fp) == *floor && self.cas(i, busy, ctl(LIVE, g, 0)).is_ok() {
             return Ok(true);
         }
         // Lost, or killed by an earlier copy (then already DEAD).

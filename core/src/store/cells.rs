@@ -6,8 +6,18 @@
 //! moved: see `table.rs`'s markers), and compare-and-swaps that log what they
 //! changed. The store runs an operation on the slot it found, then checks
 //! the slot still holds the same key; if another key took the slot over
-//! meanwhile, it takes every logged change back, exactly, and runs the
-//! operation again where the key now is.
+//! meanwhile, it runs the operation again where the key now is.
+//!
+//! What the first run changed stays. Taking it back by a CAS from the value
+//! it stored to the value it found would be exact only if the word had not
+//! changed hands: a slot forgotten and reused meanwhile can hold that very
+//! value as another key's state (both buckets charged at the same clock
+//! reading), and the CAS would erase that key's charge — an over-grant.
+//! Left where it landed, a change counts once more against the key that
+//! made it (the forget or move that took the slot carried it along), or
+//! against a key whose state happened to match the one it read: a token
+//! denied, never one granted. (A multi-limit call's give-back of its own
+//! earlier charges, within one run, is [`restore`](Cells::restore).)
 
 use std::mem::MaybeUninit;
 
@@ -123,7 +133,11 @@ impl<'a> Cells<'a> {
     }
 
     /// Takes back every change the operation made, newest first, exactly
-    /// (a word that moved on since keeps the change: see the module docs).
+    /// (a word that moved on since keeps the change). Only for a slot that
+    /// cannot have changed hands: a shared file's corrupted words, set back
+    /// before the operation runs again on the same slot (see the module
+    /// docs for why a reused slot's changes stay).
+    #[cfg_attr(any(ratomic_loom, not(target_os = "linux")), allow(dead_code))]
     pub(crate) fn undo(&mut self) {
         while self.n > 0 {
             let (i, before, after) = self.entry(self.n - 1);

@@ -8,8 +8,8 @@
 //! which every change is a compare-and-swap; a slot's first state word is
 //! also its control word, so a call on a stored key — the hot path — does
 //! the probe's loads, the algorithm's CAS on the state and one re-read of
-//! the key (the slot may have been reused meanwhile: `cells.rs` takes the
-//! change back exactly and the call runs again). An insert claims a free
+//! the key (the slot may have been reused meanwhile: the call then runs
+//! again, and what it changed stays, see `cells.rs`). An insert claims a free
 //! slot with one CAS, writes the key, checks it is the key's only copy (and
 //! that the shard forgot no key since it computed the states from what it
 //! remembers: see `Store::insert`) and publishes the state with one more.
@@ -548,12 +548,12 @@ impl<S: StoredKey> Store<S> {
                     let mut cells = Cells::new(t.states(i));
                     match op(&mut cells) {
                         Ok(r) if t.holds(i, probe, &guard) => return r,
-                        // The slot was given to another key meanwhile: take
-                        // back exactly what we did to it, and look again.
-                        Ok(_) => cells.undo(),
+                        // The slot was given to another key meanwhile: look
+                        // again. What the call changed stays where it landed
+                        // (see `cells.rs`): a token denied, never granted.
+                        Ok(_) => {}
                         // Being forgotten or moved: wait for it to settle.
                         Err(Frozen) => {
-                            cells.undo();
                             t.wait_change(i, LOCKED);
                         }
                     }
@@ -1245,5 +1245,51 @@ impl<S: StoredKey> Drop for Store<S> {
                 drop(table.into_owned());
             }
         }
+    }
+}
+
+#[cfg(all(test, not(ratomic_loom)))]
+mod tests {
+    use std::cell::Cell;
+    use std::hash::BuildHasher;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::algorithm::charge_in;
+    use crate::{Gcra, Quota, Rate};
+
+    /// A call whose slot is forgotten and given to another key between its
+    /// charge and its check leaves the new key's charges alone, even when
+    /// the new key's state is exactly the value the call stored (both keys
+    /// charged from a full bucket at the same clock reading). Taking the
+    /// call's charge back by a CAS from that value erased one of them: the
+    /// new key then had a token more than its limit allows.
+    #[test]
+    fn a_call_on_a_slot_reused_meanwhile_leaves_the_new_key_s_charges_alone() {
+        let gcra = Gcra::new(Quota::from_rate(Rate::new(3, Duration::from_nanos(30)).unwrap()).unwrap());
+        let store: Store<u64> = Store::new(&Options::default().shards(1).max_keys(16), 1, &gcra).unwrap();
+        let hash = |k: u64| store.hasher.hash_one(k);
+        // Two keys with one home slot in the first table (8 slots).
+        let home = |k: u64| (u128::from(hash(k)) * MIN_CAPACITY as u128) >> 64;
+        let (x, k) = (1u64, (2u64..).find(|&k| home(k) == home(1)).unwrap());
+        let allow = |key: u64| store.update(hash(key), &key, 0, &gcra, |cells| Ok(charge_in(&gcra, cells, 0, 0, 1)?.0));
+        assert!(allow(x).allowed);
+        // X's second call: after its charge, and before its check, X is
+        // forgotten and K takes the slot and is charged twice, which leaves
+        // K's state where X's call left X's. Then the call looks again and
+        // charges X's new copy.
+        let meanwhile = Cell::new(true);
+        let second = store.update(hash(x), &x, 0, &gcra, |cells| {
+            let r = charge_in(&gcra, cells, 0, 0, 1)?.0;
+            if meanwhile.replace(false) {
+                store.reset(hash(x), &x, 0, &gcra);
+                assert!(allow(k).allowed && allow(k).allowed);
+            }
+            Ok(r)
+        });
+        assert!(second.allowed);
+        let peek = |key: u64| store.update(hash(key), &key, 0, &gcra, |cells| Ok(charge_in(&gcra, cells, 0, 0, 0)?.0));
+        assert_eq!(peek(k).remaining, 1, "K keeps both of its charges");
+        assert!(peek(x).remaining <= 2, "X's call counted at least once");
     }
 }

@@ -6,8 +6,8 @@
 //! that cannot grow or point at a heap: open addressing from a key's home
 //! slot, a free slot claimed by one CAS, the key written and then checked
 //! to be its only copy before it is published, operations that run on the
-//! states and then re-read the slot (taking back exactly what they did if
-//! the slot changed hands meanwhile, `cells.rs`), credits under a per-slot
+//! states and then re-read the slot (running again if the slot changed
+//! hands meanwhile, `cells.rs`), credits under a per-slot
 //! lock, and forgotten keys remembered by a join. What differs is what a
 //! dead process forces: every transient slot state names its owner, and
 //! anyone who finds one whose owner is gone rolls it back (or forward) with
@@ -80,11 +80,13 @@
 //!    control word `c` (LIVE/HELD of generation g), changes the states by
 //!    CAS, and then re-reads the control word: unless it is still LIVE(g) or
 //!    HELD(g), the slot was forgotten (or reused) meanwhile and the
-//!    operation takes back what it did, exactly (`cells.rs`), and runs again.
-//!    A forget decides on the states it reads *after* its FORGET CAS and
-//!    joins them into the floor *before* the slot turns DEAD, so a charge is
-//!    either seen by it or sees FORGET/DEAD, takes itself back and runs again
-//!    on the key's new copy, which starts from the floor.
+//!    operation runs again; what it did stays (`cells.rs`: taken back by a
+//!    CAS, it could erase another key's equal state). A forget decides on
+//!    the states it reads *after* its FORGET CAS and joins them into the
+//!    floor *before* the slot turns DEAD, so a charge is either seen by it
+//!    (and then counted once more when the call runs again, on the key's
+//!    new copy, which starts from the floor) or sees FORGET/DEAD and runs
+//!    again (left on a slot whose next key's insert overwrites it).
 //! 5. **Credits never land on another key.** A credit (refund, give-back,
 //!    reset) first turns LIVE(g) into HELD(g) — which no forget can take, so
 //!    the slot cannot change key while it is held — and releases it
@@ -410,7 +412,9 @@ impl<'a> Table<'a> {
                     let after = self.load(i);
                     match r {
                         Ok(r) if gen(after) == gen(c) && matches!(kind(after), LIVE | HELD) => return Ok(r),
-                        _ => cells.undo(),
+                        // What the call changed stays (see `cells.rs`): the
+                        // slot may hold another key's equal state by now.
+                        _ => {}
                     }
                 }
                 Find::Absent(free) => {

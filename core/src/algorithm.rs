@@ -165,7 +165,9 @@ pub(crate) fn charge_from<A: Algorithm>(
 /// history without this charge. When the word has moved, the charge is kept:
 /// the tokens come back by refill, never by a guess. The callers make that
 /// rare by deciding every limit before charging any (a call a limit denies
-/// charges nothing) and by charging the tightest limit first.
+/// charges nothing) and by charging the tightest limit first. (On a store's
+/// slot, "no other write since" holds while the slot keeps its key; see
+/// `store/cells.rs` for the one case where it may not.)
 #[inline]
 pub(crate) fn restore(cell: &AtomicU64, charge: Charge) -> bool {
     cell.compare_exchange(charge.after, charge.before, Ordering::Relaxed, Ordering::Relaxed).is_ok()

@@ -16,8 +16,14 @@
 //! Left where it landed, a change counts once more against the key that
 //! made it (the forget or move that took the slot carried it along), or
 //! against a key whose state happened to match the one it read: a token
-//! denied, never one granted. (A multi-limit call's give-back of its own
-//! earlier charges, within one run, is [`restore`](Cells::restore).)
+//! denied, never one granted.
+//!
+//! A multi-limit call that must give back its own earlier charges within
+//! one run ([`restore`](Cells::restore): a later limit denied) still does
+//! it by such a CAS. It is exposed to the same reuse only if the slot is
+//! forgotten, reused and charged to exactly that value between two of the
+//! run's own instructions; closing that too needs the give-back to hold
+//! the slot (as credits do), which is not done yet.
 
 use std::mem::MaybeUninit;
 

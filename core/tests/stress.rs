@@ -322,14 +322,7 @@ fn keys_forgotten_and_evicted_under_contention_never_over_grant() {
 fn keys_forgotten_and_evicted_at_length_never_over_grant() {
     forgotten_and_evicted(None, 4_000_000, |k| k);
     #[cfg(target_os = "linux")]
-    {
-        let dir = std::env::temp_dir().join(format!("ratomic-stress-long-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("evict.shm");
-        let _ = std::fs::remove_file(&path);
-        forgotten_and_evicted(Some(&path), 4_000_000, |k| k);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
+    in_a_shared_file("long", |path| forgotten_and_evicted(Some(path), 4_000_000, |k| k));
 }
 
 /// The same with IPv6 keys, stored as two words in the slot: keys that
@@ -348,11 +341,17 @@ fn ip_keys_forgotten_and_evicted_under_contention_never_over_grant() {
 #[cfg(target_os = "linux")]
 #[test]
 fn keys_forgotten_and_evicted_in_a_shared_file_under_contention_never_over_grant() {
-    let dir = std::env::temp_dir().join(format!("ratomic-stress-{}", std::process::id()));
+    in_a_shared_file("short", |path| forgotten_and_evicted(Some(path), 20_000, |k| k));
+}
+
+/// Runs `f` on a fresh file in a directory of its own, removed afterwards.
+#[cfg(target_os = "linux")]
+fn in_a_shared_file(name: &str, f: impl FnOnce(&std::path::Path)) {
+    let dir = std::env::temp_dir().join(format!("ratomic-stress-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("evict.shm");
     let _ = std::fs::remove_file(&path);
-    forgotten_and_evicted(Some(&path), 20_000, |k| k);
+    f(&path);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

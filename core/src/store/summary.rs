@@ -193,23 +193,6 @@ impl Summary {
         retention: &impl Retention,
         guard: &epoch::Guard,
     ) {
-        self.remember(hash, states, wait, now, cells, retention, guard);
-        // Counted after the writes (Release): a reader that sees this count
-        // sees every write it counts.
-        self.changes.fetch_add(1, Ordering::Release);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn remember(
-        &self,
-        hash: u64,
-        states: &[u64],
-        wait: u64,
-        now: u64,
-        cells: usize,
-        retention: &impl Retention,
-        guard: &epoch::Guard,
-    ) {
         let w = self.width;
         if wait == 0 {
             // Full: the floor keeps it for calls stamped before now.
@@ -224,7 +207,17 @@ impl Summary {
         }
         let array = if wait == 0 { self.cells.load(Ordering::Acquire, guard) } else { self.grow(cells, guard) };
         // SAFETY: a cell array is freed only through the epoch.
-        let Some(array) = (unsafe { array.as_ref() }) else { return };
+        if let Some(array) = unsafe { array.as_ref() } {
+            self.remember_in(array, hash, states, wait, now, retention);
+        }
+        // Counted after the writes (Release): a reader that sees this count
+        // sees every write it counts.
+        self.changes.fetch_add(1, Ordering::Release);
+    }
+
+    /// [`forget`](Self::forget)'s entry in the cells.
+    fn remember_in(&self, array: &Cells, hash: u64, states: &[u64], wait: u64, now: u64, retention: &impl Retention) {
+        let w = self.width;
         let i = Self::index(hash, array.n);
         let mut old = [0u64; MAX_WIDTH];
         let tag = array.read(i, &mut old[..w]);

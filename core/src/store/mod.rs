@@ -1279,11 +1279,19 @@ mod tests {
         // K's state where X's call left X's. Then the call looks again and
         // charges X's new copy.
         let meanwhile = Cell::new(true);
+        let slot_of = |key: u64| {
+            let guard = epoch::pin();
+            // SAFETY: tables are freed only through the epoch, and we are pinned.
+            let t = unsafe { store.shard(hash(key)).table.load(Ordering::Acquire, &guard).deref() };
+            t.find(hash(key), &key, &guard)
+        };
+        let x_slot = slot_of(x);
         let second = store.update(hash(x), &x, 0, &gcra, |cells| {
             let r = charge_in(&gcra, cells, 0, 0, 1)?.0;
             if meanwhile.replace(false) {
                 store.reset(hash(x), &x, 0, &gcra);
                 assert!(allow(k).allowed && allow(k).allowed);
+                assert_eq!(slot_of(k), x_slot, "the race this test is for: K took X's slot");
             }
             Ok(r)
         });

@@ -447,10 +447,10 @@ impl<S: StoredKey> Table<S> {
     /// copy before its own and gives its own up. A slot reclaimed from DEAD
     /// has no such guarantee (the key may have been inserted further on
     /// while the slot was another key's, then published there), so its
-    /// check runs to the chain's end. Beyond `mine` lies the rest of its cluster, often
-    /// most of the scan: stopping there took an insert's check from 292 to
-    /// 164 instructions (callgrind, 100k new `u64` keys), and 155 ns
-    /// inserts to 142 (`rounds insert-u64`).
+    /// check runs to the chain's end. Beyond `mine` lies the rest of its
+    /// cluster, often most of the scan: stopping there took an insert's
+    /// check from 292 to 164 instructions (callgrind, 100k new `u64` keys),
+    /// and 155 ns inserts to 142 (`rounds insert-u64`).
     pub(crate) fn verify(
         &self,
         hash: u64,

@@ -166,8 +166,14 @@ pub(crate) fn charge_from<A: Algorithm>(
 /// the tokens come back by refill, never by a guess. The callers make that
 /// rare by deciding every limit before charging any (a call a limit denies
 /// charges nothing) and by charging the tightest limit first. (On a store's
-/// slot, "no other write since" holds while the slot keeps its key; see
-/// `store/cells.rs` for the one case where it may not.)
+/// slot, "no other write since" holds only while the slot keeps its key:
+/// the store gives back with the slot locked, see `store/cells.rs`.)
+///
+/// One interleaving is not covered: a reset of the same key between the
+/// charge and its give-back, followed by another call charged from the
+/// reset state to exactly the value this charge stored (same clock
+/// reading, same cost). The give-back then takes that call's charge
+/// instead: one call's tokens over the budget the reset started.
 #[inline]
 pub(crate) fn restore(cell: &AtomicU64, charge: Charge) -> bool {
     cell.compare_exchange(charge.after, charge.before, Ordering::Relaxed, Ordering::Relaxed).is_ok()

@@ -977,7 +977,9 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     ///    after the call), each by a CAS from the word it read; a word that
     ///    moved meanwhile is decided again.
     /// 3. If a limit now denies (another call took its last tokens since
-    ///    step 1), the limits already charged are taken back exactly.
+    ///    step 1), the call asks the store to take the limits already
+    ///    charged back, exactly, with the slot locked once the run is over
+    ///    (see `store/cells.rs`).
     ///
     /// Charging the tightest limit first makes step 3 rare: the limit most
     /// likely to deny is the one charged before any other.
@@ -1031,24 +1033,20 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
             }
             order[j] = k as u8;
         }
-        let mut charged = 0u32; // bit k: entry k is charged, from seen[k] to next[k]
         for &k in &order[..count] {
             let (k, i) = (k as usize, a.index[k as usize] as usize);
             let Some((verdict, charge)) = settle_in(&rules[i], cells, i, seen[k], next[k], now, cost)? else {
-                charged |= 1 << k; // charged as decided: the entry stands
-                continue;
+                continue; // charged as decided: the entry stands
             };
             // The word moved since it was read: decided again.
             a.entries[k] = Entry::of(&verdict);
             match charge {
-                Some(c) => {
-                    (seen[k], next[k]) = (c.before, c.after);
-                    charged |= 1 << k;
-                }
+                Some(c) => (seen[k], next[k]) = (c.before, c.after),
                 None => {
-                    for k in set_bits(charged) {
-                        cells.restore(a.index[k] as usize, Charge { before: seen[k], after: next[k] });
-                    }
+                    // The limits charged so far (this run's only changes)
+                    // are taken back by the store, exactly, once the run
+                    // is over (see `store/cells.rs`).
+                    cells.give_back();
                     uncharge(rules, &mut a.entries[..count], &a.index, |k| seen[k], now);
                     return Ok((a, false));
                 }

@@ -19,11 +19,15 @@
 //! denied, never one granted.
 //!
 //! A multi-limit call that must give back its own earlier charges within
-//! one run ([`restore`](Cells::restore): a later limit denied) still does
-//! it by such a CAS. It is exposed to the same reuse only if the slot is
-//! forgotten, reused and charged to exactly that value between two of the
-//! run's own instructions; closing that too needs the give-back to hold
-//! the slot (as credits do), which is not done yet.
+//! one run (a later limit denied) asks for it with
+//! [`give_back`](Cells::give_back) and does not touch the words itself.
+//! On a private copy (a key the store does not hold, or a slot it holds
+//! locked) the store takes the changes back at once. On a live slot it
+//! does so only once the run is over and the slot was found to have held
+//! the key throughout, and then with the slot locked and found to hold the
+//! key again, as credits are: a give-back by a CAS on the live word, in the
+//! middle of the run, could meet the slot forgotten, reused and charged to
+//! exactly the value the call stored, and erase that charge.
 
 use std::mem::MaybeUninit;
 
@@ -67,12 +71,33 @@ pub(crate) struct Cells<'a> {
     /// this runs on every call).
     log: [MaybeUninit<(usize, u64, u64)>; MAX_WIDTH],
     n: usize,
+    /// The operation asked for its changes to be taken back (see the
+    /// module docs).
+    give_back: bool,
+}
+
+/// The changes of a run that asked to [`give_back`](Cells::give_back)
+/// them, newest first: what the store takes back under the slot's lock.
+#[derive(Clone, Copy)]
+pub(crate) struct GiveBack {
+    log: [(usize, Charge); MAX_WIDTH],
+    n: usize,
+}
+
+impl GiveBack {
+    /// Takes every change back from `cells` (a locked slot or a private
+    /// copy), exactly: a word that moved on since keeps its change.
+    pub(crate) fn apply(&self, cells: &mut Cells<'_>) {
+        for &(i, charge) in &self.log[..self.n] {
+            cells.restore(i, charge);
+        }
+    }
 }
 
 impl<'a> Cells<'a> {
     #[inline]
     pub(crate) fn new(words: &'a [AtomicU64]) -> Self {
-        Cells { words, log: [const { MaybeUninit::uninit() }; MAX_WIDTH], n: 0 }
+        Cells { words, log: [const { MaybeUninit::uninit() }; MAX_WIDTH], n: 0, give_back: false }
     }
 
     /// Word `i`'s state.
@@ -101,10 +126,12 @@ impl<'a> Cells<'a> {
         }
     }
 
-    /// Takes back one charge this operation made on word `i`, exactly: if
-    /// the word still holds what the charge stored, it gets back what it
-    /// held before (see [`restore`](crate::algorithm::restore)). Returns
-    /// whether it did.
+    /// Takes back one charge made on word `i`, exactly: if the word still
+    /// holds what the charge stored, it gets back what it held before (see
+    /// [`restore`](crate::algorithm::restore)). Returns whether it did.
+    /// Only for words that cannot change hands meanwhile: a slot locked (or
+    /// held) for a credit, or a private copy. A run on a live slot asks for
+    /// [`give_back`](Self::give_back) instead.
     pub(crate) fn restore(&mut self, i: usize, charge: Charge) -> bool {
         let done =
             self.words[i].compare_exchange(charge.after, charge.before, Ordering::AcqRel, Ordering::Relaxed).is_ok();
@@ -116,6 +143,45 @@ impl<'a> Cells<'a> {
             }
         }
         done
+    }
+
+    /// Asks the store to take back every change this run made, once the
+    /// run is over (see the module docs): a multi-limit call whose later
+    /// limit denied gives back the earlier limits' charges.
+    #[inline]
+    pub(crate) fn give_back(&mut self) {
+        self.give_back = true;
+    }
+
+    /// The changes to take back, if the run asked for it (see
+    /// [`give_back`](Self::give_back)).
+    #[inline]
+    pub(crate) fn to_give_back(&self) -> Option<GiveBack> {
+        if !self.give_back {
+            return None;
+        }
+        Some(self.to_give_back_slow())
+    }
+
+    #[cold]
+    fn to_give_back_slow(&self) -> GiveBack {
+        let mut g = GiveBack { log: [(0, Charge::default()); MAX_WIDTH], n: self.n };
+        for (k, slot) in g.log[..self.n].iter_mut().enumerate() {
+            let (i, before, after) = self.entry(self.n - 1 - k);
+            *slot = (i, Charge { before, after });
+        }
+        g
+    }
+
+    /// On a private copy: takes back the changes the run asked to give
+    /// back, at once (nothing else can write the copy); then whether the
+    /// run changed anything.
+    #[inline]
+    pub(crate) fn settle_private(&mut self) -> bool {
+        if self.give_back {
+            self.undo();
+        }
+        self.wrote()
     }
 
     /// Sets every word holding a marker back to a pristine state (0). Only
@@ -139,12 +205,12 @@ impl<'a> Cells<'a> {
     }
 
     /// Takes back every change the operation made, newest first, exactly
-    /// (a word that moved on since keeps the change). Only for a slot that
-    /// cannot have changed hands: a shared file's corrupted words, set back
-    /// before the operation runs again on the same slot (see the module
-    /// docs for why a reused slot's changes stay).
-    #[cfg_attr(any(ratomic_loom, not(target_os = "linux")), allow(dead_code))]
+    /// (a word that moved on since keeps the change). Only for words that
+    /// cannot have changed hands: a private copy, or a shared file's
+    /// corrupted words, set back before the operation runs again on the
+    /// same slot (see the module docs for why a reused slot's changes stay).
     pub(crate) fn undo(&mut self) {
+        self.give_back = false;
         while self.n > 0 {
             let (i, before, after) = self.entry(self.n - 1);
             self.n -= 1;

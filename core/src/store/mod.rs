@@ -547,7 +547,17 @@ impl<S: StoredKey> Store<S> {
                 Find::Found(i) => {
                     let mut cells = Cells::new(t.states(i));
                     match op(&mut cells) {
-                        Ok(r) if t.holds(i, probe, &guard) => return r,
+                        Ok(r) if t.holds(i, probe, &guard) => {
+                            if let Some(give_back) = cells.to_give_back() {
+                                // The run is over and the slot held the key
+                                // throughout: take its changes back, locked.
+                                self.update_locked(hash, probe, now, retention, false, |cells| {
+                                    give_back.apply(cells);
+                                    Ok(())
+                                });
+                            }
+                            return r;
+                        }
                         // The slot was given to another key meanwhile: look
                         // again. What the call changed stays where it landed
                         // (see `cells.rs`): a token denied, never granted.
@@ -1216,14 +1226,14 @@ pub(crate) fn on_copy<R>(
         let atomics = unsafe { std::slice::from_raw_parts(ptr, width) };
         let mut cells = Cells::new(atomics);
         let r = op(&mut cells).expect("a private copy holds no marker");
-        (r, cells.wrote())
+        (r, cells.settle_private())
     }
     #[cfg(ratomic_loom)]
     {
         let atomics: [AtomicU64; MAX_WIDTH] = std::array::from_fn(|w| AtomicU64::new(words.0[w]));
         let mut cells = Cells::new(&atomics[..width]);
         let r = op(&mut cells).expect("a private copy holds no marker");
-        let changed = cells.wrote();
+        let changed = cells.settle_private();
         for (w, a) in words.0.iter_mut().zip(&atomics) {
             *w = a.load(Ordering::Relaxed);
         }
@@ -1258,6 +1268,52 @@ mod tests {
     use crate::algorithm::charge_in;
     use crate::{Gcra, Quota, Rate};
 
+    /// A one-word store of 8 slots in one shard, with a bucket of 3, and
+    /// two keys X and K with one home slot.
+    struct Collide {
+        gcra: Gcra,
+        store: Store<u64>,
+        x: u64,
+        k: u64,
+    }
+
+    impl Collide {
+        fn new() -> Self {
+            let gcra = Gcra::new(Quota::from_rate(Rate::new(3, Duration::from_nanos(30)).unwrap()).unwrap());
+            let store: Store<u64> = Store::new(&Options::default().shards(1).max_keys(16), 1, &gcra).unwrap();
+            let home = |k: u64| (u128::from(store.hasher.hash_one(k)) * MIN_CAPACITY as u128) >> 64;
+            let (x, k) = (1u64, (2u64..).find(|&k| home(k) == home(1)).unwrap());
+            Collide { gcra, store, x, k }
+        }
+
+        fn hash(&self, key: u64) -> u64 {
+            self.store.hasher.hash_one(key)
+        }
+
+        /// One call of cost `cost` (0: a peek) on `key` at time 0.
+        fn call(&self, key: u64, cost: u64) -> crate::decision::Verdict {
+            self.store
+                .update(self.hash(key), &key, 0, &self.gcra, |cells| Ok(charge_in(&self.gcra, cells, 0, 0, cost)?.0))
+        }
+
+        fn slot_of(&self, key: u64) -> Find {
+            let guard = epoch::pin();
+            // SAFETY: tables are freed only through the epoch, and we are pinned.
+            let t = unsafe { self.store.shard(self.hash(key)).table.load(Ordering::Acquire, &guard).deref() };
+            t.find(self.hash(key), &key, &guard)
+        }
+
+        /// Forgets X, then charges K twice from full at time 0, which
+        /// leaves K in X's old slot with the state a second charge of X
+        /// from full leaves (TAT 20).
+        fn forget_x_and_charge_k_twice(&self) {
+            let x_slot = self.slot_of(self.x);
+            self.store.reset(self.hash(self.x), &self.x, 0, &self.gcra);
+            assert!(self.call(self.k, 1).allowed && self.call(self.k, 1).allowed);
+            assert_eq!(self.slot_of(self.k), x_slot, "the race this test is for: K took X's slot");
+        }
+    }
+
     /// A call whose slot is forgotten and given to another key between its
     /// charge and its check leaves the new key's charges alone, even when
     /// the new key's state is exactly the value the call stored (both keys
@@ -1266,38 +1322,63 @@ mod tests {
     /// new key then had a token more than its limit allows.
     #[test]
     fn a_call_on_a_slot_reused_meanwhile_leaves_the_new_key_s_charges_alone() {
-        let gcra = Gcra::new(Quota::from_rate(Rate::new(3, Duration::from_nanos(30)).unwrap()).unwrap());
-        let store: Store<u64> = Store::new(&Options::default().shards(1).max_keys(16), 1, &gcra).unwrap();
-        let hash = |k: u64| store.hasher.hash_one(k);
-        // Two keys with one home slot in the first table (8 slots).
-        let home = |k: u64| (u128::from(hash(k)) * MIN_CAPACITY as u128) >> 64;
-        let (x, k) = (1u64, (2u64..).find(|&k| home(k) == home(1)).unwrap());
-        let allow = |key: u64| store.update(hash(key), &key, 0, &gcra, |cells| Ok(charge_in(&gcra, cells, 0, 0, 1)?.0));
-        assert!(allow(x).allowed);
+        let c = Collide::new();
+        assert!(c.call(c.x, 1).allowed);
         // X's second call: after its charge, and before its check, X is
         // forgotten and K takes the slot and is charged twice, which leaves
         // K's state where X's call left X's. Then the call looks again and
         // charges X's new copy.
         let meanwhile = Cell::new(true);
-        let slot_of = |key: u64| {
-            let guard = epoch::pin();
-            // SAFETY: tables are freed only through the epoch, and we are pinned.
-            let t = unsafe { store.shard(hash(key)).table.load(Ordering::Acquire, &guard).deref() };
-            t.find(hash(key), &key, &guard)
-        };
-        let x_slot = slot_of(x);
-        let second = store.update(hash(x), &x, 0, &gcra, |cells| {
-            let r = charge_in(&gcra, cells, 0, 0, 1)?.0;
+        let second = c.store.update(c.hash(c.x), &c.x, 0, &c.gcra, |cells| {
+            let r = charge_in(&c.gcra, cells, 0, 0, 1)?.0;
             if meanwhile.replace(false) {
-                store.reset(hash(x), &x, 0, &gcra);
-                assert!(allow(k).allowed && allow(k).allowed);
-                assert_eq!(slot_of(k), x_slot, "the race this test is for: K took X's slot");
+                c.forget_x_and_charge_k_twice();
             }
             Ok(r)
         });
         assert!(second.allowed);
-        let peek = |key: u64| store.update(hash(key), &key, 0, &gcra, |cells| Ok(charge_in(&gcra, cells, 0, 0, 0)?.0));
-        assert_eq!(peek(k).remaining, 1, "K keeps both of its charges");
-        assert!(peek(x).remaining <= 2, "X's call counted at least once");
+        assert_eq!(c.call(c.k, 0).remaining, 1, "K keeps both of its charges");
+        assert!(c.call(c.x, 0).remaining <= 2, "X's call counted at least once");
+    }
+
+    /// The same race for a run that gives its charge back (a multi-limit
+    /// call whose later limit denied): given back by a CAS from the value
+    /// it stored, in the run, the charge took K's instead. The store gives
+    /// it back only for a slot that held the key throughout, locked.
+    #[test]
+    fn a_give_back_on_a_slot_reused_meanwhile_leaves_the_new_key_s_charges_alone() {
+        let c = Collide::new();
+        assert!(c.call(c.x, 1).allowed);
+        let meanwhile = Cell::new(true);
+        c.store.update(c.hash(c.x), &c.x, 0, &c.gcra, |cells| {
+            assert!(charge_in(&c.gcra, cells, 0, 0, 1)?.0.allowed);
+            if meanwhile.replace(false) {
+                c.forget_x_and_charge_k_twice();
+            }
+            cells.give_back();
+            Ok(())
+        });
+        assert_eq!(c.call(c.k, 0).remaining, 1, "K keeps both of its charges");
+        assert_eq!(c.call(c.x, 0).remaining, 3, "X's call, run again after the reset, gave its charge back");
+    }
+
+    /// A run that gives its changes back leaves a stored key as it found
+    /// it, and does not insert a key the store does not hold.
+    #[test]
+    fn a_give_back_takes_the_run_s_changes_back_exactly() {
+        let c = Collide::new();
+        assert!(c.call(c.x, 1).allowed);
+        let give_back = |key: u64| {
+            c.store.update(c.hash(key), &key, 0, &c.gcra, |cells| {
+                assert!(charge_in(&c.gcra, cells, 0, 0, 2)?.0.allowed);
+                cells.give_back();
+                Ok(())
+            })
+        };
+        give_back(c.x);
+        assert_eq!(c.call(c.x, 0).remaining, 2, "X as before: one charge");
+        give_back(c.k);
+        assert_eq!(c.store.len(), 1, "K, absent, not inserted");
+        assert_eq!(c.call(c.k, 0).remaining, 3);
     }
 }

@@ -411,7 +411,18 @@ impl<'a> Table<'a> {
                     // Invariant 4.
                     let after = self.load(i);
                     match r {
-                        Ok(r) if gen(after) == gen(c) && matches!(kind(after), LIVE | HELD) => return Ok(r),
+                        Ok(r) if gen(after) == gen(c) && matches!(kind(after), LIVE | HELD) => {
+                            if let Some(give_back) = cells.to_give_back() {
+                                // As in the in-memory store: the slot held the
+                                // key throughout; take the changes back held.
+                                let op = |cells: &mut Cells<'_>| {
+                                    give_back.apply(cells);
+                                    Ok(())
+                                };
+                                self.credit(ctx, fp, now, retention, false, &op)?;
+                            }
+                            return Ok(r);
+                        }
                         // What the call changed stays (see `cells.rs`): the
                         // slot may hold another key's equal state by now.
                         _ => {}

@@ -1571,7 +1571,11 @@ impl<K: BoundedKey, C: Clock> Limiter<K, C> {
     /// ```
     #[inline]
     pub fn allow(&self, key: &K) -> MultiDecision<'_> {
-        self.allow_at(key, 1, self.now()).unwrap_or_else(|e| crate::keyed::clock_broke_its_contract(e))
+        // Not through `allow_at`: its `Result` was unwrapped by a copy of
+        // the whole answer, read back wider than it had just been written.
+        let now = checked(self.now()).unwrap_or_else(|e| crate::keyed::clock_broke_its_contract(e));
+        let (hash, probe) = self.base.probe(key).unwrap_or_else(|e| crate::keyed::clock_broke_its_contract(e));
+        self.select(self.all).dispatch(hash, &probe, 1, now)
     }
 
     /// What `allow` would answer, changing nothing. Cannot fail; panics as

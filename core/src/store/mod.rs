@@ -33,8 +33,11 @@
 //!
 //! Operations that *credit* a key (refunds, give-backs, resets) lock its
 //! slot instead (`update_locked`): a credit must not land on a slot reused
-//! by another key. Every protocol here is model-checked with loom
-//! (`core/tests/loom.rs`).
+//! by another key. So does a multi-limit call that must give back the
+//! charges it made before a later limit denied: it asks for it
+//! (`Cells::give_back`), and the store does it once the call's run is over,
+//! with the slot locked, if the slot held the key throughout. Every
+//! protocol here is model-checked with loom (`core/tests/loom.rs`).
 //!
 //! The hasher is foldhash with a per-process random seed (plus a per-store
 //! one): fast on short keys, and attackers who choose keys cannot predict
@@ -523,7 +526,10 @@ impl<S: StoredKey> Store<S> {
     /// Runs `op` on the key's state words and returns its result. `op` may
     /// run more than once (only the last result is returned) and must touch
     /// nothing but the words it is given; what it changed is judged from
-    /// what it wrote through them.
+    /// what it wrote through them. A run that asks to give its changes back
+    /// ([`Cells::give_back`]) has them taken back exactly: at once on a
+    /// private copy, and under the slot's lock on a stored key whose slot
+    /// held it throughout the run (see `cells.rs`).
     ///
     /// A key that is absent answers from what its shard remembers of it
     /// (see `summary.rs`); it is inserted only if `op` changed that state,

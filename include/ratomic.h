@@ -1201,6 +1201,39 @@ ratomic_result ratomic_direct_describe(const ratomic_direct *direct,
                                        size_t *len);
 
 /**
+ * Writes what the stack enforces into `buf` as a NUL-terminated string,
+ * and its length (without the NUL) to `*len`: `"<name>: <member>"` for
+ * each member, in order, joined by `"; "`, each member as
+ * `ratomic_describe` or `ratomic_direct_describe` writes it, a member with
+ * several limits in brackets with its limits joined by `", "`
+ * (`"ip: token bucket 10 per 1s; user: [burst: token bucket 2 per 1s,
+ * daily: fixed window 1000 per 1d]"`). With `buf` NULL and `buf_len` 0,
+ * only `*len` is written.
+ *
+ * @param stack The stack to describe, borrowed for the call.
+ * @param[out] buf Receives the text, NUL-terminated; may be NULL when
+ *     `buf_len` is 0 (to ask for the length).
+ * @param buf_len The size of `buf` in bytes.
+ * @param[out] len Receives the text's length in bytes, without the NUL.
+ * @return `RATOMIC_OK` on success; on an error (`buf` and `*len` untouched):
+ * @retval RATOMIC_NULL_ARGUMENT NULL: stack, len, or buf with a non-zero
+ *     `buf_len`.
+ * @retval RATOMIC_BUFFER_TOO_SMALL `buf_len` is below the text's length + 1
+ *     (the message gives the size needed).
+ * @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
+ *
+ * @note Ownership: the caller owns `buf`. Thread-safety: safe from any
+ *     thread.
+ *
+ * @warning `stack` must be a live stack; `buf` NULL or `buf_len` writable
+ *     bytes; `len` valid for writes.
+ */
+ratomic_result ratomic_stack_describe(const ratomic_stack *stack,
+                                      char *buf,
+                                      size_t buf_len,
+                                      size_t *len);
+
+/**
  * Makes a token bucket per key: each key holds up to `capacity` tokens
  * (≥ 1), refilled continuously at `refill_per_sec` tokens per **second**
  * (finite, > 0); a new key starts full. GCRA, exact to the nanosecond: one

@@ -519,19 +519,21 @@ pub unsafe extern "C" fn ratomic_describe(
     len: *mut usize,
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller.
-    unsafe {
-        write_text(limiter, "limiter", buf, buf_len, len, |l| {
-            Ok(match l.rules() {
-                [rule] => rule.to_string(),
-                rules => l
-                    .names
-                    .iter()
-                    .zip(rules)
-                    .map(|(name, rule)| format!("{}: {rule}", name.to_string_lossy()))
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            })
-        })
+    unsafe { write_text(limiter, "limiter", buf, buf_len, len, |l| Ok(describe_limiter(l, "; "))) }
+}
+
+/// What `ratomic_describe` writes for `l`, its limits (if several) joined
+/// by `separator`.
+pub(crate) fn describe_limiter(l: &ratomic_limiter, separator: &str) -> String {
+    match l.rules() {
+        [rule] => rule.to_string(),
+        rules => l
+            .names
+            .iter()
+            .zip(rules)
+            .map(|(name, rule)| format!("{}: {rule}", name.to_string_lossy()))
+            .collect::<Vec<_>>()
+            .join(separator),
     }
 }
 
@@ -566,5 +568,47 @@ pub unsafe extern "C" fn ratomic_direct_describe(
     len: *mut usize,
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller.
-    unsafe { write_text(direct, "direct", buf, buf_len, len, |b| Ok(b.bucket.algorithm().to_string())) }
+    unsafe { write_text(direct, "direct", buf, buf_len, len, |b| Ok(describe_direct(b))) }
+}
+
+/// What `ratomic_direct_describe` writes for `b`.
+pub(crate) fn describe_direct(b: &ratomic_direct) -> String {
+    b.bucket.algorithm().to_string()
+}
+
+/// Writes what the stack enforces into `buf` as a NUL-terminated string,
+/// and its length (without the NUL) to `*len`: `"<name>: <member>"` for
+/// each member, in order, joined by `"; "`, each member as
+/// `ratomic_describe` or `ratomic_direct_describe` writes it, a member with
+/// several limits in brackets with its limits joined by `", "`
+/// (`"ip: token bucket 10 per 1s; user: [burst: token bucket 2 per 1s,
+/// daily: fixed window 1000 per 1d]"`). With `buf` NULL and `buf_len` 0,
+/// only `*len` is written.
+///
+/// @param stack The stack to describe, borrowed for the call.
+/// @param[out] buf Receives the text, NUL-terminated; may be NULL when
+///     `buf_len` is 0 (to ask for the length).
+/// @param buf_len The size of `buf` in bytes.
+/// @param[out] len Receives the text's length in bytes, without the NUL.
+/// @return `RATOMIC_OK` on success; on an error (`buf` and `*len` untouched):
+/// @retval RATOMIC_NULL_ARGUMENT NULL: stack, len, or buf with a non-zero
+///     `buf_len`.
+/// @retval RATOMIC_BUFFER_TOO_SMALL `buf_len` is below the text's length + 1
+///     (the message gives the size needed).
+/// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
+///
+/// @note Ownership: the caller owns `buf`. Thread-safety: safe from any
+///     thread.
+///
+/// @warning `stack` must be a live stack; `buf` NULL or `buf_len` writable
+///     bytes; `len` valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn ratomic_stack_describe(
+    stack: *const ratomic_stack,
+    buf: *mut c_char,
+    buf_len: usize,
+    len: *mut usize,
+) -> ratomic_result {
+    // SAFETY: forwarded from the caller.
+    unsafe { write_text(stack, "stack", buf, buf_len, len, |s| Ok(s.describe())) }
 }

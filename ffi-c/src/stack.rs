@@ -11,6 +11,7 @@ use ratomic_core::{MultiDecision, Stack, StackMember};
 use crate::boundary::{arg_ref, out_ptr, str_arg, write_out, Failure};
 use crate::decision::{ratomic_decision, ratomic_limit_decision};
 use crate::direct::ratomic_direct;
+use crate::headers::{describe_direct, describe_limiter};
 use crate::limiter::{ratomic_limiter, Engine};
 use crate::ops::RATOMIC_NO_TIMEOUT;
 use crate::options::{ratomic_options, FfiClock, Resolved};
@@ -33,9 +34,22 @@ pub struct ratomic_stack {
     stack: Stack<FfiClock>,
     /// The member names, NUL-terminated for the entries' `name` pointers.
     names: Box<[CString]>,
+    /// Each member's rules, as `ratomic_describe` writes them (a stack
+    /// member does not keep its handle's names).
+    members: Box<[String]>,
 }
 
 impl ratomic_stack {
+    /// What `ratomic_stack_describe` writes.
+    pub(crate) fn describe(&self) -> String {
+        self.names
+            .iter()
+            .zip(&self.members)
+            .map(|(name, m)| format!("{}: {m}", name.to_string_lossy()))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
     /// One header policy per member (an error naming a `Limiter` member).
     pub(crate) fn policies(&self) -> ratomic_core::Result<Vec<ratomic_core::headers::Policy>> {
         self.stack.policies()
@@ -76,12 +90,20 @@ pub struct ratomic_stack_member {
 }
 
 /// A member limiter as core's stack member (sharing the handle's limiter).
-fn member(l: &ratomic_limiter) -> Result<Arc<dyn StackMember>, Failure> {
-    match &l.engine {
-        Engine::One(k) => Ok(k.clone()),
-        Engine::Many(m) => Ok(m.clone()),
-        Engine::Redis(_) => Err(Failure::Unsupported("a Redis-backed limiter cannot be a stack member")),
-    }
+/// A limiter as a stack member, with its description: a member with
+/// several limits in brackets, its limits joined by `", "` (the members
+/// themselves are joined by `"; "`).
+fn member(l: &ratomic_limiter) -> Result<(Arc<dyn StackMember>, String), Failure> {
+    let member: Arc<dyn StackMember> = match &l.engine {
+        Engine::One(k) => k.clone(),
+        Engine::Many(m) => m.clone(),
+        Engine::Redis(_) => return Err(Failure::Unsupported("a Redis-backed limiter cannot be a stack member")),
+    };
+    let text = match l.rules() {
+        [_] => describe_limiter(l, "; "),
+        _ => format!("[{}]", describe_limiter(l, ", ")),
+    };
+    Ok((member, text))
 }
 
 /// A stack of `members` on the clock of `options`, handed to C through `out`.
@@ -89,21 +111,26 @@ fn member(l: &ratomic_limiter) -> Result<Arc<dyn StackMember>, Failure> {
 /// # Safety
 /// `out` must have passed [`out_ptr`]; `options` as [`Resolved::from_ptr`].
 unsafe fn make(
-    members: impl IntoIterator<Item = Result<(String, Arc<dyn StackMember>), Failure>>,
+    members: impl IntoIterator<Item = Result<(String, (Arc<dyn StackMember>, String)), Failure>>,
     options: *const ratomic_options,
     out: *mut *mut ratomic_stack,
 ) -> Result<(), Failure> {
     // SAFETY: forwarded from the caller.
     let o = unsafe { Resolved::from_ptr(options) }?;
     let mut builder = Stack::builder().clock(o.clock);
-    let mut c_names = Vec::new();
+    let (mut c_names, mut texts) = (Vec::new(), Vec::new());
     for m in members {
-        let (name, m) = m?;
+        let (name, (m, text)) = m?;
         c_names.push(CString::new(name.as_str()).map_err(|_| Failure::Null("names[i]"))?);
+        texts.push(text);
         builder = builder.member_dyn(name, m);
     }
     let stack = builder.build()?;
-    let handle = Box::into_raw(Box::new(ratomic_stack { stack, names: c_names.into_boxed_slice() }));
+    let handle = Box::into_raw(Box::new(ratomic_stack {
+        stack,
+        names: c_names.into_boxed_slice(),
+        members: texts.into_boxed_slice(),
+    }));
     // SAFETY: `out` is non-NULL and writable, as the caller guarantees.
     unsafe { write_out(out, handle) };
     Ok(())
@@ -227,7 +254,7 @@ pub unsafe extern "C" fn ratomic_stack_new_members(
             // SAFETY: the caller passes live handles or NULL.
             let member = match unsafe { (m.limiter.as_ref(), m.direct.as_ref()) } {
                 (Some(l), None) => member(l)?,
-                (None, Some(d)) => d.bucket.clone() as Arc<dyn StackMember>,
+                (None, Some(d)) => (d.bucket.clone() as Arc<dyn StackMember>, describe_direct(d)),
                 (None, None) => return Err(Failure::Null("members[i].limiter (or members[i].direct)")),
                 (Some(_), Some(_)) => {
                     return Err(Failure::Core(ratomic_core::Error::InvalidArgument {

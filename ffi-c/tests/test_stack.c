@@ -27,6 +27,35 @@ int main(void) {
     CHECK_OK(ratomic_stack_member_count(s, &n));
     CHECK(n == 2);
 
+    /* Each member's rules, by name, in order; the length asked first. */
+    const char *described = "ip: token bucket 3 per 1s; user: fixed window 2 per 1s";
+    char text[256];
+    size_t need = 0, got = 0;
+    CHECK_OK(ratomic_stack_describe(s, NULL, 0, &need));
+    CHECK(need == strlen(described));
+    CHECK_OK(ratomic_stack_describe(s, text, need + 1, &got));
+    CHECK(got == need && strcmp(text, described) == 0);
+    CHECK_RC(RATOMIC_BUFFER_TOO_SMALL, ratomic_stack_describe(s, text, need, &got));
+    CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_stack_describe(NULL, text, sizeof text, &got));
+    CHECK_RC(RATOMIC_NULL_ARGUMENT, ratomic_stack_describe(s, text, sizeof text, NULL));
+
+    /* A member with several limits is shown in brackets; a direct bucket as
+     * ratomic_direct_describe shows it. */
+    ratomic_limiter *two = NULL;
+    ratomic_direct *global = NULL;
+    CHECK_OK(ratomic_multi_limiter_from_rates("2/s; 1000/day", &o, &two));
+    CHECK_OK(ratomic_direct_token_bucket_from_rate("100/s", &o, &global));
+    ratomic_stack_member three[3] = {
+        {.name = "ip", .limiter = per_ip}, {.name = "user", .limiter = two}, {.name = "global", .direct = global}};
+    ratomic_stack *with_direct = NULL;
+    CHECK_OK(ratomic_stack_new_members(three, 3, &o, &with_direct));
+    CHECK_OK(ratomic_stack_describe(with_direct, text, sizeof text, &got));
+    CHECK(strcmp(text, "ip: token bucket 3 per 1s; user: [2/s: token bucket 2 per 1s, 1000/day: token bucket 1000 "
+                       "per 1d]; global: token bucket 100 per 1s") == 0);
+    ratomic_stack_free(with_direct);
+    ratomic_limiter_free(two);
+    ratomic_direct_free(global);
+
     /* The stack holds its members: freeing a handle leaves the stack whole. */
     ratomic_limiter_free(per_user);
     per_user = NULL;

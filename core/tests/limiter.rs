@@ -320,3 +320,37 @@ fn a_denied_call_reports_what_each_limit_still_has() {
     }
     assert_eq!(l.peek_n("u", 0).unwrap().get("burst").unwrap().remaining, 10);
 }
+
+#[test]
+fn a_peek_answers_exactly_what_the_call_then_answers() {
+    // Every algorithm in one limiter, and sets of one to all of its limits,
+    // so each scratch size a call picks is peeked: before each call, a peek
+    // at the same time and cost answers field for field what the call does,
+    // allowed or denied, and changes nothing.
+    let limiter = Limiter::builder()
+        .limit("tb", Rule::token_bucket(Quota::parse("5/s").unwrap()))
+        .limit("fw", Rule::fixed_window(Rate::parse("7/2s").unwrap()).unwrap())
+        .limit("sw", Rule::sliding_window(Rate::parse("9/3s").unwrap()).unwrap())
+        .limit("day", Rule::token_bucket(Quota::parse("40/d").unwrap()))
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    let sets = [vec!["tb"], vec!["fw", "sw"], vec!["tb", "fw", "sw"], vec!["tb", "fw", "sw", "day"]];
+    let (mut now, mut allowed, mut denied) = (0u64, 0, 0);
+    for i in 0..400u64 {
+        let set = limiter.limit_set(&sets[(i % 4) as usize]).unwrap();
+        let selected = limiter.select(set);
+        let (key, cost) = (["a", "b"][(i % 3 % 2) as usize], 1 + i % 3);
+        let peeked = selected.peek_at(key, cost, now).unwrap();
+        assert_eq!(selected.peek_at(key, cost, now).unwrap(), peeked, "a peek changes nothing");
+        let called = selected.allow_at(key, cost, now).unwrap();
+        assert_eq!(peeked, called, "call {i} at {now} ns");
+        if called.allowed() {
+            allowed += 1;
+        } else {
+            denied += 1;
+        }
+        now += 37_000_000 * (i % 5);
+    }
+    assert!(allowed > 50 && denied > 50, "both answers were peeked ({allowed} allowed, {denied} denied)");
+}

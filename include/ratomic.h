@@ -45,6 +45,13 @@
 #define RATOMIC_MAX_TIME 4611686018427387903
 
 /**
+ * The most limits one multi-limit limiter holds, and the most members one
+ * stack holds: size a `ratomic_limit_decision` array with it to receive
+ * every entry of any call.
+ */
+#define RATOMIC_MAX_LIMITS 16
+
+/**
  * `ratomic_acquire`'s `timeout_ns` for "wait as long as it takes".
  */
 #define RATOMIC_NO_TIMEOUT UINT64_MAX
@@ -1481,7 +1488,7 @@ void ratomic_limiter_free(ratomic_limiter *limiter);
  * error `*out` is untouched.
  *
  * @param limits An array of `count` limit specs, copied.
- * @param count The number of limits, 1 to 16.
+ * @param count The number of limits, 1 to `RATOMIC_MAX_LIMITS` (16).
  * @param options Construction options, or NULL for all defaults; copied.
  * @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
  *     `ratomic_limiter_free`.
@@ -1520,7 +1527,7 @@ ratomic_result ratomic_multi_limiter_new(const ratomic_limit_spec *limits,
  * `ratomic_multi_limiter_new`.
  *
  * @param limits The rates, NUL-terminated UTF-8, e.g. `"10/second;1000/day"`;
- *     1 to 16 of them; only read during the call.
+ *     1 to `RATOMIC_MAX_LIMITS` (16) of them; only read during the call.
  * @param options Construction options, or NULL for all defaults; copied.
  * @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it
  *     with `ratomic_limiter_free`.
@@ -2407,7 +2414,7 @@ ratomic_result ratomic_redis_sliding_window_new(const char *url,
  * @param url The server's URL, NUL-terminated (`redis://host:port/db`); only read
  *     during the call.
  * @param limits An array of `count` limit specs, copied.
- * @param count The number of limits, 1 to 16.
+ * @param count The number of limits, 1 to `RATOMIC_MAX_LIMITS` (16).
  * @param options Redis options, or NULL for all defaults; copied.
  * @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
  *     `ratomic_limiter_free`.
@@ -2547,7 +2554,7 @@ ratomic_result ratomic_limit_get(const ratomic_limiter *limiter,
 ratomic_result ratomic_window_max_limit(uint32_t algorithm, uint64_t window_ns, uint64_t *out);
 
 /**
- * Makes a stack of `count` members (1 to 16): member `i` is `members[i]`,
+ * Makes a stack of `count` members (1 to `RATOMIC_MAX_LIMITS` (16)): member `i` is `members[i]`,
  * named `names[i]` (NUL-terminated UTF-8, distinct). The stack reads the
  * clock of `options` (NULL or no callback: the library's monotonic clock)
  * once per call and passes it to every member, so every member must read
@@ -2562,7 +2569,7 @@ ratomic_result ratomic_window_max_limit(uint32_t algorithm, uint64_t window_ns, 
  *     copied.
  * @param members An array of `count` limiters: member `i` is `members[i]`, shared
  *     by the stack.
- * @param count The number of members, 1 to 16.
+ * @param count The number of members, 1 to `RATOMIC_MAX_LIMITS` (16).
  * @param options Options, or NULL: only the clock fields are read (the clock every
  *     member must share).
  * @param[out] out Receives the new stack, only on `RATOMIC_OK`; release it with
@@ -2590,7 +2597,7 @@ ratomic_result ratomic_stack_new(const char *const *names,
                                  ratomic_stack **out);
 
 /**
- * Makes a stack of `count` members (1 to 16) that may mix keyed limiters
+ * Makes a stack of `count` members (1 to `RATOMIC_MAX_LIMITS` (16)) that may mix keyed limiters
  * and keyless direct buckets: member `i` is `members[i]`, named
  * `members[i].name` (NUL-terminated UTF-8, distinct), and is
  * `members[i].limiter` or `members[i].direct`, exactly one of them
@@ -2604,7 +2611,7 @@ ratomic_result ratomic_stack_new(const char *const *names,
  *
  * @param members An array of `count` members, each a name and exactly one of
  *     `limiter` or `direct`.
- * @param count The number of members, 1 to 16.
+ * @param count The number of members, 1 to `RATOMIC_MAX_LIMITS` (16).
  * @param options Options, or NULL: only the clock fields are read (the clock every
  *     member must share).
  * @param[out] out Receives the new stack, only on `RATOMIC_OK`; release it with

@@ -65,7 +65,7 @@ pub use multi::{
 pub use ops::{
     ratomic_acquire, ratomic_allow, ratomic_allow_at, ratomic_allow_many, ratomic_allow_many_at, ratomic_gc,
     ratomic_gc_at, ratomic_key_count, ratomic_now, ratomic_peek, ratomic_peek_at, ratomic_refund, ratomic_refund_at,
-    ratomic_request, ratomic_reset, ratomic_reset_at, RATOMIC_MAX_TIME, RATOMIC_NO_TIMEOUT,
+    ratomic_request, ratomic_reset, ratomic_reset_at, RATOMIC_MAX_LIMITS, RATOMIC_MAX_TIME, RATOMIC_NO_TIMEOUT,
 };
 pub use options::{ratomic_clock_fn, ratomic_eviction, ratomic_options, ratomic_sleep_fn};
 pub use quotas::{

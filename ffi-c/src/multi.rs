@@ -3,11 +3,12 @@
 
 use std::ffi::{c_char, CStr, CString};
 
-use ratomic_core::{Error, Limiter, Rate, Rule, MAX_LIMITS};
+use ratomic_core::{Error, Limiter, Rate, Rule};
 
 use crate::boundary::{arg_ref, key_arg, out_ptr, str_arg, write_out, Failure};
 use crate::decision::{ratomic_decision, ratomic_limit_decision};
 use crate::limiter::{ratomic_limiter, Engine};
+use crate::ops::RATOMIC_MAX_LIMITS;
 use crate::options::{ratomic_options, Resolved};
 use crate::result::ratomic_result;
 use crate::rule::ratomic_algorithm;
@@ -46,7 +47,7 @@ pub struct ratomic_limit_spec {
 /// error `*out` is untouched.
 ///
 /// @param limits An array of `count` limit specs, copied.
-/// @param count The number of limits, 1 to 16.
+/// @param count The number of limits, 1 to `RATOMIC_MAX_LIMITS` (16).
 /// @param options Construction options, or NULL for all defaults; copied.
 /// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
 ///     `ratomic_limiter_free`.
@@ -99,7 +100,7 @@ pub unsafe extern "C" fn ratomic_multi_limiter_new(
 /// `ratomic_multi_limiter_new`.
 ///
 /// @param limits The rates, NUL-terminated UTF-8, e.g. `"10/second;1000/day"`;
-///     1 to 16 of them; only read during the call.
+///     1 to `RATOMIC_MAX_LIMITS` (16) of them; only read during the call.
 /// @param options Construction options, or NULL for all defaults; copied.
 /// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it
 ///     with `ratomic_limiter_free`.
@@ -127,11 +128,15 @@ pub unsafe extern "C" fn ratomic_multi_limiter_from_rates(
         // SAFETY: forwarded from the caller.
         let limits = unsafe { str_arg(limits, "limits", ratomic_result::RATOMIC_INVALID_RATE) }?;
         let rules = ratomic_core::parse_limits(limits)?;
-        if rules.len() > MAX_LIMITS {
+        if rules.len() > RATOMIC_MAX_LIMITS {
             return Err(Failure::Core(Error::InvalidArgument {
                 name: "limits",
                 value: format!("{limits:?}"),
-                reason: format!("holds {} rates; a multi-limit limiter holds between 1 and 16", rules.len()).into(),
+                reason: format!(
+                    "holds {} rates; a multi-limit limiter holds between 1 and {RATOMIC_MAX_LIMITS}",
+                    rules.len()
+                )
+                .into(),
             }));
         }
         // Names come from a C string, so they hold no NUL.
@@ -150,7 +155,7 @@ pub unsafe extern "C" fn ratomic_multi_limiter_from_rates(
 /// Named rules (with the names C sees): the specs as the engine takes them.
 pub(crate) type NamedRules = (Vec<(String, Rule)>, Vec<CString>);
 
-/// The `count` specs at `limits`, parsed: 1 to 16, each name and rate a
+/// The `count` specs at `limits`, parsed: 1 to `RATOMIC_MAX_LIMITS` (16), each name and rate a
 /// UTF-8 string, each algorithm known.
 ///
 /// # Safety
@@ -160,11 +165,11 @@ pub(crate) unsafe fn specs_arg(limits: *const ratomic_limit_spec, count: usize) 
     if limits.is_null() {
         return Err(Failure::Null("limits"));
     }
-    if count == 0 || count > MAX_LIMITS {
+    if count == 0 || count > RATOMIC_MAX_LIMITS {
         return Err(Failure::Core(Error::InvalidArgument {
             name: "count",
             value: count.to_string(),
-            reason: "a multi-limit limiter holds between 1 and 16 limits".into(),
+            reason: format!("a multi-limit limiter holds between 1 and {RATOMIC_MAX_LIMITS} limits").into(),
         }));
     }
     // SAFETY: non-NULL; the caller guarantees `count` (≤ 16) readable specs.

@@ -23,6 +23,12 @@ use crate::result::ratomic_result;
 pub const RATOMIC_MAX_TIME: u64 = 4_611_686_018_427_387_903;
 const _: () = assert!(RATOMIC_MAX_TIME == ratomic_core::MAX_TIME);
 
+/// The most limits one multi-limit limiter holds, and the most members one
+/// stack holds: size a `ratomic_limit_decision` array with it to receive
+/// every entry of any call.
+pub const RATOMIC_MAX_LIMITS: usize = 16;
+const _: () = assert!(RATOMIC_MAX_LIMITS == ratomic_core::MAX_LIMITS);
+
 /// `ratomic_acquire`'s `timeout_ns` for "wait as long as it takes".
 pub const RATOMIC_NO_TIMEOUT: u64 = u64::MAX;
 

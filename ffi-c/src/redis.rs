@@ -316,7 +316,7 @@ pub unsafe extern "C" fn ratomic_redis_sliding_window_new(
 /// @param url The server's URL, NUL-terminated (`redis://host:port/db`); only read
 ///     during the call.
 /// @param limits An array of `count` limit specs, copied.
-/// @param count The number of limits, 1 to 16.
+/// @param count The number of limits, 1 to `RATOMIC_MAX_LIMITS` (16).
 /// @param options Redis options, or NULL for all defaults; copied.
 /// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
 ///     `ratomic_limiter_free`.

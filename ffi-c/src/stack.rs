@@ -136,7 +136,7 @@ unsafe fn make(
     Ok(())
 }
 
-/// Makes a stack of `count` members (1 to 16): member `i` is `members[i]`,
+/// Makes a stack of `count` members (1 to `RATOMIC_MAX_LIMITS` (16)): member `i` is `members[i]`,
 /// named `names[i]` (NUL-terminated UTF-8, distinct). The stack reads the
 /// clock of `options` (NULL or no callback: the library's monotonic clock)
 /// once per call and passes it to every member, so every member must read
@@ -151,7 +151,7 @@ unsafe fn make(
 ///     copied.
 /// @param members An array of `count` limiters: member `i` is `members[i]`, shared
 ///     by the stack.
-/// @param count The number of members, 1 to 16.
+/// @param count The number of members, 1 to `RATOMIC_MAX_LIMITS` (16).
 /// @param options Options, or NULL: only the clock fields are read (the clock every
 ///     member must share).
 /// @param[out] out Receives the new stack, only on `RATOMIC_OK`; release it with
@@ -199,7 +199,7 @@ pub unsafe extern "C" fn ratomic_stack_new(
     })
 }
 
-/// Makes a stack of `count` members (1 to 16) that may mix keyed limiters
+/// Makes a stack of `count` members (1 to `RATOMIC_MAX_LIMITS` (16)) that may mix keyed limiters
 /// and keyless direct buckets: member `i` is `members[i]`, named
 /// `members[i].name` (NUL-terminated UTF-8, distinct), and is
 /// `members[i].limiter` or `members[i].direct`, exactly one of them
@@ -213,7 +213,7 @@ pub unsafe extern "C" fn ratomic_stack_new(
 ///
 /// @param members An array of `count` members, each a name and exactly one of
 ///     `limiter` or `direct`.
-/// @param count The number of members, 1 to 16.
+/// @param count The number of members, 1 to `RATOMIC_MAX_LIMITS` (16).
 /// @param options Options, or NULL: only the clock fields are read (the clock every
 ///     member must share).
 /// @param[out] out Receives the new stack, only on `RATOMIC_OK`; release it with

@@ -234,6 +234,15 @@ static void a_bad_limits_string_is_refused_with_its_reason(void) {
                                               "16/s;17/s",
                                               NULL, &l));
     CHECK(last_error_has("holds 17 rates; a multi-limit limiter holds between 1 and 16"));
+    /* RATOMIC_MAX_LIMITS is that bound: 16 rates make a limiter. */
+    CHECK(RATOMIC_MAX_LIMITS == 16);
+    CHECK_OK(ratomic_multi_limiter_from_rates("1/s;2/s;3/s;4/s;5/s;6/s;7/s;8/s;9/s;10/s;11/s;12/s;13/s;14/s;15/s;16/s",
+                                              NULL, &l));
+    size_t count = 0;
+    CHECK_OK(ratomic_limit_count(l, &count));
+    CHECK(count == RATOMIC_MAX_LIMITS);
+    ratomic_limiter_free(l);
+    l = NULL;
     CHECK_MESSAGE(RATOMIC_INVALID_RATE, "limits is not valid UTF-8",
                   ratomic_multi_limiter_from_rates("10/s;\xff", NULL, &l));
     CHECK_MESSAGE(RATOMIC_NULL_ARGUMENT, "out must not be NULL",

@@ -1437,16 +1437,23 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
         l.check_set(self.set, cost)?;
         let now = checked(now)?;
         let (hash, probe) = l.base.probe(key.as_key())?;
-        Ok(match self.set.len() {
-            0 | 1 => self.peek_probed::<1>(hash, &probe, cost, now),
-            2 => self.peek_probed::<2>(hash, &probe, cost, now),
-            3 => self.peek_probed::<3>(hash, &probe, cost, now),
-            _ => self.peek_probed::<MAX_LIMITS>(hash, &probe, cost, now),
-        })
+        Ok(self.peek_probed_any(hash, &probe, cost, now))
+    }
+
+    /// A peek on a probed key, its scratch sized for the set (as
+    /// [`dispatch`](Self::dispatch)).
+    #[inline]
+    fn peek_probed_any(&self, hash: u64, probe: &Probe<'_, K>, cost: u64, now: u64) -> MultiDecision<'l> {
+        match self.set.len() {
+            0 | 1 => self.peek_probed::<1>(hash, probe, cost, now),
+            2 => self.peek_probed::<2>(hash, probe, cost, now),
+            3 => self.peek_probed::<3>(hash, probe, cost, now),
+            _ => self.peek_probed::<MAX_LIMITS>(hash, probe, cost, now),
+        }
     }
 
     /// A peek on a probed key: every limit's answer on one reading of its
-    /// word, scratch sized for the set (as [`dispatch`](Self::dispatch)).
+    /// word, with scratch for `N` limits.
     #[inline(always)]
     fn peek_probed<const N: usize>(&self, hash: u64, probe: &Probe<'_, K>, cost: u64, now: u64) -> MultiDecision<'l> {
         let l = self.limiter;
@@ -1630,7 +1637,10 @@ impl<K: BoundedKey, C: Clock> Limiter<K, C> {
     /// ```
     #[inline]
     pub fn peek(&self, key: &K) -> MultiDecision<'_> {
-        self.peek_at(key, 1, self.now()).unwrap_or_else(|e| crate::keyed::clock_broke_its_contract(e))
+        // As `allow`: the answer built where it is returned.
+        let now = checked(self.now()).unwrap_or_else(|e| crate::keyed::clock_broke_its_contract(e));
+        let (hash, probe) = self.base.probe(key).unwrap_or_else(|e| crate::keyed::clock_broke_its_contract(e));
+        self.select(self.all).peek_probed_any(hash, &probe, 1, now)
     }
 }
 

@@ -980,11 +980,14 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         now: u64,
         d: &mut Decided<N>,
     ) -> Result<bool, Frozen> {
-        debug_assert!(set.len() <= N && d.a.count == 0);
+        debug_assert!(d.a.count == 0);
         let rules = &self.base.rules.0;
         let mut denied = false;
-        for i in set_bits(u32::from(set.0)) {
-            let k = d.a.count;
+        let mut bits = u32::from(set.0);
+        let count = count_of::<N>(set);
+        for k in 0..count {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits.wrapping_sub(1);
             let s = cells.load(i)?;
             let (verdict, n) = rules[i].decide_inlined(s, now, cost);
             denied |= !verdict.allowed;
@@ -992,8 +995,8 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
             d.seen[k] = s;
             d.next[k] = n.unwrap_or(s);
             d.a.entries[k] = Entry::of(&verdict);
-            d.a.count += 1;
         }
+        d.a.count = count;
         if denied {
             let seen = &d.seen;
             uncharge(rules, &mut d.a.entries[..d.a.count], &d.a.index, |k| seen[k], now);
@@ -1039,7 +1042,7 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
             return Ok((d.a, false));
         }
         let Decided { a, seen, next } = &mut d;
-        let count = a.count;
+        let count = count_of::<N>(set);
         if cost == 0 {
             return Ok((d.a, false)); // cost 0 charges nothing and answers like peek
         }
@@ -1132,6 +1135,22 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
             Some(limit) if cost > limit => Err(Error::CostExceedsLimit { cost, limit }),
             Some(_) => Ok(()),
         }
+    }
+}
+
+/// How many limits a call with scratch for `N` decides: all of `set`'s.
+/// The calls of one to three limits get scratch of exactly their size
+/// (see [`Selected::dispatch`]), so for them it is the constant `N`, and
+/// their loops over the limits unroll, with each limit's words in
+/// registers rather than in arrays indexed at run time.
+#[inline(always)]
+fn count_of<const N: usize>(set: LimitSet) -> usize {
+    if N <= INLINE_ENTRIES {
+        debug_assert_eq!(set.len(), N, "scratch of {N} for a set of {}", set.len());
+        N
+    } else {
+        debug_assert!(set.len() <= N);
+        set.len()
     }
 }
 

@@ -216,15 +216,6 @@ fn inserts_of_one_new_key_race_to_exactly_one_slot() {
     });
 }
 
-/// The home slot of a `u64` key in a fresh one-shard store's first table,
-/// as the store computes it under loom (foldhash with its fixed seed; the
-/// hash scaled to the table's 8 slots, `table.rs`): for models that need two
-/// keys on one probe chain.
-fn home_of_8(key: u64) -> u128 {
-    use std::hash::BuildHasher;
-    (u128::from(foldhash::fast::FixedState::default().hash_one(key)) * 8) >> 64
-}
-
 #[test]
 fn an_insert_into_a_reused_slot_meets_a_copy_published_beyond_it() {
     // X and K share a home slot, X in it. One thread inserts K, which goes
@@ -236,7 +227,8 @@ fn an_insert_into_a_reused_slot_meets_a_copy_published_beyond_it() {
     // loom's AcqRel reading of SeqCst it also failed at two (both claims
     // missed by both scans), which is what `sync::seq_cst_order` is for.
     let x = 1;
-    let k = (2..).find(|&k| home_of_8(k) == home_of_8(x)).unwrap();
+    let home = ratomic::__first_home_of;
+    let k = (2..).find(|&k| home(k) == home(x)).unwrap();
     deep_model(move || {
         let l = bucket::<u64>(3, 16);
         assert!(allowed(&l, x, 0));

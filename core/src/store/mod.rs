@@ -109,6 +109,16 @@ use table::{Find, Table, BUSY, CLAIMED, DEAD, EMPTY, FIRST_MARKER, LOCKED, MOVED
 /// Most state words one key can have (the most limits one `Limiter` holds).
 pub(crate) const MAX_WIDTH: usize = 16;
 
+/// The home slot of `u64` key `key` in a fresh store's first table (of
+/// `MIN_CAPACITY` slots), hashed as the store hashes it: for loom models
+/// that need two keys on one probe chain (`tests/loom.rs`).
+#[cfg(ratomic_loom)]
+pub fn first_home_of(key: u64) -> usize {
+    use crate::key::Key;
+    let (hash, _) = key.probe(&Hasher::default(), 0).expect("a u64 key is never refused");
+    table::home_slot(hash, MIN_CAPACITY)
+}
+
 /// A table is rebuilt before its load would exceed 3/4...
 const MAX_LOAD: (usize, usize) = (3, 4);
 /// ...to a load of 1/2, so it grows by 1.5× when nothing can be dropped and a

@@ -88,6 +88,13 @@ pub(crate) const CAPTURED: u64 = u64::MAX - 7;
 
 const _: () = assert!(CAPTURED >= FIRST_MARKER);
 
+/// The home slot of a key hashed to `hash` in a table of `cap` slots: the
+/// hash scaled to the capacity (any whole number, no power of two needed).
+#[inline]
+pub(crate) fn home_slot(hash: u64, cap: usize) -> usize {
+    ((u128::from(hash) * cap as u128) >> 64) as usize
+}
+
 /// What a probe found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Find {
@@ -312,7 +319,7 @@ impl<S: StoredKey> Table<S> {
 
     #[inline]
     fn home(&self, hash: u64) -> usize {
-        ((u128::from(hash) * self.cap as u128) >> 64) as usize
+        home_slot(hash, self.cap)
     }
 
     /// Waits until slot `i`'s control word is no longer `c`; returns the new one.

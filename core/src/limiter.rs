@@ -1008,7 +1008,8 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     /// returns the answers (in limit order) and whether the call was
     /// allowed. On success `receipts`, if given, holds what was charged.
     ///
-    /// The protocol (see [`restore`](crate::algorithm::restore) for why it never over-grants):
+    /// The protocol (see [`restore`](crate::algorithm::restore) for why it
+    /// never over-grants):
     /// 1. Every selected limit decides on one reading of its word. If any
     ///    denies, the call is denied and nothing is written — the common
     ///    denial costs no write and no give-back.
@@ -1099,8 +1100,8 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     }
 
     /// Takes back a charge made by [`charge_at`](Self::charge_at), exactly
-    /// (see [`restore`](crate::algorithm::restore)); a key that has been forgotten since keeps nothing
-    /// to take back.
+    /// (see [`restore`](crate::algorithm::restore)); a key that has been
+    /// forgotten since keeps nothing to take back.
     pub(crate) fn give_back_at(&self, key: &K, receipts: &Receipts) {
         // The key was probed when charged, so it cannot be refused now;
         // `now` only matters to an insert, and there is none.

@@ -36,7 +36,7 @@ mod private {
 /// assert!(stack.allow(&["alice", ""])?.allowed());
 /// # Ok::<(), ratomic::Error>(())
 /// ```
-pub trait StackMember: private::Sealed + Send + Sync {
+pub trait StackMember: private::Sealed + Send + Sync + fmt::Debug {
     #[doc(hidden)]
     fn check(&self, key: &[u8], cost: u64) -> Result<()>;
     #[doc(hidden)]
@@ -212,9 +212,31 @@ pub struct Stack<C: Clock = MonotonicClock> {
     clock: C,
 }
 
+/// Each member by name, as the member prints itself.
+///
+/// ```
+/// use std::sync::Arc;
+/// use ratomic::{DirectTokenBucket, Quota, Stack, TokenBucket};
+///
+/// let per_ip = Arc::new(TokenBucket::builder("3/s").build()?);
+/// let global = Arc::new(DirectTokenBucket::new(Quota::parse("100/s")?));
+/// let stack = Stack::builder().member("ip", per_ip).member("global", global).build()?;
+/// assert_eq!(
+///     format!("{stack:?}"),
+///     "Stack { members: {\"ip\": TokenBucket { rule: token bucket 3 per 1s, keys: 0 }, \
+///      \"global\": DirectTokenBucket { rule: token bucket 100 per 1s }} }"
+/// );
+/// # Ok::<(), ratomic::Error>(())
+/// ```
 impl<C: Clock> fmt::Debug for Stack<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Stack").field("members", &self.names).finish_non_exhaustive()
+        struct Members<'a>(&'a [Box<str>], &'a [Arc<dyn StackMember>]);
+        impl fmt::Debug for Members<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_map().entries(self.0.iter().zip(self.1)).finish()
+            }
+        }
+        f.debug_struct("Stack").field("members", &Members(&self.names, &self.members)).finish()
     }
 }
 

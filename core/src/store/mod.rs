@@ -110,8 +110,9 @@ use table::{Find, Table, BUSY, CLAIMED, DEAD, EMPTY, FIRST_MARKER, LOCKED, MOVED
 pub(crate) const MAX_WIDTH: usize = 16;
 
 /// The home slot of `u64` key `key` in a fresh store's first table (of
-/// `MIN_CAPACITY` slots), hashed as the store hashes it: for loom models
-/// that need two keys on one probe chain (`tests/loom.rs`).
+/// `MIN_CAPACITY` slots), hashed as the store hashes it under loom (with
+/// the fixed seed): for models that need two keys on one probe chain
+/// (`tests/loom.rs`).
 #[cfg(ratomic_loom)]
 pub fn first_home_of(key: u64) -> usize {
     use crate::key::Key;
@@ -1297,7 +1298,8 @@ mod tests {
         fn new() -> Self {
             let gcra = Gcra::new(Quota::from_rate(Rate::new(3, Duration::from_nanos(30)).unwrap()).unwrap());
             let store: Store<u64> = Store::new(&Options::default().shards(1).max_keys(16), 1, &gcra).unwrap();
-            let home = |k: u64| (u128::from(store.hasher.hash_one(k)) * MIN_CAPACITY as u128) >> 64;
+            // Production hashers are seeded per store: hash with this one.
+            let home = |k: u64| table::home_slot(store.hasher.hash_one(k), MIN_CAPACITY);
             let (x, k) = (1u64, (2u64..).find(|&k| home(k) == home(1)).unwrap());
             Collide { gcra, store, x, k }
         }

@@ -159,21 +159,23 @@ pub(crate) fn charge_from<A: Algorithm>(
 /// erases the later call's, and a multi-limit call would then grant more
 /// than its limits allow (replayed in this module's tests).
 /// A word that still holds exactly this charge's result has seen no other
-/// write since (every allowed charge moves it, so only a give-back of a
-/// charge made after this one — itself exact — or a refund or reset can
-/// bring it back to the same value), so restoring `before` is exactly the
-/// history without this charge. When the word has moved, the charge is kept:
-/// the tokens come back by refill, never by a guess. The callers make that
-/// rare by deciding every limit before charging any (a call a limit denies
-/// charges nothing) and by charging the tightest limit first. (On a store's
-/// slot, "no other write since" holds only while the slot keeps its key:
-/// the store gives back with the slot locked, see `store/cells.rs`.)
+/// write since, as long as no refund or reset of the key came in between:
+/// every allowed charge moves the word on, and a give-back of a charge
+/// made after this one is itself exact. So restoring `before` is exactly
+/// the history without this charge. When the word has moved, the charge is
+/// kept: the tokens come back by refill, never by a guess. The callers make
+/// that rare by deciding every limit before charging any (a call a limit
+/// denies charges nothing) and by charging the tightest limit first.
 ///
-/// One interleaving is not covered: a reset of the same key between the
-/// charge and its give-back, followed by another call charged from the
-/// reset state to exactly the value this charge stored (same clock
-/// reading, same cost). The give-back then takes that call's charge
-/// instead: one call's tokens over the budget the reset started.
+/// The callers see to the rest. On a store's slot, "no other write since"
+/// holds only while the slot keeps its key: the store gives back with the
+/// slot locked (see `store/cells.rs`). A refund or a reset can bring the
+/// word back to where a later call is charged to exactly this charge's
+/// value (same clock reading, same cost), and that call's charge would be
+/// erased: every give-back first checks the key's credit counter, read
+/// before the charge, and keeps the charge if a refund or reset may have
+/// landed since (`Cells::mark`; for a [`Direct`](crate::Direct), its own
+/// counter).
 #[inline]
 pub(crate) fn restore(cell: &AtomicU64, charge: Charge) -> bool {
     cell.compare_exchange(charge.after, charge.before, Ordering::Relaxed, Ordering::Relaxed).is_ok()

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::key::{AsKey, Key, Probe};
 #[cfg(all(target_os = "linux", not(ratomic_loom)))]
 use crate::store::SharedStore;
-use crate::store::{Cells, Eviction, Frozen, Options, Retention, Store};
+use crate::store::{Cells, Credit, Eviction, Frozen, Options, Retention, Store};
 
 /// Where a limiter's keys live: in this process, or in a file the host's
 /// processes share (`Options::shared_file`). One predictable branch per
@@ -138,18 +138,19 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
     /// Runs an operation that credits `key` (a refund, a give-back) on its
     /// state words at `now`, with the key's slot locked (see
     /// [`Store::update_locked`]). A key the store does not hold is inserted
-    /// with what `op` changed if `insert`, else left alone (`None`).
+    /// with what `op` changed for a refund, and left alone (`None`) for a
+    /// give-back.
     pub(crate) fn credit<T>(
         &self,
         key: &K,
         now: u64,
-        insert: bool,
+        credit: Credit,
         op: impl Fn(&mut Cells<'_>) -> Result<T, Frozen>,
     ) -> Result<Option<T>> {
         let now = checked(now)?;
         let (hash, probe) = self.probe(key)?;
-        Ok(on_store!(self, st => st.update_locked(hash, &probe, now, &self.rules, insert, op),
-            sh => sh.update_locked(hash, now, &self.rules, insert, op)))
+        Ok(on_store!(self, st => st.update_locked(hash, &probe, now, &self.rules, credit, op),
+            sh => sh.update_locked(hash, now, &self.rules, credit, op)))
     }
 
     /// Forgets `key`: it is full again.

@@ -9,6 +9,7 @@ use crate::base;
 use crate::clock::{checked, Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::Result;
+use crate::store::Mark;
 use crate::sync::{AtomicU64, Ordering};
 
 /// One limit with one state word: the cheapest limiter there is, for a
@@ -35,6 +36,11 @@ pub struct Direct<A: Algorithm, C: Clock = MonotonicClock> {
     alg: A,
     state: AtomicU64,
     clock: C,
+    /// Credits (refunds, resets, a [`Stack`](crate::Stack)'s give-backs)
+    /// run one at a time: bit 0 is set while one does; the bits above count
+    /// refunds and resets, so a give-back applies only if none landed since
+    /// its charge (see `store/cells.rs`'s `Cells::mark`). Calls never look.
+    credits: AtomicU64,
 }
 
 impl<A: Algorithm, C: Clock> Direct<A, C> {
@@ -50,7 +56,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// # Ok::<(), ratomic::Error>(())
     /// ```
     pub fn with_algorithm(algorithm: A, clock: C) -> Self {
-        Direct { alg: algorithm, state: AtomicU64::new(A::PRISTINE), clock }
+        Direct { alg: algorithm, state: AtomicU64::new(A::PRISTINE), clock, credits: AtomicU64::new(0) }
     }
 
     /// The algorithm this limiter enforces.
@@ -239,7 +245,10 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// # Ok::<(), ratomic::Error>(())
     /// ```
     pub fn refund_at(&self, tokens: u64, now: u64) -> Result<()> {
-        cas_refund(&self.alg, &self.state, checked(now)?, tokens);
+        let now = checked(now)?;
+        self.credit(true, |_| {
+            cas_refund(&self.alg, &self.state, now, tokens);
+        });
         Ok(())
     }
 
@@ -256,7 +265,37 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// # Ok::<(), ratomic::Error>(())
     /// ```
     pub fn reset(&self) {
-        self.state.store(A::PRISTINE, Ordering::Relaxed);
+        self.credit(true, |_| {
+            // A swap, not a store: a read of the word, for `credit`'s order.
+            self.state.swap(A::PRISTINE, Ordering::Relaxed);
+        });
+    }
+
+    /// Runs credit `f` with the credits held (given the count it holds
+    /// them at); `bump` if `f` is a refund or a reset.
+    ///
+    /// Why `f`'s writes and the bump are ordered as they are: a give-back
+    /// must not land after a refund or reset whose writes came after its
+    /// charge. A charge reads the count, then (after a release fence)
+    /// charges; a credit writes by a read-modify-write, then (after an
+    /// acquire fence) bumps. If the credit's write read the charge's, the
+    /// charge's read of the count happened before the bump, so the charge
+    /// holds the count from before it, and its give-back finds the count
+    /// moved.
+    fn credit<R>(&self, bump: bool, f: impl FnOnce(u64) -> R) -> R {
+        let mut backoff = crate::sync::Backoff::new();
+        let held = loop {
+            let v = self.credits.load(Ordering::Relaxed);
+            if v & 1 == 0 && self.credits.compare_exchange_weak(v, v | 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
+            {
+                break v;
+            }
+            backoff.snooze();
+        };
+        let r = f(held);
+        crate::sync::fence(Ordering::Acquire);
+        self.credits.store(if bump { held + 2 } else { held }, Ordering::SeqCst);
+        r
     }
 
     /// Takes `cost`, waiting out denials; see
@@ -289,16 +328,25 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
 
 impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// A call's charge for a [`Stack`](crate::Stack), with its receipt.
-    pub(crate) fn charge_at(&self, cost: u64, now: u64) -> Result<(Decision, Option<Charge>)> {
+    pub(crate) fn charge_at(&self, cost: u64, now: u64) -> Result<(Decision, Option<(Charge, Mark)>)> {
         let now = checked(now)?;
         self.alg.check_cost(cost)?;
+        // The count before the charge (see `credit`).
+        let mark = Mark(self.credits.load(Ordering::SeqCst));
+        crate::sync::fence(Ordering::Release);
         let (verdict, charge) = cas_charge(&self.alg, &self.state, now, cost);
-        Ok((verdict.decision(), charge))
+        Ok((verdict.decision(), charge.map(|c| (c, mark))))
     }
 
-    /// Takes back a charge made by [`charge_at`](Self::charge_at), exactly.
-    pub(crate) fn give_back_at(&self, charge: Charge) {
-        restore(&self.state, charge);
+    /// Takes back a charge made by [`charge_at`](Self::charge_at), exactly,
+    /// unless the bucket was refunded or reset since: then it stays.
+    pub(crate) fn give_back_at(&self, (charge, mark): (Charge, Mark)) {
+        self.credit(false, |held| {
+            // A count read while another credit held them is odd: never equal.
+            if held == mark.0 {
+                restore(&self.state, charge);
+            }
+        });
     }
 }
 

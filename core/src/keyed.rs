@@ -10,7 +10,7 @@ use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::key::{AsKey, BoundedKey, Key};
 use crate::rule::Rule;
-use crate::store::{Options, Retention};
+use crate::store::{Credit, Mark, Options, Retention};
 
 /// Runs `$body` with `$alg` bound to the limiter's algorithm — for a
 /// `Keyed<Rule>`, to the concrete algorithm inside the rule, so the call
@@ -361,7 +361,7 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// ```
     pub fn refund_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, tokens: u64, now: u64) -> Result<()> {
         on_algorithm!(self, alg => {
-            self.base.credit(key.as_key(), now, true, |cells| refund_in(alg, cells, 0, now, tokens).map(drop)).map(drop)
+            self.base.credit(key.as_key(), now, Credit::Refund, |cells| refund_in(alg, cells, 0, now, tokens).map(drop)).map(drop)
         })
     }
 
@@ -704,22 +704,29 @@ fn answer(d: &Decision) -> (bool, Duration) {
 impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// A call's charge for a [`Stack`](crate::Stack): the decision and, if
     /// it wrote, the receipt for taking it back.
-    pub(crate) fn charge_at(&self, key: &K, cost: u64, now: u64) -> Result<(Decision, Option<Charge>)> {
+    pub(crate) fn charge_at(&self, key: &K, cost: u64, now: u64) -> Result<(Decision, Option<(Charge, Mark)>)> {
         on_algorithm!(self, alg => {
             alg.check_cost(cost)?;
-            let (verdict, charge) = self.base.update(key, now, |cells| charge_in(alg, cells, 0, now, cost))?;
+            let (verdict, charge) = self.base.update(key, now, |cells| {
+                let mark = cells.mark();
+                let (verdict, charge) = charge_in(alg, cells, 0, now, cost)?;
+                Ok((verdict, charge.map(|c| (c, mark))))
+            })?;
             Ok((verdict.decision(), charge))
         })
     }
 
     /// Takes back a charge made by [`charge_at`](Self::charge_at), exactly
     /// (see [`restore`](crate::algorithm::restore)); a key forgotten since
-    /// keeps nothing to take back.
-    pub(crate) fn give_back_at(&self, key: &K, charge: Charge) {
+    /// keeps nothing to take back, and one refunded or reset since keeps the
+    /// charge (see `store/cells.rs`'s `Cells::mark`).
+    pub(crate) fn give_back_at(&self, key: &K, (charge, mark): (Charge, Mark)) {
         // The key was probed when charged, so it cannot be refused now;
         // `now` only matters to an insert, and there is none.
-        let _ = self.base.credit(key, 0, false, |cells| {
-            cells.restore(0, charge);
+        let _ = self.base.credit(key, 0, Credit::GiveBack, |cells| {
+            if !cells.credited_since(mark) {
+                cells.restore(0, charge);
+            }
             Ok(())
         });
     }

@@ -13,7 +13,7 @@ use crate::decision::{Decision, Verdict};
 use crate::error::{Error, Result};
 use crate::key::{AsKey, BoundedKey, Key, Probe};
 use crate::rule::Rule;
-use crate::store::{Cells, Frozen, Retention, MAX_WIDTH};
+use crate::store::{Cells, Credit, Frozen, Mark, Retention, MAX_WIDTH};
 
 /// The most limits one [`Limiter`] holds.
 ///
@@ -35,7 +35,10 @@ pub const MAX_LIMITS: usize = MAX_WIDTH;
 /// limit is charged by its own CAS, in order; if one denies, the ones
 /// already charged are given back. Under concurrency a call may be denied
 /// spuriously while another call's tokens are on their way back, but no
-/// limit ever grants more than it allows alone.
+/// limit ever grants more than it allows alone. A give-back is exact, or
+/// none: if a limit's word moved on meanwhile, or the key was refunded or
+/// reset meanwhile, the denied call's charge stays and comes back by
+/// refill (a token denied, never one granted).
 ///
 /// # Per-request limits
 ///
@@ -205,17 +208,23 @@ fn set_bits(mut bits: u32) -> impl Iterator<Item = usize> {
 pub(crate) struct Receipts {
     charges: [Charge; MAX_LIMITS],
     charged: u16,
+    /// The key's credit counter before the charges (see `Cells::mark`).
+    mark: Mark,
 }
 
 impl Receipts {
     #[inline]
     fn new() -> Self {
-        Receipts { charges: [Charge::default(); MAX_LIMITS], charged: 0 }
+        Receipts { charges: [Charge::default(); MAX_LIMITS], charged: 0, mark: Mark::default() }
     }
 
     /// Takes back every charge, exactly (see
-    /// [`restore`](crate::algorithm::restore)).
+    /// [`restore`](crate::algorithm::restore)), unless the key may have been
+    /// refunded or reset since they were made: then they stay.
     fn restore(&self, cells: &mut Cells<'_>) {
+        if cells.credited_since(self.mark) {
+            return;
+        }
         for i in set_bits(u32::from(self.charged)) {
             cells.restore(i, self.charges[i]);
         }
@@ -1047,6 +1056,8 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         if cost == 0 {
             return Ok((d.a, false)); // cost 0 charges nothing and answers like peek
         }
+        // Before the first charge, for a give-back (see `Cells::mark`).
+        let mark = cells.mark();
         // Tightest first: a stable insertion sort of the (at most N) entries.
         let mut order = [0u8; N];
         for k in 0..count {
@@ -1070,13 +1081,14 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
                     // The limits charged so far (this run's only changes)
                     // are taken back by the store, exactly, once the run
                     // is over (see `store/cells.rs`).
-                    cells.give_back();
+                    cells.give_back(mark);
                     uncharge(rules, &mut a.entries[..count], &a.index, |k| seen[k], now);
                     return Ok((d.a, false));
                 }
             }
         }
         if let Some(r) = receipts {
+            r.mark = mark;
             for k in 0..count {
                 let i = a.index[k] as usize;
                 r.charges[i] = Charge { before: seen[k], after: next[k] };
@@ -1105,7 +1117,7 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     pub(crate) fn give_back_at(&self, key: &K, receipts: &Receipts) {
         // The key was probed when charged, so it cannot be refused now;
         // `now` only matters to an insert, and there is none.
-        let _ = self.base.credit(key, 0, false, |cells| {
+        let _ = self.base.credit(key, 0, Credit::GiveBack, |cells| {
             receipts.restore(cells);
             Ok(())
         });
@@ -1522,7 +1534,7 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
         l.check_set(self.set, 0)?;
         let rules = &l.base.rules.0;
         l.base
-            .credit(key.as_key(), now, true, |cells| {
+            .credit(key.as_key(), now, Credit::Refund, |cells| {
                 for (i, rule) in rules.iter().enumerate() {
                     if self.set.contains(i) {
                         refund_in(rule, cells, i, now, tokens)?;

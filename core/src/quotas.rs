@@ -33,7 +33,7 @@ use crate::error::{Error, Result};
 use crate::gcra::Gcra;
 use crate::key::AsKey;
 use crate::quota::Quota;
-use crate::store::{Options, Retention};
+use crate::store::{Credit, Options, Retention};
 
 /// Longest quota prefix: two LEB128-encoded `u64`s.
 const MAX_PREFIX: usize = 20;
@@ -407,7 +407,7 @@ impl<C: Clock> Quotas<C> {
     pub fn refund_at<Q: ?Sized + AsKey<[u8]>>(&self, key: &Q, quota: &Quota, tokens: u64, now: u64) -> Result<()> {
         let alg = Gcra::new(*quota);
         let k = self.key_for(key.as_key(), quota)?;
-        self.base.credit(&k, now, true, |cells| refund_in(&alg, cells, 0, now, tokens).map(drop)).map(drop)
+        self.base.credit(&k, now, Credit::Refund, |cells| refund_in(&alg, cells, 0, now, tokens).map(drop)).map(drop)
     }
 
     /// Forgets `key`'s bucket under `quota`: it is full again.

@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::headers::Policy;
 use crate::keyed::Keyed;
 use crate::limiter::{Entries, Entry, Limiter, MultiDecision, Receipts};
+use crate::store::Mark;
 
 mod private {
     pub trait Sealed {}
@@ -65,7 +66,7 @@ pub struct Receipt(Inner);
 #[derive(Clone, Debug)]
 enum Inner {
     Nothing,
-    Word(Charge),
+    Word((Charge, Mark)),
     Limits(Box<Receipts>),
 }
 

@@ -8,9 +8,9 @@
 pub(crate) use crate::epoch;
 
 #[cfg(ratomic_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 #[cfg(not(ratomic_loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 
 /// Where a protocol relies on the single total order of SeqCst operations —
 /// a thread's SeqCst write, then its SeqCst reads of *other* words, so that

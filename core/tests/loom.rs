@@ -475,6 +475,93 @@ fn a_limiter_give_back_never_erases_a_later_call_s_charge() {
     });
 }
 
+/// A reset of the key between a multi-limit call's charge and its
+/// give-back, then a call charged from the reset state to exactly the value
+/// the first call stored (same stamp, same cost): the give-back must keep
+/// its charge, or it erases the later call's, and limit `a` (one token)
+/// grants twice at one stamp after the reset.
+#[test]
+fn a_limiter_give_back_never_erases_a_charge_made_after_a_reset() {
+    // Two threads: the whole bound (the race needs two preemptions).
+    model(|| {
+        let l = limiter(&[("a", rule(1)), ("b", rule(1))]);
+        let only_a = l.limit_set(&["a"]).unwrap();
+        // The key exists, full again by 10.
+        assert!(l.select(only_a).allow_at(&7, 1, 0).unwrap().allowed());
+        let both = {
+            let l = l.clone();
+            thread::spawn(move || l.allow_at(&7, 1, 10).unwrap().allowed())
+        };
+        // Takes b's one token (so `both` may have to give a's back), resets
+        // the key, and takes a's token at the same stamp.
+        let later = {
+            let l = l.clone();
+            thread::spawn(move || {
+                let _ = l.select(l.limit_set(&["b"]).unwrap()).allow_at(&7, 1, 10).unwrap();
+                l.reset_at(&7, 10).unwrap();
+                l.select(l.limit_set(&["a"]).unwrap()).allow_at(&7, 1, 10).unwrap().allowed()
+            })
+        };
+        let _ = both.join().unwrap();
+        let got_later = later.join().unwrap();
+        let third = l.select(only_a).allow_at(&7, 1, 10).unwrap().allowed();
+        assert!(!(got_later && third), "limit a granted two tokens at 10 after its reset");
+    });
+}
+
+/// The same race through a [`Stack`] whose first member is a
+/// [`DirectTokenBucket`] (its give-back, refund and reset take turns on a
+/// word of their own) or a keyed bucket (given back in its store, locked).
+#[test]
+fn a_stack_give_back_never_erases_a_charge_made_after_a_reset() {
+    for direct in [true, false] {
+        heavy_model(move || {
+            let unwrap = |b: Arc<Bucket<[u8]>>| std::sync::Arc::new(Arc::try_unwrap(b).ok().unwrap());
+            let user = unwrap(bucket(1, 16));
+            let global = std::sync::Arc::new(DirectTokenBucket::new(quota(1)));
+            let ip = unwrap(bucket(1, 16));
+            let builder = Stack::builder();
+            let builder = if direct { builder.member("a", global.clone()) } else { builder.member("a", ip.clone()) };
+            let stack = Arc::new(builder.member("user", user.clone()).build().unwrap());
+            let reset_a = {
+                let (ip, global) = (ip.clone(), global.clone());
+                move || {
+                    if direct {
+                        global.reset();
+                    } else {
+                        ip.reset_at("1.2.3.4", 10).unwrap();
+                    }
+                }
+            };
+            let take_a = move |now: u64| {
+                if direct {
+                    global.allow_at(1, now).unwrap().allowed
+                } else {
+                    ip.allow_at("1.2.3.4", 1, now).unwrap().allowed
+                }
+            };
+            // Both buckets exist, full again by 10.
+            assert!(take_a(0) && user.allow_at("alice", 1, 0).unwrap().allowed);
+            let call = {
+                let s = stack.clone();
+                thread::spawn(move || s.allow_at(&["1.2.3.4", "alice"], 1, 10).unwrap().allowed())
+            };
+            let later = {
+                let take_a = take_a.clone();
+                let user = user.clone();
+                thread::spawn(move || {
+                    let _ = user.allow_at("alice", 1, 10).unwrap();
+                    reset_a();
+                    take_a(10)
+                })
+            };
+            let _ = call.join().unwrap();
+            let got_later = later.join().unwrap();
+            assert!(!(got_later && take_a(10)), "a granted two tokens at 10 after its reset");
+        });
+    }
+}
+
 /// The same race through a [`Stack`]: the IP's bucket is charged first by a
 /// call whose user bucket a racing call may drain, while another caller on
 /// the IP alone is stamped later.
@@ -659,6 +746,36 @@ fn shared_credit_killed_while_holding_its_slot_is_recovered() {
             }
             p3.reset(5, 0).unwrap();
             assert_eq!((0..3).filter(|_| p3.allow(5, 0).unwrap()).count(), 2, "reset: full again");
+            no_key_twice(&m);
+        });
+    }
+}
+
+/// The shared table's give-back racing a reset of the key (killed at every
+/// step, or not) and a call charged after it: the give-back never erases
+/// that call's charge, and nothing waits on the dead.
+#[test]
+fn shared_give_back_never_erases_a_charge_made_after_a_reset() {
+    for kill in kill_points() {
+        model(move || {
+            let m = Arc::new(Model::new(quota(1), 4, 8, 4, false, 3));
+            assert!(m.process(3, usize::MAX).allow(5, 0).unwrap()); // full again by 10
+            let h = {
+                let m = m.clone();
+                thread::spawn(move || {
+                    let p2 = m.process(2, kill);
+                    p2.reset(5, 10)?;
+                    p2.allow(5, 10)
+                })
+            };
+            let _ = m.process(1, usize::MAX).charge_and_give_back(5, 10).expect("never killed");
+            let later = h.join().unwrap();
+            let p3 = m.process(3, usize::MAX);
+            let more = (0..2).filter(|_| p3.allow(5, 10).unwrap()).count();
+            match later {
+                Some(got) => assert!(got as usize + more <= 1, "one token at 10 after the reset, granted twice"),
+                None => assert!(more <= 1, "granted {more} of a burst of 1"),
+            }
             no_key_twice(&m);
         });
     }

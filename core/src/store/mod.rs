@@ -36,8 +36,12 @@
 //! by another key. So does a multi-limit call that must give back the
 //! charges it made before a later limit denied: it asks for it
 //! (`Cells::give_back`), and the store does it once the call's run is over,
-//! with the slot locked, if the slot held the key throughout. Every
-//! protocol here is model-checked with loom (`core/tests/loom.rs`).
+//! with the slot locked, if the slot held the key throughout and no refund
+//! or reset of the key may have landed since its first charge: each of
+//! those bumps a per-shard counter (striped by hash, on a line of its own)
+//! while it holds the slot, and the call read that counter before it
+//! charged (`Cells::mark`). Every protocol here is model-checked with loom
+//! (`core/tests/loom.rs`).
 //!
 //! The hasher is foldhash with a per-process random seed (plus a per-store
 //! one): fast on short keys, and attackers who choose keys cannot predict
@@ -100,7 +104,7 @@ use std::sync::OnceLock;
 use crate::error::{Error, Result};
 use crate::key::StoredKey;
 use crate::sync::{epoch, seq_cst_order, AtomicBool, AtomicU64, Backoff, Counter, Ordering};
-pub(crate) use cells::{Cells, Conflict, Frozen};
+pub(crate) use cells::{Cells, Conflict, Frozen, Mark};
 #[cfg(all(target_os = "linux", not(ratomic_loom)))]
 pub(crate) use shared::SharedStore;
 use summary::Summary;
@@ -472,6 +476,45 @@ struct Shard<S: StoredKey> {
     /// Set while one thread maintains the shard: evicts, migrates, forgets.
     /// The summary's single writer.
     maintaining: AtomicBool,
+    /// The credit counters of the shard's keys, by stripe (see
+    /// [`Cells::mark`]): bumped by every refund and reset, on a line of
+    /// their own so they never disturb a lookup.
+    credits: Padded<[AtomicU64; CREDIT_STRIPES]>,
+}
+
+/// Credit counters per shard (see [`Cells::mark`]).
+const CREDIT_STRIPES: usize = 8;
+
+/// What a credit ([`Store::update_locked`]) is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Credit {
+    /// A refund: inserts a key the store does not hold, and bumps the key's
+    /// credit counter, so no give-back of an earlier charge lands after it
+    /// (see [`Cells::mark`]).
+    Refund,
+    /// A reset (the shared file's; the in-memory store's is
+    /// [`Store::reset`]): bumps the counter as a refund does, and inserts
+    /// an absent key only if `insert`.
+    Reset { insert: bool },
+    /// A give-back of a call's own charges: only on a key the store holds,
+    /// and checked against the call's mark.
+    GiveBack,
+}
+
+impl Credit {
+    /// Whether a key the store does not hold is inserted.
+    pub(crate) fn inserts(self) -> bool {
+        match self {
+            Credit::Refund => true,
+            Credit::Reset { insert } => insert,
+            Credit::GiveBack => false,
+        }
+    }
+
+    /// Whether the key's credit counter is bumped.
+    pub(crate) fn bumps(self) -> bool {
+        self != Credit::GiveBack
+    }
 }
 
 pub(crate) struct Store<S: StoredKey> {
@@ -509,6 +552,7 @@ impl<S: StoredKey> Store<S> {
                     live: Counter::new(0),
                     key_bytes: Counter::new(0),
                     maintaining: AtomicBool::new(false),
+                    credits: Padded(std::array::from_fn(|_| AtomicU64::new(0))),
                 })
             })
             .collect();
@@ -532,6 +576,12 @@ impl<S: StoredKey> Store<S> {
     #[inline]
     fn shard(&self, hash: u64) -> &Shard<S> {
         &self.shards[hash as usize & self.mask].0
+    }
+
+    /// The credit counter of the keys hashed to `hash` in `shard`.
+    #[inline]
+    fn credits<'s>(&self, shard: &'s Shard<S>, hash: u64) -> &'s AtomicU64 {
+        &shard.credits.0[(hash >> (64 - CREDIT_STRIPES.trailing_zeros())) as usize]
     }
 
     /// Runs `op` on the key's state words and returns its result. `op` may
@@ -562,13 +612,13 @@ impl<S: StoredKey> Store<S> {
             let t = unsafe { table.deref() };
             match t.find(hash, probe, &guard) {
                 Find::Found(i) => {
-                    let mut cells = Cells::new(t.states(i));
+                    let mut cells = Cells::new(t.states(i), self.credits(shard, hash));
                     match op(&mut cells) {
                         Ok(r) if t.holds(i, probe, &guard) => {
                             if let Some(give_back) = cells.to_give_back() {
                                 // The run is over and the slot held the key
                                 // throughout: take its changes back, locked.
-                                self.update_locked(hash, probe, now, retention, false, |cells| {
+                                self.update_locked(hash, probe, now, retention, Credit::GiveBack, |cells| {
                                     give_back.apply(cells);
                                     Ok(())
                                 });
@@ -613,19 +663,22 @@ impl<S: StoredKey> Store<S> {
     /// them exact. Calls on the key meanwhile wait for the slot, for a few
     /// loads and stores.
     ///
-    /// A key the store does not hold is inserted with what `op` changed if
-    /// `insert`, else left alone (`None`).
+    /// A key the store does not hold is inserted with what `op` changed for
+    /// a [`Credit::Refund`], and left alone (`None`) for a give-back. A
+    /// refund bumps the key's credit counter while it holds the slot (see
+    /// [`Cells::mark`]).
     pub(crate) fn update_locked<R>(
         &self,
         hash: u64,
         probe: &S::Probe<'_>,
         now: u64,
         retention: &impl Retention,
-        insert: bool,
+        credit: Credit,
         op: impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
     ) -> Option<R> {
         let guard = epoch::pin();
         let shard = self.shard(hash);
+        let credits = self.credits(shard, hash);
         let mut table = shard.table.load(Ordering::Acquire, &guard);
         loop {
             // SAFETY: as in `update`.
@@ -634,7 +687,10 @@ impl<S: StoredKey> Store<S> {
                 Find::Found(i) => {
                     if let Some(states) = self.lock_key(t, i, probe, &guard) {
                         let mut words = Scratch(states);
-                        let (r, _) = on_copy(&mut words, self.width, &op);
+                        let (r, _) = on_copy(&mut words, self.width, credits, &op);
+                        if credit.bumps() {
+                            credits.fetch_add(1, Ordering::SeqCst);
+                        }
                         t.unlock(i, &words.0[..self.width]);
                         return Some(r);
                     }
@@ -646,9 +702,11 @@ impl<S: StoredKey> Store<S> {
                         table = next;
                         continue;
                     }
-                    if !insert {
+                    if !credit.inserts() {
                         return None;
                     }
+                    // Before the credited key can be published.
+                    credits.fetch_add(1, Ordering::SeqCst);
                     if let Some(r) = self.run_absent(shard, t, hash, probe, free, now, retention, &op, &guard) {
                         return Some(r);
                     }
@@ -701,7 +759,7 @@ impl<S: StoredKey> Store<S> {
         let mut words = Scratch([0; MAX_WIDTH]);
         let seen = shard.summary.changes();
         shard.summary.initial_into(hash, retention, guard, &mut words.0[..self.width]);
-        let (r, changed) = on_copy(&mut words, self.width, op);
+        let (r, changed) = on_copy(&mut words, self.width, self.credits(shard, hash), op);
         if !changed {
             return Some(r);
         }
@@ -817,6 +875,8 @@ impl<S: StoredKey> Store<S> {
             match t.find(hash, probe, &guard) {
                 Find::Found(i) => {
                     if self.lock_key(t, i, probe, &guard).is_some() {
+                        // While the slot is held (see `Cells::mark`).
+                        self.credits(shard, hash).fetch_add(1, Ordering::SeqCst);
                         if summary_matters() {
                             t.unlock(i, &pristine[..self.width]);
                         } else {
@@ -837,6 +897,8 @@ impl<S: StoredKey> Store<S> {
                     if !summary_matters() {
                         return;
                     }
+                    // Before the fresh states can be published.
+                    self.credits(shard, hash).fetch_add(1, Ordering::SeqCst);
                     match self.insert(shard, t, hash, probe, free, &pristine, None, now, retention, &guard) {
                         Next::Done => return,
                         Next::Retry => table = shard.table.load(Ordering::Acquire, &guard),
@@ -1229,6 +1291,7 @@ pub(crate) struct Scratch(pub(crate) [u64; MAX_WIDTH]);
 pub(crate) fn on_copy<R>(
     words: &mut Scratch,
     width: usize,
+    credits: &AtomicU64,
     op: &impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
 ) -> (R, bool) {
     #[cfg(not(ratomic_loom))]
@@ -1241,14 +1304,14 @@ pub(crate) fn on_copy<R>(
         // `Scratch` gives the alignment it needs (8); the slice borrows the
         // private copy exclusively until `op` returns.
         let atomics = unsafe { std::slice::from_raw_parts(ptr, width) };
-        let mut cells = Cells::new(atomics);
+        let mut cells = Cells::new(atomics, credits);
         let r = op(&mut cells).expect("a private copy holds no marker");
         (r, cells.settle_private())
     }
     #[cfg(ratomic_loom)]
     {
         let atomics: [AtomicU64; MAX_WIDTH] = std::array::from_fn(|w| AtomicU64::new(words.0[w]));
-        let mut cells = Cells::new(&atomics[..width]);
+        let mut cells = Cells::new(&atomics[..width], credits);
         let r = op(&mut cells).expect("a private copy holds no marker");
         let changed = cells.settle_private();
         for (w, a) in words.0.iter_mut().zip(&atomics) {
@@ -1369,11 +1432,12 @@ mod tests {
         assert!(c.call(c.x, 1).allowed);
         let meanwhile = Cell::new(true);
         c.store.update(c.hash(c.x), &c.x, 0, &c.gcra, |cells| {
+            let mark = cells.mark();
             assert!(charge_in(&c.gcra, cells, 0, 0, 1)?.0.allowed);
             if meanwhile.replace(false) {
                 c.forget_x_and_charge_k_twice();
             }
-            cells.give_back();
+            cells.give_back(mark);
             Ok(())
         });
         assert_eq!(c.call(c.k, 0).remaining, 1, "K keeps both of its charges");
@@ -1388,8 +1452,9 @@ mod tests {
         assert!(c.call(c.x, 1).allowed);
         let give_back = |key: u64| {
             c.store.update(c.hash(key), &key, 0, &c.gcra, |cells| {
+                let mark = cells.mark();
                 assert!(charge_in(&c.gcra, cells, 0, 0, 2)?.0.allowed);
-                cells.give_back();
+                cells.give_back(mark);
                 Ok(())
             })
         };
@@ -1398,5 +1463,44 @@ mod tests {
         give_back(c.k);
         assert_eq!(c.store.len(), 1, "K, absent, not inserted");
         assert_eq!(c.call(c.k, 0).remaining, 3);
+    }
+
+    /// A refund or a reset of the key between a run's charge and its
+    /// give-back, then a call charged from there to exactly the value the
+    /// run stored (same clock reading, same cost): the give-back must keep
+    /// its charge, or it erases that call's and the key has a token more
+    /// than its limit allows after the reset.
+    #[test]
+    fn a_give_back_after_a_reset_or_refund_of_the_key_leaves_later_charges_alone() {
+        for credit in ["reset", "refund"] {
+            let c = Collide::new();
+            // X is stored, full again by `now`.
+            assert!(c.call(c.x, 1).allowed);
+            let now = 1_000_000_000_000;
+            let at_now = |cost: u64| {
+                c.store.update(c.hash(c.x), &c.x, now, &c.gcra, |cells| Ok(charge_in(&c.gcra, cells, 0, now, cost)?.0))
+            };
+            let meanwhile = Cell::new(true);
+            c.store.update(c.hash(c.x), &c.x, now, &c.gcra, |cells| {
+                let mark = cells.mark();
+                assert!(charge_in(&c.gcra, cells, 0, now, 1)?.0.allowed);
+                if meanwhile.replace(false) {
+                    if credit == "reset" {
+                        c.store.reset(c.hash(c.x), &c.x, now, &c.gcra);
+                    } else {
+                        let refunded =
+                            c.store.update_locked(c.hash(c.x), &c.x, now, &c.gcra, Credit::Refund, |cells| {
+                                crate::algorithm::refund_in(&c.gcra, cells, 0, now, 1)
+                            });
+                        assert_eq!(refunded, Some(true));
+                    }
+                    // Charged from full at `now`: the value the run stored.
+                    assert_eq!(at_now(1).remaining, 2);
+                }
+                cells.give_back(mark);
+                Ok(())
+            });
+            assert_eq!(at_now(0).remaining, 2, "{credit}: the later call's charge stands");
+        }
     }
 }

@@ -9,12 +9,12 @@ use std::sync::atomic::AtomicU32;
 use super::table::{self, Ctx, Region, Table};
 use crate::error::{Error, Result};
 use crate::key::StoredKey;
-use crate::store::{Cells, Eviction, Frozen, Options, Retention, MAX_WIDTH};
+use crate::store::{Cells, Credit, Eviction, Frozen, Options, Retention, MAX_WIDTH};
 use crate::sync::{AtomicU64, Ordering};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"RATOMSHM");
-/// Bumped whenever the layout or the protocol changes.
-const VERSION: u64 = 1;
+/// Bumped whenever the layout or the protocol changes (2: credit counters).
+const VERSION: u64 = 2;
 const HEADER_WORDS: usize = 64;
 const H_MAGIC: usize = 0;
 const H_VERSION: usize = 1;
@@ -30,6 +30,9 @@ const H_MAX_KEYS: usize = 12;
 // The two words every process writes, each on its own cache line.
 const H_LIVE: usize = 16;
 const H_SWEEPER: usize = 24;
+/// The keys' credit counters (see `Cells::mark`), by stripe: the header's
+/// last four cache lines.
+const H_CREDITS: usize = 32;
 
 /// This process's owner id: pid (22 bits, Linux's `pid_max` bound) and 10
 /// bits of its start time, so a dead owner's reused pid is told apart from
@@ -319,6 +322,7 @@ impl SharedStore {
                 floor: &w[floor_at..floor_at + self.cells * self.width],
                 live: &w[H_LIVE],
                 sweeper: &w[H_SWEEPER],
+                credits: &w[H_CREDITS..HEADER_WORDS],
             },
             self.cap,
             self.cells,
@@ -364,11 +368,11 @@ impl SharedStore {
         hash: u64,
         now: u64,
         retention: &impl Retention,
-        insert: bool,
+        credit: Credit,
         op: impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
     ) -> Option<R> {
         let op = |cells: &mut Cells<'_>| sane(cells, &op);
-        self.run(|ctx| self.table().credit(ctx, hash | 1, now, retention, insert, &op))
+        self.run(|ctx| self.table().credit(ctx, hash | 1, now, retention, credit, &op))
     }
 
     /// Makes the key a full bucket.

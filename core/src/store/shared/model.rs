@@ -11,6 +11,7 @@ use super::table::{Ctx, Killed, Region, Table};
 use crate::algorithm::{charge_in, refund_in};
 use crate::gcra::Gcra;
 use crate::quota::Quota;
+use crate::store::Credit;
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
 
 /// A shared table of token buckets (one word of state per key).
@@ -20,6 +21,7 @@ pub struct Model {
     floor: Box<[AtomicU64]>,
     live: AtomicU64,
     sweeper: AtomicU64,
+    credits: [AtomicU64; 1],
     dead: Box<[AtomicBool]>,
     gcra: Gcra,
     max_keys: usize,
@@ -36,6 +38,7 @@ impl Model {
             floor: words(cells),
             live: AtomicU64::new(0),
             sweeper: AtomicU64::new(0),
+            credits: [AtomicU64::new(0)],
             dead: (0..=processes).map(|_| AtomicBool::new(false)).collect(),
             gcra: Gcra::new(quota),
             max_keys,
@@ -45,7 +48,13 @@ impl Model {
 
     fn table(&self) -> Table<'_> {
         Table::new(
-            Region { slots: &self.slots, floor: &self.floor, live: &self.live, sweeper: &self.sweeper },
+            Region {
+                slots: &self.slots,
+                floor: &self.floor,
+                live: &self.live,
+                sweeper: &self.sweeper,
+                credits: &self.credits,
+            },
             1,
             self.max_keys,
             self.strict,
@@ -96,10 +105,27 @@ impl Process<'_> {
         self.run(|t, ctx| t.update(ctx, fp | 1, now, g, &|cells| Ok(charge_in(g, cells, 0, now, 1)?.0.allowed)))
     }
 
+    /// A call on key `fp` at `now` that charges its token and then gives it
+    /// back, as a multi-limit call does when a later limit denies it:
+    /// whether its charge was allowed.
+    pub fn charge_and_give_back(&self, fp: u64, now: u64) -> Option<bool> {
+        let g = &self.m.gcra;
+        self.run(|t, ctx| {
+            t.update(ctx, fp | 1, now, g, &|cells| {
+                let mark = cells.mark();
+                let allowed = charge_in(g, cells, 0, now, 1)?.0.allowed;
+                cells.give_back(mark);
+                Ok(allowed)
+            })
+        })
+    }
+
     /// Gives `tokens` back to key `fp` at `now`.
     pub fn refund(&self, fp: u64, now: u64, tokens: u64) -> Option<()> {
         let g = &self.m.gcra;
-        self.run(|t, ctx| t.credit(ctx, fp | 1, now, g, false, &|cells| refund_in(g, cells, 0, now, tokens)).map(drop))
+        self.run(|t, ctx| {
+            t.credit(ctx, fp | 1, now, g, Credit::Refund, &|cells| refund_in(g, cells, 0, now, tokens)).map(drop)
+        })
     }
 
     /// Makes key `fp` full.

@@ -91,7 +91,14 @@
 //!    reset) first turns LIVE(g) into HELD(g) — which no forget can take, so
 //!    the slot cannot change key while it is held — and releases it
 //!    afterwards. Charges do not wait on HELD; only other credits of that
-//!    key do, while the holder is alive.
+//!    key do, while the holder is alive. A refund or reset bumps the key's
+//!    credit counter (the header's, striped by fingerprint) after its writes
+//!    and before it releases the slot, and a give-back, HELD, keeps its
+//!    charges if the counter moved since the call read it before charging
+//!    (`Cells::mark`): else a call charged after the refund to exactly the
+//!    value the give-back restores from would be erased. Recovering a dead
+//!    holder's HELD slot bumps the counter too (the dead credit may have
+//!    written and not bumped).
 //! 6. **Nothing waits on a dead process.** Lookups skip CLAIMED/BUSY slots
 //!    and cancel FORGET ones; an inserter that meets a BUSY copy of its key
 //!    earlier in the probe order loses at once, and a dead owner's slot is
@@ -115,7 +122,7 @@
 //! next sweep, which recounts.
 
 use crate::store::cells::{Cells, Frozen, FIRST_MARKER};
-use crate::store::{on_copy, Retention, Scratch, MAX_WIDTH};
+use crate::store::{on_copy, Credit, Retention, Scratch, MAX_WIDTH};
 use crate::sync::{AtomicU64, Backoff, Ordering};
 
 pub(crate) const EMPTY: u64 = 0;
@@ -213,6 +220,10 @@ pub(crate) struct Region<'a> {
     pub(crate) live: &'a AtomicU64,
     /// 0, or the owner of the sweep under way (one at a time).
     pub(crate) sweeper: &'a AtomicU64,
+    /// The keys' credit counters, by stripe (a power of two of them; see
+    /// `Cells::mark`): bumped by every refund and reset after its writes,
+    /// while it holds the slot.
+    pub(crate) credits: &'a [AtomicU64],
 }
 
 /// A fixed region of slots (see the module docs).
@@ -304,6 +315,14 @@ impl<'a> Table<'a> {
     fn cas(&self, i: usize, from: u64, to: u64) -> Result<(), u64> {
         self.control(i).compare_exchange(from, to, Ordering::SeqCst, Ordering::SeqCst).map(drop)
     }
+    /// The credit counter of fingerprint `fp`.
+    #[inline]
+    fn credits(&self, fp: u64) -> &AtomicU64 {
+        let stripes = self.r.credits.len();
+        debug_assert!(stripes.is_power_of_two());
+        &self.r.credits[((fp >> 32) as usize) & (stripes - 1)]
+    }
+
     #[inline]
     fn home(&self, fp: u64) -> usize {
         ((u128::from(fp) * self.cap as u128) >> 64) as usize
@@ -327,7 +346,12 @@ impl<'a> Table<'a> {
         let to = match kind(c) {
             CLAIMED | BUSY => ctl(DEAD, gen(c) + 1, 0),
             FORGET => ctl(LIVE, gen(c) + 1, 0),
-            HELD => ctl(LIVE, gen(c), 0),
+            HELD => {
+                // The dead holder may have been a refund or a reset that
+                // wrote and did not get to bump its counter: bump it.
+                self.credits(self.fp(i).load(Ordering::Relaxed)).fetch_add(1, Ordering::SeqCst);
+                ctl(LIVE, gen(c), 0)
+            }
             _ => return c,
         };
         match self.cas(i, c, to) {
@@ -405,7 +429,7 @@ impl<'a> Table<'a> {
         loop {
             match self.find(ctx, fp) {
                 Find::Found(i, c) => {
-                    let mut cells = Cells::new(self.states(i));
+                    let mut cells = Cells::new(self.states(i), self.credits(fp));
                     let r = op(&mut cells);
                     step!(ctx);
                     // Invariant 4.
@@ -419,7 +443,7 @@ impl<'a> Table<'a> {
                                     give_back.apply(cells);
                                     Ok(())
                                 };
-                                self.credit(ctx, fp, now, retention, false, &op)?;
+                                self.credit(ctx, fp, now, retention, Credit::GiveBack, &op)?;
                             }
                             return Ok(r);
                         }
@@ -431,7 +455,7 @@ impl<'a> Table<'a> {
                 Find::Absent(free) => {
                     let floor = self.initial(fp);
                     let mut words = Scratch(floor);
-                    let (r, changed) = on_copy(&mut words, self.width, op);
+                    let (r, changed) = on_copy(&mut words, self.width, self.credits(fp), op);
                     if !changed {
                         return Ok(r);
                     }
@@ -448,14 +472,16 @@ impl<'a> Table<'a> {
 
     /// Runs a crediting `op` on `fp`'s states while its slot is HELD
     /// (invariant 5). A key the table does not hold is inserted with what
-    /// `op` changed if `insert`, else left alone (`None`).
+    /// `op` changed if the credit [inserts](Credit::inserts), else left
+    /// alone (`None`). A refund or a reset bumps the key's credit counter
+    /// after its writes, still HELD (see `Cells::mark`).
     pub(crate) fn credit<R>(
         &self,
         ctx: &Ctx<'_>,
         fp: u64,
         now: u64,
         retention: &impl Retention,
-        insert: bool,
+        credit: Credit,
         op: &impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
     ) -> Result<Option<R>, Killed> {
         let mut backoff = Backoff::new();
@@ -473,9 +499,13 @@ impl<'a> Table<'a> {
                         continue;
                     }
                     step!(ctx);
-                    let mut cells = Cells::new(self.states(i));
+                    let mut cells = Cells::new(self.states(i), self.credits(fp));
                     let r = op(&mut cells);
                     step!(ctx);
+                    if credit.bumps() {
+                        self.credits(fp).fetch_add(1, Ordering::SeqCst);
+                        step!(ctx);
+                    }
                     // Only we release a slot we hold while we live.
                     let _ = self.cas(i, held, ctl(LIVE, gen(c), 0));
                     if let Ok(r) = r {
@@ -483,12 +513,14 @@ impl<'a> Table<'a> {
                     }
                 }
                 Find::Absent(free) => {
-                    if !insert {
+                    if !credit.inserts() {
                         return Ok(None);
                     }
+                    // Before the credited key can be published.
+                    self.credits(fp).fetch_add(1, Ordering::SeqCst);
                     let floor = self.initial(fp);
                     let mut words = Scratch(floor);
-                    let (r, changed) = on_copy(&mut words, self.width, op);
+                    let (r, changed) = on_copy(&mut words, self.width, self.credits(fp), op);
                     if !changed {
                         return Ok(Some(r));
                     }
@@ -521,7 +553,7 @@ impl<'a> Table<'a> {
             }
             Ok(())
         };
-        self.credit(ctx, fp, now, retention, insert, &op).map(drop)
+        self.credit(ctx, fp, now, retention, Credit::Reset { insert }, &op).map(drop)
     }
 
     /// Inserts `fp` with `states`, computed from its floor cell read as

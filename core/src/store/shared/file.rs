@@ -6,7 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::AtomicU32;
 
-use super::table::{self, Ctx, Region, Table};
+use super::table::{self, Ctx, Region, Table, CREDIT_STRIDE};
 use crate::error::{Error, Result};
 use crate::key::StoredKey;
 use crate::store::{Cells, Credit, Eviction, Frozen, Options, Retention, MAX_WIDTH};
@@ -15,7 +15,9 @@ use crate::sync::{AtomicU64, Ordering};
 const MAGIC: u64 = u64::from_le_bytes(*b"RATOMSHM");
 /// Bumped whenever the layout or the protocol changes (2: credit counters).
 const VERSION: u64 = 2;
-const HEADER_WORDS: usize = 64;
+const HEADER_WORDS: usize = H_CREDITS + 16 * CREDIT_STRIDE;
+// The slots start on a cache line.
+const _: () = assert!(HEADER_WORDS % 8 == 0);
 const H_MAGIC: usize = 0;
 const H_VERSION: usize = 1;
 const H_READY: usize = 2;
@@ -30,8 +32,9 @@ const H_MAX_KEYS: usize = 12;
 // The two words every process writes, each on its own cache line.
 const H_LIVE: usize = 16;
 const H_SWEEPER: usize = 24;
-/// The keys' credit counters (see `Cells::mark`), by stripe: the header's
-/// last four cache lines.
+/// The keys' credit counters (see `Cells::mark`): 16 stripes, each on a
+/// cache line of its own, so a refund in one process does not make every
+/// other process's multi-limit calls miss.
 const H_CREDITS: usize = 32;
 
 /// This process's owner id: pid (22 bits, Linux's `pid_max` bound) and 10

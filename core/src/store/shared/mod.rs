@@ -14,15 +14,16 @@
 //!
 //! # The file
 //!
-//! A 512-byte header, then the slots (`2 × max_keys` slots of `2 + width`
+//! A 1280-byte header, then the slots (`2 × max_keys` slots of `2 + width`
 //! words), then the floor (`max_keys / 4` cells, a power of two, of `width`
 //! words). The header holds a magic number, the layout version, a
 //! fingerprint of what the limiter enforces (rule(s), width, key type,
 //! `max_keys`, eviction policy), the boot id
 //! (`/proc/sys/kernel/random/boot_id`: times are `CLOCK_MONOTONIC`
 //! readings, which mean nothing after a reboot), the seed of the key
-//! fingerprints, the key count, the sweeper word, the file's size and a
-//! ready flag written last. The first opener creates and initialises it
+//! fingerprints, the key count, the sweeper word, 16 credit counters (one
+//! a cache line; see `store/cells.rs`), the file's size and a ready flag
+//! written last. The first opener creates and initialises it
 //! while holding `flock(LOCK_EX)`; later openers take the same lock, so they
 //! see it ready (and one that finds a file whose creator died before
 //! setting `ready` initialises it again: nobody can have used it).

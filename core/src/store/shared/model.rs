@@ -7,7 +7,7 @@
 
 use std::cell::Cell;
 
-use super::table::{Ctx, Killed, Region, Table};
+use super::table::{Ctx, Killed, Region, Table, CREDIT_STRIDE};
 use crate::algorithm::{charge_in, refund_in};
 use crate::gcra::Gcra;
 use crate::quota::Quota;
@@ -21,7 +21,7 @@ pub struct Model {
     floor: Box<[AtomicU64]>,
     live: AtomicU64,
     sweeper: AtomicU64,
-    credits: [AtomicU64; 1],
+    credits: [AtomicU64; CREDIT_STRIDE],
     dead: Box<[AtomicBool]>,
     gcra: Gcra,
     max_keys: usize,
@@ -38,7 +38,7 @@ impl Model {
             floor: words(cells),
             live: AtomicU64::new(0),
             sweeper: AtomicU64::new(0),
-            credits: [AtomicU64::new(0)],
+            credits: std::array::from_fn(|_| AtomicU64::new(0)),
             dead: (0..=processes).map(|_| AtomicBool::new(false)).collect(),
             gcra: Gcra::new(quota),
             max_keys,

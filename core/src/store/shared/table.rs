@@ -152,6 +152,9 @@ pub(crate) fn ctl(kind: u64, gen: u64, owner: u32) -> u64 {
     (kind << 61) | ((gen & GEN_MASK) << 32) | u64::from(owner)
 }
 
+/// Words from one credit counter to the next (a cache line each).
+pub(crate) const CREDIT_STRIDE: usize = 8;
+
 /// Most slots a key may be from its home. At the table's load (at most
 /// one half) a window this long is full about once in 2^40 keys; then the
 /// key closest to full in the window is evicted to make room.
@@ -220,9 +223,9 @@ pub(crate) struct Region<'a> {
     pub(crate) live: &'a AtomicU64,
     /// 0, or the owner of the sweep under way (one at a time).
     pub(crate) sweeper: &'a AtomicU64,
-    /// The keys' credit counters, by stripe (a power of two of them; see
-    /// `Cells::mark`): bumped by every refund and reset after its writes,
-    /// while it holds the slot.
+    /// The keys' credit counters (see `Cells::mark`): a power of two of
+    /// stripes, each the first word of [`CREDIT_STRIDE`], bumped by every
+    /// refund and reset after its writes, while it holds the slot.
     pub(crate) credits: &'a [AtomicU64],
 }
 
@@ -318,9 +321,9 @@ impl<'a> Table<'a> {
     /// The credit counter of fingerprint `fp`.
     #[inline]
     fn credits(&self, fp: u64) -> &AtomicU64 {
-        let stripes = self.r.credits.len();
-        debug_assert!(stripes.is_power_of_two());
-        &self.r.credits[((fp >> 32) as usize) & (stripes - 1)]
+        let stripes = self.r.credits.len() / CREDIT_STRIDE;
+        debug_assert!(stripes.is_power_of_two() && self.r.credits.len() == stripes * CREDIT_STRIDE);
+        &self.r.credits[(((fp >> 32) as usize) & (stripes - 1)) * CREDIT_STRIDE]
     }
 
     #[inline]

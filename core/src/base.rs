@@ -78,11 +78,18 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
     /// Runs `op` on `key`'s state words at `now` (see
     /// [`Store::update`]); errors, changing nothing, on an invalid time or
     /// key.
+    /// `MARK`: the store reads the key's credit counter first, for `op` to
+    /// give back (see `store/cells.rs`'s `Mark`).
     #[inline]
-    pub(crate) fn update<T>(&self, key: &K, now: u64, op: impl Fn(&mut Cells<'_>) -> Result<T, Frozen>) -> Result<T> {
+    pub(crate) fn update<const MARK: bool, T>(
+        &self,
+        key: &K,
+        now: u64,
+        op: impl Fn(&mut Cells<'_>) -> Result<T, Frozen>,
+    ) -> Result<T> {
         let now = checked(now)?;
         let (hash, probe) = self.probe(key)?;
-        Ok(self.update_probed(hash, &probe, now, op))
+        Ok(self.update_probed::<MARK, T>(hash, &probe, now, op))
     }
 
     /// Checks every request of a batch (`check` its cost, then its key)
@@ -124,15 +131,15 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
     /// [`update`](Self::update) for a key already probed, at a time
     /// already checked.
     #[inline]
-    pub(crate) fn update_probed<T>(
+    pub(crate) fn update_probed<const MARK: bool, T>(
         &self,
         hash: u64,
         probe: &Probe<'_, K>,
         now: u64,
         op: impl Fn(&mut Cells<'_>) -> Result<T, Frozen>,
     ) -> T {
-        on_store!(self, st => st.update(hash, probe, now, &self.rules, op),
-            sh => sh.update(hash, now, &self.rules, op))
+        on_store!(self, st => st.update::<MARK, T>(hash, probe, now, &self.rules, op),
+            sh => sh.update::<MARK, T>(hash, now, &self.rules, op))
     }
 
     /// Runs an operation that credits `key` (a refund, a give-back) on its

@@ -224,7 +224,7 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     pub fn allow_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<Decision> {
         on_algorithm!(self, alg => {
             alg.check_cost(cost)?;
-            let verdict = self.base.update(key.as_key(), now, |cells| Ok(charge_in(alg, cells, 0, now, cost)?.0))?;
+            let verdict = self.base.update::<false, _>(key.as_key(), now, |cells| Ok(charge_in(alg, cells, 0, now, cost)?.0))?;
             Ok(verdict.decision())
         })
     }
@@ -284,7 +284,7 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
         self.base.batch(|| {
             on_algorithm!(self, alg => out.extend(prepared.into_iter().map(|(hash, probe, cost)| {
                 let verdict =
-                    self.base.update_probed(hash, &probe, now, |cells| Ok(charge_in(alg, cells, 0, now, cost)?.0));
+                    self.base.update_probed::<false, _>(hash, &probe, now, |cells| Ok(charge_in(alg, cells, 0, now, cost)?.0));
                 verdict.decision()
             })))
         });
@@ -323,7 +323,7 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     pub fn peek_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<Decision> {
         on_algorithm!(self, alg => {
             alg.check_cost(cost)?;
-            let verdict = self.base.update(key.as_key(), now, |cells| peek_in(alg, cells, 0, now, cost))?;
+            let verdict = self.base.update::<false, _>(key.as_key(), now, |cells| peek_in(alg, cells, 0, now, cost))?;
             Ok(verdict.decision())
         })
     }
@@ -707,10 +707,9 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     pub(crate) fn charge_at(&self, key: &K, cost: u64, now: u64) -> Result<(Decision, Option<(Charge, Mark)>)> {
         on_algorithm!(self, alg => {
             alg.check_cost(cost)?;
-            let (verdict, charge) = self.base.update(key, now, |cells| {
-                let mark = cells.mark();
+            let (verdict, charge) = self.base.update::<true, _>(key, now, |cells| {
                 let (verdict, charge) = charge_in(alg, cells, 0, now, cost)?;
-                Ok((verdict, charge.map(|c| (c, mark))))
+                Ok((verdict, charge.map(|c| (c, cells.mark()))))
             })?;
             Ok((verdict.decision(), charge))
         })
@@ -719,14 +718,12 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// Takes back a charge made by [`charge_at`](Self::charge_at), exactly
     /// (see [`restore`](crate::algorithm::restore)); a key forgotten since
     /// keeps nothing to take back, and one refunded or reset since keeps the
-    /// charge (see `store/cells.rs`'s `Cells::mark`).
+    /// charge (see `store/cells.rs`'s `Mark`).
     pub(crate) fn give_back_at(&self, key: &K, (charge, mark): (Charge, Mark)) {
         // The key was probed when charged, so it cannot be refused now;
         // `now` only matters to an insert, and there is none.
-        let _ = self.base.credit(key, 0, Credit::GiveBack, |cells| {
-            if !cells.credited_since(mark) {
-                cells.restore(0, charge);
-            }
+        let _ = self.base.credit(key, 0, Credit::GiveBack(mark), |cells| {
+            cells.restore(0, charge);
             Ok(())
         });
     }

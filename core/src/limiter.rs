@@ -208,7 +208,8 @@ fn set_bits(mut bits: u32) -> impl Iterator<Item = usize> {
 pub(crate) struct Receipts {
     charges: [Charge; MAX_LIMITS],
     charged: u16,
-    /// The key's credit counter before the charges (see `Cells::mark`).
+    /// The key's credit counter before the charges (see `store/cells.rs`'s
+    /// `Mark`).
     mark: Mark,
 }
 
@@ -219,12 +220,8 @@ impl Receipts {
     }
 
     /// Takes back every charge, exactly (see
-    /// [`restore`](crate::algorithm::restore)), unless the key may have been
-    /// refunded or reset since they were made: then they stay.
+    /// [`restore`](crate::algorithm::restore)).
     fn restore(&self, cells: &mut Cells<'_>) {
-        if cells.credited_since(self.mark) {
-            return;
-        }
         for i in set_bits(u32::from(self.charged)) {
             cells.restore(i, self.charges[i]);
         }
@@ -1056,8 +1053,6 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         if cost == 0 {
             return Ok((d.a, false)); // cost 0 charges nothing and answers like peek
         }
-        // Before the first charge, for a give-back (see `Cells::mark`).
-        let mark = cells.mark();
         // Tightest first: a stable insertion sort of the (at most N) entries.
         let mut order = [0u8; N];
         for k in 0..count {
@@ -1081,14 +1076,14 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
                     // The limits charged so far (this run's only changes)
                     // are taken back by the store, exactly, once the run
                     // is over (see `store/cells.rs`).
-                    cells.give_back(mark);
+                    cells.give_back();
                     uncharge(rules, &mut a.entries[..count], &a.index, |k| seen[k], now);
                     return Ok((d.a, false));
                 }
             }
         }
         if let Some(r) = receipts {
-            r.mark = mark;
+            r.mark = cells.mark();
             for k in 0..count {
                 let i = a.index[k] as usize;
                 r.charges[i] = Charge { before: seen[k], after: next[k] };
@@ -1102,7 +1097,7 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     /// the receipts to take it back.
     pub(crate) fn charge_at(&self, key: &K, cost: u64, now: u64) -> Result<(MultiDecision<'_>, Option<Receipts>)> {
         self.check_set(self.all, cost)?;
-        let (answers, receipts) = self.base.update(key, now, |cells| {
+        let (answers, receipts) = self.base.update::<true, _>(key, now, |cells| {
             let mut receipts = Receipts::new();
             let (answers, allowed) = self.charge::<MAX_LIMITS>(cells, self.all, cost, now, Some(&mut receipts))?;
             let charged = allowed && receipts.charged != 0;
@@ -1117,7 +1112,7 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     pub(crate) fn give_back_at(&self, key: &K, receipts: &Receipts) {
         // The key was probed when charged, so it cannot be refused now;
         // `now` only matters to an insert, and there is none.
-        let _ = self.base.credit(key, 0, Credit::GiveBack, |cells| {
+        let _ = self.base.credit(key, 0, Credit::GiveBack(receipts.mark), |cells| {
             receipts.restore(cells);
             Ok(())
         });
@@ -1361,7 +1356,7 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
     fn call<const N: usize>(&self, hash: u64, probe: &Probe<'_, K>, cost: u64, now: u64) -> MultiDecision<'l> {
         let l = self.limiter;
         let (answers, _) =
-            l.base.update_probed(hash, probe, now, |cells| l.charge::<N>(cells, self.set, cost, now, None));
+            l.base.update_probed::<true, _>(hash, probe, now, |cells| l.charge::<N>(cells, self.set, cost, now, None));
         MultiDecision::of_answers(&answers, self.set.0, &l.names)
     }
 
@@ -1489,7 +1484,7 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
     #[inline(always)]
     fn peek_probed<const N: usize>(&self, hash: u64, probe: &Probe<'_, K>, cost: u64, now: u64) -> MultiDecision<'l> {
         let l = self.limiter;
-        let answers = l.base.update_probed(hash, probe, now, |cells| {
+        let answers = l.base.update_probed::<false, _>(hash, probe, now, |cells| {
             let mut d = Decided::<N>::new();
             l.decide::<N>(cells, self.set, cost, now, &mut d)?;
             Ok(d.a)

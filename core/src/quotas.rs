@@ -339,7 +339,7 @@ impl<C: Clock> Quotas<C> {
         alg.check_cost(cost)?;
         let k = self.key_for(key.as_key(), quota)?;
         self.base.rules.saw(quota);
-        let verdict = self.base.update(&k, now, |cells| Ok(charge_in(&alg, cells, 0, now, cost)?.0))?;
+        let verdict = self.base.update::<false, _>(&k, now, |cells| Ok(charge_in(&alg, cells, 0, now, cost)?.0))?;
         Ok(verdict.decision())
     }
 
@@ -372,7 +372,7 @@ impl<C: Clock> Quotas<C> {
         let alg = Gcra::new(*quota);
         alg.check_cost(cost)?;
         let k = self.key_for(key.as_key(), quota)?;
-        let verdict = self.base.update(&k, now, |cells| peek_in(&alg, cells, 0, now, cost))?;
+        let verdict = self.base.update::<false, _>(&k, now, |cells| peek_in(&alg, cells, 0, now, cost))?;
         Ok(verdict.decision())
     }
 

@@ -29,9 +29,9 @@
 //! middle of the run, could meet the slot forgotten, reused and charged to
 //! exactly the value the call stored, and erase that charge. The same goes
 //! for a refund or a reset of the key itself between the charge and the
-//! give-back: a call reads its key's credit counter before it charges
-//! ([`mark`](Cells::mark)), and its give-back keeps the charges if the
-//! counter moved.
+//! give-back: the store reads the key's credit counter before a call that
+//! may give back runs ([`Mark`]), and the give-back keeps the charges if
+//! the counter moved.
 
 use std::mem::MaybeUninit;
 
@@ -70,24 +70,45 @@ impl From<Frozen> for Conflict {
 /// The state words of one key, as an operation sees them.
 pub(crate) struct Cells<'a> {
     words: &'a [AtomicU64],
-    /// The key's credit counter (see [`mark`](Self::mark)).
-    credits: &'a AtomicU64,
+    /// The key's credit counter before the run (see [`Mark`]), if the store
+    /// was asked to read it.
+    mark: Mark,
     /// `(word, before, after)` of every compare-and-swap that succeeded:
     /// the first `n` entries are written (left uninitialised otherwise:
     /// this runs on every call).
     log: [MaybeUninit<(usize, u64, u64)>; MAX_WIDTH],
     n: usize,
     /// The operation asked for its changes to be taken back (see the
-    /// module docs), with the [`mark`](Self::mark) in `marked`.
+    /// module docs).
     give_back: bool,
-    /// Written when `give_back` is set (left uninitialised otherwise, as
-    /// `log` is: a field written on every call cost instructions).
-    marked: MaybeUninit<Mark>,
 }
 
-/// The key's credit counter as a call read it before its first charge (see
-/// [`Cells::mark`]): a give-back is applied only if no refund or reset of
-/// the key may have happened since.
+/// A key's credit counter as the store read it before a call that may give
+/// its charges back ran: the give-back is applied only if the counter still
+/// reads the same, so no refund or reset of the key may have landed since.
+///
+/// # Why
+///
+/// A give-back stores back what the word held before the charge, if it
+/// still holds what the charge stored (see
+/// [`restore`](crate::algorithm::restore)). That is exact while only
+/// charges and exact give-backs write the word: every charge moves it on.
+/// A refund or a reset can move it back, and a later call charged from
+/// there to exactly the value this charge stored (same clock reading, same
+/// cost) is then erased by the give-back: one call's tokens over the
+/// limit. So every credit that writes a key's states bumps its counter
+/// while it holds the key's slot (locked in memory, before it unlocks;
+/// HELD in a shared file, after its writes, since charges do not wait for
+/// a HELD slot), and a give-back, holding the slot too, applies only if
+/// the counter is still what was read before the call's first charge. A
+/// call that read it after a credit's bump charged after that credit's
+/// writes (before them, the read would precede the bump); a call that read
+/// it before a credit whose writes came after its charge sees it moved.
+///
+/// The counter is shared by the keys of a stripe (a shard's, or a shared
+/// file's), so a credit on another key of the stripe between a call's
+/// charge and its give-back (microseconds) makes the give-back keep its
+/// charges: tokens denied, never granted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Mark(pub(crate) u64);
 
@@ -97,17 +118,15 @@ pub(crate) struct Mark(pub(crate) u64);
 pub(crate) struct GiveBack {
     log: [(usize, Charge); MAX_WIDTH],
     n: usize,
-    mark: Mark,
+    /// The run's [`Mark`]: the store gives back only if it still holds.
+    pub(crate) mark: Mark,
 }
 
 impl GiveBack {
-    /// Takes every change back from `cells` (a locked slot), exactly: a
-    /// word that moved on since keeps its change, and so does every word if
-    /// the key may have been credited since the run's first charge.
+    /// Takes every change back from `cells` (a locked slot whose counter
+    /// still reads [`mark`](Self::mark)), exactly: a word that moved on
+    /// since keeps its change.
     pub(crate) fn apply(&self, cells: &mut Cells<'_>) {
-        if cells.credited_since(self.mark) {
-            return;
-        }
         for &(i, charge) in &self.log[..self.n] {
             cells.restore(i, charge);
         }
@@ -115,58 +134,19 @@ impl GiveBack {
 }
 
 impl<'a> Cells<'a> {
-    /// The words `words` of a key whose credits (refunds, resets) bump
-    /// `credits` (see [`mark`](Self::mark)).
+    /// The words `words` of a key, with the [`Mark`] read before the run
+    /// (a default one where the run cannot give back).
     #[inline]
-    pub(crate) fn new(words: &'a [AtomicU64], credits: &'a AtomicU64) -> Self {
-        Cells {
-            words,
-            credits,
-            log: [const { MaybeUninit::uninit() }; MAX_WIDTH],
-            n: 0,
-            give_back: false,
-            marked: MaybeUninit::uninit(),
-        }
+    pub(crate) fn new(words: &'a [AtomicU64], mark: Mark) -> Self {
+        Cells { words, mark, log: [const { MaybeUninit::uninit() }; MAX_WIDTH], n: 0, give_back: false }
     }
 
-    /// Reads the key's credit counter: before a call's first charge, for
-    /// the call to give its charges back later (in its run, or a
-    /// [`Stack`](crate::Stack)'s member after the run) only if no credit
-    /// may have landed on the key meanwhile.
-    ///
-    /// # Why
-    ///
-    /// A give-back stores back what the word held before the charge, if
-    /// it still holds what the charge stored (see
-    /// [`restore`](crate::algorithm::restore)). That is exact while only
-    /// charges and exact give-backs write the word: every charge moves it
-    /// on. A refund or a reset can move it back, and a later call charged
-    /// from there to exactly the value this charge stored (same clock
-    /// reading, same cost) is then erased by the give-back: one call's
-    /// tokens over the limit. So every credit that writes a key's states
-    /// bumps its counter while it holds the key's slot (locked, or HELD in
-    /// a shared file; in memory before it unlocks, in a shared file after
-    /// its writes, since charges do not wait for a HELD slot), and a
-    /// give-back, holding the slot too, applies only if the counter is
-    /// still what the call read before its first charge. A call that read
-    /// it after a credit's bump charged after that credit's writes (before
-    /// them, its read would precede the bump); a call that read it before
-    /// a credit whose writes came after its charge sees the counter moved.
-    ///
-    /// The counter is shared by the keys of a stripe (a shard's, or a
-    /// shared file's), so a credit on another key of the stripe, between a
-    /// call's charge and its give-back (microseconds), makes the give-back
-    /// keep its charges: tokens denied, never granted.
+    /// The key's credit counter as the store read it before this run, for
+    /// a [`Stack`](crate::Stack) member's receipt: only meaningful when the
+    /// store was asked to read it (`MARK`).
     #[inline]
     pub(crate) fn mark(&self) -> Mark {
-        Mark(self.credits.load(Ordering::SeqCst))
-    }
-
-    /// Whether a credit may have landed on the key since `mark` was read.
-    /// Only meaningful with the key's slot held, so no credit runs meanwhile.
-    #[inline]
-    pub(crate) fn credited_since(&self, mark: Mark) -> bool {
-        self.credits.load(Ordering::SeqCst) != mark.0
+        self.mark
     }
 
     /// Word `i`'s state.
@@ -216,12 +196,11 @@ impl<'a> Cells<'a> {
 
     /// Asks the store to take back every change this run made, once the
     /// run is over (see the module docs): a multi-limit call whose later
-    /// limit denied gives back the earlier limits' charges. `mark` is what
-    /// [`mark`](Self::mark) read before the run's first charge.
+    /// limit denied gives back the earlier limits' charges. Only in a run
+    /// the store read the [`Mark`] for (`MARK`).
     #[inline]
-    pub(crate) fn give_back(&mut self, mark: Mark) {
+    pub(crate) fn give_back(&mut self) {
         self.give_back = true;
-        self.marked = MaybeUninit::new(mark);
     }
 
     /// The changes to take back, if the run asked for it (see
@@ -231,13 +210,12 @@ impl<'a> Cells<'a> {
         if !self.give_back || self.n == 0 {
             return None; // not asked, or nothing was charged
         }
-        // SAFETY: written with `give_back`.
-        Some(self.to_give_back_slow(unsafe { self.marked.assume_init() }))
+        Some(self.to_give_back_slow())
     }
 
     #[cold]
-    fn to_give_back_slow(&self, mark: Mark) -> GiveBack {
-        let mut g = GiveBack { log: [(0, Charge::default()); MAX_WIDTH], n: self.n, mark };
+    fn to_give_back_slow(&self) -> GiveBack {
+        let mut g = GiveBack { log: [(0, Charge::default()); MAX_WIDTH], n: self.n, mark: self.mark };
         for (k, slot) in g.log[..self.n].iter_mut().enumerate() {
             let (i, before, after) = self.entry(self.n - 1 - k);
             *slot = (i, Charge { before, after });
@@ -305,8 +283,7 @@ mod tests {
     #[test]
     fn undo_takes_back_every_change_newest_first_and_keeps_a_word_that_moved_on() {
         let words: Vec<AtomicU64> = (0..3).map(AtomicU64::new).collect();
-        let credits = AtomicU64::new(0);
-        let mut cells = Cells::new(&words, &credits);
+        let mut cells = Cells::new(&words, Mark::default());
         cells.cas(0, 0, 10).unwrap();
         cells.cas(0, 10, 11).unwrap();
         cells.cas(1, 1, 21).unwrap();
@@ -323,8 +300,7 @@ mod tests {
     #[test]
     fn a_marker_stops_the_operation() {
         let words = [AtomicU64::new(FIRST_MARKER)];
-        let credits = AtomicU64::new(0);
-        let mut cells = Cells::new(&words, &credits);
+        let mut cells = Cells::new(&words, Mark::default());
         assert_eq!(cells.load(0), Err(Frozen));
         assert_eq!(cells.cas(0, 5, 6), Err(Conflict::Frozen));
         assert!(!cells.wrote());

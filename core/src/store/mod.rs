@@ -39,8 +39,8 @@
 //! with the slot locked, if the slot held the key throughout and no refund
 //! or reset of the key may have landed since its first charge: each of
 //! those bumps a per-shard counter (striped by hash, on a line of its own)
-//! while it holds the slot, and the call read that counter before it
-//! charged (`Cells::mark`). Every protocol here is model-checked with loom
+//! while it holds the slot, and the store read that counter before the
+//! call ran (`cells::Mark`). Every protocol here is model-checked with loom
 //! (`core/tests/loom.rs`).
 //!
 //! The hasher is foldhash with a per-process random seed (plus a per-store
@@ -476,13 +476,13 @@ struct Shard<S: StoredKey> {
     /// Set while one thread maintains the shard: evicts, migrates, forgets.
     /// The summary's single writer.
     maintaining: AtomicBool,
-    /// The credit counters of the shard's keys, by stripe (see
-    /// [`Cells::mark`]): bumped by every refund and reset, on a line of
-    /// their own so they never disturb a lookup.
+    /// The credit counters of the shard's keys, by stripe (see [`Mark`]):
+    /// bumped by every refund and reset, on a line of their own so they
+    /// never disturb a lookup.
     credits: Padded<[AtomicU64; CREDIT_STRIPES]>,
 }
 
-/// Credit counters per shard (see [`Cells::mark`]).
+/// Credit counters per shard (see [`Mark`]).
 const CREDIT_STRIPES: usize = 8;
 
 /// What a credit ([`Store::update_locked`]) is.
@@ -490,15 +490,16 @@ const CREDIT_STRIPES: usize = 8;
 pub(crate) enum Credit {
     /// A refund: inserts a key the store does not hold, and bumps the key's
     /// credit counter, so no give-back of an earlier charge lands after it
-    /// (see [`Cells::mark`]).
+    /// (see [`Mark`]).
     Refund,
     /// A reset (the shared file's; the in-memory store's is
     /// [`Store::reset`]): bumps the counter as a refund does, and inserts
     /// an absent key only if `insert`.
     Reset { insert: bool },
-    /// A give-back of a call's own charges: only on a key the store holds,
-    /// and checked against the call's mark.
-    GiveBack,
+    /// A give-back of a call's own charges, read before the call as this
+    /// [`Mark`]: only on a key the store holds, and only if its credit
+    /// counter still reads the same.
+    GiveBack(Mark),
 }
 
 impl Credit {
@@ -507,13 +508,18 @@ impl Credit {
         match self {
             Credit::Refund => true,
             Credit::Reset { insert } => insert,
-            Credit::GiveBack => false,
+            Credit::GiveBack(_) => false,
         }
     }
 
     /// Whether the key's credit counter is bumped.
     pub(crate) fn bumps(self) -> bool {
-        self != Credit::GiveBack
+        !matches!(self, Credit::GiveBack(_))
+    }
+
+    /// Whether the credit must not run on a key whose counter reads `now`.
+    pub(crate) fn stale(self, now: u64) -> bool {
+        matches!(self, Credit::GiveBack(mark) if mark.0 != now)
     }
 }
 
@@ -590,13 +596,18 @@ impl<S: StoredKey> Store<S> {
     /// what it wrote through them. A run that asks to give its changes back
     /// ([`Cells::give_back`]) has them taken back exactly: at once on a
     /// private copy, and under the slot's lock on a stored key whose slot
-    /// held it throughout the run (see `cells.rs`).
+    /// held it throughout the run and that no refund or reset may have
+    /// reached since (see `cells.rs`).
+    ///
+    /// `MARK`: read the key's credit counter before `op` runs, for `op` to
+    /// give back (in its run, or later as a receipt's [`Cells::mark`]); an
+    /// `op` that never gives back skips the read.
     ///
     /// A key that is absent answers from what its shard remembers of it
     /// (see `summary.rs`); it is inserted only if `op` changed that state,
     /// so denials and peeks never allocate.
     #[inline]
-    pub(crate) fn update<R>(
+    pub(crate) fn update<const MARK: bool, R>(
         &self,
         hash: u64,
         probe: &S::Probe<'_>,
@@ -610,15 +621,19 @@ impl<S: StoredKey> Store<S> {
         loop {
             // SAFETY: tables are freed only through the epoch, and we are pinned.
             let t = unsafe { table.deref() };
+            // Before this run's first charge (see `Mark`); a run that goes
+            // round again leaves its charges where they landed.
+            let mark = if MARK { Mark(self.credits(shard, hash).load(Ordering::SeqCst)) } else { Mark::default() };
             match t.find(hash, probe, &guard) {
                 Find::Found(i) => {
-                    let mut cells = Cells::new(t.states(i), self.credits(shard, hash));
+                    let mut cells = Cells::new(t.states(i), mark);
                     match op(&mut cells) {
                         Ok(r) if t.holds(i, probe, &guard) => {
                             if let Some(give_back) = cells.to_give_back() {
                                 // The run is over and the slot held the key
                                 // throughout: take its changes back, locked.
-                                self.update_locked(hash, probe, now, retention, Credit::GiveBack, |cells| {
+                                let credit = Credit::GiveBack(give_back.mark);
+                                self.update_locked(hash, probe, now, retention, credit, |cells| {
                                     give_back.apply(cells);
                                     Ok(())
                                 });
@@ -643,7 +658,7 @@ impl<S: StoredKey> Store<S> {
                         table = next;
                         continue;
                     }
-                    if let Some(r) = self.run_absent(shard, t, hash, probe, free, now, retention, &op, &guard) {
+                    if let Some(r) = self.run_absent(shard, t, hash, probe, free, mark, now, retention, &op, &guard) {
                         return r;
                     }
                     table = shard.table.load(Ordering::Acquire, &guard);
@@ -664,9 +679,9 @@ impl<S: StoredKey> Store<S> {
     /// loads and stores.
     ///
     /// A key the store does not hold is inserted with what `op` changed for
-    /// a [`Credit::Refund`], and left alone (`None`) for a give-back. A
-    /// refund bumps the key's credit counter while it holds the slot (see
-    /// [`Cells::mark`]).
+    /// a [`Credit::Refund`], and left alone (`None`) for a give-back, as is
+    /// a key whose credit counter moved since the give-back's [`Mark`]. A
+    /// refund bumps the key's credit counter while it holds the slot.
     pub(crate) fn update_locked<R>(
         &self,
         hash: u64,
@@ -686,8 +701,12 @@ impl<S: StoredKey> Store<S> {
             match t.find(hash, probe, &guard) {
                 Find::Found(i) => {
                     if let Some(states) = self.lock_key(t, i, probe, &guard) {
+                        if credit.stale(credits.load(Ordering::SeqCst)) {
+                            t.unlock(i, &states[..self.width]);
+                            return None;
+                        }
                         let mut words = Scratch(states);
-                        let (r, _) = on_copy(&mut words, self.width, credits, &op);
+                        let (r, _) = on_copy(&mut words, self.width, Mark::default(), &op);
                         if credit.bumps() {
                             credits.fetch_add(1, Ordering::SeqCst);
                         }
@@ -707,7 +726,8 @@ impl<S: StoredKey> Store<S> {
                     }
                     // Before the credited key can be published.
                     credits.fetch_add(1, Ordering::SeqCst);
-                    if let Some(r) = self.run_absent(shard, t, hash, probe, free, now, retention, &op, &guard) {
+                    let mark = Mark::default();
+                    if let Some(r) = self.run_absent(shard, t, hash, probe, free, mark, now, retention, &op, &guard) {
                         return Some(r);
                     }
                     table = shard.table.load(Ordering::Acquire, &guard);
@@ -749,6 +769,7 @@ impl<S: StoredKey> Store<S> {
         hash: u64,
         probe: &S::Probe<'_>,
         free: Option<(usize, u64)>,
+        mark: Mark,
         now: u64,
         retention: &impl Retention,
         op: &impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
@@ -759,7 +780,7 @@ impl<S: StoredKey> Store<S> {
         let mut words = Scratch([0; MAX_WIDTH]);
         let seen = shard.summary.changes();
         shard.summary.initial_into(hash, retention, guard, &mut words.0[..self.width]);
-        let (r, changed) = on_copy(&mut words, self.width, self.credits(shard, hash), op);
+        let (r, changed) = on_copy(&mut words, self.width, mark, op);
         if !changed {
             return Some(r);
         }
@@ -875,7 +896,7 @@ impl<S: StoredKey> Store<S> {
             match t.find(hash, probe, &guard) {
                 Find::Found(i) => {
                     if self.lock_key(t, i, probe, &guard).is_some() {
-                        // While the slot is held (see `Cells::mark`).
+                        // While the slot is held (see `Mark`).
                         self.credits(shard, hash).fetch_add(1, Ordering::SeqCst);
                         if summary_matters() {
                             t.unlock(i, &pristine[..self.width]);
@@ -1291,7 +1312,7 @@ pub(crate) struct Scratch(pub(crate) [u64; MAX_WIDTH]);
 pub(crate) fn on_copy<R>(
     words: &mut Scratch,
     width: usize,
-    credits: &AtomicU64,
+    mark: Mark,
     op: &impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
 ) -> (R, bool) {
     #[cfg(not(ratomic_loom))]
@@ -1304,14 +1325,14 @@ pub(crate) fn on_copy<R>(
         // `Scratch` gives the alignment it needs (8); the slice borrows the
         // private copy exclusively until `op` returns.
         let atomics = unsafe { std::slice::from_raw_parts(ptr, width) };
-        let mut cells = Cells::new(atomics, credits);
+        let mut cells = Cells::new(atomics, mark);
         let r = op(&mut cells).expect("a private copy holds no marker");
         (r, cells.settle_private())
     }
     #[cfg(ratomic_loom)]
     {
         let atomics: [AtomicU64; MAX_WIDTH] = std::array::from_fn(|w| AtomicU64::new(words.0[w]));
-        let mut cells = Cells::new(&atomics[..width], credits);
+        let mut cells = Cells::new(&atomics[..width], mark);
         let r = op(&mut cells).expect("a private copy holds no marker");
         let changed = cells.settle_private();
         for (w, a) in words.0.iter_mut().zip(&atomics) {
@@ -1373,8 +1394,9 @@ mod tests {
 
         /// One call of cost `cost` (0: a peek) on `key` at time 0.
         fn call(&self, key: u64, cost: u64) -> crate::decision::Verdict {
-            self.store
-                .update(self.hash(key), &key, 0, &self.gcra, |cells| Ok(charge_in(&self.gcra, cells, 0, 0, cost)?.0))
+            self.store.update::<false, _>(self.hash(key), &key, 0, &self.gcra, |cells| {
+                Ok(charge_in(&self.gcra, cells, 0, 0, cost)?.0)
+            })
         }
 
         fn slot_of(&self, key: u64) -> Find {
@@ -1410,7 +1432,7 @@ mod tests {
         // K's state where X's call left X's. Then the call looks again and
         // charges X's new copy.
         let meanwhile = Cell::new(true);
-        let second = c.store.update(c.hash(c.x), &c.x, 0, &c.gcra, |cells| {
+        let second = c.store.update::<false, _>(c.hash(c.x), &c.x, 0, &c.gcra, |cells| {
             let r = charge_in(&c.gcra, cells, 0, 0, 1)?.0;
             if meanwhile.replace(false) {
                 c.forget_x_and_charge_k_twice();
@@ -1431,13 +1453,12 @@ mod tests {
         let c = Collide::new();
         assert!(c.call(c.x, 1).allowed);
         let meanwhile = Cell::new(true);
-        c.store.update(c.hash(c.x), &c.x, 0, &c.gcra, |cells| {
-            let mark = cells.mark();
+        c.store.update::<true, _>(c.hash(c.x), &c.x, 0, &c.gcra, |cells| {
             assert!(charge_in(&c.gcra, cells, 0, 0, 1)?.0.allowed);
             if meanwhile.replace(false) {
                 c.forget_x_and_charge_k_twice();
             }
-            cells.give_back(mark);
+            cells.give_back();
             Ok(())
         });
         assert_eq!(c.call(c.k, 0).remaining, 1, "K keeps both of its charges");
@@ -1451,10 +1472,9 @@ mod tests {
         let c = Collide::new();
         assert!(c.call(c.x, 1).allowed);
         let give_back = |key: u64| {
-            c.store.update(c.hash(key), &key, 0, &c.gcra, |cells| {
-                let mark = cells.mark();
+            c.store.update::<true, _>(c.hash(key), &key, 0, &c.gcra, |cells| {
                 assert!(charge_in(&c.gcra, cells, 0, 0, 2)?.0.allowed);
-                cells.give_back(mark);
+                cells.give_back();
                 Ok(())
             })
         };
@@ -1478,11 +1498,12 @@ mod tests {
             assert!(c.call(c.x, 1).allowed);
             let now = 1_000_000_000_000;
             let at_now = |cost: u64| {
-                c.store.update(c.hash(c.x), &c.x, now, &c.gcra, |cells| Ok(charge_in(&c.gcra, cells, 0, now, cost)?.0))
+                c.store.update::<false, _>(c.hash(c.x), &c.x, now, &c.gcra, |cells| {
+                    Ok(charge_in(&c.gcra, cells, 0, now, cost)?.0)
+                })
             };
             let meanwhile = Cell::new(true);
-            c.store.update(c.hash(c.x), &c.x, now, &c.gcra, |cells| {
-                let mark = cells.mark();
+            c.store.update::<true, _>(c.hash(c.x), &c.x, now, &c.gcra, |cells| {
                 assert!(charge_in(&c.gcra, cells, 0, now, 1)?.0.allowed);
                 if meanwhile.replace(false) {
                     if credit == "reset" {
@@ -1497,7 +1518,7 @@ mod tests {
                     // Charged from full at `now`: the value the run stored.
                     assert_eq!(at_now(1).remaining, 2);
                 }
-                cells.give_back(mark);
+                cells.give_back();
                 Ok(())
             });
             assert_eq!(at_now(0).remaining, 2, "{credit}: the later call's charge stands");

@@ -32,7 +32,7 @@ const H_MAX_KEYS: usize = 12;
 // The two words every process writes, each on its own cache line.
 const H_LIVE: usize = 16;
 const H_SWEEPER: usize = 24;
-/// The keys' credit counters (see `Cells::mark`): 16 stripes, each on a
+/// The keys' credit counters (see `store::cells::Mark`): 16 stripes, each on a
 /// cache line of its own, so a refund in one process does not make every
 /// other process's multi-limit calls miss.
 const H_CREDITS: usize = 32;
@@ -354,7 +354,7 @@ impl SharedStore {
 
     /// See [`Store::update`](super::super::Store::update).
     #[inline]
-    pub(crate) fn update<R>(
+    pub(crate) fn update<const MARK: bool, R>(
         &self,
         hash: u64,
         now: u64,
@@ -362,7 +362,7 @@ impl SharedStore {
         op: impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
     ) -> R {
         let op = |cells: &mut Cells<'_>| sane(cells, &op);
-        self.run(|ctx| self.table().update(ctx, hash | 1, now, retention, &op))
+        self.run(|ctx| self.table().update::<MARK, R>(ctx, hash | 1, now, retention, &op))
     }
 
     /// See [`Store::update_locked`](super::super::Store::update_locked).

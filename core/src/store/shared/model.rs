@@ -102,7 +102,9 @@ impl Process<'_> {
     /// Takes one token from key `fp` at `now`: whether it was granted.
     pub fn allow(&self, fp: u64, now: u64) -> Option<bool> {
         let g = &self.m.gcra;
-        self.run(|t, ctx| t.update(ctx, fp | 1, now, g, &|cells| Ok(charge_in(g, cells, 0, now, 1)?.0.allowed)))
+        self.run(|t, ctx| {
+            t.update::<false, _>(ctx, fp | 1, now, g, &|cells| Ok(charge_in(g, cells, 0, now, 1)?.0.allowed))
+        })
     }
 
     /// A call on key `fp` at `now` that charges its token and then gives it
@@ -111,10 +113,9 @@ impl Process<'_> {
     pub fn charge_and_give_back(&self, fp: u64, now: u64) -> Option<bool> {
         let g = &self.m.gcra;
         self.run(|t, ctx| {
-            t.update(ctx, fp | 1, now, g, &|cells| {
-                let mark = cells.mark();
+            t.update::<true, _>(ctx, fp | 1, now, g, &|cells| {
                 let allowed = charge_in(g, cells, 0, now, 1)?.0.allowed;
-                cells.give_back(mark);
+                cells.give_back();
                 Ok(allowed)
             })
         })

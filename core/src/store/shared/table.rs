@@ -122,7 +122,7 @@
 //! next sweep, which recounts.
 
 use crate::store::cells::{Cells, Frozen, FIRST_MARKER};
-use crate::store::{on_copy, Credit, Retention, Scratch, MAX_WIDTH};
+use crate::store::{on_copy, Credit, Mark, Retention, Scratch, MAX_WIDTH};
 use crate::sync::{AtomicU64, Backoff, Ordering};
 
 pub(crate) const EMPTY: u64 = 0;
@@ -223,7 +223,7 @@ pub(crate) struct Region<'a> {
     pub(crate) live: &'a AtomicU64,
     /// 0, or the owner of the sweep under way (one at a time).
     pub(crate) sweeper: &'a AtomicU64,
-    /// The keys' credit counters (see `Cells::mark`): a power of two of
+    /// The keys' credit counters (see `Mark`): a power of two of
     /// stripes, each the first word of [`CREDIT_STRIDE`], bumped by every
     /// refund and reset after its writes, while it holds the slot.
     pub(crate) credits: &'a [AtomicU64],
@@ -419,8 +419,9 @@ impl<'a> Table<'a> {
     }
 
     /// Runs `op` on the states of `fp`, inserting it (from its floor cell)
-    /// if `op` changes a key the table does not hold.
-    pub(crate) fn update<R>(
+    /// if `op` changes a key the table does not hold. `MARK`: read the
+    /// key's credit counter first, for `op` to give back (see `Mark`).
+    pub(crate) fn update<const MARK: bool, R>(
         &self,
         ctx: &Ctx<'_>,
         fp: u64,
@@ -430,9 +431,12 @@ impl<'a> Table<'a> {
     ) -> Result<R, Killed> {
         let mut backoff = Backoff::new();
         loop {
+            // Before this run's first charge (see `Mark`); a run that goes
+            // round again leaves its charges where they landed.
+            let mark = if MARK { Mark(self.credits(fp).load(Ordering::SeqCst)) } else { Mark::default() };
             match self.find(ctx, fp) {
                 Find::Found(i, c) => {
-                    let mut cells = Cells::new(self.states(i), self.credits(fp));
+                    let mut cells = Cells::new(self.states(i), mark);
                     let r = op(&mut cells);
                     step!(ctx);
                     // Invariant 4.
@@ -446,7 +450,7 @@ impl<'a> Table<'a> {
                                     give_back.apply(cells);
                                     Ok(())
                                 };
-                                self.credit(ctx, fp, now, retention, Credit::GiveBack, &op)?;
+                                self.credit(ctx, fp, now, retention, Credit::GiveBack(give_back.mark), &op)?;
                             }
                             return Ok(r);
                         }
@@ -458,7 +462,7 @@ impl<'a> Table<'a> {
                 Find::Absent(free) => {
                     let floor = self.initial(fp);
                     let mut words = Scratch(floor);
-                    let (r, changed) = on_copy(&mut words, self.width, self.credits(fp), op);
+                    let (r, changed) = on_copy(&mut words, self.width, mark, op);
                     if !changed {
                         return Ok(r);
                     }
@@ -476,8 +480,9 @@ impl<'a> Table<'a> {
     /// Runs a crediting `op` on `fp`'s states while its slot is HELD
     /// (invariant 5). A key the table does not hold is inserted with what
     /// `op` changed if the credit [inserts](Credit::inserts), else left
-    /// alone (`None`). A refund or a reset bumps the key's credit counter
-    /// after its writes, still HELD (see `Cells::mark`).
+    /// alone (`None`), as is a key whose credit counter moved since a
+    /// give-back's mark. A refund or a reset bumps the key's credit counter
+    /// after its writes, still HELD (see `Mark`).
     pub(crate) fn credit<R>(
         &self,
         ctx: &Ctx<'_>,
@@ -502,7 +507,11 @@ impl<'a> Table<'a> {
                         continue;
                     }
                     step!(ctx);
-                    let mut cells = Cells::new(self.states(i), self.credits(fp));
+                    if credit.stale(self.credits(fp).load(Ordering::SeqCst)) {
+                        let _ = self.cas(i, held, ctl(LIVE, gen(c), 0));
+                        return Ok(None);
+                    }
+                    let mut cells = Cells::new(self.states(i), Mark::default());
                     let r = op(&mut cells);
                     step!(ctx);
                     if credit.bumps() {
@@ -523,7 +532,7 @@ impl<'a> Table<'a> {
                     self.credits(fp).fetch_add(1, Ordering::SeqCst);
                     let floor = self.initial(fp);
                     let mut words = Scratch(floor);
-                    let (r, changed) = on_copy(&mut words, self.width, self.credits(fp), op);
+                    let (r, changed) = on_copy(&mut words, self.width, Mark::default(), op);
                     if !changed {
                         return Ok(Some(r));
                     }

@@ -174,7 +174,7 @@ pub(crate) fn charge_from<A: Algorithm>(
 /// value (same clock reading, same cost), and that call's charge would be
 /// erased: every give-back first checks the key's credit counter, read
 /// before the charge, and keeps the charge if a refund or reset may have
-/// landed since (`Cells::mark`; for a [`Direct`](crate::Direct), its own
+/// landed since (`store::cells::Mark`; for a [`Direct`](crate::Direct), its own
 /// counter).
 #[inline]
 pub(crate) fn restore(cell: &AtomicU64, charge: Charge) -> bool {

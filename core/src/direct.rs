@@ -39,7 +39,7 @@ pub struct Direct<A: Algorithm, C: Clock = MonotonicClock> {
     /// Credits (refunds, resets, a [`Stack`](crate::Stack)'s give-backs)
     /// run one at a time: bit 0 is set while one does; the bits above count
     /// refunds and resets, so a give-back applies only if none landed since
-    /// its charge (see `store/cells.rs`'s `Cells::mark`). Calls never look.
+    /// its charge (see `store/cells.rs`'s `Mark`). Calls never look.
     credits: AtomicU64,
 }
 

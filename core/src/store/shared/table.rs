@@ -95,7 +95,7 @@
 //!    credit counter (the header's, striped by fingerprint) after its writes
 //!    and before it releases the slot, and a give-back, HELD, keeps its
 //!    charges if the counter moved since the call read it before charging
-//!    (`Cells::mark`): else a call charged after the refund to exactly the
+//!    (`cells::Mark`): else a call charged after the refund to exactly the
 //!    value the give-back restores from would be erased. Recovering a dead
 //!    holder's HELD slot bumps the counter too (the dead credit may have
 //!    written and not bumped).

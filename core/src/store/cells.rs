@@ -104,6 +104,12 @@ pub(crate) struct Cells<'a> {
 /// call that read it after a credit's bump charged after that credit's
 /// writes (before them, the read would precede the bump); a call that read
 /// it before a credit whose writes came after its charge sees it moved.
+/// An eviction of a key that is not idle bumps it too, before the slot is
+/// freed: under `Eviction::Fair` a key whose summary is displaced comes
+/// back fuller than it left, which is a reset as far as a give-back is
+/// concerned. (A key forgotten idle comes back from a summary at least as
+/// restrictive as the state it left, so no charge from there can reach the
+/// value an earlier charge stored.)
 ///
 /// The counter is shared by the keys of a stripe (a shard's, or a shared
 /// file's), so a credit on another key of the stripe between a call's

@@ -38,9 +38,10 @@
 //! (`Cells::give_back`), and the store does it once the call's run is over,
 //! with the slot locked, if the slot held the key throughout and no refund
 //! or reset of the key may have landed since its first charge: each of
-//! those bumps a per-shard counter (striped by hash, on a line of its own)
-//! while it holds the slot, and the store read that counter before the
-//! call ran (`cells::Mark`). Every protocol here is model-checked with loom
+//! those (and each eviction of a key that is not idle) bumps a per-shard
+//! counter (striped by hash, on a line of its own) while it holds the
+//! slot, and the store read that counter before the call ran
+//! (`cells::Mark`). Every protocol here is model-checked with loom
 //! (`core/tests/loom.rs`).
 //!
 //! The hasher is foldhash with a per-process random seed (plus a per-store
@@ -1165,6 +1166,12 @@ impl<S: StoredKey> Store<S> {
         guard: &epoch::Guard,
     ) {
         let hash = S::rehash(t.key(i), &self.hasher);
+        if wait > 0 {
+            // Evicted while not idle: the key may come back fuller than it
+            // left (a displaced summary, under `Fair`), where a give-back of
+            // a charge made before must not land (see `Mark`).
+            self.credits(shard, hash).fetch_add(1, Ordering::SeqCst);
+        }
         shard.summary.forget(hash, states, wait, now, cells, retention, guard);
         shard.key_bytes.fetch_sub(S::heap_bytes(t.key(i)), Ordering::Relaxed);
         t.release(i, guard);

@@ -713,6 +713,11 @@ impl<'a> Table<'a> {
         }
         if idle || self.strict {
             self.join(self.fp(i).load(Ordering::Relaxed), &states[..self.width], retention);
+        } else {
+            // Evicted while not idle, under `Fair`: the key may come back
+            // fuller than it left, where a give-back of a charge made
+            // before must not land (see `Mark`).
+            self.credits(self.fp(i).load(Ordering::Relaxed)).fetch_add(1, Ordering::SeqCst);
         }
         step!(ctx);
         if self.cas(i, taken, ctl(DEAD, gen(c) + 1, 0)).is_ok() {

@@ -1492,6 +1492,28 @@ mod tests {
         assert_eq!(c.call(c.k, 0).remaining, 3);
     }
 
+    /// An eviction of a key that is not idle moves its credit counter (the
+    /// key may come back fuller than it left, see `Mark`); forgetting idle
+    /// keys does not.
+    #[test]
+    fn evicting_a_key_that_is_not_idle_moves_the_credit_counter_and_forgetting_idle_keys_does_not() {
+        let c = Collide::new();
+        let credits = || c.store.shards[0].0.credits.0.iter().map(|w| w.load(Ordering::Relaxed)).sum::<u64>();
+        // 16 keys, each one token down at time 0: the shard is full of keys
+        // that are not idle.
+        for key in 100..116 {
+            assert!(c.call(key, 1).allowed);
+        }
+        assert_eq!((c.store.len(), credits()), (16, 0));
+        assert!(c.call(116, 1).allowed, "a new key gets in by evicting");
+        let evicted = 17 - c.store.len() as u64;
+        assert!(evicted >= 1);
+        assert_eq!(credits(), evicted, "one bump per key evicted");
+        // Much later every key is idle: forgetting them all bumps nothing.
+        assert!(c.store.gc(1_000_000, &c.gcra) > 0);
+        assert_eq!(credits(), evicted);
+    }
+
     /// A refund or a reset of the key between a run's charge and its
     /// give-back, then a call charged from there to exactly the value the
     /// run stored (same clock reading, same cost): the give-back must keep

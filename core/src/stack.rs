@@ -175,7 +175,8 @@ impl<A: Algorithm, C: Clock> StackMember for Direct<A, C> {
 /// only if every member allows it; then every member is charged, otherwise
 /// none is (the same charge-then-give-back protocol as [`Limiter`]: a call
 /// may be denied spuriously while another's tokens are on their way back,
-/// never over-granted).
+/// never over-granted; and a denied call keeps its charge on a member whose
+/// key was refunded or reset while the call ran, to come back by refill).
 ///
 /// Members are shared (`Arc`), so the same limiter can also be used on its
 /// own or in other stacks. The stack reads one clock for the whole call and

@@ -331,8 +331,11 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     pub(crate) fn charge_at(&self, cost: u64, now: u64) -> Result<(Decision, Option<(Charge, Mark)>)> {
         let now = checked(now)?;
         self.alg.check_cost(cost)?;
-        // The count before the charge (see `credit`).
-        let mark = Mark(self.credits.load(Ordering::SeqCst));
+        // The count before the charge (see `credit`), without the holding
+        // bit: a credit under way leaves the count as it found it (a
+        // give-back) or moves it on (a refund or reset, whose give-back
+        // check then fails, as it must: its writes may follow this charge).
+        let mark = Mark(self.credits.load(Ordering::SeqCst) & !1);
         crate::sync::fence(Ordering::Release);
         let (verdict, charge) = cas_charge(&self.alg, &self.state, now, cost);
         Ok((verdict.decision(), charge.map(|c| (c, mark))))
@@ -342,7 +345,6 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// unless the bucket was refunded or reset since: then it stays.
     pub(crate) fn give_back_at(&self, (charge, mark): (Charge, Mark)) {
         self.credit(false, |held| {
-            // A count read while another credit held them is odd: never equal.
             if held == mark.0 {
                 restore(&self.state, charge);
             }
@@ -368,5 +370,44 @@ impl<A: Algorithm, C: Clock> fmt::Debug for Direct<A, C> {
             "Direct"
         };
         f.debug_struct(name).field("rule", &format_args!("{}", self.alg)).finish()
+    }
+}
+
+#[cfg(all(test, not(ratomic_loom)))]
+mod tests {
+    use crate::{DirectTokenBucket, ManualClock, Quota};
+
+    fn bucket() -> DirectTokenBucket<ManualClock> {
+        DirectTokenBucket::with_clock(Quota::parse("3/s").unwrap(), ManualClock::new())
+    }
+
+    /// A charge made while another call's give-back holds the bucket's
+    /// credit word is given back too: only refunds and resets move the
+    /// count a give-back checks.
+    #[test]
+    fn a_charge_made_during_another_give_back_can_be_given_back() {
+        let d = bucket();
+        let receipt = d.credit(false, |_| d.charge_at(1, 0).unwrap().1.expect("charged"));
+        d.give_back_at(receipt);
+        assert_eq!(d.peek_at(0, 0).unwrap().remaining, 3, "given back");
+    }
+
+    /// A reset (or refund) between a charge and its give-back, then a call
+    /// charged from there to exactly the value the charge stored: the
+    /// give-back keeps its charge, so the later call's stands.
+    #[test]
+    fn a_give_back_after_a_reset_or_refund_leaves_later_charges_alone() {
+        for credit in ["reset", "refund"] {
+            let d = bucket();
+            let receipt = d.charge_at(1, 0).unwrap().1.expect("charged");
+            if credit == "reset" {
+                d.reset();
+            } else {
+                d.refund_at(1, 0).unwrap();
+            }
+            assert!(d.allow_at(1, 0).unwrap().allowed);
+            d.give_back_at(receipt);
+            assert_eq!(d.peek_at(0, 0).unwrap().remaining, 2, "{credit}: the later call's charge stands");
+        }
     }
 }

@@ -420,3 +420,49 @@ fn sane<R>(cells: &mut Cells<'_>, op: &impl Fn(&mut Cells<'_>) -> Result<R, Froz
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::algorithm::charge_in;
+    use crate::{Gcra, Quota, Rate};
+
+    impl SharedStore {
+        /// The sum of the header's credit counters.
+        fn credits(&self) -> u64 {
+            let w = self.map.words();
+            (H_CREDITS..HEADER_WORDS).step_by(CREDIT_STRIDE).map(|i| w[i].load(Ordering::Relaxed)).sum()
+        }
+    }
+
+    /// As in the in-memory store: an eviction of a key that is not idle
+    /// moves its credit counter (it may come back fuller than it left, see
+    /// `store::cells::Mark`); forgetting idle keys does not.
+    #[test]
+    fn evicting_a_key_that_is_not_idle_moves_the_credit_counter_and_forgetting_idle_keys_does_not() {
+        let gcra = Gcra::new(Quota::from_rate(Rate::new(3, Duration::from_nanos(30)).unwrap()).unwrap());
+        let path = std::env::temp_dir().join(format!("ratomic-credits-{}.shm", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let store =
+            SharedStore::open::<u64>(&path, &Options::default().max_keys(16), 1, "credits test", &gcra).unwrap();
+        let call =
+            |hash: u64| store.update::<false, _>(hash, 0, &gcra, |cells| Ok(charge_in(&gcra, cells, 0, 0, 1)?.0));
+        let hashes: Vec<u64> = (1..=17u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+        // 16 keys, each one token down at time 0: none is idle.
+        for &h in &hashes[..16] {
+            assert!(call(h).allowed);
+        }
+        assert_eq!((store.len(), store.credits()), (16, 0));
+        assert!(call(hashes[16]).allowed, "a new key gets in by evicting");
+        let evicted = 17 - store.len() as u64;
+        assert!(evicted >= 1);
+        assert_eq!(store.credits(), evicted, "one bump per key evicted");
+        // Much later every key is idle: forgetting them all bumps nothing.
+        assert!(store.gc(1_000_000, &gcra) > 0);
+        assert_eq!(store.credits(), evicted);
+        drop(store);
+        let _ = std::fs::remove_file(&path);
+    }
+}

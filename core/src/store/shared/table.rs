@@ -328,7 +328,7 @@ impl<'a> Table<'a> {
 
     #[inline]
     fn home(&self, fp: u64) -> usize {
-        ((u128::from(fp) * self.cap as u128) >> 64) as usize
+        crate::store::table::home_slot(fp, self.cap)
     }
     #[inline]
     fn next(&self, i: usize) -> usize {

@@ -1355,8 +1355,14 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
     #[inline(always)]
     fn call<const N: usize>(&self, hash: u64, probe: &Probe<'_, K>, cost: u64, now: u64) -> MultiDecision<'l> {
         let l = self.limiter;
-        let (answers, _) =
-            l.base.update_probed::<true, _>(hash, probe, now, |cells| l.charge::<N>(cells, self.set, cost, now, None));
+        let op = |cells: &mut Cells<'_>| l.charge::<N>(cells, self.set, cost, now, None);
+        // One limit charged in a run has nothing to give back (a charge that
+        // fails charged nothing), so it needs no credit mark read first.
+        let (answers, _) = if N > 1 {
+            l.base.update_probed::<true, _>(hash, probe, now, op)
+        } else {
+            l.base.update_probed::<false, _>(hash, probe, now, op)
+        };
         MultiDecision::of_answers(&answers, self.set.0, &l.names)
     }
 

@@ -75,6 +75,11 @@ for t in "${c_tests[@]}"; do
     suites=$((suites + 1))
 done
 
+step "the static-vs-shared bench (bench/static_vs_shared.c) builds and runs: 2 chunk pairs, no timing"
+"$CC" "${cflags[@]}" "$here/bench/static_vs_shared.c" "${libs[@]}" -o "$build/static_vs_shared"
+"$build/static_vs_shared" "$lib/libratomic.so" 2 >/dev/null
+suites=$((suites + 1))
+
 step "C test_redis (ASan + UBSan) against a real redis-server"
 # shellcheck source=redis/server.sh
 source "$root/redis/server.sh"

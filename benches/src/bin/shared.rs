@@ -21,8 +21,13 @@
 //! the bytes actually allocated once 1,000,000 keys are in it.
 //!
 //! ```sh
-//! cargo run --release -p ratomic-benches --bin shared [ROUNDS] [--dir DIR]
+//! cargo run --release -p ratomic-benches --bin shared [ROUNDS] [--dir DIR] [--max-keys N]
 //! ```
+//!
+//! Both sides are built with `max_keys` = N (default 2^18 = 262,144). The
+//! in-process store sizes its tables to the keys it holds; the file's table
+//! is `2 × max_keys` slots, fixed: for one limit, 12.6 MB at the default
+//! and 6.3 MB at `--max-keys 131072`, which each call reads at a random slot.
 //!
 //! The file goes in `DIR` (default: `$XDG_RUNTIME_DIR`, else `/dev/shm`, else
 //! the temporary directory) — a tmpfs, as the docs advise.
@@ -38,28 +43,28 @@ use ratomic_benches::{median, str_keys, Cycle};
 
 const CALLS: u64 = 2_000_000;
 const KEYS: usize = 100_000;
-const MAX_KEYS: usize = 1 << 18;
+const DEFAULT_MAX_KEYS: usize = 1 << 18;
 
 enum Built {
     Bucket(TokenBucket),
     Multi(Limiter),
 }
 
-fn build(scenario: &str, file: Option<&Path>) -> Built {
+fn build(scenario: &str, file: Option<&Path>, max_keys: usize) -> Built {
     let q = Quota::per_second(1_000_000_000).unwrap();
     match scenario {
         "limiter2" => {
             let b = Limiter::builder()
                 .limit("a", Rule::token_bucket(q))
                 .limit("b", Rule::token_bucket(Quota::per_second(500_000_000).unwrap()))
-                .max_keys(MAX_KEYS);
+                .max_keys(max_keys);
             Built::Multi(match file {
                 Some(f) => b.shared_file(f).build().unwrap(),
                 None => b.build().unwrap(),
             })
         }
         _ => {
-            let b = TokenBucket::builder(q).max_keys(MAX_KEYS);
+            let b = TokenBucket::builder(q).max_keys(max_keys);
             Built::Bucket(match file {
                 Some(f) => b.shared_file(f).build().unwrap(),
                 None => b.build().unwrap(),
@@ -78,12 +83,14 @@ impl Built {
     }
 }
 
-/// A worker: `RATOMIC_SHARED_WORKER=scenario:file-or-dash`. Prints `ready`,
+/// A worker: `RATOMIC_SHARED_WORKER=scenario:max_keys:file-or-dash`. Prints `ready`,
 /// waits for a line on stdin, makes `CALLS` calls, prints ns per call.
 fn worker(role: &str) {
-    let (scenario, file) = role.split_once(':').unwrap();
+    let (scenario, rest) = role.split_once(':').unwrap();
+    let (max_keys, file) = rest.split_once(':').unwrap();
+    let max_keys = max_keys.parse().unwrap();
     let file = (file != "-").then(|| PathBuf::from(file));
-    let l = build(scenario, file.as_deref());
+    let l = build(scenario, file.as_deref(), max_keys);
     let keys = if scenario == "hot" { vec!["0123456789abcdef".to_owned()] } else { str_keys(KEYS, 7) };
     for k in &keys {
         l.allow(k);
@@ -101,14 +108,14 @@ fn worker(role: &str) {
 }
 
 /// One round of one side: `p` workers at once; their mean ns per call.
-fn round(scenario: &str, p: usize, file: Option<&Path>) -> f64 {
+fn round(scenario: &str, p: usize, file: Option<&Path>, max_keys: usize) -> f64 {
     if let Some(f) = file {
         let _ = std::fs::remove_file(f);
         // The first opener creates the file; the others must not race its
         // creation with a different view of the size (they wait on its lock).
-        build(scenario, Some(f));
+        build(scenario, Some(f), max_keys);
     }
-    let role = format!("{scenario}:{}", file.map_or("-".into(), |f| f.display().to_string()));
+    let role = format!("{scenario}:{max_keys}:{}", file.map_or("-".into(), |f| f.display().to_string()));
     let mut children: Vec<_> = (0..p)
         .map(|_| {
             Command::new(std::env::current_exe().unwrap())
@@ -145,14 +152,16 @@ fn main() {
         worker(&role);
         return;
     }
+    const USAGE: &str = "usage: shared [ROUNDS] [--dir DIR] [--max-keys N]";
     let mut rounds = 7;
     let mut dir = None;
+    let mut max_keys = DEFAULT_MAX_KEYS;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        if a == "--dir" {
-            dir = args.next().map(PathBuf::from);
-        } else {
-            rounds = a.parse().expect("usage: shared [ROUNDS] [--dir DIR]");
+        match a.as_str() {
+            "--dir" => dir = Some(PathBuf::from(args.next().expect(USAGE))),
+            "--max-keys" => max_keys = args.next().and_then(|n| n.parse().ok()).expect(USAGE),
+            _ => rounds = a.parse().expect(USAGE),
         }
     }
     let dir = dir.unwrap_or_else(|| {
@@ -165,7 +174,7 @@ fn main() {
     let file = dir.join(format!("ratomic-bench-{}.shm", std::process::id()));
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
-        "shared store vs in process: {rounds} rounds, {CALLS} calls per worker, file in {}, {cpus} CPUs",
+        "shared store vs in process: {rounds} rounds, {CALLS} calls per worker, max_keys {max_keys}, file in {}, {cpus} CPUs",
         dir.display()
     );
     println!();
@@ -179,11 +188,11 @@ fn main() {
             for r in 0..rounds {
                 eprint!("\r{scenario} ×{p}: round {}/{rounds}   ", r + 1);
                 let (l, s) = if r % 2 == 0 {
-                    let l = round(scenario, p, None);
-                    (l, round(scenario, p, Some(&file)))
+                    let l = round(scenario, p, None, max_keys);
+                    (l, round(scenario, p, Some(&file), max_keys))
                 } else {
-                    let s = round(scenario, p, Some(&file));
-                    (round(scenario, p, None), s)
+                    let s = round(scenario, p, Some(&file), max_keys);
+                    (round(scenario, p, None, max_keys), s)
                 };
                 local.push(l);
                 shared.push(s);

@@ -100,15 +100,33 @@ impl Verdict {
         }
     }
 
+    /// As [`Decision::allowed`].
+    #[inline]
+    pub fn is_allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// As [`Decision::remaining`].
+    #[inline]
+    pub fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// As [`Decision::limit`].
+    #[inline]
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
     /// `retry_after` in nanoseconds (as [`Decision::retry_after_nanos`]).
-    #[cfg(test)]
-    pub(crate) fn retry_after_nanos(&self) -> u64 {
+    #[inline]
+    pub fn retry_after_nanos(&self) -> u64 {
         self.retry_ns
     }
 
     /// `reset_after` in nanoseconds (as [`Decision::reset_after_nanos`]).
-    #[cfg(test)]
-    pub(crate) fn reset_after_nanos(&self) -> u64 {
+    #[inline]
+    pub fn reset_after_nanos(&self) -> u64 {
         self.reset_ns
     }
 }

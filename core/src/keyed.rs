@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::algorithm::{charge_in, peek_in, refund_in, Algorithm, Charge};
 use crate::base::{self, Base, Builder};
 use crate::clock::{checked, Clock, MonotonicClock};
-use crate::decision::Decision;
+use crate::decision::{Decision, Verdict};
 use crate::error::{Error, Result};
 use crate::key::{AsKey, BoundedKey, Key};
 use crate::rule::Rule;
@@ -222,10 +222,20 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// ```
     #[inline]
     pub fn allow_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<Decision> {
+        self.allow_verdict_at(key, cost, now).map(Verdict::decision)
+    }
+
+    /// [`allow_at`](Self::allow_at), answering the engine's [`Verdict`]
+    /// (durations in nanoseconds) rather than a [`Decision`]: for the
+    /// faces that hand nanoseconds on (the C ABI), which would otherwise
+    /// convert nanoseconds to a `Duration` and back on every call. Not part
+    /// of the API.
+    #[doc(hidden)]
+    #[inline]
+    pub fn allow_verdict_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<Verdict> {
         on_algorithm!(self, alg => {
             alg.check_cost(cost)?;
-            let verdict = self.base.update::<false, _>(key.as_key(), now, |cells| Ok(charge_in(alg, cells, 0, now, cost)?.0))?;
-            Ok(verdict.decision())
+            self.base.update::<false, _>(key.as_key(), now, |cells| Ok(charge_in(alg, cells, 0, now, cost)?.0))
         })
     }
 
@@ -321,10 +331,17 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// ```
     #[inline]
     pub fn peek_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<Decision> {
+        self.peek_verdict_at(key, cost, now).map(Verdict::decision)
+    }
+
+    /// [`peek_at`](Self::peek_at) answering a [`Verdict`], as
+    /// [`allow_verdict_at`](Self::allow_verdict_at). Not part of the API.
+    #[doc(hidden)]
+    #[inline]
+    pub fn peek_verdict_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<Verdict> {
         on_algorithm!(self, alg => {
             alg.check_cost(cost)?;
-            let verdict = self.base.update::<false, _>(key.as_key(), now, |cells| peek_in(alg, cells, 0, now, cost))?;
-            Ok(verdict.decision())
+            self.base.update::<false, _>(key.as_key(), now, |cells| peek_in(alg, cells, 0, now, cost))
         })
     }
 

@@ -3,7 +3,7 @@
 
 use std::ffi::c_char;
 
-use ratomic_core::Decision;
+use ratomic_core::{Decision, Verdict};
 
 /// The answer to one call. The caller owns it (usually on the stack); a
 /// function writes it only when it returns `RATOMIC_OK`.
@@ -39,6 +39,21 @@ impl From<Decision> for ratomic_decision {
     }
 }
 
+impl From<Verdict> for ratomic_decision {
+    /// The engine's own answer, already in nanoseconds: what the hot calls
+    /// write, with no `Duration` made and taken apart again.
+    #[inline]
+    fn from(v: Verdict) -> Self {
+        ratomic_decision {
+            allowed: v.is_allowed(),
+            remaining: v.remaining(),
+            limit: v.limit(),
+            retry_after_ns: v.retry_after_nanos(),
+            reset_after_ns: v.reset_after_nanos(),
+        }
+    }
+}
+
 impl ratomic_decision {
     /// Writes `d` to `out` field by field.
     ///
@@ -52,8 +67,8 @@ impl ratomic_decision {
     /// # Safety
     /// `out` must be non-NULL, aligned and valid for writes.
     #[inline(always)]
-    pub(crate) unsafe fn write(out: *mut ratomic_decision, d: Decision) {
-        let c = ratomic_decision::from(d);
+    pub(crate) unsafe fn write(out: *mut ratomic_decision, d: impl Into<ratomic_decision>) {
+        let c: ratomic_decision = d.into();
         // SAFETY: `out` is valid for writes, as the caller guarantees; each
         // field pointer is in bounds and aligned.
         unsafe {

@@ -72,9 +72,9 @@ unsafe fn decide(
             return Ok(());
         }
         let now = now.unwrap_or_else(|| l.now());
-        let d = with_engine!(l,
-            k => if consume { k.allow_at(key, cost, now) } else { k.peek_at(key, cost, now) }?,
-            m => if consume { m.allow_at(key, cost, now) } else { m.peek_at(key, cost, now) }?.decision
+        let d: ratomic_decision = with_engine!(l,
+            k => if consume { k.allow_verdict_at(key, cost, now) } else { k.peek_verdict_at(key, cost, now) }?.into(),
+            m => if consume { m.allow_at(key, cost, now) } else { m.peek_at(key, cost, now) }?.decision.into()
         );
         // SAFETY: checked non-NULL above; the caller guarantees it is writable.
         unsafe { ratomic_decision::write(decision, d) };

@@ -110,11 +110,14 @@ impl CAbi {
 }
 
 // A quota under which every timed call is a grant (the work of a CAS that
-// succeeds), the same on both sides. The calls with an explicit time all
-// pass one fixed time, so nothing refills during them: the capacity must
-// outlast every call of a run on the hot key (10^15 does; 10^6, the
-// capacity until 2026-11-26, ran out after the first million calls, and
-// the hot-key `explicit_now` rows timed denials from then on).
+// succeeds) and no key is ever idle, the same on both sides. The calls
+// with an explicit time all pass one fixed time, read before the clock
+// rows run, so nothing refills during them and they are stamped behind
+// their keys' states: the capacity must outlast both. 10^15 does. With
+// 10^6, the capacity until 2026-11-26, the hot key ran out after a million
+// calls, the 100k-key `explicit_now` calls were all denied, and the 1 ms
+// window let the store forget every key between two passes, so the
+// 100k-key clock rows timed an insert a call.
 const CAPACITY: u64 = 1_000_000_000_000_000;
 const PER_SEC: f64 = 1e9;
 const KEYS: usize = 100_000;

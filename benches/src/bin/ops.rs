@@ -41,6 +41,8 @@ const SCENARIOS: &[&str] = &[
     "alg-sliding-window",
     "alg-limiter-tb+fw",
     "ratomic-limiter2-hot-u64",
+    "ratomic-hot-bytes13-default",
+    "ratomic-hot-bytes13-at",
 ];
 
 /// The profiled loop: `n` calls of `call`.
@@ -164,6 +166,18 @@ fn main() {
                 .build()
                 .unwrap();
             measured(n, |_| l.allow(&hot).allowed())
+        }
+        "ratomic-hot-bytes13-default" | "ratomic-hot-bytes13-at" => {
+            // The Rust side of `ffi-c/benches/ffi_vs_rust.rs`'s hot key (a
+            // 13-byte key, the library's clock or one fixed time): compare
+            // with a C program's `ratomic_allow` / `ratomic_allow_at` loop.
+            let l = TokenBucket::new(Quota::new(1_000_000_000_000_000, 1e9).unwrap());
+            let k: &[u8] = b"user:00000000";
+            if scenario.ends_with("-at") {
+                measured(n, |_| l.allow_at(black_box(k), 1, 1000).unwrap().allowed)
+            } else {
+                measured(n, |_| l.allow_n(black_box(k), 1).unwrap().allowed)
+            }
         }
         other => {
             eprintln!("unknown scenario {other:?}\nscenarios: {}", SCENARIOS.join(", "));

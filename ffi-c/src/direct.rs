@@ -180,18 +180,21 @@ pub unsafe extern "C" fn ratomic_direct_free(direct: *mut ratomic_direct) {
     });
 }
 
-/// Allow or peek, at `now` or at the bucket's clock.
+/// Allow (`CONSUME`) or peek, at `now_ns` (`AT`) or at the bucket's clock.
+///
+/// Generic, so that each exported function has its own panic boundary
+/// which the compiler inlines into it (see `ops::decide`).
 ///
 /// # Safety
 /// As the public functions that call it.
 #[inline(always)]
-unsafe fn decide(
+unsafe fn decide<const CONSUME: bool, const AT: bool>(
     direct: *const ratomic_direct,
     cost: u64,
-    now: Option<u64>,
-    consume: bool,
+    now_ns: u64,
     decision: *mut ratomic_decision,
 ) -> ratomic_result {
+    let (now, consume) = (if AT { Some(now_ns) } else { None }, CONSUME);
     ffi_boundary!({
         // SAFETY: the caller passes a live bucket or NULL.
         let b = &unsafe { arg_ref(direct, "direct") }?.bucket;
@@ -232,7 +235,7 @@ pub unsafe extern "C" fn ratomic_direct_allow(
     decision: *mut ratomic_decision,
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller.
-    unsafe { decide(direct, cost, None, true, decision) }
+    unsafe { decide::<true, false>(direct, cost, 0, decision) }
 }
 
 /// `ratomic_direct_allow` at time `now_ns` (**nanoseconds** on the same
@@ -257,7 +260,7 @@ pub unsafe extern "C" fn ratomic_direct_allow_at(
     decision: *mut ratomic_decision,
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller.
-    unsafe { decide(direct, cost, Some(now_ns), true, decision) }
+    unsafe { decide::<true, true>(direct, cost, now_ns, decision) }
 }
 
 /// What `ratomic_direct_allow` with this `cost` would answer, changing
@@ -278,7 +281,7 @@ pub unsafe extern "C" fn ratomic_direct_peek(
     decision: *mut ratomic_decision,
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller.
-    unsafe { decide(direct, cost, None, false, decision) }
+    unsafe { decide::<false, false>(direct, cost, 0, decision) }
 }
 
 /// `ratomic_direct_peek` at time `now_ns` (nanoseconds; see
@@ -300,7 +303,7 @@ pub unsafe extern "C" fn ratomic_direct_peek_at(
     decision: *mut ratomic_decision,
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller.
-    unsafe { decide(direct, cost, Some(now_ns), false, decision) }
+    unsafe { decide::<false, true>(direct, cost, now_ns, decision) }
 }
 
 /// Refund at `now` or at the bucket's clock.

@@ -44,42 +44,79 @@ pub struct ratomic_request {
     pub cost: u64,
 }
 
-/// Allow or peek, at `now` or at the limiter's clock.
+/// Allow (`CONSUME`) or peek, at `now_ns` (`AT`) or at the limiter's clock.
+///
+/// Shaped so that the compiler inlines the panic boundary (std's
+/// `catch_unwind` calls the closure through its own function) into each
+/// exported function, which then reads its arguments from registers rather
+/// than from a closure spilled to the stack and read back in another frame:
+/// generic, so each of the four exported functions has its own closure type
+/// and so its own boundary function with a single caller; and the
+/// single-rule engine's path written out here, the others' kept out of line
+/// ([`decide_other`]), so that the body is small. A hot `ratomic_allow`
+/// went 625 → 557 instructions, `ratomic_allow_at` 574 → 528 (callgrind).
 ///
 /// # Safety
 /// As the public functions that call it.
 #[inline(always)]
-unsafe fn decide(
+unsafe fn decide<const CONSUME: bool, const AT: bool>(
     limiter: *const ratomic_limiter,
+    key: *const u8,
+    key_len: usize,
+    cost: u64,
+    now_ns: u64,
+    decision: *mut ratomic_decision,
+) -> ratomic_result {
+    let (now, consume) = (if AT { Some(now_ns) } else { None }, CONSUME);
+    ffi_boundary!({
+        // SAFETY: the caller passes a live limiter or NULL.
+        let l = unsafe { arg_ref(limiter, "limiter") }?;
+        let decision = out_ptr(decision, "decision")?;
+        let Engine::One(k) = &l.engine else {
+            // SAFETY: forwarded from the caller.
+            return unsafe { decide_other(l, key, key_len, cost, now, consume, decision) };
+        };
+        // SAFETY: the caller passes `key_len` readable bytes at `key`.
+        let key = unsafe { key_arg(key, key_len, k.max_key_len()) }?;
+        let now = match crate::boundary::now_arg(now)? {
+            Some(now) => now,
+            None => k.now(),
+        };
+        let v = if consume { k.allow_verdict_at(key, cost, now) } else { k.peek_verdict_at(key, cost, now) }?;
+        // SAFETY: checked non-NULL above; the caller guarantees it is writable.
+        unsafe { ratomic_decision::write(decision, v) };
+        Ok(())
+    })
+}
+
+/// [`decide`] on a multi-limit or a Redis-backed limiter.
+///
+/// # Safety
+/// As [`decide`]; `decision` is non-NULL.
+#[inline(never)]
+unsafe fn decide_other(
+    l: &ratomic_limiter,
     key: *const u8,
     key_len: usize,
     cost: u64,
     now: Option<u64>,
     consume: bool,
     decision: *mut ratomic_decision,
-) -> ratomic_result {
-    ffi_boundary!({
-        // SAFETY: the caller passes a live limiter or NULL.
-        let l = unsafe { arg_ref(limiter, "limiter") }?;
-        let decision = out_ptr(decision, "decision")?;
-        // SAFETY: the caller passes `key_len` readable bytes at `key`.
-        let key = unsafe { key_arg(key, key_len, l.max_key_len()) }?;
-        let now = crate::boundary::now_arg(now)?;
-        if let Engine::Redis(r) = &l.engine {
-            let d = r.decide(key, cost, now, consume)?.decision;
-            // SAFETY: checked non-NULL above; the caller guarantees it is writable.
-            unsafe { ratomic_decision::write(decision, d) };
-            return Ok(());
+) -> Result<(), Failure> {
+    // SAFETY: the caller passes `key_len` readable bytes at `key`.
+    let key = unsafe { key_arg(key, key_len, l.max_key_len()) }?;
+    let now = crate::boundary::now_arg(now)?;
+    let d = match &l.engine {
+        Engine::Redis(r) => r.decide(key, cost, now, consume)?.decision,
+        Engine::Many(m) => {
+            let now = now.unwrap_or_else(|| m.now());
+            if consume { m.allow_at(key, cost, now) } else { m.peek_at(key, cost, now) }?.decision
         }
-        let now = now.unwrap_or_else(|| l.now());
-        let d: ratomic_decision = with_engine!(l,
-            k => if consume { k.allow_verdict_at(key, cost, now) } else { k.peek_verdict_at(key, cost, now) }?.into(),
-            m => if consume { m.allow_at(key, cost, now) } else { m.peek_at(key, cost, now) }?.decision.into()
-        );
-        // SAFETY: checked non-NULL above; the caller guarantees it is writable.
-        unsafe { ratomic_decision::write(decision, d) };
-        Ok(())
-    })
+        Engine::One(_) => unreachable!("decide answers the single-rule engine itself"),
+    };
+    // SAFETY: non-NULL (the caller checked); the caller guarantees it is writable.
+    unsafe { ratomic_decision::write(decision, d) };
+    Ok(())
 }
 
 /// Takes `cost` tokens from `key` if it has that many (for a window limiter,
@@ -128,7 +165,7 @@ pub unsafe extern "C" fn ratomic_allow(
     decision: *mut ratomic_decision,
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller.
-    unsafe { decide(limiter, key, key_len, cost, None, true, decision) }
+    unsafe { decide::<true, false>(limiter, key, key_len, cost, 0, decision) }
 }
 
 /// `ratomic_allow` at time `now_ns` (**nanoseconds** on the same timeline as
@@ -161,7 +198,7 @@ pub unsafe extern "C" fn ratomic_allow_at(
     decision: *mut ratomic_decision,
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller.
-    unsafe { decide(limiter, key, key_len, cost, Some(now_ns), true, decision) }
+    unsafe { decide::<true, true>(limiter, key, key_len, cost, now_ns, decision) }
 }
 
 /// What `ratomic_allow` with this `cost` would answer, changing nothing:
@@ -188,7 +225,7 @@ pub unsafe extern "C" fn ratomic_peek(
     decision: *mut ratomic_decision,
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller.
-    unsafe { decide(limiter, key, key_len, cost, None, false, decision) }
+    unsafe { decide::<false, false>(limiter, key, key_len, cost, 0, decision) }
 }
 
 /// `ratomic_peek` at time `now_ns` (nanoseconds; see `ratomic_allow_at`).
@@ -215,7 +252,7 @@ pub unsafe extern "C" fn ratomic_peek_at(
     decision: *mut ratomic_decision,
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller.
-    unsafe { decide(limiter, key, key_len, cost, Some(now_ns), false, decision) }
+    unsafe { decide::<false, true>(limiter, key, key_len, cost, now_ns, decision) }
 }
 
 /// Takes `cost` tokens from `key`, waiting out denials: tries as

@@ -253,7 +253,7 @@ unsafe fn detailed(
             md.entries().enumerate().for_each(|(i, (_, d))| entry(i, d));
             // SAFETY: checked non-NULL above; writable as the caller guarantees.
             unsafe {
-                write_out(decision, md.decision.into());
+                ratomic_decision::write(decision, md.decision);
                 write_out(entries_len, need);
             }
             return Ok(());
@@ -276,7 +276,7 @@ unsafe fn detailed(
         );
         // SAFETY: checked non-NULL above; writable as the caller guarantees.
         unsafe {
-            write_out(decision, d.into());
+            ratomic_decision::write(decision, d);
             write_out(entries_len, need);
         }
         Ok(())

@@ -504,7 +504,7 @@ unsafe fn many(
         }
         let write = |i: usize, d: ratomic_core::Decision| {
             // SAFETY: i < count, and the caller guarantees `count` writable decisions.
-            unsafe { write_out(decisions.add(i), d.into()) };
+            unsafe { ratomic_decision::write(decisions.add(i), d) };
         };
         let Some(now) = now else {
             // Only a Redis-backed limiter leaves the time to the server.

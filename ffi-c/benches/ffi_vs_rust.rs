@@ -12,8 +12,9 @@
 //!
 //! Groups: a hot key and 100k keys, each reading the library's clock
 //! (`ratomic_allow` vs `allow_n`) and with an explicit time (`ratomic_allow_at`
-//! vs `allow_at`), the two sides interleaved (see [`paired`]); and the batch
-//! call on 100k keys.
+//! vs `allow_at`), the two sides interleaved (see [`paired`]), for one token
+//! bucket and for two (a multi-limit limiter: `ratomic_multi_limiter_from_rates`
+//! vs `Limiter`); and the batch call on 100k keys.
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CString};
@@ -22,7 +23,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use ratomic_core::{Quota, TokenBucket};
+use ratomic_core::{Limiter as RustLimiter, Quota, Rule, TokenBucket};
 
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -44,6 +45,7 @@ struct Request {
 
 type Limiter = c_void;
 type NewFn = unsafe extern "C" fn(u64, f64, *const c_void, *mut *mut Limiter) -> u32;
+type FromRatesFn = unsafe extern "C" fn(*const c_char, *const c_void, *mut *mut Limiter) -> u32;
 type AllowFn = unsafe extern "C" fn(*const Limiter, *const u8, usize, u64, *mut Decision) -> u32;
 type AllowAtFn = unsafe extern "C" fn(*const Limiter, *const u8, usize, u64, u64, *mut Decision) -> u32;
 type ManyFn = unsafe extern "C" fn(*const Limiter, *const Request, usize, *mut Decision) -> u32;
@@ -52,6 +54,7 @@ type FreeFn = unsafe extern "C" fn(*mut Limiter);
 /// The C ABI, loaded from `target/release/libratomic.so`.
 struct CAbi {
     new: NewFn,
+    from_rates: FromRatesFn,
     allow: AllowFn,
     allow_at: AllowAtFn,
     allow_many: ManyFn,
@@ -93,6 +96,7 @@ impl CAbi {
         unsafe {
             CAbi {
                 new: std::mem::transmute::<*mut c_void, NewFn>(sym("ratomic_token_bucket_new")),
+                from_rates: std::mem::transmute::<*mut c_void, FromRatesFn>(sym("ratomic_multi_limiter_from_rates")),
                 allow: std::mem::transmute::<*mut c_void, AllowFn>(sym("ratomic_allow")),
                 allow_at: std::mem::transmute::<*mut c_void, AllowAtFn>(sym("ratomic_allow_at")),
                 allow_many: std::mem::transmute::<*mut c_void, ManyFn>(sym("ratomic_allow_many")),
@@ -105,6 +109,14 @@ impl CAbi {
         let mut out = std::ptr::null_mut();
         // SAFETY: valid arguments; NULL options.
         assert_eq!(unsafe { (self.new)(capacity, per_sec, std::ptr::null(), &mut out) }, 0);
+        out
+    }
+
+    fn multi_from_rates(&self, rates: &str) -> *mut Limiter {
+        let rates = CString::new(rates).unwrap();
+        let mut out = std::ptr::null_mut();
+        // SAFETY: a NUL-terminated string; NULL options.
+        assert_eq!(unsafe { (self.from_rates)(rates.as_ptr(), std::ptr::null(), &mut out) }, 0);
         out
     }
 }
@@ -120,6 +132,9 @@ impl CAbi {
 // 100k-key clock rows timed an insert a call.
 const CAPACITY: u64 = 1_000_000_000_000_000;
 const PER_SEC: f64 = 1e9;
+/// The two-limit rows' limits, each as large as [`CAPACITY`] for the same
+/// reason, in the rate syntax both faces parse (two rates, so two names).
+const TWO_RATES: [&str; 2] = ["1000000000000000/second", "2000000000000000/second"];
 const KEYS: usize = 100_000;
 
 fn keys() -> Vec<Vec<u8>> {
@@ -197,53 +212,17 @@ fn bench(c: &mut Criterion) {
     let keys = keys();
 
     for (label, n_keys) in [("hot_key", 1usize), ("100k_keys", KEYS)] {
-        let mut group = c.benchmark_group(format!("allow/{label}"));
-        group.throughput(Throughput::Elements(1));
         let rust = TokenBucket::new(Quota::new(CAPACITY, PER_SEC).unwrap());
-        let cl = abi.token_bucket(CAPACITY, PER_SEC);
-        // Warm both stores with every key, so neither side pays for inserts.
-        for k in &keys[..n_keys] {
-            let _ = rust.allow(k.as_slice()).unwrap();
-            let mut d = Decision::default();
-            // SAFETY: live limiter, valid key.
-            unsafe { (abi.allow)(cl, k.as_ptr(), k.len(), 1, &mut d) };
-        }
-        let keys = &keys[..n_keys];
-        let now = rust.now();
-
-        let rust_clock = |k: &[u8]| {
-            let _ = black_box(rust.allow_n(black_box(k), 1).unwrap());
-        };
-        let c_clock = |k: &[u8]| {
-            let mut d = Decision::default();
-            // SAFETY: live limiter, valid key, writable decision.
-            let rc = unsafe { (abi.allow)(cl, black_box(k.as_ptr()), k.len(), 1, &mut d) };
-            assert_eq!(rc, 0);
-            black_box(d);
-        };
-        paired(&mut group, label, "clock", keys, &rust_clock, &c_clock);
-
-        let rust_at = |k: &[u8]| {
-            let _ = black_box(rust.allow_at(black_box(k), 1, black_box(now)).unwrap());
-        };
-        let c_at = |k: &[u8]| {
-            let mut d = Decision::default();
-            // SAFETY: as above.
-            let rc = unsafe { (abi.allow_at)(cl, black_box(k.as_ptr()), k.len(), 1, black_box(now), &mut d) };
-            assert_eq!(rc, 0);
-            black_box(d);
-        };
-        paired(&mut group, label, "explicit_now", keys, &rust_at, &c_at);
-        group.finish();
-        // At one fixed time a bucket only empties: if the last key still
-        // grants, every timed call was a grant, on both sides.
-        let last = keys[keys.len() - 1].as_slice();
-        let mut d = Decision::default();
-        // SAFETY: as above.
-        assert_eq!(unsafe { (abi.allow_at)(cl, last.as_ptr(), last.len(), 1, now, &mut d) }, 0);
-        assert!(d.allowed && rust.allow_at(last, 1, now).unwrap().allowed, "a timed call was denied");
-        // SAFETY: made above, no longer used.
-        unsafe { (abi.free)(cl) };
+        single_calls(c, &abi, label, &keys[..n_keys], &rust, abi.token_bucket(CAPACITY, PER_SEC));
+        let rules = TWO_RATES.map(|r| Rule::parse(r).unwrap());
+        let rust = RustLimiter::builder()
+            .keys::<[u8]>()
+            .limit(TWO_RATES[0], rules[0])
+            .limit(TWO_RATES[1], rules[1])
+            .build()
+            .unwrap();
+        let label = format!("two_limits_{label}");
+        single_calls(c, &abi, &label, &keys[..n_keys], &rust, abi.multi_from_rates(&TWO_RATES.join(";")));
     }
 
     // Batches of 1000 over the 100k keys.
@@ -278,6 +257,98 @@ fn bench(c: &mut Criterion) {
     });
     group.finish();
     // SAFETY: made above, no longer used.
+    unsafe { (abi.free)(cl) };
+}
+
+/// The Rust side of a single-call group: a limiter on `[u8]` keys whose
+/// call the timed closure makes, answer kept whole (`black_box`).
+trait RustSide {
+    fn warm(&self, k: &[u8]);
+    fn now(&self) -> u64;
+    fn allow_clock(&self, k: &[u8]);
+    fn allow_at(&self, k: &[u8], now: u64);
+    fn grants_at(&self, k: &[u8], now: u64) -> bool;
+}
+
+impl RustSide for TokenBucket<[u8]> {
+    fn warm(&self, k: &[u8]) {
+        let _ = self.allow(k).unwrap();
+    }
+    fn now(&self) -> u64 {
+        TokenBucket::now(self)
+    }
+    fn allow_clock(&self, k: &[u8]) {
+        let _ = black_box(self.allow_n(black_box(k), 1).unwrap());
+    }
+    fn allow_at(&self, k: &[u8], now: u64) {
+        let _ = black_box(TokenBucket::allow_at(self, black_box(k), 1, black_box(now)).unwrap());
+    }
+    fn grants_at(&self, k: &[u8], now: u64) -> bool {
+        TokenBucket::allow_at(self, k, 1, now).unwrap().allowed
+    }
+}
+
+/// A multi-limit call's combined decision, as the C call writes it.
+impl RustSide for RustLimiter<[u8]> {
+    fn warm(&self, k: &[u8]) {
+        let _ = self.allow(k).unwrap();
+    }
+    fn now(&self) -> u64 {
+        RustLimiter::now(self)
+    }
+    fn allow_clock(&self, k: &[u8]) {
+        let _ = black_box(self.allow_n(black_box(k), 1).unwrap().decision);
+    }
+    fn allow_at(&self, k: &[u8], now: u64) {
+        let _ = black_box(RustLimiter::allow_at(self, black_box(k), 1, black_box(now)).unwrap().decision);
+    }
+    fn grants_at(&self, k: &[u8], now: u64) -> bool {
+        RustLimiter::allow_at(self, k, 1, now).unwrap().allowed()
+    }
+}
+
+/// One group of single calls on `keys`: the Rust limiter `rust` against
+/// the C limiter `cl` (freed at the end), both made with the same quota and
+/// warmed with every key, so neither side pays for inserts; the clock
+/// rows, then the explicit-time rows, then a check that the last call of
+/// each side still grants.
+fn single_calls<R: RustSide>(c: &mut Criterion, abi: &CAbi, label: &str, keys: &[Vec<u8>], rust: &R, cl: *mut Limiter) {
+    let mut group = c.benchmark_group(format!("allow/{label}"));
+    group.throughput(Throughput::Elements(1));
+    for k in keys {
+        rust.warm(k);
+        let mut d = Decision::default();
+        // SAFETY: live limiter, valid key.
+        assert_eq!(unsafe { (abi.allow)(cl, k.as_ptr(), k.len(), 1, &mut d) }, 0);
+    }
+    let now = rust.now();
+
+    let c_clock = |k: &[u8]| {
+        let mut d = Decision::default();
+        // SAFETY: live limiter, valid key, writable decision.
+        let rc = unsafe { (abi.allow)(cl, black_box(k.as_ptr()), k.len(), 1, &mut d) };
+        assert_eq!(rc, 0);
+        black_box(d);
+    };
+    paired(&mut group, label, "clock", keys, &|k| rust.allow_clock(k), &c_clock);
+
+    let c_at = |k: &[u8]| {
+        let mut d = Decision::default();
+        // SAFETY: as above.
+        let rc = unsafe { (abi.allow_at)(cl, black_box(k.as_ptr()), k.len(), 1, black_box(now), &mut d) };
+        assert_eq!(rc, 0);
+        black_box(d);
+    };
+    paired(&mut group, label, "explicit_now", keys, &|k| rust.allow_at(k, now), &c_at);
+    group.finish();
+    // At one fixed time a bucket only empties: if the last key still
+    // grants, every timed call was a grant, on both sides.
+    let last = keys[keys.len() - 1].as_slice();
+    let mut d = Decision::default();
+    // SAFETY: as above.
+    assert_eq!(unsafe { (abi.allow_at)(cl, last.as_ptr(), last.len(), 1, now, &mut d) }, 0);
+    assert!(d.allowed && rust.grants_at(last, now), "a timed call was denied");
+    // SAFETY: made by the caller, no longer used.
     unsafe { (abi.free)(cl) };
 }
 

@@ -43,6 +43,7 @@ const SCENARIOS: &[&str] = &[
     "ratomic-limiter2-hot-u64",
     "ratomic-hot-bytes13-default",
     "ratomic-hot-bytes13-at",
+    "ratomic-limiter2-hot-bytes13-at",
 ];
 
 /// The profiled loop: `n` calls of `call`.
@@ -178,6 +179,17 @@ fn main() {
             } else {
                 measured(n, |_| l.allow_n(black_box(k), 1).unwrap().allowed)
             }
+        }
+        "ratomic-limiter2-hot-bytes13-at" => {
+            // The Rust side of `ffi_vs_rust.rs`'s two-limit hot key at one time.
+            let l = Limiter::builder()
+                .keys::<[u8]>()
+                .limit("a", Rule::parse("1000000000000000/second").unwrap())
+                .limit("b", Rule::parse("2000000000000000/second").unwrap())
+                .build()
+                .unwrap();
+            let k: &[u8] = b"user:00000000";
+            measured(n, |_| l.allow_at(black_box(k), 1, 1000).unwrap().allowed())
         }
         other => {
             eprintln!("unknown scenario {other:?}\nscenarios: {}", SCENARIOS.join(", "));

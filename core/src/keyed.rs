@@ -8,7 +8,7 @@ use crate::base::{self, Base, Builder};
 use crate::clock::{checked, Clock, MonotonicClock};
 use crate::decision::{Decision, Verdict};
 use crate::error::{Error, Result};
-use crate::key::{AsKey, BoundedKey, Key};
+use crate::key::{AsKey, BoundedKey, Key, Probe};
 use crate::rule::Rule;
 use crate::store::{Credit, Mark, Options, Retention};
 
@@ -304,14 +304,38 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
         let alg = &self.base.rules;
         let prepared = self.base.prepare(requests, |cost| alg.check_cost(cost))?;
         out.reserve(prepared.len());
-        self.base.batch(|| {
-            on_algorithm!(self, alg => out.extend(prepared.into_iter().map(|(hash, probe, cost)| {
-                let verdict =
-                    self.base.update_probed::<false, _>(hash, &probe, now, |cells| Ok(charge_in(alg, cells, 0, now, cost)?.0));
-                verdict.decision()
-            })))
-        });
+        self.charge_prepared(prepared, now, |v| out.push(v.decision()));
         Ok(())
+    }
+
+    /// [`allow_many_at`](Self::allow_many_at), handing each request's
+    /// [`Verdict`] (durations in nanoseconds) to `each`, in order, rather
+    /// than appending `Decision`s: for the faces that write nanoseconds
+    /// into their caller's own array (the C ABI), which would otherwise fill
+    /// a vector of `Decision`s only to copy and convert it. On an error
+    /// `each` is never called and nothing changes. Not part of the API.
+    #[doc(hidden)]
+    pub fn allow_many_verdicts_at<'q, Q, I>(&self, requests: I, now: u64, each: impl FnMut(Verdict)) -> Result<()>
+    where
+        Q: ?Sized + AsKey<K> + 'q,
+        I: IntoIterator<Item = (&'q Q, u64)>,
+    {
+        let now = checked(now)?;
+        let alg = &self.base.rules;
+        let prepared = self.base.prepare(requests, |cost| alg.check_cost(cost))?;
+        self.charge_prepared(prepared, now, each);
+        Ok(())
+    }
+
+    /// A batch's calls, every request checked and probed, with the thread
+    /// pinned once.
+    #[inline]
+    fn charge_prepared(&self, prepared: Vec<(u64, Probe<'_, K>, u64)>, now: u64, mut each: impl FnMut(Verdict)) {
+        self.base.batch(|| {
+            on_algorithm!(self, alg => for (hash, probe, cost) in prepared {
+                each(self.base.update_probed::<false, _>(hash, &probe, now, |cells| Ok(charge_in(alg, cells, 0, now, cost)?.0)));
+            })
+        });
     }
 
     /// What `allow_n(key, cost)` would answer, changing nothing.

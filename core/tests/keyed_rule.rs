@@ -1,7 +1,8 @@
 //! `Keyed<Rule>`, the one limiter type for a rule chosen at run time (what
 //! every face uses), answers exactly as the `Keyed` of the algorithm inside
 //! the rule: the same decisions, errors and refunds, call for call, at any
-//! times (going back included), in batches and in a `Stack`.
+//! times (going back included), in batches (the rule's side through the
+//! verdicts the C ABI takes) and in a `Stack`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,7 +62,12 @@ fn same_answers<A: Algorithm + Copy>(rule: Rule, alg: A, ops: &[(u64, Op)]) {
             Op::Many(requests) => {
                 let keys: Vec<_> = requests.iter().map(|(k, c)| (key(*k), *c)).collect();
                 let (mut d, mut t) = (Vec::new(), Vec::new());
-                let d_result = dynamic.allow_many_at(keys.iter().map(|(k, c)| (k.as_slice(), *c)), now, &mut d);
+                // The rule's side through the verdicts the C ABI writes (the
+                // same batch, answered in nanoseconds); the typed side
+                // through `allow_many_at`.
+                let d_result = dynamic.allow_many_verdicts_at(keys.iter().map(|(k, c)| (k.as_slice(), *c)), now, |v| {
+                    d.push(v.decision())
+                });
                 let t_result = typed.allow_many_at(keys.iter().map(|(k, c)| (k.as_slice(), *c)), now, &mut t);
                 assert_eq!((d_result, d), (t_result, t), "{op:?}");
             }

@@ -520,9 +520,14 @@ unsafe fn many(
         let requests = keys.iter().map(|&(key, cost)| (key, cost));
         with_engine!(l,
             k => {
-                let mut out = Vec::with_capacity(count);
-                k.allow_many_at(requests, now, &mut out)?;
-                out.into_iter().enumerate().for_each(|(i, d)| write(i, d));
+                // Each verdict straight into the caller's array, in nanoseconds.
+                let mut i = 0;
+                k.allow_many_verdicts_at(requests, now, |v| {
+                    // SAFETY: one verdict per request, so i < count, and the
+                    // caller guarantees `count` writable decisions.
+                    unsafe { ratomic_decision::write(decisions.add(i), v) };
+                    i += 1;
+                })?;
             },
             m => {
                 let mut out = Vec::with_capacity(count);

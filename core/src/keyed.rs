@@ -239,10 +239,10 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
     /// `allow_verdict_at(..).map(Verdict::decision)` (`9d6ad4d`) made a hot
     /// `u64` call in cargo's default release profile store the verdict's
     /// `allowed` as one byte and read it back as eight, a failed store
-    /// forward (16.9 → 20.6 ns a call, `ops ratomic-hot-u64-default`), and
-    /// one shared body with the conversion passed in moved other calls'
+    /// forward (16.9 → 20.6–23.6 ns a call, `ops ratomic-hot-u64-default`),
+    /// and one shared body with the conversion passed in moved other calls'
     /// code generation for the worse in both profiles (`rounds`' one-bucket
-    /// side 20 → 25–30 ns).
+    /// side 20 → 24–30 ns).
     #[doc(hidden)]
     #[inline]
     pub fn allow_verdict_at<Q: ?Sized + AsKey<K>>(&self, key: &Q, cost: u64, now: u64) -> Result<Verdict> {

@@ -33,6 +33,9 @@ macro_rules! on_algorithm {
     };
 }
 
+/// A batch's requests, checked and probed: each key's hash, probe and cost.
+type Prepared<'q, K> = Vec<(u64, Probe<'q, K>, u64)>;
+
 /// `alg` as a [`Rule`], if it is one (known at compile time).
 #[inline(always)]
 fn as_rule<A: Algorithm>(alg: &A) -> Option<&Rule> {
@@ -300,9 +303,7 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
         Q: ?Sized + AsKey<K> + 'q,
         I: IntoIterator<Item = (&'q Q, u64)>,
     {
-        let now = checked(now)?;
-        let alg = &self.base.rules;
-        let prepared = self.base.prepare(requests, |cost| alg.check_cost(cost))?;
+        let (now, prepared) = self.prepare_batch(requests, now)?;
         out.reserve(prepared.len());
         self.charge_prepared(prepared, now, |v| out.push(v.decision()));
         Ok(())
@@ -320,17 +321,28 @@ impl<A: Algorithm, K: ?Sized + Key, C: Clock> Keyed<A, K, C> {
         Q: ?Sized + AsKey<K> + 'q,
         I: IntoIterator<Item = (&'q Q, u64)>,
     {
-        let now = checked(now)?;
-        let alg = &self.base.rules;
-        let prepared = self.base.prepare(requests, |cost| alg.check_cost(cost))?;
+        let (now, prepared) = self.prepare_batch(requests, now)?;
         self.charge_prepared(prepared, now, each);
         Ok(())
+    }
+
+    /// A batch's time and requests, every one checked and probed before
+    /// any is decided (the whole batch fails on the first bad one).
+    #[inline]
+    fn prepare_batch<'q, Q, I>(&self, requests: I, now: u64) -> Result<(u64, Prepared<'q, K>)>
+    where
+        Q: ?Sized + AsKey<K> + 'q,
+        I: IntoIterator<Item = (&'q Q, u64)>,
+    {
+        let now = checked(now)?;
+        let alg = &self.base.rules;
+        Ok((now, self.base.prepare(requests, |cost| alg.check_cost(cost))?))
     }
 
     /// A batch's calls, every request checked and probed, with the thread
     /// pinned once.
     #[inline]
-    fn charge_prepared(&self, prepared: Vec<(u64, Probe<'_, K>, u64)>, now: u64, mut each: impl FnMut(Verdict)) {
+    fn charge_prepared(&self, prepared: Prepared<'_, K>, now: u64, mut each: impl FnMut(Verdict)) {
         self.base.batch(|| {
             on_algorithm!(self, alg => for (hash, probe, cost) in prepared {
                 each(self.base.update_probed::<false, _>(hash, &probe, now, |cells| Ok(charge_in(alg, cells, 0, now, cost)?.0)));

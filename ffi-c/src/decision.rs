@@ -65,7 +65,7 @@ impl ratomic_decision {
     /// as two 16-byte stores and one 8-byte store (`allowed` in the first,
     /// its padding zeroed). Stored field by field, both 16-byte reloads of a
     /// copy stalled: in a C program copying each decision, a hot
-    /// `ratomic_allow_at` took 30–33 ns against 24–26 ns with these stores
+    /// `ratomic_allow_at` took 29.8–32.6 ns against 24.5–26.1 with these stores
     /// (two builds of `libratomic.so` interleaved in one process), and
     /// `perf annotate` of `cargo bench -p ratomic-ffi`, whose C side copies
     /// each decision too, put 66–70% of its loop's own samples on that

@@ -41,6 +41,8 @@ const SCENARIOS: &[&str] = &[
     "alg-sliding-window",
     "alg-limiter-tb+fw",
     "ratomic-limiter2-hot-u64",
+    "ratomic-limiter2-hot-u64-default",
+    "ratomic-limiter3-hot-u64-default",
     "ratomic-hot-bytes13-default",
     "ratomic-hot-bytes13-at",
     "ratomic-limiter2-hot-bytes13-at",
@@ -164,6 +166,29 @@ fn main() {
                 .limit("burst", Rule::token_bucket(ratomic_huge()))
                 .limit("sustained", Rule::token_bucket(ratomic_huge()))
                 .clock(ManualClock::new())
+                .build()
+                .unwrap();
+            measured(n, |_| l.allow(&hot).allowed())
+        }
+        "ratomic-limiter2-hot-u64-default" => {
+            // `rounds`' limiter2-hot as it runs (the default clock): compare
+            // with ratomic-hot-u64-default.
+            let l = Limiter::builder()
+                .keys::<u64>()
+                .limit("burst", Rule::token_bucket(ratomic_huge()))
+                .limit("sustained", Rule::token_bucket(ratomic_huge()))
+                .build()
+                .unwrap();
+            measured(n, |_| l.allow(&hot).allowed())
+        }
+        "ratomic-limiter3-hot-u64-default" => {
+            // Three limits (a call kept out of line since the two-limit
+            // call's answers stopped going through the store's loop).
+            let l = Limiter::builder()
+                .keys::<u64>()
+                .limit("second", Rule::token_bucket(ratomic_huge()))
+                .limit("minute", Rule::token_bucket(ratomic_huge()))
+                .limit("hour", Rule::token_bucket(ratomic_huge()))
                 .build()
                 .unwrap();
             measured(n, |_| l.allow(&hot).allowed())

@@ -85,7 +85,7 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
         &self,
         key: &K,
         now: u64,
-        op: impl Fn(&mut Cells<'_>) -> Result<T, Frozen>,
+        op: impl FnMut(&mut Cells<'_>) -> Result<T, Frozen>,
     ) -> Result<T> {
         let now = checked(now)?;
         let (hash, probe) = self.probe(key)?;
@@ -136,7 +136,7 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
         hash: u64,
         probe: &Probe<'_, K>,
         now: u64,
-        op: impl Fn(&mut Cells<'_>) -> Result<T, Frozen>,
+        op: impl FnMut(&mut Cells<'_>) -> Result<T, Frozen>,
     ) -> T {
         on_store!(self, st => st.update::<MARK, T>(hash, probe, now, &self.rules, op),
             sh => sh.update::<MARK, T>(hash, now, &self.rules, op))
@@ -152,7 +152,7 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
         key: &K,
         now: u64,
         credit: Credit,
-        op: impl Fn(&mut Cells<'_>) -> Result<T, Frozen>,
+        op: impl FnMut(&mut Cells<'_>) -> Result<T, Frozen>,
     ) -> Result<Option<T>> {
         let now = checked(now)?;
         let (hash, probe) = self.probe(key)?;

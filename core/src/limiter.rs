@@ -997,7 +997,7 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
             let s = cells.load(i)?;
             let (verdict, n) = rules[i].decide_inlined(s, now, cost);
             denied |= !verdict.allowed;
-            d.a.index[k] = i as u8;
+            d.a.index[k] = i;
             d.seen[k] = s;
             d.next[k] = n.unwrap_or(s);
             d.a.entries[k] = Entry::of(&verdict);
@@ -1011,8 +1011,8 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     }
 
     /// Charges every limit in `set` (at most `N` limits), or none, and
-    /// returns the answers (in limit order) and whether the call was
-    /// allowed. On success `receipts`, if given, holds what was charged.
+    /// returns whether the call was allowed, its answers (in limit order)
+    /// in `d.a`. On success `receipts`, if given, holds what was charged.
     ///
     /// The protocol (see [`restore`](crate::algorithm::restore) for why it
     /// never over-grants):
@@ -1034,6 +1034,11 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
     /// the stack, not [`MAX_LIMITS`] (zeroing and indexing sixteen of each
     /// was a fifth of a two-limit call's instructions: 962 → 773 under
     /// callgrind). Callers pick it with [`Selected::dispatch`].
+    ///
+    /// `d` is the caller's and is written in place: returned by value, the
+    /// answers were copied at each layer of the store's retry loop, and
+    /// with cargo's default release profile (no LTO, 16 codegen units) a
+    /// two-limit call took 36–37 ns against 28–29 (`rounds limiter2-hot`).
     #[inline(always)]
     fn charge<const N: usize>(
         &self,
@@ -1042,16 +1047,17 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
         cost: u64,
         now: u64,
         receipts: Option<&mut Receipts>,
-    ) -> Result<(Answers<N>, bool), Frozen> {
+        d: &mut Decided<N>,
+    ) -> Result<bool, Frozen> {
         let rules = &self.base.rules.0;
-        let mut d = Decided::<N>::new();
-        if self.decide::<N>(cells, set, cost, now, &mut d)? {
-            return Ok((d.a, false));
+        d.a.count = 0; // a run that goes round again decides afresh
+        if self.decide::<N>(cells, set, cost, now, d)? {
+            return Ok(false);
         }
-        let Decided { a, seen, next } = &mut d;
+        let Decided { a, seen, next } = d;
         let count = count_of::<N>(set);
         if cost == 0 {
-            return Ok((d.a, false)); // cost 0 charges nothing and answers like peek
+            return Ok(false); // cost 0 charges nothing and answers like peek
         }
         // Tightest first: a stable insertion sort of the (at most N) entries.
         let mut order = [0u8; N];
@@ -1064,7 +1070,7 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
             order[j] = k as u8;
         }
         for &k in &order[..count] {
-            let (k, i) = (k as usize, a.index[k as usize] as usize);
+            let (k, i) = (k as usize, a.index[k as usize]);
             let Some((verdict, charge)) = settle_in(&rules[i], cells, i, seen[k], next[k], now, cost)? else {
                 continue; // charged as decided: the entry stands
             };
@@ -1078,32 +1084,33 @@ impl<K: ?Sized + Key, C: Clock> Limiter<K, C> {
                     // is over (see `store/cells.rs`).
                     cells.give_back();
                     uncharge(rules, &mut a.entries[..count], &a.index, |k| seen[k], now);
-                    return Ok((d.a, false));
+                    return Ok(false);
                 }
             }
         }
         if let Some(r) = receipts {
             r.mark = cells.mark();
             for k in 0..count {
-                let i = a.index[k] as usize;
+                let i = a.index[k];
                 r.charges[i] = Charge { before: seen[k], after: next[k] };
                 r.charged |= 1 << i;
             }
         }
-        Ok((d.a, true))
+        Ok(true)
     }
 
     /// A call's charge for a [`Stack`](crate::Stack): like `allow_at`, plus
     /// the receipts to take it back.
     pub(crate) fn charge_at(&self, key: &K, cost: u64, now: u64) -> Result<(MultiDecision<'_>, Option<Receipts>)> {
         self.check_set(self.all, cost)?;
-        let (answers, receipts) = self.base.update::<true, _>(key, now, |cells| {
+        let mut d = Decided::<MAX_LIMITS>::new();
+        let receipts = self.base.update::<true, _>(key, now, |cells| {
             let mut receipts = Receipts::new();
-            let (answers, allowed) = self.charge::<MAX_LIMITS>(cells, self.all, cost, now, Some(&mut receipts))?;
+            let allowed = self.charge::<MAX_LIMITS>(cells, self.all, cost, now, Some(&mut receipts), &mut d)?;
             let charged = allowed && receipts.charged != 0;
-            Ok((answers, charged.then_some(receipts)))
+            Ok(charged.then_some(receipts))
         })?;
-        Ok((MultiDecision::of_answers(&answers, self.all.0, &self.names), receipts))
+        Ok((MultiDecision::of_answers(&d.a, self.all.0, &self.names), receipts))
     }
 
     /// Takes back a charge made by [`charge_at`](Self::charge_at), exactly
@@ -1166,10 +1173,10 @@ fn count_of<const N: usize>(set: LimitSet) -> usize {
 /// would have allowed it answers for `state(k)`, its state as the call saw
 /// it, charged nothing (see [`Entry::uncharged`]).
 #[inline(never)] // the denial path: keep it out of the hot charge loop
-fn uncharge(rules: &[Rule], entries: &mut [Entry], index: &[u8], state: impl Fn(usize) -> u64, now: u64) {
+fn uncharge(rules: &[Rule], entries: &mut [Entry], index: &[usize], state: impl Fn(usize) -> u64, now: u64) {
     for (k, entry) in entries.iter_mut().enumerate() {
         if entry.allowed() {
-            *entry = Entry::uncharged(&rules[index[k] as usize].decide(state(k), now, 0).0);
+            *entry = Entry::uncharged(&rules[index[k]].decide(state(k), now, 0).0);
         }
     }
 }
@@ -1195,7 +1202,10 @@ impl<const N: usize> Decided<N> {
 /// entry `k` is limit `index[k]`, for at most `N` limits.
 struct Answers<const N: usize> {
     entries: [Entry; N],
-    index: [u8; N],
+    /// Word-sized: written a byte each, they were read back four bytes at a
+    /// time by a copy of the answers, a store forward that failed on every
+    /// call (`perf annotate`, cargo's default release profile).
+    index: [usize; N],
     count: usize,
 }
 
@@ -1340,30 +1350,46 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
     }
 
     /// One call on a probed key: the charge, its scratch sized for the
-    /// set (one to three limits, the common limiters, each get their own
-    /// copy of the loop), then the answer.
+    /// set, then the answer. One and two limits, the common limiters, have
+    /// their copy of the loop inline; three or more go out of line, which
+    /// keeps this small enough to be inlined where it is called (with the
+    /// workspace's profile a two-limit call that was not took 31–32 ns
+    /// against 29–30; a three-limit call times the same either way).
     #[inline]
     fn dispatch(&self, hash: u64, probe: &Probe<'_, K>, cost: u64, now: u64) -> MultiDecision<'l> {
         match self.set.len() {
             0 | 1 => self.call::<1>(hash, probe, cost, now),
             2 => self.call::<2>(hash, probe, cost, now),
-            3 => self.call::<3>(hash, probe, cost, now),
-            _ => self.call::<MAX_LIMITS>(hash, probe, cost, now),
+            3 => self.call_out_of_line::<3>(hash, probe, cost, now),
+            _ => self.call_out_of_line::<MAX_LIMITS>(hash, probe, cost, now),
         }
+    }
+
+    #[inline(never)] // see `dispatch`
+    fn call_out_of_line<const N: usize>(
+        &self,
+        hash: u64,
+        probe: &Probe<'_, K>,
+        cost: u64,
+        now: u64,
+    ) -> MultiDecision<'l> {
+        self.call::<N>(hash, probe, cost, now)
     }
 
     #[inline(always)]
     fn call<const N: usize>(&self, hash: u64, probe: &Probe<'_, K>, cost: u64, now: u64) -> MultiDecision<'l> {
         let l = self.limiter;
-        let op = |cells: &mut Cells<'_>| l.charge::<N>(cells, self.set, cost, now, None);
+        // The answers are written where they are read (see `charge`).
+        let mut d = Decided::<N>::new();
+        let op = |cells: &mut Cells<'_>| l.charge::<N>(cells, self.set, cost, now, None, &mut d);
         // One limit charged in a run has nothing to give back (a charge that
         // fails charged nothing), so it needs no credit mark read first.
-        let (answers, _) = if N > 1 {
-            l.base.update_probed::<true, _>(hash, probe, now, op)
+        if N > 1 {
+            l.base.update_probed::<true, _>(hash, probe, now, op);
         } else {
-            l.base.update_probed::<false, _>(hash, probe, now, op)
-        };
-        MultiDecision::of_answers(&answers, self.set.0, &l.names)
+            l.base.update_probed::<false, _>(hash, probe, now, op);
+        }
+        MultiDecision::of_answers(&d.a, self.set.0, &l.names)
     }
 
     /// Many calls at one clock reading, all checked before any is decided;

@@ -614,7 +614,7 @@ impl<S: StoredKey> Store<S> {
         probe: &S::Probe<'_>,
         now: u64,
         retention: &impl Retention,
-        op: impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
+        mut op: impl FnMut(&mut Cells<'_>) -> Result<R, Frozen>,
     ) -> R {
         let guard = epoch::pin();
         let shard = self.shard(hash);
@@ -659,7 +659,8 @@ impl<S: StoredKey> Store<S> {
                         table = next;
                         continue;
                     }
-                    if let Some(r) = self.run_absent(shard, t, hash, probe, free, mark, now, retention, &op, &guard) {
+                    if let Some(r) = self.run_absent(shard, t, hash, probe, free, mark, now, retention, &mut op, &guard)
+                    {
                         return r;
                     }
                     table = shard.table.load(Ordering::Acquire, &guard);
@@ -690,7 +691,7 @@ impl<S: StoredKey> Store<S> {
         now: u64,
         retention: &impl Retention,
         credit: Credit,
-        op: impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
+        mut op: impl FnMut(&mut Cells<'_>) -> Result<R, Frozen>,
     ) -> Option<R> {
         let guard = epoch::pin();
         let shard = self.shard(hash);
@@ -707,7 +708,7 @@ impl<S: StoredKey> Store<S> {
                             return None;
                         }
                         let mut words = Scratch(states);
-                        let (r, _) = on_copy(&mut words, self.width, Mark::default(), &op);
+                        let (r, _) = on_copy(&mut words, self.width, Mark::default(), &mut op);
                         if credit.bumps() {
                             credits.fetch_add(1, Ordering::SeqCst);
                         }
@@ -728,7 +729,8 @@ impl<S: StoredKey> Store<S> {
                     // Before the credited key can be published.
                     credits.fetch_add(1, Ordering::SeqCst);
                     let mark = Mark::default();
-                    if let Some(r) = self.run_absent(shard, t, hash, probe, free, mark, now, retention, &op, &guard) {
+                    if let Some(r) = self.run_absent(shard, t, hash, probe, free, mark, now, retention, &mut op, &guard)
+                    {
                         return Some(r);
                     }
                     table = shard.table.load(Ordering::Acquire, &guard);
@@ -773,7 +775,7 @@ impl<S: StoredKey> Store<S> {
         mark: Mark,
         now: u64,
         retention: &impl Retention,
-        op: &impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
+        op: &mut impl FnMut(&mut Cells<'_>) -> Result<R, Frozen>,
         guard: &epoch::Guard,
     ) -> Option<R> {
         // Filled, changed and inserted in place: copies of the whole array
@@ -1320,7 +1322,7 @@ pub(crate) fn on_copy<R>(
     words: &mut Scratch,
     width: usize,
     mark: Mark,
-    op: &impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
+    op: &mut impl FnMut(&mut Cells<'_>) -> Result<R, Frozen>,
 ) -> (R, bool) {
     #[cfg(not(ratomic_loom))]
     {

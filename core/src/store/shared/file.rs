@@ -359,10 +359,10 @@ impl SharedStore {
         hash: u64,
         now: u64,
         retention: &impl Retention,
-        op: impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
+        mut op: impl FnMut(&mut Cells<'_>) -> Result<R, Frozen>,
     ) -> R {
-        let op = |cells: &mut Cells<'_>| sane(cells, &op);
-        self.run(|ctx| self.table().update::<MARK, R>(ctx, hash | 1, now, retention, &op))
+        let mut op = |cells: &mut Cells<'_>| sane(cells, &mut op);
+        self.run(|ctx| self.table().update::<MARK, R>(ctx, hash | 1, now, retention, &mut op))
     }
 
     /// See [`Store::update_locked`](super::super::Store::update_locked).
@@ -372,10 +372,10 @@ impl SharedStore {
         now: u64,
         retention: &impl Retention,
         credit: Credit,
-        op: impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
+        mut op: impl FnMut(&mut Cells<'_>) -> Result<R, Frozen>,
     ) -> Option<R> {
-        let op = |cells: &mut Cells<'_>| sane(cells, &op);
-        self.run(|ctx| self.table().credit(ctx, hash | 1, now, retention, credit, &op))
+        let mut op = |cells: &mut Cells<'_>| sane(cells, &mut op);
+        self.run(|ctx| self.table().credit(ctx, hash | 1, now, retention, credit, &mut op))
     }
 
     /// Makes the key a full bucket.
@@ -409,7 +409,7 @@ impl SharedStore {
 /// bucket's and the operation runs again, so a corrupt word cannot stop a
 /// call forever.
 #[inline]
-fn sane<R>(cells: &mut Cells<'_>, op: &impl Fn(&mut Cells<'_>) -> Result<R, Frozen>) -> Result<R, Frozen> {
+fn sane<R>(cells: &mut Cells<'_>, op: &mut impl FnMut(&mut Cells<'_>) -> Result<R, Frozen>) -> Result<R, Frozen> {
     loop {
         match op(cells) {
             Ok(r) => return Ok(r),

@@ -103,7 +103,7 @@ impl Process<'_> {
     pub fn allow(&self, fp: u64, now: u64) -> Option<bool> {
         let g = &self.m.gcra;
         self.run(|t, ctx| {
-            t.update::<false, _>(ctx, fp | 1, now, g, &|cells| Ok(charge_in(g, cells, 0, now, 1)?.0.allowed))
+            t.update::<false, _>(ctx, fp | 1, now, g, &mut |cells| Ok(charge_in(g, cells, 0, now, 1)?.0.allowed))
         })
     }
 
@@ -113,7 +113,7 @@ impl Process<'_> {
     pub fn charge_and_give_back(&self, fp: u64, now: u64) -> Option<bool> {
         let g = &self.m.gcra;
         self.run(|t, ctx| {
-            t.update::<true, _>(ctx, fp | 1, now, g, &|cells| {
+            t.update::<true, _>(ctx, fp | 1, now, g, &mut |cells| {
                 let allowed = charge_in(g, cells, 0, now, 1)?.0.allowed;
                 cells.give_back();
                 Ok(allowed)
@@ -125,7 +125,7 @@ impl Process<'_> {
     pub fn refund(&self, fp: u64, now: u64, tokens: u64) -> Option<()> {
         let g = &self.m.gcra;
         self.run(|t, ctx| {
-            t.credit(ctx, fp | 1, now, g, Credit::Refund, &|cells| refund_in(g, cells, 0, now, tokens)).map(drop)
+            t.credit(ctx, fp | 1, now, g, Credit::Refund, &mut |cells| refund_in(g, cells, 0, now, tokens)).map(drop)
         })
     }
 

@@ -427,7 +427,7 @@ impl<'a> Table<'a> {
         fp: u64,
         now: u64,
         retention: &impl Retention,
-        op: &impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
+        op: &mut impl FnMut(&mut Cells<'_>) -> Result<R, Frozen>,
     ) -> Result<R, Killed> {
         let mut backoff = Backoff::new();
         loop {
@@ -446,11 +446,11 @@ impl<'a> Table<'a> {
                             if let Some(give_back) = cells.to_give_back() {
                                 // As in the in-memory store: the slot held the
                                 // key throughout; take the changes back held.
-                                let op = |cells: &mut Cells<'_>| {
+                                let mut op = |cells: &mut Cells<'_>| {
                                     give_back.apply(cells);
                                     Ok(())
                                 };
-                                self.credit(ctx, fp, now, retention, Credit::GiveBack(give_back.mark), &op)?;
+                                self.credit(ctx, fp, now, retention, Credit::GiveBack(give_back.mark), &mut op)?;
                             }
                             return Ok(r);
                         }
@@ -490,7 +490,7 @@ impl<'a> Table<'a> {
         now: u64,
         retention: &impl Retention,
         credit: Credit,
-        op: &impl Fn(&mut Cells<'_>) -> Result<R, Frozen>,
+        op: &mut impl FnMut(&mut Cells<'_>) -> Result<R, Frozen>,
     ) -> Result<Option<R>, Killed> {
         let mut backoff = Backoff::new();
         loop {
@@ -552,7 +552,7 @@ impl<'a> Table<'a> {
         let mut pristine = [0u64; MAX_WIDTH];
         retention.pristine(&mut pristine[..self.width]);
         let insert = retention.idle_after(&self.initial(fp)[..self.width], now) > 0;
-        let op = |cells: &mut Cells<'_>| -> Result<(), Frozen> {
+        let mut op = |cells: &mut Cells<'_>| -> Result<(), Frozen> {
             for (w, &p) in pristine[..self.width].iter().enumerate() {
                 let mut v = cells.load(w)?;
                 while v != p {
@@ -565,7 +565,7 @@ impl<'a> Table<'a> {
             }
             Ok(())
         };
-        self.credit(ctx, fp, now, retention, Credit::Reset { insert }, &op).map(drop)
+        self.credit(ctx, fp, now, retention, Credit::Reset { insert }, &mut op).map(drop)
     }
 
     /// Inserts `fp` with `states`, computed from its floor cell read as

@@ -1506,9 +1506,20 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
         match self.set.len() {
             0 | 1 => self.peek_probed::<1>(hash, probe, cost, now),
             2 => self.peek_probed::<2>(hash, probe, cost, now),
-            3 => self.peek_probed::<3>(hash, probe, cost, now),
-            _ => self.peek_probed::<MAX_LIMITS>(hash, probe, cost, now),
+            3 => self.peek_out_of_line::<3>(hash, probe, cost, now),
+            _ => self.peek_out_of_line::<MAX_LIMITS>(hash, probe, cost, now),
         }
+    }
+
+    #[inline(never)] // as `call_out_of_line`
+    fn peek_out_of_line<const N: usize>(
+        &self,
+        hash: u64,
+        probe: &Probe<'_, K>,
+        cost: u64,
+        now: u64,
+    ) -> MultiDecision<'l> {
+        self.peek_probed::<N>(hash, probe, cost, now)
     }
 
     /// A peek on a probed key: every limit's answer on one reading of its
@@ -1516,12 +1527,13 @@ impl<'l, K: ?Sized + Key, C: Clock> Selected<'l, K, C> {
     #[inline(always)]
     fn peek_probed<const N: usize>(&self, hash: u64, probe: &Probe<'_, K>, cost: u64, now: u64) -> MultiDecision<'l> {
         let l = self.limiter;
-        let answers = l.base.update_probed::<false, _>(hash, probe, now, |cells| {
-            let mut d = Decided::<N>::new();
-            l.decide::<N>(cells, self.set, cost, now, &mut d)?;
-            Ok(d.a)
+        // Into the caller's scratch, as a charge (see `charge`).
+        let mut d = Decided::<N>::new();
+        l.base.update_probed::<false, _>(hash, probe, now, |cells| {
+            d.a.count = 0; // a run that goes round again decides afresh
+            l.decide::<N>(cells, self.set, cost, now, &mut d).map(drop)
         });
-        MultiDecision::of_answers(&answers, self.set.0, &l.names)
+        MultiDecision::of_answers(&d.a, self.set.0, &l.names)
     }
 
     /// Gives `tokens` back to every selected limit of `key`.

@@ -43,6 +43,7 @@ const SCENARIOS: &[&str] = &[
     "ratomic-limiter2-hot-u64",
     "ratomic-limiter2-hot-u64-default",
     "ratomic-limiter3-hot-u64-default",
+    "ratomic-limiter2-peek-u64-default",
     "ratomic-hot-bytes13-default",
     "ratomic-hot-bytes13-at",
     "ratomic-limiter2-hot-bytes13-at",
@@ -180,6 +181,16 @@ fn main() {
                 .build()
                 .unwrap();
             measured(n, |_| l.allow(&hot).allowed())
+        }
+        "ratomic-limiter2-peek-u64-default" => {
+            let l = Limiter::builder()
+                .keys::<u64>()
+                .limit("burst", Rule::token_bucket(ratomic_huge()))
+                .limit("sustained", Rule::token_bucket(ratomic_huge()))
+                .build()
+                .unwrap();
+            let _ = l.allow(&hot); // stored: a peek on an absent key answers from its shard
+            measured(n, |_| l.peek(&hot).allowed())
         }
         "ratomic-limiter3-hot-u64-default" => {
             // Three limits (a call kept out of line since the two-limit

@@ -47,6 +47,8 @@ const SCENARIOS: &[&str] = &[
     "ratomic-hot-bytes13-default",
     "ratomic-hot-bytes13-at",
     "ratomic-limiter2-hot-bytes13-at",
+    "ratomic-limiter2-hot-bytes13-at-decision",
+    "ratomic-limiter2-peek-bytes13-at",
 ];
 
 /// The profiled loop: `n` calls of `call`.
@@ -215,6 +217,29 @@ fn main() {
             } else {
                 measured(n, |_| l.allow_n(black_box(k), 1).unwrap().allowed)
             }
+        }
+        "ratomic-limiter2-hot-bytes13-at-decision" => {
+            // As `ffi_vs_rust.rs`'s Rust side keeps it: the combined
+            // decision copied out whole.
+            let l = Limiter::builder()
+                .keys::<[u8]>()
+                .limit("a", Rule::parse("1000000000000000/second").unwrap())
+                .limit("b", Rule::parse("2000000000000000/second").unwrap())
+                .build()
+                .unwrap();
+            let k: &[u8] = b"user:00000000";
+            measured(n, |_| black_box(l.allow_at(black_box(k), 1, 1000).unwrap().decision).allowed)
+        }
+        "ratomic-limiter2-peek-bytes13-at" => {
+            let l = Limiter::builder()
+                .keys::<[u8]>()
+                .limit("a", Rule::parse("1000000000000000/second").unwrap())
+                .limit("b", Rule::parse("2000000000000000/second").unwrap())
+                .build()
+                .unwrap();
+            let k: &[u8] = b"user:00000000";
+            let _ = l.allow_at(k, 1, 1000); // stored: a peek on an absent key answers from its shard
+            measured(n, |_| l.peek_at(black_box(k), 1, 1000).unwrap().allowed())
         }
         "ratomic-limiter2-hot-bytes13-at" => {
             // The Rust side of `ffi_vs_rust.rs`'s two-limit hot key at one time.

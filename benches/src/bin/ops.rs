@@ -51,6 +51,30 @@ const SCENARIOS: &[&str] = &[
     "ratomic-limiter2-peek-bytes13-at",
 ];
 
+/// `rounds`' two-limit limiter (two token buckets that never deny), on the
+/// default clock.
+fn limiter2_u64() -> Limiter<u64> {
+    Limiter::builder()
+        .keys::<u64>()
+        .limit("burst", Rule::token_bucket(ratomic_huge()))
+        .limit("sustained", Rule::token_bucket(ratomic_huge()))
+        .build()
+        .unwrap()
+}
+
+/// `ffi_vs_rust.rs`'s two-limit limiter, on byte keys such as [`BYTES13`].
+fn limiter2_bytes() -> Limiter<[u8]> {
+    Limiter::builder()
+        .keys::<[u8]>()
+        .limit("a", Rule::parse("1000000000000000/second").unwrap())
+        .limit("b", Rule::parse("2000000000000000/second").unwrap())
+        .build()
+        .unwrap()
+}
+
+/// The C bench's hot key: 13 bytes.
+const BYTES13: &[u8] = b"user:00000000";
+
 /// The profiled loop: `n` calls of `call`.
 #[inline(never)]
 fn measured(n: usize, mut call: impl FnMut(usize) -> bool) -> usize {
@@ -176,21 +200,11 @@ fn main() {
         "ratomic-limiter2-hot-u64-default" => {
             // `rounds`' limiter2-hot as it runs (the default clock): compare
             // with ratomic-hot-u64-default.
-            let l = Limiter::builder()
-                .keys::<u64>()
-                .limit("burst", Rule::token_bucket(ratomic_huge()))
-                .limit("sustained", Rule::token_bucket(ratomic_huge()))
-                .build()
-                .unwrap();
+            let l = limiter2_u64();
             measured(n, |_| l.allow(&hot).allowed())
         }
         "ratomic-limiter2-peek-u64-default" => {
-            let l = Limiter::builder()
-                .keys::<u64>()
-                .limit("burst", Rule::token_bucket(ratomic_huge()))
-                .limit("sustained", Rule::token_bucket(ratomic_huge()))
-                .build()
-                .unwrap();
+            let l = limiter2_u64();
             let _ = l.allow(&hot); // stored: a peek on an absent key answers from its shard
             measured(n, |_| l.peek(&hot).allowed())
         }
@@ -211,46 +225,27 @@ fn main() {
             // 13-byte key, the library's clock or one fixed time): compare
             // with a C program's `ratomic_allow` / `ratomic_allow_at` loop.
             let l = TokenBucket::new(Quota::new(1_000_000_000_000_000, 1e9).unwrap());
-            let k: &[u8] = b"user:00000000";
             if scenario.ends_with("-at") {
-                measured(n, |_| l.allow_at(black_box(k), 1, 1000).unwrap().allowed)
+                measured(n, |_| l.allow_at(black_box(BYTES13), 1, 1000).unwrap().allowed)
             } else {
-                measured(n, |_| l.allow_n(black_box(k), 1).unwrap().allowed)
+                measured(n, |_| l.allow_n(black_box(BYTES13), 1).unwrap().allowed)
             }
         }
         "ratomic-limiter2-hot-bytes13-at-decision" => {
             // As `ffi_vs_rust.rs`'s Rust side keeps it: the combined
             // decision copied out whole.
-            let l = Limiter::builder()
-                .keys::<[u8]>()
-                .limit("a", Rule::parse("1000000000000000/second").unwrap())
-                .limit("b", Rule::parse("2000000000000000/second").unwrap())
-                .build()
-                .unwrap();
-            let k: &[u8] = b"user:00000000";
-            measured(n, |_| black_box(l.allow_at(black_box(k), 1, 1000).unwrap().decision).allowed)
+            let l = limiter2_bytes();
+            measured(n, |_| black_box(l.allow_at(black_box(BYTES13), 1, 1000).unwrap().decision).allowed)
         }
         "ratomic-limiter2-peek-bytes13-at" => {
-            let l = Limiter::builder()
-                .keys::<[u8]>()
-                .limit("a", Rule::parse("1000000000000000/second").unwrap())
-                .limit("b", Rule::parse("2000000000000000/second").unwrap())
-                .build()
-                .unwrap();
-            let k: &[u8] = b"user:00000000";
-            let _ = l.allow_at(k, 1, 1000); // stored: a peek on an absent key answers from its shard
-            measured(n, |_| l.peek_at(black_box(k), 1, 1000).unwrap().allowed())
+            let l = limiter2_bytes();
+            let _ = l.allow_at(BYTES13, 1, 1000); // stored: a peek on an absent key answers from its shard
+            measured(n, |_| l.peek_at(black_box(BYTES13), 1, 1000).unwrap().allowed())
         }
         "ratomic-limiter2-hot-bytes13-at" => {
             // The Rust side of `ffi_vs_rust.rs`'s two-limit hot key at one time.
-            let l = Limiter::builder()
-                .keys::<[u8]>()
-                .limit("a", Rule::parse("1000000000000000/second").unwrap())
-                .limit("b", Rule::parse("2000000000000000/second").unwrap())
-                .build()
-                .unwrap();
-            let k: &[u8] = b"user:00000000";
-            measured(n, |_| l.allow_at(black_box(k), 1, 1000).unwrap().allowed())
+            let l = limiter2_bytes();
+            measured(n, |_| l.allow_at(black_box(BYTES13), 1, 1000).unwrap().allowed())
         }
         other => {
             eprintln!("unknown scenario {other:?}\nscenarios: {}", SCENARIOS.join(", "));

@@ -420,6 +420,36 @@ fn concurrent_multi_limit_calls_never_over_grant() {
 }
 
 #[test]
+fn a_multi_limit_call_racing_a_migration_answers_for_its_own_run() {
+    // The key holds one charge in each limit; a call takes another while
+    // the table migrates under it, so its operation may run again (on a
+    // frozen slot, then on the new table's copy), into the same scratch in
+    // the caller's frame. Its answers are those of the run that counted:
+    // each limit reports what the store holds afterwards. That run allows
+    // (a 1 left, b 0), or, if the first run charged b before the slot froze
+    // under it, denies: the move carried that charge along (see
+    // `store/cells.rs`: a token denied, never one granted), so b is empty
+    // and a keeps 2.
+    model(|| {
+        let l = limiter(&[("a", rule(3)), ("b", rule(2))]);
+        assert!(l.allow_at(&7, 1, 0).unwrap().allowed());
+        let h = {
+            let l = l.clone();
+            thread::spawn(move || {
+                let d = l.allow_at(&7, 1, 0).unwrap();
+                (d.allowed(), d.get("a").unwrap().remaining, d.get("b").unwrap().remaining, d.decision.remaining)
+            })
+        };
+        l.force_migration_at(0).unwrap();
+        let (allowed, a, b, combined) = h.join().unwrap();
+        assert_eq!((a, b, combined), if allowed { (1, 0, 0) } else { (2, 0, 0) });
+        assert_eq!(l.len(), 1);
+        let now = l.peek_at(&7, 0, 0).unwrap();
+        assert_eq!((now.get("a").unwrap().remaining, now.get("b").unwrap().remaining), (a, b));
+    });
+}
+
+#[test]
 fn a_denied_multi_limit_call_leaves_every_limit_as_it_found_it() {
     // b is drained, so the all-limits call is always denied; a call on a
     // alone races with it. a is never over-granted, and once both calls are

@@ -46,6 +46,7 @@ const SCENARIOS: &[&str] = &[
     "ratomic-limiter2-peek-u64-default",
     "ratomic-hot-bytes13-default",
     "ratomic-hot-bytes13-at",
+    "ratomic-hot-bytes13-at-decision",
     "ratomic-limiter2-hot-bytes13-at",
     "ratomic-limiter2-hot-bytes13-at-decision",
     "ratomic-limiter2-peek-bytes13-at",
@@ -219,6 +220,12 @@ fn main() {
                 .build()
                 .unwrap();
             measured(n, |_| l.allow(&hot).allowed())
+        }
+        "ratomic-hot-bytes13-at-decision" => {
+            // As `ffi_vs_rust.rs`'s Rust side keeps it: the decision
+            // copied out whole.
+            let l = TokenBucket::new(Quota::new(1_000_000_000_000_000, 1e9).unwrap());
+            measured(n, |_| black_box(l.allow_at(black_box(BYTES13), 1, 1000).unwrap()).allowed)
         }
         "ratomic-hot-bytes13-default" | "ratomic-hot-bytes13-at" => {
             // The Rust side of `ffi-c/benches/ffi_vs_rust.rs`'s hot key (a

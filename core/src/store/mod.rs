@@ -593,8 +593,9 @@ impl<S: StoredKey> Store<S> {
 
     /// Runs `op` on the key's state words and returns its result. `op` may
     /// run more than once (only the last result is returned) and must touch
-    /// nothing but the words it is given; what it changed is judged from
-    /// what it wrote through them. A run that asks to give its changes back
+    /// nothing but the words it is given, and what it owns itself (an
+    /// `FnMut` may fill its caller's scratch: each run starts it afresh);
+    /// what it changed is judged from what it wrote through the words. A run that asks to give its changes back
     /// ([`Cells::give_back`]) has them taken back exactly: at once on a
     /// private copy, and under the slot's lock on a stored key whose slot
     /// held it throughout the run and that no refund or reset may have

@@ -429,22 +429,23 @@ fn a_multi_limit_call_racing_a_migration_answers_for_its_own_run() {
     // (a 1 left, b 0), or, if the first run charged b before the slot froze
     // under it, denies: the move carried that charge along (see
     // `store/cells.rs`: a token denied, never one granted), so b is empty
-    // and a keeps 2.
+    // and a keeps 2. Each thread reads its own time; none of them is a
+    // whole token (10 ns) past another.
     model(|| {
         let l = limiter(&[("a", rule(3)), ("b", rule(2))]);
         assert!(l.allow_at(&7, 1, 0).unwrap().allowed());
         let h = {
             let l = l.clone();
             thread::spawn(move || {
-                let d = l.allow_at(&7, 1, 0).unwrap();
+                let d = l.allow_at(&7, 1, 3).unwrap();
                 (d.allowed(), d.get("a").unwrap().remaining, d.get("b").unwrap().remaining, d.decision.remaining)
             })
         };
-        l.force_migration_at(0).unwrap();
+        l.force_migration_at(7).unwrap();
         let (allowed, a, b, combined) = h.join().unwrap();
         assert_eq!((a, b, combined), if allowed { (1, 0, 0) } else { (2, 0, 0) });
         assert_eq!(l.len(), 1);
-        let now = l.peek_at(&7, 0, 0).unwrap();
+        let now = l.peek_at(&7, 0, 9).unwrap();
         assert_eq!((now.get("a").unwrap().remaining, now.get("b").unwrap().remaining), (a, b));
     });
 }

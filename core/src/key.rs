@@ -5,17 +5,19 @@
 //! see `store/table.rs`). A `u64` key is one word. A byte key is three:
 //! inline when it is at most 23 bytes long (the common case: user ids, IPs,
 //! API keys), so looking it up never follows a pointer; longer keys live on
-//! the heap, the slot keeping their length, their first eight bytes and the
-//! pointer, so a probe rarely dereferences them. A heap key's block carries
-//! its own length, so even a pointer read from a slot being rewritten is
-//! never read past its end, and blocks are freed through the epoch only once
-//! no lookup can still be reading them.
+//! the heap, the slot keeping the block's address (in the word that also
+//! says the key is on the heap: see [`ByteKey`] for why that must be one
+//! word), their first and their last eight bytes, so a probe rarely
+//! dereferences them. A heap key's block carries its own length, so even an
+//! address read from a slot being rewritten is never read past its end, and
+//! blocks are freed through the epoch only once no lookup can still be
+//! reading them.
 
 use std::hash::BuildHasher;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::error::{Error, Result};
-use crate::sync::{epoch, AtomicU64, Ordering};
+use crate::sync::{epoch, fence, AtomicU64, Ordering};
 
 /// The key types a keyed limiter can be indexed by: `[u8]` (any bytes, the
 /// default; `&str`, `String`, `Vec<u8>` and byte arrays pass as keys),
@@ -147,10 +149,12 @@ pub unsafe trait StoredKey: private::SealedStored + Send + Sync + 'static {
     /// Bytes a key made from this probe would hold outside its slot.
     #[doc(hidden)]
     fn probe_heap_bytes(probe: &Self::Probe<'_>) -> usize;
-    /// Frees what the words own once no thread pinned now can read it.
+    /// Unlinks what the words own (afterwards they own nothing), then frees
+    /// it once no thread pinned now can read it. The caller holds the slot.
     #[doc(hidden)]
     fn retire(words: &[AtomicU64], guard: &epoch::Guard);
-    /// Makes the words own nothing (after [`retire`](Self::retire)).
+    /// Makes the words own nothing (a key given up to another table, or
+    /// after [`retire`](Self::retire)).
     #[doc(hidden)]
     fn clear(words: &[AtomicU64]);
     /// Frees what the words own now.
@@ -397,13 +401,15 @@ unsafe impl StoredKey for IpWords {
 
 /// Longest key kept inline in a slot.
 const INLINE_MAX: usize = 23;
-/// First byte of a heap key's header word (an inline key's first byte is its
-/// length, at most 23).
-const HEAP_TAG: u8 = 0xFF;
+/// Bit 0 of a slot's first key word: set for a heap key (the word is then
+/// its block's address, blocks being 8-aligned), clear for an inline key
+/// (the word's low byte is twice its length).
+const HEAP: u64 = 1;
 
 /// A byte key prepared for lookup: the three words a slot would hold (for a
-/// long key, the header and prefix; the pointer word is never compared),
-/// plus the bytes themselves when they are too long to inline.
+/// long key, [`HEAP`], its first and its last eight bytes: the address word
+/// is never compared), plus the bytes themselves when they are too long to
+/// inline.
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug)]
 pub struct BytesProbe<'a> {
@@ -432,21 +438,20 @@ impl<'a> BytesProbe<'a> {
         if key.len() <= INLINE_MAX {
             BytesProbe { words: short_words(key), long: None }
         } else {
-            let mut bytes = [0u8; 24];
-            // Header word: tag + length; second word: the first 8 bytes.
-            bytes[0] = HEAP_TAG;
-            bytes[4..8].copy_from_slice(&(key.len() as u32).to_ne_bytes());
-            bytes[8..16].copy_from_slice(&key[..8]);
-            BytesProbe { words: words(&bytes), long: Some(key) }
+            let n = key.len();
+            let first = u64::from_le_bytes(key[..8].try_into().expect("8 bytes"));
+            let last = u64::from_le_bytes(key[n - 8..].try_into().expect("8 bytes"));
+            BytesProbe { words: [HEAP, first, last], long: Some(key) }
         }
     }
 }
 
 /// The three words of a key of at most 23 bytes stored inline: the 24
-/// bytes `[len, key…, 0…]` read as native-endian words. Computed from loads
-/// of the key itself: writing the bytes into a stack array and reading it
-/// back as words stalled every call (8-byte loads over narrower, unaligned
-/// stores; seen with `perf annotate` on the C library's hot call).
+/// bytes `[2·len, key…, 0…]` as three little-endian numbers (numbers, not
+/// memory: the same on every target). Computed from loads of the key
+/// itself: writing the bytes into a stack array and reading it back as
+/// words stalled every call (8-byte loads over narrower, unaligned stores;
+/// seen with `perf annotate` on the C library's hot call).
 ///
 /// Not inlined: its three words come back as three 8-byte stores, read as
 /// such, and inlined it grew every keyed call enough that the Node addon
@@ -455,12 +460,10 @@ impl<'a> BytesProbe<'a> {
 fn short_words(key: &[u8]) -> [u64; 3] {
     let n = key.len();
     debug_assert!(n <= INLINE_MAX);
-    // Little-endian values of the 24 bytes' three 8-byte runs...
-    let first = n as u64 | le_bytes(&key[..n.min(7)]) << 8;
+    let first = (n as u64) << 1 | le_bytes(&key[..n.min(7)]) << 8;
     let second = if n > 7 { le_bytes(&key[7..n.min(15)]) } else { 0 };
     let third = if n > 15 { le_bytes(&key[15..]) } else { 0 };
-    // ...as the native-endian words the bytes make (a swap on big-endian).
-    [first, second, third].map(u64::from_le)
+    [first, second, third]
 }
 
 /// `bytes` (at most 8) as a little-endian number, with whole-width loads
@@ -482,30 +485,70 @@ fn le_bytes(bytes: &[u8]) -> u64 {
     }
 }
 
-#[inline]
-fn words(b: &[u8; 24]) -> [u64; 3] {
-    let w = |i: usize| u64::from_ne_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
-    [w(0), w(1), w(2)]
-}
-
-/// The byte-key storage: three words, inline up to 23 bytes, otherwise a
-/// header, an 8-byte prefix and a pointer to a heap block.
+/// The byte-key storage: three words. A key of at most 23 bytes is inline
+/// (see [`short_words`]). A longer key lives in a heap block: its first word
+/// is the block's address with bit 0 set ([`HEAP`]), the other two its first
+/// and last eight bytes (a filter: a probe follows the address only when
+/// both agree).
+///
+/// # Reading a slot that is being reused
+///
+/// A lookup reads a slot's key words while another thread may forget the
+/// key and write another one in its place, so the three words it reads may
+/// belong to different keys. Only the first word decides whether there is
+/// an address to follow, and it *is* the address: a word read once either
+/// names a block or holds inline bytes, never a mix of the two. (With the
+/// kind in one word and the address in another, a probe that read a long
+/// key's kind and then a short key's bytes in their place followed those
+/// bytes as an address: a segfault found by a hostile stress test.)
+///
+/// An address read from a slot, under an epoch guard, names a block that
+/// stays allocated until the guard is dropped: a key's block is unlinked
+/// from its slot (the word cleared, or overwritten by the next key) before
+/// its free is deferred ([`retire`](StoredKey::retire)), and a migration's
+/// copy of a key in the next table is freed the same way, only after the
+/// old slot was marked moved, which lookups do not read keys from.
+/// The address is stored with release and loaded with acquire, so the
+/// block's bytes are visible to whoever reads the address.
 #[doc(hidden)]
 #[derive(Debug)]
 pub enum ByteKey {}
 
 impl private::SealedStored for ByteKey {}
 
-/// A long key's heap block: its length (8 bytes, native endian, unaligned)
+/// A long key's heap block, 8-aligned: its length (a native-endian `u64`)
 /// then its bytes. The block carries its own length so that a reader never
-/// trusts a slot's length word for how far it may read.
+/// trusts anything else for how far it may read.
 mod block {
-    /// Allocates a block for `key`; returns its address.
+    use std::alloc::Layout;
+
+    /// Under loom, the blocks allocated and not yet freed: a read of any
+    /// other address (a torn read taking a short key's bytes for a pointer,
+    /// a block read after its free) fails the model instead of crashing it.
+    #[cfg(ratomic_loom)]
+    pub(super) static LIVE: std::sync::Mutex<std::collections::BTreeSet<usize>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+    fn layout(len: usize) -> Layout {
+        Layout::from_size_align(8 + len, 8).expect("a key's length is bounded by max_key_len")
+    }
+
+    /// Allocates a block for `key`; returns its address (8-aligned).
     pub(super) fn alloc(key: &[u8]) -> *mut u8 {
-        let mut v = Vec::with_capacity(8 + key.len());
-        v.extend_from_slice(&(key.len() as u64).to_ne_bytes());
-        v.extend_from_slice(key);
-        Box::into_raw(v.into_boxed_slice()).cast::<u8>()
+        let layout = layout(key.len());
+        // SAFETY: the layout's size is at least 8.
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        // SAFETY: `ptr` is valid for `8 + len` bytes and 8-aligned.
+        unsafe {
+            ptr.cast::<u64>().write(key.len() as u64);
+            std::ptr::copy_nonoverlapping(key.as_ptr(), ptr.add(8), key.len());
+        }
+        #[cfg(ratomic_loom)]
+        LIVE.lock().unwrap_or_else(|e| e.into_inner()).insert(ptr as usize);
+        ptr
     }
 
     /// The block's bytes.
@@ -513,9 +556,14 @@ mod block {
     /// # Safety
     /// `ptr` must come from [`alloc`] and not be freed while the slice lives.
     pub(super) unsafe fn bytes<'a>(ptr: *const u8) -> &'a [u8] {
+        #[cfg(ratomic_loom)]
+        assert!(
+            LIVE.lock().unwrap_or_else(|e| e.into_inner()).contains(&(ptr as usize)),
+            "a key block read at {ptr:?}, which is not a live block"
+        );
         // SAFETY: a block starts with its 8-byte length, then that many bytes.
         unsafe {
-            let len = ptr.cast::<u64>().read_unaligned() as usize;
+            let len = ptr.cast::<u64>().read() as usize;
             std::slice::from_raw_parts(ptr.add(8), len)
         }
     }
@@ -525,29 +573,35 @@ mod block {
     /// # Safety
     /// `ptr` must come from [`alloc`], be freed once, and no longer be read.
     pub(super) unsafe fn free(ptr: *mut u8) {
-        // SAFETY: as above; the allocation was a boxed slice of 8 + len bytes.
+        #[cfg(ratomic_loom)]
+        assert!(
+            LIVE.lock().unwrap_or_else(|e| e.into_inner()).remove(&(ptr as usize)),
+            "a key block freed at {ptr:?}, which is not a live block"
+        );
+        // SAFETY: as above; allocated with this layout.
         unsafe {
-            let len = ptr.cast::<u64>().read_unaligned() as usize;
-            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, 8 + len)));
+            let len = ptr.cast::<u64>().read() as usize;
+            std::alloc::dealloc(ptr, layout(len));
         }
     }
 
-    /// A block's address, as it is kept in a slot's third word (its
-    /// provenance exposed, to be recovered by [`from_word`]).
+    /// A block's address as a slot's first key word: bit 0 set (the
+    /// address is 8-aligned), its provenance exposed, to be recovered by
+    /// [`from_word`].
     pub(super) fn to_word(ptr: *mut u8) -> u64 {
-        ptr.expose_provenance() as u64
+        ptr.expose_provenance() as u64 | super::HEAP
     }
 
-    /// The block a slot's third word points at.
+    /// The block a heap key's first word names.
     pub(super) fn from_word(word: u64) -> *mut u8 {
-        std::ptr::with_exposed_provenance_mut(word as usize)
+        std::ptr::with_exposed_provenance_mut((word & !super::HEAP) as usize)
     }
 }
 
 /// A retired block's deferred free (the epoch runs it with the slot's word).
 ///
 /// # Safety
-/// As [`block::free`], for the block whose address `word` is.
+/// As [`block::free`], for the block whose slot word `word` was.
 unsafe fn free_block(word: usize) {
     // SAFETY: the caller's contract.
     unsafe { block::free(block::from_word(word as u64)) }
@@ -555,32 +609,26 @@ unsafe fn free_block(word: usize) {
 
 impl ByteKey {
     #[inline]
-    fn is_heap(header: u64) -> bool {
-        header.to_ne_bytes()[0] == HEAP_TAG
-    }
-
-    fn heap_len(header: u64) -> usize {
-        let b = header.to_ne_bytes();
-        u32::from_ne_bytes(b[4..8].try_into().unwrap()) as usize
+    fn is_heap(head: u64) -> bool {
+        head & HEAP != 0
     }
 
     /// Calls `f` with the bytes of the key the words hold (at least as long
     /// as the caller's epoch guard: a heap block is freed through the epoch).
+    /// For a slot nobody is rewriting (a locked one): an inline key's words
+    /// are read one by one.
     fn with_bytes<R>(words: &[AtomicU64], f: impl FnOnce(&[u8]) -> R) -> R {
-        let header = words[0].load(Ordering::Relaxed);
-        if Self::is_heap(header) {
-            let ptr = block::from_word(words[2].load(Ordering::Relaxed));
-            // SAFETY: the word holds a block made by `store`; it is freed
-            // only through `retire` (after every pinned reader) or `free`
-            // (when no reader exists).
-            f(unsafe { block::bytes(ptr) })
+        let head = words[0].load(Ordering::Acquire);
+        if Self::is_heap(head) {
+            // SAFETY: the word names a live block (see the type's docs).
+            f(unsafe { block::bytes(block::from_word(head)) })
         } else {
-            let w = [header, words[1].load(Ordering::Relaxed), words[2].load(Ordering::Relaxed)];
+            let w = [head, words[1].load(Ordering::Relaxed), words[2].load(Ordering::Relaxed)];
             let mut all = [0u8; 24];
             for (i, x) in w.iter().enumerate() {
-                all[i * 8..i * 8 + 8].copy_from_slice(&x.to_ne_bytes());
+                all[i * 8..i * 8 + 8].copy_from_slice(&x.to_le_bytes());
             }
-            let len = (all[0] as usize).min(INLINE_MAX);
+            let len = usize::from(all[0] >> 1).min(INLINE_MAX);
             f(&all[1..=len])
         }
     }
@@ -593,33 +641,48 @@ unsafe impl StoredKey for ByteKey {
     const OWNS_HEAP: bool = true;
     type Probe<'a> = BytesProbe<'a>;
 
-    #[inline]
+    // Always inlined: left to the compiler, the probe loops (`find`,
+    // `verify`) called it out of line for every slot they compared (+76
+    // instructions an insert, callgrind of `ops ratomic-insert-str16`).
+    #[inline(always)]
     fn matches(words: &[AtomicU64], probe: &BytesProbe<'_>) -> bool {
-        let header = words[0].load(Ordering::Relaxed);
-        if header != probe.words[0] || words[1].load(Ordering::Relaxed) != probe.words[1] {
-            return false;
-        }
+        // For a long key, the one word that says whether there is a block,
+        // and where.
+        let head = words[0].load(Ordering::Relaxed);
         match probe.long {
-            None => words[2].load(Ordering::Relaxed) == probe.words[2],
+            None => {
+                head == probe.words[0]
+                    && words[1].load(Ordering::Relaxed) == probe.words[1]
+                    && words[2].load(Ordering::Relaxed) == probe.words[2]
+            }
             Some(long) => {
-                let ptr = block::from_word(words[2].load(Ordering::Relaxed));
-                // SAFETY: a heap header was read, so the third word holds a
-                // block pointer (possibly of a newer key, if the slot is
-                // being rewritten: still a live block, read within its own
-                // length; the caller validates the match).
-                unsafe { block::bytes(ptr) == long }
+                Self::is_heap(head)
+                    && words[1].load(Ordering::Relaxed) == probe.words[1]
+                    && words[2].load(Ordering::Relaxed) == probe.words[2]
+                    && {
+                        // Acquire, for `head`: the block's bytes were written
+                        // before its address was stored (with release).
+                        fence(Ordering::Acquire);
+                        // SAFETY: `head` was read once and has HEAP set, so
+                        // it is the address of a block stored in this slot
+                        // (possibly of a newer key, if the slot is being
+                        // rewritten: still a live block while the caller's
+                        // guard lives, read within its own length; the
+                        // caller validates the match).
+                        unsafe { block::bytes(block::from_word(head)) == long }
+                    }
             }
         }
     }
 
     fn store(words: &[AtomicU64], probe: &BytesProbe<'_>) {
-        words[0].store(probe.words[0], Ordering::Relaxed);
         words[1].store(probe.words[1], Ordering::Relaxed);
-        let third = match probe.long {
-            None => probe.words[2],
-            Some(long) => block::to_word(block::alloc(long)),
-        };
-        words[2].store(third, Ordering::Relaxed);
+        words[2].store(probe.words[2], Ordering::Relaxed);
+        match probe.long {
+            None => words[0].store(probe.words[0], Ordering::Relaxed),
+            // Release: whoever reads the address reads the block's bytes.
+            Some(long) => words[0].store(block::to_word(block::alloc(long)), Ordering::Release),
+        }
     }
 
     #[inline]
@@ -629,9 +692,10 @@ unsafe impl StoredKey for ByteKey {
 
     #[inline]
     fn heap_bytes(words: &[AtomicU64]) -> usize {
-        let header = words[0].load(Ordering::Relaxed);
-        if Self::is_heap(header) {
-            Self::heap_len(header)
+        let head = words[0].load(Ordering::Acquire);
+        if Self::is_heap(head) {
+            // SAFETY: the word names a live block (see the type's docs).
+            unsafe { block::bytes(block::from_word(head)) }.len()
         } else {
             0
         }
@@ -643,11 +707,15 @@ unsafe impl StoredKey for ByteKey {
     }
 
     fn retire(words: &[AtomicU64], guard: &epoch::Guard) {
-        if Self::is_heap(words[0].load(Ordering::Relaxed)) {
-            let word = words[2].load(Ordering::Relaxed);
-            // SAFETY: the block is unreachable from the slot once the caller
-            // reuses it; the epoch runs this after every thread pinned now.
-            unsafe { guard.defer(free_block, word as usize) };
+        let head = words[0].load(Ordering::Relaxed);
+        if Self::is_heap(head) {
+            // Unlinked first, then deferred: the epoch frees a block only
+            // after every thread pinned when its free was deferred, so no
+            // thread may find the address in the slot after that.
+            words[0].store(0, Ordering::Relaxed);
+            // SAFETY: the block is unreachable from the slot now; the epoch
+            // runs this after every thread pinned now has unpinned.
+            unsafe { guard.defer(free_block, head as usize) };
         }
     }
 
@@ -657,9 +725,10 @@ unsafe impl StoredKey for ByteKey {
     }
 
     unsafe fn free(words: &[AtomicU64]) {
-        if Self::is_heap(words[0].load(Ordering::Relaxed)) {
+        let head = words[0].load(Ordering::Relaxed);
+        if Self::is_heap(head) {
             // SAFETY: the caller's contract: nobody reads the key any more.
-            unsafe { block::free(block::from_word(words[2].load(Ordering::Relaxed))) };
+            unsafe { block::free(block::from_word(head)) };
         }
     }
 }
@@ -677,6 +746,12 @@ mod tests {
         (hash, words)
     }
 
+    /// The 24 bytes as three little-endian numbers.
+    fn words(b: &[u8; 24]) -> [u64; 3] {
+        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
+        [w(0), w(1), w(2)]
+    }
+
     #[test]
     fn short_keys_make_the_words_of_a_plain_copy() {
         // Every length, and bytes that differ in every position (a swapped
@@ -685,7 +760,7 @@ mod tests {
         for n in 0..=INLINE_MAX {
             let key = &source[..n];
             let mut plain = [0u8; 24];
-            plain[0] = n as u8;
+            plain[0] = 2 * n as u8;
             plain[1..=n].copy_from_slice(key);
             assert_eq!(short_words(key), words(&plain), "length {n}");
         }

@@ -97,6 +97,9 @@ pub use stack::{Receipt, Stack, StackBuilder, StackMember};
 pub use store::first_home_of as __first_home_of;
 #[cfg(ratomic_loom)]
 #[doc(hidden)]
+pub use store::first_home_of_bytes as __first_home_of_bytes;
+#[cfg(ratomic_loom)]
+#[doc(hidden)]
 pub use store::shared::model as shared_model;
 /// The epoch reclamation, for `tests/loom.rs`'s models of it and the
 /// `reclaim` benchmark; not part of the API.

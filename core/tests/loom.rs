@@ -306,6 +306,38 @@ fn byte_keys_race_to_exactly_one_slot() {
 }
 
 #[test]
+fn a_probe_racing_the_reuse_of_a_long_key_s_slot_by_a_short_key_reads_no_stray_pointer() {
+    // A long (heap) key L sits in its home slot; short (inline) key S has the
+    // same home. One thread looks L up; the other forgets L (its slot DEAD)
+    // and inserts S, which reclaims that slot and writes its inline words
+    // over L's. The lookup may read the slot's words of both keys: it must
+    // never take S's bytes for L's heap pointer (a read of a block that is not
+    // live fails the model: see `key::block::LIVE`), and answers for L as it
+    // was (2 left) or as forgotten (3).
+    let long = "sk_live_0123456789abcdef01234567";
+    let home = ratomic::__first_home_of_bytes;
+    let short = (0..).map(|i| format!("10.0.{i}")).find(|s| home(s.as_bytes()) == home(long.as_bytes())).unwrap();
+    let outcomes = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    let seen_by_model = outcomes.clone();
+    model(move || {
+        let l = bucket::<[u8]>(3, 16);
+        assert!(l.allow_at(long, 1, 0).unwrap().allowed);
+        let h = {
+            let l = l.clone();
+            thread::spawn(move || l.peek_at(long, 0, 0).unwrap().remaining)
+        };
+        l.reset_at(long, 0).unwrap();
+        assert!(l.allow_at(short.as_str(), 1, 0).unwrap().allowed);
+        let seen = h.join().unwrap();
+        assert!(seen == 2 || seen == 3, "L as it was or as forgotten: {seen}");
+        assert_eq!(l.len(), 1);
+        seen_by_model.lock().unwrap().insert(seen);
+    });
+    // The model explored both sides of the race, not only one.
+    assert_eq!(*outcomes.lock().unwrap(), [2, 3].into());
+}
+
+#[test]
 fn ip_keys_race_to_exactly_one_slot() {
     // The same with an IPv6 key (two key words in the slot), beside a key
     // that shares its first word: each lands once, with its own charges.

@@ -408,6 +408,78 @@ fn forgotten_and_evicted<K: BoundedKey + Sync>(
     }
 }
 
+/// Long keys (heap blocks) and short ones (inline) churning through the
+/// same slots: 16 threads, half calling long keys that share their length
+/// and first eight bytes (API keys look like this), half short ones, mostly
+/// new keys, through a store that holds 64, with a thread running `gc`, so slots are forgotten and reused by keys of
+/// the other kind all the time while other threads probe them. A probe that
+/// read a long key's kind and a short key's bytes in its place followed
+/// those bytes as an address (a segfault; with debug assertions, an abort
+/// in `slice::from_raw_parts`). Every key also conforms to its bucket.
+#[test]
+fn long_and_short_keys_reusing_slots_never_crash_or_over_grant() {
+    long_and_short_keys(20_000);
+}
+
+/// The same, fifty times longer (release builds only).
+#[cfg_attr(debug_assertions, ignore = "release builds only: `cargo test --release --test stress`")]
+#[test]
+fn long_and_short_keys_reusing_slots_at_length_never_crash_or_over_grant() {
+    long_and_short_keys(1_000_000);
+}
+
+fn long_and_short_keys(calls_each: u64) {
+    const KEYS: u64 = 1 << 20;
+    let clock = ManualClock::new();
+    let l = TokenBucket::builder(quota(3, 1_000))
+        .clock(clock.clone())
+        .max_keys(64)
+        .eviction(ratomic::Eviction::Strict)
+        .build()
+        .unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let grants = thread::scope(|s| {
+        // A thread that runs `gc` every 2 ms of the clock (about 10,000
+        // calls) while the others call. (Back to back, it would hold the
+        // shards' maintenance all the time, and inserts would not evict in
+        // place: the reuse under test.)
+        s.spawn(|| {
+            let mut next = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if l.now() >= next {
+                    l.gc_at(l.now()).unwrap();
+                    next = l.now() + 2_000_000;
+                }
+                thread::yield_now();
+            }
+        });
+        let grants = hammer(&clock, 16, calls_each * scale(), 700, |w, i, out| {
+            let now = stamp(l.now(), w, i, 1_500);
+            // Even workers call long keys, odd ones short keys, mostly new.
+            let mut x = (w as u64) << 40 ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            x ^= x >> 29;
+            let k = x % KEYS;
+            let key = if w % 2 == 0 {
+                format!("sk_live_{k:024x}")
+            } else {
+                format!("10.{}.{}.{}", k % 256, k >> 8 & 255, k >> 16)
+            };
+            if l.allow_at(&key, 1, now).unwrap().allowed {
+                out.push((&*Box::leak(key.into_boxed_str()), now, 1));
+            }
+        });
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        grants
+    });
+    assert!(l.len() <= 64, "max_keys holds: {} keys", l.len());
+    let total: usize = grants.values().map(Vec::len).sum();
+    assert!(total > 500, "the run granted enough to test something ({total})");
+    assert!(grants.keys().any(|k| k.len() > 23) && grants.keys().any(|k| k.len() <= 23), "both kinds of key granted");
+    for (name, mut g) in grants {
+        check_token_bucket(name, &mut g, 3, 1_000);
+    }
+}
+
 #[test]
 fn quotas_given_per_call_never_over_grant_under_churn() {
     // `Quotas`: the quota comes with each call. 24 keys, each called under

@@ -47,6 +47,7 @@ const SCENARIOS: &[&str] = &[
     "ratomic-hot-bytes13-default",
     "ratomic-hot-bytes13-at",
     "ratomic-hot-bytes13-at-decision",
+    "ratomic-hot-bytes32-at",
     "ratomic-limiter2-hot-bytes13-at",
     "ratomic-limiter2-hot-bytes13-at-decision",
     "ratomic-limiter2-peek-bytes13-at",
@@ -75,6 +76,8 @@ fn limiter2_bytes() -> Limiter<[u8]> {
 
 /// The C bench's hot key: 13 bytes.
 const BYTES13: &[u8] = b"user:00000000";
+/// A 32-byte key, as API keys are: stored on the heap.
+const BYTES32: &[u8] = b"sk_live_0123456789abcdef01234567";
 
 /// The profiled loop: `n` calls of `call`.
 #[inline(never)]
@@ -226,6 +229,12 @@ fn main() {
             // copied out whole.
             let l = TokenBucket::new(Quota::new(1_000_000_000_000_000, 1e9).unwrap());
             measured(n, |_| black_box(l.allow_at(black_box(BYTES13), 1, 1000).unwrap()).allowed)
+        }
+        "ratomic-hot-bytes32-at" => {
+            // A key too long to store inline (an API key): the slot keeps
+            // the block's address and the probe compares the block's bytes.
+            let l = TokenBucket::new(Quota::new(1_000_000_000_000_000, 1e9).unwrap());
+            measured(n, |_| l.allow_at(black_box(BYTES32), 1, 1000).unwrap().allowed)
         }
         "ratomic-hot-bytes13-default" | "ratomic-hot-bytes13-at" => {
             // The Rust side of `ffi-c/benches/ffi_vs_rust.rs`'s hot key (a

@@ -125,6 +125,15 @@ pub fn first_home_of(key: u64) -> usize {
     table::home_slot(hash, MIN_CAPACITY)
 }
 
+/// The home slot of byte key `key` in a fresh store's first table, as
+/// [`first_home_of`] for `u64` keys.
+#[cfg(ratomic_loom)]
+pub fn first_home_of_bytes(key: &[u8]) -> usize {
+    use crate::key::Key;
+    let (hash, _) = key.probe(&Hasher::default(), usize::MAX).expect("no length limit");
+    table::home_slot(hash, MIN_CAPACITY)
+}
+
 /// A table is rebuilt before its load would exceed 3/4...
 const MAX_LOAD: (usize, usize) = (3, 4);
 /// ...to a load of 1/2, so it grows by 1.5× when nothing can be dropped and a

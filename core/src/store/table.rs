@@ -615,8 +615,10 @@ impl<S: StoredKey> Table<S> {
             if (c == EMPTY || c == DEAD)
                 && word.compare_exchange(c, CLAIMED, Ordering::SeqCst, Ordering::SeqCst).is_ok()
             {
+                // Acquire and release: a key word may be a heap block's
+                // address, whose bytes a reader of the new slot reads.
                 for (to, from) in slots.key(i).iter().zip(key) {
-                    to.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
+                    to.store(from.load(Ordering::Acquire), Ordering::Release);
                 }
                 for (w, &v) in self.states(i).iter().zip(states).skip(1) {
                     w.store(v, Ordering::Release);

@@ -81,7 +81,7 @@ def client_key(peer: str | None, forwarded_for: str | None, trusted_proxies: int
     if trusted_proxies > 0 and forwarded_for:
         hops = [h.strip() for h in forwarded_for.split(",") if h.strip()]
         if len(hops) >= trusted_proxies:
-            host = hops[-trusted_proxies]
+            host = _without_port(hops[-trusted_proxies])
     if host is None:
         return None
     try:
@@ -94,6 +94,31 @@ def client_key(peer: str | None, forwarded_for: str | None, trusted_proxies: int
         net = ipaddress.ip_network(f"{ip}/{ipv6_prefix}", strict=False)
         return f"{net.network_address}/{ipv6_prefix}"
     return str(ip)
+
+
+def _without_port(hop: str) -> str:
+    """A hop's address without the port some proxies append
+    (``203.0.113.7:41234``, ``[2001:db8::1]:41234``): one client is one
+    key, whatever port its connection came from."""
+    if hop.startswith("["):
+        end = hop.find("]")
+        return hop[1:end] if end > 0 else hop
+    host, colon, port = hop.rpartition(":")
+    # One colon: IPv4 (or a name) and a port; more is a bare IPv6 address.
+    if colon and ":" not in host and port.isdigit():
+        return host
+    return hop
+
+
+def forwarded_for(lines: Sequence[str | bytes]) -> str | None:
+    """The ``X-Forwarded-For`` field of a request that carries it on
+    several field lines, combined as RFC 9110 §5.3 says (in order, joined
+    by commas): a proxy that appends its own line (HAProxy's ``option
+    forwardfor``) adds the last hop, and only the whole list says which
+    hop the trusted proxies wrote."""
+    if not lines:
+        return None
+    return ", ".join(v.decode("latin-1") if isinstance(v, bytes) else v for v in lines)
 
 
 def _redis_limiter(limiter: object) -> Any:

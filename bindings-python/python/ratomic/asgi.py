@@ -32,14 +32,13 @@ def client_key(scope: Scope, *, trusted_proxies: int = 0, ipv6_prefix: int = 64)
     ``key=lambda scope: [client_key(scope), user_of(scope), ""]``. ``None``
     when the connection has no client address."""
     client = scope.get("client")
-    return _http.client_key(client[0] if client else None, _header(scope, b"x-forwarded-for"), trusted_proxies, ipv6_prefix)
+    return _http.client_key(client[0] if client else None, _forwarded_for(scope), trusted_proxies, ipv6_prefix)
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for k, v in scope.get("headers", []):
-        if k.lower() == name:
-            return bytes(v).decode("latin-1")
-    return None
+def _forwarded_for(scope: Scope) -> str | None:
+    """Every ``X-Forwarded-For`` field line of the request, combined: the
+    last hop may be on a line of its own (a proxy that appends one)."""
+    return _http.forwarded_for([bytes(v) for k, v in scope.get("headers", []) if k.lower() == b"x-forwarded-for"])
 
 
 class RateLimitMiddleware:
@@ -108,7 +107,7 @@ class RateLimitMiddleware:
             key = p.key(scope)
         else:
             client = scope.get("client")
-            key = p.default_key(client[0] if client else None, _header(scope, b"x-forwarded-for"))
+            key = p.default_key(client[0] if client else None, _forwarded_for(scope))
         outcome = await p.decide_async(scope, key) if p.awaits else p.decide(scope, key)
         extra = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in outcome.headers]
         if not outcome.allowed:

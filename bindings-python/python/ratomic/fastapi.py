@@ -50,7 +50,14 @@ def client_key(request: Request, *, trusted_proxies: int = 0, ipv6_prefix: int =
     combines it with others: say a ``Stack``'s per-IP member. ``None`` when
     the request has no client address."""
     host = request.client.host if request.client else None
-    return _http.client_key(host, request.headers.get("x-forwarded-for"), trusted_proxies, ipv6_prefix)
+    return _http.client_key(host, _forwarded_for(request), trusted_proxies, ipv6_prefix)
+
+
+def _forwarded_for(request: Request) -> str | None:
+    """Every ``X-Forwarded-For`` field line, combined (``headers.get``
+    would give the first line only: the client's own, when a proxy appends
+    a line of its own)."""
+    return _http.forwarded_for(request.headers.getlist("x-forwarded-for"))
 
 class RateLimit:
     """A dependency limiting the requests of the routes that use it; same
@@ -90,7 +97,7 @@ class RateLimit:
         if p.key is not None:
             key = p.key(request)
         else:
-            key = p.default_key(request.client.host if request.client else None, request.headers.get("x-forwarded-for"))
+            key = p.default_key(request.client.host if request.client else None, _forwarded_for(request))
         outcome = await p.decide_async(request, key) if p.awaits else p.decide(request, key)
         if not outcome.allowed:
             raise RateLimitExceeded(json.loads(outcome.problem or "{}"), dict(outcome.headers))

@@ -39,14 +39,32 @@ function groups(ip) {
   return [...h, ...fill, ...t].map((g) => parseInt(g, 16))
 }
 
+// An address without the port a proxy may have written after it into
+// X-Forwarded-For, which Express's and Fastify's `ip` pass on as is
+// ('203.0.113.7:41234', '[2001:db8::1]:41234'): one client is one key,
+// whatever port its connection came from.
+function withoutPort(ip) {
+  if (ip.startsWith('[')) {
+    const end = ip.indexOf(']')
+    return end > 0 ? ip.slice(1, end) : ip
+  }
+  const colon = ip.lastIndexOf(':')
+  // One colon: an IPv4 address (or a name) and a port; more is an IPv6 address.
+  if (colon > 0 && ip.indexOf(':') === colon && /^[0-9]+$/.test(ip.slice(colon + 1))) return ip.slice(0, colon)
+  return ip
+}
+
 /**
  * The client's key from its address: an IPv4 address as is, an IPv4-mapped
  * IPv6 address as its IPv4 form, any other IPv6 address grouped by its
- * first `subnet` bits (one client commonly holds a /64).
+ * first `subnet` bits (one client commonly holds a /64); a port after the
+ * address (`203.0.113.7:41234`, `[2001:db8::1]:41234`) is dropped.
  */
 function clientKey(ip, subnet) {
   if (typeof ip !== 'string' || ip === '') return undefined
   if (!ip.includes(':')) return ip // IPv4 (every IPv6 form has a colon): as is, parsed for nothing
+  ip = withoutPort(ip)
+  if (!ip.includes(':')) return ip
   const g = groups(ip)
   if (g === null) return ip
   if (g.slice(0, 5).every((x) => x === 0) && g[5] === 0xffff) {

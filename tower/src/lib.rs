@@ -28,8 +28,9 @@
 //! `ConnectInfo<SocketAddr>` or a plain `SocketAddr` in the request's
 //! extensions, an IPv6 address grouped by its /64. `X-Forwarded-For` is read
 //! only when [`KeyBy::peer_ip_behind`] names how many proxies are in front
-//! (the client is then the n-th address from the right; anything left of it
-//! is whatever the client wrote). [`KeyBy::header`] and [`KeyBy::func`] key
+//! (the client is then the n-th address from the right of all its field
+//! lines taken in order, a port after the address dropped; anything left of
+//! it is whatever the client wrote). [`KeyBy::header`] and [`KeyBy::func`] key
 //! by a header or a closure. A request with no key is refused with a 400.
 //! Behind a [`Stack`], every member is on that key (a direct member ignores
 //! it), or [`KeyBy::per_member`] gives each member its own.
@@ -402,7 +403,20 @@ fn forwarded_client(parts: &http::request::Parts, proxies: usize) -> Option<IpAd
         .filter(|h| !h.is_empty())
         .collect();
     let hop = hops.len().checked_sub(proxies).map(|i| hops[i])?;
-    hop.parse().ok()
+    hop_address(hop)
+}
+
+/// A hop's address, without the port some proxies write after it
+/// (`203.0.113.7:41234`, `[2001:db8::1]:41234`, `[2001:db8::1]`): one
+/// client is one key, whatever port its connection came from.
+fn hop_address(hop: &str) -> Option<IpAddr> {
+    if let Ok(ip) = hop.parse() {
+        return Some(ip);
+    }
+    if let Ok(addr) = hop.parse::<SocketAddr>() {
+        return Some(addr.ip());
+    }
+    hop.strip_prefix('[')?.strip_suffix(']')?.parse().ok()
 }
 
 /// A client's key from its address: IPv4 (or IPv4-mapped IPv6) as is,
@@ -692,6 +706,17 @@ fn denial<L, RB: From<String>>(c: &Config<L>, outcome: &Outcome) -> Response<RB>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hop_s_port_is_not_part_of_the_client() {
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        assert_eq!(hop_address("203.0.113.7"), ip("203.0.113.7"));
+        assert_eq!(hop_address("203.0.113.7:41234"), ip("203.0.113.7"));
+        assert_eq!(hop_address("[2001:db8::1]:41234"), ip("2001:db8::1"));
+        assert_eq!(hop_address("[2001:db8::1]"), ip("2001:db8::1"));
+        assert_eq!(hop_address("2001:db8::1"), ip("2001:db8::1"));
+        assert_eq!(hop_address("unknown"), None);
+    }
 
     #[test]
     fn a_prefix_above_128_is_the_whole_address() {

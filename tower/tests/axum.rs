@@ -42,6 +42,44 @@ async fn forwarded_for_is_ignored_unless_proxies_are_trusted() {
     assert_eq!(get_with(addr, "/", &[("X-Forwarded-For", "2.2.2.2")]).await.status, 200, "another client");
 }
 
+/// Behind one trusted proxy: HAProxy's `option forwardfor` appends a line
+/// of its own after the client's (forged) one, and some proxies write the
+/// client's port after its address. Two clients, 10 requests each, each
+/// from another port: 3 each pass a limit of 3 (not 10: a key per port; not
+/// 3 in all: every client on the proxy's own address).
+#[tokio::test]
+async fn the_proxy_s_own_forwarded_line_is_the_hop_trusted_and_a_port_is_no_new_client() {
+    type Lines = fn(&str, u16) -> Vec<(String, String)>;
+    let forms: [(Lines, [&str; 2]); 3] = [
+        (
+            |client, i| {
+                vec![("X-Forwarded-For".into(), format!("6.6.{i}.{i}")), ("X-Forwarded-For".into(), client.into())]
+            },
+            ["203.0.113.7", "198.51.100.9"],
+        ),
+        (
+            |client, i| vec![("X-Forwarded-For".into(), format!("{client}:{}", 40000 + i))],
+            ["203.0.113.7", "198.51.100.9"],
+        ),
+        (
+            |client, i| vec![("X-Forwarded-For".into(), format!("[{client}]:{}", 40000 + i))],
+            ["2001:db8::7", "2001:db9::9"],
+        ),
+    ];
+    for (lines, clients) in forms {
+        let addr = serve(hello().layer(RateLimitLayer::new(bucket("3/min")).key(KeyBy::peer_ip_behind(1)))).await;
+        let mut passed = [0; 2];
+        for i in 0..10 {
+            for (c, client) in clients.iter().enumerate() {
+                let owned = lines(client, i);
+                let borrowed: Vec<(&str, &str)> = owned.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+                passed[c] += usize::from(get_with(addr, "/", &borrowed).await.status == 200);
+            }
+        }
+        assert_eq!(passed, [3, 3], "{:?}", lines(clients[0], 0));
+    }
+}
+
 #[tokio::test]
 async fn a_multi_limit_limiter_lists_every_policy_and_who_denied() {
     let limiter = Limiter::builder()

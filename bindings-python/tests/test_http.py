@@ -140,14 +140,14 @@ def forged_then_appended(i: int) -> list[tuple[str, str]]:
     return [("X-Forwarded-For", f"6.6.{i}.{i}"), ("X-Forwarded-For", "203.0.113.7")]
 
 
-def fastapi_app(limiter, **options):
+def fastapi_app(limiter, path: str = "/", **options):
     fastapi = pytest.importorskip("fastapi")
     from ratomic.fastapi import RateLimit, RateLimitExceeded, problem_response
 
     app = fastapi.FastAPI()
     app.add_exception_handler(RateLimitExceeded, problem_response)
 
-    @app.get("/", dependencies=[fastapi.Depends(RateLimit(limiter, **options))])
+    @app.get(path, dependencies=[fastapi.Depends(RateLimit(limiter, **options))])
     async def root() -> dict:
         return {"ok": True}
 
@@ -193,16 +193,14 @@ def test_asgi_multi_limit_lists_every_policy_and_the_denier():
         check_denial(get(port), ["burst"])
 
 
-def test_asgi_limiter_errors_follow_on_error():
+def test_asgi_a_key_too_long_is_a_400_even_when_failing_open():
     too_long = lambda scope: "k" * 5000  # above max_key_len
     limiter = ratomic.TokenBucket("5/s", clock=ratomic.ManualClock())
-    closed = ratomic.asgi.RateLimitMiddleware(hello, limiter, key=too_long)
-    opened = ratomic.asgi.RateLimitMiddleware(hello, limiter, key=too_long, on_error="allow")
-    with serve_asgi(closed) as port:
-        r = get(port)
-        assert r.status == 429 and "could not be applied" in json.loads(r.body)["detail"]
-    with serve_asgi(opened) as port:
-        assert get(port).status == 200
+    for on_error in ("deny", "allow"):
+        with serve_asgi(ratomic.asgi.RateLimitMiddleware(hello, limiter, key=too_long, on_error=on_error)) as port:
+            r = get(port)
+            assert r.status == 400 and json.loads(r.body)["title"] == "Bad Request"
+            assert b"5000" not in r.body
 
 
 def test_fastapi_dependency_per_route():

@@ -418,6 +418,40 @@ for (const kind of Object.keys(CLIENTS)) {
   })
 }
 
+// Failures in a row that took breakerFailureTimeMs open the breaker however
+// few they are: each call to a stopped server takes timeoutMs (50 ms), so
+// at most 3 of 20 reach the client before 120 ms is spent.
+test('a stopped server: failures that took breakerFailureTimeMs open the breaker, whatever their count', async () => {
+  const s = await startRedis()
+  try {
+    for (const kind of Object.keys(CLIENTS)) {
+      const c = await client(kind, s.port)
+      // Count what reaches the client, and pass it on.
+      let sent = 0
+      const method = kind === 'ioredis' ? 'call' : 'sendCommand'
+      const real = c[method].bind(c)
+      c[method] = (...args) => {
+        sent++
+        return real(...args)
+      }
+      const options = { breakerThreshold: 100, breakerCooldownMs: 3_600_000, breakerFailureTimeMs: 120, timeoutMs: 50 }
+      const l = new RedisTokenBucket('5/s', { client: c, prefix: prefix(), onError: 'allow', ...options })
+      assert.equal((await l.allow('k')).source, 'redis')
+      sent = 0
+      s.proc.kill('SIGSTOP') // accepts nothing, answers nothing
+      try {
+        for (let i = 0; i < 20; i++) assert.equal((await l.allow('k')).source, 'policy')
+        assert.equal(l.breakerOpen, true, kind)
+        assert.ok(sent >= 1 && sent <= 3, `${kind}: ${sent} of 20 calls reached the client`)
+      } finally {
+        s.proc.kill('SIGCONT')
+      }
+    }
+  } finally {
+    await s.stop()
+  }
+})
+
 test('a frozen server times out within timeoutMs, for a call and for a batch', async () => {
   const s = await startRedis()
   try {

@@ -206,6 +206,21 @@ test('bad input rejects with the in-memory errors before any round trip', async 
   assert.throws(() => new RedisTokenBucket('2/s', { client: dead, denyCache: -1 }), RangeError)
   assert.throws(() => new RedisTokenBucket('2/s', { client: dead, denyCache: '5' }), TypeError)
   assert.throws(() => new RedisTokenBucket('2/s', { client: dead, colour: 'red' }), /colour/)
+  // Out of range: refused quoting the value as given, never clamped or saturated.
+  for (const [name, value, range] of [
+    ['breakerThreshold', 2 ** 40, 'whole number from 0 to 4294967295'],
+    ['breakerCooldownMs', 1e30, 'finite number of milliseconds from 0 to 18446744073709.551615: 2^64 − 1 ns'],
+    ['breakerFailureTimeMs', 1e30, 'finite number of milliseconds from 0 to 18446744073709.551615: 2^64 − 1 ns'],
+  ]) {
+    const shown = value === 1e30 ? '1e+30' : String(value)
+    assert.throws(() => new RedisTokenBucket('2/s', { client: dead, [name]: value }), {
+      name: 'RangeError',
+      message: `invalid ${name}: ${shown} (above the maximum: must be a ${range})`,
+    })
+  }
+  assert.throws(() => new RedisTokenBucket('2/s', { client: dead, onError: 'deny', denyRetryAfterMs: 1e30 }), {
+    message: /^invalid denyRetryAfterMs: 1e\+30 \(above the maximum/,
+  })
   assert.throws(() => new RedisTokenBucket('2/s'), /client/)
   assert.throws(() => new RedisLimiter({}, { client: dead }), RangeError)
   assert.throws(() => new RedisBase([], { client: dead }, false), /not constructible/)

@@ -276,15 +276,21 @@ impl NativeRedis {
             if let Some(n) = o.max_key_len {
                 limits = limits.with_max_key_len(usize::try_from(whole("maxKeyLen", n, 0)?).unwrap_or(usize::MAX));
             }
+            // A duration in whole ns: refused, quoting it, past 64 bits (never
+            // saturated into range).
             let ms = |name: &str, v: Option<f64>, default: f64| -> Res<Duration> {
+                const TWO_POW_64: f64 = 18_446_744_073_709_551_616.0;
                 let v = v.unwrap_or(default);
-                if v.is_finite() && v >= 0.0 {
-                    Ok(Duration::from_nanos((v * 1e6).round() as u64))
+                let ns = (v * 1e6).round();
+                if v.is_finite() && v >= 0.0 && ns < TWO_POW_64 {
+                    Ok(Duration::from_nanos(ns as u64))
                 } else {
+                    let above = if v.is_finite() && v >= 0.0 { "above the maximum: " } else { "" };
                     Err(JsFailure::range(
                         "ERR_RATOMIC_INVALID_ARGUMENT",
                         format!(
-                            "invalid {name}: {} (must be a finite number of milliseconds >= 0)",
+                            "invalid {name}: {} ({above}must be a finite number of milliseconds from 0 to \
+                             18446744073709.551615: 2^64 − 1 ns)",
                             crate::error::js_number(v)
                         ),
                     ))
@@ -308,8 +314,19 @@ impl NativeRedis {
             let options = Options {
                 timeout: Duration::ZERO, // enforced by JavaScript
                 policy,
-                breaker_threshold: u32::try_from(whole("breakerThreshold", o.breaker_threshold.unwrap_or(5.0), 0)?)
-                    .unwrap_or(u32::MAX),
+                breaker_threshold: {
+                    let n = o.breaker_threshold.unwrap_or(5.0);
+                    u32::try_from(whole("breakerThreshold", n, 0)?).map_err(|_| {
+                        JsFailure::range(
+                            "ERR_RATOMIC_INVALID_ARGUMENT",
+                            format!(
+                                "invalid breakerThreshold: {} (above the maximum: must be a whole number from 0 to \
+                                 4294967295)",
+                                crate::error::js_number(n)
+                            ),
+                        )
+                    })?
+                },
                 breaker_cooldown: ms("breakerCooldownMs", o.breaker_cooldown_ms, 1000.0)?,
                 breaker_failure_time: ms("breakerFailureTimeMs", o.breaker_failure_time_ms, 1000.0)?,
                 deny_cache: usize::try_from(whole("denyCache", o.deny_cache.unwrap_or(10_000.0), 0)?)

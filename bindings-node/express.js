@@ -27,8 +27,7 @@ function rateLimit(options) {
       const key = o.keyGenerator(req, res)
       return isThenable(key) ? key.then((k) => decided(req, res, next, k, false)) : decided(req, res, next, key, false)
     }
-    // Express's `trust proxy`: false by default; no app (plain `http`): nothing is trusted.
-    checkForwarded(o, req, req.app && typeof req.app.get === 'function' ? req.app.get('trust proxy') : false)
+    checkForwarded(o, req, trustProxy)
     const key = clientKey(req.ip !== undefined ? req.ip : req.socket && req.socket.remoteAddress, o.ipv6Subnet)
     return decided(req, res, next, key, true)
   }
@@ -71,6 +70,11 @@ function rateLimit(options) {
     if (isThenable(pending)) return pending.then(undefined, next)
     return pending
   }
+}
+
+// Express's `trust proxy` (false by default); with no app (plain `http`), nothing is trusted.
+function trustProxy(req) {
+  return req.app && typeof req.app.get === 'function' ? req.app.get('trust proxy') : false
 }
 
 function isThenable(v) {

@@ -23,7 +23,7 @@ async function ratomicFastify(fastify, options) {
   // decides in the request's own tick: no promise a request, as ratomic/express.
   if (!o.async && !o.skip && !o.keyGenerator && !o.handler && typeof o.message !== 'function') {
     fastify.addHook('onRequest', (request, reply, done) => {
-      if (!o.keyless) checkForwarded(o, request, trusted(request))
+      if (!o.keyless) checkForwarded(o, request, trusted)
       const key = o.keyless ? undefined : clientKey(request.ip, o.ipv6Subnet)
       const { decision, fields, problem, status, failed } = decide(o, request, key, true)
       for (const [name, value] of fields) reply.header(name, value)
@@ -38,7 +38,7 @@ async function ratomicFastify(fastify, options) {
   }
   fastify.addHook('onRequest', async (request, reply) => {
     if (o.skip && (await o.skip(request, reply))) return
-    if (!o.keyless && !o.keyGenerator) checkForwarded(o, request, trusted(request))
+    if (!o.keyless && !o.keyGenerator) checkForwarded(o, request, trusted)
     const key = o.keyless ? undefined : o.keyGenerator ? await o.keyGenerator(request, reply) : clientKey(request.ip, o.ipv6Subnet)
     const { decision, fields, problem, status, failed } = await decide(o, request, key, !o.keyless && !o.keyGenerator)
     for (const [name, value] of fields) reply.header(name, value)

@@ -211,6 +211,8 @@ function resolve(options, face = 'ratomic/express') {
     onLimiterError: o.onLimiterError === undefined ? warnEvery() : o.onLimiterError,
     // Set-up mistakes already reported (each once).
     reported: new Set(),
+    // Whether a request with X-Forwarded-For was checked against the trust settings.
+    forwardedChecked: false,
     // Built once: headers() is asked the same on every request.
     headerOptions: Object.freeze({
       ...(multi ? {} : { name }),
@@ -317,8 +319,12 @@ function outcome(o, req, d) {
 // reports them: X-Forwarded-For present but not trusted (behind a proxy,
 // every client would share the proxy's bucket), or every X-Forwarded-For
 // hop trusted (any client picks its own key). Each reported once.
-function checkForwarded(o, req, trusted) {
-  if (req.headers === undefined || req.headers['x-forwarded-for'] === undefined) return
+// `trustOf(req)` says what the framework trusts; asked only of the first
+// request that carries the header (it is set-up, the same for all).
+function checkForwarded(o, req, trustOf) {
+  if (o.forwardedChecked || req.headers === undefined || req.headers['x-forwarded-for'] === undefined) return
+  o.forwardedChecked = true
+  const trusted = trustOf(req)
   if (trusted === false) {
     tellOnce(
       o,

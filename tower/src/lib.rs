@@ -563,7 +563,8 @@ impl Throttle {
 
     /// Whether this is the first time (a set-up mistake, reported once).
     fn first(&self) -> bool {
-        self.last.swap(1, Ordering::Relaxed) == 0
+        // A load first: once reported, every request only reads a shared line.
+        self.last.load(Ordering::Relaxed) == 0 && self.last.swap(1, Ordering::Relaxed) == 0
     }
 }
 

@@ -128,6 +128,8 @@ class _Reporter:
 
     def once(self, kind: str, level: int, message: str) -> None:
         """Logs ``kind`` the first time only (a set-up mistake)."""
+        if kind in self._last:
+            return  # the common case once reported: no lock
         with self._lock:
             if kind in self._last:
                 return

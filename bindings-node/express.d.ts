@@ -8,7 +8,7 @@ import type { RedisBase, RedisDecision, RedisMultiDecision } from './redis'
 export interface RateLimitOptions<Req = IncomingMessage, Res = ServerResponse> {
   /**
    * Any ratomic limiter, in memory or on Redis (`ratomic/redis`, awaited; a Redis failure under
-   * `onError: "raise"` is a request it cannot judge: see `passOnStoreError`); default: a
+   * `onError: "raise"` is a backend failure: see `passOnStoreError`); default: a
    * `FixedWindow` of `limit` per `windowMs`. A `Stack` gives every member the request's key
    * (or `keyGenerator`'s one key per member) and writes one header item per member; a stack
    * with a `Limiter` member, which has no single header policy, is a TypeError here. A
@@ -26,8 +26,8 @@ export interface RateLimitOptions<Req = IncomingMessage, Res = ServerResponse> {
   /**
    * The client's key; default its address (`req.ip`, else the socket's peer), IPv6 grouped by
    * `ipv6Subnet`. For a `Stack`: one key for every member, or an array of one key per member
-   * (another length is a request the stack cannot judge: see `passOnStoreError`). Not for a
-   * `DirectTokenBucket`, which has no key.
+   * (another length is a request the stack cannot judge: a 400). No key (undefined or null) is a
+   * 400 too. Not for a `DirectTokenBucket`, which has no key.
    */
   keyGenerator?: (req: Req, res: Res) => Key | Key[] | Promise<Key | Key[]>
   /** Requests for which this returns true are not limited. */
@@ -55,10 +55,38 @@ export interface RateLimitOptions<Req = IncomingMessage, Res = ServerResponse> {
   /** The limit's name in the header fields (single-rule limiters; default `"default"`). */
   name?: string
   /**
-   * When the limiter cannot judge a request (a key too long, a stack's keys not one per member,
-   * Redis failing), let it through instead of a 429.
+   * When the limiter's backend fails (a `ratomic/redis` limiter whose `onError` is `"raise"`), let
+   * requests through unchecked (fail open) instead of the default 503 with `Retry-After: 1` (fail
+   * closed). A request the limiter cannot judge (a key too long, a cost above the limit, a stack's
+   * keys not one per member) is a 400 either way; a request with no client address for the default
+   * key is a 500. Each is a generic RFC 9457 document: the reason goes to `onLimiterError`.
    */
   passOnStoreError?: boolean
+  /**
+   * Told what the client is not: every request the limiter could not decide, and once each, a
+   * set-up mistake. `error.code` is `ERR_RATOMIC_BACKEND` (the backend failed), `ERR_RATOMIC_BACKEND_POLICY`
+   * (a Redis limiter's own `onError` answered), `ERR_RATOMIC_BAD_REQUEST` (a request the limiter
+   * cannot judge), `ERR_RATOMIC_NO_CLIENT_ADDRESS`, `ERR_RATOMIC_UNTRUSTED_FORWARDED_FOR` or
+   * `ERR_RATOMIC_PERMISSIVE_TRUST_PROXY`; `error.status` is the status the client got (0: let
+   * through); `error.cause` is the limiter's error. Default: `console.warn`, each code at once, then
+   * at most once a minute with the count since. Route it to your logger:
+   * `onLimiterError: (err, req) => req.log.warn({ err }, err.message)`.
+   */
+  onLimiterError?: (error: LimiterError, req: Req) => void
+}
+
+/** What `onLimiterError` is told. */
+export interface LimiterError extends Error {
+  code:
+    | 'ERR_RATOMIC_BACKEND'
+    | 'ERR_RATOMIC_BACKEND_POLICY'
+    | 'ERR_RATOMIC_BAD_REQUEST'
+    | 'ERR_RATOMIC_NO_CLIENT_ADDRESS'
+    | 'ERR_RATOMIC_UNTRUSTED_FORWARDED_FOR'
+    | 'ERR_RATOMIC_PERMISSIVE_TRUST_PROXY'
+  /** The status the client was answered (0: the request went through). */
+  status: number
+  cause?: unknown
 }
 
 /** The decision left on the request (`req.rateLimit` by default). */

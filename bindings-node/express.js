@@ -3,7 +3,7 @@
 // The option names are express-rate-limit's, so moving over is a one-line
 // change; `limiter:` takes any ratomic limiter instead of limit/windowMs.
 
-const { resolve, decide, clientKey, ipKeyGenerator, PROBLEM_CONTENT_TYPE } = require('./http.js')
+const { resolve, decide, clientKey, checkForwarded, ipKeyGenerator, PROBLEM_CONTENT_TYPE } = require('./http.js')
 
 /**
  * Connect-style middleware limiting each client (by default its address:
@@ -22,23 +22,31 @@ function rateLimit(options) {
   // limiter with plain options decides in the request's own tick, with no
   // promise made (measured: the async wrapper alone cost a few µs a request).
   function keyed(req, res, next) {
-    const key = o.keyless
-      ? undefined
-      : o.keyGenerator
-        ? o.keyGenerator(req, res)
-        : clientKey(req.ip !== undefined ? req.ip : req.socket && req.socket.remoteAddress, o.ipv6Subnet)
-    return isThenable(key) ? key.then((k) => decided(req, res, next, k)) : decided(req, res, next, key)
+    if (o.keyless) return decided(req, res, next, undefined, false)
+    if (o.keyGenerator) {
+      const key = o.keyGenerator(req, res)
+      return isThenable(key) ? key.then((k) => decided(req, res, next, k, false)) : decided(req, res, next, key, false)
+    }
+    checkForwarded(o, req, trustProxy)
+    const key = clientKey(req.ip !== undefined ? req.ip : req.socket && req.socket.remoteAddress, o.ipv6Subnet)
+    return decided(req, res, next, key, true)
   }
 
-  function decided(req, res, next, key) {
-    const out = decide(o, req, key)
-    return o.async ? out.then((r) => answer(req, res, next, r)) : answer(req, res, next, out)
+  function decided(req, res, next, key, byDefault) {
+    const out = decide(o, req, key, byDefault)
+    return o.async && !out.failed ? out.then((r) => answer(req, res, next, r)) : answer(req, res, next, out)
   }
 
-  function answer(req, res, next, { decision, fields, problem }) {
+  function answer(req, res, next, { decision, fields, problem, status, failed }) {
     for (const [name, value] of fields) res.setHeader(name, value)
     if (decision !== null) req[o.requestPropertyName] = decision
     if (problem === null) return next()
+    if (failed) {
+      // Not a denial (the limiter could not decide): a generic problem
+      // document, whatever handler and message say.
+      res.statusCode = status
+      return send(res, problem, PROBLEM_CONTENT_TYPE)
+    }
     if (o.handler) return o.handler(req, res, next, { ...options, statusCode: o.statusCode })
     res.statusCode = o.statusCode
     if (o.message === undefined) return send(res, problem, PROBLEM_CONTENT_TYPE)
@@ -62,6 +70,11 @@ function rateLimit(options) {
     if (isThenable(pending)) return pending.then(undefined, next)
     return pending
   }
+}
+
+// Express's `trust proxy` (false by default); with no app (plain `http`), nothing is trusted.
+function trustProxy(req) {
+  return req.app && typeof req.app.get === 'function' ? req.app.get('trust proxy') : false
 }
 
 function isThenable(v) {

@@ -427,6 +427,11 @@ export interface RedisFailure {
   kind: string
   /** The client's error message. */
   message: string
+  /**
+   * How long the call took before it failed, ms (towards the breaker's
+   * `breakerFailureTimeMs`).
+   */
+  elapsedMs?: number
 }
 
 /** How a Redis-backed limiter behaves (every field optional). */
@@ -443,6 +448,11 @@ export interface RedisOptions {
   breakerThreshold?: number
   /** How long the breaker stays open, ms (default 1000). */
   breakerCooldownMs?: number
+  /**
+   * Failures in a row that took this long in all open the breaker too,
+   * whatever their count, ms (default 1000; 0: no bound on time).
+   */
+  breakerFailureTimeMs?: number
   /** The longest key in bytes (default 1024). */
   maxKeyLen?: number
 }

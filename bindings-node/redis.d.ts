@@ -58,6 +58,11 @@ export interface RedisOptions<Local> {
   breakerThreshold?: number
   /** How long the breaker stays open before one call tries Redis again, in milliseconds (default 1000). */
   breakerCooldownMs?: number
+  /**
+   * Failures in a row that took this long in all, in milliseconds, open the breaker too, whatever
+   * their count (default 1000; 0: no bound on time).
+   */
+  breakerFailureTimeMs?: number
   /** Longest key in bytes (default 1024); a longer key is a RangeError, before any round trip. */
   maxKeyLen?: number
 }

@@ -19,7 +19,10 @@ const {
   headerOptions, pairs, decisionArg, entriesArg,
 } = ratomic[Symbol.for('ratomic.internals')]
 
-const OPTIONS = ['client', 'prefix', 'timeoutMs', 'onError', 'denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'maxKeyLen']
+const OPTIONS = [
+  'client', 'prefix', 'timeoutMs', 'onError', 'denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs',
+  'breakerFailureTimeMs', 'maxKeyLen',
+]
 const OP_ALLOW = 0
 const OP_PEEK = 1
 
@@ -38,9 +41,12 @@ function messageOf(e) {
   return String(e && e.message !== undefined ? e.message : e)
 }
 
-// How sending failed, as the native driver reads it.
-function failureOf(e) {
-  return { kind: kindOf(e), message: messageOf(e) }
+// How sending failed, as the native driver reads it (and, for a single
+// call, how long it took: towards the breaker's breakerFailureTimeMs).
+function failureOf(e, startedAt) {
+  const f = { kind: kindOf(e), message: messageOf(e) }
+  if (startedAt !== undefined) f.elapsedMs = performance.now() - startedAt
+  return f
 }
 
 function isNoScript(e) {
@@ -178,12 +184,12 @@ class RedisBase {
       onError = 'raise'
     }
     const native = {}
-    for (const k of ['prefix', 'denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'maxKeyLen']) {
+    for (const k of ['prefix', 'denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'breakerFailureTimeMs', 'maxKeyLen']) {
       if (o[k] !== undefined) native[k] = o[k]
     }
     if (onError !== undefined) native.onError = onError
     if (native.prefix !== undefined && typeof native.prefix !== 'string') throw typeError(`prefix must be a string, got ${describe(native.prefix)}`)
-    for (const k of ['denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'maxKeyLen']) {
+    for (const k of ['denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'breakerFailureTimeMs', 'maxKeyLen']) {
       if (native[k] !== undefined && typeof native[k] !== 'number') throw typeError(`${k} must be a number, got ${describe(native[k])}`)
     }
     this.#native = new NativeRedis(rules, native)
@@ -250,12 +256,13 @@ class RedisBase {
     try {
       const rkey = native.begin(op, key, cost, atMs, io)
       if (typeof rkey === 'number') return this.#decision()
+      const startedAt = performance.now()
       let reply
       try {
         reply = await this.#send(this.#args(op, rkey, cost, atMs))
       } catch (e) {
         try {
-          native.fail(op, key, cost, atMs, io, failureOf(e))
+          native.fail(op, key, cost, atMs, io, failureOf(e, startedAt))
           return this.#decision()
         } catch (err) {
           rethrow(err, e)

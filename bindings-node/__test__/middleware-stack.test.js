@@ -40,6 +40,18 @@ async function serve(framework, options, run) {
   }
 }
 
+// A refusal that is not a denial (the limiter could not decide): the
+// generic problem document, no Retry-After but on a 503.
+async function refusal(r, status = 400) {
+  assert.equal(r.status, status)
+  assert.equal(r.headers.get('retry-after'), status === 503 ? '1' : null)
+  assert.ok(r.headers.get('content-type').startsWith(PROBLEM_CONTENT_TYPE))
+  const body = await r.json()
+  assert.deepEqual(Object.keys(body), ['type', 'title', 'status', 'detail'])
+  assert.equal(body.status, status)
+  return body
+}
+
 // The problem body of a 429, checked: Retry-After and the media type.
 async function denial(r, retryAfter) {
   assert.equal(r.status, 429)
@@ -115,7 +127,9 @@ for (const framework of Object.keys(SERVERS)) {
     const clock = new ManualClock()
     const global = new DirectTokenBucket('3/min', { clock })
     const cost = (req) => (req.headers['x-cost'] === undefined ? 1 : Number(req.headers['x-cost']))
-    await serve(framework, { limiter: global, name: 'global', cost }, async (url) => {
+    const reports = []
+    const onLimiterError = (e) => reports.push(e)
+    await serve(framework, { limiter: global, name: 'global', cost, onLimiterError }, async (url) => {
       const as = (client, headers = {}) => fetch(url, { headers: { 'X-Client': client, ...headers } })
       for (const [client, r, t] of [['10.0.0.1', 2, 20], ['10.0.0.2', 1, 40]]) {
         const res = await as(client)
@@ -133,9 +147,13 @@ for (const framework of Object.keys(SERVERS)) {
       assert.match((await denial(denied, 20)).detail, /Quota exceeded for global/)
       clock.advance(20_000)
       assert.equal((await as('10.0.0.5')).status, 200)
-      // A cost above the capacity: a request it cannot judge.
+      // A cost above the capacity: a request it cannot judge, refused; the
+      // reason is reported, not sent.
       const unjudged = await as('10.0.0.6', { 'X-Cost': '4' })
-      assert.match((await denial(unjudged, 1)).detail, /^the rate limit could not be applied: .*exceeds the limit 3/)
+      assert.doesNotMatch(JSON.stringify(await refusal(unjudged)), /exceeds|limit 3/)
+      assert.equal(reports.length, 1)
+      assert.deepEqual([reports[0].code, reports[0].status], ['ERR_RATOMIC_BAD_REQUEST', 400])
+      assert.match(reports[0].cause.message, /exceeds the limit 3/)
     })
     await serve(framework, { limiter: new DirectTokenBucket('1/min', { clock }), standardHeaders: false, legacyHeaders: true }, async (url) => {
       const res = await fetch(url)
@@ -174,25 +192,26 @@ for (const framework of Object.keys(SERVERS)) {
     })
   })
 
-  test(`${framework}: keys not one per member: unjudged, a 429 unless passOnStoreError`, async () => {
+  test(`${framework}: keys not one per member: unjudged, a 400 even under passOnStoreError`, async () => {
     const clock = new ManualClock()
     const member = new TokenBucket('5/min', { clock })
     const stack = new Stack({ ip: member, user: new TokenBucket('5/min', { clock }) })
+    const reports = []
+    const onLimiterError = (e) => reports.push(e)
     for (const keys of [['10.0.0.1'], ['10.0.0.1', 'alice', 'extra'], []]) {
-      await serve(framework, { limiter: stack, keyGenerator: () => keys }, async (url) => {
-        const r = await fetch(url)
-        assert.equal(r.headers.get('ratelimit'), null, 'no decision, no fields')
-        const body = await denial(r, 1)
-        assert.match(body.detail, /^the rate limit could not be applied: .*one key per member/)
-      })
-      await serve(framework, { limiter: stack, keyGenerator: () => keys, passOnStoreError: true }, async (url) => {
-        const r = await fetch(url)
-        assert.equal(r.status, 200)
-        assert.deepEqual(await r.json(), { decision: null })
-        assert.equal(r.headers.get('ratelimit'), null)
-      })
+      // passOnStoreError fails open on a backend failure only: letting an
+      // unjudgeable request through would let a client skip the limit.
+      for (const passOnStoreError of [false, true]) {
+        await serve(framework, { limiter: stack, keyGenerator: () => keys, passOnStoreError, onLimiterError }, async (url) => {
+          const r = await fetch(url)
+          assert.equal(r.headers.get('ratelimit'), null, 'no decision, no fields')
+          assert.doesNotMatch(JSON.stringify(await refusal(r)), /key per member/)
+        })
+      }
     }
     assert.equal(member.size, 0, 'nothing was charged')
+    assert.equal(reports.length, 6)
+    for (const e of reports) assert.match(e.cause.message, /one key per member/)
   })
 
   test(`${framework}: a stack with a Limiter member is refused at set-up, naming it`, async () => {
@@ -229,5 +248,5 @@ test('a DirectTokenBucket judges a request with no client address; a keyed limit
   const direct = await call(new DirectTokenBucket('2/min', { clock }))
   assert.deepEqual([direct.passed, direct.decision.remaining, direct.fields.ratelimit], [true, 1, '"default";r=1;t=30'])
   const keyed = await call(new TokenBucket('2/min', { clock }))
-  assert.deepEqual([keyed.passed, keyed.decision, keyed.status], [false, undefined, 429], 'no key: unjudged, fails closed')
+  assert.deepEqual([keyed.passed, keyed.decision, keyed.status], [false, undefined, 500], 'no client address: a set-up mistake')
 })

@@ -15,6 +15,12 @@ test('typings: the middleware factories', () => {
   // A Redis limiter fits `limiter` too (types only here; middleware-redis.test.js runs them).
   const onRedis = (limiter: RedisTokenBucket | RedisLimiter): RateLimitOptions => ({ limiter, passOnStoreError: true })
   assert.equal(typeof onRedis, 'function')
+  // What a client is not told goes to onLimiterError, with a code and the status sent.
+  const seen: string[] = []
+  const logged: RateLimitOptions = { onLimiterError: (e, req) => seen.push(`${e.code} ${e.status} ${req.url}`) }
+  assert.equal(typeof rateLimit(logged), 'function')
+  // @ts-expect-error onLimiterError is a function
+  assert.throws(() => rateLimit({ onLimiterError: 'console' }), TypeError)
   assert.equal(typeof rateLimit({ standardHeaders: 'draft-7' }), 'function')
   // A Stack: one key for every member, or one per member.
   const stack = new Stack({ ip: new TokenBucket('5/s'), global: new TokenBucket('100/s') })

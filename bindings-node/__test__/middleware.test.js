@@ -4,6 +4,7 @@
 const test = require('node:test')
 const assert = require('node:assert/strict')
 const http = require('node:http')
+const net = require('node:net')
 const express = require('express')
 const Fastify = require('fastify')
 const { rateLimit } = require('ratomic/express')
@@ -14,6 +15,61 @@ const { clientKey } = require('../http.js')
 async function listen(server) {
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
   return `http://127.0.0.1:${server.address().port}`
+}
+
+// A GET whose header fields go out exactly as `lines`, one field line each
+// (fetch would fold repeated names into one line): as a proxy that appends
+// its own X-Forwarded-For line sends them. Resolves with the status.
+function rawGet(url, lines) {
+  const { port } = new URL(url)
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(Number(port), '127.0.0.1', () => {
+      const head = lines.map(([n, v]) => `${n}: ${v}\r\n`).join('')
+      socket.write(`GET / HTTP/1.1\r\nHost: test\r\nConnection: close\r\n${head}\r\n`)
+    })
+    let data = ''
+    socket.on('data', (chunk) => (data += chunk))
+    socket.on('end', () => resolve(Number(data.split(' ')[1])))
+    socket.on('error', reject)
+  })
+}
+
+// What HAProxy's `option forwardfor` passes on: the client's own (forged)
+// line, then one of its own with the address it saw.
+const forgedThenAppended = (i) => [['X-Forwarded-For', `6.6.${i}.${i}`], ['X-Forwarded-For', '203.0.113.7']]
+
+// Each face behind one trusted proxy, served for real; a url and a close().
+const BEHIND_ONE_PROXY = {
+  async express(limiter) {
+    const app = express()
+    app.set('trust proxy', 1)
+    app.use(rateLimit({ limiter }))
+    app.get('/', (req, res) => res.send('ok'))
+    const server = http.createServer(app)
+    return { url: await listen(server), close: () => server.close() }
+  },
+  async fastify(limiter) {
+    const app = Fastify({ trustProxy: 1 })
+    await app.register(ratomicFastify, { limiter })
+    app.get('/', async () => 'ok')
+    return { url: await app.listen({ port: 0, host: '127.0.0.1' }), close: () => app.close() }
+  },
+}
+
+for (const [face, serve] of Object.entries(BEHIND_ONE_PROXY)) {
+  test(`${face}: a proxy that appends its own X-Forwarded-For line is the hop trusted; a hop's port is no new client`, async () => {
+    for (const hops of [forgedThenAppended, (i) => [['X-Forwarded-For', `203.0.113.7:${40000 + i}`]], (i) => [['X-Forwarded-For', `[2001:db8::7]:${40000 + i}`]]]) {
+      const limiter = new TokenBucket('3/min', { clock: new ManualClock() })
+      const { url, close } = await serve(limiter)
+      try {
+        const statuses = []
+        for (let i = 0; i < 10; i++) statuses.push(await rawGet(url, hops(i)))
+        assert.equal(statuses.filter((s) => s === 200).length, 3, `${JSON.stringify(hops(0))}: ${statuses}`)
+      } finally {
+        await close()
+      }
+    }
+  })
 }
 
 async function checkDenial(r, names, status = 429) {
@@ -74,7 +130,7 @@ test('express: a multi-limit limiter lists every policy; handler, message, skip,
   app.use('/multi', rateLimit({ limiter: new Limiter({ burst: '1/s', daily: { algorithm: 'fixedWindow', rate: '100/day' } }, { clock }) }))
   app.use('/custom', rateLimit({ limit: 1, statusCode: 503, message: { error: 'slow down' }, skip: (req) => req.query.vip === '1' }))
   app.use('/handled', rateLimit({ limit: 1, handler: (req, res) => res.status(429).send('handled') }))
-  app.use('/broken', rateLimit({ limit: 1, keyGenerator: () => 'k'.repeat(5000) }))
+  app.use('/broken', rateLimit({ limit: 1, keyGenerator: () => 'k'.repeat(5000), onLimiterError: () => {} }))
   app.use((req, res) => res.send('ok'))
   const server = http.createServer(app)
   const url = await listen(server)
@@ -89,7 +145,7 @@ test('express: a multi-limit limiter lists every policy; handler, message, skip,
     await fetch(`${url}/handled`)
     assert.equal(await (await fetch(`${url}/handled`)).text(), 'handled')
     const broken = await fetch(`${url}/broken`)
-    assert.equal(broken.status, 429, 'a key the limiter refuses fails closed, not a 500')
+    assert.equal(broken.status, 400, 'a key the limiter refuses is refused, not a 500')
   } finally {
     server.close()
   }
@@ -118,6 +174,11 @@ test('client keys: IPv6 grouped, IPv4-mapped unwrapped', () => {
   assert.equal(clientKey('2001:db8:1:2::ffff', 64), '2001:db8:1:2:0:0:0:0/64')
   assert.equal(clientKey('2001:db8:1:2::ffff', 56), '2001:db8:1:0:0:0:0:0/56')
   assert.equal(clientKey('2001:db8::1', 128), '2001:db8:0:0:0:0:0:1/128')
+  // A port after the address (as proxies may write it) is not part of the client.
+  assert.equal(clientKey('10.0.0.1:443', 64), '10.0.0.1')
+  assert.equal(clientKey('[2001:db8:1:2::ffff]:443', 64), '2001:db8:1:2:0:0:0:0/64')
+  assert.equal(clientKey('[2001:db8:1:2::ffff]', 64), '2001:db8:1:2:0:0:0:0/64')
+  assert.equal(clientKey('[::ffff:10.0.0.1]:443', 64), '10.0.0.1')
   assert.equal(clientKey(undefined, 64), undefined)
   // The same keys, exported for key generators that combine them with others.
   const { ipKeyGenerator } = require('ratomic/express')

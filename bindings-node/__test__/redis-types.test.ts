@@ -48,6 +48,7 @@ test('typings: ratomic/redis through ioredis and node-redis', async () => {
       denyCache: 100,
       breakerThreshold: 3,
       breakerCooldownMs: 2000,
+      breakerFailureTimeMs: 1000,
       maxKeyLen: 64,
     }
     const tb = new RedisTokenBucket(5, 1, options)

@@ -206,6 +206,21 @@ test('bad input rejects with the in-memory errors before any round trip', async 
   assert.throws(() => new RedisTokenBucket('2/s', { client: dead, denyCache: -1 }), RangeError)
   assert.throws(() => new RedisTokenBucket('2/s', { client: dead, denyCache: '5' }), TypeError)
   assert.throws(() => new RedisTokenBucket('2/s', { client: dead, colour: 'red' }), /colour/)
+  // Out of range: refused quoting the value as given, never clamped or saturated.
+  for (const [name, value, range] of [
+    ['breakerThreshold', 2 ** 40, 'whole number from 0 to 4294967295'],
+    ['breakerCooldownMs', 1e30, 'finite number of milliseconds from 0 to 18446744073709.551615: 2^64 − 1 ns'],
+    ['breakerFailureTimeMs', 1e30, 'finite number of milliseconds from 0 to 18446744073709.551615: 2^64 − 1 ns'],
+  ]) {
+    const shown = value === 1e30 ? '1e+30' : String(value)
+    assert.throws(() => new RedisTokenBucket('2/s', { client: dead, [name]: value }), {
+      name: 'RangeError',
+      message: `invalid ${name}: ${shown} (above the maximum: must be a ${range})`,
+    })
+  }
+  assert.throws(() => new RedisTokenBucket('2/s', { client: dead, onError: 'deny', denyRetryAfterMs: 1e30 }), {
+    message: /^invalid denyRetryAfterMs: 1e\+30 \(above the maximum/,
+  })
   assert.throws(() => new RedisTokenBucket('2/s'), /client/)
   assert.throws(() => new RedisLimiter({}, { client: dead }), RangeError)
   assert.throws(() => new RedisBase([], { client: dead }, false), /not constructible/)
@@ -417,6 +432,40 @@ for (const kind of Object.keys(CLIENTS)) {
     }
   })
 }
+
+// Failures in a row that took breakerFailureTimeMs open the breaker however
+// few they are: each call to a stopped server takes timeoutMs (50 ms), so
+// at most 3 of 20 reach the client before 120 ms is spent.
+test('a stopped server: failures that took breakerFailureTimeMs open the breaker, whatever their count', async () => {
+  const s = await startRedis()
+  try {
+    for (const kind of Object.keys(CLIENTS)) {
+      const c = await client(kind, s.port)
+      // Count what reaches the client, and pass it on.
+      let sent = 0
+      const method = kind === 'ioredis' ? 'call' : 'sendCommand'
+      const real = c[method].bind(c)
+      c[method] = (...args) => {
+        sent++
+        return real(...args)
+      }
+      const options = { breakerThreshold: 100, breakerCooldownMs: 3_600_000, breakerFailureTimeMs: 120, timeoutMs: 50 }
+      const l = new RedisTokenBucket('5/s', { client: c, prefix: prefix(), onError: 'allow', ...options })
+      assert.equal((await l.allow('k')).source, 'redis')
+      sent = 0
+      s.proc.kill('SIGSTOP') // accepts nothing, answers nothing
+      try {
+        for (let i = 0; i < 20; i++) assert.equal((await l.allow('k')).source, 'policy')
+        assert.equal(l.breakerOpen, true, kind)
+        assert.ok(sent >= 1 && sent <= 3, `${kind}: ${sent} of 20 calls reached the client`)
+      } finally {
+        s.proc.kill('SIGCONT')
+      }
+    }
+  } finally {
+    await s.stop()
+  }
+})
 
 test('a frozen server times out within timeoutMs, for a call and for a batch', async () => {
   const s = await startRedis()

@@ -37,6 +37,9 @@ pub struct RedisOptions {
     pub breaker_threshold: Option<f64>,
     /// How long the breaker stays open, ms (default 1000).
     pub breaker_cooldown_ms: Option<f64>,
+    /// Failures in a row that took this long in all open the breaker too,
+    /// whatever their count, ms (default 1000; 0: no bound on time).
+    pub breaker_failure_time_ms: Option<f64>,
     /// The longest key in bytes (default 1024).
     pub max_key_len: Option<f64>,
 }
@@ -67,6 +70,9 @@ pub struct RedisFailure {
     pub kind: String,
     /// The client's error message.
     pub message: String,
+    /// How long the call took before it failed, ms (towards the breaker's
+    /// `breakerFailureTimeMs`).
+    pub elapsed_ms: Option<f64>,
 }
 
 /// The calls of a batch, to send in one pipeline, in order.
@@ -192,12 +198,15 @@ impl NativeRedis {
         env: &Env,
         call: (u32, &Unknown<'_>, f64, Option<f64>),
         reply: std::result::Result<Vec<i64>, RedisError>,
+        spent: Duration,
         io: &mut Float64ArraySlice<'_>,
     ) -> Result<u32> {
         let (op, key, cost, now_ms) = call;
         let run = || -> Res<_> {
             let (op, cost, now) = (op_of(op), crate::error::cost(cost)?, now_of(now_ms)?);
-            let d = self.key(env, key, |k| self.driver.finish_parts(op, k, cost, now, reply))?.map_err(failure)?;
+            let d = self
+                .key(env, key, |k| self.driver.finish_parts_after(op, k, cost, now, reply, spent))?
+                .map_err(failure)?;
             Ok(self.write(&d, io))
         };
         run().map_err(|e| e.into_napi(env))
@@ -267,15 +276,21 @@ impl NativeRedis {
             if let Some(n) = o.max_key_len {
                 limits = limits.with_max_key_len(usize::try_from(whole("maxKeyLen", n, 0)?).unwrap_or(usize::MAX));
             }
+            // A duration in whole ns: refused, quoting it, past 64 bits (never
+            // saturated into range).
             let ms = |name: &str, v: Option<f64>, default: f64| -> Res<Duration> {
+                const TWO_POW_64: f64 = 18_446_744_073_709_551_616.0;
                 let v = v.unwrap_or(default);
-                if v.is_finite() && v >= 0.0 {
-                    Ok(Duration::from_nanos((v * 1e6).round() as u64))
+                let ns = (v * 1e6).round();
+                if v.is_finite() && v >= 0.0 && ns < TWO_POW_64 {
+                    Ok(Duration::from_nanos(ns as u64))
                 } else {
+                    let above = if v.is_finite() && v >= 0.0 { "above the maximum: " } else { "" };
                     Err(JsFailure::range(
                         "ERR_RATOMIC_INVALID_ARGUMENT",
                         format!(
-                            "invalid {name}: {} (must be a finite number of milliseconds >= 0)",
+                            "invalid {name}: {} ({above}must be a finite number of milliseconds from 0 to \
+                             18446744073709.551615: 2^64 − 1 ns)",
                             crate::error::js_number(v)
                         ),
                     ))
@@ -299,9 +314,21 @@ impl NativeRedis {
             let options = Options {
                 timeout: Duration::ZERO, // enforced by JavaScript
                 policy,
-                breaker_threshold: u32::try_from(whole("breakerThreshold", o.breaker_threshold.unwrap_or(5.0), 0)?)
-                    .unwrap_or(u32::MAX),
+                breaker_threshold: {
+                    let n = o.breaker_threshold.unwrap_or(5.0);
+                    u32::try_from(whole("breakerThreshold", n, 0)?).map_err(|_| {
+                        JsFailure::range(
+                            "ERR_RATOMIC_INVALID_ARGUMENT",
+                            format!(
+                                "invalid breakerThreshold: {} (above the maximum: must be a whole number from 0 to \
+                                 4294967295)",
+                                crate::error::js_number(n)
+                            ),
+                        )
+                    })?
+                },
                 breaker_cooldown: ms("breakerCooldownMs", o.breaker_cooldown_ms, 1000.0)?,
+                breaker_failure_time: ms("breakerFailureTimeMs", o.breaker_failure_time_ms, 1000.0)?,
                 deny_cache: usize::try_from(whole("denyCache", o.deny_cache.unwrap_or(10_000.0), 0)?)
                     .unwrap_or(usize::MAX),
             };
@@ -452,7 +479,7 @@ impl NativeRedis {
         reply_len: i32,
     ) -> Result<u32> {
         let reply = Self::reply_in(&io, reply_len);
-        self.end(&env, (op, &key, cost, now_ms), reply, &mut io)
+        self.end(&env, (op, &key, cost, now_ms), reply, Duration::ZERO, &mut io)
     }
 
     /// Ends a call whose sending failed: the policy's answer written into
@@ -471,8 +498,13 @@ impl NativeRedis {
         mut io: Float64ArraySlice<'_>,
         failure_: RedisFailure,
     ) -> Result<u32> {
+        // A duration JavaScript measured: anything but a finite number >= 0 is none.
+        let spent = failure_
+            .elapsed_ms
+            .filter(|ms| ms.is_finite() && *ms >= 0.0)
+            .map_or(Duration::ZERO, |ms| Duration::from_secs_f64((ms / 1e3).min(1e9)));
         let e = Err(kind_error(&failure_.kind, failure_.message));
-        self.end(&env, (op, &key, cost, now_ms), e, &mut io)
+        self.end(&env, (op, &key, cost, now_ms), e, spent, &mut io)
     }
 
     /// Numbers an `io` array must hold: the longest reply or answer.

@@ -10,10 +10,10 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyInt};
 
-use ratomic::{Clock, ClockId};
+use ratomic::{Clock, ClockId, MAX_TIME};
 
 use crate::error::{argument_type, invalid_argument, type_name};
-use crate::key::number;
+use crate::key::{as_given, number};
 
 /// A clock that moves only when told to, for tests and simulations.
 ///
@@ -40,7 +40,8 @@ impl ManualClock {
         Ok(ManualClock { inner: ratomic::ManualClock::starting_at(ns) })
     }
 
-    /// Moves time forward by `seconds` (≥ 0).
+    /// Moves time forward by `seconds` (≥ 0). A limiter refuses to read a
+    /// time past 2^62 − 1 ns (about 146 years).
     fn advance(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
         self.inner.advance_nanos(seconds_to_nanos(py, number(seconds, "seconds")?, "seconds")?);
         Ok(())
@@ -77,23 +78,60 @@ pub fn py_float_repr(x: f64) -> String {
     Python::attach(|py| PyFloat::new(py, x).repr().map(|r| r.to_string())).unwrap_or_else(|_| x.to_string())
 }
 
+/// The latest time a limiter takes, in the words of every error about it.
+const LATEST: &str = "4611686018.427387903 seconds: 2^62 − 1 ns, about 146 years after the clock's epoch";
+
 /// Seconds from Python as whole nanoseconds, rounded to the nearest: the one
-/// conversion of a time or a duration into the engine's unit.
+/// conversion of a duration into the engine's unit.
 ///
-/// NaN, infinities and negative numbers are no number of seconds at all:
-/// `InvalidArgumentError` naming `name`. A finite number too large for 64
-/// bits of nanoseconds becomes 2^64 − 1 ns, which core refuses wherever it
-/// matters (a time past `ratomic::MAX_TIME`, a window longer than 2^63 − 1
-/// ns), so no value is ever clamped into range.
+/// NaN, infinities, negative numbers and numbers of 2^64 ns or more (about
+/// 584 years) are `InvalidArgumentError`s naming `name` and quoting the
+/// value: nothing is clamped into range, and no error ever shows a
+/// saturated 18446744073709551615 for a value the user did not give.
 pub fn seconds_to_nanos(py: Python<'_>, secs: f64, name: &str) -> PyResult<u64> {
+    // 2^64 is a float; every float below it rounds to a u64.
+    const TWO_POW_64: f64 = 18_446_744_073_709_551_616.0;
     if !secs.is_finite() || secs < 0.0 {
         return Err(invalid_argument(
             py,
             format!("invalid {name}: {} (must be a finite number of seconds ≥ 0)", py_float_repr(secs)),
         ));
     }
-    // `as` saturates: anything at or past 2^64 ns becomes u64::MAX.
-    Ok((secs * 1e9).round() as u64)
+    let ns = (secs * 1e9).round();
+    if ns >= TWO_POW_64 {
+        return Err(invalid_argument(
+            py,
+            format!(
+                "invalid {name}: {} (must be at most 18446744073.709551615 seconds: 2^64 − 1 ns, about 584 years)",
+                py_float_repr(secs)
+            ),
+        ));
+    }
+    Ok(ns as u64)
+}
+
+/// A time (a clock reading, `now`) from Python seconds as nanoseconds:
+/// NaN, infinities, negative numbers and times past `ratomic::MAX_TIME` are
+/// `InvalidArgumentError`s naming `name` and quoting `shown()`, the value as
+/// the user gave it.
+pub fn time_to_nanos(py: Python<'_>, secs: f64, name: &str, shown: impl FnOnce() -> String) -> PyResult<u64> {
+    if secs.is_nan() || secs < 0.0 {
+        return Err(invalid_argument(
+            py,
+            format!("invalid {name}: {} (must be a finite number of seconds ≥ 0)", shown()),
+        ));
+    }
+    // 2^62 is a float; every float below it rounds to at most MAX_TIME.
+    let ns = (secs * 1e9).round();
+    if ns < (MAX_TIME + 1) as f64 {
+        return Ok((ns as u64).min(MAX_TIME));
+    }
+    Err(too_late(py, name, &shown()))
+}
+
+#[cold]
+fn too_late(py: Python<'_>, name: &str, shown: &str) -> PyErr {
+    invalid_argument(py, format!("invalid {name}: {shown} (a time must be at most {LATEST})"))
 }
 
 /// Nanoseconds as float seconds: the one conversion back (a `Duration`
@@ -145,7 +183,11 @@ impl Time {
     pub fn read(&self, py: Python<'_>) -> PyResult<u64> {
         match self {
             Time::Monotonic(c) => Ok(c.now()),
-            Time::Manual(c, _) => Ok(c.now()),
+            Time::Manual(c, _) => match c.now() {
+                ns if ns <= MAX_TIME => Ok(ns),
+                // Moved past the last time: quoted in seconds, as it was set.
+                ns => Err(too_late(py, "clock reading", &py_float_repr(nanos_to_seconds(ns)))),
+            },
             Time::Callable(f) => read_callable(py, f),
         }
     }
@@ -217,14 +259,14 @@ fn read_callable(py: Python<'_>, f: &Py<PyAny>) -> PyResult<u64> {
     let secs = if let Ok(x) = value.cast::<PyFloat>() {
         x.value()
     } else if value.is_instance_of::<PyInt>() && !value.is_instance_of::<pyo3::types::PyBool>() {
-        // An int too large for a float: as large a float as there is, which
-        // core then refuses as a time; or, negative, no time at all.
-        value.extract::<f64>().unwrap_or_else(|_| if value.lt(0).unwrap_or(false) { -1.0 } else { f64::MAX })
+        // An int too large for a float is past every time: infinity, refused
+        // below quoting the int itself.
+        value.extract::<f64>().unwrap_or(f64::INFINITY)
     } else {
         return Err(argument_type(
             py,
             format!("the clock returned {}, expected a number of seconds", type_name(&value)),
         ));
     };
-    seconds_to_nanos(py, secs, "clock reading")
+    time_to_nanos(py, secs, "clock reading", || as_given(&value))
 }

@@ -81,8 +81,10 @@ pub fn whole_from(obj: &Bound<'_, PyAny>, name: &str, min: u64) -> PyResult<u64>
     }
 }
 
+/// The error for `obj`, not a whole number from `min` to `max`, naming
+/// `name` and quoting `obj` as given.
 #[cold]
-fn not_whole(obj: &Bound<'_, PyAny>, name: &str, min: u64, max: u64) -> PyErr {
+pub fn not_whole(obj: &Bound<'_, PyAny>, name: &str, min: u64, max: u64) -> PyErr {
     let py = obj.py();
     if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<pyo3::types::PyBool>() {
         invalid_argument(py, format!("invalid {name}: {} (must be a whole number from {min} to {max})", as_given(obj)))

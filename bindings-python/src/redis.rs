@@ -12,11 +12,11 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use ratomic_redis::{BatchStep, Call, Driver, Error as RedisError, FailurePolicy, Limits, Op, Options, Step};
 
-use crate::clock::seconds_to_nanos;
+use crate::clock::{py_float_repr, seconds_to_nanos, time_to_nanos};
 use crate::decision::{make_names, Decision, MultiDecision, Names, Source};
 use crate::error::{core_error, invalid_argument, CoreResultExt, Exceptions};
 use crate::headers::{self, Fields};
-use crate::key::{key_bytes, Cost};
+use crate::key::{key_bytes, not_whole, number, size, whole, Cost};
 use crate::keyed::{batch, keys_of};
 use crate::limiter::limits_arg;
 use crate::rule::rule_arg;
@@ -132,7 +132,7 @@ fn reply_of(reply: &Bound<'_, PyAny>) -> Result<Vec<i64>, RedisError> {
 }
 
 fn now_of(py: Python<'_>, now: Option<f64>) -> PyResult<Option<u64>> {
-    now.map(|s| seconds_to_nanos(py, s, "now")).transpose()
+    now.map(|s| time_to_nanos(py, s, "now", || py_float_repr(s))).transpose()
 }
 
 fn op_of(py: Python<'_>, op: &str) -> PyResult<Op> {
@@ -149,7 +149,7 @@ impl RedisDriver {
     /// else `{name: rule}` or `(name, rule)` pairs. `on_error`: `"raise"`,
     /// `"allow"` or `"deny"`.
     #[new]
-    #[pyo3(signature = (limits, *, multi, prefix, on_error, deny_retry_after, deny_cache, breaker_threshold, breaker_cooldown, max_key_len))]
+    #[pyo3(signature = (limits, *, multi, prefix, on_error, deny_retry_after, deny_cache, breaker_threshold, breaker_cooldown, breaker_failure_time, max_key_len))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -157,12 +157,22 @@ impl RedisDriver {
         multi: bool,
         prefix: &str,
         on_error: &str,
-        deny_retry_after: f64,
-        deny_cache: usize,
-        breaker_threshold: u32,
-        breaker_cooldown: f64,
-        max_key_len: usize,
+        deny_retry_after: &Bound<'_, PyAny>,
+        deny_cache: &Bound<'_, PyAny>,
+        breaker_threshold: &Bound<'_, PyAny>,
+        breaker_cooldown: &Bound<'_, PyAny>,
+        breaker_failure_time: &Bound<'_, PyAny>,
+        max_key_len: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
+        // Each number checked here, by name, as given: a value out of range
+        // is an error quoting it, never a Python OverflowError or a clamp.
+        let deny_cache = size(deny_cache, "deny_cache", 0)?;
+        let max_key_len = size(max_key_len, "max_key_len", 0)?;
+        let breaker_threshold = u32::try_from(whole(breaker_threshold, "breaker_threshold")?)
+            .map_err(|_| not_whole(breaker_threshold, "breaker_threshold", 0, u64::from(u32::MAX)))?;
+        let seconds = |value: &Bound<'_, PyAny>, name: &str| -> PyResult<Duration> {
+            Ok(Duration::from_nanos(seconds_to_nanos(py, number(value, name)?, name)?))
+        };
         let (made, rules) = if multi {
             let pairs = limits_arg(limits)?;
             let rules = pairs.iter().map(|(_, r)| *r).collect();
@@ -178,9 +188,7 @@ impl RedisDriver {
         let policy = match on_error {
             "raise" => FailurePolicy::ReturnError,
             "allow" => FailurePolicy::FailOpen,
-            "deny" => FailurePolicy::FailClosed {
-                retry_after: Duration::from_nanos(seconds_to_nanos(py, deny_retry_after, "deny_retry_after")?),
-            },
+            "deny" => FailurePolicy::FailClosed { retry_after: seconds(deny_retry_after, "deny_retry_after")? },
             other => {
                 return Err(invalid_argument(
                     py,
@@ -194,7 +202,8 @@ impl RedisDriver {
             timeout: Duration::ZERO, // enforced by the Python side
             policy,
             breaker_threshold,
-            breaker_cooldown: Duration::from_nanos(seconds_to_nanos(py, breaker_cooldown, "breaker_cooldown")?),
+            breaker_cooldown: seconds(breaker_cooldown, "breaker_cooldown")?,
+            breaker_failure_time: seconds(breaker_failure_time, "breaker_failure_time")?,
             deny_cache,
         };
         let names = make_names(py, limits.names());

@@ -4,6 +4,7 @@ wsgiref (WSGI) on 127.0.0.1 port 0, driven by a real HTTP client."""
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import threading
 import time
@@ -35,6 +36,22 @@ def get(port: int, path: str = "/", headers: dict[str, str] | None = None) -> Re
     except urllib.error.HTTPError as e:
         with e:
             return Response(e.code, {k.lower(): v for k, v in e.headers.items()}, e.read())
+
+
+def get_lines(port: int, lines: list[tuple[str, str]], path: str = "/") -> Response:
+    """A GET whose header fields go out exactly as ``lines``: one field line
+    each, repeated names kept as separate lines (as a proxy that appends its
+    own ``X-Forwarded-For`` line sends them)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.putrequest("GET", path)
+        for name, value in lines:
+            conn.putheader(name, value)
+        conn.endheaders()
+        r = conn.getresponse()
+        return Response(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
+    finally:
+        conn.close()
 
 
 @contextlib.contextmanager
@@ -117,6 +134,53 @@ def test_asgi_forwarded_for_is_ignored_unless_proxies_are_trusted():
         assert get(port, headers={"X-Forwarded-For": "2.2.2.2"}).status == 200, "another client is independent"
 
 
+def forged_then_appended(i: int) -> list[tuple[str, str]]:
+    """What HAProxy's ``option forwardfor`` passes on: the client's own
+    (forged) line, then a line of its own with the address it saw."""
+    return [("X-Forwarded-For", f"6.6.{i}.{i}"), ("X-Forwarded-For", "203.0.113.7")]
+
+
+def fastapi_app(limiter, path: str = "/", **options):
+    fastapi = pytest.importorskip("fastapi")
+    from ratomic.fastapi import RateLimit, RateLimitExceeded, problem_response
+
+    app = fastapi.FastAPI()
+    app.add_exception_handler(RateLimitExceeded, problem_response)
+
+    @app.get(path, dependencies=[fastapi.Depends(RateLimit(limiter, **options))])
+    async def root() -> dict:
+        return {"ok": True}
+
+    return app
+
+
+# Each face behind one trusted proxy, served for real: ASGI and FastAPI by
+# uvicorn (h11 keeps repeated field lines apart), WSGI by wsgiref.
+BEHIND_ONE_PROXY = {
+    "asgi": lambda limiter: serve_asgi(ratomic.asgi.RateLimitMiddleware(hello, limiter, trusted_proxies=1)),
+    "fastapi": lambda limiter: serve_asgi(fastapi_app(limiter, trusted_proxies=1)),
+    "wsgi": lambda limiter: serve_wsgi(ratomic.wsgi.RateLimitMiddleware(hello_wsgi, limiter, trusted_proxies=1)),
+}
+
+
+@pytest.mark.parametrize("face", sorted(BEHIND_ONE_PROXY))
+def test_a_proxy_that_appends_its_own_forwarded_line_is_the_one_trusted(face: str) -> None:
+    limiter = ratomic.TokenBucket("3/min", clock=ratomic.ManualClock())
+    with BEHIND_ONE_PROXY[face](limiter) as port:
+        passed = sum(get_lines(port, forged_then_appended(i)).status == 200 for i in range(10))
+    assert passed == 3, f"{face}: {passed} of 10 passed a limit of 3 with a forged first line"
+    assert limiter.peek("203.0.113.7", 0).remaining == 0, "the proxy's hop is the key"
+
+
+@pytest.mark.parametrize("face", sorted(BEHIND_ONE_PROXY))
+@pytest.mark.parametrize("hop", ["203.0.113.7:{port}", "[2001:db8::7]:{port}"])
+def test_a_hop_with_a_port_is_one_client_whatever_the_port(face: str, hop: str) -> None:
+    limiter = ratomic.TokenBucket("3/min", clock=ratomic.ManualClock())
+    with BEHIND_ONE_PROXY[face](limiter) as port:
+        statuses = [get_lines(port, [("X-Forwarded-For", hop.format(port=40000 + i))]).status for i in range(10)]
+    assert statuses.count(200) == 3, f"{face}: {statuses}"
+
+
 def test_asgi_multi_limit_lists_every_policy_and_the_denier():
     clock = ratomic.ManualClock()
     limiter = ratomic.Limiter({"burst": "2/s", "daily": Rule.fixed_window("100/day")}, clock=clock)
@@ -129,16 +193,14 @@ def test_asgi_multi_limit_lists_every_policy_and_the_denier():
         check_denial(get(port), ["burst"])
 
 
-def test_asgi_limiter_errors_follow_on_error():
+def test_asgi_a_key_too_long_is_a_400_even_when_failing_open():
     too_long = lambda scope: "k" * 5000  # above max_key_len
     limiter = ratomic.TokenBucket("5/s", clock=ratomic.ManualClock())
-    closed = ratomic.asgi.RateLimitMiddleware(hello, limiter, key=too_long)
-    opened = ratomic.asgi.RateLimitMiddleware(hello, limiter, key=too_long, on_error="allow")
-    with serve_asgi(closed) as port:
-        r = get(port)
-        assert r.status == 429 and "could not be applied" in json.loads(r.body)["detail"]
-    with serve_asgi(opened) as port:
-        assert get(port).status == 200
+    for on_error in ("deny", "allow"):
+        with serve_asgi(ratomic.asgi.RateLimitMiddleware(hello, limiter, key=too_long, on_error=on_error)) as port:
+            r = get(port)
+            assert r.status == 400 and json.loads(r.body)["title"] == "Bad Request"
+            assert b"5000" not in r.body
 
 
 def test_fastapi_dependency_per_route():
@@ -270,6 +332,19 @@ def test_client_keys():
     environ = {"REMOTE_ADDR": "::ffff:10.0.0.1", "HTTP_X_FORWARDED_FOR": "10.9.9.9"}
     assert ratomic.wsgi.client_key(environ) == "10.0.0.1"
     assert ratomic.wsgi.client_key(environ, trusted_proxies=1) == "10.9.9.9"
+    # Ports some proxies append are not part of the client.
+    for hop, key in [
+        ("10.9.9.9:443", "10.9.9.9"),
+        ("[2001:db8:1:2::9]:443", "2001:db8:1:2::/64"),
+        ("[2001:db8:1:2::9]", "2001:db8:1:2::/64"),
+        ("2001:db8:1:2::9", "2001:db8:1:2::/64"),
+        ("::ffff:10.9.9.9", "10.9.9.9"),
+    ]:
+        assert client_key("10.0.0.1", f"6.6.6.6:1, {hop}", 1, 64) == key, hop
+    # Every X-Forwarded-For line of an ASGI request, in order.
+    two_lines = {**scope, "headers": [(b"x-forwarded-for", b"6.6.6.6"), (b"X-Forwarded-For", b"10.9.9.9:80")]}
+    assert ratomic.asgi.client_key(two_lines, trusted_proxies=1) == "10.9.9.9"
+    assert ratomic.asgi.client_key(two_lines, trusted_proxies=2) == "6.6.6.6"
 
 
 def test_bad_options_are_refused_at_setup():

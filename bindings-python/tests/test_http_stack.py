@@ -179,34 +179,43 @@ def two_keys(request: Any) -> list[str]:
     return ["10.0.0.1", "alice"]  # a stack of three takes three
 
 
+WRONG_COUNT = (
+    "the key function returned 2 keys for a stack of 3 members (ip, user, global): a stack takes one key, or one "
+    "key per member"
+)
+
+
 def check_unjudged(r: Any) -> None:
-    assert r.status == 429 and r.headers["retry-after"] == "1"
+    """A 400 with the generic document: the reason is for the log."""
+    assert r.status == 400 and "retry-after" not in r.headers
     assert r.headers["content-type"] == ratomic.PROBLEM_CONTENT_TYPE
-    detail = json.loads(r.body)["detail"]
-    assert detail == (
-        "the rate limit could not be applied: the key function returned 2 keys for a stack of 3 members "
-        "(ip, user, global): a stack takes one key, or one key per member"
-    )
+    assert json.loads(r.body) == {
+        "type": "about:blank",
+        "title": "Bad Request",
+        "status": 400,
+        "detail": "This request cannot be rate limited.",
+    }
 
 
-def test_wrong_number_of_keys_is_a_request_not_judged():
+def logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "ratomic.http"]
+
+
+def test_wrong_number_of_keys_is_a_request_not_judged(caplog: pytest.LogCaptureFixture) -> None:
     clock = ratomic.ManualClock()
     stack = user_stack(clock)
-    closed = ratomic.asgi.RateLimitMiddleware(hello, stack, key=two_keys)
-    opened = ratomic.asgi.RateLimitMiddleware(hello, stack, key=two_keys, on_error="allow")
-    with serve_asgi(closed) as port:
-        check_unjudged(get(port))
-    with serve_asgi(opened) as port:
-        r = get(port)
-        assert r.status == 200 and rate_limit_fields(r) == {}
-    with serve_wsgi(ratomic.wsgi.RateLimitMiddleware(hello_wsgi, stack, key=two_keys)) as port:
-        check_unjudged(get(port))
-    with serve_wsgi(ratomic.wsgi.RateLimitMiddleware(hello_wsgi, stack, key=two_keys, on_error="allow")) as port:
-        assert get(port).status == 200
+    # on_error="allow" fails open on a backend failure only: a request the
+    # stack cannot judge is refused either way.
+    for on_error in ("deny", "allow"):
+        with serve_asgi(ratomic.asgi.RateLimitMiddleware(hello, stack, key=two_keys, on_error=on_error)) as port:
+            check_unjudged(get(port))
+        with serve_wsgi(ratomic.wsgi.RateLimitMiddleware(hello_wsgi, stack, key=two_keys, on_error=on_error)) as port:
+            check_unjudged(get(port))
     assert stack.peek(["10.0.0.1", "alice", ""], 0).remaining == 2, "nothing was charged"
+    assert len(logged(caplog)) == 4 and all(WRONG_COUNT in m for m in logged(caplog))
 
 
-def test_fastapi_wrong_number_of_keys_is_a_request_not_judged():
+def test_fastapi_wrong_number_of_keys_is_a_request_not_judged(caplog: pytest.LogCaptureFixture) -> None:
     fastapi = pytest.importorskip("fastapi")
     from ratomic.fastapi import RateLimit, RateLimitExceeded, problem_response
 
@@ -224,20 +233,23 @@ def test_fastapi_wrong_number_of_keys_is_a_request_not_judged():
 
     with serve_asgi(app) as port:
         check_unjudged(get(port, "/closed"))
-        assert get(port, "/open").status == 200
+        check_unjudged(get(port, "/open"))
+    assert len(logged(caplog)) == 2 and all(WRONG_COUNT in m for m in logged(caplog))
 
 
-def test_keys_a_stack_cannot_take_are_not_judged():
+def test_keys_a_stack_cannot_take_are_not_judged(caplog: pytest.LogCaptureFixture) -> None:
     stack = user_stack(ratomic.ManualClock())
     for bad, error in [
         ({"ip": "10.0.0.1"}, "a key function must return a key or a list of keys, not dict"),
         (["10.0.0.1", None, ""], "must be str or bytes"),
         (["10.0.0.1", "x" * 5000, ""], "key is 5000 bytes long"),
     ]:
+        caplog.clear()
         policy = Policy(stack, server="sync", key=lambda request: bad)
         outcome = policy.decide(None, policy.key(None))  # type: ignore[misc]
-        assert not outcome.allowed and outcome.headers == [("Retry-After", "1")]
-        assert error in json.loads(outcome.problem or "")["detail"]
+        assert not outcome.allowed and outcome.status == 400 and outcome.headers == []
+        assert error not in (outcome.problem or "")
+        assert len(logged(caplog)) == 1 and error in logged(caplog)[0], logged(caplog)
     assert stack.peek(["10.0.0.1", "anonymous", ""], 0).remaining == 2, "nothing was charged"
 
 

@@ -93,7 +93,7 @@ def test_stack_clock_past_the_last_valid_time_changes_nothing(clock):
     assert stack.allow(["k"])
     clock.set(2.0**62 / 1e9)
     for op in (stack.allow, stack.peek, stack.reset, lambda k: stack.refund(k, 1)):
-        with pytest.raises(ratomic.InvalidArgumentError, match="now"):
+        with pytest.raises(ratomic.InvalidArgumentError, match=r"invalid clock reading: 4611686018\.427388 \(a time"):
             op(["k"])
     clock.set(0.0)
     assert tb.peek("k", 0).remaining == 1

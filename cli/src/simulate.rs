@@ -136,11 +136,17 @@ pub fn run(config: SimConfig) -> Result<SimReport, String> {
         Workload { rps: config.rps, duration_ns, keys: config.keys.max(1), arrival, seed: config.seed, boundary_ns };
     let expected = workload.expected_requests();
     if expected > MAX_REQUESTS {
+        // The count in words a user can check against the flags: past 64
+        // bits it would read as the saturated 18,446,744,073,709,551,615.
+        let shown = if expected == u64::MAX {
+            format!("about {:e}", config.rps * config.seconds)
+        } else {
+            format::count(expected)
+        };
         return Err(format!(
-            "--rps {} × --seconds {} is {} requests; a simulation offers at most {}",
+            "--rps {} × --seconds {} is {shown} requests; a simulation offers at most {}",
             config.rps,
             config.seconds,
-            format::count(expected),
             format::count(MAX_REQUESTS)
         ));
     }

@@ -176,6 +176,10 @@ fn realtime_paces_requests_on_the_real_clock() {
 
 #[test]
 fn bad_rates_quote_the_input_with_the_engines_message() {
+    // Past 64 bits, the count is the flags' product, not a saturated u64.
+    let err = usage_error(&["simulate", "--rps", "1e30"]);
+    assert!(err.contains("--rps 1000000000000000000000000000000 × --seconds 10 is about 1e31 requests"), "{err}");
+    assert!(!err.contains("18,446,744,073,709,551,615"), "{err}");
     let err = usage_error(&["simulate", "--rate", "10/x"]);
     assert!(err.contains("invalid rate \"10/x\": unknown unit"), "{err}");
     let err = usage_error(&["simulate", "--rate", "0/s"]);

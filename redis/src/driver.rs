@@ -24,7 +24,7 @@
 //! # Ok::<(), ratomic_redis::Error>(())
 //! ```
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ratomic::Decision;
 
@@ -70,6 +70,13 @@ pub struct Options {
     /// How long the breaker stays open before calls try Redis again
     /// (default 1 s).
     pub breaker_cooldown: Duration,
+    /// The time backend failures in a row may take in all before the
+    /// breaker opens, whatever their count (default 1 s; zero: no bound on
+    /// time). A call that stalls (a client retrying with backoff inside,
+    /// seconds on a stopped server) then opens it at once, instead of
+    /// `breaker_threshold` such calls stalling every request in turn. Each
+    /// call's time runs from [`Driver::begin`] to its end.
+    pub breaker_failure_time: Duration,
     /// Keys of Redis denials kept to answer locally until their
     /// `retry_after` ends, marked [`Source::DenyCache`](crate::Source::DenyCache)
     /// (default 10,000; 0 turns it off). Only calls at the server's time,
@@ -85,6 +92,7 @@ impl Default for Options {
             policy: FailurePolicy::ReturnError,
             breaker_threshold: 5,
             breaker_cooldown: Duration::from_secs(1),
+            breaker_failure_time: Duration::from_secs(1),
             deny_cache: 10_000,
         }
     }
@@ -109,6 +117,8 @@ pub struct Call {
     now: Option<u64>,
     redis_key: Vec<u8>,
     args: Vec<Vec<u8>>,
+    /// When it was made: a failure's time counts towards the breaker.
+    started: Instant,
 }
 
 impl Call {
@@ -164,7 +174,7 @@ impl Driver {
             ratomic::Limiter::new(rules).expect("rules accepted by Limits::new")
         });
         Driver {
-            breaker: Breaker::new(options.breaker_threshold, options.breaker_cooldown),
+            breaker: Breaker::new(options.breaker_threshold, options.breaker_cooldown, options.breaker_failure_time),
             denials: DenyCache::new(options.deny_cache),
             limits,
             options,
@@ -218,13 +228,16 @@ impl Driver {
     /// timeout, server, reply) counts towards the breaker and is answered by
     /// the failure policy; a reply that does not decode is such a failure.
     pub fn finish(&self, call: &Call, reply: Result<Vec<i64>>) -> Result<MultiDecision> {
-        self.finish_parts(call.op, &call.key, call.cost, call.now, reply)
+        self.finish_parts_after(call.op, &call.key, call.cost, call.now, reply, call.started.elapsed())
     }
 
     /// [`finish`](Self::finish) for a call named by what [`begin`](Self::begin)
     /// was given (`op`, `key`, `cost`, `now`) rather than by its [`Call`]: for
     /// a client that would rather not keep the `Call` while the command is in
     /// flight (a JavaScript object wrapping one costs more than the call).
+    ///
+    /// A failure counts towards the breaker as one failure of no duration:
+    /// [`finish_parts_after`](Self::finish_parts_after) says how long it took.
     pub fn finish_parts(
         &self,
         op: Op,
@@ -232,6 +245,21 @@ impl Driver {
         cost: u64,
         now: Option<u64>,
         reply: Result<Vec<i64>>,
+    ) -> Result<MultiDecision> {
+        self.finish_parts_after(op, key, cost, now, reply, Duration::ZERO)
+    }
+
+    /// [`finish_parts`](Self::finish_parts) of a call that took `spent`
+    /// (from its [`begin`](Self::begin)): a failure's time counts towards
+    /// [`Options::breaker_failure_time`].
+    pub fn finish_parts_after(
+        &self,
+        op: Op,
+        key: &[u8],
+        cost: u64,
+        now: Option<u64>,
+        reply: Result<Vec<i64>>,
+        spent: Duration,
     ) -> Result<MultiDecision> {
         match reply.and_then(|r| self.limits.decode(&r)) {
             Ok(d) => {
@@ -242,7 +270,7 @@ impl Driver {
                 Ok(d)
             }
             Err(e) if e.is_backend() => {
-                self.breaker.failure();
+                self.breaker.failure(spent);
                 self.on_failure(e, op, key, cost, now)
             }
             Err(e) => Err(e),
@@ -262,6 +290,7 @@ impl Driver {
             now,
             redis_key: self.limits.key(key),
             args: self.limits.args(Op::Refund, now, tokens)?,
+            started: Instant::now(),
         })
     }
 
@@ -320,7 +349,7 @@ impl Driver {
                 Ok(ds)
             }
             Err(e) if e.is_backend() => {
-                self.breaker.failure();
+                self.breaker.failure(calls.first().map_or(Duration::ZERO, |c| c.started.elapsed()));
                 calls.iter().map(|c| self.on_failure(e.clone(), c.op, &c.key, c.cost, c.now)).collect()
             }
             Err(e) => Err(e),
@@ -330,7 +359,7 @@ impl Driver {
     fn call(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<Call> {
         self.limits.check(key, cost)?;
         let args = self.limits.args(op, now, cost)?;
-        Ok(Call { op, key: key.to_vec(), cost, now, redis_key: self.limits.key(key), args })
+        Ok(Call { op, key: key.to_vec(), cost, now, redis_key: self.limits.key(key), args, started: Instant::now() })
     }
 
     fn on_failure(&self, e: Error, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<MultiDecision> {
@@ -423,6 +452,42 @@ mod tests {
         assert!(!d.breaker_open(), "threshold 0: no breaker");
         let call = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
         assert!(matches!(d.finish(&call, Ok(vec![1, 2])), Err(Error::Reply(_))), "an undecodable reply is a failure");
+    }
+
+    #[test]
+    fn failures_that_took_the_failure_time_open_the_breaker_whatever_their_count() {
+        let d = Driver::new(
+            Limits::single(Rule::parse("2/s").unwrap()).unwrap(),
+            Options {
+                policy: FailurePolicy::FailOpen,
+                breaker_threshold: 5,
+                breaker_failure_time: Duration::from_secs(1),
+                ..Options::default()
+            },
+        );
+        let fail = |spent: Duration| {
+            let a = d.finish_parts_after(Op::Allow, b"k", 1, None, Err(Error::Timeout), spent).unwrap();
+            assert_eq!(a.source, Source::Policy);
+        };
+        // Quick failures: the count decides.
+        for _ in 0..4 {
+            fail(Duration::from_millis(50));
+        }
+        assert!(!d.breaker_open(), "4 failures of 50 ms: below both bounds");
+        // A success starts both over.
+        let call = send(d.begin(Op::Allow, b"k", 1, Some(1)).unwrap());
+        assert!(d.finish(&call, Ok(vec![1, 1, 1, 2, 0, 500_000])).unwrap().allowed());
+        // One call that stalled (a client retrying with backoff) opens it at once.
+        fail(Duration::from_millis(999));
+        assert!(!d.breaker_open());
+        fail(Duration::from_millis(1));
+        assert!(d.breaker_open(), "1 s of failures in a row, 2 failures");
+        let off = Driver::new(
+            Limits::single(Rule::parse("2/s").unwrap()).unwrap(),
+            Options { breaker_failure_time: Duration::ZERO, ..Options::default() },
+        );
+        let _ = off.finish_parts_after(Op::Allow, b"k", 1, None, Err(Error::Timeout), Duration::from_secs(60));
+        assert!(!off.breaker_open(), "zero: no bound on time");
     }
 
     #[test]

@@ -9,25 +9,34 @@ use std::time::{Duration, Instant};
 
 use ratomic::Decision;
 
-/// Opens after `threshold` backend failures in a row; while open, calls do
-/// not reach Redis until `cooldown` has passed since it opened. Then calls
-/// go through again: a success closes it, a failure opens it anew.
+/// Opens after `threshold` backend failures in a row, or once failures in a
+/// row have taken `failure_time` in all (a client whose calls stall for
+/// seconds, retrying inside, opens it on the first such call rather than
+/// the `threshold`-th); while open, calls do not reach Redis until
+/// `cooldown` has passed since it opened. Then calls go through again: a
+/// success closes it, a failure opens it anew.
 #[derive(Debug)]
 pub(crate) struct Breaker {
     threshold: u32,
     cooldown: Duration,
+    /// ns; 0: no bound on time.
+    failure_time: u64,
     failures: AtomicU32,
+    /// ns the failures in a row took, together.
+    failed_for: AtomicU64,
     /// ns since `epoch` until which the breaker is open; 0 when closed.
     open_until: AtomicU64,
     epoch: Instant,
 }
 
 impl Breaker {
-    pub(crate) fn new(threshold: u32, cooldown: Duration) -> Self {
+    pub(crate) fn new(threshold: u32, cooldown: Duration, failure_time: Duration) -> Self {
         Breaker {
             threshold,
             cooldown,
+            failure_time: u64::try_from(failure_time.as_nanos()).unwrap_or(u64::MAX),
             failures: AtomicU32::new(0),
+            failed_for: AtomicU64::new(0),
             open_until: AtomicU64::new(0),
             epoch: Instant::now(),
         }
@@ -45,14 +54,19 @@ impl Breaker {
     pub(crate) fn success(&self) {
         if self.failures.load(Ordering::Relaxed) != 0 {
             self.failures.store(0, Ordering::Relaxed);
+            self.failed_for.store(0, Ordering::Relaxed);
         }
     }
 
-    pub(crate) fn failure(&self) {
+    /// A backend failure of a call that took `spent`.
+    pub(crate) fn failure(&self, spent: Duration) {
         if self.threshold == 0 {
             return;
         }
-        if self.failures.fetch_add(1, Ordering::Relaxed) + 1 >= self.threshold {
+        let spent = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
+        let took = self.failed_for.fetch_add(spent, Ordering::Relaxed).saturating_add(spent);
+        let slow = self.failure_time != 0 && took >= self.failure_time;
+        if self.failures.fetch_add(1, Ordering::Relaxed) + 1 >= self.threshold || slow {
             let until = self.now().saturating_add(u64::try_from(self.cooldown.as_nanos()).unwrap_or(u64::MAX));
             self.open_until.store(until.max(1), Ordering::Relaxed);
         }

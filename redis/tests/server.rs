@@ -630,6 +630,7 @@ fn the_breaker_stops_calling_a_failing_server_for_its_cooldown() {
         breaker_threshold: 2,
         breaker_cooldown: Duration::from_secs(3600),
         deny_cache: 0,
+        ..Options::default()
     };
     let l = block(RedisLimiter::connect(&server.url(), fault_limits("breaker"), o)).unwrap();
     assert_eq!(block(l.allow("k")).unwrap().source, Source::Redis);
@@ -647,6 +648,34 @@ fn the_breaker_stops_calling_a_failing_server_for_its_cooldown() {
     assert_eq!(evalsha_calls(&server), calls, "an open breaker sends nothing");
     // Bad input is still refused as bad input.
     assert!(matches!(block(l.allow_n("k", 9)), Err(Error::Invalid(_))));
+}
+
+/// A stopped server (SIGSTOP): one call that took the breaker's failure
+/// time opens it, whatever `breaker_threshold` says, so later calls are
+/// answered at once instead of each waiting out its timeout.
+#[test]
+fn a_failure_that_took_the_failure_time_opens_the_breaker_at_once() {
+    let server = support::Server::start();
+    let o = Options {
+        timeout: Duration::from_millis(300),
+        policy: FailurePolicy::FailClosed { retry_after: Duration::from_secs(1) },
+        breaker_threshold: 100,
+        breaker_cooldown: Duration::from_secs(3600),
+        breaker_failure_time: Duration::from_millis(250),
+        deny_cache: 0,
+    };
+    let l = block(RedisLimiter::connect(&server.url(), fault_limits("breaker-time"), o)).unwrap();
+    assert_eq!(block(l.allow("k")).unwrap().source, Source::Redis);
+    let before = evalsha_calls(&server);
+    server.signal("-STOP");
+    assert_eq!(block(l.allow("k")).unwrap().source, Source::Policy);
+    assert!(l.breaker_open(), "one timeout of 300 ms took the 250 ms allowed");
+    for _ in 0..20 {
+        assert_eq!(block(l.allow("k")).unwrap().source, Source::Policy);
+    }
+    server.signal("-CONT");
+    // The one timed-out call was sent (the server may run it on waking); no other.
+    assert!(evalsha_calls(&server) <= before + 1, "{} after {before}", evalsha_calls(&server));
 }
 
 /// A cluster node going away: keys on the surviving nodes are still decided

@@ -26,11 +26,19 @@
 //!
 //! [`KeyBy::peer_ip`] (the default) keys by the client's address: axum's
 //! `ConnectInfo<SocketAddr>` or a plain `SocketAddr` in the request's
-//! extensions, an IPv6 address grouped by its /64. `X-Forwarded-For` is read
+//! extensions, an IPv6 address grouped by its /64. axum records
+//! `ConnectInfo` only when served with
+//! `app.into_make_service_with_connect_info::<SocketAddr>()`, as above; a
+//! plain `axum::serve(listener, app)` gives no peer address, and every
+//! request is then refused with a 500, reported once through `tracing`
+//! with that fix. `X-Forwarded-For` is read
 //! only when [`KeyBy::peer_ip_behind`] names how many proxies are in front
-//! (the client is then the n-th address from the right; anything left of it
-//! is whatever the client wrote). [`KeyBy::header`] and [`KeyBy::func`] key
-//! by a header or a closure. A request with no key is refused with a 400.
+//! (the client is then the n-th address from the right of all its field
+//! lines taken in order, a port after the address dropped; anything left of
+//! it is whatever the client wrote; a request that carries the header when
+//! no proxy is trusted is reported once: behind a proxy, every client would
+//! share its bucket). [`KeyBy::header`] and [`KeyBy::func`] key by a header
+//! or a closure; a request they find no key in is refused with a 400.
 //! Behind a [`Stack`], every member is on that key (a direct member ignores
 //! it), or [`KeyBy::per_member`] gives each member its own.
 //!
@@ -42,8 +50,27 @@
 //! member) decides at once, without blocking. With the `redis`
 //! feature, a `ratomic_redis::RedisLimiter` stands behind the layer too:
 //! its decision is awaited (one `EVALSHA`, or its deny cache, breaker and
-//! failure policy), and a Redis error under `FailurePolicy::ReturnError`
-//! is a request the layer cannot judge (a 429, as for a key too long).
+//! failure policy).
+//!
+//! ## When the limiter cannot decide
+//!
+//! A client never sees why: it gets a generic RFC 9457 document, and the
+//! reason goes to [`tracing`] (target `ratomic_tower`), each kind at once,
+//! then at most once a minute with the count since.
+//!
+//! - The limiter's backend failed (a `RedisLimiter` under
+//!   `FailurePolicy::ReturnError`): as [`RateLimitLayer::on_backend_failure`]
+//!   says, a 503 with `Retry-After: 1` ([`BackendFailure::Deny`], the
+//!   default) or the request goes through unchecked
+//!   ([`BackendFailure::Allow`]). A `RedisLimiter` whose own policy answers
+//!   (`FailOpen`, `FailClosed`, `Fallback`) is reported as failing, and its
+//!   answer stands.
+//! - The request cannot be judged (a key too long, a cost above the limit,
+//!   a stack's keys not one per member, no key): a 400, whatever the
+//!   backend policy — letting it through would let any client skip the
+//!   limit by sending, say, a long key.
+//! - No peer address for the default key (no `ConnectInfo`): a 500, a
+//!   set-up mistake, reported once with the fix.
 //!
 //! An in-memory limiter's state belongs to its process: a service run as
 //! several processes (workers behind one socket, replicas behind a load
@@ -58,8 +85,10 @@
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use http::{header, HeaderName, HeaderValue, Request, Response, StatusCode};
 use ratomic::headers::{Headers, Policy, PROBLEM_CONTENT_TYPE};
@@ -217,6 +246,8 @@ pub struct Redis<C> {
     limiter: ratomic_redis::RedisLimiter<C>,
     policies: Arc<[Policy]>,
     single: bool,
+    /// Answers of the limiter's own failure policy, reported.
+    by_policy: Arc<Throttle>,
 }
 
 #[cfg(feature = "redis")]
@@ -238,8 +269,19 @@ where
 {
     fn decide(&self, key: &[u8], cost: u64, legacy: bool) -> Decided {
         let (limiter, key, policies) = (self.limiter.clone(), key.to_vec(), self.policies.clone());
+        let by_policy = self.by_policy.clone();
         Decided::Later(Box::pin(async move {
             let d = limiter.allow_n(&key, cost).await?;
+            if matches!(d.source, ratomic_redis::Source::Policy | ratomic_redis::Source::Fallback) {
+                if let Some(more) = by_policy.due() {
+                    tracing::warn!(
+                        target: "ratomic_tower",
+                        source = ?d.source,
+                        more,
+                        "the limiter's Redis is failing; its own failure policy answers"
+                    );
+                }
+            }
             let entries = d.entries().enumerate().map(|(i, (_, e))| (i, e));
             Ok(Outcome::of(&Headers::from_parts(&policies, entries, d.decision)?, legacy))
         }))
@@ -261,7 +303,7 @@ where
     fn into_rate_limiter(self) -> ratomic::Result<Redis<C>> {
         let policies = Redis::<C>::policies(self.limits(), "default")?;
         let single = matches!(self.limits().names().collect::<Vec<_>>()[..], [ratomic_redis::SINGLE]);
-        Ok(Redis { limiter: self, policies, single })
+        Ok(Redis { limiter: self, policies, single, by_policy: Arc::default() })
     }
 }
 
@@ -310,7 +352,11 @@ enum KeyFns {
 
 /// How the layer finds a request's key.
 #[derive(Clone)]
-pub struct KeyBy(KeyFns);
+pub struct KeyBy {
+    fns: KeyFns,
+    /// The trusted proxies of a key by the peer's address (None: another key).
+    behind: Option<usize>,
+}
 
 impl std::fmt::Debug for KeyBy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -336,19 +382,18 @@ impl KeyBy {
     /// [`peer_ip_behind`](Self::peer_ip_behind), with IPv6 addresses grouped
     /// by their first `ipv6_prefix` bits (at most 128).
     pub fn peer_ip_with(proxies: usize, ipv6_prefix: u8) -> Self {
-        KeyBy(KeyFns::One(Arc::new(move |parts: &http::request::Parts| peer_key(parts, proxies, ipv6_prefix))))
+        let f = move |parts: &http::request::Parts| peer_key(parts, proxies, ipv6_prefix);
+        KeyBy { fns: KeyFns::One(Arc::new(f)), behind: Some(proxies) }
     }
 
     /// The value of header `name` (a request without it has no key).
     pub fn header(name: HeaderName) -> Self {
-        KeyBy(KeyFns::One(Arc::new(move |parts: &http::request::Parts| {
-            parts.headers.get(&name).map(|v| v.as_bytes().to_vec())
-        })))
+        Self::func(move |parts: &http::request::Parts| parts.headers.get(&name).map(|v| v.as_bytes().to_vec()))
     }
 
     /// Whatever `f` returns for the request's head.
     pub fn func(f: impl Fn(&http::request::Parts) -> Option<Vec<u8>> + Send + Sync + 'static) -> Self {
-        KeyBy(KeyFns::One(Arc::new(f)))
+        KeyBy { fns: KeyFns::One(Arc::new(f)), behind: None }
     }
 
     /// For a [`Stack`]: one key per member, in the stack's order, from `f`
@@ -356,10 +401,10 @@ impl KeyBy {
     /// one, anything for a direct member). With any other key, every member
     /// is on the same key. A request for which `f` gives no keys is refused
     /// with a 400; the wrong number of keys is a request the limiter cannot
-    /// judge (a 429). [`RateLimitLayer::key`] panics if the limiter is not a
+    /// judge (a 400). [`RateLimitLayer::key`] panics if the limiter is not a
     /// stack.
     pub fn per_member(f: impl Fn(&http::request::Parts) -> Option<Vec<Vec<u8>>> + Send + Sync + 'static) -> Self {
-        KeyBy(KeyFns::PerMember(Arc::new(f)))
+        KeyBy { fns: KeyFns::PerMember(Arc::new(f)), behind: None }
     }
 }
 
@@ -402,7 +447,20 @@ fn forwarded_client(parts: &http::request::Parts, proxies: usize) -> Option<IpAd
         .filter(|h| !h.is_empty())
         .collect();
     let hop = hops.len().checked_sub(proxies).map(|i| hops[i])?;
-    hop.parse().ok()
+    hop_address(hop)
+}
+
+/// A hop's address, without the port some proxies write after it
+/// (`203.0.113.7:41234`, `[2001:db8::1]:41234`, `[2001:db8::1]`): one
+/// client is one key, whatever port its connection came from.
+fn hop_address(hop: &str) -> Option<IpAddr> {
+    if let Ok(ip) = hop.parse() {
+        return Some(ip);
+    }
+    if let Ok(addr) = hop.parse::<SocketAddr>() {
+        return Some(addr.ip());
+    }
+    hop.strip_prefix('[')?.strip_suffix(']')?.parse().ok()
 }
 
 /// A client's key from its address: IPv4 (or IPv4-mapped IPv6) as is,
@@ -444,6 +502,79 @@ struct Config<L> {
     cost: Option<Arc<CostFn>>,
     legacy: bool,
     on_deny: Option<Arc<DenyFn>>,
+    on_backend_failure: BackendFailure,
+    reports: Reports,
+}
+
+/// What the layer answers when its limiter's backend fails (a
+/// `ratomic_redis::RedisLimiter` under `FailurePolicy::ReturnError`, whose
+/// Redis is down or too slow). Either way the failure is reported through
+/// `tracing`, and the client is told nothing of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendFailure {
+    /// Fail closed (the default): a 503 with `Retry-After: 1` and a generic
+    /// problem document. A limit in an app often guards something (logins,
+    /// an expensive route, a paid quota); failing open would drop the guard
+    /// exactly when the backend is under strain, which a client can cause.
+    /// With the limiter's breaker, the 503s cost no wait on a dead server.
+    #[default]
+    Deny,
+    /// Fail open: the request goes through unchecked, as Envoy's and Kong's
+    /// rate limits do by default: for limits that shed load, where an
+    /// outage of the limiter must not be one of the service. (A
+    /// `RedisLimiter` with `FailurePolicy::Fallback` keeps a per-process
+    /// limit instead.)
+    Allow,
+}
+
+/// How often one kind of failure is reported: at once, then at most once per
+/// this interval, with the count since.
+const REPORT_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Reports of one kind of failure, throttled.
+#[derive(Debug, Default)]
+struct Throttle {
+    /// ns since [`epoch`] (plus 1) of the last report; 0: never.
+    last: AtomicU64,
+    /// Failures since the last report.
+    since: AtomicU64,
+}
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+impl Throttle {
+    /// `Some(n)`: report this one now, with `n` more since the last report;
+    /// `None`: counted for the next.
+    fn due(&self) -> Option<u64> {
+        let now = u64::try_from(epoch().elapsed().as_nanos()).unwrap_or(u64::MAX).saturating_add(1);
+        let last = self.last.load(Ordering::Relaxed);
+        let interval = u64::try_from(REPORT_INTERVAL.as_nanos()).unwrap_or(u64::MAX);
+        let fresh = last == 0 || now.saturating_sub(last) >= interval;
+        if fresh && self.last.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            return Some(self.since.swap(0, Ordering::Relaxed));
+        }
+        self.since.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+
+    /// Whether this is the first time (a set-up mistake, reported once).
+    fn first(&self) -> bool {
+        // A load first: once reported, every request only reads a shared line.
+        self.last.load(Ordering::Relaxed) == 0 && self.last.swap(1, Ordering::Relaxed) == 0
+    }
+}
+
+#[derive(Debug, Default)]
+struct Reports {
+    backend: Throttle,
+    request: Throttle,
+    no_key: Throttle,
+    no_peer: Throttle,
+    untrusted_forwarded: Throttle,
 }
 
 /// The tower [`Layer`]: wraps a service so every request is rate limited.
@@ -482,7 +613,15 @@ impl<L: RateLimiter> RateLimitLayer<L> {
     pub fn try_new<T: IntoRateLimiter<Limiter = L>>(limiter: T) -> ratomic::Result<Self> {
         let limiter = limiter.into_rate_limiter()?;
         Ok(RateLimitLayer {
-            config: Arc::new(Config { limiter, key: KeyBy::peer_ip(), cost: None, legacy: false, on_deny: None }),
+            config: Arc::new(Config {
+                limiter,
+                key: KeyBy::peer_ip(),
+                cost: None,
+                legacy: false,
+                on_deny: None,
+                on_backend_failure: BackendFailure::Deny,
+                reports: Reports::default(),
+            }),
         })
     }
 
@@ -505,7 +644,7 @@ impl<L: RateLimiter> RateLimitLayer<L> {
     ///
     /// On [`KeyBy::per_member`] when the limiter is not a [`Stack`].
     pub fn key(self, key: KeyBy) -> Self {
-        if matches!(key.0, KeyFns::PerMember(_)) {
+        if matches!(key.fns, KeyFns::PerMember(_)) {
             assert!(self.config.limiter.members().is_some(), "KeyBy::per_member needs a Stack behind the layer");
         }
         self.edit(|c| c.key = key)
@@ -522,9 +661,16 @@ impl<L: RateLimiter> RateLimitLayer<L> {
     }
 
     /// Answers a denial with `f`'s response (its headers get the rate-limit
-    /// fields too) instead of the default 429 problem document.
+    /// fields too) instead of the default 429 problem document. Not for a
+    /// request the limiter could not decide (see the crate's docs).
     pub fn on_deny(self, f: impl Fn(&Outcome) -> Response<String> + Send + Sync + 'static) -> Self {
         self.edit(|c| c.on_deny = Some(Arc::new(f)))
+    }
+
+    /// What a request gets when the limiter's backend fails (default
+    /// [`BackendFailure::Deny`], a 503).
+    pub fn on_backend_failure(self, policy: BackendFailure) -> Self {
+        self.edit(|c| c.on_backend_failure = policy)
     }
 }
 
@@ -582,20 +728,6 @@ fn plain<B: From<String>>(status: StatusCode, content_type: &'static str, body: 
     r
 }
 
-/// `s` as the inside of a JSON string.
-fn json_text(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 impl<S, L, B, RB> Service<Request<B>> for RateLimit<S, L>
@@ -618,7 +750,19 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let c = &self.config;
         let (parts, body) = req.into_parts();
-        let decided = match &c.key.0 {
+        if c.key.behind == Some(0)
+            && parts.headers.contains_key("x-forwarded-for")
+            && c.reports.untrusted_forwarded.first()
+        {
+            tracing::warn!(
+                target: "ratomic_tower",
+                "requests carry X-Forwarded-For but the layer trusts no proxy (KeyBy::peer_ip), so each client is \
+                 keyed by the connection's address: behind a proxy, every client shares the proxy's one bucket. \
+                 Behind n proxies you run, key by KeyBy::peer_ip_behind(n); if clients reach the server directly, \
+                 leave it (the header is then whatever they wrote)"
+            );
+        }
+        let decided = match &c.key.fns {
             KeyFns::One(f) => {
                 f(&parts).map(|key| c.limiter.decide(&key, c.cost.as_ref().map_or(1, |f| f(&parts)), c.legacy))
             }
@@ -627,16 +771,14 @@ where
             }
         };
         let Some(decided) = decided else {
-            let r =
-                plain(StatusCode::BAD_REQUEST, "text/plain; charset=utf-8", "no client key for rate limiting".into());
-            return Box::pin(std::future::ready(Ok(r)));
+            return Box::pin(std::future::ready(Ok(keyless(c, &parts))));
         };
         match decided {
             Decided::Now(outcome) => {
-                let outcome = judged(outcome);
-                if !outcome.allowed {
-                    return Box::pin(std::future::ready(Ok(denial(c, &outcome))));
-                }
+                let outcome = match judge(c, outcome) {
+                    Judged::Pass(outcome) => outcome,
+                    other => return Box::pin(std::future::ready(Ok(other.response(c)))),
+                };
                 let fut = self.inner.call(Request::from_parts(parts, body));
                 Box::pin(async move {
                     let mut r = fut.await?;
@@ -651,10 +793,10 @@ where
                 let mut inner = std::mem::replace(&mut self.inner, clone);
                 let config = self.config.clone();
                 Box::pin(async move {
-                    let outcome = judged(pending.await);
-                    if !outcome.allowed {
-                        return Ok(denial(&config, &outcome));
-                    }
+                    let outcome = match judge(&config, pending.await) {
+                        Judged::Pass(outcome) => outcome,
+                        other => return Ok(other.response(&config)),
+                    };
                     let mut r = inner.call(Request::from_parts(parts, body)).await?;
                     add_fields(r.headers_mut(), &outcome.fields);
                     Ok(r)
@@ -664,18 +806,108 @@ where
     }
 }
 
-/// The outcome, or for a request the limiter cannot judge (a key too long,
-/// a cost above the limit, Redis failing) a refusal: never let through
-/// unchecked.
-fn judged(outcome: Result<Outcome, DecideError>) -> Outcome {
-    outcome.unwrap_or_else(|e| Outcome {
-        allowed: false,
-        fields: vec![("Retry-After", "1".into())],
-        problem: Some(format!(
-            r#"{{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"{}"}}"#,
-            json_text(&format!("the rate limit could not be applied: {e}"))
-        )),
-    })
+/// What a request gets.
+enum Judged {
+    /// Through, with these fields (none when the backend failed open).
+    Pass(Outcome),
+    /// A denial: `on_deny`'s response or the 429 problem document.
+    Deny(Outcome),
+    /// Not decided: a generic problem document with this status.
+    Refuse(StatusCode),
+}
+
+impl Judged {
+    fn response<L, RB: From<String>>(self, c: &Config<L>) -> Response<RB> {
+        match self {
+            Judged::Pass(_) => unreachable!("a request let through has no response of the layer's"),
+            Judged::Deny(outcome) => denial(c, &outcome),
+            Judged::Refuse(status) => refusal(status),
+        }
+    }
+}
+
+/// Whether a limiter's error is a failure of its backend (Redis down or too
+/// slow) rather than of the request.
+fn is_backend(e: &DecideError) -> bool {
+    #[cfg(feature = "redis")]
+    if let Some(e) = e.downcast_ref::<ratomic_redis::Error>() {
+        return e.is_backend();
+    }
+    e.is::<std::io::Error>()
+}
+
+/// The outcome; for a request the limiter could not decide, what the
+/// backend policy or the request's fault says, reported for the operator.
+fn judge<L>(c: &Config<L>, outcome: Result<Outcome, DecideError>) -> Judged {
+    match outcome {
+        Ok(o) if o.allowed => Judged::Pass(o),
+        Ok(o) => Judged::Deny(o),
+        Err(e) if is_backend(&e) => {
+            let allow = c.on_backend_failure == BackendFailure::Allow;
+            if let Some(more) = c.reports.backend.due() {
+                let answer = if allow { "requests go through unchecked" } else { "requests are refused with a 503" };
+                tracing::error!(target: "ratomic_tower", error = %e, more, "the rate limiter's backend failed; {answer}");
+            }
+            if allow {
+                Judged::Pass(Outcome { allowed: true, fields: Vec::new(), problem: None })
+            } else {
+                Judged::Refuse(StatusCode::SERVICE_UNAVAILABLE)
+            }
+        }
+        Err(e) => {
+            if let Some(more) = c.reports.request.due() {
+                tracing::warn!(
+                    target: "ratomic_tower",
+                    error = %e,
+                    more,
+                    "a request cannot be rate limited and is refused with a 400"
+                );
+            }
+            Judged::Refuse(StatusCode::BAD_REQUEST)
+        }
+    }
+}
+
+/// The answer to a request the key function found no key in: a 500 when the
+/// default key found no peer address (a set-up mistake, reported once with
+/// its fix), else a 400.
+fn keyless<L, RB: From<String>>(c: &Config<L>, parts: &http::request::Parts) -> Response<RB> {
+    if c.key.behind.is_some() && peer(parts).is_none() {
+        if c.reports.no_peer.first() {
+            tracing::error!(
+                target: "ratomic_tower",
+                "a request carries no peer address (axum's ConnectInfo<SocketAddr>, or a SocketAddr extension), so \
+                 KeyBy::peer_ip cannot key it and every such request is refused with a 500. Serve the app with \
+                 `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`, or key by \
+                 something else (KeyBy::header, KeyBy::func)"
+            );
+        }
+        return refusal(StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    if let Some(more) = c.reports.no_key.due() {
+        tracing::warn!(target: "ratomic_tower", more, "the key function found no key in a request: refused with a 400");
+    }
+    refusal(StatusCode::BAD_REQUEST)
+}
+
+/// A generic RFC 9457 document for a request the limiter did not decide;
+/// `Retry-After: 1` on a 503.
+fn refusal<RB: From<String>>(status: StatusCode) -> Response<RB> {
+    let detail = match status {
+        StatusCode::SERVICE_UNAVAILABLE => "Rate limiting is unavailable; try again later.",
+        StatusCode::INTERNAL_SERVER_ERROR => "Rate limiting is misconfigured on this server.",
+        _ => "This request cannot be rate limited.",
+    };
+    let body = format!(
+        r#"{{"type":"about:blank","title":"{}","status":{},"detail":"{detail}"}}"#,
+        status.canonical_reason().unwrap_or(""),
+        status.as_u16()
+    );
+    let mut r = plain(status, PROBLEM_CONTENT_TYPE, body);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    r
 }
 
 /// The response to a denial: `on_deny`'s, or a 429 problem document; with
@@ -692,6 +924,17 @@ fn denial<L, RB: From<String>>(c: &Config<L>, outcome: &Outcome) -> Response<RB>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hop_s_port_is_not_part_of_the_client() {
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        assert_eq!(hop_address("203.0.113.7"), ip("203.0.113.7"));
+        assert_eq!(hop_address("203.0.113.7:41234"), ip("203.0.113.7"));
+        assert_eq!(hop_address("[2001:db8::1]:41234"), ip("2001:db8::1"));
+        assert_eq!(hop_address("[2001:db8::1]"), ip("2001:db8::1"));
+        assert_eq!(hop_address("2001:db8::1"), ip("2001:db8::1"));
+        assert_eq!(hop_address("unknown"), None);
+    }
 
     #[test]
     fn a_prefix_above_128_is_the_whole_address() {

@@ -13,9 +13,9 @@ use std::time::Duration;
 use ratomic::{Rate, Rule};
 use ratomic_redis::redis::aio::ConnectionManager;
 use ratomic_redis::{FailurePolicy, Limits, Options, RedisLimiter};
-use ratomic_tower::{KeyBy, RateLimitLayer};
+use ratomic_tower::{BackendFailure, KeyBy, RateLimitLayer};
 
-use support::{check_denial, get, get_with, hello, serve};
+use support::{check_denial, check_generic, get, get_with, hello, serve, Logs};
 
 async fn limiter(url: &str, limits: Limits, policy: FailurePolicy) -> RedisLimiter<ConnectionManager> {
     let options = Options { timeout: Duration::from_millis(500), policy, breaker_threshold: 0, ..Options::default() };
@@ -60,21 +60,37 @@ async fn named_limits_on_redis_list_every_policy_and_who_denied() {
     assert_eq!(get_with(addr, "/", &[("X-Api-Key", "k2")]).await.status, 200, "another key is not denied");
 }
 
+/// Redis killed: a limiter under `ReturnError` is a generic 503 (or, with
+/// `BackendFailure::Allow`, the request goes through), the cause with the
+/// server's address goes to `tracing` once; a limiter whose own policy
+/// answers (`FailOpen`) is reported as failing.
 #[tokio::test]
-async fn a_redis_that_stops_answering_gets_the_policy_or_a_429() {
+async fn a_redis_that_stops_answering_is_a_generic_503_and_logged() {
+    let (logs, _guard) = Logs::capture();
     let mut own = server::Server::start();
+    let port = own.port.to_string();
     let rule =
         || Limits::single(Rule::parse("5/s").unwrap()).unwrap().with_prefix(server::prefix("tower-down")).unwrap();
     let raising = limiter(&own.url(), rule(), FailurePolicy::ReturnError).await;
     let opening = limiter(&own.url(), rule(), FailurePolicy::FailOpen).await;
-    let closed = serve(hello().layer(RateLimitLayer::new(raising))).await;
+    let closed = serve(hello().layer(RateLimitLayer::new(raising.clone()))).await;
+    let passing = serve(hello().layer(RateLimitLayer::new(raising).on_backend_failure(BackendFailure::Allow))).await;
     let open = serve(hello().layer(RateLimitLayer::new(opening))).await;
     assert_eq!(get(closed).await.status, 200);
     own.kill();
-    let r = get(closed).await;
-    assert_eq!((r.status, r.headers["retry-after"].as_str()), (429, "1"));
-    assert!(r.body.contains("could not be applied"), "{}", r.body);
+    for _ in 0..3 {
+        check_generic(&get(closed).await, 503, &["127.0.0.1", &port]);
+    }
+    let r = get(passing).await;
+    assert_eq!((r.status, r.headers.get("ratelimit")), (200, None), "failing open: through, unchecked");
     let r = get(open).await;
     assert_eq!(r.status, 200, "FailOpen lets the request through");
     assert_eq!(r.headers["ratelimit-policy"], r#""default";q=5;w=1"#);
+    // The operator's log: the 503s once (with the cause), the layer failing
+    // open once, the limiter's own policy once.
+    let errors = logs.lines_with("ERROR");
+    assert_eq!(errors.len(), 2, "{}", logs.text());
+    assert!(errors[0].contains("refused with a 503") && errors[0].contains("Redis"), "{}", errors[0]);
+    assert!(errors[1].contains("unchecked"), "{}", errors[1]);
+    assert_eq!(logs.lines_with("its own failure policy answers").len(), 1, "{}", logs.text());
 }

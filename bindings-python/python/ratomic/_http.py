@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, Union
 
 from ratomic._ratomic import (
     PROBLEM_CONTENT_TYPE,
     ArgumentTypeError,
+    BackendError,
     DirectTokenBucket,
     InvalidArgumentError,
     Keyed,
@@ -52,20 +56,85 @@ StandardHeaders = Union[bool, "_Draft"]
 # The names _Draft (in the extension's stub) allows, checked at set-up.
 _DRAFTS = ("draft-11", "draft-8", "draft-7", "draft-6")
 
+#: Where the middlewares report what a client is not told: a backend that
+#: failed (Redis down), a request the limiter could not judge, a set-up
+#: mistake. Each kind is logged at once, then at most once a minute with
+#: the count since (a dead Redis must not write a line per request).
+logger = logging.getLogger("ratomic.http")
+
+#: Seconds between two log records of one kind of failure.
+REPORT_INTERVAL = 60.0
+
+# The bodies of the answers that are not a rate-limit denial: generic RFC
+# 9457 documents, the same for every request. What went wrong (an address,
+# an error's text, a key's length) goes to the log, never to the client.
+_STATUS_TEXT = {400: "Bad Request", 500: "Internal Server Error", 503: "Service Unavailable"}
+_DETAIL = {
+    400: "This request cannot be rate limited.",
+    500: "Rate limiting is misconfigured on this server.",
+    503: "Rate limiting is unavailable; try again later.",
+}
+
+
+def _problem(status: int) -> str:
+    body = {"type": "about:blank", "title": _STATUS_TEXT[status], "status": status, "detail": _DETAIL[status]}
+    return json.dumps(body, separators=(",", ":"))
+
 
 @dataclass(frozen=True)
 class Outcome:
     """A request's answer: allowed or not, the header fields every response
-    carries, and on a denial the problem body (JSON) for the 429."""
+    carries, and when not allowed the problem body (JSON) and the status:
+    429 (denied), 503 (the limiter's backend failed), 400 (a request the
+    limiter cannot judge) or 500 (a set-up mistake: no client address)."""
 
     allowed: bool
     headers: list[tuple[str, str]]
     problem: str | None
+    status: int = 429
 
     @property
     def problem_headers(self) -> list[tuple[str, str]]:
-        """The 429's fields: the rate-limit ones plus the body's content type."""
+        """The refusal's fields: the rate-limit ones plus the body's content type."""
         return [*self.headers, ("Content-Type", PROBLEM_CONTENT_TYPE)]
+
+    @property
+    def status_line(self) -> str:
+        """``"429 Too Many Requests"`` and the others, for WSGI."""
+        return f"{self.status} {_STATUS_TEXT.get(self.status, 'Too Many Requests')}"
+
+
+class _Reporter:
+    """Logs each kind of failure at once, then at most once per
+    :data:`REPORT_INTERVAL` with how many more there were since."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}
+        self._since: dict[str, int] = {}
+
+    def report(self, kind: str, level: int, message: str, exc: BaseException | None = None) -> None:
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(kind)
+            if last is not None and now - last < REPORT_INTERVAL:
+                self._since[kind] = self._since.get(kind, 0) + 1
+                return
+            self._last[kind] = now
+            more = self._since.pop(kind, 0)
+        if more:
+            message += f" ({more} more since the last report)"
+        logger.log(level, message, exc_info=exc)
+
+    def once(self, kind: str, level: int, message: str) -> None:
+        """Logs ``kind`` the first time only (a set-up mistake)."""
+        if kind in self._last:
+            return  # the common case once reported: no lock
+        with self._lock:
+            if kind in self._last:
+                return
+            self._last[kind] = 0.0
+        logger.log(level, message)
 
 
 def client_key(peer: str | None, forwarded_for: str | None, trusted_proxies: int, ipv6_prefix: int) -> str | None:
@@ -81,7 +150,7 @@ def client_key(peer: str | None, forwarded_for: str | None, trusted_proxies: int
     if trusted_proxies > 0 and forwarded_for:
         hops = [h.strip() for h in forwarded_for.split(",") if h.strip()]
         if len(hops) >= trusted_proxies:
-            host = hops[-trusted_proxies]
+            host = _without_port(hops[-trusted_proxies])
     if host is None:
         return None
     try:
@@ -94,6 +163,31 @@ def client_key(peer: str | None, forwarded_for: str | None, trusted_proxies: int
         net = ipaddress.ip_network(f"{ip}/{ipv6_prefix}", strict=False)
         return f"{net.network_address}/{ipv6_prefix}"
     return str(ip)
+
+
+def _without_port(hop: str) -> str:
+    """A hop's address without the port some proxies append
+    (``203.0.113.7:41234``, ``[2001:db8::1]:41234``): one client is one
+    key, whatever port its connection came from."""
+    if hop.startswith("["):
+        end = hop.find("]")
+        return hop[1:end] if end > 0 else hop
+    host, colon, port = hop.rpartition(":")
+    # One colon: IPv4 (or a name) and a port; more is a bare IPv6 address.
+    if colon and ":" not in host and port.isdigit():
+        return host
+    return hop
+
+
+def forwarded_for(lines: Sequence[str | bytes]) -> str | None:
+    """The ``X-Forwarded-For`` field of a request that carries it on
+    several field lines, combined as RFC 9110 §5.3 says (in order, joined
+    by commas): a proxy that appends its own line (HAProxy's ``option
+    forwardfor``) adds the last hop, and only the whole list says which
+    hop the trusted proxies wrote."""
+    if not lines:
+        return None
+    return ", ".join(v.decode("latin-1") if isinstance(v, bytes) else v for v in lines)
 
 
 def _redis_limiter(limiter: object) -> Any:
@@ -114,6 +208,7 @@ class Policy:
         limiter: AnyLimiter,
         *,
         server: Literal["sync", "async"],
+        face: str = "middleware",
         key: KeyFunc | None = None,
         cost: int | Callable[[Any], int] = 1,
         name: str = "default",
@@ -190,14 +285,39 @@ class Policy:
         self.trusted_proxies = trusted_proxies
         self.ipv6_prefix = ipv6_prefix
         self.on_error = on_error
+        #: What the middleware is, in its log records (``ratomic.asgi`` ...).
+        self.face = face
+        self.reporter = _Reporter()
 
-    def default_key(self, peer: str | None, forwarded_for: str | None) -> str | None:
+    def default_key(self, peer: str | None, forwarded_for: str | None, where: str = "the peer address") -> str | None:
+        """The client's key (see :func:`client_key`). A request without a
+        peer address, or with an ``X-Forwarded-For`` the middleware is not
+        told to trust, is a set-up mistake: logged once, naming the fix."""
+        if peer is None:
+            self.reporter.once(
+                "no-peer",
+                logging.ERROR,
+                f"{self.face}: a request has no client address ({where} is missing: served over a Unix "
+                "socket?), so the default key cannot be made and such requests are refused with a 500. "
+                "Serve over TCP, or pass key= a function of the request (a user id, an API key).",
+            )
+        elif forwarded_for is not None and self.trusted_proxies == 0:
+            self.reporter.once(
+                "untrusted-forwarded-for",
+                logging.WARNING,
+                f"{self.face}: requests carry X-Forwarded-For but trusted_proxies=0, so each client is keyed "
+                f"by the connection's address ({peer} here): behind a proxy, every client shares the proxy's "
+                "one bucket. Behind N proxies you run, pass trusted_proxies=N; if clients reach the app "
+                "directly, leave it at 0 (the header is then whatever they wrote).",
+            )
         return client_key(peer, forwarded_for, self.trusted_proxies, self.ipv6_prefix)
 
     def decide(self, request: Any, key: Key | Sequence[Key] | None) -> Outcome:
         """Decides a request whose key is ``key`` (``request`` is what the
         cost function is given). Not for a limiter whose decisions are
         awaited: see :meth:`decide_async`."""
+        if key is None and not isinstance(self.limiter, DirectTokenBucket):
+            return self._keyless()
         try:
             return self._outcome(self._allow(request, key))
         except _UNJUDGED as e:
@@ -206,7 +326,9 @@ class Policy:
     async def decide_async(self, request: Any, key: Key | Sequence[Key] | None) -> Outcome:
         """:meth:`decide`, awaiting the decision of a Redis limiter on an
         asyncio client (a Redis failure under its ``on_error="raise"`` is a
-        request the limiter could not judge)."""
+        failure of the backend: see :meth:`_unjudged`)."""
+        if key is None and not isinstance(self.limiter, DirectTokenBucket):
+            return self._keyless()
         try:
             return self._outcome(await self._allow(request, key))
         except _UNJUDGED as e:
@@ -217,8 +339,7 @@ class Policy:
         cost = self.cost(request) if callable(self.cost) else self.cost
         if isinstance(limiter, DirectTokenBucket):
             return limiter.allow(cost)
-        if key is None:
-            raise ValueError("the request has no client key (no peer address and no key function)")
+        assert key is not None, "a request without a key is answered before it is decided"
         if isinstance(limiter, Stack):
             return limiter.allow(self._stack_keys(key), cost)
         if not isinstance(key, (str, bytes)):
@@ -252,17 +373,52 @@ class Policy:
             # Every standard field's name starts so; Retry-After and
             # X-RateLimit-* stay (as express-rate-limit's standardHeaders: false).
             fields = [f for f in fields if not f[0].startswith("RateLimit")]
+        source = getattr(d, "source", None)
+        if source in ("policy", "fallback"):
+            # A Redis limiter answered by its own on_error: Redis is failing.
+            self.reporter.report(
+                "backend-policy",
+                logging.WARNING,
+                f"{self.face}: the limiter's backend is failing; its own on_error answers (source={source!r})",
+            )
         return Outcome(bool(d), fields, problem)
 
+    def _keyless(self) -> Outcome:
+        if self.key is None:
+            # The default key found no address: logged once by default_key.
+            return Outcome(False, [], _problem(500), 500)
+        self.reporter.report(
+            "no-key", logging.WARNING, f"{self.face}: the key function returned None: the request is refused (400)"
+        )
+        return Outcome(False, [], _problem(400), 400)
+
     def _unjudged(self, e: BaseException) -> Outcome:
-        if self.on_error == "allow":
-            return Outcome(True, [], None)
-        # Fail closed: never grant what could not be checked.
-        body = {"type": "about:blank", "title": "Too Many Requests", "status": 429,
-                "detail": f"the rate limit could not be applied: {e}"}
-        return Outcome(False, [("Retry-After", "1")], json.dumps(body, separators=(",", ":")))
+        """A request the limiter could not decide. A failure of its backend
+        (Redis down under the limiter's ``on_error="raise"``) is answered
+        as ``on_error`` says: ``"deny"``, a 503 (fail closed, the default)
+        or ``"allow"`` (fail open). Anything else is about the request (a
+        key too long, a cost above the limit, a stack's keys not one per
+        member): a 400 whatever ``on_error`` says, as letting it through
+        would let any client skip the limit by sending, say, a long key.
+        The client sees a generic problem document; the log gets the rest."""
+        if isinstance(e, BackendError):
+            self.reporter.report(
+                "backend",
+                logging.ERROR,
+                f"{self.face}: the rate limiter's backend failed; requests are "
+                + ("let through unchecked (on_error='allow')" if self.on_error == "allow" else "refused with a 503")
+                + f": {e}",
+                e,
+            )
+            if self.on_error == "allow":
+                return Outcome(True, [], None)
+            return Outcome(False, [("Retry-After", "1")], _problem(503), 503)
+        self.reporter.report(
+            "request", logging.WARNING, f"{self.face}: a request cannot be rate limited and is refused (400): {e}"
+        )
+        return Outcome(False, [], _problem(400), 400)
 
 
-# What a limiter raises for a request it cannot judge (a key too long, no
-# key, Redis failing under on_error="raise": BackendError).
+# What a limiter raises for a request it cannot judge (a key too long, a
+# cost above the limit, Redis failing under on_error="raise": BackendError).
 _UNJUDGED = (RatomicError, ValueError, TypeError)

@@ -538,6 +538,7 @@ class _RedisDriver:
         deny_cache: int,
         breaker_threshold: int,
         breaker_cooldown: float,
+        breaker_failure_time: float,
         max_key_len: int,
     ) -> _RedisDriver: ...
     @property

@@ -32,14 +32,13 @@ def client_key(scope: Scope, *, trusted_proxies: int = 0, ipv6_prefix: int = 64)
     ``key=lambda scope: [client_key(scope), user_of(scope), ""]``. ``None``
     when the connection has no client address."""
     client = scope.get("client")
-    return _http.client_key(client[0] if client else None, _header(scope, b"x-forwarded-for"), trusted_proxies, ipv6_prefix)
+    return _http.client_key(client[0] if client else None, _forwarded_for(scope), trusted_proxies, ipv6_prefix)
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for k, v in scope.get("headers", []):
-        if k.lower() == name:
-            return bytes(v).decode("latin-1")
-    return None
+def _forwarded_for(scope: Scope) -> str | None:
+    """Every ``X-Forwarded-For`` field line of the request, combined: the
+    last hop may be on a line of its own (a proxy that appends one)."""
+    return _http.forwarded_for([bytes(v) for k, v in scope.get("headers", []) if k.lower() == b"x-forwarded-for"])
 
 
 class RateLimitMiddleware:
@@ -65,9 +64,18 @@ class RateLimitMiddleware:
     ``RateLimit*`` fields: ``True`` (draft 11, the default), ``"draft-11"``,
     ``"draft-8"`` (the same fields), ``"draft-7"`` or ``"draft-6"`` (the
     earlier forms, for clients written against express-rate-limit's), or
-    ``False`` for none (``Retry-After`` and ``X-RateLimit-*`` stay). A
-    limiter error (a key too long, say) is answered as ``on_error`` says:
-    ``"deny"`` (a 429, the default) or ``"allow"``.
+    ``False`` for none (``Retry-After`` and ``X-RateLimit-*`` stay).
+
+    What the client is not told is logged on the ``ratomic.http`` logger
+    (each kind at once, then at most once a minute). When the limiter's
+    backend fails (a Redis limiter whose ``on_error="raise"``), ``on_error``
+    here decides: ``"deny"`` (the default: a 503 with ``Retry-After: 1``,
+    fail closed) or ``"allow"`` (fail open: the request goes through
+    unchecked). A request the limiter cannot judge (a key too long, a cost
+    above the limit, a stack's keys not one per member, ``key`` returning
+    None) is a 400 whatever ``on_error`` says, and a request with no client
+    address to key by is a 500 (a set-up mistake, logged once). Each is a
+    generic RFC 9457 document: no address or error text reaches the client.
     WebSocket and lifespan traffic passes through unlimited.
     """
 
@@ -89,6 +97,7 @@ class RateLimitMiddleware:
         self.policy = Policy(
             limiter,
             server="async",
+            face="ratomic.asgi",
             key=key,
             cost=cost,
             name=name,
@@ -108,14 +117,14 @@ class RateLimitMiddleware:
             key = p.key(scope)
         else:
             client = scope.get("client")
-            key = p.default_key(client[0] if client else None, _header(scope, b"x-forwarded-for"))
+            key = p.default_key(client[0] if client else None, _forwarded_for(scope), 'scope["client"]')
         outcome = await p.decide_async(scope, key) if p.awaits else p.decide(scope, key)
         extra = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in outcome.headers]
         if not outcome.allowed:
             body = (outcome.problem or "").encode()
             headers = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in outcome.problem_headers]
             headers.append((b"content-length", str(len(body)).encode()))
-            await send({"type": "http.response.start", "status": 429, "headers": headers})
+            await send({"type": "http.response.start", "status": outcome.status, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             return
 

@@ -28,10 +28,15 @@ __all__ = ["RateLimit", "RateLimitExceeded", "client_key", "problem_response"]
 
 class RateLimitExceeded(HTTPException):
     """Raised by :class:`RateLimit` on a denial: a 429 whose ``detail`` is
-    the problem document and whose headers are the rate-limit fields."""
+    the problem document and whose headers are the rate-limit fields. Also
+    raised, with a generic problem document, for a request the limiter
+    could not decide: ``status_code`` 503 (its backend failed, under
+    ``on_error="deny"``), 400 (a request it cannot judge, say a key too
+    long) or 500 (no client address to key by); the reason is logged on
+    the ``ratomic.http`` logger, never sent."""
 
-    def __init__(self, problem: dict[str, Any], headers: dict[str, str]) -> None:
-        super().__init__(status_code=429, detail=problem, headers=headers)
+    def __init__(self, problem: dict[str, Any], headers: dict[str, str], status_code: int = 429) -> None:
+        super().__init__(status_code=status_code, detail=problem, headers=headers)
 
 
 async def problem_response(request: Request, exc: Exception) -> Response:
@@ -39,7 +44,7 @@ async def problem_response(request: Request, exc: Exception) -> Response:
     problem document itself (``application/problem+json``), not FastAPI's
     ``{"detail": ...}`` wrapper."""
     assert isinstance(exc, RateLimitExceeded)
-    return JSONResponse(exc.detail, status_code=429, headers=exc.headers, media_type=PROBLEM_CONTENT_TYPE)
+    return JSONResponse(exc.detail, status_code=exc.status_code, headers=exc.headers, media_type=PROBLEM_CONTENT_TYPE)
 
 
 
@@ -50,7 +55,14 @@ def client_key(request: Request, *, trusted_proxies: int = 0, ipv6_prefix: int =
     combines it with others: say a ``Stack``'s per-IP member. ``None`` when
     the request has no client address."""
     host = request.client.host if request.client else None
-    return _http.client_key(host, request.headers.get("x-forwarded-for"), trusted_proxies, ipv6_prefix)
+    return _http.client_key(host, _forwarded_for(request), trusted_proxies, ipv6_prefix)
+
+
+def _forwarded_for(request: Request) -> str | None:
+    """Every ``X-Forwarded-For`` field line, combined (``headers.get``
+    would give the first line only: the client's own, when a proxy appends
+    a line of its own)."""
+    return _http.forwarded_for(request.headers.getlist("x-forwarded-for"))
 
 class RateLimit:
     """A dependency limiting the requests of the routes that use it; same
@@ -75,6 +87,7 @@ class RateLimit:
         self.policy = Policy(
             limiter,
             server="async",
+            face="ratomic.fastapi",
             key=key,
             cost=cost,
             name=name,
@@ -90,9 +103,9 @@ class RateLimit:
         if p.key is not None:
             key = p.key(request)
         else:
-            key = p.default_key(request.client.host if request.client else None, request.headers.get("x-forwarded-for"))
+            key = p.default_key(request.client.host if request.client else None, _forwarded_for(request), "request.client")
         outcome = await p.decide_async(request, key) if p.awaits else p.decide(request, key)
         if not outcome.allowed:
-            raise RateLimitExceeded(json.loads(outcome.problem or "{}"), dict(outcome.headers))
+            raise RateLimitExceeded(json.loads(outcome.problem or "{}"), dict(outcome.headers), outcome.status)
         for name, value in outcome.headers:
             response.headers[name] = value

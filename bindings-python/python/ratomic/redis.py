@@ -4,9 +4,14 @@ Every process and host that uses the same Redis server (or Valkey, or a
 Redis Cluster) and the same ``prefix`` shares every key's state::
 
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
     from ratomic.redis import RedisTokenBucket
 
-    client = redis.Redis(host="127.0.0.1", port=6379, socket_timeout=0.05)
+    # One attempt of at most 50 ms a call: redis-py would otherwise retry 10
+    # times with backoff, seconds on a stopped server.
+    client = redis.Redis(host="127.0.0.1", port=6379, socket_timeout=0.05,
+                         socket_connect_timeout=0.05, retry=Retry(NoBackoff(), 0))
     limiter = RedisTokenBucket("10/s", client=client, prefix="api:")
     d = limiter.allow("user:42")          # one round trip: one EVALSHA
     if not d:
@@ -28,6 +33,7 @@ shared with the Rust and C faces. It needs the ``redis`` package
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import typing as _t
 from collections.abc import Awaitable, Coroutine, Generator, Iterable, Mapping, Sequence
@@ -87,7 +93,50 @@ class _Options(_t.TypedDict, total=False):
     deny_cache: int
     breaker_threshold: int
     breaker_cooldown: float
+    breaker_failure_time: float
     max_key_len: int
+
+
+#: Where ratomic.redis reports a set-up that can stall requests.
+logger = logging.getLogger("ratomic.redis")
+
+
+def _check_blocking_client(client: _t.Any) -> None:
+    """Warns when a blocking ``redis.Redis`` cannot bound a call to a short
+    wait: with no ``socket_timeout`` a stopped server blocks it for good,
+    redis-py 8's default waits 5 s an attempt, and its default retries (10,
+    with backoff up to 1 s) make one call to a stopped server take seconds
+    more. The breaker opens on time spent too (``breaker_failure_time``),
+    but the call that opens it has stalled its request already."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if not isinstance(client, _redis.Redis) or not isinstance(kwargs, dict):
+        return  # a cluster client, or a redis-py that keeps these elsewhere
+    retry = kwargs.get("retry")
+    if retry is not None and hasattr(retry, "get_retries"):
+        retries = retry.get_retries()
+    else:
+        # No Retry given (Redis.from_url): redis-py makes one attempt, or two
+        # when told to retry on some errors.
+        retries = 1 if kwargs.get("retry_on_error") or kwargs.get("retry_on_timeout") else 0
+    timeout = kwargs.get("socket_timeout")
+    problems = []
+    if timeout is None:
+        problems.append("has no socket_timeout (a stopped server blocks a call for good)")
+    elif timeout >= 1:
+        problems.append(f"waits {timeout} s for a reply (socket_timeout; redis-py 8's default is 5)")
+    if retries != 0:
+        problems.append(
+            f"retries {'forever' if retries < 0 else f'{retries} times'} with backoff (a call to a stopped "
+            "server takes seconds)"
+        )
+    if problems:
+        logger.warning(
+            "the redis.Redis client of a ratomic limiter %s: every request waits that long until the breaker "
+            "opens. Bound each call to one attempt: redis.Redis(..., socket_timeout=0.05, "
+            "socket_connect_timeout=0.05, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0))",
+            " and ".join(problems),
+        )
 
 
 class Sync:
@@ -238,6 +287,7 @@ class _RedisBase(_t.Generic[_M, _D]):
         deny_cache: int = 10_000,
         breaker_threshold: int = 5,
         breaker_cooldown: float = 1.0,
+        breaker_failure_time: float = 1.0,
         max_key_len: int = 1024,
     ) -> None:
         self._async = _is_async(client)
@@ -266,6 +316,8 @@ class _RedisBase(_t.Generic[_M, _D]):
                 "timeout= applies to asyncio clients; a blocking redis.Redis call cannot be interrupted from "
                 "outside: set socket_timeout (and socket_connect_timeout) on the client instead"
             )
+        else:
+            _check_blocking_client(client)
         self._driver = _RedisDriver(
             limits,
             multi=multi,
@@ -275,6 +327,7 @@ class _RedisBase(_t.Generic[_M, _D]):
             deny_cache=deny_cache,
             breaker_threshold=breaker_threshold,
             breaker_cooldown=breaker_cooldown,
+            breaker_failure_time=breaker_failure_time,
             max_key_len=max_key_len,
         )
 
@@ -564,14 +617,20 @@ _OPTIONS_DOC = """
     limiter; no braces). ``timeout``: seconds a call may take with an
     asyncio client (default 0.05); a blocking client's call cannot be
     interrupted from outside and is bounded by the client's own
-    ``socket_timeout`` and retry policy (redis-py retries 3 times by
-    default: pass ``retry=Retry(NoBackoff(), 0)`` for one attempt). ``on_error``: what a Redis failure answers —
+    ``socket_timeout`` and retry policy: redis-py 8 retries 10 times with
+    backoff by default, seconds on a stopped server, so pass
+    ``socket_timeout=0.05, socket_connect_timeout=0.05,
+    retry=Retry(NoBackoff(), 0)`` for one attempt of at most 50 ms (a client
+    that cannot bound a call is reported on the ``ratomic.redis`` logger).
+    ``on_error``: what a Redis failure answers —
     ``"raise"`` (:class:`BackendError`, the default), ``"allow"``,
     ``"deny"`` (with ``retry_after=deny_retry_after``), or an in-memory
     ratomic limiter of the same rules to decide locally. ``deny_cache``:
     keys whose Redis denial is answered locally until its ``retry_after``
-    ends (0 turns it off). ``breaker_threshold`` failures in a row open the
-    circuit breaker for ``breaker_cooldown`` seconds (0 turns it off).
+    ends (0 turns it off). ``breaker_threshold`` failures in a row (default
+    5), or failures in a row that took ``breaker_failure_time`` seconds in
+    all (default 1.0; 0 turns this bound off), open the circuit breaker for
+    ``breaker_cooldown`` seconds (``breaker_threshold=0`` turns it off).
 """
 
 

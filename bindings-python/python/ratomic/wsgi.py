@@ -22,7 +22,6 @@ WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 __all__ = ["RateLimitMiddleware", "client_key"]
 
 
-
 def client_key(environ: dict[str, Any], *, trusted_proxies: int = 0, ipv6_prefix: int = 64) -> str | None:
     """The key the middleware gives a request by default (``REMOTE_ADDR``,
     IPv6 grouped by ``ipv6_prefix`` bits, ``X-Forwarded-For`` read only
@@ -58,6 +57,7 @@ class RateLimitMiddleware:
         self.policy = Policy(
             limiter,
             server="sync",
+            face="ratomic.wsgi",
             key=key,
             cost=cost,
             name=name,
@@ -73,11 +73,11 @@ class RateLimitMiddleware:
         if p.key is not None:
             key = p.key(environ)
         else:
-            key = p.default_key(environ.get("REMOTE_ADDR"), environ.get("HTTP_X_FORWARDED_FOR"))
+            key = p.default_key(environ.get("REMOTE_ADDR") or None, environ.get("HTTP_X_FORWARDED_FOR"), 'environ["REMOTE_ADDR"]')
         outcome = p.decide(environ, key)
         if not outcome.allowed:
             body = (outcome.problem or "").encode()
-            start_response("429 Too Many Requests", [*outcome.problem_headers, ("Content-Length", str(len(body)))])
+            start_response(outcome.status_line, [*outcome.problem_headers, ("Content-Length", str(len(body)))])
             return [body]
 
         def start_with_headers(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:

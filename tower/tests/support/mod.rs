@@ -4,7 +4,9 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
 use axum::{routing, Router};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -14,6 +16,76 @@ pub struct Reply {
     pub status: u16,
     pub headers: HashMap<String, String>,
     pub body: String,
+}
+
+/// What `tracing` records on this thread while the guard of
+/// [`Logs::capture`] lives (a `#[tokio::test]` runs the server's tasks on
+/// the test's own thread).
+#[derive(Clone, Default)]
+pub struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    pub fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+        use tracing_subscriber::util::SubscriberInitExt;
+        let logs = Logs::default();
+        let guard = tracing_subscriber::fmt().with_writer(logs.clone()).with_ansi(false).finish().set_default();
+        (logs, guard)
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    /// The records (lines) that contain `needle`.
+    pub fn lines_with(&self, needle: &str) -> Vec<String> {
+        self.text().lines().filter(|l| l.contains(needle)).map(str::to_owned).collect()
+    }
+}
+
+impl Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+/// A generic problem document of `status`, with nothing of `secrets` in its
+/// body or fields.
+pub fn check_generic(r: &Reply, status: u16, secrets: &[&str]) {
+    let (title, detail) = match status {
+        503 => ("Service Unavailable", "Rate limiting is unavailable; try again later."),
+        500 => ("Internal Server Error", "Rate limiting is misconfigured on this server."),
+        _ => ("Bad Request", "This request cannot be rate limited."),
+    };
+    assert_eq!(r.status, status, "{}", r.body);
+    assert_eq!(r.headers["content-type"], "application/problem+json");
+    assert_eq!(r.body, format!(r#"{{"type":"about:blank","title":"{title}","status":{status},"detail":"{detail}"}}"#));
+    assert_eq!(r.headers.get("retry-after").map(String::as_str), (status == 503).then_some("1"));
+    let fields: String = r.headers.iter().map(|(n, v)| format!("{n}: {v}\n")).collect();
+    for secret in secrets.iter().chain(&["refused", "Redis", "bytes", "os error"]) {
+        assert!(!fields.contains(secret), "{secret} reached the client: {fields}");
+    }
+}
+
+/// Serves `app` as `axum::serve(listener, app)` does in axum's own docs:
+/// without `ConnectInfo`.
+pub async fn serve_without_connect_info(app: Router) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    addr
 }
 
 pub async fn serve(app: Router) -> SocketAddr {

@@ -53,14 +53,12 @@ fn heavy_model<F: Fn() + Sync + Send + 'static>(f: F) {
     builder.check(f);
 }
 
-/// A small model whose race needs three preemptions to unfold (one thread's
-/// probe passes a slot, the other changes it and probes past the first
-/// thread's next slot, then both insert): at least that bound, whatever the
-/// environment asks for.
-fn deep_model<F: Fn() + Sync + Send + 'static>(f: F) {
+/// A model whose race needs `at_least` preemptions to unfold: at least
+/// that bound, whatever the environment asks for.
+fn bounded_model<F: Fn() + Sync + Send + 'static>(at_least: usize, f: F) {
     let mut builder = loom::model::Builder::new();
     builder.max_branches = 1_000_000;
-    builder.preemption_bound = Some(builder.preemption_bound.unwrap_or(3).max(3));
+    builder.preemption_bound = Some(builder.preemption_bound.unwrap_or(at_least).max(at_least));
     builder.check(f);
 }
 
@@ -229,7 +227,10 @@ fn an_insert_into_a_reused_slot_meets_a_copy_published_beyond_it() {
     let x = 1;
     let home = ratomic::__first_home_of;
     let k = (2..).find(|&k| home(k) == home(x)).unwrap();
-    deep_model(move || {
+    // (Three preemptions: one thread's probe passes a slot, the other
+    // changes it and probes past the first thread's next slot, then both
+    // insert.)
+    bounded_model(3, move || {
         let l = bucket::<u64>(3, 16);
         assert!(allowed(&l, x, 0));
         let h = {
@@ -392,6 +393,44 @@ fn an_insert_racing_a_migration_lands_once() {
         assert_eq!(l.len(), 2);
         assert_eq!(l.peek_at(&7, 0, 0).unwrap().remaining, 1, "the new key, once, with its charge");
         assert_eq!(l.peek_at(&1, 0, 0).unwrap().remaining, 2, "the old key moved intact");
+    });
+}
+
+#[test]
+fn two_inserts_of_one_key_racing_a_migration_land_once() {
+    // One thread finds the key absent from the table, then the table starts
+    // migrating and the thread goes on to the next one to insert it. Another
+    // thread inserted the key in the old table after the first one's probe
+    // and before the table closed. The first thread must not trust its
+    // probe, made before it saw the migration: the other copy is moved into
+    // the next table later, and two copies of the key would each grant the
+    // whole bucket (issue 35, item 2's over-grant).
+    // (The other thread inserts the key and then migrates the table: the
+    // smallest model of the race.)
+    // The key's slot is the table's last, so the migration moves the other
+    // key before it: the race's window. It unfolds only with four
+    // preemptions (this thread's probe, the other's insert and migration up
+    // to the next table, this thread's insert there, the move): on the code
+    // before the fix it failed at four, both calls granted and the key held
+    // twice, and passed at three.
+    let home = ratomic::__first_home_of;
+    let k = (2..).find(|&k| home(k) == 7).unwrap();
+    let other_key = (2..).find(|&o| home(o) == 0).unwrap();
+    bounded_model(4, move || {
+        let l = bucket::<u64>(1, 16);
+        assert!(allowed(&l, other_key, 0)); // the table exists (a first insert makes it)
+        let other = {
+            let l = l.clone();
+            thread::spawn(move || {
+                let granted = allowed(&l, k, 0);
+                l.force_migration_at(0).unwrap();
+                granted
+            })
+        };
+        let mine = allowed(&l, k, 0);
+        let theirs = other.join().unwrap();
+        assert!(mine ^ theirs, "a new key of one token: exactly one call gets it ({mine}, {theirs})");
+        assert_eq!(l.len(), 2, "one copy of the key (and the other key)");
     });
 }
 

@@ -480,6 +480,174 @@ fn long_and_short_keys(calls_each: u64) {
     }
 }
 
+/// Every thread calls the same new keys, one after another, on a bucket of
+/// one token that never refills, while a thread migrates the table over and
+/// over: each key must be granted exactly once. A call that found a key
+/// absent, then saw the table migrating and inserted the key in the next
+/// table, missed a copy another thread had published in the old table
+/// meanwhile; the migration then moved that copy in too, and the key was
+/// granted twice.
+#[test]
+fn new_keys_racing_migrations_are_granted_once() {
+    new_keys_racing_migrations(2_000);
+}
+
+/// The same, ten times longer (release builds only). Neither run failed on
+/// the code before the fix in the runs tried (the window is a few
+/// instructions wide); the loom model `two_inserts_of_one_key_racing_a_
+/// migration_land_once` is what reproduces the race.
+#[cfg_attr(debug_assertions, ignore = "release builds only: `cargo test --release --test stress`")]
+#[test]
+fn new_keys_racing_migrations_at_length_are_granted_once() {
+    new_keys_racing_migrations(20_000);
+}
+
+fn new_keys_racing_migrations(keys: u64) {
+    // Key `k` is called at time `k` µs, on a bucket of one token a
+    // microsecond: each key can be granted once, and keys done with are
+    // idle, so the migrations forget them and the table stays small.
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+    const US: u64 = 1_000;
+    let l = TokenBucket::builder(quota(1, US)).keys::<u64>().clock(ManualClock::new()).shards(1).build().unwrap();
+    const WORKERS: u64 = 4;
+    let (done, current, arrived) = (AtomicBool::new(false), AtomicU64::new(0), AtomicU64::new(0));
+    let granted = Mutex::new(vec![0u32; keys as usize]);
+    thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(Relaxed) {
+                l.force_migration_at(current.load(Relaxed) * US).unwrap();
+                thread::yield_now();
+            }
+        });
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|_| {
+                s.spawn(|| {
+                    // Every worker calls each key once, the next only once
+                    // all have: they insert each new key at about the same
+                    // time.
+                    let (mut mine, mut last) = (Vec::new(), None);
+                    loop {
+                        let k = current.load(Relaxed);
+                        if k >= keys {
+                            break;
+                        }
+                        if last == Some(k) {
+                            thread::yield_now();
+                            continue;
+                        }
+                        if l.allow_at(&k, 1, k * US).unwrap().allowed {
+                            mine.push(k);
+                        }
+                        last = Some(k);
+                        // The last of the workers to call this key moves on.
+                        if arrived.fetch_add(1, Relaxed) + 1 == WORKERS * (k + 1) {
+                            current.store(k + 1, Relaxed);
+                        }
+                    }
+                    let mut g = granted.lock().unwrap();
+                    for k in mine {
+                        g[k as usize] += 1;
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        done.store(true, Relaxed);
+    });
+    let granted = granted.into_inner().unwrap();
+    let twice: Vec<usize> = (0..granted.len()).filter(|&k| granted[k] > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "{} keys of one token granted more than once, e.g. {:?}",
+        twice.len(),
+        &twice[..twice.len().min(5)]
+    );
+    assert!(granted.iter().all(|&n| n == 1), "every key granted once");
+}
+
+/// Issue 35, item 2: a `Limiter` of three token buckets (`c`, one token
+/// every 5 µs, is the one that was over-granted), four limit sets chosen per
+/// call, 40 hot keys among single-use ones through `max_keys(64)` under
+/// `Strict` eviction, a thread alternating `gc_at` and a forced migration,
+/// every call stamped with its own stale reading of the clock: every limit
+/// of every key conforms.
+#[test]
+fn limit_sets_under_churn_eviction_and_migration_never_over_grant() {
+    limit_sets_under_churn(10_000);
+}
+
+/// The same, a hundred times longer (release builds only).
+#[cfg_attr(debug_assertions, ignore = "release builds only: `cargo test --release --test stress`")]
+#[test]
+fn limit_sets_under_churn_eviction_and_migration_at_length_never_over_grant() {
+    limit_sets_under_churn(1_000_000);
+}
+
+fn limit_sets_under_churn(calls_each: u64) {
+    const HOT: u64 = 40;
+    const LIMITS: [(&str, u64, u64); 3] = [("a", 3, 10_000), ("b", 6, 30_000), ("c", 1, 5_000)];
+    let clock = ManualClock::new();
+    let l = LIMITS
+        .iter()
+        .fold(Limiter::builder(), |b, &(name, burst, t)| b.limit(name, Rule::token_bucket(quota(burst, t))))
+        .clock(clock.clone())
+        .shards(1)
+        .max_keys(64)
+        .eviction(ratomic::Eviction::Strict)
+        .build()
+        .unwrap();
+    let sets: Vec<(ratomic::LimitSet, Vec<usize>)> = [vec![0, 1, 2], vec![2], vec![0, 2], vec![1, 2]]
+        .into_iter()
+        .map(|ix| (l.limit_set(&ix.iter().map(|&i| LIMITS[i].0).collect::<Vec<_>>()).unwrap(), ix))
+        .collect();
+    let names: Vec<[&'static str; 3]> = (0..HOT)
+        .map(|k| LIMITS.map(|(limit, ..)| &*Box::leak(format!("hot {k}, limit {limit}").into_boxed_str())))
+        .collect();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let grants = thread::scope(|s| {
+        s.spawn(|| {
+            let mut n = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let now = l.now();
+                if n % 2 == 0 {
+                    l.gc_at(now).unwrap();
+                } else {
+                    l.force_migration_at(now).unwrap();
+                }
+                n += 1;
+                thread::yield_now();
+            }
+        });
+        let grants = hammer(&clock, 32, calls_each * scale(), 300, |w, i, out| {
+            let now = stamp(l.now(), w, i, 2_000);
+            let (set, ix) = &sets[((i + w as u64) % 4) as usize];
+            let hot = (i * 7 + w as u64 * 13) % 3 != 0;
+            if hot {
+                let k = (i * 11 + w as u64 * 5) % HOT;
+                if l.select(*set).allow_at(format!("hot-{k}").as_str(), 1, now).unwrap().allowed() {
+                    for &j in ix {
+                        out.push((names[k as usize][j], now, 1));
+                    }
+                }
+            } else {
+                // A key used once: it only churns the store.
+                let _ = l.select(*set).allow_at(format!("churn-{w}-{i}").as_str(), 1, now).unwrap();
+            }
+        });
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        grants
+    });
+    assert!(l.len() <= 64, "max_keys holds: {} keys", l.len());
+    let total: usize = grants.values().map(Vec::len).sum();
+    assert!(total > 500, "the run granted enough to test something ({total})");
+    for (name, mut g) in grants {
+        let &(_, burst, t) = LIMITS.iter().find(|(limit, ..)| name.ends_with(&format!("limit {limit}"))).unwrap();
+        check_token_bucket(name, &mut g, burst, t);
+    }
+}
+
 #[test]
 fn quotas_given_per_call_never_over_grant_under_churn() {
     // `Quotas`: the quota comes with each call. 24 keys, each called under

@@ -629,6 +629,7 @@ impl<S: StoredKey> Store<S> {
         let guard = epoch::pin();
         let shard = self.shard(hash);
         let mut table = shard.table.load(Ordering::Acquire, &guard);
+        let mut rechecked = std::ptr::null();
         loop {
             // SAFETY: tables are freed only through the epoch, and we are pinned.
             let t = unsafe { table.deref() };
@@ -664,9 +665,8 @@ impl<S: StoredKey> Store<S> {
                 }
                 Find::Absent { free } => {
                     // While the table migrates, new keys go to the next one.
-                    let next = t.next.load(Ordering::SeqCst, &guard);
-                    if !next.is_null() {
-                        table = next;
+                    if let Some(again) = Self::absent_while_migrating(table, &mut rechecked, &guard) {
+                        table = again;
                         continue;
                     }
                     if let Some(r) = self.run_absent(shard, t, hash, probe, free, mark, now, retention, &mut op, &guard)
@@ -707,6 +707,7 @@ impl<S: StoredKey> Store<S> {
         let shard = self.shard(hash);
         let credits = self.credits(shard, hash);
         let mut table = shard.table.load(Ordering::Acquire, &guard);
+        let mut rechecked = std::ptr::null();
         loop {
             // SAFETY: as in `update`.
             let t = unsafe { table.deref() };
@@ -728,9 +729,8 @@ impl<S: StoredKey> Store<S> {
                     table = shard.table.load(Ordering::Acquire, &guard);
                 }
                 Find::Absent { free } => {
-                    let next = t.next.load(Ordering::SeqCst, &guard);
-                    if !next.is_null() {
-                        table = next;
+                    if let Some(again) = Self::absent_while_migrating(table, &mut rechecked, &guard) {
+                        table = again;
                         continue;
                     }
                     if !credit.inserts() {
@@ -768,6 +768,43 @@ impl<S: StoredKey> Store<S> {
             return None;
         }
         Some(states)
+    }
+
+    /// After a probe of `table` found the key absent: `None` if the table
+    /// is not migrating (the key is absent); otherwise the table to look
+    /// in next — `table` itself once more, then the next table.
+    ///
+    /// Why once more: a probe that began before this thread saw the table
+    /// migrating may have passed a slot just before another thread claimed
+    /// it for the same key and published it there, before the table closed;
+    /// the migration then moves that copy into the next table, where this
+    /// thread, trusting its probe, would have inserted a second copy (each
+    /// granting the whole bucket: the over-grant of issue 35, item 2). The
+    /// second probe begins after this thread read `next`, so after the
+    /// table closed: no key is published in it any more, an inserter that
+    /// claimed a slot before it closed is waited for (`find` waits on
+    /// CLAIMED and on a settling copy of its key), and a copy already moved
+    /// is MOVED here and found in the next table. `rechecked` remembers the
+    /// table probed so (tables are not freed while the caller is pinned, so
+    /// its address names it).
+    #[inline]
+    fn absent_while_migrating<'g>(
+        table: epoch::Shared<'g, Table<S>>,
+        rechecked: &mut *const Table<S>,
+        guard: &'g epoch::Guard,
+    ) -> Option<epoch::Shared<'g, Table<S>>> {
+        // SAFETY: as in `update`.
+        let t = unsafe { table.deref() };
+        let next = t.next.load(Ordering::SeqCst, guard);
+        if next.is_null() {
+            return None;
+        }
+        if std::ptr::eq(*rechecked, t) {
+            Some(next)
+        } else {
+            *rechecked = t;
+            Some(table)
+        }
     }
 
     /// Runs `op` for a key absent from `t` (which is not migrating): on
@@ -903,6 +940,7 @@ impl<S: StoredKey> Store<S> {
             retention.idle_after(&initial[..self.width], now) > 0
         };
         let mut table = shard.table.load(Ordering::Acquire, &guard);
+        let mut rechecked = std::ptr::null();
         loop {
             // SAFETY: as in `update`.
             let t = unsafe { table.deref() };
@@ -923,9 +961,8 @@ impl<S: StoredKey> Store<S> {
                     table = shard.table.load(Ordering::Acquire, &guard);
                 }
                 Find::Absent { free } => {
-                    let next = t.next.load(Ordering::SeqCst, &guard);
-                    if !next.is_null() {
-                        table = next;
+                    if let Some(again) = Self::absent_while_migrating(table, &mut rechecked, &guard) {
+                        table = again;
                         continue;
                     }
                     if !summary_matters() {

@@ -625,8 +625,10 @@ impl<S: StoredKey> Table<S> {
                 }
                 // Release: a reader of the state reads the key above. No
                 // inserter can be verifying a copy of this key meanwhile:
-                // it reaches this table only after reading the old slot
-                // MOVED, which is stored after this.
+                // it reaches this table only after a probe of the old one
+                // that began once it was closed found no live copy (the
+                // slot read MOVED, stored after this: see the store's
+                // `absent_while_migrating`).
                 word.store(states[0], Ordering::Release);
                 return c == EMPTY;
             }

@@ -3,7 +3,9 @@
 Two READMEs hold Python: the package's own (bindings-python/README.md, the
 PyPI page) and the project's (the repository root's README.md, with the
 full guide). Every ```python block in them runs here, and every
-`print(x)  # shown` comment must match what was printed.
+`print(x)  # shown` comment must match what was printed. The two
+multi-worker apps also run under gunicorn and uvicorn with four workers
+(test_readme_workers.py).
 
 RATOMIC_READMES (paths separated by os.pathsep) names other copies: the
 fresh install outside the repository (run-tests.sh) runs this file against
@@ -43,8 +45,12 @@ def test_readme_has_examples(path):
 @pytest.mark.parametrize("path, index, code", BLOCKS, ids=[f"{p.parent.name}/{p.name}[{i}]" for p, i, _ in BLOCKS])
 def test_readme_example_runs(path, index, code, capsys, monkeypatch, tmp_path):
     # Run where nothing of the repository is importable: `ratomic` is the
-    # installed wheel.
+    # installed wheel. The shared-file examples put their file under the
+    # runtime directory: a fresh one (mode 0700, as a session's is).
     monkeypatch.chdir(tmp_path)
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     if "REDIS_URL" in code:
         # The Redis example talks to a real server of its own.
         from redis_server import Server

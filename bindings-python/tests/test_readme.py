@@ -2,7 +2,7 @@
 
 Two READMEs hold Python: the package's own (bindings-python/README.md, the
 PyPI page) and the project's (the repository root's README.md, with the
-full guide). Every ```python block in them runs here, and every
+full guide), and docs/choosing.md. Every ```python block in them runs here, and every
 `print(x)  # shown` comment must match what was printed. The two
 multi-worker apps also run under gunicorn and uvicorn with four workers
 (test_readme_workers.py).
@@ -21,6 +21,8 @@ import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_READMES = [HERE / "README.md", HERE.parent / "README.md"]
+# Pages of docs/ with Python examples (not in a package: run from the repository only).
+DOCS = [HERE.parent / "docs" / "choosing.md"]
 
 
 def readmes():
@@ -34,7 +36,11 @@ def python_blocks(path):
     return [textwrap.dedent(b) for b in re.findall(r"```python\n(.*?)```", text, flags=re.S)]
 
 
-BLOCKS = [(path, i, code) for path in readmes() for i, code in enumerate(python_blocks(path))]
+def pages():
+    return readmes() + ([] if os.environ.get("RATOMIC_READMES") else DOCS)
+
+
+BLOCKS = [(path, i, code) for path in pages() for i, code in enumerate(python_blocks(path))]
 
 
 @pytest.mark.parametrize("path", readmes(), ids=lambda p: f"{p.parent.name}/{p.name}")

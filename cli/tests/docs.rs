@@ -56,7 +56,8 @@ fn shows(shown: &[&str], actual: &[&str]) -> bool {
         None => actual.is_empty(),
         Some((first, rest)) if first.trim() == "⋮" => (0..=actual.len()).any(|skip| shows(rest, &actual[skip..])),
         Some((first, rest)) => {
-            actual.first().is_some_and(|a| comparable(a.trim_end()) == comparable(first.trim_end())) && shows(rest, &actual[1..])
+            actual.first().is_some_and(|a| comparable(a.trim_end()) == comparable(first.trim_end()))
+                && shows(rest, &actual[1..])
         }
     }
 }
@@ -86,8 +87,13 @@ fn every_simulate_session_in_the_docs_prints_what_the_page_shows() {
                 let printed = if command == "echo $?" {
                     format!("{}", status.expect("`echo $?` after a command"))
                 } else {
-                    let args = simulate_args(command).unwrap_or_else(|| panic!("{page_path}:{start}: a session runs `ratomic simulate`, not `{command}`"));
-                    assert!(!args.iter().any(|a| a == "--realtime"), "{page_path}:{start}: --realtime output is the real clock's");
+                    let args = simulate_args(command).unwrap_or_else(|| {
+                        panic!("{page_path}:{start}: a session runs `ratomic simulate`, not `{command}`")
+                    });
+                    assert!(
+                        !args.iter().any(|a| a == "--realtime"),
+                        "{page_path}:{start}: --realtime output is the real clock's"
+                    );
                     let out = Command::new(env!("CARGO_BIN_EXE_ratomic")).args(&args).output().unwrap();
                     status = out.status.code();
                     String::from_utf8(out.stdout).unwrap() + &String::from_utf8(out.stderr).unwrap()

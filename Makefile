@@ -57,14 +57,16 @@ test-node:
 test-redis:
 	bash redis/run-tests.sh
 
+# One clippy run and one rustdoc run over everything, the optional
+# features included (the Redis server tests, the tower layer's Redis
+# support): each extra invocation with other features re-checked the crates
+# whose features changed, and each `cargo doc -p` its dependencies.
+LINT_FEATURES = ratomic-redis/server-tests,ratomic-tower/redis
+
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) clippy -p ratomic-redis --all-targets --features server-tests -- -D warnings
-	$(CARGO) clippy -p ratomic-tower --all-targets --features redis -- -D warnings
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic-redis
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic-tower --features redis
+	$(CARGO) clippy --workspace --all-targets --features $(LINT_FEATURES) -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic -p ratomic-redis -p ratomic-tower --features ratomic-tower/redis
 
 lint-release:
 	bash scripts/check-release.sh

@@ -1,14 +1,15 @@
 # ratomic: one command builds everything and runs every test.
 #
 #   make test          # what CI runs (.ci/run): everything below
-#   make test-rust     # workspace tests, doc tests, property tests, stress tests (release); benches build;
+#   make test-rust     # workspace tests, doc tests, property tests, stress tests (release);
 #                      # the published crates package and build from their packaged sources
 #   make test-loom     # loom models of every CAS protocol
 #   make test-ffi      # the C ABI: header drift, C/C++ tests under ASan+UBSan and valgrind, install
 #   make test-python   # the Python package: fresh venv, wheel, pytest, stubtest
 #   make test-node     # the Node addon: npm ci, build, typings drift, node --test, tsc
 #   make test-redis    # ratomic-redis against real redis-servers (installed with apt if missing)
-#   make lint          # rustfmt, clippy and rustdoc, warnings as errors
+#   make lint          # rustfmt, clippy (every target: the benches and bench binaries build) and
+#                      # rustdoc, warnings as errors
 #   make lint-release  # the release workflow against GitHub's workflow schema
 #
 # Bounded settings keep CI well under 30 minutes on 2 cores; raise them by
@@ -28,7 +29,6 @@ test: lint lint-release test-rust test-loom test-ffi test-python test-node test-
 test-rust:
 	$(CARGO) test
 	$(CARGO) test -p ratomic --release --test stress
-	$(CARGO) check -p ratomic-benches --benches --bins
 	@# `cargo package` verifies each crate against the ones it has just packed (a
 	@# registry overlay in target/package), but a registry version being
 	@# immutable, it reuses what an earlier run left: the extraction under

@@ -1,6 +1,7 @@
 'use strict'
 // `sharedFile`: limiters in different processes sharing one file. Real
-// processes (child_process.fork, node:cluster), real SIGKILLs, real files.
+// processes (child_process.fork), real SIGKILLs, real files. (The npm
+// page's node:cluster server runs in readme.test.js.)
 
 const test = require('node:test')
 const assert = require('node:assert/strict')
@@ -8,7 +9,6 @@ const { fork } = require('node:child_process')
 const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
-const http = require('node:http')
 const { TokenBucket, FixedWindow, SlidingWindow, Limiter, Quotas, ManualClock } = require('..')
 
 const linux = process.platform === 'linux'
@@ -175,31 +175,5 @@ if (process.env.RATOMIC_SHARED_CHILD) {
     let n = 0
     for (const l of [a, b, a, b, a]) if (l.allow('acme', '3/min').allowed) n++
     assert.equal(n, 3)
-  })
-
-  test('the cluster example shares one limit between its workers', { skip: !linux }, async () => {
-    const file = path.join(tmp(), 'cluster.shm')
-    const server = fork(path.join(__dirname, '..', 'examples', 'cluster-shared.js'), [], {
-      env: { ...process.env, RATOMIC_EXAMPLE_FILE: file, RATOMIC_EXAMPLE_WORKERS: '2', RATOMIC_EXAMPLE_LIMIT: '3/min', PORT: '0' },
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc']
-    })
-    try {
-      const port = await new Promise((resolve, reject) => {
-        server.on('message', (m) => { if (m.listening) resolve(m.listening) })
-        server.on('exit', (code) => reject(new Error(`example exited: ${code}`)))
-      })
-      const get = () => new Promise((resolve, reject) => {
-        // A new connection per request: the primary hands each to a worker.
-        http.get({ host: '127.0.0.1', port, path: '/', agent: false }, (res) => {
-          res.resume()
-          res.on('end', () => resolve([res.statusCode, res.headers['x-worker']]))
-        }).on('error', reject)
-      })
-      const answers = []
-      for (let i = 0; i < 8; i++) answers.push(await get())
-      assert.deepEqual(answers.map(([s]) => s), [200, 200, 200, 429, 429, 429, 429, 429])
-    } finally {
-      server.kill('SIGTERM')
-    }
   })
 }

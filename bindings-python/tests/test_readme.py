@@ -2,8 +2,10 @@
 
 Two READMEs hold Python: the package's own (bindings-python/README.md, the
 PyPI page) and the project's (the repository root's README.md, with the
-full guide). Every ```python block in them runs here, and every
-`print(x)  # shown` comment must match what was printed.
+full guide), and docs/choosing.md. Every ```python block in them runs here, and every
+`print(x)  # shown` comment must match what was printed. The two
+multi-worker apps also run under gunicorn and uvicorn with four workers
+(test_readme_workers.py).
 
 RATOMIC_READMES (paths separated by os.pathsep) names other copies: the
 fresh install outside the repository (run-tests.sh) runs this file against
@@ -19,6 +21,8 @@ import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_READMES = [HERE / "README.md", HERE.parent / "README.md"]
+# Pages of docs/ with Python examples (not in a package: run from the repository only).
+DOCS = [HERE.parent / "docs" / "choosing.md"]
 
 
 def readmes():
@@ -32,7 +36,11 @@ def python_blocks(path):
     return [textwrap.dedent(b) for b in re.findall(r"```python\n(.*?)```", text, flags=re.S)]
 
 
-BLOCKS = [(path, i, code) for path in readmes() for i, code in enumerate(python_blocks(path))]
+def pages():
+    return readmes() + ([] if os.environ.get("RATOMIC_READMES") else DOCS)
+
+
+BLOCKS = [(path, i, code) for path in pages() for i, code in enumerate(python_blocks(path))]
 
 
 @pytest.mark.parametrize("path", readmes(), ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -43,8 +51,12 @@ def test_readme_has_examples(path):
 @pytest.mark.parametrize("path, index, code", BLOCKS, ids=[f"{p.parent.name}/{p.name}[{i}]" for p, i, _ in BLOCKS])
 def test_readme_example_runs(path, index, code, capsys, monkeypatch, tmp_path):
     # Run where nothing of the repository is importable: `ratomic` is the
-    # installed wheel.
+    # installed wheel. The shared-file examples put their file under the
+    # runtime directory: a fresh one (mode 0700, as a session's is).
     monkeypatch.chdir(tmp_path)
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     if "REDIS_URL" in code:
         # The Redis example talks to a real server of its own.
         from redis_server import Server

@@ -376,9 +376,12 @@ fn allow_many_is_one_pipeline_in_request_order() {
 
 #[test]
 fn acquire_waits_out_retry_after_within_its_deadline() {
-    let l = limiter("acquire", &[("limit", Rule::parse("1/100ms").unwrap())]);
+    // A token every 2 s on the server's clock: the second call's wait is far
+    // beyond its 1 ms deadline even on a loaded machine (a stall of 2 s
+    // between two round trips would be needed to refill it).
+    let l = limiter("acquire", &[("limit", Rule::parse("1/2s").unwrap())]);
     assert!(block(l.acquire("k", 1, Duration::ZERO)).unwrap().is_some());
-    assert!(block(l.acquire("k", 1, Duration::from_millis(1))).unwrap().is_none(), "the wait is ~100 ms");
+    assert!(block(l.acquire("k", 1, Duration::from_millis(1))).unwrap().is_none(), "the wait is ~2 s");
     let d = block(l.acquire("k", 1, Duration::from_secs(10))).unwrap().expect("granted after waiting");
     assert!(d.allowed());
 }

@@ -32,6 +32,7 @@ __all__ = [
     "SlidingWindow",
     "Stack",
     "TokenBucket",
+    "_HttpFields",
     "_RedisCall",
     "_RedisDriver",
 ]
@@ -515,6 +516,26 @@ class Stack:
     def members(self) -> tuple[_Member, ...]: ...
     @property
     def clock(self) -> ManualClock | _Clock | None: ...
+
+@final
+class _HttpFields:
+    """The fields an HTTP middleware writes for one limiter's decisions, its
+    header policies formatted once (internal to ``ratomic._http``)."""
+
+    def __new__(
+        cls,
+        limiter: Keyed | DirectTokenBucket | Limiter | Stack,
+        *,
+        name: str = "default",
+        draft: _Draft = "draft-11",
+        legacy: bool = False,
+        standard: bool = True,
+        asgi: bool = True,
+    ) -> _HttpFields: ...
+    def fields(self, decision: Decision | MultiDecision) -> list[tuple[bytes, bytes]] | list[tuple[str, str]]:
+        """The fields for ``decision``: lower-case bytes pairs with ``asgi``, else str pairs."""
+    def problem(self, decision: Decision | MultiDecision) -> str | None:
+        """The RFC 9457 problem document for a 429 answering ``decision``; None when allowed."""
 
 @final
 class _RedisCall:

@@ -490,11 +490,10 @@ impl SharedStore {
                 return Err(err(
                     path,
                     format!(
-                        "is in use with a different rule, key type, max_keys or eviction policy (the file's limiter: \
-                         {old}; this one: {label}). Processes sharing a file must build the same limiter. Once the \
-                         processes using it (`fuser -v '{0}'` lists them) have exited, the next one to open the \
-                         file makes it anew for its own limiter; to switch now, run `rm -- '{0}'` (processes still \
-                         running keep the old file until they restart)",
+                        "is in use with a different rule, key type, max_keys or eviction policy (the file's: \
+                         {old}; this one: {label}). Once the processes using it (`fuser -v '{0}'`) have exited, the \
+                         next to open it makes it anew; to switch now, `rm -- '{0}'` (running processes keep the \
+                         old file until they restart)",
                         path.display()
                     ),
                 ));
@@ -518,6 +517,10 @@ impl SharedStore {
             return Err(err(path, format!("cannot be mapped: {}", os_err())));
         }
         let map = Map { ptr: ptr.cast(), len: lay.bytes };
+        // Keys land at random: no readahead (on a disk file system it would
+        // fill the page cache with the holes around each page touched).
+        // SAFETY: advice on the mapping just made; it changes no contents.
+        unsafe { libc::madvise(ptr, lay.bytes, libc::MADV_RANDOM) };
         let h = map.words();
         if fresh {
             // The file is all zeros (sparse): empty slots and a pristine

@@ -66,12 +66,16 @@
 //! # `max_keys` and eviction
 //!
 //! The table holds at most `max_keys` keys, by default [`DEFAULT_MAX_KEYS`]
-//! (131,072): the distinct clients a web service sees within one refill
-//! period of a per-client limit, with room to spare, in a file of at most
-//! 6.3 MiB for one limit (24 bytes a slot, two slots a key, and the floor);
-//! the in-memory default (4,194,304 keys) would make a 200 MiB file, most
-//! of it touched once a few hundred thousand keys have come and gone. Set
-//! it to the distinct keys you expect within one refill period.
+//! (131,072), chosen for a web service: a host serving 1,000 requests a
+//! second, each from a new client, sees 60,000 distinct clients in the
+//! minute of a per-minute limit, so the default keeps every client of such
+//! a limit with room to spare; and its file is at most 6.3 MiB for one
+//! limit (24 bytes a slot, two slots a key, and the floor), on the tmpfs
+//! (RAM) the docs advise — 264 KiB with no key, about 4 MiB with 1,000
+//! (`BENCHMARKS.md`). The in-memory default (4,194,304 keys) would make a
+//! 200 MiB file, most of it touched once a few hundred thousand keys have
+//! come and gone. Set it to the distinct keys you expect within one refill
+//! period.
 //!
 //! An insert that finds the table full makes room for itself (see
 //! `table.rs`, "Maintenance"): idle keys are forgotten, else a key close to

@@ -715,7 +715,7 @@ use ratomic::shared_model::Model;
 /// Steps at which a victim is killed in the shared-store models: every
 /// step the protocols below take, then never.
 fn kill_points() -> impl Iterator<Item = usize> {
-    (0..8).chain([usize::MAX])
+    (0..16).chain([usize::MAX])
 }
 
 fn no_key_twice(m: &Model) {

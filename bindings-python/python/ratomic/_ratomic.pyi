@@ -100,7 +100,9 @@ class KeyTypeError(ArgumentTypeError):
 
 class BackendError(RatomicError):
     """A Redis-backed limiter (``ratomic.redis``) got no answer from Redis
-    and its ``on_error`` is ``"raise"``. ``__cause__`` is the client's exception."""
+    and its ``on_error`` is ``"raise"``. ``__cause__`` is the client's exception.
+    Also a limiter on a ``shared_file`` that could not serve a call (its file
+    system is full, or another process holds the key): nothing changed."""
 
 _Source = Literal["memory", "redis", "fallback", "policy", "deny_cache"]
 """Who answered a call."""

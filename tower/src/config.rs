@@ -194,7 +194,7 @@ impl<L: RateLimiter> RateLimitLayer<L> {
                 on_backend_failure: BackendFailure::Deny,
                 methods: None,
                 refunds: Refunds::default(),
-                info: true,
+                info: false,
                 reports: Reports::default(),
             }),
         })
@@ -278,7 +278,8 @@ impl<L: RateLimiter> RateLimitLayer<L> {
 
     /// Whether an admitted request carries a
     /// [`RateLimitInfo`](crate::RateLimitInfo) in its extensions for the
-    /// handler (default `true`; it costs a small allocation a request).
+    /// handler (default `false`: it costs an allocation a request, which a
+    /// service that does not read it should not pay).
     pub fn info_in_extensions(self, on: bool) -> Self {
         self.edit(|c| c.info = on)
     }

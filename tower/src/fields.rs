@@ -5,6 +5,8 @@
 //! The text is exactly what [`ratomic::headers`] writes (the unit tests
 //! compare the two), so every ratomic face answers alike.
 
+use std::collections::BTreeSet;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use http::{header, HeaderName, HeaderValue, Response, StatusCode};
@@ -30,8 +32,39 @@ impl Default for Format {
 pub(crate) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 pub(crate) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
-/// The fields one response gets, by name.
-pub(crate) type Fields = SmallVec<[(HeaderName, HeaderValue); 3]>;
+/// The fields one response gets: the two standard ones in place (no
+/// allocation, little to move), the rest after them.
+#[derive(Debug, Default)]
+pub(crate) struct Fields {
+    policy: Option<HeaderValue>,
+    ratelimit: Option<HeaderValue>,
+    more: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl Fields {
+    fn push(&mut self, name: HeaderName, value: HeaderValue) {
+        if name == RATELIMIT_POLICY && self.policy.is_none() {
+            self.policy = Some(value);
+        } else if name == RATELIMIT && self.ratelimit.is_none() && self.more.is_empty() {
+            self.ratelimit = Some(value);
+        } else {
+            self.more.push((name, value));
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        usize::from(self.policy.is_some()) + usize::from(self.ratelimit.is_some()) + self.more.len()
+    }
+
+    /// The fields in order, by name.
+    pub(crate) fn to_vec(&self) -> Vec<(HeaderName, HeaderValue)> {
+        let mut out = Vec::with_capacity(self.len());
+        out.extend(self.policy.iter().map(|v| (RATELIMIT_POLICY, v.clone())));
+        out.extend(self.ratelimit.iter().map(|v| (RATELIMIT, v.clone())));
+        out.extend(self.more.iter().cloned());
+        out
+    }
+}
 
 /// A limiter's policies, prepared for its responses.
 #[derive(Debug)]
@@ -53,7 +86,7 @@ impl Heads {
         let quoted = policies.iter().map(|p| quote(p.name())).collect();
         let every: Entries = (0..policies.len()).map(|i| (i, FULL)).collect();
         let all = Headers::from_parts(&policies, every.iter().copied(), FULL)?.policy();
-        let all = HeaderValue::from_str(&all).expect("a policy's name is printable ASCII");
+        let all = HeaderValue::from_static(interned(all));
         let problem = (policies.len() == 1).then(|| problem_template(&policies[0]));
         Ok(Heads { policies: policies.into(), quoted, all, problem })
     }
@@ -74,38 +107,38 @@ impl Heads {
 
     /// The answer to one call: its fields (and its problem body on a denial).
     pub(crate) fn verdict(&self, entries: &[(usize, Decision)], combined: Decision, format: Format) -> Verdict {
-        let mut fields = Fields::new();
+        let mut fields = Fields::default();
         match format.draft {
             Some(Draft::Draft11) => {
                 let every = entries.len() == self.policies.len() && entries.iter().enumerate().all(|(i, e)| e.0 == i);
                 let policy = if every { self.all.clone() } else { self.joined(entries, Item::Policy) };
-                fields.push((RATELIMIT_POLICY, policy));
-                fields.push((RATELIMIT, self.joined(entries, Item::RateLimit)));
+                fields.policy = Some(policy);
+                fields.ratelimit = Some(self.joined(entries, Item::RateLimit));
                 self.tail(&combined, format.legacy, &mut fields);
             }
             Some(draft) => {
                 let h = self.headers(entries, combined);
                 for (name, value) in h.fields_in(draft, format.legacy) {
                     if let Ok(v) = HeaderValue::from_str(&value) {
-                        fields.push((HeaderName::from_static(lower(name)), v));
+                        fields.push(HeaderName::from_static(lower(name)), v);
                     }
                 }
             }
             None => self.tail(&combined, format.legacy, &mut fields),
         }
         let problem = (!combined.allowed).then(|| self.problem(entries, combined));
-        Verdict { decision: combined, fields, problem, quota: None }
+        Verdict { decision: combined, fields, problem, plan: 0 }
     }
 
     /// `Retry-After` on a denial and the legacy fields if asked.
     fn tail(&self, d: &Decision, legacy: bool, fields: &mut Fields) {
         if !d.allowed {
-            fields.push((header::RETRY_AFTER, HeaderValue::from(retry_secs(d))));
+            fields.push(header::RETRY_AFTER, HeaderValue::from(retry_secs(d)));
         }
         if legacy {
-            fields.push((HeaderName::from_static("x-ratelimit-limit"), HeaderValue::from(d.limit)));
-            fields.push((HeaderName::from_static("x-ratelimit-remaining"), HeaderValue::from(d.remaining)));
-            fields.push((HeaderName::from_static("x-ratelimit-reset"), HeaderValue::from(ceil_secs(d.reset_after))));
+            fields.push(HeaderName::from_static("x-ratelimit-limit"), HeaderValue::from(d.limit));
+            fields.push(HeaderName::from_static("x-ratelimit-remaining"), HeaderValue::from(d.remaining));
+            fields.push(HeaderName::from_static("x-ratelimit-reset"), HeaderValue::from(ceil_secs(d.reset_after)));
         }
     }
 
@@ -116,23 +149,44 @@ impl Heads {
 
     /// One draft-11 item per entry, `, `-separated, formatted on the stack.
     fn joined(&self, entries: &[(usize, Decision)], item: Item) -> HeaderValue {
-        let mut out: SmallVec<[u8; 128]> = SmallVec::new();
+        // Each item: its quoted name, two labels of 3 bytes, two numbers of
+        // at most 15 digits, and a separator.
+        let bound: usize = entries.iter().map(|(i, _)| self.quoted[*i].len() + 38).sum();
+        if bound <= 128 {
+            let mut buf = [0u8; 128];
+            let n = self.write_items(entries, item, &mut buf);
+            value(&buf[..n])
+        } else {
+            let mut buf = vec![0u8; bound];
+            let n = self.write_items(entries, item, &mut buf);
+            value(&buf[..n])
+        }
+    }
+
+    /// Writes the items into `out` (long enough); returns the length.
+    #[inline]
+    fn write_items(&self, entries: &[(usize, Decision)], item: Item, out: &mut [u8]) -> usize {
+        let mut at = 0;
+        let mut put = |bytes: &[u8]| {
+            out[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        };
         let mut n = itoa::Buffer::new();
         for (k, (i, d)) in entries.iter().enumerate() {
             if k > 0 {
-                out.extend_from_slice(b", ");
+                put(b", ");
             }
-            out.extend_from_slice(self.quoted[*i].as_bytes());
+            put(self.quoted[*i].as_bytes());
             let (a, b) = match item {
-                Item::Policy => ((";q=", self.policies[*i].quota()), (";w=", self.policies[*i].window_secs())),
-                Item::RateLimit => ((";r=", d.remaining), (";t=", ceil_secs(d.reset_after))),
+                Item::Policy => ((b";q=", self.policies[*i].quota()), (b";w=", self.policies[*i].window_secs())),
+                Item::RateLimit => ((b";r=", d.remaining), (b";t=", ceil_secs(d.reset_after))),
             };
             for (label, value) in [a, b] {
-                out.extend_from_slice(label.as_bytes());
-                out.extend_from_slice(n.format(value.min(MAX_SF_INTEGER)).as_bytes());
+                put(label);
+                put(n.format(value.min(MAX_SF_INTEGER)).as_bytes());
             }
         }
-        HeaderValue::from_bytes(&out).expect("quoted names and digits are valid in a field")
+        at
     }
 
     /// The RFC 9457 document for a 429.
@@ -156,6 +210,29 @@ impl Heads {
 enum Item {
     Policy,
     RateLimit,
+}
+
+/// `text`, kept for the life of the process, once per distinct text: a
+/// `HeaderValue::from_static` of it is copied per response with no shared
+/// count for threads to contend on, and the texts kept are bounded by the
+/// policies a program describes, however many layers it builds.
+fn interned(text: String) -> &'static str {
+    static TEXTS: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let mut texts = TEXTS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(kept) = texts.get(text.as_str()) {
+        return kept;
+    }
+    let kept: &'static str = Box::leak(text.into_boxed_str());
+    texts.insert(kept);
+    kept
+}
+
+/// A field value of quoted names, digits and punctuation.
+fn value(bytes: &[u8]) -> HeaderValue {
+    debug_assert!(HeaderValue::from_bytes(bytes).is_ok());
+    // SAFETY: quoted names are printable ASCII (Policy::new checks it), the
+    // rest digits and punctuation: all valid in a field value.
+    unsafe { HeaderValue::from_maybe_shared_unchecked(bytes::Bytes::copy_from_slice(bytes)) }
 }
 
 /// A full key's answer: what formats a policy without a call.
@@ -226,8 +303,8 @@ pub struct Verdict {
     pub(crate) fields: Fields,
     /// The 429's document (a denial only).
     pub(crate) problem: Option<String>,
-    /// The quota charged (a [`Plans`](crate::Plans) limiter), for a refund.
-    pub(crate) quota: Option<Quota>,
+    /// The plan charged (a [`Plans`](crate::Plans) limiter), for a refund.
+    pub(crate) plan: usize,
 }
 
 /// What a denied request was answered, for [`RateLimitLayer::on_deny`](crate::RateLimitLayer::on_deny).
@@ -284,7 +361,13 @@ pub struct RateLimitInfo {
 
 pub(crate) fn add_fields(headers: &mut http::HeaderMap, fields: Fields) {
     headers.reserve(fields.len());
-    for (name, value) in fields {
+    if let Some(v) = fields.policy {
+        headers.insert(RATELIMIT_POLICY, v);
+    }
+    if let Some(v) = fields.ratelimit {
+        headers.insert(RATELIMIT, v);
+    }
+    for (name, value) in fields.more {
         headers.insert(name, value);
     }
 }
@@ -365,18 +448,18 @@ mod tests {
                     let format = Format { draft: Some(draft), legacy };
                     let v = single.verdict(&[(0, d)], d, format);
                     let h = Headers::single(&policies[1], d);
-                    assert_eq!(text(&v.fields), core(&h, draft, legacy));
+                    assert_eq!(text(&v.fields.to_vec()), core(&h, draft, legacy));
                     assert_eq!(v.problem, h.problem_json());
                     for entries in [vec![(0, d), (1, d), (2, d)], vec![(0, d), (2, d)], vec![(1, d)]] {
                         let v = multi.verdict(&entries, d, format);
                         let h = Headers::from_parts(&policies, entries.iter().copied(), d).unwrap();
-                        assert_eq!(text(&v.fields), core(&h, draft, legacy), "{entries:?}");
+                        assert_eq!(text(&v.fields.to_vec()), core(&h, draft, legacy), "{entries:?}");
                         assert_eq!(v.problem, h.problem_json());
                     }
                 }
             }
             let v = single.verdict(&[(0, d)], d, Format { draft: None, legacy: true });
-            let names: Vec<_> = v.fields.iter().map(|(n, _)| n.as_str()).collect();
+            let names: Vec<_> = v.fields.to_vec().into_iter().map(|(n, _)| n.as_str().to_owned()).collect();
             let expected: &[&str] = if d.allowed { &[] } else { &["retry-after"] };
             assert_eq!(names[..names.len() - 3], *expected);
         }

@@ -6,8 +6,48 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use http::{HeaderName, HeaderValue};
+use http::{Extensions, HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
+
+/// A request's head as the layer reads it: a whole request (nothing moved
+/// when no function of the user's needs its `Parts`) or its `Parts`.
+pub(crate) trait Head {
+    fn headers(&self) -> &HeaderMap;
+    fn extensions(&self) -> &Extensions;
+    fn extensions_mut(&mut self) -> &mut Extensions;
+    /// The `Parts`, for the user's functions (`None` for a whole request).
+    fn parts(&self) -> Option<&http::request::Parts>;
+}
+
+impl Head for http::request::Parts {
+    fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+    fn extensions(&self) -> &Extensions {
+        &self.extensions
+    }
+    fn extensions_mut(&mut self) -> &mut Extensions {
+        &mut self.extensions
+    }
+    fn parts(&self) -> Option<&http::request::Parts> {
+        Some(self)
+    }
+}
+
+impl<B> Head for http::Request<B> {
+    fn headers(&self) -> &HeaderMap {
+        self.headers()
+    }
+    fn extensions(&self) -> &Extensions {
+        self.extensions()
+    }
+    fn extensions_mut(&mut self) -> &mut Extensions {
+        self.extensions_mut()
+    }
+    fn parts(&self) -> Option<&http::request::Parts> {
+        None
+    }
+}
 
 type KeyFn = dyn Fn(&http::request::Parts) -> Option<Vec<u8>> + Send + Sync;
 type KeysFn = dyn Fn(&http::request::Parts) -> Option<Vec<Vec<u8>>> + Send + Sync;
@@ -115,14 +155,21 @@ impl KeyBy {
         }
     }
 
-    /// The request's key(s); `None` when it has none.
-    pub(crate) fn find<'p>(&self, parts: &'p http::request::Parts) -> Option<Found<'p>> {
+    /// Whether the key is a function of the user's (which takes `Parts`).
+    pub(crate) fn needs_parts(&self) -> bool {
+        matches!(self.source, Source::Func(_) | Source::PerMember(_))
+    }
+
+    /// The request's key(s); `None` when it has none (or a function of the
+    /// user's is given no `Parts`).
+    #[inline]
+    pub(crate) fn find<'p, H: Head>(&self, head: &'p H) -> Option<Found<'p>> {
         Some(match &self.source {
-            Source::ClientIp(ip) => Found::One(KeyBytes::Inline(ip.inline(parts)?)),
-            Source::Header(name) => Found::One(KeyBytes::Borrowed(parts.headers.get(name)?.as_bytes())),
+            Source::ClientIp(ip) => Found::One(KeyBytes::Inline(ip.inline(head)?)),
+            Source::Header(name) => Found::One(KeyBytes::Borrowed(head.headers().get(name)?.as_bytes())),
             Source::Global => Found::One(KeyBytes::Borrowed(b"")),
-            Source::Func(f) => Found::One(KeyBytes::Owned(f(parts)?)),
-            Source::PerMember(f) => Found::Each(f(parts)?),
+            Source::Func(f) => Found::One(KeyBytes::Owned(f(head.parts()?)?)),
+            Source::PerMember(f) => Found::Each(f(head.parts()?)?),
         })
     }
 }
@@ -327,16 +374,21 @@ impl ClientIp {
     /// The client's address, or `None` when the request carries no peer
     /// address.
     pub fn address(&self, parts: &http::request::Parts) -> Option<IpAddr> {
+        self.address_in(parts)
+    }
+
+    fn address_in<H: Head>(&self, head: &H) -> Option<IpAddr> {
+        let headers = head.headers();
         let forwarded = match (self.proxies, self.header) {
             (0, _) => None,
-            (n, ProxyHeader::XForwardedFor) => nth_from_right(parts, ProxyHeader::XForwardedFor, n, xff_hops),
-            (n, ProxyHeader::Forwarded) => nth_from_right(parts, ProxyHeader::Forwarded, n, forwarded_hops),
+            (n, ProxyHeader::XForwardedFor) => nth_from_right(headers, ProxyHeader::XForwardedFor, n, xff_hops),
+            (n, ProxyHeader::Forwarded) => nth_from_right(headers, ProxyHeader::Forwarded, n, forwarded_hops),
             (_, ProxyHeader::XRealIp) => {
-                let last = parts.headers.get_all("x-real-ip").iter().next_back()?;
+                let last = headers.get_all("x-real-ip").iter().next_back()?;
                 last.to_str().ok().and_then(|v| hop_address(v.trim()))
             }
         };
-        forwarded.or_else(|| peer(parts))
+        forwarded.or_else(|| peer(head.extensions()))
     }
 
     /// The client's key: its address as text, IPv6 grouped by the prefix
@@ -345,14 +397,15 @@ impl ClientIp {
         self.inline(parts).map(|k| k.as_bytes().to_vec())
     }
 
-    fn inline(&self, parts: &http::request::Parts) -> Option<Inline> {
-        self.address(parts).map(|ip| inline_key(ip, self.ipv6_prefix))
+    #[inline]
+    fn inline<H: Head>(&self, head: &H) -> Option<Inline> {
+        self.address_in(head).map(|ip| inline_key(ip, self.ipv6_prefix))
     }
 
     /// Whether a request carries a forwarding header that is not read
     /// (no proxy trusted).
-    pub(crate) fn ignores_forwarding(&self, parts: &http::request::Parts) -> bool {
-        self.proxies == 0 && ProxyHeader::ALL.iter().any(|h| parts.headers.contains_key(h))
+    pub(crate) fn ignores_forwarding(&self, headers: &HeaderMap) -> bool {
+        self.proxies == 0 && ProxyHeader::ALL.iter().any(|h| headers.contains_key(h))
     }
 }
 
@@ -376,30 +429,30 @@ pub fn peer_key(parts: &http::request::Parts, proxies: usize, ipv6_prefix: u8) -
     ClientIp::behind(proxies, ProxyHeader::XForwardedFor).ipv6_prefix(ipv6_prefix).key(parts)
 }
 
-pub(crate) fn peer(parts: &http::request::Parts) -> Option<IpAddr> {
+pub(crate) fn peer(extensions: &Extensions) -> Option<IpAddr> {
     #[cfg(feature = "axum")]
-    if let Some(axum::extract::ConnectInfo(addr)) = parts.extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
+    if let Some(axum::extract::ConnectInfo(addr)) = extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
         return Some(addr.ip());
     }
-    parts.extensions.get::<SocketAddr>().map(SocketAddr::ip)
+    extensions.get::<SocketAddr>().map(SocketAddr::ip)
 }
 
 /// The field lines of `header`, in order, as text (a line that is not is
 /// skipped).
-fn lines(parts: &http::request::Parts, header: ProxyHeader) -> impl DoubleEndedIterator<Item = &str> {
-    parts.headers.get_all(header.name()).into_iter().filter_map(|v: &HeaderValue| v.to_str().ok())
+fn lines(headers: &HeaderMap, header: ProxyHeader) -> impl DoubleEndedIterator<Item = &str> {
+    headers.get_all(header.name()).into_iter().filter_map(|v: &HeaderValue| v.to_str().ok())
 }
 
 /// The address in the `n`-th hop from the right of all of `header`'s
 /// lines; `None` when there are fewer hops or that one names no address.
 fn nth_from_right<'p>(
-    parts: &'p http::request::Parts,
+    headers: &'p HeaderMap,
     header: ProxyHeader,
     n: usize,
     hops: fn(&'p str, &mut SmallVec<[&'p str; 8]>),
 ) -> Option<IpAddr> {
     let mut all: SmallVec<[&str; 8]> = SmallVec::new();
-    for line in lines(parts, header) {
+    for line in lines(headers, header) {
         hops(line, &mut all);
     }
     let hop = all.len().checked_sub(n).map(|i| all[i])?;

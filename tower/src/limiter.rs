@@ -60,7 +60,8 @@ impl std::fmt::Debug for Refunded {
 pub struct Call<'a> {
     pub(crate) keys: Keys<'a>,
     pub(crate) cost: u64,
-    pub(crate) parts: &'a http::request::Parts,
+    /// The request's head, when a function of the user's needs it.
+    pub(crate) parts: Option<&'a http::request::Parts>,
     pub(crate) format: Format,
 }
 
@@ -92,7 +93,7 @@ pub trait RateLimiter: sealed::Sealed + Send + Sync + 'static {
     fn decide(&self, call: Call<'_>) -> Decided;
     /// Gives back what an admitted call was charged.
     #[doc(hidden)]
-    fn refund(&self, keys: Keys<'_>, cost: u64, quota: Option<Quota>) -> Refunded;
+    fn refund(&self, keys: Keys<'_>, cost: u64, plan: usize) -> Refunded;
     /// Names a single rule's policy (multi-limit limiters name their own).
     #[doc(hidden)]
     fn set_name(&mut self, name: &str) -> ratomic::Result<()>;
@@ -102,6 +103,11 @@ pub trait RateLimiter: sealed::Sealed + Send + Sync + 'static {
     #[doc(hidden)]
     fn members(&self) -> Option<usize> {
         None
+    }
+    /// Whether [`decide`](Self::decide) needs the request's `Parts`.
+    #[doc(hidden)]
+    fn needs_parts(&self) -> bool {
+        false
     }
 }
 
@@ -147,7 +153,7 @@ impl<A: Algorithm, C: Clock + 'static> RateLimiter for Single<A, C> {
         };
         Decided::Now(run())
     }
-    fn refund(&self, keys: Keys<'_>, cost: u64, _: Option<Quota>) -> Refunded {
+    fn refund(&self, keys: Keys<'_>, cost: u64, _: usize) -> Refunded {
         done(one_key(keys).and_then(|k| Ok(self.limiter.refund(k, cost)?)))
     }
     fn set_name(&mut self, name: &str) -> ratomic::Result<()> {
@@ -185,7 +191,7 @@ impl<C: Clock + 'static> RateLimiter for Multi<C> {
         };
         Decided::Now(run())
     }
-    fn refund(&self, keys: Keys<'_>, cost: u64, _: Option<Quota>) -> Refunded {
+    fn refund(&self, keys: Keys<'_>, cost: u64, _: usize) -> Refunded {
         done(one_key(keys).and_then(|k| Ok(self.limiter.refund(k, cost)?)))
     }
     fn set_name(&mut self, _name: &str) -> ratomic::Result<()> {
@@ -227,7 +233,7 @@ impl<C: Clock + 'static> RateLimiter for StackOf<C> {
             Ok(self.heads.verdict(&entries(d.entries().map(|e| (e.index, e.decision))), d.decision, call.format))
         }))
     }
-    fn refund(&self, keys: Keys<'_>, cost: u64, _: Option<Quota>) -> Refunded {
+    fn refund(&self, keys: Keys<'_>, cost: u64, _: usize) -> Refunded {
         done(self.with_keys(keys, |keys| self.stack.refund(keys, cost).map_err(Into::into)))
     }
     fn set_name(&mut self, _name: &str) -> ratomic::Result<()> {
@@ -312,23 +318,27 @@ impl<C: Clock + 'static> RateLimiter for Plans<C> {
     fn decide(&self, call: Call<'_>) -> Decided {
         let run = || -> Result<Verdict, DecideError> {
             let key = one_key(call.keys)?;
-            let quota = (self.choose)(call.parts).ok_or("the quota function gave this request no quota")?;
-            let Some((_, heads)) = self.plans.iter().find(|(q, _)| *q == quota) else {
+            let parts = call.parts.ok_or("the quota function needs the request's head")?;
+            let quota = (self.choose)(parts).ok_or("the quota function gave this request no quota")?;
+            let Some(plan) = self.plans.iter().position(|(q, _)| *q == quota) else {
                 return Err(Box::new(SetUp(
                     "the quota function chose a quota no plan declares: declare each with Plans::plan(name, quota)",
                 )));
             };
             let d = self.quotas.allow_n(key, &quota, call.cost)?;
-            let mut v = heads.verdict(&[(0, d)], d, call.format);
-            v.quota = Some(quota);
+            let mut v = self.plans[plan].1.verdict(&[(0, d)], d, call.format);
+            v.plan = plan;
             Ok(v)
         };
         Decided::Now(run())
     }
-    fn refund(&self, keys: Keys<'_>, cost: u64, quota: Option<Quota>) -> Refunded {
+    fn needs_parts(&self) -> bool {
+        true
+    }
+    fn refund(&self, keys: Keys<'_>, cost: u64, plan: usize) -> Refunded {
         let run = || -> Result<(), DecideError> {
-            let quota = quota.ok_or("a refund without the quota charged")?;
-            Ok(self.quotas.refund(one_key(keys)?, &quota, cost)?)
+            let (quota, _) = self.plans.get(plan).ok_or("a refund of a plan not declared")?;
+            Ok(self.quotas.refund(one_key(keys)?, quota, cost)?)
         };
         done(run())
     }

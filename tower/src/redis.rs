@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use ratomic::headers::Policy;
-use ratomic::Quota;
 
 use crate::config::Throttle;
 use crate::fields::{Entries, Heads};
@@ -75,7 +74,7 @@ where
         }))
     }
 
-    fn refund(&self, keys: Keys<'_>, cost: u64, _: Option<Quota>) -> Refunded {
+    fn refund(&self, keys: Keys<'_>, cost: u64, _: usize) -> Refunded {
         let key = match owned(keys) {
             Ok(k) => k,
             Err(e) => return Refunded::Now(Err(e)),

@@ -13,7 +13,7 @@ use tower_service::Service;
 
 use crate::config::{BackendFailure, Config};
 use crate::fields::{add_fields, refusal, too_many, Fields, Outcome, RateLimitInfo, Verdict};
-use crate::key::{peer, Retained};
+use crate::key::{peer, Head, Retained};
 use crate::limiter::{Call, DecideError, Decided, Pending, RateLimiter, Refunded, SetUp};
 
 /// The service [`RateLimitLayer`](crate::RateLimitLayer) makes.
@@ -41,7 +41,7 @@ struct Refund<L> {
     config: Arc<Config<L>>,
     keys: Retained,
     cost: u64,
-    quota: Option<ratomic::Quota>,
+    plan: usize,
 }
 
 impl<L: RateLimiter> Refund<L> {
@@ -50,7 +50,7 @@ impl<L: RateLimiter> Refund<L> {
         if !self.config.refunds.applies(status) {
             return None;
         }
-        match self.config.limiter.refund(self.keys.keys(), self.cost, self.quota) {
+        match self.config.limiter.refund(self.keys.keys(), self.cost, self.plan) {
             Refunded::Now(r) => {
                 refund_failed(&self.config, r);
                 None
@@ -68,6 +68,13 @@ fn refund_failed<L>(c: &Config<L>, r: Result<(), DecideError>) {
     }
 }
 
+/// A refund being given back, and the response waiting for it.
+struct Refunding<RB, E, L> {
+    pending: Pending<()>,
+    config: Arc<Config<L>>,
+    response: Option<Result<Response<RB>, E>>,
+}
+
 pin_project! {
     /// The response future of [`RateLimit`].
     pub struct ResponseFuture<F, RB, E, L> {
@@ -82,9 +89,9 @@ pin_project! {
         /// Not limited (a method left out, a backend failing open).
         Through { #[pin] fut: F },
         /// Admitted: the fields go on the response, and perhaps a refund.
-        Admitted { #[pin] fut: F, fields: Fields, refund: Option<Refund<L>> },
+        Admitted { #[pin] fut: F, fields: Fields, refund: Option<Box<Refund<L>>> },
         /// A refund being given back before the response goes on.
-        Refunding { pending: Pending<()>, config: Arc<Config<L>>, response: Option<Result<Response<RB>, E>> },
+        Refunding { refunding: Box<Refunding<RB, E, L>> },
         /// Answered by the layer.
         Ready { response: Option<Response<RB>> },
         /// Decided later (Redis): the whole call in one future.
@@ -126,12 +133,15 @@ where
                     let config = refund.config.clone();
                     match refund.settle(status) {
                         None => return Poll::Ready(result),
-                        Some(pending) => State::Refunding { pending, config, response: Some(result) },
+                        Some(pending) => State::Refunding {
+                            refunding: Box::new(Refunding { pending, config, response: Some(result) }),
+                        },
                     }
                 }
-                StateProj::Refunding { pending, config, response } => {
-                    refund_failed(config, ready!(pending.as_mut().poll(cx)));
-                    return Poll::Ready(response.take().expect("polled after completion"));
+                StateProj::Refunding { refunding } => {
+                    let r = &mut **refunding;
+                    refund_failed(&r.config, ready!(r.pending.as_mut().poll(cx)));
+                    return Poll::Ready(r.response.take().expect("polled after completion"));
                 }
                 StateProj::Ready { response } => {
                     return Poll::Ready(Ok(response.take().expect("polled after completion")))
@@ -167,39 +177,63 @@ where
                 return ResponseFuture::new(State::Through { fut: self.inner.call(req) });
             }
         }
-        let (mut parts, body) = req.into_parts();
+        // The request stays whole (nothing moved) unless a function of the
+        // user's takes its `Parts`.
+        if c.key.needs_parts() || c.cost.is_some() || c.limiter.needs_parts() {
+            let (parts, body) = req.into_parts();
+            self.limit(parts, move |parts| Request::from_parts(parts, body))
+        } else {
+            self.limit(req, |req| req)
+        }
+    }
+}
+
+impl<S, L> RateLimit<S, L> {
+    /// Decides the request (its head `h`, made whole again by `whole`) and
+    /// lets it through or answers it.
+    #[inline]
+    fn limit<H, B, RB>(
+        &mut self,
+        mut h: H,
+        whole: impl FnOnce(H) -> Request<B> + Send + 'static,
+    ) -> ResponseFuture<S::Future, RB, S::Error, L>
+    where
+        H: Head + Send + 'static,
+        S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: Send + 'static,
+        L: RateLimiter,
+        B: Send + 'static,
+        RB: From<String> + Send + 'static,
+    {
+        let c = &*self.config;
         if let Some(ip) = c.key.client() {
-            if !c.reports.untrusted_forwarded.reported() && ip.ignores_forwarding(&parts) {
+            if !c.reports.untrusted_forwarded.reported() && ip.ignores_forwarding(h.headers()) {
                 untrusted_forwarding(c);
             }
         }
-        let Some(found) = c.key.find(&parts) else {
-            return ResponseFuture::new(State::Ready { response: Some(keyless(c, &parts)) });
+        let Some(found) = c.key.find(&h) else {
+            return ResponseFuture::new(State::Ready { response: Some(keyless(c, h.extensions())) });
         };
-        let cost = c.cost.as_ref().map_or(1, |f| f(&parts));
-        let call = Call { keys: found.keys(), cost, parts: &parts, format: c.format };
+        let cost = c.cost.as_ref().map_or(1, |f| h.parts().map_or(1, |p| f(p)));
+        let call = Call { keys: found.keys(), cost, parts: h.parts(), format: c.format };
         match c.limiter.decide(call) {
             Decided::Now(verdict) => {
                 let verdict = match judge(c, verdict) {
                     Judged::Pass(verdict) => verdict,
                     Judged::Unchecked => {
                         drop(found);
-                        return ResponseFuture::new(State::Through {
-                            fut: self.inner.call(Request::from_parts(parts, body)),
-                        });
+                        return ResponseFuture::new(State::Through { fut: self.inner.call(whole(h)) });
                     }
                     other => return ResponseFuture::new(State::Ready { response: Some(other.response(c)) }),
                 };
-                let refund = c.refunds.any().then(|| Refund {
-                    config: self.config.clone(),
-                    keys: found.retain(),
-                    cost,
-                    quota: verdict.quota,
+                let refund = c.refunds.any().then(|| {
+                    Box::new(Refund { config: self.config.clone(), keys: found.retain(), cost, plan: verdict.plan })
                 });
                 if c.info {
-                    parts.extensions.insert(RateLimitInfo { decision: verdict.decision, cost });
+                    h.extensions_mut().insert(RateLimitInfo { decision: verdict.decision, cost });
                 }
-                let fut = self.inner.call(Request::from_parts(parts, body));
+                let fut = self.inner.call(whole(h));
                 ResponseFuture::new(State::Admitted { fut, fields: verdict.fields, refund })
             }
             Decided::Later(pending) => {
@@ -213,19 +247,19 @@ where
                     let c = &*config;
                     let verdict = match judge(c, pending.await) {
                         Judged::Pass(verdict) => verdict,
-                        Judged::Unchecked => return inner.call(Request::from_parts(parts, body)).await,
+                        Judged::Unchecked => return inner.call(whole(h)).await,
                         other => return Ok(other.response(c)),
                     };
                     if c.info {
-                        parts.extensions.insert(RateLimitInfo { decision: verdict.decision, cost });
+                        h.extensions_mut().insert(RateLimitInfo { decision: verdict.decision, cost });
                     }
-                    let mut result = inner.call(Request::from_parts(parts, body)).await;
+                    let mut result = inner.call(whole(h)).await;
                     let status = result.as_ref().ok().map(Response::status);
                     if let Ok(r) = &mut result {
                         add_fields(r.headers_mut(), verdict.fields);
                     }
                     if let Some(keys) = keys {
-                        let refund = Refund { config: config.clone(), keys, cost, quota: verdict.quota };
+                        let refund = Refund { config: config.clone(), keys, cost, plan: verdict.plan };
                         if let Some(pending) = refund.settle(status) {
                             refund_failed(c, pending.await);
                         }
@@ -325,8 +359,8 @@ fn judge<L>(c: &Config<L>, verdict: Result<Verdict, DecideError>) -> Judged {
 /// The answer to a request the key function found no key in: a 500 when the
 /// client-address key found no peer address (a set-up mistake, reported once
 /// with its fix), else a 400.
-fn keyless<L, RB: From<String>>(c: &Config<L>, parts: &http::request::Parts) -> Response<RB> {
-    if c.key.client().is_some() && peer(parts).is_none() {
+fn keyless<L, RB: From<String>>(c: &Config<L>, extensions: &http::Extensions) -> Response<RB> {
+    if c.key.client().is_some() && peer(extensions).is_none() {
         if c.reports.no_peer.first() {
             tracing::error!(
                 target: "ratomic_tower",

@@ -384,8 +384,8 @@ impl ClientIp {
             (n, ProxyHeader::XForwardedFor) => nth_from_right(headers, ProxyHeader::XForwardedFor, n, xff_hops),
             (n, ProxyHeader::Forwarded) => nth_from_right(headers, ProxyHeader::Forwarded, n, forwarded_hops),
             (_, ProxyHeader::XRealIp) => {
-                let last = headers.get_all("x-real-ip").iter().next_back()?;
-                last.to_str().ok().and_then(|v| hop_address(v.trim()))
+                let last = headers.get_all("x-real-ip").iter().next_back();
+                last.and_then(|v| v.to_str().ok()).and_then(|v| hop_address(v.trim()))
             }
         };
         forwarded.or_else(|| peer(head.extensions()))

@@ -253,11 +253,6 @@ impl Inline {
         Inline { bytes: [0; INLINE], len: 0 }
     }
 
-    fn push(&mut self, b: u8) {
-        self.bytes[usize::from(self.len)] = b;
-        self.len += 1;
-    }
-
     pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.bytes[..usize::from(self.len)]
     }
@@ -531,27 +526,37 @@ pub fn client_key(ip: IpAddr, prefix: u8) -> String {
 
 fn inline_key(ip: IpAddr, prefix: u8) -> Inline {
     // Grouped as ratomic's `ip_key` groups an `IpAddr` key, as text.
-    let grouping = ratomic::Ipv6Grouping::Bits(prefix.min(128));
+    let grouped = match ip {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(_) => ratomic::ip_key(ip, ratomic::Ipv6Grouping::Bits(prefix.min(128))),
+    };
     let mut out = Inline::new();
-    match ratomic::ip_key(ip, grouping) {
+    match grouped {
         IpAddr::V4(v4) => {
-            // `v4.to_string()` without the formatter (the key of every request).
+            // `v4.to_string()` without the formatter (the key of every
+            // request): at most 15 bytes.
+            let (b, mut at) = (&mut out.bytes, 0);
             for (i, octet) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
-                    out.push(b'.');
+                    b[at] = b'.';
+                    at += 1;
                 }
                 if octet >= 100 {
-                    out.push(b'0' + octet / 100);
+                    b[at] = b'0' + octet / 100;
+                    at += 1;
                 }
                 if octet >= 10 {
-                    out.push(b'0' + octet / 10 % 10);
+                    b[at] = b'0' + octet / 10 % 10;
+                    at += 1;
                 }
-                out.push(b'0' + octet % 10);
+                b[at] = b'0' + octet % 10;
+                at += 1;
             }
+            out.len = at as u8;
         }
         IpAddr::V6(network) => {
             // At most 43 bytes: always fits.
-            let _ = write!(out, "{network}/{}", grouping.prefix_len());
+            let _ = write!(out, "{network}/{}", prefix.min(128));
         }
     }
     out

@@ -59,7 +59,10 @@ fn diff() -> (Vec<&'static str>, Vec<&'static str>) {
 fn body(side: &str) -> Vec<&'static str> {
     let from = THIS.find(&format!("// README: {side}\n")).unwrap();
     let lines = THIS[from..].lines().skip_while(|l| !l.starts_with("fn ")).skip(1);
-    lines.take_while(|l| !l.trim_start().starts_with("app") && !l.trim_start().starts_with("Ok(app)")).map(str::trim).collect()
+    lines
+        .take_while(|l| !l.trim_start().starts_with("app") && !l.trim_start().starts_with("Ok(app)"))
+        .map(str::trim)
+        .collect()
 }
 
 #[test]

@@ -100,7 +100,8 @@ async fn a_redis_that_stops_answering_is_a_generic_503_and_logged() {
 /// neither; the state on Redis says so.
 #[tokio::test]
 async fn failed_responses_are_refunded_on_redis() {
-    let limits = Limits::single(Rule::parse("2/min").unwrap()).unwrap().with_prefix(server::prefix("tower-refund")).unwrap();
+    let limits =
+        Limits::single(Rule::parse("2/min").unwrap()).unwrap().with_prefix(server::prefix("tower-refund")).unwrap();
     let l = limiter(&server::url(), limits, FailurePolicy::ReturnError).await;
     let app = axum::Router::new()
         .route("/ok", axum::routing::get(|| async { "ok" }))

@@ -5,9 +5,15 @@
 //! cargo run --release -p ratomic-benches --bin middleware [ROUNDS] [SECONDS]   # default 5 rounds of 2 s
 //! ```
 //!
-//! `middleware inproc [ROUNDS]` calls each app's router directly in this
-//! process (no sockets, no HTTP parsing or writing): each layer's own work
-//! per request, interleaved in rounds of 200 000 calls, median ns a call.
+//! `middleware inproc [ROUNDS]` calls each contender in this process (no
+//! sockets, no HTTP parsing or writing), issue 38's benchmark: the three
+//! scenarios (allowed on one key, allowed over 10,000 keys, denied), each
+//! with the layer placed by `Router::layer` and around the whole router,
+//! the contenders interleaved in rounds (200,000 calls, 20,000 denied; the
+//! order reversed every other round), median ns a call over the bare
+//! router's. A no-op layer shows what axum charges any `Router::layer`.
+//! `middleware profile KIND SCENARIO [CALLS]` runs one contender alone for
+//! `perf record`.
 //!
 //! `middleware drive ROUNDS SECONDS bare=PORT ratomic=PORT peer=PORT…` drives
 //! apps served by someone else (the Python bench's uvicorn apps) the same

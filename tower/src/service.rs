@@ -106,6 +106,7 @@ impl<F, RB, E, L> std::fmt::Debug for ResponseFuture<F, RB, E, L> {
 }
 
 impl<F, RB, E, L> ResponseFuture<F, RB, E, L> {
+    #[inline(always)]
     fn new(state: State<F, RB, E, L>) -> Self {
         ResponseFuture { state }
     }
@@ -191,7 +192,7 @@ where
 impl<S, L> RateLimit<S, L> {
     /// Decides the request (its head `h`, made whole again by `whole`) and
     /// lets it through or answers it.
-    #[inline]
+    #[inline(always)]
     fn limit<H, B, RB>(
         &mut self,
         mut h: H,
@@ -320,11 +321,21 @@ fn is_backend(e: &DecideError) -> bool {
 
 /// The verdict; for a request the limiter could not decide, what the
 /// backend policy or the request's fault says, reported for the operator.
+#[inline(always)]
 fn judge<L>(c: &Config<L>, verdict: Result<Verdict, DecideError>) -> Judged {
     match verdict {
         Ok(v) if v.decision.allowed => Judged::Pass(v),
         Ok(v) => Judged::Deny(v),
-        Err(e) if is_backend(&e) => {
+        Err(e) => undecided(c, e),
+    }
+}
+
+/// What a request the limiter could not decide gets.
+#[cold]
+#[inline(never)]
+fn undecided<L>(c: &Config<L>, e: DecideError) -> Judged {
+    match e {
+        e if is_backend(&e) => {
             let allow = c.on_backend_failure == BackendFailure::Allow;
             if let Some(more) = c.reports.backend.due() {
                 let answer = if allow { "requests go through unchecked" } else { "requests are refused with a 503" };
@@ -336,13 +347,13 @@ fn judge<L>(c: &Config<L>, verdict: Result<Verdict, DecideError>) -> Judged {
                 Judged::Refuse(StatusCode::SERVICE_UNAVAILABLE)
             }
         }
-        Err(e) if e.is::<SetUp>() => {
+        e if e.is::<SetUp>() => {
             if c.reports.set_up.first() {
                 tracing::error!(target: "ratomic_tower", error = %e, "requests are refused with a 500");
             }
             Judged::Refuse(StatusCode::INTERNAL_SERVER_ERROR)
         }
-        Err(e) => {
+        e => {
             if let Some(more) = c.reports.request.due() {
                 tracing::warn!(
                     target: "ratomic_tower",

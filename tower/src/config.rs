@@ -289,6 +289,20 @@ impl<L: RateLimiter> RateLimitLayer<L> {
     /// [`response_was_successful`](Self::response_was_successful)): only
     /// failed requests count. The call is charged on the way in, so
     /// requests in flight at once never pass more than the limit.
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    /// use ratomic_tower::RateLimitLayer;
+    ///
+    /// // Five failed logins a minute; a successful one costs nothing.
+    /// let logins = RateLimitLayer::new(TokenBucket::builder("5/min").build()?).skip_successful_responses();
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// After [`skip_failed_responses`](Self::skip_failed_responses): every
+    /// request would be refunded, and nothing limited.
     pub fn skip_successful_responses(self) -> Self {
         self.refunding(|r| r.successful = true)
     }
@@ -296,6 +310,10 @@ impl<L: RateLimiter> RateLimitLayer<L> {
     /// Gives a request's cost back once its response has failed (by
     /// default a status of 400 or above, or the service's error): only
     /// successful requests count, as with a limit on successes.
+    ///
+    /// # Panics
+    ///
+    /// After [`skip_successful_responses`](Self::skip_successful_responses).
     pub fn skip_failed_responses(self) -> Self {
         self.refunding(|r| r.failed = true)
     }
@@ -306,10 +324,7 @@ impl<L: RateLimiter> RateLimitLayer<L> {
         self.edit(|c| c.refunds.is_success = Some(Arc::new(f)))
     }
 
-    /// # Panics
-    ///
-    /// When both kinds of response would be refunded: nothing would be
-    /// limited.
+    /// Sets which responses are refunded; both kinds would limit nothing.
     fn refunding(self, f: impl FnOnce(&mut Refunds)) -> Self {
         self.edit(|c| {
             f(&mut c.refunds);

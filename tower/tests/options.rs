@@ -268,7 +268,7 @@ async fn every_limiter_kind_stands_behind_the_layer_and_gets_its_refunds() {
     let dir = std::env::temp_dir().join(format!("ratomic-tower-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("limits");
-    let shared = TokenBucket::builder("2/min").clock(ManualClock::new()).shared_file(&path).build().unwrap();
+    let shared = TokenBucket::builder("2/min").shared_file(&path).build().unwrap();
     check_limiter(shared, header(), r#""default";q=2;w=60"#).await;
     std::fs::remove_dir_all(&dir).unwrap();
 

@@ -12,11 +12,25 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
 /**
  * The native identity of one JavaScript clock. `ratomic.js` makes one per
  * clock object and passes it to every limiter built with that clock, so
- * limiters on the same JavaScript clock have the same `ClockId`.
+ * limiters on the same JavaScript clock have the same `ClockId`; the one
+ * of a `CoarseClock` ([`NativeClock::coarse`]) makes the limiter read the
+ * coarse clock natively.
  */
 export declare class NativeClock {
   /** A new identity, distinct from every other. */
   constructor()
+  /**
+   * The coarse clock's: limiters given it read `CLOCK_MONOTONIC_COARSE`
+   * natively, on the monotonic timeline.
+   */
+  static coarse(): NativeClock
+  /**
+   * The coarse clock's reading, in milliseconds on the host's monotonic
+   * timeline.
+   */
+  static coarseNowMs(): number
+  /** The coarse clock's resolution (the kernel's tick), in milliseconds. */
+  static coarseResolutionMs(): number
 }
 
 /**

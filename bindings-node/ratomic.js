@@ -119,6 +119,28 @@ class ManualClock {
   }
 }
 
+/**
+ * The opt-in coarse clock: the kernel's `CLOCK_MONOTONIC_COARSE`, the
+ * default clock's timeline read several times more cheaply, in steps of one
+ * kernel tick (`resolutionMs`, typically 4 ms). Pass it as the `clock`
+ * option: limiters read it natively (no JavaScript call), and it works with
+ * `sharedFile` and in a `Stack` beside limiters on the default clock. A
+ * limiter on it never grants more than its limit over the clock's own time;
+ * against real time, at most `rate × resolution` more over any span (4
+ * tokens for 1000/s on a 4 ms tick). Where that matters, keep the default.
+ */
+class CoarseClock {
+  /** The time, in milliseconds on the host's monotonic timeline. */
+  now() {
+    return NativeClock.coarseNowMs()
+  }
+
+  /** How far apart readings step, in milliseconds (the kernel's tick). */
+  get resolutionMs() {
+    return NativeClock.coarseResolutionMs()
+  }
+}
+
 function realSleep(ms, signal) {
   return new Promise((resolve, reject) => {
     const onAbort = () => {
@@ -138,6 +160,8 @@ function realSleep(ms, signal) {
 // null, the native monotonic clock.
 function timeOf(clock) {
   if (clock === undefined || clock === null) return { clock: undefined, read: null, sleep: realSleep }
+  // Read natively, as the default clock is (its identity says which).
+  if (clock instanceof CoarseClock) return { clock, read: null, sleep: realSleep }
   if (typeof clock === 'function') return { clock, read: clock, sleep: realSleep }
   if (typeof clock === 'object' && typeof clock.now === 'function') {
     return {
@@ -146,7 +170,7 @@ function timeOf(clock) {
       sleep: typeof clock.sleep === 'function' ? (ms, signal) => clock.sleep(ms, signal) : realSleep,
     }
   }
-  throw typeError(`clock must be a function returning milliseconds or a ManualClock, got ${describe(clock)}`)
+  throw typeError(`clock must be a function returning milliseconds, a ManualClock or a CoarseClock, got ${describe(clock)}`)
 }
 
 // Each JavaScript clock's native identity: limiters built with the same clock
@@ -156,7 +180,7 @@ function clockId(clock) {
   if (clock === undefined) return undefined
   let id = clockIds.get(clock)
   if (id === undefined) {
-    id = new NativeClock()
+    id = clock instanceof CoarseClock ? NativeClock.coarse() : new NativeClock()
     clockIds.set(clock, id)
   }
   return id
@@ -1044,7 +1068,7 @@ class Quotas {
 const PROBLEM_CONTENT_TYPE = 'application/problem+json'
 
 module.exports = {
-  BaseLimiter, TokenBucket, FixedWindow, SlidingWindow, Limiter, Stack, Quotas, DirectTokenBucket, ManualClock, PROBLEM_CONTENT_TYPE,
+  BaseLimiter, TokenBucket, FixedWindow, SlidingWindow, Limiter, Stack, Quotas, DirectTokenBucket, ManualClock, CoarseClock, PROBLEM_CONTENT_TYPE,
 }
 
 // What redis.js shares with this file (argument reading, decision decoding),

@@ -14,6 +14,7 @@ import {
   FixedWindow,
   HeaderDraft,
   HeaderOptions,
+  CoarseClock,
   Key,
   Limiter,
   LimiterOptions,
@@ -32,6 +33,15 @@ import {
   StoreOptions,
   TokenBucket,
 } from 'ratomic'
+
+test('typings: the coarse clock', () => {
+  const coarse: CoarseClock = new CoarseClock()
+  const resolution: number = coarse.resolutionMs
+  const now: number = coarse.now()
+  assert.ok(resolution > 0 && now >= 0)
+  const tb = new TokenBucket(10, 5, { clock: coarse })
+  assert.equal(tb.allow('k').allowed, true)
+})
 
 test('typings: a token bucket, every operation', async () => {
   const clock: ManualClock = new ManualClock(0)

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use napi_derive::napi;
-use ratomic::{Clock, ClockId, MonotonicClock, MAX_TIME};
+use ratomic::{Clock, ClockId, CoarseClock, MonotonicClock, MAX_TIME};
 
 use crate::error::{JsFailure, Res};
 
@@ -20,27 +20,40 @@ use crate::error::{JsFailure, Res};
 #[derive(Debug)]
 struct Tag(#[allow(dead_code)] u8);
 
-/// The clock of a native limiter: the monotonic clock, and the JavaScript
-/// clock (if any) whose readings the limiter's calls are given.
+/// The clock of a native limiter: the monotonic clock (or, opted into, the
+/// coarse one), and the JavaScript clock (if any) whose readings the
+/// limiter's calls are given.
 #[derive(Clone, Debug, Default)]
 pub struct FaceClock {
     monotonic: MonotonicClock,
+    /// Read `CoarseClock` natively instead of `monotonic`.
+    coarse: bool,
     js: Option<Arc<Tag>>,
 }
 
 impl FaceClock {
-    /// The clock of a limiter given `js` (none: the monotonic clock).
+    /// The clock of a limiter given `js` (none: the monotonic clock; the
+    /// coarse clock's identity: the coarse clock, read natively).
     pub fn new(js: Option<&NativeClock>) -> Self {
-        FaceClock { monotonic: MonotonicClock::new(), js: js.map(|c| c.tag.clone()) }
+        match js {
+            Some(c) if c.coarse => FaceClock { monotonic: MonotonicClock::new(), coarse: true, js: None },
+            _ => FaceClock { monotonic: MonotonicClock::new(), coarse: false, js: js.map(|c| c.tag.clone()) },
+        }
     }
 }
 
 impl Clock for FaceClock {
     #[inline]
     fn now(&self) -> u64 {
-        self.monotonic.now()
+        if self.coarse {
+            CoarseClock::new().now()
+        } else {
+            self.monotonic.now()
+        }
     }
 
+    /// The coarse clock reads the monotonic timeline: its limiters share a
+    /// `Stack` or a shared file with the default clock's.
     fn id(&self) -> ClockId {
         match &self.js {
             None => ClockId::MONOTONIC,
@@ -51,10 +64,13 @@ impl Clock for FaceClock {
 
 /// The native identity of one JavaScript clock. `ratomic.js` makes one per
 /// clock object and passes it to every limiter built with that clock, so
-/// limiters on the same JavaScript clock have the same `ClockId`.
+/// limiters on the same JavaScript clock have the same `ClockId`; the one
+/// of a `CoarseClock` ([`NativeClock::coarse`]) makes the limiter read the
+/// coarse clock natively.
 #[napi]
 pub struct NativeClock {
     tag: Arc<Tag>,
+    coarse: bool,
 }
 
 #[napi]
@@ -63,7 +79,27 @@ impl NativeClock {
     #[napi(constructor)]
     #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
-        NativeClock { tag: Arc::new(Tag(0)) }
+        NativeClock { tag: Arc::new(Tag(0)), coarse: false }
+    }
+
+    /// The coarse clock's: limiters given it read `CLOCK_MONOTONIC_COARSE`
+    /// natively, on the monotonic timeline.
+    #[napi(factory)]
+    pub fn coarse() -> Self {
+        NativeClock { tag: Arc::new(Tag(0)), coarse: true }
+    }
+
+    /// The coarse clock's reading, in milliseconds on the host's monotonic
+    /// timeline.
+    #[napi]
+    pub fn coarse_now_ms() -> f64 {
+        ns_to_ms(CoarseClock::new().now())
+    }
+
+    /// The coarse clock's resolution (the kernel's tick), in milliseconds.
+    #[napi]
+    pub fn coarse_resolution_ms() -> f64 {
+        CoarseClock::new().resolution().as_secs_f64() * 1e3
     }
 }
 

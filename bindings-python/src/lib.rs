@@ -42,6 +42,7 @@ fn _ratomic(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<decision::Decision>()?;
     m.add_class::<decision::MultiDecision>()?;
     m.add_class::<clock::ManualClock>()?;
+    m.add_class::<clock::CoarseClock>()?;
     m.add_class::<rule::Rule>()?;
     m.add_class::<keyed::Keyed>()?;
     m.add_class::<token_bucket::TokenBucket>()?;

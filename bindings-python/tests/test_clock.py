@@ -146,3 +146,30 @@ def test_manual_clock_past_the_last_time(clock):
 def test_clock_must_be_callable():
     with pytest.raises(ratomic.ArgumentTypeError):
         ratomic.TokenBucket(1, 1.0, clock=5)
+
+
+def test_coarse_clock_is_read_natively_and_shares_the_default_timeline(tmp_path):
+    coarse = ratomic.CoarseClock()
+    assert 0 < coarse.resolution <= 0.01
+    assert repr(coarse).startswith("CoarseClock(resolution=")
+    t = coarse.now()
+    assert coarse.now_ns() >= int(t * 1e9) - 1 and coarse() >= t
+    # Three tokens an hour: the fourth call is denied whatever the tick.
+    tb = ratomic.TokenBucket(3, 1 / 3600, clock=coarse)
+    assert tb.clock is coarse
+    assert [tb.allow("k").allowed for _ in range(4)] == [True, True, True, False]
+    direct = ratomic.DirectTokenBucket(3, 1 / 3600, clock=coarse)
+    assert [direct.allow().allowed for _ in range(4)] == [True, True, True, False]
+    # One timeline: a Stack takes it beside the default clock, and a shared
+    # file (which refuses a clock of its own) takes it too, one count for both.
+    ratomic.Stack({"coarse": tb, "default": ratomic.TokenBucket(3, 1.0)})
+    path = str(tmp_path / "coarse.shm")
+    on_coarse = ratomic.TokenBucket(3, 1 / 3600, clock=coarse, shared_file=path)
+    on_default = ratomic.TokenBucket(3, 1 / 3600, shared_file=path)
+    assert [on_coarse.allow("k").allowed for _ in range(3)] == [True, True, True]
+    assert not on_default.allow("k").allowed and not on_coarse.allow("k").allowed
+
+
+def test_coarse_clock_takes_no_arguments():
+    with pytest.raises(TypeError):
+        ratomic.CoarseClock(5)

@@ -309,6 +309,125 @@ impl Clock for MonotonicClock {
     }
 }
 
+/// A cheaper, coarser reading of the same timeline as [`MonotonicClock`]:
+/// the kernel's `CLOCK_MONOTONIC_COARSE` on Linux, the time of the last
+/// scheduler tick. Opt in where the clock read is a large part of a
+/// decision (a direct bucket, a hot key); the default stays
+/// [`MonotonicClock`].
+///
+/// # What it costs and what it changes
+///
+/// - A reading is a few loads from the kernel's shared page (the vDSO; no
+///   TSC read, no scaling): several times cheaper than a `MonotonicClock` reading where
+///   the TSC is slow to read, as under most hypervisors (`cargo run
+///   --release -p ratomic-benches --bin clocks` measures both on your host).
+/// - Its resolution is one tick, [`resolution`](Self::resolution): 1–10 ms
+///   (4 ms on a kernel with `HZ=250`). Between ticks time stands still, so a
+///   bucket refills in steps of `rate × tick`, and a caller that waits
+///   exactly `retry_after` may come back up to one tick too early.
+/// - **Exactness holds in the clock's own time**: whatever the interleaving,
+///   a key never grants more than `burst + rate × t` over `t` of the clock's
+///   readings. A reading never leads the kernel's `CLOCK_MONOTONIC` and lags
+///   it by one tick at most (unless the kernel's ticks themselves are held
+///   up, as a stalled virtual machine's can be), so over a span `d` of real
+///   time a key grants at most `burst + rate × (d + tick)`: at most
+///   `rate × tick` more than a perfect clock would allow (4 tokens for
+///   1,000/s on a 4 ms tick), however long the span. Where that matters,
+///   keep the default clock.
+/// - It reads the same timeline as [`MonotonicClock`] (its [`ClockId`] is
+///   [`ClockId::MONOTONIC`]): processes sharing a file may mix the two, and
+///   so may the members of a [`Stack`](crate::Stack). A coarse reading is
+///   at most one tick behind a fine one, which the engine treats as a call
+///   stamped a little earlier: it can only deny more, never grant more (a
+///   coarse call just after a fine one on the same key may be denied the
+///   key's last token, which comes back within the tick).
+///
+/// Elsewhere than Linux it is [`MonotonicClock`] itself.
+///
+/// ```
+/// use ratomic::{Clock, CoarseClock, DirectTokenBucket, MonotonicClock, Quota};
+///
+/// let clock = CoarseClock::new();
+/// assert!(clock.resolution() <= std::time::Duration::from_millis(10));
+/// assert_eq!(clock.id(), MonotonicClock::new().id(), "one timeline");
+///
+/// let bucket = DirectTokenBucket::with_clock(Quota::parse("1000/s")?, CoarseClock::new());
+/// assert!(bucket.allow().allowed);
+/// # Ok::<(), ratomic::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CoarseClock {
+    _private: (),
+}
+
+impl CoarseClock {
+    /// The coarse monotonic clock (free to make: it has no state).
+    ///
+    /// ```
+    /// use ratomic::{Clock, CoarseClock};
+    ///
+    /// let clock = CoarseClock::new();
+    /// let (t1, t2) = (clock.now(), clock.now());
+    /// assert!(t2 >= t1);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    pub const fn new() -> Self {
+        CoarseClock { _private: () }
+    }
+
+    /// How far apart its readings step: the kernel's tick on Linux (what
+    /// `clock_getres(CLOCK_MONOTONIC_COARSE)` says), one nanosecond
+    /// elsewhere (where it is [`MonotonicClock`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::CoarseClock;
+    ///
+    /// assert!(CoarseClock::new().resolution() >= Duration::from_nanos(1));
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    pub fn resolution(&self) -> Duration {
+        #[cfg(target_os = "linux")]
+        {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC_COARSE
+            // exists on every Linux since 2.6.32.
+            if unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) } == 0 {
+                return Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32).max(Duration::from_nanos(1));
+            }
+            Duration::from_nanos(1)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            Duration::from_nanos(1)
+        }
+    }
+}
+
+impl Clock for CoarseClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        #[cfg(target_os = "linux")]
+        {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: `ts` is a valid, writable timespec, and
+            // CLOCK_MONOTONIC_COARSE exists on every Linux this builds for:
+            // the call cannot fail.
+            unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+            (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            MonotonicClock::new().now()
+        }
+    }
+
+    /// The timeline of [`MonotonicClock`], read coarsely.
+    fn id(&self) -> ClockId {
+        ClockId::MONOTONIC
+    }
+}
+
 mod source {
     use std::time::Instant;
 
@@ -489,6 +608,27 @@ mod source {
                             if i % 50_000 == 0 {
                                 std::thread::yield_now(); // invite a migration
                             }
+                        }
+                    });
+                }
+            });
+        }
+
+        /// A coarse reading never leads the kernel's `CLOCK_MONOTONIC` read
+        /// after it, and never goes back on a thread.
+        #[test]
+        fn coarse_readings_never_lead_the_kernel_and_never_go_back() {
+            let epoch = Instant::now();
+            std::thread::scope(|s| {
+                for _ in 0..4 {
+                    s.spawn(|| {
+                        let (clock, mut last) = (crate::CoarseClock::new(), 0);
+                        for _ in 0..200_000u32 {
+                            let t = crate::Clock::now(&clock);
+                            let after = instant_nanos(epoch);
+                            assert!(!cfg!(target_os = "linux") || t <= after, "reading {t} leads the kernel's {after}");
+                            assert!(t >= last, "went back from {last} to {t}");
+                            last = t;
                         }
                     });
                 }

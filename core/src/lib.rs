@@ -75,7 +75,7 @@ mod window;
 
 pub use algorithm::Algorithm;
 pub use base::Builder;
-pub use clock::{check_time, Clock, ClockId, ManualClock, MonotonicClock, MAX_TIME};
+pub use clock::{check_time, Clock, ClockId, CoarseClock, ManualClock, MonotonicClock, MAX_TIME};
 pub use decision::Decision;
 #[doc(hidden)]
 pub use decision::Verdict;

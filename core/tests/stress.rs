@@ -687,3 +687,86 @@ fn quotas_given_per_call_never_over_grant_under_churn() {
         check_token_bucket(name, &mut g, b, t);
     }
 }
+
+/// Grants of calls that read the clock themselves: each recorded with the
+/// coarse clock's readings `(before, after)` around the call, its own
+/// reading being somewhere between. Checks every interval of readings
+/// `[a, b]`: the grants known to lie inside it (`before ≥ a`, `after ≤ b`)
+/// are at most `burst + (b − a)/t` — never a false alarm, and with readings
+/// that move once a tick, nearly every grant is pinned to its reading.
+fn check_coarse_grants(what: &str, grants: &[(u64, u64)], burst: u64, t: u64) {
+    let mut ticks: Vec<u64> = grants.iter().flat_map(|&(b, a)| [b, a]).collect();
+    ticks.sort_unstable();
+    ticks.dedup();
+    let k = ticks.len();
+    let at = |x: u64| ticks.binary_search(&x).unwrap();
+    // cells[lo][hi]: grants whose readings span ticks lo..=hi.
+    let mut cells = vec![vec![0u64; k]; k];
+    for &(b, a) in grants {
+        cells[at(b)][at(a)] += 1;
+    }
+    // inside[i][j]: grants with lo ≥ i and hi ≤ j, by suffix sums in lo and
+    // prefix sums in hi.
+    let mut inside = vec![vec![0u64; k + 1]; k + 1];
+    for i in (0..k).rev() {
+        let mut row = 0;
+        for j in 0..k {
+            row += cells[i][j];
+            inside[i][j] = inside[i + 1][j] + row;
+        }
+    }
+    for i in 0..k {
+        for j in i..k {
+            let allowed = burst + (ticks[j] - ticks[i]) / t;
+            assert!(
+                inside[i][j] <= allowed,
+                "{what}: {} grants with readings in [{}, {}] ns, a bucket of {burst} refilling one per {t} ns allows {allowed}",
+                inside[i][j],
+                ticks[i],
+                ticks[j]
+            );
+        }
+    }
+}
+
+/// Issue 39: limiters on the opt-in `CoarseClock`, where many threads read
+/// the very same time (a tick is milliseconds), never grant more than the
+/// bucket allows in the clock's own time — a direct bucket and a hot key,
+/// four threads each, for a few dozen ticks of real time.
+#[test]
+fn limiters_on_the_coarse_clock_never_over_grant_in_its_time() {
+    use ratomic::CoarseClock;
+    let clock = CoarseClock::new();
+    let (burst, t) = (20, 1_000_000); // 20 tokens, one a millisecond
+    let direct = DirectTokenBucket::with_clock(quota(burst, t), clock);
+    let keyed = TokenBucket::builder(quota(burst, t)).keys::<u64>().clock(clock).build().unwrap();
+    let span = (clock.resolution().as_nanos() as u64 * 30).max(50_000_000) * scale();
+    let run = |call: &(dyn Fn() -> bool + Sync)| {
+        let end = clock.now() + span;
+        let all = Mutex::new(Vec::new());
+        thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let before = clock.now();
+                        if before >= end {
+                            break;
+                        }
+                        if call() {
+                            mine.push((before, clock.now()));
+                        }
+                    }
+                    all.lock().unwrap().extend(mine);
+                });
+            }
+        });
+        all.into_inner().unwrap()
+    };
+    let grants = run(&|| direct.allow().allowed);
+    assert!(grants.len() as u64 > burst, "time moved: more than a burst was granted ({})", grants.len());
+    check_coarse_grants("direct bucket on CoarseClock", &grants, burst, t);
+    let grants = run(&|| keyed.allow(&7).allowed);
+    assert!(grants.len() as u64 > burst, "time moved: more than a burst was granted ({})", grants.len());
+    check_coarse_grants("hot key on CoarseClock", &grants, burst, t);
+}

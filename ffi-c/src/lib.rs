@@ -67,7 +67,7 @@ pub use ops::{
     ratomic_gc_at, ratomic_key_count, ratomic_now, ratomic_peek, ratomic_peek_at, ratomic_refund, ratomic_refund_at,
     ratomic_request, ratomic_reset, ratomic_reset_at, RATOMIC_MAX_LIMITS, RATOMIC_MAX_TIME, RATOMIC_NO_TIMEOUT,
 };
-pub use options::{ratomic_clock_fn, ratomic_eviction, ratomic_options, ratomic_sleep_fn};
+pub use options::{ratomic_clock_fn, ratomic_clock_source, ratomic_eviction, ratomic_options, ratomic_sleep_fn};
 pub use quotas::{
     ratomic_quota, ratomic_quotas, ratomic_quotas_allow, ratomic_quotas_allow_at, ratomic_quotas_free,
     ratomic_quotas_gc_at, ratomic_quotas_new, ratomic_quotas_peek, ratomic_quotas_peek_at, ratomic_quotas_refund_at,

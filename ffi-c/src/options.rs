@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_void};
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
-use ratomic_core::{Clock, ClockId, Eviction, MonotonicClock, Options};
+use ratomic_core::{Clock, ClockId, CoarseClock, Eviction, MonotonicClock, Options};
 
 use crate::boundary::Failure;
 
@@ -60,6 +60,25 @@ pub enum ratomic_eviction {
     /// honest users included — are denied until they refill. For limits
     /// where an over-grant is worse than a denial (a paid quota).
     RATOMIC_EVICTION_STRICT = 1,
+}
+
+/// Which of the library's clocks a limiter reads when `ratomic_options`
+/// gives no `clock` callback.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ratomic_clock_source {
+    /// The default (a zeroed `ratomic_options`): `CLOCK_MONOTONIC`, read
+    /// through the TSC where the kernel does, nanosecond resolution.
+    RATOMIC_CLOCK_MONOTONIC = 0,
+    /// Opt-in: `CLOCK_MONOTONIC_COARSE`, the same timeline read several
+    /// times more cheaply, in steps of one kernel tick (typically 4 ms;
+    /// `clock_getres(CLOCK_MONOTONIC_COARSE, …)` says). It works with a
+    /// `shared_file` and in a `ratomic_stack` beside limiters on the default
+    /// clock. A limiter on it never grants more than its limit over the
+    /// clock's own time; against real time, at most `rate × tick` more over
+    /// any span (4 tokens for 1,000/s on a 4 ms tick). Where that matters,
+    /// keep the default.
+    RATOMIC_CLOCK_COARSE = 1,
 }
 
 /// Options for the `*_new` / `*_from_rate` constructors. Pass NULL for all
@@ -143,6 +162,12 @@ pub struct ratomic_options {
     /// `CLOCK_MONOTONIC`). The string is copied; the caller keeps
     /// ownership.
     pub shared_file: *const c_char,
+    /// A `ratomic_clock_source` value: which of the library's clocks the
+    /// limiter reads when `clock` is NULL. 0 = `RATOMIC_CLOCK_MONOTONIC`,
+    /// the default; `RATOMIC_CLOCK_COARSE` is cheaper and coarser. Set
+    /// together with a `clock` callback, or to an unknown value, it gives
+    /// `RATOMIC_INVALID_ARGUMENT`.
+    pub clock_source: u32,
 }
 
 /// Where a limiter reads time: the library's monotonic clock or the
@@ -150,6 +175,7 @@ pub struct ratomic_options {
 #[derive(Clone, Copy, Debug)]
 enum Read {
     Monotonic(MonotonicClock),
+    Coarse(CoarseClock),
     Callback(unsafe extern "C" fn(*mut c_void) -> u64),
     /// A clock that panics, to prove the panic boundary in unit tests.
     #[cfg(test)]
@@ -185,6 +211,7 @@ impl Clock for FfiClock {
     fn now(&self) -> u64 {
         match self.read {
             Read::Monotonic(c) => c.now(),
+            Read::Coarse(c) => c.now(),
             // SAFETY: the caller gave this function and context in
             // `ratomic_options` and promised both stay valid until free.
             Read::Callback(f) => unsafe { f(self.user_data) },
@@ -198,7 +225,8 @@ impl Clock for FfiClock {
     /// NULL). A `ratomic_stack` accepts members whose clocks agree.
     fn id(&self) -> ClockId {
         match self.read {
-            Read::Monotonic(_) => ClockId::MONOTONIC,
+            // The coarse clock reads the same timeline.
+            Read::Monotonic(_) | Read::Coarse(_) => ClockId::MONOTONIC,
             Read::Callback(f) => {
                 let at =
                     if self.user_data.is_null() { f as *const u8 } else { self.user_data.cast::<u8>().cast_const() };
@@ -264,9 +292,24 @@ impl Resolved {
             let bytes = unsafe { std::ffi::CStr::from_ptr(o.shared_file) }.to_bytes();
             options = options.shared_file(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(bytes)));
         }
-        let read = match o.clock {
-            Some(f) => Read::Callback(f),
-            None => monotonic(),
+        let read = match (o.clock, o.clock_source) {
+            (Some(f), 0) => Read::Callback(f),
+            (None, c) if c == ratomic_clock_source::RATOMIC_CLOCK_MONOTONIC as u32 => monotonic(),
+            (None, c) if c == ratomic_clock_source::RATOMIC_CLOCK_COARSE as u32 => Read::Coarse(CoarseClock::new()),
+            (Some(_), _) => {
+                return Err(Failure::Core(ratomic_core::Error::InvalidArgument {
+                    name: "clock_source",
+                    value: o.clock_source.to_string(),
+                    reason: "a clock callback is given too: set one of `clock` and `clock_source`, not both".into(),
+                }))
+            }
+            (None, value) => {
+                return Err(Failure::UnknownValue {
+                    name: "clock_source",
+                    value,
+                    accepted: "RATOMIC_CLOCK_MONOTONIC (0) or RATOMIC_CLOCK_COARSE (1)",
+                })
+            }
         };
         Ok(Resolved { options, clock: FfiClock { read, sleep: o.clock_sleep, user_data: o.clock_user_data } })
     }

@@ -3,7 +3,11 @@
  * RATOMIC_MAX_TIME is an error, never clamped (§6); acquire waits on the
  * limiter's clock (here a manual one: no test sleeps); gc at an explicit
  * time forgets without changing a decision; the eviction policies and the
- * key byte budget (§5); and every limit readable back. */
+ * key byte budget (§5); every limit readable back; and the clock_source
+ * option. */
+#define _GNU_SOURCE /* clock_gettime, CLOCK_MONOTONIC under -std=c11 */
+#include <time.h>
+
 #include "common.h"
 
 static const ratomic_decision SENTINEL = {true, 77, 77, 77, 77};
@@ -581,6 +585,54 @@ static void windows_refuse_limits_above_their_largest_and_say_which(void) {
     ratomic_limiter_free(l);
 }
 
+/* Issue 39: the opt-in coarse clock is chosen by clock_source, reads the
+ * monotonic timeline (never ahead of CLOCK_MONOTONIC), sits in a stack
+ * beside the default clock, and is refused with a callback or an unknown
+ * value, changing nothing. */
+static void clock_source_chooses_the_coarse_clock_and_refuses_what_it_cannot_mean(void) {
+    ratomic_options o;
+    memset(&o, 0, sizeof o);
+    CHECK(o.clock_source == RATOMIC_CLOCK_MONOTONIC); /* zero is the default */
+    o.clock_source = RATOMIC_CLOCK_COARSE;
+    ratomic_limiter *coarse = NULL, *fine = NULL;
+    CHECK_OK(ratomic_token_bucket_new(3, 1.0 / 3600.0, &o, &coarse));
+    ratomic_decision d;
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(ratomic_allow(coarse, KEY("k"), 1, &d));
+        CHECK(d.allowed);
+    }
+    CHECK_OK(ratomic_allow(coarse, KEY("k"), 1, &d));
+    CHECK(!d.allowed);
+    uint64_t now = 0;
+    CHECK_OK(ratomic_now(coarse, &now));
+    struct timespec ts;
+    CHECK(clock_gettime(CLOCK_MONOTONIC, &ts) == 0);
+    CHECK(now <= (uint64_t)ts.tv_sec * NS_PER_SEC + (uint64_t)ts.tv_nsec);
+
+    /* One timeline: a stack takes a coarse member beside a default one. */
+    CHECK_OK(ratomic_token_bucket_new(3, 1.0, NULL, &fine));
+    const char *names[2] = {"coarse", "fine"};
+    const ratomic_limiter *members[2] = {coarse, fine};
+    ratomic_stack *stack = NULL;
+    CHECK_OK(ratomic_stack_new(names, members, 2, NULL, &stack));
+    ratomic_stack_free(stack);
+
+    /* A callback and a source, or a source with no meaning: refused. */
+    ratomic_limiter *l = NULL;
+    manual_clock clock = {0};
+    ratomic_options both = manual_clock_options(&clock);
+    both.clock_source = RATOMIC_CLOCK_COARSE;
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_token_bucket_new(3, 1.0, &both, &l));
+    CHECK(last_error_contains("clock_source"));
+    CHECK(last_error_contains("not both"));
+    o.clock_source = 7;
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_fixed_window_from_rate("1/s", &o, &l));
+    CHECK(last_error_contains("unknown clock_source: 7"));
+    CHECK(l == NULL);
+    ratomic_limiter_free(coarse);
+    ratomic_limiter_free(fine);
+}
+
 int main(void) {
     batch_with_an_invalid_request_fails_whole_and_changes_nothing();
     multi_limit_batch_fails_whole_too();
@@ -592,6 +644,7 @@ int main(void) {
     acquire_without_a_sleep_hook_never_waits_when_it_need_not();
     gc_at_drops_keys_full_at_that_time_and_changes_no_decision();
     fair_eviction_never_denies_a_new_key_and_strict_never_over_grants();
+    clock_source_chooses_the_coarse_clock_and_refuses_what_it_cannot_mean();
     max_key_bytes_bounds_the_bytes_of_long_keys();
     every_limit_reads_back_as_built();
     windows_refuse_limits_above_their_largest_and_say_which();

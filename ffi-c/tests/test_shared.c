@@ -253,6 +253,24 @@ static void test_full_file_system(void) {
     CHECK(system(cmd) == 0);
 }
 
+/* Issue 39: the coarse clock reads the monotonic timeline, so a limiter on
+ * it shares a file with one on the default clock: one count for both. */
+static void test_coarse_clock_shares(void) {
+    char path[128];
+    path_of(path, sizeof path, "coarse.shm");
+    ratomic_options o = shared_options(path);
+    ratomic_limiter *fine = NULL, *coarse = NULL;
+    CHECK_OK(ratomic_token_bucket_new(3, SLOW, &o, &fine));
+    o.clock_source = RATOMIC_CLOCK_COARSE;
+    CHECK_OK(ratomic_token_bucket_new(3, SLOW, &o, &coarse));
+    /* (Coarse first: a coarse reading may be a tick behind a fine one, and a
+     * call stamped earlier than the last grant can only be denied more.) */
+    CHECK(allowed(coarse, "k") && allowed(coarse, "k") && allowed(coarse, "k"));
+    CHECK(!allowed(fine, "k") && !allowed(coarse, "k"));
+    ratomic_limiter_free(fine);
+    ratomic_limiter_free(coarse);
+}
+
 int main(void) {
     strcpy(dir, "/tmp/ratomic-shm-XXXXXX");
     if (mkdtemp(dir) == NULL) return 1;
@@ -262,6 +280,7 @@ int main(void) {
     test_kills();
     test_refusals();
     test_clock_refused();
+    test_coarse_clock_shares();
     test_new_limit();
     test_full_file_system();
     char cmd[128];

@@ -30,6 +30,9 @@
 //!   full again) when the cycle returns to it. Other: governor.
 //! - `direct-allow`, `direct-deny` (and `-manual`): one unkeyed bucket,
 //!   `DirectTokenBucket` against governor's direct limiter.
+//! - `direct-allow-coarse`, `hot-coarse`: a direct bucket and one hot `u64`
+//!   key on ratomic's opt-in `CoarseClock` against governor on its default
+//!   clock (targets 0.5 and 0.6, issue 39).
 //! - `floor`: `DirectTokenBucket::allow` on `MonotonicClock` against the
 //!   least any limiter on that clock can do: one `MonotonicClock::now` read
 //!   and one GCRA compare-and-swap on an `AtomicU64`, written inline here.
@@ -57,7 +60,7 @@ use std::time::{Duration, Instant};
 
 use governor::clock::FakeRelativeClock;
 use governor::RateLimiter;
-use ratomic::{Clock, DirectTokenBucket, Limiter, ManualClock, MonotonicClock, Quota, Rule, TokenBucket};
+use ratomic::{Clock, CoarseClock, DirectTokenBucket, Limiter, ManualClock, MonotonicClock, Quota, Rule, TokenBucket};
 use ratomic_benches::{
     governor_deny, governor_huge, median, ratomic_deny, ratomic_huge, str_keys, time_inserts, two_threads, u64_keys,
     Cycle,
@@ -395,6 +398,28 @@ fn direct(cfg: &Config, deny: bool, manual: bool) -> Row {
     }
 }
 
+/// `direct-allow-coarse` / `hot-coarse`: ratomic on the opt-in
+/// `CoarseClock` against governor on its default clock (a direct bucket,
+/// and one hot `u64` key of a keyed limiter), every call allowed.
+fn coarse(cfg: &Config, keyed: bool) -> Row {
+    if keyed {
+        let r = TokenBucket::builder(ratomic_huge()).keys::<u64>().clock(CoarseClock::new()).build().expect("limiter");
+        let g = RateLimiter::dashmap(governor_huge());
+        let (rc, gc) = (|| r.allow(black_box(&7)).allowed, || g.check_key(black_box(&7)).is_ok());
+        assert!(rc() && gc(), "the set-up is allowed");
+        let row = compare(cfg, "hot-coarse", "governor", 0.6, 1, looping(rc), looping(gc));
+        assert!(rc() && gc(), "every timed call was allowed");
+        row
+    } else {
+        let r = DirectTokenBucket::with_clock(ratomic_huge(), CoarseClock::new());
+        let g = RateLimiter::direct(governor_huge());
+        let (rc, gc) = (|| r.allow().allowed, || g.check().is_ok());
+        let row = compare(cfg, "direct-allow-coarse", "governor", 0.5, 1, looping(rc), looping(gc));
+        assert!(rc() && gc(), "every timed call was allowed");
+        row
+    }
+}
+
 fn direct_pair(cfg: &Config, name: &'static str, deny: bool, r: impl Fn() -> bool, g: impl Fn() -> bool) -> Row {
     if deny {
         while r() {}
@@ -521,7 +546,7 @@ fn main() {
     let started = Instant::now();
 
     type Scenario = (&'static str, fn(&Config) -> Row);
-    let scenarios: [Scenario; 14] = [
+    let scenarios: [Scenario; 16] = [
         ("insert-u64", insert_u64),
         ("insert-str16", insert_str16),
         ("2threads-hot", two_threads_hot),
@@ -532,6 +557,8 @@ fn main() {
         ("direct-deny", |c| direct(c, true, false)),
         ("direct-allow-manual", |c| direct(c, false, true)),
         ("direct-deny-manual", |c| direct(c, true, true)),
+        ("direct-allow-coarse", |c| coarse(c, false)),
+        ("hot-coarse", |c| coarse(c, true)),
         ("floor", floor),
         ("limiter2-hot", |c| limiter2(c, "limiter2-hot", 1)),
         ("limiter2-100k", |c| limiter2(c, "limiter2-100k", 100_000)),

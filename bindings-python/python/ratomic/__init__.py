@@ -28,6 +28,7 @@ from ratomic._ratomic import (
     Keyed,
     KeyTooLongError,
     KeyTypeError,
+    CoarseClock,
     Limiter,
     LimitSet,
     ManualClock,
@@ -45,6 +46,7 @@ from ratomic._ratomic import (
 __all__ = [
     "ArgumentTypeError",
     "BackendError",
+    "CoarseClock",
     "CostExceedsLimitError",
     "Decision",
     "DirectTokenBucket",

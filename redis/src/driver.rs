@@ -121,6 +121,8 @@ pub struct Driver {
     breaker: Breaker,
     denials: DenyCache,
     leases: Option<Leases>,
+    /// The origin of [`stamp`](Driver::stamp)s.
+    base: Instant,
 }
 
 /// One script call to send: `EVALSHA <script::sha1()> 1 <redis_key> <args…>`.
@@ -216,6 +218,7 @@ impl Driver {
             options,
             fallback,
             leases,
+            base: Instant::now(),
         })
     }
 
@@ -287,8 +290,11 @@ impl Driver {
     /// reply or the way sending it failed. A backend failure (connection,
     /// timeout, server, reply) counts towards the breaker and is answered by
     /// the failure policy; a reply that does not decode is such a failure.
+    ///
+    /// The call's time runs from its `begin`, which came before it was sent:
+    /// the bound on the server's time a lease needs.
     pub fn finish(&self, call: &Call, reply: Result<Vec<i64>>) -> Result<MultiDecision> {
-        self.finish_inner(call.op, &call.key, call.cost, call.now, reply, Some(call.started.elapsed()))
+        self.finish_inner(call.op, &call.key, call.cost, call.now, reply, Some(call.started), None)
     }
 
     /// [`finish`](Self::finish) for a call named by what [`begin`](Self::begin)
@@ -297,9 +303,9 @@ impl Driver {
     /// flight (a JavaScript object wrapping one costs more than the call).
     ///
     /// A failure counts towards the breaker as one failure of no duration,
-    /// and a lease the call brought is not kept (its tokens return to the
-    /// fleet as their time passes): [`finish_parts_after`](Self::finish_parts_after)
-    /// says how long the call took, which a lease needs.
+    /// and a lease the call brought at the server's time is not kept (its
+    /// tokens return to the fleet as their time passes): say when the call
+    /// was sent with [`finish_parts_sent`](Self::finish_parts_sent).
     pub fn finish_parts(
         &self,
         op: Op,
@@ -308,12 +314,17 @@ impl Driver {
         now: Option<u64>,
         reply: Result<Vec<i64>>,
     ) -> Result<MultiDecision> {
-        self.finish_inner(op, key, cost, now, reply, None)
+        self.finish_inner(op, key, cost, now, reply, None, None)
     }
 
     /// [`finish_parts`](Self::finish_parts) of a call that took `spent`
     /// (from its [`begin`](Self::begin)): a failure's time counts towards
     /// [`Options::breaker_failure_time`].
+    ///
+    /// A duration is no bound on when the call was sent (it was measured
+    /// before this runs, by however much earlier), so a lease the call
+    /// brought at the server's time is not kept:
+    /// [`finish_parts_sent`](Self::finish_parts_sent) keeps it.
     pub fn finish_parts_after(
         &self,
         op: Op,
@@ -323,11 +334,38 @@ impl Driver {
         reply: Result<Vec<i64>>,
         spent: Duration,
     ) -> Result<MultiDecision> {
-        self.finish_inner(op, key, cost, now, reply, Some(spent))
+        self.finish_inner(op, key, cost, now, reply, None, Some(spent))
     }
 
-    /// The end of a call that took `spent` (if known: a lease is kept only
-    /// then, its bound on the server's time starting that long ago).
+    /// [`finish_parts`](Self::finish_parts) of a call sent at `sent`, a
+    /// [`stamp`](Self::stamp) taken before its bytes went out (earlier is
+    /// fine: it only widens the bound; later is not). The call's time runs
+    /// from there (towards the breaker), and a lease it brought is kept.
+    #[allow(clippy::too_many_arguments)]
+    pub fn finish_parts_sent(
+        &self,
+        op: Op,
+        key: &[u8],
+        cost: u64,
+        now: Option<u64>,
+        reply: Result<Vec<i64>>,
+        sent: u64,
+    ) -> Result<MultiDecision> {
+        let sent = self.base.checked_add(Duration::from_micros(sent)).filter(|&t| t <= Instant::now());
+        self.finish_inner(op, key, cost, now, reply, sent, None)
+    }
+
+    /// This driver's monotonic clock, whole µs rounded down: a stamp to take
+    /// before a call's bytes go out and hand to
+    /// [`finish_parts_sent`](Self::finish_parts_sent).
+    pub fn stamp(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// The end of a call sent at `sent` (if known: a lease at the server's
+    /// time is kept only then, its bound on the server's time starting at
+    /// that instant) or that took `spent` (towards the breaker only).
+    #[allow(clippy::too_many_arguments)]
     fn finish_inner(
         &self,
         op: Op,
@@ -335,9 +373,11 @@ impl Driver {
         cost: u64,
         now: Option<u64>,
         reply: Result<Vec<i64>>,
+        sent: Option<Instant>,
         spent: Option<Duration>,
     ) -> Result<MultiDecision> {
         let received = Instant::now();
+        let spent = spent.or_else(|| sent.map(|s| received.saturating_duration_since(s)));
         let leased = self.leases.as_ref().filter(|_| op == Op::Allow);
         let n = self.limits.rules().len();
         let decoded = reply.and_then(|r| {
@@ -355,10 +395,10 @@ impl Driver {
                 }
                 if let Some(leases) = leased {
                     let x = leases.local_us_at(received);
-                    // Without the call's duration, no bound on the server's
-                    // time: a lease at the server's time is not kept.
-                    let (sent, grant) = match spent {
-                        Some(spent) => (leases.local_us_at(received.checked_sub(spent).unwrap_or(received)), grant),
+                    // Without the instant the call was sent, no bound on the
+                    // server's time: a lease at the server's time is not kept.
+                    let (sent, grant) = match sent {
+                        Some(sent) => (leases.local_us_at(sent), grant),
                         None if now.is_some() => (x, grant),
                         None => (x, None),
                     };
@@ -688,6 +728,55 @@ mod tests {
         assert!(matches!(d.begin(Op::Allow, b"k", 3, None), Err(Error::Invalid(_))));
         let err = d.begin_many([(&b"a"[..], 1), (&b"b"[..], 9)], None).unwrap_err();
         assert!(matches!(err, Error::Invalid(ratomic::Error::InvalidRequest { index: 1, .. })), "{err}");
+    }
+
+    /// A lease reply after `warm-up`: the call's own token and a lease of
+    /// 4 tokens ending 5 ms after the server's `now`, on a bucket of 100
+    /// refilling 1,000 a second.
+    fn leasing() -> Driver {
+        let d = Driver::new(
+            Limits::single(Rule::token_bucket(ratomic::Quota::new(100, 1000.0).unwrap())).unwrap(),
+            Options { lease: Lease::Max(4), ..Options::default() },
+        );
+        // A first round trip: the key is warm, the next asks for a lease.
+        let call = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        assert!(d.finish(&call, Ok(vec![1, 1, 99, 100, 0, 1_000])).unwrap().allowed());
+        d
+    }
+
+    const LEASE_REPLY: [i64; 9] = [1, 1, 94, 100, 0, 6_000, 4, 1_000_000, 1_005_000];
+
+    #[test]
+    fn a_lease_is_kept_only_with_a_bound_on_when_its_call_was_sent() {
+        // finish: the call's begin came before it was sent.
+        let d = leasing();
+        let call = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        assert!(call.args()[0].starts_with(b"l"), "a warm key asks for a lease");
+        assert!(d.finish(&call, Ok(LEASE_REPLY.to_vec())).unwrap().allowed());
+        assert_eq!(d.leases_held(), 1);
+        // finish_parts_sent: a stamp taken before the send.
+        let d = leasing();
+        let sent = d.stamp();
+        let _ = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        assert!(d.finish_parts_sent(Op::Allow, b"k", 1, None, Ok(LEASE_REPLY.to_vec()), sent).unwrap().allowed());
+        assert_eq!(d.leases_held(), 1);
+        // finish_parts_after: a duration measured some time before this
+        // runs says nothing of when the call was sent (subtracted from the
+        // later instant it makes the send look later than it was, and the
+        // server's time earlier): no lease is kept.
+        let d = leasing();
+        let _ = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        let spent = Duration::from_micros(300);
+        std::thread::sleep(Duration::from_millis(2)); // the face's own work between measuring and finishing
+        let a = d.finish_parts_after(Op::Allow, b"k", 1, None, Ok(LEASE_REPLY.to_vec()), spent).unwrap();
+        assert!(a.allowed());
+        assert_eq!(d.leases_held(), 0, "a lease kept on a bound that may be 2 ms too early");
+        // A stamp from the future is no bound either.
+        let d = leasing();
+        let _ = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        let late = d.stamp() + 60_000_000;
+        assert!(d.finish_parts_sent(Op::Allow, b"k", 1, None, Ok(LEASE_REPLY.to_vec()), late).unwrap().allowed());
+        assert_eq!(d.leases_held(), 0);
     }
 
     #[test]

@@ -22,13 +22,19 @@
 //! full bucket's refill is.
 //!
 //! `t` must be on the server's timeline. Each lease reply carries the
-//! server's `now`, read between this process sending the call (local time
-//! `l1`) and receiving the reply (`l2`), so the server's time at a later
-//! local instant `x` lies in `[x + now − l2, x + now − l1]`, widened by the
-//! drift two clocks can have since ([`DRIFT_PPM`]). A call takes its slot at
-//! or after the *latest* server time that interval allows and checks how
-//! far ahead it is from the *earliest*: each condition holds for the true
-//! time. The width costs slots, never exactness.
+//! server's `now`, read at some local instant `s` between this process
+//! sending the call (local time `l1`, taken *before* the bytes go out) and
+//! receiving the reply (`l2`, taken *after* they are in), so the server's
+//! time at a later local instant `x` is `now + (x − s)·r` for a rate `r`
+//! within [`DRIFT_PPM`] of 1: at least `x + now − l2 − ε·(x − l2)` and at
+//! most `x + now − l1 + ε·(x − l1)` (the upper bound's drift counted from
+//! the send, the lower's from the receipt; plus the µs both clocks round
+//! away). A call takes its slot at or after the *latest* server time that
+//! interval allows and checks how far ahead it is from the *earliest*:
+//! each condition holds for the true time. The width costs slots, never
+//! exactness — but only if `l1` is no later than the real send: whoever
+//! reports it must take it before sending (a duration measured elsewhere
+//! and subtracted from a later instant is not such a bound).
 //!
 //! # What it costs
 //!
@@ -128,6 +134,9 @@ struct Held {
     /// caller's timeline).
     off_lo: i64,
     off_hi: i64,
+    /// When its call was sent (local µs; the caller's µs on its timeline):
+    /// the upper bound's drift runs from here.
+    sent: u64,
     /// When it arrived: local µs, or the caller's µs.
     at: u64,
     /// Tokens it held.
@@ -275,9 +284,19 @@ impl Leases {
         let now = i64::try_from(g.now).unwrap_or(i64::MAX);
         let next = self.rules.iter().zip(&g.ends).map(|(&(t, _), &e)| e.saturating_sub(g.taken * t)).collect();
         entry.held = Some(if caller {
-            Held { caller, next, end: g.ends, off_lo: 0, off_hi: 0, at: g.now, size: g.taken }
+            Held { caller, next, end: g.ends, off_lo: 0, off_hi: 0, sent: g.now, at: g.now, size: g.taken }
         } else {
-            Held { caller, next, end: g.ends, off_lo: now - x as i64, off_hi: now - sent as i64, at: x, size: g.taken }
+            let sent = sent.min(x);
+            Held {
+                caller,
+                next,
+                end: g.ends,
+                off_lo: now - x as i64,
+                off_hi: now - sent as i64,
+                sent,
+                at: x,
+                size: g.taken,
+            }
         });
     }
 
@@ -342,9 +361,12 @@ impl Held {
         if self.caller {
             return (x, x);
         }
-        let drift = x.saturating_sub(self.at).saturating_mul(DRIFT_PPM) / 1_000_000 + 1;
-        let lo = (x as i64).saturating_add(self.off_lo).saturating_sub(drift as i64).max(0) as u64;
-        let hi = (x as i64).saturating_add(self.off_hi).saturating_add(drift as i64).max(0) as u64;
+        // Drift since the receipt (the earliest time) and since the send
+        // (the latest), rounded up; and 2 µs for the clocks' rounding: the
+        // server's TIME and these local µs are both whole µs rounded down.
+        let drift = |since: u64| (x.saturating_sub(since).saturating_mul(DRIFT_PPM)).div_ceil(1_000_000) + 2;
+        let lo = (x as i64).saturating_add(self.off_lo).saturating_sub(drift(self.at) as i64).max(0) as u64;
+        let hi = (x as i64).saturating_add(self.off_hi).saturating_add(drift(self.sent) as i64).max(0) as u64;
         (lo, hi)
     }
 
@@ -443,6 +465,22 @@ mod tests {
         let slow = Leases::new(&[bucket(1_000, 3)], Lease::Max(2), 10).unwrap().unwrap();
         slow.arrived(b"k", 0, 2_000, false, Some(Grant { taken: 2, now: 10_000, ends: vec![13_000] }));
         assert!(slow.grant(b"k", 1, 2_000, None).is_err());
+    }
+
+    #[test]
+    fn the_latest_server_time_drifts_from_the_send_not_the_receipt() {
+        // A round trip of 1 s (sent at local 0, received at 1_000_000 µs);
+        // the server read TIME = N somewhere in it. One slot leased,
+        // [N + 2_001_500, N + 2_002_000) on a bucket of T = 500 µs.
+        const N: u64 = 10_000_000;
+        let l = Leases::new(&[bucket(500, 10_000)], Lease::Max(10), 10).unwrap().unwrap();
+        l.arrived(b"k", 0, 1_000_000, false, Some(Grant { taken: 1, now: N, ends: vec![N + 2_002_000] }));
+        // At local 2_000_000 the server's time may be N + 2 s (read at the
+        // send) plus 1,000 ppm of the 2 s since the send: N + 2_002_000,
+        // past the slot's start. Drift counted from the receipt (1 s: 1 ms)
+        // would put the latest time at N + 2_001_001 and grant a slot whose
+        // time may have passed.
+        assert!(l.grant(b"k", 1, 2_000_000, None).is_err(), "the slot may be in the server's past");
     }
 
     #[test]

@@ -161,6 +161,14 @@ impl Call {
     pub fn cost(&self) -> u64 {
         self.cost
     }
+
+    /// The tokens it asks to lease beyond its own cost (0: none). While it
+    /// is in flight the key's other calls ask for none: a face that
+    /// coalesces calls may hold those back for the lease instead (see
+    /// [`Lease`]).
+    pub fn lease(&self) -> u64 {
+        self.lease
+    }
 }
 
 /// What [`Driver::begin`] asks of the caller.
@@ -394,6 +402,7 @@ impl Driver {
                     self.denials.insert(key, cost, d.decision);
                 }
                 if let Some(leases) = leased {
+                    let asked = grant.is_some();
                     let x = leases.local_us_at(received);
                     // Without the instant the call was sent, no bound on the
                     // server's time: a lease at the server's time is not kept.
@@ -402,15 +411,20 @@ impl Driver {
                         None if now.is_some() => (x, grant),
                         None => (x, None),
                     };
-                    leases.arrived(key, sent, x, now.is_some(), grant.filter(|_| d.allowed()));
+                    leases.arrived(key, sent, x, now.is_some(), grant.filter(|_| d.allowed()), asked);
                 }
                 Ok(d)
             }
-            Err(e) if e.is_backend() => {
+            Err(e) => {
+                if let Some(leases) = leased {
+                    leases.failed(key);
+                }
+                if !e.is_backend() {
+                    return Err(e);
+                }
                 self.breaker.failure(spent.unwrap_or(Duration::ZERO));
                 self.on_failure(e, op, key, cost, now)
             }
-            Err(e) => Err(e),
         }
     }
 

@@ -150,6 +150,12 @@ struct Entry {
     next_size: u64,
     /// Local µs of the key's last round trip (0: none yet).
     last_trip: u64,
+    /// Local µs when a call asking for a lease was handed out, until its
+    /// reply (or failure) is in (0: none). Meanwhile the key's other calls
+    /// ask for none: two leases at once would leave all but the last one
+    /// kept idle until their time passes. Forgotten after [`WARM`] (a call
+    /// its caller dropped).
+    asking: u64,
 }
 
 /// One shard of the table of keys.
@@ -262,14 +268,31 @@ impl Leases {
         } else if entry.next_size == 0 {
             entry.next_size = 2.min(self.max);
         }
+        if entry.next_size == 0 {
+            return Err(0);
+        }
+        if entry.asking != 0 && local.saturating_sub(entry.asking) < WARM {
+            return Err(0); // a lease for this key is on its way
+        }
+        entry.asking = local.max(1);
         Err(entry.next_size)
+    }
+
+    /// A call on `key` failed: whatever lease it asked for is not coming.
+    pub(crate) fn failed(&self, key: &[u8]) {
+        let mut shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = shard.get_mut(key) {
+            entry.asking = 0;
+        }
     }
 
     /// Records a round trip for `key` at local time `x` (its lease, if
     /// `grant` brought one, received with the server's time bounded by the
     /// call's send and receive times `sent` and `x`; or, for a call at a
     /// time the caller gave, on the caller's timeline).
-    pub(crate) fn arrived(&self, key: &[u8], sent: u64, x: u64, caller: bool, grant: Option<Grant>) {
+    /// `lease_reply`: the reply was a lease call's (kept or not, the lease
+    /// asked for is no longer on its way).
+    pub(crate) fn arrived(&self, key: &[u8], sent: u64, x: u64, caller: bool, grant: Option<Grant>, lease_reply: bool) {
         let mut shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         if !shard.contains_key(key) && shard.len() >= self.per_shard {
             // Full: make room. A lease dropped here is not given back; its
@@ -280,6 +303,9 @@ impl Leases {
         }
         let entry = shard.entry(key.into()).or_default();
         entry.last_trip = x.max(1);
+        if lease_reply {
+            entry.asking = 0;
+        }
         let Some(g) = grant.filter(|g| g.taken > 0 && g.ends.len() == self.rules.len()) else { return };
         let now = i64::try_from(g.now).unwrap_or(i64::MAX);
         let next = self.rules.iter().zip(&g.ends).map(|(&(t, _), &e)| e.saturating_sub(g.taken * t)).collect();
@@ -421,7 +447,7 @@ mod tests {
         // A round trip at local 100..=110 µs; the server read its clock at
         // 5_000 µs and leased 10 tokens ending at 5_000 + 11 ms (the call's
         // own token, then ten).
-        l.arrived(b"k", 100, 110, false, Some(Grant { taken: 10, now: 5_000, ends: vec![16_000] }));
+        l.arrived(b"k", 100, 110, false, Some(Grant { taken: 10, now: 5_000, ends: vec![16_000] }), true);
         let mut granted = 0;
         while l.grant(b"k", 1, 111, None).is_ok() {
             granted += 1;
@@ -435,7 +461,7 @@ mod tests {
     #[test]
     fn slots_whose_time_passed_are_not_granted() {
         let l = leases(10);
-        l.arrived(b"k", 100, 110, false, Some(Grant { taken: 10, now: 5_000, ends: vec![16_000] }));
+        l.arrived(b"k", 100, 110, false, Some(Grant { taken: 10, now: 5_000, ends: vec![16_000] }), true);
         // 8.5 ms later on this clock: the slots before ~13_500 µs of server
         // time have passed; the ones left start at 14_000 and 15_000.
         let x = 110 + 8_500;
@@ -455,7 +481,7 @@ mod tests {
         // the latest, and fits; the second would end more than B·T = 3 ms
         // ahead of the earliest.
         let l = Leases::new(&[bucket(1_000, 3)], Lease::Max(2), 10).unwrap().unwrap();
-        l.arrived(b"k", 1_500, 2_000, false, Some(Grant { taken: 2, now: 10_000, ends: vec![13_000] }));
+        l.arrived(b"k", 1_500, 2_000, false, Some(Grant { taken: 2, now: 10_000, ends: vec![13_000] }), true);
         let d = l.grant(b"k", 1, 2_000, None).unwrap();
         assert!(d[0].allowed);
         assert!(l.grant(b"k", 1, 2_000, None).is_err(), "the last slot's end is over B·T ahead of the earliest time");
@@ -463,7 +489,7 @@ mod tests {
         // past already (the server's time up to 12 ms): nothing is granted
         // before the call's reading is behind it.
         let slow = Leases::new(&[bucket(1_000, 3)], Lease::Max(2), 10).unwrap().unwrap();
-        slow.arrived(b"k", 0, 2_000, false, Some(Grant { taken: 2, now: 10_000, ends: vec![13_000] }));
+        slow.arrived(b"k", 0, 2_000, false, Some(Grant { taken: 2, now: 10_000, ends: vec![13_000] }), true);
         assert!(slow.grant(b"k", 1, 2_000, None).is_err());
     }
 
@@ -474,7 +500,7 @@ mod tests {
         // [N + 2_001_500, N + 2_002_000) on a bucket of T = 500 µs.
         const N: u64 = 10_000_000;
         let l = Leases::new(&[bucket(500, 10_000)], Lease::Max(10), 10).unwrap().unwrap();
-        l.arrived(b"k", 0, 1_000_000, false, Some(Grant { taken: 1, now: N, ends: vec![N + 2_002_000] }));
+        l.arrived(b"k", 0, 1_000_000, false, Some(Grant { taken: 1, now: N, ends: vec![N + 2_002_000] }), true);
         // At local 2_000_000 the server's time may be N + 2 s (read at the
         // send) plus 1,000 ppm of the 2 s since the send: N + 2_002_000,
         // past the slot's start. Drift counted from the receipt (1 s: 1 ms)
@@ -486,7 +512,7 @@ mod tests {
     #[test]
     fn several_limits_are_granted_all_or_nothing() {
         let l = Leases::new(&[bucket(1_000, 100), bucket(10_000, 100)], Lease::Max(5), 10).unwrap().unwrap();
-        l.arrived(b"k", 0, 1, false, Some(Grant { taken: 2, now: 0, ends: vec![3_000, 30_000] }));
+        l.arrived(b"k", 0, 1, false, Some(Grant { taken: 2, now: 0, ends: vec![3_000, 30_000] }), true);
         assert!(l.grant(b"k", 2, 1, None).is_ok());
         assert!(l.grant(b"k", 1, 1, None).is_err());
     }
@@ -495,13 +521,31 @@ mod tests {
     fn sizes_grow_for_hot_keys_and_a_cold_key_takes_none() {
         let l = leases(64);
         assert_eq!(l.grant(b"k", 1, 10, None), Err(0), "never seen");
-        l.arrived(b"k", 10, 20, false, None);
+        l.arrived(b"k", 10, 20, false, None, false);
         assert_eq!(l.grant(b"k", 1, 30, None), Err(2), "warm: a lease of two");
-        l.arrived(b"k", 30, 40, false, Some(Grant { taken: 2, now: 1_000, ends: vec![4_000] }));
+        l.arrived(b"k", 30, 40, false, Some(Grant { taken: 2, now: 1_000, ends: vec![4_000] }), true);
         assert!(l.grant(b"k", 1, 41, None).is_ok());
         assert!(l.grant(b"k", 1, 42, None).is_ok());
         assert_eq!(l.grant(b"k", 1, 43, None), Err(4), "spent at once: twice as large");
         assert_eq!(l.grant(b"k", 1, 43 + WARM, None), Err(0), "cold again");
+    }
+
+    #[test]
+    fn one_lease_at_a_time_is_asked_for_a_key() {
+        let l = leases(64);
+        l.arrived(b"k", 10, 20, false, None, false);
+        assert_eq!(l.grant(b"k", 1, 30, None), Err(2), "warm: a lease of two");
+        assert_eq!(l.grant(b"k", 1, 31, None), Err(0), "one is on its way: a plain call");
+        l.arrived(b"k", 31, 40, false, None, false);
+        assert_eq!(l.grant(b"k", 1, 41, None), Err(0), "a plain call's reply: the lease is still on its way");
+        l.failed(b"k");
+        assert_eq!(l.grant(b"k", 1, 42, None), Err(2), "it failed: ask again");
+        l.arrived(b"k", 42, 50, false, Some(Grant { taken: 0, now: 1_000, ends: vec![2_000] }), true);
+        assert_eq!(l.grant(b"k", 1, 51, None), Err(2), "it came back empty: ask again");
+        // A caller that never finished its call: forgotten after WARM.
+        assert_eq!(l.grant(b"k", 1, 52 + WARM / 2, None), Err(0));
+        l.arrived(b"k", 60, 60 + WARM / 2, false, None, false); // keeps the key warm
+        assert_eq!(l.grant(b"k", 1, 53 + WARM, None), Err(2));
     }
 
     #[test]
@@ -516,7 +560,7 @@ mod tests {
     #[test]
     fn refunds_free_the_lease_s_own_slots_and_drain_gives_the_rest_back() {
         let l = leases(10);
-        l.arrived(b"k", 100, 110, false, Some(Grant { taken: 10, now: 5_000, ends: vec![16_000] }));
+        l.arrived(b"k", 100, 110, false, Some(Grant { taken: 10, now: 5_000, ends: vec![16_000] }), true);
         for _ in 0..10 {
             l.grant(b"k", 1, 111, None).unwrap();
         }
@@ -534,7 +578,7 @@ mod tests {
         assert_eq!(l.held(), 0);
         assert!(!l.refund(b"k", 1, 111));
         // A lease that can no longer grant is dropped: its refunds go to Redis.
-        l.arrived(b"k", 100, 110, false, Some(Grant { taken: 1, now: 5_000, ends: vec![7_000] }));
+        l.arrived(b"k", 100, 110, false, Some(Grant { taken: 1, now: 5_000, ends: vec![7_000] }), true);
         assert!(l.grant(b"k", 1, 111, None).is_ok());
         assert!(l.grant(b"k", 1, 111, None).is_err());
         assert!(!l.refund(b"k", 1, 111));

@@ -21,7 +21,7 @@ With a ``redis.asyncio.Redis`` client the same methods are coroutines
 (``await limiter.allow(key)``). The classes answer with the same
 :class:`~ratomic.Decision` / :class:`~ratomic.MultiDecision` as the
 in-memory limiters, whose ``source`` says who answered: ``"redis"``,
-``"deny_cache"``, ``"policy"`` or ``"fallback"``.
+``"deny_cache"``, ``"lease"``, ``"policy"`` or ``"fallback"``.
 
 This module only moves bytes: the script, the key layout, the arguments,
 the decoding of replies, the deny cache, the circuit breaker and the
@@ -36,6 +36,7 @@ import asyncio
 import logging
 import time
 import typing as _t
+import weakref
 from collections.abc import Awaitable, Coroutine, Generator, Iterable, Mapping, Sequence
 
 from ratomic._acquire import check_timeout
@@ -74,6 +75,7 @@ __all__ = [
 _Key = _t.Union[str, bytes]
 _Request = _t.Union[_Key, tuple[_Key, int]]
 _OnError = _t.Union[_t.Literal["raise", "allow", "deny"], Keyed, Limiter]
+_Lease = _t.Union[_t.Literal["off", "auto"], int]
 _SyncClient = _t.Union[_redis.Redis, _redis.RedisCluster]
 _AsyncClient = _t.Union[_aredis.Redis, _aredis.RedisCluster]
 
@@ -95,6 +97,8 @@ class _Options(_t.TypedDict, total=False):
     breaker_cooldown: float
     breaker_failure_time: float
     max_key_len: int
+    lease: _Lease
+    lease_keys: int
 
 
 #: Where ratomic.redis reports a set-up that can stall requests.
@@ -151,6 +155,7 @@ class Async:
 
 _M = _t.TypeVar("_M", Sync, Async)
 _D = _t.TypeVar("_D", Decision, MultiDecision)
+_Self = _t.TypeVar("_Self", bound="_RedisBase[_t.Any, _t.Any]")
 _T = _t.TypeVar("_T")
 
 _SYNC_CLIENTS: tuple[type, ...] = (_redis.Redis, _redis.RedisCluster)
@@ -226,6 +231,35 @@ async def _send_async(client: _t.Any, driver: _RedisDriver, call: _RedisCall) ->
         return await client.execute_command(*call.argv)
 
 
+async def _nothing() -> None:
+    return None
+
+
+def _give_back(client: _t.Any, driver: _RedisDriver) -> int:
+    """Sends every lease's give-back in one pipeline: how many limits took
+    tokens back."""
+    calls = driver.begin_give_backs()
+    if not calls:
+        return 0
+    try:
+        replies = _send_many(client, driver, calls)
+    except Exception as e:
+        kind = _kind(e)
+        if kind is None:
+            raise
+        driver.finish_give_back(e, kind)
+    return sum(driver.finish_give_back(r) for r in replies)
+
+
+def _give_back_quietly(client: _t.Any, driver: _RedisDriver) -> None:
+    """The give-back at exit: never raises (the leases then come back when
+    their time passes)."""
+    try:
+        _give_back(client, driver)
+    except Exception as e:  # noqa: BLE001 - at exit, nothing can act on it
+        logger.debug("ratomic.redis: leases not given back at exit: %s", e)
+
+
 def _pipeline(client: _t.Any, calls: Sequence[_RedisCall], todo: list[int]) -> _t.Any:
     pipe = client.pipeline(transaction=False)
     for i in todo:
@@ -289,6 +323,8 @@ class _RedisBase(_t.Generic[_M, _D]):
         breaker_cooldown: float = 1.0,
         breaker_failure_time: float = 1.0,
         max_key_len: int = 1024,
+        lease: _Lease = "off",
+        lease_keys: int = 10_000,
     ) -> None:
         self._async = _is_async(client)
         self._client = client
@@ -329,7 +365,16 @@ class _RedisBase(_t.Generic[_M, _D]):
             breaker_cooldown=breaker_cooldown,
             breaker_failure_time=breaker_failure_time,
             max_key_len=max_key_len,
+            lease=lease,
+            lease_keys=lease_keys,
         )
+        if not self._async and self._driver.lease_max is not None:
+            # At exit (or when the limiter is collected) the leases still
+            # held go back. The finalizer holds the client and the driver,
+            # not the limiter, so it keeps nothing alive; it runs once, at
+            # most one call per key held, each bounded by the client's
+            # socket_timeout.
+            weakref.finalize(self, _give_back_quietly, client, self._driver)
 
     # ---- the operations ------------------------------------------------------
 
@@ -391,17 +436,21 @@ class _RedisBase(_t.Generic[_M, _D]):
     @_t.overload
     def reset(self: _RedisBase[Async, _D], key: _Key) -> Awaitable[None]: ...
     def reset(self, key: _Key) -> None | Awaitable[None]:
-        """Forgets ``key`` (one ``DEL``): it is full again."""
-        rkey = self._driver.begin_reset(key)
+        """Forgets ``key`` (one script call): it is full again, but for the
+        tokens other processes' leases hold (those stay theirs until spent,
+        given back or expired). A Redis failure raises :class:`BackendError`
+        whatever the policy."""
+        call = self._driver.begin_reset_call(key)
         if self._async:
-            return _Pending(self._reset_async(rkey))
+            return _Pending(self._reset_async(call))
         try:
-            self._client.delete(rkey)
+            reply = _send(self._client, self._driver, call)
         except Exception as e:
             kind = _kind(e)
             if kind is None:
                 raise
-            raise self._driver.backend_error(kind, e) from e
+            self._driver.finish_reset(e, kind)
+        self._driver.finish_reset(reply)
         return None
 
     @_t.overload
@@ -446,6 +495,69 @@ class _RedisBase(_t.Generic[_M, _D]):
                 return d
             time.sleep(d.retry_after)
             waited += d.retry_after
+
+    # ---- leases --------------------------------------------------------------
+
+    @_t.overload
+    def close(self: _RedisBase[Sync, _D]) -> int: ...
+    @_t.overload
+    def close(self: _RedisBase[Async, _D]) -> _t.NoReturn: ...
+    def close(self) -> int:
+        """Gives back the unused tokens of every lease this limiter holds, so
+        that other processes can have them now rather than when their time
+        passes: how many limits took tokens back (a lease some other call
+        was granted after cannot be). The client stays open (it is yours);
+        calls made afterwards take new leases. A blocking limiter also does
+        this at exit. A Redis failure raises :class:`BackendError`. With an
+        asyncio client, ``await limiter.aclose()``."""
+        if self._async:
+            raise TypeError(
+                "this limiter's client is a redis.asyncio client: `await limiter.aclose()` "
+                "(or `async with limiter:`) gives its leases back"
+            )
+        return _give_back(self._client, self._driver)
+
+    async def aclose(self) -> int:
+        """:meth:`close` for a limiter over an asyncio client. Nothing can
+        run at exit for an asyncio client: call this before the event loop
+        ends (``async with limiter:`` does), or the leases it still holds
+        come back to the fleet only when their time passes."""
+        if not self._async:
+            raise TypeError("this limiter's client is a blocking redis.Redis: call limiter.close()")
+        calls = self._driver.begin_give_backs()
+        if not calls:
+            return 0
+        try:
+            replies = await asyncio.wait_for(_send_many_async(self._client, self._driver, calls), self._timeout)
+        except Exception as e:
+            kind = _kind(e)
+            if kind is None:
+                raise
+            self._driver.finish_give_back(e, kind)
+        return sum(self._driver.finish_give_back(r) for r in replies)
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self: _Self) -> _Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @property
+    def lease(self) -> int | None:
+        """The most tokens a lease takes (``lease="auto"``: an eighth of the
+        smallest burst), or None when this limiter leases none."""
+        return self._driver.lease_max
+
+    @property
+    def leases_held(self) -> int:
+        """Keys this process holds a lease on now."""
+        return self._driver.leases_held
 
     # ---- facts ---------------------------------------------------------------
 
@@ -516,6 +628,9 @@ class _RedisBase(_t.Generic[_M, _D]):
             return self._fallback(op, key, cost)
 
     def _refund(self, key: _Key, tokens: int, now: float | None) -> None | Awaitable[None]:
+        if now is None and self._driver.refund_lease(key, tokens):
+            # Back into this process's lease: no round trip.
+            return _Pending(_nothing()) if self._async else None
         call = self._driver.begin_refund(key, tokens, now)
         if self._async:
             return _Pending(self._refund_async(call))
@@ -539,14 +654,15 @@ class _RedisBase(_t.Generic[_M, _D]):
             self._driver.finish_refund(e, kind)
         self._driver.finish_refund(reply)
 
-    async def _reset_async(self, rkey: bytes) -> None:
+    async def _reset_async(self, call: _RedisCall) -> None:
         try:
-            await asyncio.wait_for(self._client.delete(rkey), self._timeout)
+            reply = await asyncio.wait_for(_send_async(self._client, self._driver, call), self._timeout)
         except Exception as e:
             kind = _kind(e)
             if kind is None:
                 raise
-            raise self._driver.backend_error(kind, e) from e
+            self._driver.finish_reset(e, kind)
+        self._driver.finish_reset(reply)
 
     def _many(self, requests: Iterable[_Request], now: float | None) -> list[_D] | Awaitable[list[_D]]:
         if self._local is not None and not isinstance(requests, (list, tuple)):
@@ -631,6 +747,15 @@ _OPTIONS_DOC = """
     5), or failures in a row that took ``breaker_failure_time`` seconds in
     all (default 1.0; 0 turns this bound off), open the circuit breaker for
     ``breaker_cooldown`` seconds (``breaker_threshold=0`` turns it off).
+    ``lease``: ``"off"`` (the default: every decision that is not a cached
+    denial is a round trip), ``"auto"``, or the most tokens a lease takes
+    (an int >= 1): a hot key's call then also takes a slice of the key's
+    tokens from Redis, which this process grants in memory
+    (``source == "lease"``) until spent or their time passes — exactly,
+    fleet-wide; the price is tokens idle in leases (at most processes ×
+    ``lease`` per key; see :meth:`close`). Token buckets only: ``"auto"``
+    leases nothing for a window limit, an int is refused with one.
+    ``lease_keys``: keys whose leases this process keeps (default 10,000).
 """
 
 

@@ -21,7 +21,7 @@ const {
 
 const OPTIONS = [
   'client', 'prefix', 'timeoutMs', 'onError', 'denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs',
-  'breakerFailureTimeMs', 'maxKeyLen',
+  'breakerFailureTimeMs', 'maxKeyLen', 'lease', 'leaseKeys',
 ]
 const OP_ALLOW = 0
 const OP_PEEK = 1
@@ -41,12 +41,9 @@ function messageOf(e) {
   return String(e && e.message !== undefined ? e.message : e)
 }
 
-// How sending failed, as the native driver reads it (and, for a single
-// call, how long it took: towards the breaker's breakerFailureTimeMs).
-function failureOf(e, startedAt) {
-  const f = { kind: kindOf(e), message: messageOf(e) }
-  if (startedAt !== undefined) f.elapsedMs = performance.now() - startedAt
-  return f
+// How sending failed, as the native driver reads it.
+function failureOf(e) {
+  return { kind: kindOf(e), message: messageOf(e) }
 }
 
 function isNoScript(e) {
@@ -137,6 +134,34 @@ function readAt(atMs) {
   return atMs
 }
 
+// Limiters holding leases, given back (best effort) when the event loop
+// empties: see RedisBase#close. Weak: a limiter dropped is forgotten.
+const leasing = new Set()
+const forget = new FinalizationRegistry((ref) => leasing.delete(ref))
+let hooked = false
+
+function giveBackAtExit() {
+  // The loop is empty: nothing else will run. A limiter holding leases
+  // sends its give-backs (within its timeoutMs); their replies bring the
+  // loop back here once, with nothing held, and the process ends. A
+  // closed client rejects at once: its leases expire instead.
+  for (const ref of leasing) {
+    const l = ref.deref()
+    if (l !== undefined && l.leasesHeld > 0) l.close().catch(() => {})
+  }
+}
+
+function watchAtExit(limiter) {
+  const ref = new WeakRef(limiter)
+  leasing.add(ref)
+  forget.register(limiter, ref)
+  if (!hooked) {
+    hooked = true
+    // A listener keeps nothing alive: it runs only when the loop is empty.
+    process.on('beforeExit', giveBackAtExit)
+  }
+}
+
 function readCost(cost, name) {
   if (cost === undefined) return 1
   if (typeof cost !== 'number') throw typeError(`${name} must be a number, got ${describe(cost)}`)
@@ -184,12 +209,15 @@ class RedisBase {
       onError = 'raise'
     }
     const native = {}
-    for (const k of ['prefix', 'denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'breakerFailureTimeMs', 'maxKeyLen']) {
+    for (const k of ['prefix', 'denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'breakerFailureTimeMs', 'maxKeyLen', 'lease', 'leaseKeys']) {
       if (o[k] !== undefined) native[k] = o[k]
+    }
+    if (native.lease !== undefined && typeof native.lease !== 'string' && typeof native.lease !== 'number') {
+      throw typeError(`lease must be "off", "auto" or the most tokens a lease may take (a whole number >= 1), got ${describe(native.lease)}`)
     }
     if (onError !== undefined) native.onError = onError
     if (native.prefix !== undefined && typeof native.prefix !== 'string') throw typeError(`prefix must be a string, got ${describe(native.prefix)}`)
-    for (const k of ['denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'breakerFailureTimeMs', 'maxKeyLen']) {
+    for (const k of ['denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'breakerFailureTimeMs', 'maxKeyLen', 'leaseKeys']) {
       if (native[k] !== undefined && typeof native[k] !== 'number') throw typeError(`${k} must be a number, got ${describe(native[k])}`)
     }
     this.#native = new NativeRedis(rules, native)
@@ -199,6 +227,7 @@ class RedisBase {
     const names = this.#native.names
     this.#multi = isLimiter
     this.#decode = isLimiter ? (allowed, a, at) => multi(allowed, a, at, names) : single
+    if (this.#native.leaseMax !== null) watchAtExit(this)
   }
 
   // An answer: [source code, ...decisions in decision.rs's layout].
@@ -256,24 +285,45 @@ class RedisBase {
     try {
       const rkey = native.begin(op, key, cost, atMs, io)
       if (typeof rkey === 'number') return this.#decision()
-      const startedAt = performance.now()
+      // Read before any await: other calls reuse #io.
+      const lease = io[0]
+      const sent = io[1]
+      const args = this.#args(op, rkey, cost, atMs)
+      if (lease > 0) args[3] = 'l' + lease
       let reply
       try {
-        reply = await this.#send(this.#args(op, rkey, cost, atMs))
+        reply = await this.#send(args)
       } catch (e) {
         try {
-          native.fail(op, key, cost, atMs, io, failureOf(e, startedAt))
+          native.fail(op, key, cost, atMs, io, failureOf(e), sent)
           return this.#decision()
         } catch (err) {
           rethrow(err, e)
         }
       }
-      native.finish(op, key, cost, atMs, io, replyInto(io, reply))
+      native.finish(op, key, cost, atMs, io, replyInto(io, reply), sent)
       return this.#decision()
     } catch (err) {
       if (this.#local === undefined || err.code !== 'ERR_RATOMIC_BACKEND') throw err
       return this.#fallback(op, key, cost)
     }
+  }
+
+  // Every call in one pipeline: their replies, or the first failure.
+  async #sendMany(argsList) {
+    const replies = await within(this.#transport.many('EVALSHA', argsList), this.#timeoutMs)
+    // Calls a server answered NOSCRIPT did not run: only they go again, by EVAL.
+    const again = replies.flatMap((r, i) => (r.status === 'rejected' && isNoScript(r.reason) ? [i] : []))
+    if (again.length > 0) {
+      const script = this.#native.script
+      const retried = await within(this.#transport.many('EVAL', again.map((i) => evalArgs(argsList[i], script))), this.#timeoutMs)
+      again.forEach((i, j) => {
+        replies[i] = retried[j]
+      })
+    }
+    const failed = replies.find((r) => r.status === 'rejected')
+    if (failed) throw failed.reason
+    return replies.map((r) => r.value)
   }
 
   async #many(requests, atMs) {
@@ -284,17 +334,7 @@ class RedisBase {
       const argsList = step.args
       let replies
       try {
-        replies = await within(this.#transport.many('EVALSHA', argsList), this.#timeoutMs)
-        // Calls a server answered NOSCRIPT did not run: only they go again, by EVAL.
-        const again = replies.flatMap((r, i) => (r.status === 'rejected' && isNoScript(r.reason) ? [i] : []))
-        if (again.length > 0) {
-          const retried = await within(this.#transport.many('EVAL', again.map((i) => evalArgs(argsList[i], native.script))), this.#timeoutMs)
-          again.forEach((i, j) => {
-            replies[i] = retried[j]
-          })
-        }
-        const failed = replies.find((r) => r.status === 'rejected')
-        if (failed) throw failed.reason
+        replies = await this.#sendMany(argsList)
       } catch (e) {
         try {
           return this.#answers(native.failMany(step, failureOf(e)))
@@ -302,7 +342,7 @@ class RedisBase {
           rethrow(err, e)
         }
       }
-      return this.#answers(native.finishMany(step, replies.map((r) => replyOf(r.value))))
+      return this.#answers(native.finishMany(step, replies.map(replyOf)))
     } catch (err) {
       if (this.#local === undefined || err.code !== 'ERR_RATOMIC_BACKEND') throw err
       return this.#local.allowMany(requests).map((d) => ({ ...d, source: 'fallback' }))
@@ -311,7 +351,10 @@ class RedisBase {
 
   async #refund(key, tokens, atMs) {
     const native = this.#native
-    const args = native.beginRefund(key, readCost(tokens, 'tokens'), atMs)
+    tokens = readCost(tokens, 'tokens')
+    // Back into this process's lease if it can: no round trip.
+    if (atMs === undefined && native.refundLease(key, tokens)) return
+    const args = native.beginRefund(key, tokens, atMs)
     let reply
     try {
       reply = await this.#send(args)
@@ -355,18 +398,55 @@ class RedisBase {
     return this.#refund(key, tokens, readAt(atMs))
   }
 
-  /** Forgets `key` (one DEL): it is full again. */
+  /** Forgets `key` (one script call): it is full again, but for the tokens other processes' leases hold. */
   async reset(key) {
-    const rkey = this.#native.beginReset(key)
+    const native = this.#native
+    const args = native.beginResetCall(key)
+    let reply
     try {
-      await within(this.#transport.del(rkey), this.#timeoutMs)
+      reply = await this.#send(args)
     } catch (e) {
       try {
-        this.#native.backendError(failureOf(e))
+        native.backendError(failureOf(e))
       } catch (err) {
         rethrow(err, e)
       }
     }
+    native.finishReset(replyOf(reply))
+  }
+
+  /**
+   * Gives back the unused tokens of every lease this limiter holds (one pipeline), so other
+   * processes can have them now rather than when their time passes; resolves with how many
+   * limits took tokens back. The client stays open (it is yours); later calls take new leases.
+   */
+  async close() {
+    const native = this.#native
+    const batch = native.beginGiveBacks()
+    if (batch === null) return 0
+    let replies
+    try {
+      replies = await this.#sendMany(batch.args)
+    } catch (e) {
+      try {
+        native.backendError(failureOf(e))
+      } catch (err) {
+        rethrow(err, e)
+      }
+    }
+    let back = 0
+    for (const r of replies) back += native.finishGiveBack(replyOf(r))
+    return back
+  }
+
+  /** The most tokens a lease takes (`lease: 'auto'`: an eighth of the smallest burst), or null when this limiter leases none. */
+  get lease() {
+    return this.#native.leaseMax
+  }
+
+  /** Keys this process holds a lease on now. */
+  get leasesHeld() {
+    return this.#native.leasesHeld
   }
 
   /** Decides every request (a key or `[key, cost]`) in one pipeline, in order; an invalid request rejects the whole batch with its `index`, before anything is sent. */

@@ -53,6 +53,15 @@
 //! leases. A key whose previous round trip was less than a second ago takes
 //! a lease of 2 tokens; each lease spent within half its time doubles the
 //! next, up to `max`; each that ends with tokens unused halves it.
+//!
+//! A lease's first slots may pass during its own round trip (from a full
+//! bucket they start at the server's `now`): on a fast key (`T` below the
+//! round trip) a lease of 2 would be in the past on arrival, end unused and
+//! never grow. So a lease that starts or grows covers at least two round
+//! trips of the fastest limit's slots (`2·rtt/T`, the key's last round trip,
+//! at most `max`). This costs the fleet nothing: slots that pass during the
+//! round trip of a lease taken from a full bucket are refill the full
+//! bucket would have dropped, and from a drained bucket they lie ahead.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -150,6 +159,8 @@ struct Entry {
     next_size: u64,
     /// Local µs of the key's last round trip (0: none yet).
     last_trip: u64,
+    /// How long that round trip took, local µs (0: not known).
+    rtt: u64,
     /// Local µs when a call asking for a lease was handed out, until its
     /// reply (or failure) is in (0: none). Meanwhile the key's other calls
     /// ask for none: two leases at once would leave all but the last one
@@ -254,7 +265,7 @@ impl Leases {
             let lasted = held.end.iter().zip(&held.next).all(|(e, n)| n >= e);
             let nominal = self.rules.iter().map(|&(t, _)| t * held.size).max().unwrap_or(0);
             entry.next_size = if lasted && server_elapsed.saturating_mul(2) < nominal {
-                (held.size.max(1) * 2).min(self.max)
+                (held.size.max(1) * 2).max(self.outrun(entry.rtt)).min(self.max)
             } else if lasted {
                 held.size.clamp(1, self.max)
             } else {
@@ -266,7 +277,7 @@ impl Leases {
         if !warm {
             entry.next_size = 0;
         } else if entry.next_size == 0 {
-            entry.next_size = 2.min(self.max);
+            entry.next_size = 2.max(self.outrun(entry.rtt)).min(self.max);
         }
         if entry.next_size == 0 {
             return Err(0);
@@ -276,6 +287,14 @@ impl Leases {
         }
         entry.asking = local.max(1);
         Err(entry.next_size)
+    }
+
+    /// The tokens whose slots span two round trips of `rtt` µs on the
+    /// fastest limit: a lease at least this large still holds slots ahead
+    /// when it arrives.
+    fn outrun(&self, rtt: u64) -> u64 {
+        let t = self.rules.iter().map(|&(t, _)| t).min().unwrap_or(1).max(1);
+        rtt.saturating_mul(2).div_ceil(t)
     }
 
     /// A call on `key` failed: whatever lease it asked for is not coming.
@@ -303,6 +322,7 @@ impl Leases {
         }
         let entry = shard.entry(key.into()).or_default();
         entry.last_trip = x.max(1);
+        entry.rtt = if caller { 0 } else { x.saturating_sub(sent) };
         if lease_reply {
             entry.asking = 0;
         }
@@ -528,6 +548,31 @@ mod tests {
         assert!(l.grant(b"k", 1, 42, None).is_ok());
         assert_eq!(l.grant(b"k", 1, 43, None), Err(4), "spent at once: twice as large");
         assert_eq!(l.grant(b"k", 1, 43 + WARM, None), Err(0), "cold again");
+    }
+
+    #[test]
+    fn a_fast_key_s_lease_covers_two_round_trips() {
+        // T = 1 µs; round trips of 150 µs: a lease of 2 would be in the
+        // past on arrival. The first is 300 tokens; doubling keeps above it.
+        let l = Leases::new(&[bucket(1, 1_000_000)], Lease::Max(100_000), 10).unwrap().unwrap();
+        l.arrived(b"k", 0, 150, false, None, false);
+        assert_eq!(l.grant(b"k", 1, 200, None), Err(300));
+        // It arrives after another 150 µs round trip: slots [10_001, 10_301)
+        // with the server at 10_000 somewhere in [200, 350] local.
+        l.arrived(b"k", 200, 350, false, Some(Grant { taken: 300, now: 10_000, ends: vec![10_301] }), true);
+        let mut granted = 0;
+        let next = loop {
+            match l.grant(b"k", 1, 351, None) {
+                Ok(_) => granted += 1,
+                Err(size) => break size,
+            }
+        };
+        assert!(granted > 100, "most of it is still ahead: {granted}");
+        assert_eq!(next, 600, "spent at once: the next doubles");
+        // A slow key (T = 10 ms) keeps the first lease of 2.
+        let slow = Leases::new(&[bucket(10_000, 100)], Lease::Max(50), 10).unwrap().unwrap();
+        slow.arrived(b"k", 0, 150, false, None, false);
+        assert_eq!(slow.grant(b"k", 1, 200, None), Err(2));
     }
 
     #[test]

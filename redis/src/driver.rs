@@ -260,6 +260,14 @@ impl Driver {
     /// caller's clock) or, when `None`, at the server's `TIME`. Bad input
     /// is an [`Error::Invalid`] here, before anything is sent.
     pub fn begin(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<Step> {
+        self.begin_for(op, key, cost, now, 0)
+    }
+
+    /// [`begin`](Self::begin) for a call that `demand` more tokens on the
+    /// same key wait behind (a face that coalesces calls knows): should it
+    /// ask for a lease, it asks for at least that many (at most the
+    /// largest lease), so that they can be answered from it.
+    pub fn begin_for(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>, demand: u64) -> Result<Step> {
         if op == Op::Refund {
             return Err(Error::Invalid(ratomic::Error::InvalidArgument {
                 name: "op",
@@ -276,7 +284,7 @@ impl Driver {
         }
         if let (Some(leases), Op::Allow, true) = (&self.leases, op, cost > 0) {
             let caller = now.map(|ns| ratomic::check_time(ns).map(|ns| ns / 1000)).transpose()?;
-            match leases.grant(key, cost, leases.local_us(), caller) {
+            match leases.grant(key, cost, leases.local_us(), caller, demand) {
                 Ok(entries) => return Ok(Step::Answer(self.limits.lease_decision(entries))),
                 Err(size) => lease = size,
             }

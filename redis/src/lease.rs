@@ -247,8 +247,17 @@ impl Leases {
     /// Grants `cost` on `key` from its lease at local time `local` (µs) —
     /// or, for a call at a time the caller gave, at `caller` (µs on its
     /// timeline) — if it can: each limit's answer, as the in-memory engine
-    /// words them. Otherwise the size of lease the round trip should ask for.
-    pub(crate) fn grant(&self, key: &[u8], cost: u64, local: u64, caller: Option<u64>) -> Result<Vec<Decision>, u64> {
+    /// words them. Otherwise the size of lease the round trip should ask for
+    /// (at least `demand`, the tokens other calls on the key wait for, when
+    /// it asks for one at all).
+    pub(crate) fn grant(
+        &self,
+        key: &[u8],
+        cost: u64,
+        local: u64,
+        caller: Option<u64>,
+        demand: u64,
+    ) -> Result<Vec<Decision>, u64> {
         let mut shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         let Some(entry) = shard.get_mut(key) else { return Err(0) };
         if entry.held.as_ref().is_some_and(|h| h.caller != caller.is_some()) {
@@ -286,7 +295,7 @@ impl Leases {
             return Err(0); // a lease for this key is on its way
         }
         entry.asking = local.max(1);
-        Err(entry.next_size)
+        Err(entry.next_size.max(demand).min(self.max))
     }
 
     /// The tokens whose slots span two round trips of `rtt` µs on the
@@ -469,13 +478,13 @@ mod tests {
         // own token, then ten).
         l.arrived(b"k", 100, 110, false, Some(Grant { taken: 10, now: 5_000, ends: vec![16_000] }), true);
         let mut granted = 0;
-        while l.grant(b"k", 1, 111, None).is_ok() {
+        while l.grant(b"k", 1, 111, None, 0).is_ok() {
             granted += 1;
         }
         // The server time is known within [5_000 + 1 − 1, 5_000 + 11 + 1]:
         // the slots start at 6_000 ms, all ahead of it, so all ten fit.
         assert_eq!(granted, 10);
-        assert!(l.grant(b"k", 1, 112, None).is_err(), "spent");
+        assert!(l.grant(b"k", 1, 112, None, 0).is_err(), "spent");
     }
 
     #[test]
@@ -486,7 +495,7 @@ mod tests {
         // time have passed; the ones left start at 14_000 and 15_000.
         let x = 110 + 8_500;
         let mut granted = 0;
-        while l.grant(b"k", 1, x, None).is_ok() {
+        while l.grant(b"k", 1, x, None, 0).is_ok() {
             granted += 1;
         }
         assert_eq!(granted, 2);
@@ -502,15 +511,18 @@ mod tests {
         // ahead of the earliest.
         let l = Leases::new(&[bucket(1_000, 3)], Lease::Max(2), 10).unwrap().unwrap();
         l.arrived(b"k", 1_500, 2_000, false, Some(Grant { taken: 2, now: 10_000, ends: vec![13_000] }), true);
-        let d = l.grant(b"k", 1, 2_000, None).unwrap();
+        let d = l.grant(b"k", 1, 2_000, None, 0).unwrap();
         assert!(d[0].allowed);
-        assert!(l.grant(b"k", 1, 2_000, None).is_err(), "the last slot's end is over B·T ahead of the earliest time");
+        assert!(
+            l.grant(b"k", 1, 2_000, None, 0).is_err(),
+            "the last slot's end is over B·T ahead of the earliest time"
+        );
         // Had the round trip taken 2 ms, the first slot might be in the
         // past already (the server's time up to 12 ms): nothing is granted
         // before the call's reading is behind it.
         let slow = Leases::new(&[bucket(1_000, 3)], Lease::Max(2), 10).unwrap().unwrap();
         slow.arrived(b"k", 0, 2_000, false, Some(Grant { taken: 2, now: 10_000, ends: vec![13_000] }), true);
-        assert!(slow.grant(b"k", 1, 2_000, None).is_err());
+        assert!(slow.grant(b"k", 1, 2_000, None, 0).is_err());
     }
 
     #[test]
@@ -526,28 +538,28 @@ mod tests {
         // past the slot's start. Drift counted from the receipt (1 s: 1 ms)
         // would put the latest time at N + 2_001_001 and grant a slot whose
         // time may have passed.
-        assert!(l.grant(b"k", 1, 2_000_000, None).is_err(), "the slot may be in the server's past");
+        assert!(l.grant(b"k", 1, 2_000_000, None, 0).is_err(), "the slot may be in the server's past");
     }
 
     #[test]
     fn several_limits_are_granted_all_or_nothing() {
         let l = Leases::new(&[bucket(1_000, 100), bucket(10_000, 100)], Lease::Max(5), 10).unwrap().unwrap();
         l.arrived(b"k", 0, 1, false, Some(Grant { taken: 2, now: 0, ends: vec![3_000, 30_000] }), true);
-        assert!(l.grant(b"k", 2, 1, None).is_ok());
-        assert!(l.grant(b"k", 1, 1, None).is_err());
+        assert!(l.grant(b"k", 2, 1, None, 0).is_ok());
+        assert!(l.grant(b"k", 1, 1, None, 0).is_err());
     }
 
     #[test]
     fn sizes_grow_for_hot_keys_and_a_cold_key_takes_none() {
         let l = leases(64);
-        assert_eq!(l.grant(b"k", 1, 10, None), Err(0), "never seen");
+        assert_eq!(l.grant(b"k", 1, 10, None, 0), Err(0), "never seen");
         l.arrived(b"k", 10, 20, false, None, false);
-        assert_eq!(l.grant(b"k", 1, 30, None), Err(2), "warm: a lease of two");
+        assert_eq!(l.grant(b"k", 1, 30, None, 0), Err(2), "warm: a lease of two");
         l.arrived(b"k", 30, 40, false, Some(Grant { taken: 2, now: 1_000, ends: vec![4_000] }), true);
-        assert!(l.grant(b"k", 1, 41, None).is_ok());
-        assert!(l.grant(b"k", 1, 42, None).is_ok());
-        assert_eq!(l.grant(b"k", 1, 43, None), Err(4), "spent at once: twice as large");
-        assert_eq!(l.grant(b"k", 1, 43 + WARM, None), Err(0), "cold again");
+        assert!(l.grant(b"k", 1, 41, None, 0).is_ok());
+        assert!(l.grant(b"k", 1, 42, None, 0).is_ok());
+        assert_eq!(l.grant(b"k", 1, 43, None, 0), Err(4), "spent at once: twice as large");
+        assert_eq!(l.grant(b"k", 1, 43 + WARM, None, 0), Err(0), "cold again");
     }
 
     #[test]
@@ -556,13 +568,13 @@ mod tests {
         // past on arrival. The first is 300 tokens; doubling keeps above it.
         let l = Leases::new(&[bucket(1, 1_000_000)], Lease::Max(100_000), 10).unwrap().unwrap();
         l.arrived(b"k", 0, 150, false, None, false);
-        assert_eq!(l.grant(b"k", 1, 200, None), Err(300));
+        assert_eq!(l.grant(b"k", 1, 200, None, 0), Err(300));
         // It arrives after another 150 µs round trip: slots [10_001, 10_301)
         // with the server at 10_000 somewhere in [200, 350] local.
         l.arrived(b"k", 200, 350, false, Some(Grant { taken: 300, now: 10_000, ends: vec![10_301] }), true);
         let mut granted = 0;
         let next = loop {
-            match l.grant(b"k", 1, 351, None) {
+            match l.grant(b"k", 1, 351, None, 0) {
                 Ok(_) => granted += 1,
                 Err(size) => break size,
             }
@@ -572,25 +584,25 @@ mod tests {
         // A slow key (T = 10 ms) keeps the first lease of 2.
         let slow = Leases::new(&[bucket(10_000, 100)], Lease::Max(50), 10).unwrap().unwrap();
         slow.arrived(b"k", 0, 150, false, None, false);
-        assert_eq!(slow.grant(b"k", 1, 200, None), Err(2));
+        assert_eq!(slow.grant(b"k", 1, 200, None, 0), Err(2));
     }
 
     #[test]
     fn one_lease_at_a_time_is_asked_for_a_key() {
         let l = leases(64);
         l.arrived(b"k", 10, 20, false, None, false);
-        assert_eq!(l.grant(b"k", 1, 30, None), Err(2), "warm: a lease of two");
-        assert_eq!(l.grant(b"k", 1, 31, None), Err(0), "one is on its way: a plain call");
+        assert_eq!(l.grant(b"k", 1, 30, None, 0), Err(2), "warm: a lease of two");
+        assert_eq!(l.grant(b"k", 1, 31, None, 0), Err(0), "one is on its way: a plain call");
         l.arrived(b"k", 31, 40, false, None, false);
-        assert_eq!(l.grant(b"k", 1, 41, None), Err(0), "a plain call's reply: the lease is still on its way");
+        assert_eq!(l.grant(b"k", 1, 41, None, 0), Err(0), "a plain call's reply: the lease is still on its way");
         l.failed(b"k");
-        assert_eq!(l.grant(b"k", 1, 42, None), Err(2), "it failed: ask again");
+        assert_eq!(l.grant(b"k", 1, 42, None, 0), Err(2), "it failed: ask again");
         l.arrived(b"k", 42, 50, false, Some(Grant { taken: 0, now: 1_000, ends: vec![2_000] }), true);
-        assert_eq!(l.grant(b"k", 1, 51, None), Err(2), "it came back empty: ask again");
+        assert_eq!(l.grant(b"k", 1, 51, None, 0), Err(2), "it came back empty: ask again");
         // A caller that never finished its call: forgotten after WARM.
-        assert_eq!(l.grant(b"k", 1, 52 + WARM / 2, None), Err(0));
+        assert_eq!(l.grant(b"k", 1, 52 + WARM / 2, None, 0), Err(0));
         l.arrived(b"k", 60, 60 + WARM / 2, false, None, false); // keeps the key warm
-        assert_eq!(l.grant(b"k", 1, 53 + WARM, None), Err(2));
+        assert_eq!(l.grant(b"k", 1, 53 + WARM, None, 0), Err(2));
     }
 
     #[test]
@@ -607,11 +619,11 @@ mod tests {
         let l = leases(10);
         l.arrived(b"k", 100, 110, false, Some(Grant { taken: 10, now: 5_000, ends: vec![16_000] }), true);
         for _ in 0..10 {
-            l.grant(b"k", 1, 111, None).unwrap();
+            l.grant(b"k", 1, 111, None, 0).unwrap();
         }
         assert!(l.refund(b"k", 3, 111));
         for _ in 0..3 {
-            l.grant(b"k", 1, 111, None).unwrap();
+            l.grant(b"k", 1, 111, None, 0).unwrap();
         }
         assert!(l.refund(b"k", 2, 111));
         assert!(!l.refund(b"k", 11, 111), "more than the lease granted: nothing changes");
@@ -624,8 +636,8 @@ mod tests {
         assert!(!l.refund(b"k", 1, 111));
         // A lease that can no longer grant is dropped: its refunds go to Redis.
         l.arrived(b"k", 100, 110, false, Some(Grant { taken: 1, now: 5_000, ends: vec![7_000] }), true);
-        assert!(l.grant(b"k", 1, 111, None).is_ok());
-        assert!(l.grant(b"k", 1, 111, None).is_err());
+        assert!(l.grant(b"k", 1, 111, None, 0).is_ok());
+        assert!(l.grant(b"k", 1, 111, None, 0).is_err());
         assert!(!l.refund(b"k", 1, 111));
     }
 }

@@ -926,3 +926,90 @@ fn leases_are_refused_for_windows_when_asked_for_explicitly() {
         RedisLimiter::try_new(manager(), limits, Options { lease: ratomic_redis::Lease::Auto, ..options() }).unwrap();
     assert_eq!(auto.driver().lease_max(), None);
 }
+
+// ---------------------------------------------------------------- coalescing
+
+/// A server's count of `name` in `INFO stats` (e.g. `total_reads_processed`:
+/// the read events it handled, one per round trip that reached it).
+fn stat(conn: &mut redis::Connection, name: &str) -> u64 {
+    stat_in(conn, "stats", name)
+}
+
+fn stat_in(conn: &mut redis::Connection, section: &str, name: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg(section).query(conn).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(':')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in INFO {section}"))
+}
+
+/// `INFO commandstats`: the `EVALSHA` calls the server ran.
+fn evalshas(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|v| v.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+struct Burst {
+    granted: usize,
+    errors: Vec<Error>,
+    reads: u64,
+    evalshas: u64,
+}
+
+/// 1,000 calls at once on a bucket of 500 on `server`, through one limiter
+/// with the default options but `lease`: what came back, and what the
+/// server counted.
+fn thousand_at_once(server: &support::Server, lease: ratomic_redis::Lease) -> Burst {
+    let limits = Limits::single(Rule::token_bucket(Quota::new(500, 1.0 / 3600.0).unwrap()))
+        .unwrap()
+        .with_prefix(support::prefix("coalesce"))
+        .unwrap();
+    let l = block(RedisLimiter::connect(&server.url(), limits, Options { lease, ..Options::default() })).unwrap();
+    assert!(block(l.peek("warm-up", 1)).unwrap().allowed(), "the script is loaded");
+    let mut admin = server.conn();
+    let (reads, calls) = (stat(&mut admin, "total_reads_processed"), evalshas(&mut admin));
+    let outcomes: Vec<Result<bool, Error>> = block(async {
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..1_000 {
+            let l = l.clone();
+            set.spawn(async move { l.allow("hot").await.map(|d| d.allowed()) });
+        }
+        let mut out = Vec::new();
+        while let Some(r) = set.join_next().await {
+            out.push(r.unwrap());
+        }
+        out
+    });
+    let evalshas = evalshas(&mut admin) - calls;
+    Burst {
+        granted: outcomes.iter().filter(|r| matches!(r, Ok(true))).count(),
+        errors: outcomes.into_iter().filter_map(Result::err).collect(),
+        reads: stat(&mut admin, "total_reads_processed") - reads - 2, // less our two INFOs
+        evalshas,
+    }
+}
+
+/// 1,000 calls in flight at once on a bucket of 500, through one limiter
+/// with the default options: exactly 500 granted, no error (no call waits
+/// out a timer of its own), and the server counts far fewer round trips
+/// than calls, on one connection. With leases, the calls that wait for a
+/// round trip that brings their key a lease are answered from it: far
+/// fewer script calls than decisions too.
+#[test]
+fn a_thousand_calls_in_flight_share_round_trips_and_get_exactly_the_burst() {
+    let server = support::Server::start();
+    let plain = thousand_at_once(&server, ratomic_redis::Lease::Off);
+    assert!(plain.errors.is_empty(), "{} errors, e.g. {:?}", plain.errors.len(), plain.errors.first());
+    assert_eq!(plain.granted, 500);
+    assert!(plain.reads < 100, "{} round trips reached the server for 1,000 calls", plain.reads);
+    let leased = thousand_at_once(&server, ratomic_redis::Lease::Auto);
+    assert!(leased.errors.is_empty(), "{} errors, e.g. {:?}", leased.errors.len(), leased.errors.first());
+    assert_eq!(leased.granted, 500);
+    assert!(leased.evalshas < 100, "{} script calls for 1,000 decisions", leased.evalshas);
+    let mut admin = server.conn();
+    let clients = stat_in(&mut admin, "clients", "connected_clients");
+    assert!(clients <= 3, "{clients} connections: one per limiter and this test's");
+}

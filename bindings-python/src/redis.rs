@@ -370,8 +370,10 @@ impl RedisDriver {
         self.driver.finish_reset(r).map_err(|e| redis_error(py, e, kind.map(|_| reply)))
     }
 
-    /// Starts `op` ("allow" or "peek"): a decision, or a `_RedisCall` to send.
-    #[pyo3(signature = (op, key, cost, now=None))]
+    /// Starts `op` ("allow" or "peek"): a decision, or a `_RedisCall` to
+    /// send. `demand`: tokens other calls on the key wait for (a lease asked
+    /// for is at least that large).
+    #[pyo3(signature = (op, key, cost, now=None, demand=0))]
     fn begin(
         &self,
         py: Python<'_>,
@@ -379,9 +381,11 @@ impl RedisDriver {
         key: &Bound<'_, PyAny>,
         cost: Cost,
         now: Option<f64>,
+        demand: u64,
     ) -> PyResult<Py<PyAny>> {
         let (op, now) = (op_of(py, op)?, now_of(py, now)?);
-        let step = self.driver.begin(op, key_bytes(key)?, cost.0, now).map_err(|e| redis_error(py, e, None))?;
+        let step =
+            self.driver.begin_for(op, key_bytes(key)?, cost.0, now, demand).map_err(|e| redis_error(py, e, None))?;
         self.step(py, step)
     }
 

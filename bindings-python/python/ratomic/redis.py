@@ -33,7 +33,10 @@ shared with the Rust and C faces. It needs the ``redis`` package
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import sys
+import threading
 import time
 import typing as _t
 import weakref
@@ -303,6 +306,107 @@ async def _send_many_async(client: _t.Any, driver: _RedisDriver, calls: Sequence
     return out
 
 
+#: The most decisions one coalesced round trip carries.
+MAX_BATCH = 256
+
+# The most round trips a waiting call is held back for a lease on its way to
+# its key (then it goes to Redis itself): a lease that keeps coming back
+# empty does not hold it for ever.
+_MAX_DEFERS = 8
+
+
+class _Waiting:
+    """A decision waiting for the round trip in flight to end."""
+
+    __slots__ = ("call", "cost", "deferred", "done", "error", "key", "lead", "now", "op", "result")
+
+    def __init__(self, op: str, key: _Key, cost: int, now: float | None, call: _RedisCall) -> None:
+        self.op, self.key, self.cost, self.now, self.call = op, key, cost, now, call
+        self.deferred = 0
+        self.done: _t.Any = None  # a threading.Event (blocking) or an asyncio.Future
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.lead = False  # blocking: woken to send the next round trip itself
+
+    def outcome(self) -> _t.Any:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def _plan(
+    driver: _RedisDriver, waiting: Sequence[_Waiting], settle: _t.Callable[[_Waiting, object, BaseException | None], None]
+) -> tuple[list[_RedisCall], list[_Waiting], list[_Waiting]]:
+    """Which of ``waiting`` go in this round trip: the calls to send, whose
+    they are, and those held back for a lease this round trip brings their
+    key. A call asking for a lease goes as it is (its key's one asker); the
+    others begin again — a lease or a denial that came meanwhile may answer
+    them here (``settle``) — asking, should they ask for a lease, for one
+    that covers the tokens the others on their key wait for."""
+    demand: dict[bytes, int] = {}
+    for w in waiting:
+        demand[w.call.key] = demand.get(w.call.key, 0) + w.cost
+    calls: list[_RedisCall] = []
+    sent: list[_Waiting] = []
+    later: list[_Waiting] = []
+    leasing: set[bytes] = set()
+    for w in waiting:
+        k = w.call.key
+        if w.call.lease:
+            leasing.add(k)
+        elif w.deferred < _MAX_DEFERS and k in leasing:
+            w.deferred += 1
+            later.append(w)
+            continue
+        else:
+            try:
+                step = driver.begin(w.op, w.key, w.cost, w.now, demand[k] - w.cost)
+            except Exception as e:
+                settle(w, None, e)
+                continue
+            if not isinstance(step, _RedisCall):
+                settle(w, step, None)
+                continue
+            if step.lease:
+                leasing.add(k)
+            w.call = step
+        calls.append(w.call)
+        sent.append(w)
+    return calls, sent, later
+
+
+def _settle_all(
+    driver: _RedisDriver,
+    sent: Sequence[_Waiting],
+    replies: Sequence[object] | None,
+    error: BaseException | None,
+    settle: _t.Callable[[_Waiting, object, BaseException | None], None],
+) -> None:
+    """Ends every call of a round trip with its reply, or with how the
+    round trip failed (the policy answers each, or its error is theirs)."""
+    kind = None if error is None else _kind(error)
+    for i, w in enumerate(sent):
+        try:
+            if error is None:
+                d = driver.finish(w.call, _t.cast(Sequence[object], replies)[i])
+            elif kind is None:
+                raise error
+            else:
+                d = driver.fail(w.call, kind, error)
+        except Exception as e:
+            settle(w, None, e)
+        else:
+            settle(w, d, None)
+
+
+async def _within(aw: Awaitable[_T], seconds: float) -> _T:
+    """``aw``, or ``TimeoutError`` after ``seconds``: one timer, no task."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await aw
+    return await asyncio.wait_for(aw, seconds)  # pragma: no cover - Python 3.10
+
+
 class _RedisBase(_t.Generic[_M, _D]):
     """What the four classes share: the driver, the client and the policy."""
 
@@ -329,6 +433,11 @@ class _RedisBase(_t.Generic[_M, _D]):
         self._async = _is_async(client)
         self._client = client
         self._local: Keyed | Limiter | None = None
+        # Decisions waiting for the round trip in flight (see _coalesced).
+        self._busy = False
+        self._queue: collections.deque[_Waiting] = collections.deque()
+        self._lock = threading.Lock()
+        self._drainer: asyncio.Task[None] | None = None
         policy = "raise"
         if isinstance(on_error, str):
             policy = on_error
@@ -589,6 +698,12 @@ class _RedisBase(_t.Generic[_M, _D]):
         d = local.peek(key, cost) if op == "peek" else local.allow(key, cost)
         return _t.cast(_D, self._driver.fallback(d))
 
+    # Decisions in flight at the same time share round trips: while one is
+    # outstanding, the calls that come meanwhile wait in self._queue and then
+    # go together, up to MAX_BATCH in one pipeline (one timeout for all with
+    # an asyncio client), each answered as it would have been alone: the
+    # server runs a pipeline's calls in order.
+
     def _decide(self, op: str, key: _Key, cost: int, now: float | None) -> _D | Awaitable[_D]:
         if self._async:
             return _Pending(self._decide_async(op, key, cost, now))
@@ -596,36 +711,144 @@ class _RedisBase(_t.Generic[_M, _D]):
             step = self._driver.begin(op, key, cost, now)
             if not isinstance(step, _RedisCall):
                 return _t.cast(_D, step)
-            try:
-                reply = _send(self._client, self._driver, step)
-            except Exception as e:
-                kind = _kind(e)
-                if kind is None:
-                    raise
-                return _t.cast(_D, self._driver.fail(step, kind, e))
-            return _t.cast(_D, self._driver.finish(step, reply))
+            return _t.cast(_D, self._coalesced(_Waiting(op, key, cost, now, step)))
         except BackendError:
             if self._local is None:
                 raise
             return self._fallback(op, key, cost)
+
+    def _coalesced(self, me: _Waiting) -> object:
+        """A blocking call: sent now if nothing is in flight, else it waits
+        for the thread whose round trip is in flight to wake it, answered
+        or to send the next round trip itself (with whoever waits then)."""
+        with self._lock:
+            if self._busy:
+                me.done = threading.Event()
+                self._queue.append(me)
+            else:
+                self._busy = True
+        if me.done is not None:
+            me.done.wait()
+            if not me.lead:
+                return me.outcome()
+            with self._lock:
+                batch = [me] + [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH - 1))]
+        else:
+            batch = None
+        try:
+            self._round_trip(me, batch)
+        finally:
+            with self._lock:
+                if self._queue:
+                    # The next waiter sends the next round trip (each thread
+                    # sends at most one: none serves the others for ever).
+                    nxt = self._queue.popleft()
+                    nxt.lead = True
+                    nxt.done.set()
+                else:
+                    self._busy = False
+        return me.outcome()
+
+    def _round_trip(self, me: _Waiting, batch: list[_Waiting] | None) -> None:
+        def settle(w: _Waiting, result: object, error: BaseException | None) -> None:
+            w.result, w.error = result, error
+            if w is not me:
+                w.done.set()
+
+        later: list[_Waiting] = []
+        if batch is None:
+            # Alone: its own call, as begun.
+            calls, sent = [me.call], [me]
+        else:
+            calls, sent, later = _plan(self._driver, batch, settle)
+            if later:
+                with self._lock:
+                    self._queue.extendleft(reversed(later))
+        if not calls:
+            return
+        try:
+            try:
+                replies: list[object] | None = (
+                    [_send(self._client, self._driver, calls[0])]
+                    if len(calls) == 1
+                    else _send_many(self._client, self._driver, calls)
+                )
+                error = None
+            except Exception as e:
+                replies, error = None, e
+            _settle_all(self._driver, sent, replies, error, settle)
+        except BaseException as e:  # interrupted: nobody of this round trip waits for ever
+            for w in sent:
+                if w.result is None and w.error is None:
+                    settle(w, None, e)
+            raise
 
     async def _decide_async(self, op: str, key: _Key, cost: int, now: float | None) -> _D:
         try:
             step = self._driver.begin(op, key, cost, now)
             if not isinstance(step, _RedisCall):
                 return _t.cast(_D, step)
+            if self._busy:
+                w = _Waiting(op, key, cost, now, step)
+                w.done = asyncio.get_running_loop().create_future()
+                self._queue.append(w)
+                return _t.cast(_D, await w.done)
+            self._busy = True
             try:
-                reply = await asyncio.wait_for(_send_async(self._client, self._driver, step), self._timeout)
-            except Exception as e:
-                kind = _kind(e)
-                if kind is None:
-                    raise
-                return _t.cast(_D, self._driver.fail(step, kind, e))
-            return _t.cast(_D, self._driver.finish(step, reply))
+                try:
+                    reply = await _within(_send_async(self._client, self._driver, step), self._timeout)
+                except Exception as e:
+                    kind = _kind(e)
+                    if kind is None:
+                        raise
+                    return _t.cast(_D, self._driver.fail(step, kind, e))
+                return _t.cast(_D, self._driver.finish(step, reply))
+            finally:
+                if self._queue:
+                    # Those that came meanwhile go in the next round trip, in a
+                    # task of its own (no caller carries the others').
+                    self._drainer = asyncio.ensure_future(self._drain())
+                else:
+                    self._busy = False
         except BackendError:
             if self._local is None:
                 raise
             return self._fallback(op, key, cost)
+
+    async def _drain(self) -> None:
+        def settle(w: _Waiting, result: object, error: BaseException | None) -> None:
+            if not w.done.done():
+                if error is None:
+                    w.done.set_result(result)
+                else:
+                    w.done.set_exception(error)
+
+        sent: list[_Waiting] = []
+        try:
+            while self._queue:
+                batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
+                # A caller that stopped waiting (cancelled) needs no decision.
+                calls, sent, later = _plan(self._driver, [w for w in batch if not w.done.done()], settle)
+                self._queue.extendleft(reversed(later))
+                if not calls:
+                    continue
+                try:
+                    replies: list[object] | None = await _within(
+                        _send_many_async(self._client, self._driver, calls), self._timeout
+                    )
+                    error = None
+                except Exception as e:
+                    replies, error = None, e
+                _settle_all(self._driver, sent, replies, error, settle)
+                sent = []
+        except BaseException as e:  # cancelled (the loop is closing): nobody waits for ever
+            for w in [*sent, *self._queue]:
+                settle(w, None, e if isinstance(e, Exception) else BackendError("the round trip was cancelled"))
+            self._queue.clear()
+            raise
+        finally:
+            self._busy = False
+            self._drainer = None
 
     def _refund(self, key: _Key, tokens: int, now: float | None) -> None | Awaitable[None]:
         if now is None and self._driver.refund_lease(key, tokens):

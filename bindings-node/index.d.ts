@@ -284,8 +284,10 @@ export declare class NativeRedis {
    * For a call to send, `io[0]` is the tokens it asks to lease (0: none;
    * its first argument is then `"l" + io[0]`) and `io[1]` the stamp to
    * hand back as `sent` (taken here, before the call goes out).
+   * `demand`: tokens other calls on the key wait for (a lease asked for
+   * is at least that large).
    */
-  begin(op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array): number | string | Buffer
+  begin(op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array, demand?: number): number | string | Buffer
   /**
    * The script's arguments (`ARGV`) for an allow or peek of `cost` at
    * `nowMs` (none: the server's time), whatever the key: the same for

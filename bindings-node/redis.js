@@ -26,6 +26,15 @@ const OPTIONS = [
 const OP_ALLOW = 0
 const OP_PEEK = 1
 
+// The most decisions one coalesced round trip carries.
+const MAX_BATCH = 256
+// The most round trips a waiting call is held back for a lease on its way
+// to its key (then it goes to Redis itself).
+const MAX_DEFERS = 8
+
+// A Redis key (a string, or a Buffer when it is not UTF-8) as a Map key.
+const keyId = (rkey) => (typeof rkey === 'string' ? rkey : 'b:' + rkey.toString('hex'))
+
 const TIMED_OUT = Symbol('timed out')
 
 // How a client failed, in the driver's terms.
@@ -106,7 +115,7 @@ function transportOf(client) {
   )
 }
 
-// `promise`, or TIMED_OUT after `ms` (one promise and one timer a call).
+// `promise`, or TIMED_OUT after `ms` (a timer of its own).
 function within(promise, ms) {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(reject, ms, TIMED_OUT)
@@ -187,6 +196,17 @@ class RedisBase {
   #io
   // ARGV of the calls at the server's time, by op and cost: the same for every key.
   #argv = [new Map(), new Map()]
+  // Decisions in flight at the same time share round trips: while one is
+  // outstanding (#busy), the calls that come meanwhile wait in #queue and
+  // then go together, up to MAX_BATCH in one pipeline, each answered as it
+  // would have been alone (the server runs a pipeline's calls in order).
+  #busy = false
+  #queue = []
+  // One timer for the round trips in flight (#flights: each one's deadline
+  // and how to fail it), re-armed only while round trips keep coming: no
+  // timer per call.
+  #flights = new Set()
+  #timer = null
 
   constructor(rules, o, isLimiter) {
     if (new.target === RedisBase) throw typeError('RedisBase is not constructible: use RedisTokenBucket, RedisFixedWindow, RedisSlidingWindow or RedisLimiter')
@@ -270,53 +290,203 @@ class RedisBase {
     return d
   }
 
+  // `promise`, or TIMED_OUT once timeoutMs has passed.
+  #timed(promise) {
+    return new Promise((resolve, reject) => {
+      const f = { deadline: performance.now() + this.#timeoutMs, reject }
+      this.#flights.add(f)
+      if (this.#timer === null) this.#arm(this.#timeoutMs)
+      const done = () => this.#flights.delete(f)
+      promise.then(
+        (v) => {
+          done()
+          resolve(v)
+        },
+        (e) => {
+          done()
+          reject(e)
+        }
+      )
+    })
+  }
+
+  #arm(ms) {
+    this.#timer = setTimeout(() => this.#watch(), ms)
+    // While a call is in flight its client's socket keeps the process alive.
+    this.#timer.unref()
+  }
+
+  #watch() {
+    this.#timer = null
+    const now = performance.now()
+    let next = Infinity
+    for (const f of this.#flights) {
+      if (f.deadline <= now) {
+        this.#flights.delete(f)
+        f.reject(TIMED_OUT)
+      } else if (f.deadline < next) {
+        next = f.deadline
+      }
+    }
+    // Nothing left in flight: no timer until the next round trip.
+    if (next !== Infinity) this.#arm(next - now)
+  }
+
   async #send(args) {
     try {
-      return await within(this.#transport.send('EVALSHA', args), this.#timeoutMs)
+      return await this.#timed(this.#transport.send('EVALSHA', args))
     } catch (e) {
       if (!isNoScript(e)) throw e
-      return within(this.#transport.send('EVAL', evalArgs(args, this.#native.script)), this.#timeoutMs)
+      return this.#timed(this.#transport.send('EVAL', evalArgs(args, this.#native.script)))
     }
   }
 
-  async #decide(op, key, cost, atMs) {
+  // The arguments of a call begin() asked to send (io holds its lease and stamp).
+  #call(op, key, cost, atMs, rkey) {
+    const io = this.#io
+    const w = { op, key, cost, atMs, rkey, lease: io[0], sent: io[1], args: this.#args(op, rkey, cost, atMs), deferred: 0, resolve: null, reject: null }
+    if (w.lease > 0) w.args[3] = 'l' + w.lease
+    return w
+  }
+
+  // Ends call `w` with its reply or how its round trip failed: its decision,
+  // or throws the driver's error (the client's as its cause).
+  #end(w, reply, failed) {
     const native = this.#native
     const io = this.#io
+    if (failed !== undefined) {
+      try {
+        native.fail(w.op, w.key, w.cost, w.atMs, io, failureOf(failed), w.sent)
+      } catch (err) {
+        rethrow(err, failed)
+      }
+    } else {
+      native.finish(w.op, w.key, w.cost, w.atMs, io, replyInto(io, reply), w.sent)
+    }
+    return this.#decision()
+  }
+
+  async #decide(op, key, cost, atMs) {
     try {
-      const rkey = native.begin(op, key, cost, atMs, io)
+      const rkey = this.#native.begin(op, key, cost, atMs, this.#io)
       if (typeof rkey === 'number') return this.#decision()
       // Read before any await: other calls reuse #io.
-      const lease = io[0]
-      const sent = io[1]
-      const args = this.#args(op, rkey, cost, atMs)
-      if (lease > 0) args[3] = 'l' + lease
-      let reply
-      try {
-        reply = await this.#send(args)
-      } catch (e) {
-        try {
-          native.fail(op, key, cost, atMs, io, failureOf(e), sent)
-          return this.#decision()
-        } catch (err) {
-          rethrow(err, e)
-        }
+      const w = this.#call(op, key, cost, atMs, rkey)
+      if (this.#busy) {
+        return await new Promise((resolve, reject) => {
+          w.resolve = resolve
+          w.reject = reject
+          this.#queue.push(w)
+        })
       }
-      native.finish(op, key, cost, atMs, io, replyInto(io, reply), sent)
-      return this.#decision()
+      this.#busy = true
+      let reply, failed
+      try {
+        reply = await this.#send(w.args)
+      } catch (e) {
+        failed = e
+      }
+      try {
+        return this.#end(w, reply, failed)
+      } finally {
+        // Those that came meanwhile go in the next round trip.
+        if (this.#queue.length > 0) this.#drain()
+        else this.#busy = false
+      }
     } catch (err) {
       if (this.#local === undefined || err.code !== 'ERR_RATOMIC_BACKEND') throw err
       return this.#fallback(op, key, cost)
     }
   }
 
-  // Every call in one pipeline: their replies, or the first failure.
-  async #sendMany(argsList) {
-    const replies = await within(this.#transport.many('EVALSHA', argsList), this.#timeoutMs)
+  // Which waiting calls go in this round trip. One asking for a lease goes
+  // as it is (its key's one asker); the others begin again — a lease or a
+  // denial that came meanwhile may answer them — asking, should they ask
+  // for a lease, for one that covers the tokens behind them on their key;
+  // those whose key this round trip brings a lease wait for it.
+  #plan(batch) {
+    const native = this.#native
+    const demand = new Map()
+    for (const w of batch) {
+      const k = keyId(w.rkey)
+      demand.set(k, (demand.get(k) || 0) + w.cost)
+    }
+    const send = []
+    const later = []
+    const leasing = new Set()
+    for (const w of batch) {
+      const k = keyId(w.rkey)
+      if (w.lease > 0) {
+        leasing.add(k)
+      } else if (w.deferred < MAX_DEFERS && leasing.has(k)) {
+        w.deferred++
+        later.push(w)
+        continue
+      } else {
+        let rkey
+        try {
+          rkey = native.begin(w.op, w.key, w.cost, w.atMs, this.#io, demand.get(k) - w.cost)
+        } catch (err) {
+          w.reject(err)
+          continue
+        }
+        if (typeof rkey === 'number') {
+          w.resolve(this.#decision())
+          continue
+        }
+        const again = this.#call(w.op, w.key, w.cost, w.atMs, rkey)
+        w.lease = again.lease
+        w.sent = again.sent
+        w.args = again.args
+        if (w.lease > 0) leasing.add(k)
+      }
+      send.push(w)
+    }
+    return [send, later]
+  }
+
+  // Sends the waiting calls, a round trip at a time, until none is left.
+  async #drain() {
+    let sent = []
+    try {
+      while (this.#queue.length > 0) {
+        const [send, later] = this.#plan(this.#queue.splice(0, MAX_BATCH))
+        this.#queue.unshift(...later)
+        if (send.length === 0) continue
+        sent = send
+        let replies, failed
+        try {
+          replies = await this.#sendMany(send.map((w) => w.args))
+        } catch (e) {
+          failed = e
+        }
+        for (let i = 0; i < send.length; i++) {
+          const w = send[i]
+          try {
+            w.resolve(this.#end(w, failed === undefined ? replies[i] : undefined, failed))
+          } catch (err) {
+            w.reject(err)
+          }
+        }
+        sent = []
+      }
+    } catch (err) {
+      // Nothing here should throw; if it does, nobody waits for ever.
+      for (const w of [...sent, ...this.#queue.splice(0)]) w.reject(err)
+    } finally {
+      this.#busy = false
+    }
+  }
+
+  // Every call in one pipeline: their replies, or the first failure; `timed`
+  // bounds each round trip (by default, timeoutMs on the shared timer).
+  async #sendMany(argsList, timed = (p) => this.#timed(p)) {
+    const replies = await timed(this.#transport.many('EVALSHA', argsList))
     // Calls a server answered NOSCRIPT did not run: only they go again, by EVAL.
     const again = replies.flatMap((r, i) => (r.status === 'rejected' && isNoScript(r.reason) ? [i] : []))
     if (again.length > 0) {
       const script = this.#native.script
-      const retried = await within(this.#transport.many('EVAL', again.map((i) => evalArgs(argsList[i], script))), this.#timeoutMs)
+      const retried = await timed(this.#transport.many('EVAL', again.map((i) => evalArgs(argsList[i], script))))
       again.forEach((i, j) => {
         replies[i] = retried[j]
       })
@@ -426,7 +596,9 @@ class RedisBase {
     if (batch === null) return 0
     let replies
     try {
-      replies = await this.#sendMany(batch.args)
+      // A timer of its own, which keeps the event loop alive until the
+      // give-back's reply (or timeoutMs): at exit, that is the point.
+      replies = await this.#sendMany(batch.args, (p) => within(p, this.#timeoutMs))
     } catch (e) {
       try {
         native.backendError(failureOf(e))

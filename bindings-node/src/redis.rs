@@ -506,10 +506,13 @@ impl NativeRedis {
     /// For a call to send, `io[0]` is the tokens it asks to lease (0: none;
     /// its first argument is then `"l" + io[0]`) and `io[1]` the stamp to
     /// hand back as `sent` (taken here, before the call goes out).
+    /// `demand`: tokens other calls on the key wait for (a lease asked for
+    /// is at least that large).
     #[napi(
-        ts_args_type = "op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array",
+        ts_args_type = "op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array, demand?: number",
         ts_return_type = "number | string | Buffer"
     )]
+    #[allow(clippy::too_many_arguments)] // the JavaScript call's arguments
     pub fn begin(
         &self,
         env: Env,
@@ -518,10 +521,13 @@ impl NativeRedis {
         cost: f64,
         now_ms: Option<f64>,
         mut io: Float64ArraySlice<'_>,
+        demand: Option<f64>,
     ) -> Result<Either3<u32, String, Buffer>> {
         let mut run = || -> Res<_> {
             let (op, cost, now) = (op_of(op), crate::error::cost(cost)?, now_of(now_ms)?);
-            match self.key(&env, &key, |k| self.driver.begin(op, k, cost, now))?.map_err(failure)? {
+            // A count JavaScript made: anything but a whole number >= 0 is none.
+            let demand = demand.filter(|d| d.is_finite() && *d >= 0.0).map_or(0, |d| d as u64);
+            match self.key(&env, &key, |k| self.driver.begin_for(op, k, cost, now, demand))?.map_err(failure)? {
                 Step::Answer(d) => Ok(Either3::A(self.write(&d, &mut io))),
                 Step::Send(call) => {
                     // SAFETY: JavaScript runs nothing while this synchronous call holds the view.

@@ -220,7 +220,11 @@ unsafe fn make(
 fn lease_of(lease: u32, max: u64) -> Result<Lease, Failure> {
     use ratomic_redis_lease::*;
     let invalid = |reason: &'static str| {
-        Failure::Core(ratomic_core::Error::InvalidArgument { name: "lease_max", value: max.to_string(), reason: reason.into() })
+        Failure::Core(ratomic_core::Error::InvalidArgument {
+            name: "lease_max",
+            value: max.to_string(),
+            reason: reason.into(),
+        })
     };
     match lease {
         l if l == RATOMIC_REDIS_LEASE_MAX as u32 => match max {

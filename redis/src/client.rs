@@ -42,10 +42,12 @@ pub struct RedisLimiter<C = ConnectionManager> {
 /// The most decisions one coalesced round trip carries.
 pub const MAX_BATCH: usize = 256;
 
-/// The most round trips a waiting call is held back for a lease on its way
-/// to its key (then it goes to Redis itself): a lease that keeps coming
-/// back empty does not hold it for ever.
-const MAX_DEFERS: u32 = 8;
+/// How many round trips a waiting call may be held back for a lease on its
+/// way to its key: up to `FREE_DEFERS` whatever came of them, then up to
+/// `MAX_DEFERS` while its key's leases keep answering calls (a lease that
+/// keeps coming back empty holds no one long).
+const FREE_DEFERS: u32 = 8;
+const MAX_DEFERS: u32 = 64;
 
 /// A decision waiting for the round trip in flight.
 struct Waiting {
@@ -53,10 +55,11 @@ struct Waiting {
     key: Vec<u8>,
     cost: u64,
     now: Option<u64>,
-    /// The call its `begin` made: sent as is if it asks for a lease (the
-    /// key's one asker); otherwise begun again when its turn comes (a lease
-    /// or a denial may answer it by then).
-    call: Call,
+    /// The call its `begin` made, if it began while nothing was in flight:
+    /// sent as is if it asks for a lease (the key's one asker); otherwise
+    /// (or if none) it is begun again when its turn comes (a lease or a
+    /// denial may answer it by then).
+    call: Option<Call>,
     /// Round trips it was held back for a lease on its way to its key.
     deferred: u32,
     tx: tokio::sync::oneshot::Sender<Result<MultiDecision>>,
@@ -281,15 +284,35 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     }
 
     async fn call(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<MultiDecision> {
-        let call = match self.driver.begin(op, key, cost, now)? {
-            Step::Answer(d) => return Ok(d),
-            Step::Send(call) => call,
+        let busy = self.flight.lock().0;
+        let call = if busy {
+            // A round trip is in flight: answered here (a lease, a cached
+            // denial), or this call waits for the next one, begun again
+            // then. It asks for no lease meanwhile: only the round trip's
+            // planner does, for every call on the key at once.
+            if let Some(d) = self.driver.begin_local(op, key, cost, now)? {
+                return Ok(d);
+            }
+            None
+        } else {
+            match self.driver.begin(op, key, cost, now)? {
+                Step::Answer(d) => return Ok(d),
+                Step::Send(call) => Some(call),
+            }
         };
         let waiting = {
             let mut state = self.flight.lock();
             if state.0 {
                 let (tx, rx) = tokio::sync::oneshot::channel();
-                state.1.push_back(Waiting { op, key: key.to_vec(), cost, now, call, deferred: 0, tx });
+                // One that asks for a lease (it began while nothing was in
+                // flight) goes first: the others on its key wait for it.
+                let front = call.as_ref().is_some_and(|c| c.lease() > 0);
+                let w = Waiting { op, key: key.to_vec(), cost, now, call, deferred: 0, tx };
+                if front {
+                    state.1.push_front(w);
+                } else {
+                    state.1.push_back(w);
+                }
                 Err(rx)
             } else {
                 state.0 = true;
@@ -298,13 +321,29 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         };
         match waiting {
             Ok(call) => {
-                // Nothing was in flight: this call goes now, alone; whoever
+                // Nothing is in flight: this call goes now, alone; whoever
                 // comes meanwhile waits for the next round trip, which `Lead`
                 // starts.
                 let lead = Lead(Some(self));
+                let call = match call {
+                    Some(call) => call,
+                    None => match self.driver.begin(op, key, cost, now) {
+                        Ok(Step::Send(call)) => call,
+                        other => {
+                            drop(lead);
+                            return other.map(|step| match step {
+                                Step::Answer(d) => d,
+                                Step::Send(_) => unreachable!("matched above"),
+                            });
+                        }
+                    },
+                };
                 let reply = self.timed(eval(self.conn.clone(), &call)).await;
+                // Finished before the next round trip is planned: a lease it
+                // brought answers those waiting.
+                let d = self.driver.finish(&call, reply);
                 drop(lead);
-                self.driver.finish(&call, reply)
+                d
             }
             Err(rx) => rx
                 .await
@@ -328,6 +367,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
             let mut txs = Vec::with_capacity(waiting.len());
             let mut later = Vec::new();
             let mut leasing: HashSet<Vec<u8>> = HashSet::new();
+            // Keys a lease answered a call of in this round.
+            let mut progressed: HashSet<Vec<u8>> = HashSet::new();
             // Tokens waiting per key: a lease asked for one of them is sized
             // to answer the others.
             let mut demand: HashMap<&[u8], u64> = HashMap::new();
@@ -339,20 +380,28 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
                 if w.tx.is_closed() {
                     continue; // its caller is gone: nothing to decide
                 }
-                if w.call.lease() > 0 {
+                if let Some(call) = w.call.as_ref().filter(|c| c.lease() > 0) {
                     leasing.insert(w.key.clone());
-                    calls.push(w.call);
+                    calls.push(call.clone());
                     txs.push(w.tx);
                     continue;
                 }
-                if w.deferred < MAX_DEFERS && leasing.contains(&w.key) {
+                if leasing.contains(&w.key)
+                    && w.deferred < MAX_DEFERS
+                    && (w.deferred < FREE_DEFERS || progressed.contains(&w.key))
+                {
                     // This round trip brings the key a lease: wait for it.
                     later.push(Waiting { deferred: w.deferred + 1, ..w });
                     continue;
                 }
                 let wanted = demand.get(&w.key).map_or(0, |d| d.saturating_sub(w.cost));
                 match self.driver.begin_for(w.op, &w.key, w.cost, w.now, wanted) {
-                    Ok(Step::Answer(d)) => drop(w.tx.send(Ok(d))),
+                    Ok(Step::Answer(d)) => {
+                        if d.source == crate::Source::Lease {
+                            progressed.insert(w.key.clone());
+                        }
+                        drop(w.tx.send(Ok(d)))
+                    }
                     Ok(Step::Send(call)) => {
                         if call.lease() > 0 {
                             leasing.insert(w.key.clone());

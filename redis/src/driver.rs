@@ -268,6 +268,40 @@ impl Driver {
     /// ask for a lease, it asks for at least that many (at most the
     /// largest lease), so that they can be answered from it.
     pub fn begin_for(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>, demand: u64) -> Result<Step> {
+        match self.begin_inner(op, key, cost, now, demand, true)? {
+            Ok(d) => Ok(Step::Answer(d)),
+            Err(lease) => {
+                let mut call = self.call(op, key, cost, now)?;
+                if lease > 0 {
+                    call.args = self.limits.lease_args(now, cost, lease)?;
+                    call.lease = lease;
+                }
+                Ok(Step::Send(call))
+            }
+        }
+    }
+
+    /// The answer [`begin`](Self::begin) would give without a round trip
+    /// (a lease, a cached denial, the policy while the breaker is open), or
+    /// `None` if the call needs one; asks for no lease. For a face that
+    /// coalesces calls: a call that comes while a round trip is in flight
+    /// is answered here or waits for the next one, where it is begun again
+    /// (no call holds a lease ask while it waits).
+    pub fn begin_local(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<Option<MultiDecision>> {
+        Ok(self.begin_inner(op, key, cost, now, 0, false)?.ok())
+    }
+
+    /// A call's answer without a round trip, or the lease its round trip
+    /// asks for (0: none).
+    fn begin_inner(
+        &self,
+        op: Op,
+        key: &[u8],
+        cost: u64,
+        now: Option<u64>,
+        demand: u64,
+        ask: bool,
+    ) -> Result<std::result::Result<MultiDecision, u64>> {
         if op == Op::Refund {
             return Err(Error::Invalid(ratomic::Error::InvalidArgument {
                 name: "op",
@@ -277,29 +311,26 @@ impl Driver {
         }
         self.limits.check(key, cost)?;
         let mut lease = 0;
-        if now.is_none() && op == Op::Allow {
-            if let Some(d) = self.denials.get(key, cost) {
-                return Ok(Step::Answer(self.limits.cached_decision(d)));
-            }
-        }
+        // The lease first: its slots are this process's whatever Redis
+        // answered others since (a cached denial included).
         if let (Some(leases), Op::Allow, true) = (&self.leases, op, cost > 0) {
             let caller = now.map(|ns| ratomic::check_time(ns).map(|ns| ns / 1000)).transpose()?;
-            match leases.grant(key, cost, leases.local_us(), caller, demand) {
-                Ok(entries) => return Ok(Step::Answer(self.limits.lease_decision(entries))),
+            match leases.grant(key, cost, leases.local_us(), caller, demand, ask) {
+                Ok(entries) => return Ok(Ok(self.limits.lease_decision(entries))),
                 Err(size) => lease = size,
+            }
+        }
+        if now.is_none() && op == Op::Allow {
+            if let Some(d) = self.denials.get(key, cost) {
+                return Ok(Ok(self.limits.cached_decision(d)));
             }
         }
         if self.breaker.is_open() {
             return self
                 .on_failure(Error::Connection("the circuit breaker is open".into()), op, key, cost, now)
-                .map(Step::Answer);
+                .map(Ok);
         }
-        let mut call = self.call(op, key, cost, now)?;
-        if lease > 0 {
-            call.args = self.limits.lease_args(now, cost, lease)?;
-            call.lease = lease;
-        }
-        Ok(Step::Send(call))
+        Ok(Err(lease))
     }
 
     /// Ends a call [`begin`](Self::begin) asked to send, with the script's
@@ -799,6 +830,75 @@ mod tests {
         let late = d.stamp() + 60_000_000;
         assert!(d.finish_parts_sent(Op::Allow, b"k", 1, None, Ok(LEASE_REPLY.to_vec()), late).unwrap().allowed());
         assert_eq!(d.leases_held(), 0);
+    }
+
+    /// A warm key on a bucket of 100 that refills one token an hour (a
+    /// lease's slots lie hours ahead: no test machine is slow enough to
+    /// pass them).
+    fn leasing_slowly() -> Driver {
+        let d = Driver::new(
+            Limits::single(Rule::token_bucket(ratomic::Quota::new(100, 1.0 / 3600.0).unwrap())).unwrap(),
+            Options { lease: Lease::Max(4), ..Options::default() },
+        );
+        let call = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        assert!(d.finish(&call, Ok(vec![1, 1, 99, 100, 0, HOUR])).unwrap().allowed());
+        d
+    }
+
+    const HOUR: i64 = 3_600_000_000;
+    /// The call's own token and a lease of 4: slots [now + T, now + 5T).
+    const SLOW_LEASE_REPLY: [i64; 9] = [1, 1, 94, 100, 0, 6 * HOUR, 4, 1_000_000, 1_000_000 + 5 * HOUR];
+
+    /// A lease's slots are this process's whatever Redis answered other
+    /// calls on the key meanwhile: a denial cached while the lease was on
+    /// its way does not answer calls the lease can grant.
+    #[test]
+    fn a_held_lease_answers_before_a_cached_denial() {
+        let d = leasing_slowly();
+        let asks = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        assert!(asks.args()[0].starts_with(b"l"), "a warm key asks for a lease");
+        let plain = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        assert!(!plain.args()[0].starts_with(b"l"), "one lease asked at a time");
+        // The plain call reaches Redis after the lease took the last
+        // tokens: denied, and the denial is cached.
+        let denied = d.finish(&plain, Ok(vec![0, 0, 0, 100, HOUR, 100 * HOUR])).unwrap();
+        assert!(!denied.allowed());
+        assert!(d.finish(&asks, Ok(SLOW_LEASE_REPLY.to_vec())).unwrap().allowed());
+        assert_eq!(d.leases_held(), 1);
+        for i in 0..4 {
+            match d.begin(Op::Allow, b"k", 1, None).unwrap() {
+                Step::Answer(a) => assert_eq!((a.source, a.allowed()), (Source::Lease, true), "token {i}"),
+                Step::Send(_) => panic!("token {i}: the lease holds it"),
+            }
+        }
+        // Spent: the cached denial answers again.
+        match d.begin(Op::Allow, b"k", 1, None).unwrap() {
+            Step::Answer(a) => assert_eq!((a.source, a.allowed()), (Source::DenyCache, false)),
+            Step::Send(_) => panic!("the cached denial was not used"),
+        }
+    }
+
+    /// `begin_local`: what a call can be answered without a round trip (a
+    /// lease, a cached denial), and nothing else — it asks for no lease, so
+    /// the call that does ask (the round trip's planner's) still can.
+    #[test]
+    fn begin_local_answers_from_a_lease_or_a_denial_and_asks_for_none() {
+        let d = leasing_slowly();
+        assert!(d.begin_local(Op::Allow, b"k", 1, None).unwrap().is_none(), "no lease held yet");
+        let asks = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        assert!(asks.args()[0].starts_with(b"l"), "begin_local marked no lease on its way");
+        assert!(d.finish(&asks, Ok(SLOW_LEASE_REPLY.to_vec())).unwrap().allowed());
+        for _ in 0..4 {
+            let a = d.begin_local(Op::Allow, b"k", 1, None).unwrap().expect("the lease answers");
+            assert_eq!(a.source, Source::Lease);
+        }
+        assert!(d.begin_local(Op::Allow, b"k", 1, None).unwrap().is_none(), "spent");
+        let denied = send(d.begin(Op::Allow, b"other", 1, None).unwrap());
+        assert!(!d.finish(&denied, Ok(vec![0, 0, 0, 100, HOUR, 100 * HOUR])).unwrap().allowed());
+        let a = d.begin_local(Op::Allow, b"other", 1, None).unwrap().expect("the cached denial answers");
+        assert_eq!(a.source, Source::DenyCache);
+        // Bad input is the same error as begin's.
+        assert!(d.begin_local(Op::Refund, b"k", 1, None).is_err());
     }
 
     #[test]

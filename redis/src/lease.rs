@@ -50,9 +50,12 @@
 //! # Sizes
 //!
 //! A key seen once takes no lease: its call is one round trip, as without
-//! leases. A key whose previous round trip was less than a second ago takes
-//! a lease of 2 tokens; each lease spent within half its time doubles the
-//! next, up to `max`; each that ends with tokens unused halves it.
+//! leases. A key whose previous call came less than a second ago, and
+//! within the time the lease it would take covers (its size × the fastest
+//! limit's `T`: a key called less often would spend one token of it at
+//! most), takes a lease of 2 tokens; each lease spent within half its time
+//! doubles the next, up to `max`; each that ends with tokens unused halves
+//! it.
 //!
 //! A lease's first slots may pass during its own round trip (from a full
 //! bucket they start at the server's `now`): on a fast key (`T` below the
@@ -64,8 +67,10 @@
 //! bucket would have dropped, and from a drained bucket they lie ahead.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::Mutex;
+
+use smallvec::SmallVec;
 use std::time::{Duration, Instant};
 
 use ratomic::Decision;
@@ -159,6 +164,8 @@ struct Entry {
     next_size: u64,
     /// Local µs of the key's last round trip (0: none yet).
     last_trip: u64,
+    /// Local µs of the key's last call, answered here or not (0: none yet).
+    last_call: u64,
     /// How long that round trip took, local µs (0: not known).
     rtt: u64,
     /// Local µs when a call asking for a lease was handed out, until its
@@ -169,8 +176,12 @@ struct Entry {
     asking: u64,
 }
 
-/// One shard of the table of keys.
-type Shard = Mutex<HashMap<Box<[u8]>, Entry>>;
+/// One shard of the table of keys (keys hashed with a seed of this table:
+/// a caller cannot aim keys at one shard, or at one bucket of its map).
+type Shard = Mutex<HashMap<Box<[u8]>, Entry, foldhash::fast::RandomState>>;
+
+/// Per limit, one value (inline for up to four limits).
+type PerLimit = SmallVec<[u64; 4]>;
 
 /// A give-back to send: the key, and per limit its lease's end and first
 /// unused slot.
@@ -186,10 +197,12 @@ pub(crate) struct Unused {
 pub(crate) struct Leases {
     /// `T` µs and `B` of each limit (all token buckets).
     rules: Box<[(u64, u64)]>,
+    /// The fastest limit's `T` (at least 1 µs).
+    t_min: u64,
     max: u64,
     per_shard: usize,
     shards: Box<[Shard]>,
-    hasher: RandomState,
+    hasher: foldhash::fast::RandomState,
     base: Instant,
 }
 
@@ -217,11 +230,12 @@ impl Leases {
         };
         let rules = buckets.expect("token buckets").into_boxed_slice();
         Ok(Some(Leases {
+            t_min: rules.iter().map(|&(t, _)| t).min().unwrap_or(1).max(1),
             rules,
             max,
             per_shard: keys.div_ceil(SHARDS).max(1),
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: RandomState::new(),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::default())).collect(),
+            hasher: foldhash::fast::RandomState::default(),
             base: Instant::now(),
         }))
     }
@@ -241,7 +255,8 @@ impl Leases {
     }
 
     fn shard(&self, key: &[u8]) -> &Shard {
-        &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
+        // The top bits: the maps inside use the low ones.
+        &self.shards[(self.hasher.hash_one(key) >> 60) as usize % SHARDS]
     }
 
     /// Grants `cost` on `key` from its lease at local time `local` (µs) —
@@ -249,7 +264,8 @@ impl Leases {
     /// timeline) — if it can: each limit's answer, as the in-memory engine
     /// words them. Otherwise the size of lease the round trip should ask for
     /// (at least `demand`, the tokens other calls on the key wait for, when
-    /// it asks for one at all).
+    /// it asks for one at all; never with `ask` false: 0, and nothing marks
+    /// a lease on its way).
     pub(crate) fn grant(
         &self,
         key: &[u8],
@@ -257,9 +273,11 @@ impl Leases {
         local: u64,
         caller: Option<u64>,
         demand: u64,
-    ) -> Result<Vec<Decision>, u64> {
+        ask: bool,
+    ) -> Result<crate::limits::Entries, u64> {
         let mut shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         let Some(entry) = shard.get_mut(key) else { return Err(0) };
+        let previous = std::mem::replace(&mut entry.last_call, local.max(1));
         if entry.held.as_ref().is_some_and(|h| h.caller != caller.is_some()) {
             // A lease on the other timeline: of no use to this call.
             entry.held = None;
@@ -282,17 +300,21 @@ impl Leases {
             };
             entry.held = None;
         }
-        let warm = entry.last_trip != 0 && local.saturating_sub(entry.last_trip) < WARM;
-        if !warm {
+        // Warm: its previous call came within the time the lease it would
+        // take covers (and within WARM). A key called less often spends no
+        // more than one token of any lease before its slots pass: no lease.
+        let size = match entry.next_size {
+            0 => 2.max(self.outrun(entry.rtt)).min(self.max),
+            n => n,
+        };
+        let span = size.saturating_mul(self.t_min);
+        if previous == 0 || local.saturating_sub(previous) >= WARM.min(span) {
             entry.next_size = 0;
-        } else if entry.next_size == 0 {
-            entry.next_size = 2.max(self.outrun(entry.rtt)).min(self.max);
-        }
-        if entry.next_size == 0 {
             return Err(0);
         }
-        if entry.asking != 0 && local.saturating_sub(entry.asking) < WARM {
-            return Err(0); // a lease for this key is on its way
+        entry.next_size = size;
+        if !ask || (entry.asking != 0 && local.saturating_sub(entry.asking) < WARM) {
+            return Err(0); // not asked for, or one for this key is on its way
         }
         entry.asking = local.max(1);
         Err(entry.next_size.max(demand).min(self.max))
@@ -302,8 +324,7 @@ impl Leases {
     /// fastest limit: a lease at least this large still holds slots ahead
     /// when it arrives.
     fn outrun(&self, rtt: u64) -> u64 {
-        let t = self.rules.iter().map(|&(t, _)| t).min().unwrap_or(1).max(1);
-        rtt.saturating_mul(2).div_ceil(t)
+        rtt.saturating_mul(2).div_ceil(self.t_min)
     }
 
     /// A call on `key` failed: whatever lease it asked for is not coming.
@@ -331,6 +352,9 @@ impl Leases {
         }
         let entry = shard.entry(key.into()).or_default();
         entry.last_trip = x.max(1);
+        if entry.last_call == 0 {
+            entry.last_call = sent.max(1);
+        }
         entry.rtt = if caller { 0 } else { x.saturating_sub(sent) };
         if lease_reply {
             entry.asking = 0;
@@ -426,9 +450,9 @@ impl Held {
     }
 
     /// Grants `cost` from every limit's slice at local time `x`, or none.
-    fn take(&mut self, rules: &[(u64, u64)], cost: u64, x: u64) -> Option<Vec<Decision>> {
+    fn take(&mut self, rules: &[(u64, u64)], cost: u64, x: u64) -> Option<crate::limits::Entries> {
         let (lo, hi) = self.server_time(x);
-        let mut after = Vec::with_capacity(rules.len());
+        let mut after = PerLimit::new();
         for (i, &(t, b)) in rules.iter().enumerate() {
             // The next free slot at or after the latest time it may be...
             let start = self.next[i].max(hi);
@@ -453,7 +477,7 @@ impl Held {
                 }
             })
             .collect();
-        self.next = after;
+        self.next.copy_from_slice(&after);
         Some(answers)
     }
 }
@@ -478,13 +502,13 @@ mod tests {
         // own token, then ten).
         l.arrived(b"k", 100, 110, false, Some(Grant { taken: 10, now: 5_000, ends: vec![16_000] }), true);
         let mut granted = 0;
-        while l.grant(b"k", 1, 111, None, 0).is_ok() {
+        while l.grant(b"k", 1, 111, None, 0, true).is_ok() {
             granted += 1;
         }
         // The server time is known within [5_000 + 1 − 1, 5_000 + 11 + 1]:
         // the slots start at 6_000 ms, all ahead of it, so all ten fit.
         assert_eq!(granted, 10);
-        assert!(l.grant(b"k", 1, 112, None, 0).is_err(), "spent");
+        assert!(l.grant(b"k", 1, 112, None, 0, true).is_err(), "spent");
     }
 
     #[test]
@@ -495,7 +519,7 @@ mod tests {
         // time have passed; the ones left start at 14_000 and 15_000.
         let x = 110 + 8_500;
         let mut granted = 0;
-        while l.grant(b"k", 1, x, None, 0).is_ok() {
+        while l.grant(b"k", 1, x, None, 0, true).is_ok() {
             granted += 1;
         }
         assert_eq!(granted, 2);
@@ -511,10 +535,10 @@ mod tests {
         // ahead of the earliest.
         let l = Leases::new(&[bucket(1_000, 3)], Lease::Max(2), 10).unwrap().unwrap();
         l.arrived(b"k", 1_500, 2_000, false, Some(Grant { taken: 2, now: 10_000, ends: vec![13_000] }), true);
-        let d = l.grant(b"k", 1, 2_000, None, 0).unwrap();
+        let d = l.grant(b"k", 1, 2_000, None, 0, true).unwrap();
         assert!(d[0].allowed);
         assert!(
-            l.grant(b"k", 1, 2_000, None, 0).is_err(),
+            l.grant(b"k", 1, 2_000, None, 0, true).is_err(),
             "the last slot's end is over B·T ahead of the earliest time"
         );
         // Had the round trip taken 2 ms, the first slot might be in the
@@ -522,7 +546,7 @@ mod tests {
         // before the call's reading is behind it.
         let slow = Leases::new(&[bucket(1_000, 3)], Lease::Max(2), 10).unwrap().unwrap();
         slow.arrived(b"k", 0, 2_000, false, Some(Grant { taken: 2, now: 10_000, ends: vec![13_000] }), true);
-        assert!(slow.grant(b"k", 1, 2_000, None, 0).is_err());
+        assert!(slow.grant(b"k", 1, 2_000, None, 0, true).is_err());
     }
 
     #[test]
@@ -538,28 +562,28 @@ mod tests {
         // past the slot's start. Drift counted from the receipt (1 s: 1 ms)
         // would put the latest time at N + 2_001_001 and grant a slot whose
         // time may have passed.
-        assert!(l.grant(b"k", 1, 2_000_000, None, 0).is_err(), "the slot may be in the server's past");
+        assert!(l.grant(b"k", 1, 2_000_000, None, 0, true).is_err(), "the slot may be in the server's past");
     }
 
     #[test]
     fn several_limits_are_granted_all_or_nothing() {
         let l = Leases::new(&[bucket(1_000, 100), bucket(10_000, 100)], Lease::Max(5), 10).unwrap().unwrap();
         l.arrived(b"k", 0, 1, false, Some(Grant { taken: 2, now: 0, ends: vec![3_000, 30_000] }), true);
-        assert!(l.grant(b"k", 2, 1, None, 0).is_ok());
-        assert!(l.grant(b"k", 1, 1, None, 0).is_err());
+        assert!(l.grant(b"k", 2, 1, None, 0, true).is_ok());
+        assert!(l.grant(b"k", 1, 1, None, 0, true).is_err());
     }
 
     #[test]
     fn sizes_grow_for_hot_keys_and_a_cold_key_takes_none() {
         let l = leases(64);
-        assert_eq!(l.grant(b"k", 1, 10, None, 0), Err(0), "never seen");
+        assert_eq!(l.grant(b"k", 1, 10, None, 0, true), Err(0), "never seen");
         l.arrived(b"k", 10, 20, false, None, false);
-        assert_eq!(l.grant(b"k", 1, 30, None, 0), Err(2), "warm: a lease of two");
+        assert_eq!(l.grant(b"k", 1, 30, None, 0, true), Err(2), "warm: a lease of two");
         l.arrived(b"k", 30, 40, false, Some(Grant { taken: 2, now: 1_000, ends: vec![4_000] }), true);
-        assert!(l.grant(b"k", 1, 41, None, 0).is_ok());
-        assert!(l.grant(b"k", 1, 42, None, 0).is_ok());
-        assert_eq!(l.grant(b"k", 1, 43, None, 0), Err(4), "spent at once: twice as large");
-        assert_eq!(l.grant(b"k", 1, 43 + WARM, None, 0), Err(0), "cold again");
+        assert!(l.grant(b"k", 1, 41, None, 0, true).is_ok());
+        assert!(l.grant(b"k", 1, 42, None, 0, true).is_ok());
+        assert_eq!(l.grant(b"k", 1, 43, None, 0, true), Err(4), "spent at once: twice as large");
+        assert_eq!(l.grant(b"k", 1, 43 + WARM, None, 0, true), Err(0), "cold again");
     }
 
     #[test]
@@ -568,13 +592,13 @@ mod tests {
         // past on arrival. The first is 300 tokens; doubling keeps above it.
         let l = Leases::new(&[bucket(1, 1_000_000)], Lease::Max(100_000), 10).unwrap().unwrap();
         l.arrived(b"k", 0, 150, false, None, false);
-        assert_eq!(l.grant(b"k", 1, 200, None, 0), Err(300));
+        assert_eq!(l.grant(b"k", 1, 200, None, 0, true), Err(300));
         // It arrives after another 150 µs round trip: slots [10_001, 10_301)
         // with the server at 10_000 somewhere in [200, 350] local.
         l.arrived(b"k", 200, 350, false, Some(Grant { taken: 300, now: 10_000, ends: vec![10_301] }), true);
         let mut granted = 0;
         let next = loop {
-            match l.grant(b"k", 1, 351, None, 0) {
+            match l.grant(b"k", 1, 351, None, 0, true) {
                 Ok(_) => granted += 1,
                 Err(size) => break size,
             }
@@ -584,25 +608,41 @@ mod tests {
         // A slow key (T = 10 ms) keeps the first lease of 2.
         let slow = Leases::new(&[bucket(10_000, 100)], Lease::Max(50), 10).unwrap().unwrap();
         slow.arrived(b"k", 0, 150, false, None, false);
-        assert_eq!(slow.grant(b"k", 1, 200, None, 0), Err(2));
+        assert_eq!(slow.grant(b"k", 1, 200, None, 0, true), Err(2));
     }
 
     #[test]
     fn one_lease_at_a_time_is_asked_for_a_key() {
         let l = leases(64);
         l.arrived(b"k", 10, 20, false, None, false);
-        assert_eq!(l.grant(b"k", 1, 30, None, 0), Err(2), "warm: a lease of two");
-        assert_eq!(l.grant(b"k", 1, 31, None, 0), Err(0), "one is on its way: a plain call");
+        assert_eq!(l.grant(b"k", 1, 30, None, 0, true), Err(2), "warm: a lease of two");
+        assert_eq!(l.grant(b"k", 1, 31, None, 0, true), Err(0), "one is on its way: a plain call");
         l.arrived(b"k", 31, 40, false, None, false);
-        assert_eq!(l.grant(b"k", 1, 41, None, 0), Err(0), "a plain call's reply: the lease is still on its way");
+        assert_eq!(l.grant(b"k", 1, 41, None, 0, true), Err(0), "a plain call's reply: the lease is still on its way");
         l.failed(b"k");
-        assert_eq!(l.grant(b"k", 1, 42, None, 0), Err(2), "it failed: ask again");
+        assert_eq!(l.grant(b"k", 1, 42, None, 0, true), Err(2), "it failed: ask again");
         l.arrived(b"k", 42, 50, false, Some(Grant { taken: 0, now: 1_000, ends: vec![2_000] }), true);
-        assert_eq!(l.grant(b"k", 1, 51, None, 0), Err(2), "it came back empty: ask again");
-        // A caller that never finished its call: forgotten after WARM.
-        assert_eq!(l.grant(b"k", 1, 52 + WARM / 2, None, 0), Err(0));
-        l.arrived(b"k", 60, 60 + WARM / 2, false, None, false); // keeps the key warm
-        assert_eq!(l.grant(b"k", 1, 53 + WARM, None, 0), Err(2));
+        assert_eq!(l.grant(b"k", 1, 51, None, 0, true), Err(2), "it came back empty: ask again");
+        // A caller that never finished its call: forgotten after WARM (a
+        // bucket of one token a second: its leases cover seconds).
+        let slow = Leases::new(&[bucket(1_000_000, 100)], Lease::Max(64), 100).unwrap().unwrap();
+        slow.arrived(b"k", 10, 20, false, None, false);
+        assert_eq!(slow.grant(b"k", 1, 30, None, 0, true), Err(2));
+        assert_eq!(slow.grant(b"k", 1, 30 + WARM / 2, None, 0, true), Err(0), "on its way");
+        assert_eq!(slow.grant(b"k", 1, 31 + WARM, None, 0, true), Err(2), "forgotten");
+    }
+
+    #[test]
+    fn a_key_called_less_often_than_a_lease_lasts_takes_none() {
+        // T = 1 µs: a first lease of 2·150 µs round trips = 300 tokens
+        // covers 300 µs. A key called every 200 µs takes it; every 400 µs
+        // (each call would spend one token of it at most), none.
+        let l = Leases::new(&[bucket(1, 1_000_000)], Lease::Max(100_000), 10).unwrap().unwrap();
+        l.arrived(b"k", 0, 150, false, None, false);
+        assert_eq!(l.grant(b"k", 1, 200, None, 0, true), Err(300));
+        l.failed(b"k");
+        assert_eq!(l.grant(b"k", 1, 600, None, 0, true), Err(0), "400 µs after the previous call");
+        assert_eq!(l.grant(b"k", 1, 700, None, 0, true), Err(300), "100 µs after");
     }
 
     #[test]
@@ -619,11 +659,11 @@ mod tests {
         let l = leases(10);
         l.arrived(b"k", 100, 110, false, Some(Grant { taken: 10, now: 5_000, ends: vec![16_000] }), true);
         for _ in 0..10 {
-            l.grant(b"k", 1, 111, None, 0).unwrap();
+            l.grant(b"k", 1, 111, None, 0, true).unwrap();
         }
         assert!(l.refund(b"k", 3, 111));
         for _ in 0..3 {
-            l.grant(b"k", 1, 111, None, 0).unwrap();
+            l.grant(b"k", 1, 111, None, 0, true).unwrap();
         }
         assert!(l.refund(b"k", 2, 111));
         assert!(!l.refund(b"k", 11, 111), "more than the lease granted: nothing changes");
@@ -636,8 +676,8 @@ mod tests {
         assert!(!l.refund(b"k", 1, 111));
         // A lease that can no longer grant is dropped: its refunds go to Redis.
         l.arrived(b"k", 100, 110, false, Some(Grant { taken: 1, now: 5_000, ends: vec![7_000] }), true);
-        assert!(l.grant(b"k", 1, 111, None, 0).is_ok());
-        assert!(l.grant(b"k", 1, 111, None, 0).is_err());
+        assert!(l.grant(b"k", 1, 111, None, 0, true).is_ok());
+        assert!(l.grant(b"k", 1, 111, None, 0, true).is_err());
         assert!(!l.refund(b"k", 1, 111));
     }
 }

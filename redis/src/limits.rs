@@ -248,7 +248,7 @@ impl Limits {
     }
 
     /// A decision answered from a lease: each limit's answer.
-    pub(crate) fn lease_decision(&self, entries: Vec<Decision>) -> MultiDecision {
+    pub(crate) fn lease_decision(&self, entries: Entries) -> MultiDecision {
         MultiDecision { decision: combine(&entries), entries, names: self.names.clone(), source: Source::Lease }
     }
 
@@ -259,7 +259,7 @@ impl Limits {
         if reply.len() != 1 + 5 * n || reply.iter().any(|&v| v < 0) {
             return Err(Error::Reply(format!("expected {} non-negative integers, got {reply:?}", 1 + 5 * n)));
         }
-        let entries: Vec<Decision> = reply[1..].chunks_exact(5).map(decision).collect();
+        let entries: Entries = reply[1..].chunks_exact(5).map(decision).collect();
         let combined = combine(&entries);
         if combined.allowed != (reply[0] == 1) {
             return Err(Error::Reply(format!("the verdict disagrees with the limits' answers: {reply:?}")));
@@ -271,7 +271,7 @@ impl Limits {
     pub fn policy_decision(&self, d: Decision) -> MultiDecision {
         MultiDecision {
             decision: d,
-            entries: vec![d; self.rules.len()],
+            entries: smallvec::smallvec![d; self.rules.len()],
             names: self.names.clone(),
             source: Source::Policy,
         }
@@ -340,11 +340,14 @@ fn combine(entries: &[Decision]) -> Decision {
 pub struct MultiDecision {
     /// The combined decision.
     pub decision: Decision,
-    entries: Vec<Decision>,
+    entries: Entries,
     names: Arc<[Box<str>]>,
     /// Who answered.
     pub source: Source,
 }
+
+/// Each limit's decision, in order (one inline: a single rule allocates nothing).
+pub(crate) type Entries = smallvec::SmallVec<[Decision; 1]>;
 
 /// Who answered a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

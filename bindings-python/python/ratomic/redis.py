@@ -494,7 +494,19 @@ class _RedisBase(_t.Generic[_M, _D]):
     def allow(self, key: _Key, cost: int = 1) -> _D | Awaitable[_D]:
         """Takes ``cost`` from ``key`` (from every limit, all or nothing) if
         it allows it, at the server's time. A denial is a falsy decision."""
-        return self._decide("allow", key, cost, None)
+        if self._async:
+            return _Pending(self._decide_async("allow", key, cost, None))
+        # _decide, written out: a call answered here (a lease, a cached
+        # denial) costs little more than the driver's own work.
+        try:
+            step = self._driver.begin("allow", key, cost)
+            if step.__class__ is _RedisCall:
+                return self._coalesced(_Waiting("allow", key, cost, None, step))  # type: ignore[arg-type,return-value]
+        except BackendError:
+            if self._local is None:
+                raise
+            return self._fallback("allow", key, cost)
+        return step  # type: ignore[return-value]
 
     @_t.overload
     def allow_at(self: _RedisBase[Sync, _D], key: _Key, now: float, cost: int = 1) -> _D: ...

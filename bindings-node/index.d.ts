@@ -266,13 +266,42 @@ export declare class NativeRedis {
   get script(): string
   /** Whether the circuit breaker is open. */
   get breakerOpen(): boolean
+  /** The most tokens a lease takes, or null when this limiter leases none. */
+  get leaseMax(): number | null
+  /** Keys holding a lease now. */
+  get leasesHeld(): number
+  /**
+   * Takes every lease held: the calls that give their unused tokens back
+   * (send them in one pipeline, then `finishGiveBack` each reply), or
+   * null when none is held.
+   */
+  beginGiveBacks(): NativeRedisBatch | null
+  /** Ends a give-back: how many limits took tokens back. */
+  finishGiveBack(reply?: Array<number> | undefined | null): number
+  /**
+   * Gives `tokens` back to this process's lease of `key` if it can (no
+   * round trip then): whether it did.
+   */
+  refundLease(key: string | Uint8Array, tokens: number): boolean
+  /**
+   * Starts a reset through the script (every limit full again, but for
+   * the slots leases hold): the arguments of the call to send.
+   */
+  beginResetCall(key: string | Uint8Array, nowMs?: number): Array<string | Buffer>
+  /** Ends a reset with the client's reply. */
+  finishReset(reply?: Array<number> | undefined | null): void
   /**
    * Starts an allow (`op` 0) or a peek (1): an answer written into `io`
    * (its length), or the Redis key to send the call on (a string, or a
    * Buffer when it is not UTF-8), with the arguments `argv` gives; then
    * `finish` or `fail` with the same `op`, `key`, `cost` and `nowMs`.
+   * For a call to send, `io[0]` is the tokens it asks to lease (0: none;
+   * its first argument is then `"l" + io[0]`) and `io[1]` the stamp to
+   * hand back as `sent` (taken here, before the call goes out).
+   * `demand`: tokens other calls on the key wait for (a lease asked for
+   * is at least that large).
    */
-  begin(op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array): number | string | Buffer
+  begin(op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array, demand?: number): number | string | Buffer
   /**
    * The script's arguments (`ARGV`) for an allow or peek of `cost` at
    * `nowMs` (none: the server's time), whatever the key: the same for
@@ -285,15 +314,17 @@ export declare class NativeRedis {
   get sources(): Array<string>
   /**
    * Ends a call `begin` asked to send, with the client's reply copied
-   * into `io` (`replyLen` < 0: it was not an array of integers): writes
-   * the answer into `io`, returns its length.
+   * into `io` (`replyLen` < 0: it was not an array of integers) and the
+   * stamp `begin` wrote as `sent`: writes the answer into `io`, returns
+   * its length.
    */
-  finish(op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array, replyLen: number): number
+  finish(op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array, replyLen: number, sent: number): number
   /**
-   * Ends a call whose sending failed: the policy's answer written into
-   * `io` (its length), or an `ERR_RATOMIC_BACKEND` error.
+   * Ends a call whose sending failed (sent at the stamp `begin` wrote,
+   * its time counting towards the breaker): the policy's answer written
+   * into `io` (its length), or an `ERR_RATOMIC_BACKEND` error.
    */
-  fail(op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array, failure: RedisFailure): number
+  fail(op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array, failure: RedisFailure, sent: number): number
   /** Numbers an `io` array must hold: the longest reply or answer. */
   get ioLen(): number
   /** Starts a refund: the arguments of the call to send. */
@@ -441,11 +472,6 @@ export interface RedisFailure {
   kind: string
   /** The client's error message. */
   message: string
-  /**
-   * How long the call took before it failed, ms (towards the breaker's
-   * `breakerFailureTimeMs`).
-   */
-  elapsedMs?: number
 }
 
 /** How a Redis-backed limiter behaves (every field optional). */
@@ -469,6 +495,10 @@ export interface RedisOptions {
   breakerFailureTimeMs?: number
   /** The longest key in bytes (default 1024). */
   maxKeyLen?: number
+  /** `"off"` (the default), `"auto"`, or the most tokens a lease takes. */
+  lease?: string | number
+  /** Keys whose leases are kept (default 10,000). */
+  leaseKeys?: number
 }
 
 /**

@@ -4,10 +4,18 @@ import type { AcquireOptions, Decision, HeaderOptions, Key, Limiter, LimitsStrin
 
 /**
  * Who answered a call: `'redis'` (the server), `'deny_cache'` (a denial Redis gave
- * earlier whose wait has not ended), `'policy'` (`onError: 'allow'` or `'deny'`) or
- * `'fallback'` (the local limiter given as `onError`).
+ * earlier whose wait has not ended), `'lease'` (tokens this process leased from Redis,
+ * granted here), `'policy'` (`onError: 'allow'` or `'deny'`) or `'fallback'` (the local
+ * limiter given as `onError`).
  */
-export type Source = 'redis' | 'deny_cache' | 'policy' | 'fallback'
+export type Source = 'redis' | 'deny_cache' | 'lease' | 'policy' | 'fallback'
+
+/**
+ * Whether a limiter leases tokens: `'off'` (the default), `'auto'` (token buckets only:
+ * at most an eighth of the smallest burst), or the most tokens a lease may take (a whole
+ * number >= 1; refused with a window limit).
+ */
+export type Lease = 'off' | 'auto' | number
 
 /** A {@link Decision}, plus who gave it. */
 export interface RedisDecision extends Decision {
@@ -65,6 +73,15 @@ export interface RedisOptions<Local> {
   breakerFailureTimeMs?: number
   /** Longest key in bytes (default 1024); a longer key is a RangeError, before any round trip. */
   maxKeyLen?: number
+  /**
+   * Lease a hot key's tokens (default `'off'`): a call then also takes a slice of the key's
+   * tokens from Redis, which this process grants in memory (`source: 'lease'`) until spent
+   * or their time passes. Exact fleet-wide; the price is tokens idle in leases, at most
+   * processes × the lease's size per key (see `close()`).
+   */
+  lease?: Lease
+  /** Keys whose leases this process keeps (default 10,000). */
+  leaseKeys?: number
 }
 
 /**
@@ -88,8 +105,22 @@ export declare abstract class RedisBase<D extends RedisDecision = RedisDecision>
   refund(key: Key, tokens?: number): Promise<void>
   /** As `refund` at `atMs`. */
   refundAt(key: Key, atMs: number, tokens?: number): Promise<void>
-  /** Forgets `key` (one `DEL`): it is full again. A Redis failure rejects (`ERR_RATOMIC_BACKEND`). */
+  /**
+   * Forgets `key` (one script call): it is full again, but for the tokens other processes'
+   * leases hold. A Redis failure rejects (`ERR_RATOMIC_BACKEND`).
+   */
   reset(key: Key): Promise<void>
+  /**
+   * Gives back the unused tokens of every lease this limiter holds (one pipeline), so other
+   * processes can have them now; resolves with how many limits took tokens back. The client
+   * stays open; later calls take new leases. Call it before closing the client: when the
+   * event loop empties, a limiter still holding leases tries once more on its own.
+   */
+  close(): Promise<number>
+  /** The most tokens a lease takes, or null when this limiter leases none. */
+  readonly lease: number | null
+  /** Keys this process holds a lease on now. */
+  readonly leasesHeld: number
   /**
    * Decides every request (a key or `[key, cost]`) in one pipeline, in order. An invalid
    * request rejects the whole batch (`error.index` names it) before anything is sent.

@@ -21,10 +21,19 @@ const {
 
 const OPTIONS = [
   'client', 'prefix', 'timeoutMs', 'onError', 'denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs',
-  'breakerFailureTimeMs', 'maxKeyLen',
+  'breakerFailureTimeMs', 'maxKeyLen', 'lease', 'leaseKeys',
 ]
 const OP_ALLOW = 0
 const OP_PEEK = 1
+
+// The most decisions one coalesced round trip carries.
+const MAX_BATCH = 256
+// The most round trips a waiting call is held back for a lease on its way
+// to its key (then it goes to Redis itself).
+const MAX_DEFERS = 8
+
+// A Redis key (a string, or a Buffer when it is not UTF-8) as a Map key.
+const keyId = (rkey) => (typeof rkey === 'string' ? rkey : 'b:' + rkey.toString('hex'))
 
 const TIMED_OUT = Symbol('timed out')
 
@@ -41,12 +50,9 @@ function messageOf(e) {
   return String(e && e.message !== undefined ? e.message : e)
 }
 
-// How sending failed, as the native driver reads it (and, for a single
-// call, how long it took: towards the breaker's breakerFailureTimeMs).
-function failureOf(e, startedAt) {
-  const f = { kind: kindOf(e), message: messageOf(e) }
-  if (startedAt !== undefined) f.elapsedMs = performance.now() - startedAt
-  return f
+// How sending failed, as the native driver reads it.
+function failureOf(e) {
+  return { kind: kindOf(e), message: messageOf(e) }
 }
 
 function isNoScript(e) {
@@ -109,7 +115,7 @@ function transportOf(client) {
   )
 }
 
-// `promise`, or TIMED_OUT after `ms` (one promise and one timer a call).
+// `promise`, or TIMED_OUT after `ms` (a timer of its own).
 function within(promise, ms) {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(reject, ms, TIMED_OUT)
@@ -137,6 +143,34 @@ function readAt(atMs) {
   return atMs
 }
 
+// Limiters holding leases, given back (best effort) when the event loop
+// empties: see RedisBase#close. Weak: a limiter dropped is forgotten.
+const leasing = new Set()
+const forget = new FinalizationRegistry((ref) => leasing.delete(ref))
+let hooked = false
+
+function giveBackAtExit() {
+  // The loop is empty: nothing else will run. A limiter holding leases
+  // sends its give-backs (within its timeoutMs); their replies bring the
+  // loop back here once, with nothing held, and the process ends. A
+  // closed client rejects at once: its leases expire instead.
+  for (const ref of leasing) {
+    const l = ref.deref()
+    if (l !== undefined && l.leasesHeld > 0) l.close().catch(() => {})
+  }
+}
+
+function watchAtExit(limiter) {
+  const ref = new WeakRef(limiter)
+  leasing.add(ref)
+  forget.register(limiter, ref)
+  if (!hooked) {
+    hooked = true
+    // A listener keeps nothing alive: it runs only when the loop is empty.
+    process.on('beforeExit', giveBackAtExit)
+  }
+}
+
 function readCost(cost, name) {
   if (cost === undefined) return 1
   if (typeof cost !== 'number') throw typeError(`${name} must be a number, got ${describe(cost)}`)
@@ -162,6 +196,17 @@ class RedisBase {
   #io
   // ARGV of the calls at the server's time, by op and cost: the same for every key.
   #argv = [new Map(), new Map()]
+  // Decisions in flight at the same time share round trips: while one is
+  // outstanding (#busy), the calls that come meanwhile wait in #queue and
+  // then go together, up to MAX_BATCH in one pipeline, each answered as it
+  // would have been alone (the server runs a pipeline's calls in order).
+  #busy = false
+  #queue = []
+  // One timer for the round trips in flight (#flights: each one's deadline
+  // and how to fail it), re-armed only while round trips keep coming: no
+  // timer per call.
+  #flights = new Set()
+  #timer = null
 
   constructor(rules, o, isLimiter) {
     if (new.target === RedisBase) throw typeError('RedisBase is not constructible: use RedisTokenBucket, RedisFixedWindow, RedisSlidingWindow or RedisLimiter')
@@ -184,12 +229,15 @@ class RedisBase {
       onError = 'raise'
     }
     const native = {}
-    for (const k of ['prefix', 'denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'breakerFailureTimeMs', 'maxKeyLen']) {
+    for (const k of ['prefix', 'denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'breakerFailureTimeMs', 'maxKeyLen', 'lease', 'leaseKeys']) {
       if (o[k] !== undefined) native[k] = o[k]
+    }
+    if (native.lease !== undefined && typeof native.lease !== 'string' && typeof native.lease !== 'number') {
+      throw typeError(`lease must be "off", "auto" or the most tokens a lease may take (a whole number >= 1), got ${describe(native.lease)}`)
     }
     if (onError !== undefined) native.onError = onError
     if (native.prefix !== undefined && typeof native.prefix !== 'string') throw typeError(`prefix must be a string, got ${describe(native.prefix)}`)
-    for (const k of ['denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'breakerFailureTimeMs', 'maxKeyLen']) {
+    for (const k of ['denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'breakerFailureTimeMs', 'maxKeyLen', 'leaseKeys']) {
       if (native[k] !== undefined && typeof native[k] !== 'number') throw typeError(`${k} must be a number, got ${describe(native[k])}`)
     }
     this.#native = new NativeRedis(rules, native)
@@ -199,6 +247,7 @@ class RedisBase {
     const names = this.#native.names
     this.#multi = isLimiter
     this.#decode = isLimiter ? (allowed, a, at) => multi(allowed, a, at, names) : single
+    if (this.#native.leaseMax !== null) watchAtExit(this)
   }
 
   // An answer: [source code, ...decisions in decision.rs's layout].
@@ -241,39 +290,210 @@ class RedisBase {
     return d
   }
 
+  // `promise`, or TIMED_OUT once timeoutMs has passed.
+  #timed(promise) {
+    return new Promise((resolve, reject) => {
+      const f = { deadline: performance.now() + this.#timeoutMs, reject }
+      this.#flights.add(f)
+      if (this.#timer === null) this.#arm(this.#timeoutMs)
+      const done = () => this.#flights.delete(f)
+      promise.then(
+        (v) => {
+          done()
+          resolve(v)
+        },
+        (e) => {
+          done()
+          reject(e)
+        }
+      )
+    })
+  }
+
+  #arm(ms) {
+    this.#timer = setTimeout(() => this.#watch(), ms)
+    // While a call is in flight its client's socket keeps the process alive.
+    this.#timer.unref()
+  }
+
+  #watch() {
+    this.#timer = null
+    const now = performance.now()
+    let next = Infinity
+    for (const f of this.#flights) {
+      if (f.deadline <= now) {
+        this.#flights.delete(f)
+        f.reject(TIMED_OUT)
+      } else if (f.deadline < next) {
+        next = f.deadline
+      }
+    }
+    // Nothing left in flight: no timer until the next round trip.
+    if (next !== Infinity) this.#arm(next - now)
+  }
+
   async #send(args) {
     try {
-      return await within(this.#transport.send('EVALSHA', args), this.#timeoutMs)
+      return await this.#timed(this.#transport.send('EVALSHA', args))
     } catch (e) {
       if (!isNoScript(e)) throw e
-      return within(this.#transport.send('EVAL', evalArgs(args, this.#native.script)), this.#timeoutMs)
+      return this.#timed(this.#transport.send('EVAL', evalArgs(args, this.#native.script)))
     }
   }
 
-  async #decide(op, key, cost, atMs) {
+  // The arguments of a call begin() asked to send (io holds its lease and stamp).
+  #call(op, key, cost, atMs, rkey) {
+    const io = this.#io
+    const w = { op, key, cost, atMs, rkey, lease: io[0], sent: io[1], args: this.#args(op, rkey, cost, atMs), deferred: 0, resolve: null, reject: null }
+    if (w.lease > 0) w.args[3] = 'l' + w.lease
+    return w
+  }
+
+  // Ends call `w` with its reply or how its round trip failed: its decision,
+  // or throws the driver's error (the client's as its cause).
+  #end(w, reply, failed) {
     const native = this.#native
     const io = this.#io
-    try {
-      const rkey = native.begin(op, key, cost, atMs, io)
-      if (typeof rkey === 'number') return this.#decision()
-      const startedAt = performance.now()
-      let reply
+    if (failed !== undefined) {
       try {
-        reply = await this.#send(this.#args(op, rkey, cost, atMs))
-      } catch (e) {
-        try {
-          native.fail(op, key, cost, atMs, io, failureOf(e, startedAt))
-          return this.#decision()
-        } catch (err) {
-          rethrow(err, e)
-        }
+        native.fail(w.op, w.key, w.cost, w.atMs, io, failureOf(failed), w.sent)
+      } catch (err) {
+        rethrow(err, failed)
       }
-      native.finish(op, key, cost, atMs, io, replyInto(io, reply))
-      return this.#decision()
+    } else {
+      native.finish(w.op, w.key, w.cost, w.atMs, io, replyInto(io, reply), w.sent)
+    }
+    return this.#decision()
+  }
+
+  async #decide(op, key, cost, atMs) {
+    try {
+      const rkey = this.#native.begin(op, key, cost, atMs, this.#io)
+      if (typeof rkey === 'number') return this.#decision()
+      // Read before any await: other calls reuse #io.
+      const w = this.#call(op, key, cost, atMs, rkey)
+      if (this.#busy) {
+        return await new Promise((resolve, reject) => {
+          w.resolve = resolve
+          w.reject = reject
+          this.#queue.push(w)
+        })
+      }
+      this.#busy = true
+      let reply, failed
+      try {
+        reply = await this.#send(w.args)
+      } catch (e) {
+        failed = e
+      }
+      try {
+        return this.#end(w, reply, failed)
+      } finally {
+        // Those that came meanwhile go in the next round trip.
+        if (this.#queue.length > 0) this.#drain()
+        else this.#busy = false
+      }
     } catch (err) {
       if (this.#local === undefined || err.code !== 'ERR_RATOMIC_BACKEND') throw err
       return this.#fallback(op, key, cost)
     }
+  }
+
+  // Which waiting calls go in this round trip. One asking for a lease goes
+  // as it is (its key's one asker); the others begin again — a lease or a
+  // denial that came meanwhile may answer them — asking, should they ask
+  // for a lease, for one that covers the tokens behind them on their key;
+  // those whose key this round trip brings a lease wait for it.
+  #plan(batch) {
+    const native = this.#native
+    const demand = new Map()
+    for (const w of batch) {
+      const k = keyId(w.rkey)
+      demand.set(k, (demand.get(k) || 0) + w.cost)
+    }
+    const send = []
+    const later = []
+    const leasing = new Set()
+    for (const w of batch) {
+      const k = keyId(w.rkey)
+      if (w.lease > 0) {
+        leasing.add(k)
+      } else if (w.deferred < MAX_DEFERS && leasing.has(k)) {
+        w.deferred++
+        later.push(w)
+        continue
+      } else {
+        let rkey
+        try {
+          rkey = native.begin(w.op, w.key, w.cost, w.atMs, this.#io, demand.get(k) - w.cost)
+        } catch (err) {
+          w.reject(err)
+          continue
+        }
+        if (typeof rkey === 'number') {
+          w.resolve(this.#decision())
+          continue
+        }
+        const again = this.#call(w.op, w.key, w.cost, w.atMs, rkey)
+        w.lease = again.lease
+        w.sent = again.sent
+        w.args = again.args
+        if (w.lease > 0) leasing.add(k)
+      }
+      send.push(w)
+    }
+    return [send, later]
+  }
+
+  // Sends the waiting calls, a round trip at a time, until none is left.
+  async #drain() {
+    let sent = []
+    try {
+      while (this.#queue.length > 0) {
+        const [send, later] = this.#plan(this.#queue.splice(0, MAX_BATCH))
+        this.#queue.unshift(...later)
+        if (send.length === 0) continue
+        sent = send
+        let replies, failed
+        try {
+          replies = await this.#sendMany(send.map((w) => w.args))
+        } catch (e) {
+          failed = e
+        }
+        for (let i = 0; i < send.length; i++) {
+          const w = send[i]
+          try {
+            w.resolve(this.#end(w, failed === undefined ? replies[i] : undefined, failed))
+          } catch (err) {
+            w.reject(err)
+          }
+        }
+        sent = []
+      }
+    } catch (err) {
+      // Nothing here should throw; if it does, nobody waits for ever.
+      for (const w of [...sent, ...this.#queue.splice(0)]) w.reject(err)
+    } finally {
+      this.#busy = false
+    }
+  }
+
+  // Every call in one pipeline: their replies, or the first failure; `timed`
+  // bounds each round trip (by default, timeoutMs on the shared timer).
+  async #sendMany(argsList, timed = (p) => this.#timed(p)) {
+    const replies = await timed(this.#transport.many('EVALSHA', argsList))
+    // Calls a server answered NOSCRIPT did not run: only they go again, by EVAL.
+    const again = replies.flatMap((r, i) => (r.status === 'rejected' && isNoScript(r.reason) ? [i] : []))
+    if (again.length > 0) {
+      const script = this.#native.script
+      const retried = await timed(this.#transport.many('EVAL', again.map((i) => evalArgs(argsList[i], script))))
+      again.forEach((i, j) => {
+        replies[i] = retried[j]
+      })
+    }
+    const failed = replies.find((r) => r.status === 'rejected')
+    if (failed) throw failed.reason
+    return replies.map((r) => r.value)
   }
 
   async #many(requests, atMs) {
@@ -284,17 +504,7 @@ class RedisBase {
       const argsList = step.args
       let replies
       try {
-        replies = await within(this.#transport.many('EVALSHA', argsList), this.#timeoutMs)
-        // Calls a server answered NOSCRIPT did not run: only they go again, by EVAL.
-        const again = replies.flatMap((r, i) => (r.status === 'rejected' && isNoScript(r.reason) ? [i] : []))
-        if (again.length > 0) {
-          const retried = await within(this.#transport.many('EVAL', again.map((i) => evalArgs(argsList[i], native.script))), this.#timeoutMs)
-          again.forEach((i, j) => {
-            replies[i] = retried[j]
-          })
-        }
-        const failed = replies.find((r) => r.status === 'rejected')
-        if (failed) throw failed.reason
+        replies = await this.#sendMany(argsList)
       } catch (e) {
         try {
           return this.#answers(native.failMany(step, failureOf(e)))
@@ -302,7 +512,7 @@ class RedisBase {
           rethrow(err, e)
         }
       }
-      return this.#answers(native.finishMany(step, replies.map((r) => replyOf(r.value))))
+      return this.#answers(native.finishMany(step, replies.map(replyOf)))
     } catch (err) {
       if (this.#local === undefined || err.code !== 'ERR_RATOMIC_BACKEND') throw err
       return this.#local.allowMany(requests).map((d) => ({ ...d, source: 'fallback' }))
@@ -311,7 +521,10 @@ class RedisBase {
 
   async #refund(key, tokens, atMs) {
     const native = this.#native
-    const args = native.beginRefund(key, readCost(tokens, 'tokens'), atMs)
+    tokens = readCost(tokens, 'tokens')
+    // Back into this process's lease if it can: no round trip.
+    if (atMs === undefined && native.refundLease(key, tokens)) return
+    const args = native.beginRefund(key, tokens, atMs)
     let reply
     try {
       reply = await this.#send(args)
@@ -355,18 +568,57 @@ class RedisBase {
     return this.#refund(key, tokens, readAt(atMs))
   }
 
-  /** Forgets `key` (one DEL): it is full again. */
+  /** Forgets `key` (one script call): it is full again, but for the tokens other processes' leases hold. */
   async reset(key) {
-    const rkey = this.#native.beginReset(key)
+    const native = this.#native
+    const args = native.beginResetCall(key)
+    let reply
     try {
-      await within(this.#transport.del(rkey), this.#timeoutMs)
+      reply = await this.#send(args)
     } catch (e) {
       try {
-        this.#native.backendError(failureOf(e))
+        native.backendError(failureOf(e))
       } catch (err) {
         rethrow(err, e)
       }
     }
+    native.finishReset(replyOf(reply))
+  }
+
+  /**
+   * Gives back the unused tokens of every lease this limiter holds (one pipeline), so other
+   * processes can have them now rather than when their time passes; resolves with how many
+   * limits took tokens back. The client stays open (it is yours); later calls take new leases.
+   */
+  async close() {
+    const native = this.#native
+    const batch = native.beginGiveBacks()
+    if (batch === null) return 0
+    let replies
+    try {
+      // A timer of its own, which keeps the event loop alive until the
+      // give-back's reply (or timeoutMs): at exit, that is the point.
+      replies = await this.#sendMany(batch.args, (p) => within(p, this.#timeoutMs))
+    } catch (e) {
+      try {
+        native.backendError(failureOf(e))
+      } catch (err) {
+        rethrow(err, e)
+      }
+    }
+    let back = 0
+    for (const r of replies) back += native.finishGiveBack(replyOf(r))
+    return back
+  }
+
+  /** The most tokens a lease takes (`lease: 'auto'`: an eighth of the smallest burst), or null when this limiter leases none. */
+  get lease() {
+    return this.#native.leaseMax
+  }
+
+  /** Keys this process holds a lease on now. */
+  get leasesHeld() {
+    return this.#native.leasesHeld
   }
 
   /** Decides every request (a key or `[key, cost]`) in one pipeline, in order; an invalid request rejects the whole batch with its `index`, before anything is sent. */

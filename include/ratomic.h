@@ -295,6 +295,46 @@ typedef uint32_t ratomic_redis_policy;
 #endif // __cplusplus
 
 /**
+ * Whether a Redis-backed limiter leases tokens: a hot key's call then also
+ * takes a slice of the key's tokens from Redis, which this process grants
+ * in memory until they are spent or their time passes. Exact over every
+ * process (never more than burst + rate × time per key and limit); the
+ * price is tokens idle in leases: at most processes × the largest lease per
+ * key, and a lease never takes more than half of what a bucket has left.
+ * `ratomic_limiter_free` gives a limiter's unused leased tokens back; a
+ * process that ends without it loses them until their time passes.
+ */
+enum ratomic_redis_lease
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * No leases: every decision is a round trip (or a cached denial). The
+   * default.
+   */
+  RATOMIC_REDIS_LEASE_OFF = 0,
+  /**
+   * Lease where it is exact (every limit a token bucket; a limiter with
+   * a window limit takes none), at most an eighth of the smallest burst
+   * (at least 1).
+   */
+  RATOMIC_REDIS_LEASE_AUTO = 1,
+  /**
+   * Lease at most `lease_max` tokens at a time; a limiter with a window
+   * limit is refused (`RATOMIC_INVALID_ARGUMENT`).
+   */
+  RATOMIC_REDIS_LEASE_MAX = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum ratomic_redis_lease ratomic_redis_lease;
+#else
+typedef uint32_t ratomic_redis_lease;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * One token bucket for all traffic: no key, no lookup, one 64-bit state
  * word. For a global limit (all traffic to a backend, one outbound API
  * quota). Opaque: made by `ratomic_direct_token_bucket_new` or
@@ -659,6 +699,15 @@ typedef struct {
    * The longest key, in bytes (0: 1024).
    */
   size_t max_key_len;
+  /**
+   * A `ratomic_redis_lease` value (0: `RATOMIC_REDIS_LEASE_OFF`).
+   */
+  uint32_t lease;
+  /**
+   * With `RATOMIC_REDIS_LEASE_MAX`, the most tokens a lease takes (at
+   * least 1); 0 otherwise.
+   */
+  uint64_t lease_max;
 } ratomic_redis_options;
 
 /**
@@ -2389,15 +2438,16 @@ ratomic_result ratomic_quotas_gc_at(const ratomic_quotas *quotas,
  * @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
  *     `ratomic_limiter_free`.
  * @return `RATOMIC_OK` on success; errors: as `ratomic_token_bucket_new`;
- *     `RATOMIC_NULL_ARGUMENT` (url); `RATOMIC_INVALID_ARGUMENT` (a bad prefix or
- *     policy, a rule beyond exact microseconds); `RATOMIC_BACKEND_UNAVAILABLE` (a
+ *     `RATOMIC_NULL_ARGUMENT` (url); `RATOMIC_INVALID_ARGUMENT` (a bad prefix,
+ *     policy or lease, a rule beyond exact microseconds); `RATOMIC_BACKEND_UNAVAILABLE` (a
  *     bad URL, a refused connection), `RATOMIC_BACKEND_TIMEOUT`,
  *     `RATOMIC_BACKEND_ERROR` (a server that is not Redis). On later calls, these
  *     three report Redis failures under `RATOMIC_REDIS_RETURN_ERROR` (other
  *     policies answer instead).
  *
  * @note Ownership: the caller owns `*out` and releases it with
- *     `ratomic_limiter_free` (which closes the connection). Thread-safety: safe
+ *     `ratomic_limiter_free` (which gives its leases' unused tokens back and
+ *     closes the connection). Thread-safety: safe
  *     from any thread; calls from many threads share one pipelined connection.
  *
  * @warning `url` must be NUL-terminated; `options` NULL or valid; `out` valid for

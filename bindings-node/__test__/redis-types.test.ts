@@ -10,6 +10,7 @@ import { createClient } from 'redis'
 import { Limiter, TokenBucket } from 'ratomic'
 import {
   IoRedisLike,
+  Lease,
   NodeRedisLike,
   RedisBase,
   RedisDecision,
@@ -71,6 +72,22 @@ test('typings: ratomic/redis through ioredis and node-redis', async () => {
     assert.equal(tb.limit, 5)
     assert.equal(tb.breakerOpen, false)
     assert.ok(tb instanceof RedisBase)
+
+    // Leases: off by default; 'auto' or a size; close() gives them back.
+    assert.equal(tb.lease, null)
+    const lease: Lease = 'auto'
+    const leasing = new RedisTokenBucket(80, 10, { client: io, prefix: `types-lease-${process.pid}:`, lease, leaseKeys: 100 })
+    const max: number | null = leasing.lease
+    assert.equal(max, 10)
+    await leasing.allow('k')
+    await leasing.allow('k')
+    const held: number = leasing.leasesHeld
+    assert.equal(held, 1)
+    const back: number = await leasing.close()
+    assert.equal(back, 1)
+    assert.equal(new RedisTokenBucket(80, 10, { client: io, lease: 4 }).lease, 4)
+    // @ts-expect-error lease is 'off', 'auto' or a number
+    assert.throws(() => new RedisTokenBucket(5, 1, { client: io, lease: 'always' }), RangeError)
 
     const fw = new RedisFixedWindow(10, '1min', { client: nodeLike, onError: 'allow' })
     const sw = new RedisSlidingWindow('10/min', { client: nodeRedis, onError: 'deny' })

@@ -12,7 +12,7 @@ use napi::bindgen_prelude::{Buffer, Either, Either3, Float64ArraySlice, Unknown}
 use napi::{Env, JsValue, Result};
 use napi_derive::napi;
 
-use ratomic_redis::{BatchStep, Call, Driver, Error as RedisError, FailurePolicy, Limits, Op, Options, Step};
+use ratomic_redis::{BatchStep, Call, Driver, Error as RedisError, FailurePolicy, Lease, Limits, Op, Options, Step};
 
 use crate::batch;
 use crate::clock::{ms_to_ns, ns_to_ms};
@@ -42,6 +42,10 @@ pub struct RedisOptions {
     pub breaker_failure_time_ms: Option<f64>,
     /// The longest key in bytes (default 1024).
     pub max_key_len: Option<f64>,
+    /// `"off"` (the default), `"auto"`, or the most tokens a lease takes.
+    pub lease: Option<Either<String, f64>>,
+    /// Keys whose leases are kept (default 10,000).
+    pub lease_keys: Option<f64>,
 }
 
 // A batch's answer is a `Vec<f64>` (napi's typings cannot name an alias):
@@ -54,7 +58,7 @@ pub struct RedisOptions {
 const IO_LEN: usize = 2 + crate::decision::OUT_LEN;
 
 /// Who answers, in the order of the code an answer starts with.
-const SOURCES: [&str; 4] = ["redis", "deny_cache", "policy", "fallback"];
+const SOURCES: [&str; 5] = ["redis", "deny_cache", "policy", "fallback", "lease"];
 
 /// The arguments of one `EVALSHA`: the script's SHA1, 1, the Redis key,
 /// ARGV; `client.call('EVALSHA', ...args)` (ioredis) or
@@ -70,9 +74,6 @@ pub struct RedisFailure {
     pub kind: String,
     /// The client's error message.
     pub message: String,
-    /// How long the call took before it failed, ms (towards the breaker's
-    /// `breakerFailureTimeMs`).
-    pub elapsed_ms: Option<f64>,
 }
 
 /// The calls of a batch, to send in one pipeline, in order.
@@ -156,6 +157,7 @@ fn source(s: ratomic_redis::Source) -> f64 {
         ratomic_redis::Source::Redis => 0.0,
         ratomic_redis::Source::DenyCache => 1.0,
         ratomic_redis::Source::Fallback => 3.0,
+        ratomic_redis::Source::Lease => 4.0,
         _ => 2.0,
     }
 }
@@ -183,6 +185,29 @@ fn push(out: &mut Vec<f64>, d: &ratomic_redis::MultiDecision, multi: bool) {
     }
 }
 
+/// `lease`: `"off"`, `"auto"` or the most tokens a lease takes (a whole
+/// number >= 1).
+fn lease_of(v: Option<Either<String, f64>>) -> Res<Lease> {
+    const HELP: &str = "lease must be \"off\", \"auto\" or the most tokens a lease may take (a whole number >= 1)";
+    match v {
+        None => Ok(Lease::Off),
+        Some(Either::A(s)) => match s.as_str() {
+            "off" => Ok(Lease::Off),
+            "auto" => Ok(Lease::Auto),
+            other => {
+                Err(JsFailure::range("ERR_RATOMIC_INVALID_ARGUMENT", format!("invalid lease: {other:?} ({HELP})")))
+            }
+        },
+        Some(Either::B(n)) => match whole("lease", n, 1) {
+            Ok(n) => Ok(Lease::Max(n)),
+            Err(_) => Err(JsFailure::range(
+                "ERR_RATOMIC_INVALID_ARGUMENT",
+                format!("invalid lease: {} ({HELP})", crate::error::js_number(n)),
+            )),
+        },
+    }
+}
+
 impl NativeRedis {
     fn answer(&self, ds: &[ratomic_redis::MultiDecision]) -> Vec<f64> {
         // A batch is answered by one source (the pipeline, or the policy for all).
@@ -193,19 +218,27 @@ impl NativeRedis {
         numbers
     }
 
+    /// Ends a call sent after `sent` (a stamp `begin` wrote; anything but a
+    /// whole number from 0 is none: no lease is kept then).
     fn end(
         &self,
         env: &Env,
         call: (u32, &Unknown<'_>, f64, Option<f64>),
         reply: std::result::Result<Vec<i64>, RedisError>,
-        spent: Duration,
+        sent: f64,
         io: &mut Float64ArraySlice<'_>,
     ) -> Result<u32> {
         let (op, key, cost, now_ms) = call;
         let run = || -> Res<_> {
             let (op, cost, now) = (op_of(op), crate::error::cost(cost)?, now_of(now_ms)?);
             let d = self
-                .key(env, key, |k| self.driver.finish_parts_after(op, k, cost, now, reply, spent))?
+                .key(env, key, |k| {
+                    if sent.is_finite() && sent >= 0.0 && sent.fract() == 0.0 && sent < 9.007_199_254_740_992e15 {
+                        self.driver.finish_parts_sent(op, k, cost, now, reply, sent as u64)
+                    } else {
+                        self.driver.finish_parts(op, k, cost, now, reply)
+                    }
+                })?
                 .map_err(failure)?;
             Ok(self.write(&d, io))
         };
@@ -331,9 +364,12 @@ impl NativeRedis {
                 breaker_failure_time: ms("breakerFailureTimeMs", o.breaker_failure_time_ms, 1000.0)?,
                 deny_cache: usize::try_from(whole("denyCache", o.deny_cache.unwrap_or(10_000.0), 0)?)
                     .unwrap_or(usize::MAX),
-                ..Options::default()
+                lease: lease_of(o.lease)?,
+                lease_keys: usize::try_from(whole("leaseKeys", o.lease_keys.unwrap_or(10_000.0), 1)?)
+                    .unwrap_or(usize::MAX),
             };
-            Ok(NativeRedis { driver: Driver::new(limits, options), multi, rules: parsed })
+            let driver = Driver::try_new(limits, options).map_err(failure)?;
+            Ok(NativeRedis { driver, multi, rules: parsed })
         };
         build().map_err(|e| e.into_napi(&env))
     }
@@ -407,14 +443,76 @@ impl NativeRedis {
         self.driver.breaker_open()
     }
 
+    /// The most tokens a lease takes, or null when this limiter leases none.
+    #[napi(getter)]
+    pub fn lease_max(&self) -> Option<f64> {
+        self.driver.lease_max().map(|n| n as f64)
+    }
+
+    /// Keys holding a lease now.
+    #[napi(getter)]
+    pub fn leases_held(&self) -> u32 {
+        u32::try_from(self.driver.leases_held()).unwrap_or(u32::MAX)
+    }
+
+    /// Takes every lease held: the calls that give their unused tokens back
+    /// (send them in one pipeline, then `finishGiveBack` each reply), or
+    /// null when none is held.
+    #[napi]
+    pub fn begin_give_backs(&self) -> Option<NativeRedisBatch> {
+        let calls = self.driver.begin_give_backs();
+        (!calls.is_empty()).then_some(NativeRedisBatch { calls })
+    }
+
+    /// Ends a give-back: how many limits took tokens back.
+    #[napi]
+    pub fn finish_give_back(&self, env: Env, reply_: Option<Vec<f64>>) -> Result<u32> {
+        self.driver.finish_give_back(reply(reply_)).map(|n| n as u32).map_err(|e| failure(e).into_napi(&env))
+    }
+
+    /// Gives `tokens` back to this process's lease of `key` if it can (no
+    /// round trip then): whether it did.
+    #[napi(ts_args_type = "key: string | Uint8Array, tokens: number")]
+    pub fn refund_lease(&self, env: Env, key: Unknown<'_>, tokens: f64) -> Result<bool> {
+        let run = || -> Res<_> {
+            let tokens = whole("tokens", tokens, 0)?;
+            self.key(&env, &key, |k| self.driver.refund_lease(k, tokens))
+        };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
+    /// Starts a reset through the script (every limit full again, but for
+    /// the slots leases hold): the arguments of the call to send.
+    #[napi(ts_args_type = "key: string | Uint8Array, nowMs?: number", ts_return_type = "Array<string | Buffer>")]
+    pub fn begin_reset_call(&self, env: Env, key: Unknown<'_>, now_ms: Option<f64>) -> Result<Args> {
+        let run = || -> Res<_> {
+            let now = now_of(now_ms)?;
+            let call = self.key(&env, &key, |k| self.driver.begin_reset_call(k, now))?.map_err(failure)?;
+            Ok(argv(&call))
+        };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
+    /// Ends a reset with the client's reply.
+    #[napi]
+    pub fn finish_reset(&self, env: Env, reply_: Option<Vec<f64>>) -> Result<()> {
+        self.driver.finish_reset(reply(reply_)).map_err(|e| failure(e).into_napi(&env))
+    }
+
     /// Starts an allow (`op` 0) or a peek (1): an answer written into `io`
     /// (its length), or the Redis key to send the call on (a string, or a
     /// Buffer when it is not UTF-8), with the arguments `argv` gives; then
     /// `finish` or `fail` with the same `op`, `key`, `cost` and `nowMs`.
+    /// For a call to send, `io[0]` is the tokens it asks to lease (0: none;
+    /// its first argument is then `"l" + io[0]`) and `io[1]` the stamp to
+    /// hand back as `sent` (taken here, before the call goes out).
+    /// `demand`: tokens other calls on the key wait for (a lease asked for
+    /// is at least that large).
     #[napi(
-        ts_args_type = "op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array",
+        ts_args_type = "op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array, demand?: number",
         ts_return_type = "number | string | Buffer"
     )]
+    #[allow(clippy::too_many_arguments)] // the JavaScript call's arguments
     pub fn begin(
         &self,
         env: Env,
@@ -423,15 +521,26 @@ impl NativeRedis {
         cost: f64,
         now_ms: Option<f64>,
         mut io: Float64ArraySlice<'_>,
+        demand: Option<f64>,
     ) -> Result<Either3<u32, String, Buffer>> {
         let mut run = || -> Res<_> {
             let (op, cost, now) = (op_of(op), crate::error::cost(cost)?, now_of(now_ms)?);
-            match self.key(&env, &key, |k| self.driver.begin(op, k, cost, now))?.map_err(failure)? {
+            // A count JavaScript made: anything but a whole number >= 0 is none.
+            let demand = demand.filter(|d| d.is_finite() && *d >= 0.0).map_or(0, |d| d as u64);
+            match self.key(&env, &key, |k| self.driver.begin_for(op, k, cost, now, demand))?.map_err(failure)? {
                 Step::Answer(d) => Ok(Either3::A(self.write(&d, &mut io))),
-                Step::Send(call) => Ok(match text(call.redis_key()) {
-                    Either::A(s) => Either3::B(s),
-                    Either::B(b) => Either3::C(b),
-                }),
+                Step::Send(call) => {
+                    // SAFETY: JavaScript runs nothing while this synchronous call holds the view.
+                    let out = unsafe { io.as_mut() };
+                    if out.len() >= 2 {
+                        out[0] = call.lease() as f64;
+                        out[1] = self.driver.stamp() as f64;
+                    }
+                    Ok(match text(call.redis_key()) {
+                        Either::A(s) => Either3::B(s),
+                        Either::B(b) => Either3::C(b),
+                    })
+                }
             }
         };
         run().map_err(|e| e.into_napi(&env))
@@ -463,10 +572,11 @@ impl NativeRedis {
     }
 
     /// Ends a call `begin` asked to send, with the client's reply copied
-    /// into `io` (`replyLen` < 0: it was not an array of integers): writes
-    /// the answer into `io`, returns its length.
+    /// into `io` (`replyLen` < 0: it was not an array of integers) and the
+    /// stamp `begin` wrote as `sent`: writes the answer into `io`, returns
+    /// its length.
     #[napi(
-        ts_args_type = "op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array, replyLen: number"
+        ts_args_type = "op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array, replyLen: number, sent: number"
     )]
     #[allow(clippy::too_many_arguments)] // the JavaScript call's arguments, as `begin` took them
     pub fn finish(
@@ -478,15 +588,17 @@ impl NativeRedis {
         now_ms: Option<f64>,
         mut io: Float64ArraySlice<'_>,
         reply_len: i32,
+        sent: f64,
     ) -> Result<u32> {
         let reply = Self::reply_in(&io, reply_len);
-        self.end(&env, (op, &key, cost, now_ms), reply, Duration::ZERO, &mut io)
+        self.end(&env, (op, &key, cost, now_ms), reply, sent, &mut io)
     }
 
-    /// Ends a call whose sending failed: the policy's answer written into
-    /// `io` (its length), or an `ERR_RATOMIC_BACKEND` error.
+    /// Ends a call whose sending failed (sent at the stamp `begin` wrote,
+    /// its time counting towards the breaker): the policy's answer written
+    /// into `io` (its length), or an `ERR_RATOMIC_BACKEND` error.
     #[napi(
-        ts_args_type = "op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array, failure: RedisFailure"
+        ts_args_type = "op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array, failure: RedisFailure, sent: number"
     )]
     #[allow(clippy::too_many_arguments)] // the JavaScript call's arguments, as `begin` took them
     pub fn fail(
@@ -498,14 +610,10 @@ impl NativeRedis {
         now_ms: Option<f64>,
         mut io: Float64ArraySlice<'_>,
         failure_: RedisFailure,
+        sent: f64,
     ) -> Result<u32> {
-        // A duration JavaScript measured: anything but a finite number >= 0 is none.
-        let spent = failure_
-            .elapsed_ms
-            .filter(|ms| ms.is_finite() && *ms >= 0.0)
-            .map_or(Duration::ZERO, |ms| Duration::from_secs_f64((ms / 1e3).min(1e9)));
         let e = Err(kind_error(&failure_.kind, failure_.message));
-        self.end(&env, (op, &key, cost, now_ms), e, spent, &mut io)
+        self.end(&env, (op, &key, cost, now_ms), e, sent, &mut io)
     }
 
     /// Numbers an `io` array must hold: the longest reply or answer.

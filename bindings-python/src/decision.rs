@@ -21,6 +21,8 @@ pub enum Source {
     Policy,
     /// The local deny cache of Redis denials.
     DenyCache,
+    /// A lease: tokens this process took from Redis earlier, granted here.
+    Lease,
 }
 
 impl Source {
@@ -31,6 +33,7 @@ impl Source {
             Source::Fallback => "fallback",
             Source::Policy => "policy",
             Source::DenyCache => "deny_cache",
+            Source::Lease => "lease",
         }
     }
 }
@@ -41,6 +44,7 @@ impl From<ratomic_redis::Source> for Source {
             ratomic_redis::Source::Redis => Source::Redis,
             ratomic_redis::Source::Fallback => Source::Fallback,
             ratomic_redis::Source::DenyCache => Source::DenyCache,
+            ratomic_redis::Source::Lease => Source::Lease,
             _ => Source::Policy,
         }
     }
@@ -126,7 +130,8 @@ impl Decision {
 
     /// Who answered: `"memory"` (an in-memory or shared-file limiter),
     /// `"redis"`, `"fallback"` (a local limiter, Redis having failed),
-    /// `"policy"` (`on_error="allow"`/`"deny"`) or `"deny_cache"`.
+    /// `"policy"` (`on_error="allow"`/`"deny"`), `"deny_cache"` or
+    /// `"lease"` (tokens this process leased from Redis, granted here).
     #[getter]
     fn source(&self) -> &'static str {
         self.1.name()

@@ -10,7 +10,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use ratomic_redis::{BatchStep, Call, Driver, Error as RedisError, FailurePolicy, Limits, Op, Options, Step};
+use ratomic_redis::{BatchStep, Call, Driver, Error as RedisError, FailurePolicy, Lease, Limits, Op, Options, Step};
 
 use crate::clock::{py_float_repr, seconds_to_nanos, time_to_nanos};
 use crate::decision::{make_names, Decision, MultiDecision, Names, Source};
@@ -35,6 +35,42 @@ impl RedisCall {
     fn argv(&self, py: Python<'_>) -> Py<PyTuple> {
         self.argv.clone_ref(py)
     }
+
+    /// Tokens the call asks to lease (0: none).
+    #[getter]
+    fn lease(&self) -> u64 {
+        self.call.lease()
+    }
+
+    /// The user's key, as bytes.
+    #[getter]
+    fn key<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, self.call.key())
+    }
+}
+
+/// `lease=`: `"off"`, `"auto"` or the most tokens a lease takes (a whole
+/// number >= 1).
+fn lease_arg(value: &Bound<'_, PyAny>) -> PyResult<Lease> {
+    let py = value.py();
+    let help = "lease must be \"off\", \"auto\" or the most tokens a lease may take (an int >= 1)";
+    if let Ok(s) = value.extract::<&str>() {
+        return match s {
+            "off" => Ok(Lease::Off),
+            "auto" => Ok(Lease::Auto),
+            other => Err(invalid_argument(py, format!("invalid lease: {other:?} ({help})"))),
+        };
+    }
+    if value.is_instance_of::<pyo3::types::PyInt>() && !value.is_instance_of::<pyo3::types::PyBool>() {
+        return match value.extract::<u64>() {
+            Ok(n) if n >= 1 => Ok(Lease::Max(n)),
+            _ => Err(invalid_argument(py, format!("invalid lease: {} ({help})", crate::key::as_given(value)))),
+        };
+    }
+    Err(crate::error::argument_type(
+        py,
+        format!("{help}, not {}: {}", crate::error::type_name(value), crate::key::as_given(value)),
+    ))
 }
 
 /// The driver of one Redis-backed limiter (see `ratomic.redis`).
@@ -149,7 +185,7 @@ impl RedisDriver {
     /// else `{name: rule}` or `(name, rule)` pairs. `on_error`: `"raise"`,
     /// `"allow"` or `"deny"`.
     #[new]
-    #[pyo3(signature = (limits, *, multi, prefix, on_error, deny_retry_after, deny_cache, breaker_threshold, breaker_cooldown, breaker_failure_time, max_key_len))]
+    #[pyo3(signature = (limits, *, multi, prefix, on_error, deny_retry_after, deny_cache, breaker_threshold, breaker_cooldown, breaker_failure_time, max_key_len, lease, lease_keys))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -163,10 +199,14 @@ impl RedisDriver {
         breaker_cooldown: &Bound<'_, PyAny>,
         breaker_failure_time: &Bound<'_, PyAny>,
         max_key_len: &Bound<'_, PyAny>,
+        lease: &Bound<'_, PyAny>,
+        lease_keys: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
         // Each number checked here, by name, as given: a value out of range
         // is an error quoting it, never a Python OverflowError or a clamp.
         let deny_cache = size(deny_cache, "deny_cache", 0)?;
+        let lease = lease_arg(lease)?;
+        let lease_keys = size(lease_keys, "lease_keys", 1)?;
         let max_key_len = size(max_key_len, "max_key_len", 0)?;
         let breaker_threshold = u32::try_from(whole(breaker_threshold, "breaker_threshold")?)
             .map_err(|_| not_whole(breaker_threshold, "breaker_threshold", 0, u64::from(u32::MAX)))?;
@@ -205,10 +245,12 @@ impl RedisDriver {
             breaker_cooldown: seconds(breaker_cooldown, "breaker_cooldown")?,
             breaker_failure_time: seconds(breaker_failure_time, "breaker_failure_time")?,
             deny_cache,
-            ..Options::default()
+            lease,
+            lease_keys,
         };
         let names = make_names(py, limits.names());
-        Ok(RedisDriver { driver: Driver::new(limits, options), names, multi, rules })
+        let driver = Driver::try_new(limits, options).map_err(|e| redis_error(py, e, None))?;
+        Ok(RedisDriver { driver, names, multi, rules })
     }
 
     /// The HTTP header fields for `decision` (one of this limiter's), as the
@@ -273,8 +315,65 @@ impl RedisDriver {
         self.driver.breaker_open()
     }
 
-    /// Starts `op` ("allow" or "peek"): a decision, or a `_RedisCall` to send.
-    #[pyo3(signature = (op, key, cost, now=None))]
+    /// The most tokens a lease takes, or None when this limiter leases none.
+    #[getter]
+    fn lease_max(&self) -> Option<u64> {
+        self.driver.lease_max()
+    }
+
+    /// Keys holding a lease now.
+    #[getter]
+    fn leases_held(&self) -> usize {
+        self.driver.leases_held()
+    }
+
+    /// Takes every lease held: the `_RedisCall`s that give their unused
+    /// tokens back (send each, then `finish_give_back`).
+    fn begin_give_backs(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
+        self.driver.begin_give_backs().into_iter().map(|c| self.wrap(py, c)).collect()
+    }
+
+    /// Ends a give-back with the client's reply, or (`kind` given) its
+    /// failure: how many limits took tokens back.
+    #[pyo3(signature = (reply, kind=None))]
+    fn finish_give_back(&self, py: Python<'_>, reply: &Bound<'_, PyAny>, kind: Option<&str>) -> PyResult<usize> {
+        let r = match kind {
+            Some(kind) => Err(failure(kind, reply)),
+            None => reply_of(reply),
+        };
+        self.driver.finish_give_back(r).map_err(|e| redis_error(py, e, kind.map(|_| reply)))
+    }
+
+    /// Gives `tokens` back to this process's lease of `key` if it can (no
+    /// round trip then): whether it did.
+    fn refund_lease(&self, key: &Bound<'_, PyAny>, tokens: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let tokens = crate::key::whole(tokens, "tokens")?;
+        Ok(self.driver.refund_lease(key_bytes(key)?, tokens))
+    }
+
+    /// Starts a reset through the script (every limit full again, but for
+    /// the slots leases hold): the `_RedisCall` to send.
+    #[pyo3(signature = (key, now=None))]
+    fn begin_reset_call(&self, py: Python<'_>, key: &Bound<'_, PyAny>, now: Option<f64>) -> PyResult<Py<PyAny>> {
+        let now = now_of(py, now)?;
+        let call = self.driver.begin_reset_call(key_bytes(key)?, now).map_err(|e| redis_error(py, e, None))?;
+        self.wrap(py, call)
+    }
+
+    /// Ends a reset with the client's reply, or (`kind` given) its failure.
+    #[pyo3(signature = (reply, kind=None))]
+    fn finish_reset(&self, py: Python<'_>, reply: &Bound<'_, PyAny>, kind: Option<&str>) -> PyResult<()> {
+        let r = match kind {
+            Some(kind) => Err(failure(kind, reply)),
+            None => reply_of(reply),
+        };
+        self.driver.finish_reset(r).map_err(|e| redis_error(py, e, kind.map(|_| reply)))
+    }
+
+    /// Starts `op` ("allow" or "peek"): a decision, or a `_RedisCall` to
+    /// send. `demand`: tokens other calls on the key wait for (a lease asked
+    /// for is at least that large).
+    #[pyo3(signature = (op, key, cost, now=None, demand=0))]
     fn begin(
         &self,
         py: Python<'_>,
@@ -282,9 +381,11 @@ impl RedisDriver {
         key: &Bound<'_, PyAny>,
         cost: Cost,
         now: Option<f64>,
+        demand: u64,
     ) -> PyResult<Py<PyAny>> {
         let (op, now) = (op_of(py, op)?, now_of(py, now)?);
-        let step = self.driver.begin(op, key_bytes(key)?, cost.0, now).map_err(|e| redis_error(py, e, None))?;
+        let step =
+            self.driver.begin_for(op, key_bytes(key)?, cost.0, now, demand).map_err(|e| redis_error(py, e, None))?;
         self.step(py, step)
     }
 

@@ -35,6 +35,8 @@ pub struct BenchConfig {
     pub redis: Option<String>,
     /// Requests per call: 1 is `allow`, more is `allow_many` (one pipeline on Redis).
     pub batch: usize,
+    /// Whether the Redis limiter leases tokens (see `ratomic_redis::Lease`).
+    pub lease: ratomic_redis::Lease,
 }
 
 /// One algorithm's measurement.
@@ -89,7 +91,7 @@ pub fn run(config: &BenchConfig) -> Result<Vec<BenchResult>, String> {
         .enumerate()
         .map(|(lane, (limits, &algo))| {
             if let Some(url) = &config.redis {
-                let remote = RedisDecide::connect(url, lane, &limits)?;
+                let remote = RedisDecide::connect(url, lane, &limits, config.lease)?;
                 let (per_thread, allowed, denied, elapsed) = measure(config, duration, algo, &remote);
                 return Ok(BenchResult { algo, limits, per_thread, allowed, denied, elapsed });
             }
@@ -136,7 +138,7 @@ trait Decide: Sync {
 struct RedisDecide(ratomic_redis::BlockingRedisLimiter);
 
 impl RedisDecide {
-    fn connect(url: &str, lane: usize, limits: &[Limit]) -> Result<Self, String> {
+    fn connect(url: &str, lane: usize, limits: &[Limit], lease: ratomic_redis::Lease) -> Result<Self, String> {
         let run = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
         let rules = ratomic_redis::Limits::new(limits.iter().map(|l| (l.name.clone(), l.rule)))
             .and_then(|l| l.with_prefix(format!("ratomic-bench:{}:{run}:{lane}:", std::process::id())))
@@ -144,6 +146,7 @@ impl RedisDecide {
         let options = ratomic_redis::Options {
             timeout: Duration::from_secs(5),
             deny_cache: 0,
+            lease,
             ..ratomic_redis::Options::default()
         };
         ratomic_redis::BlockingRedisLimiter::connect(url, rules, options)
@@ -277,6 +280,11 @@ pub fn render(config: &BenchConfig, results: &[BenchResult]) -> String {
             "one round trip per call".to_owned()
         } else {
             format!("allow_many of {} per pipeline", config.batch)
+        };
+        let how = match config.lease {
+            ratomic_redis::Lease::Off => how,
+            ratomic_redis::Lease::Max(n) => format!("{how} (leases of up to {n} tokens)"),
+            _ => format!("{how} (leases, auto)"),
         };
         out.push_str(&format!(
             "  {:<15} Redis at {url}: {how}, server time, deny cache off

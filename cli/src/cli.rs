@@ -158,6 +158,21 @@ pub struct BenchArgs {
     /// Requests per call: 1 is allow, more is allow_many (one pipeline per call on Redis).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub batch: usize,
+
+    /// With --redis: lease a hot key's tokens (off, auto, or the most tokens a lease takes).
+    #[arg(long, value_name = "off|auto|N", default_value = "off", value_parser = lease_arg, requires = "redis")]
+    pub lease: ratomic_redis::Lease,
+}
+
+fn lease_arg(s: &str) -> Result<ratomic_redis::Lease, String> {
+    match s.trim() {
+        "off" => Ok(ratomic_redis::Lease::Off),
+        "auto" => Ok(ratomic_redis::Lease::Auto),
+        n => match n.parse::<u64>() {
+            Ok(n) if n >= 1 => Ok(ratomic_redis::Lease::Max(n)),
+            _ => Err(format!("{s:?} must be off, auto or the most tokens a lease takes (a whole number >= 1)")),
+        },
+    }
 }
 
 fn positive_number(s: &str) -> Result<f64, String> {
@@ -204,6 +219,7 @@ pub fn main_with(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
                 progress: std::io::stdout().is_terminal() && std::io::stderr().is_terminal(),
                 redis: a.redis,
                 batch: a.batch,
+                lease: a.lease,
             };
             match bench::run(&config) {
                 Ok(results) => print(&bench::render(&config, &results)),

@@ -210,6 +210,9 @@ fn bad_flags_exit_2_with_a_message_and_no_panic() {
         (&["simulate", "--frobnicate"], "--frobnicate"),
         (&["bench", "--threads", "0"], "--threads"),
         (&["bench", "--seconds", "0"], "greater than 0"),
+        (&["bench", "--lease", "auto"], "--redis"),
+        (&["bench", "--redis", "redis://127.0.0.1:1/", "--lease", "0"], "must be off, auto or the most tokens"),
+        (&["bench", "--redis", "redis://127.0.0.1:1/", "--lease", "sometimes"], "must be off, auto or the most tokens"),
         (&["launch"], "launch"),
     ];
     for (args, needle) in cases {
@@ -242,7 +245,7 @@ fn help_documents_every_flag_with_examples() {
         assert!(sim.contains(flag), "simulate --help lacks {flag}\n{sim}");
     }
     let bench = ok(&["bench", "--help"]);
-    for flag in ["--threads", "--keys", "--seconds", "--algorithm", "--rate", "Examples"] {
+    for flag in ["--threads", "--keys", "--seconds", "--algorithm", "--rate", "--redis", "--lease", "Examples"] {
         assert!(bench.contains(flag), "bench --help lacks {flag}\n{bench}");
     }
     assert!(ok(&["--version"]).starts_with("ratomic "));

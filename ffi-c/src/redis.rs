@@ -7,7 +7,7 @@ use std::ffi::{c_char, CString};
 use std::time::Duration;
 
 use ratomic_core::{Clock, Decision, MonotonicClock, Rate, Rule};
-use ratomic_redis::{BlockingRedisLimiter, FailurePolicy, Limits, MultiDecision, Options};
+use ratomic_redis::{BlockingRedisLimiter, FailurePolicy, Lease, Limits, MultiDecision, Options};
 
 use crate::boundary::{out_ptr, str_arg, Failure};
 use crate::limiter::{ratomic_limiter, Engine};
@@ -29,6 +29,29 @@ pub enum ratomic_redis_policy {
     RATOMIC_REDIS_FAIL_CLOSED = 2,
     /// Decide in a local in-memory limiter of the same rules.
     RATOMIC_REDIS_FALLBACK = 3,
+}
+
+/// Whether a Redis-backed limiter leases tokens: a hot key's call then also
+/// takes a slice of the key's tokens from Redis, which this process grants
+/// in memory until they are spent or their time passes. Exact over every
+/// process (never more than burst + rate × time per key and limit); the
+/// price is tokens idle in leases: at most processes × the largest lease per
+/// key, and a lease never takes more than half of what a bucket has left.
+/// `ratomic_limiter_free` gives a limiter's unused leased tokens back; a
+/// process that ends without it loses them until their time passes.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ratomic_redis_lease {
+    /// No leases: every decision is a round trip (or a cached denial). The
+    /// default.
+    RATOMIC_REDIS_LEASE_OFF = 0,
+    /// Lease where it is exact (every limit a token bucket; a limiter with
+    /// a window limit takes none), at most an eighth of the smallest burst
+    /// (at least 1).
+    RATOMIC_REDIS_LEASE_AUTO = 1,
+    /// Lease at most `lease_max` tokens at a time; a limiter with a window
+    /// limit is refused (`RATOMIC_INVALID_ARGUMENT`).
+    RATOMIC_REDIS_LEASE_MAX = 2,
 }
 
 /// Options for the `ratomic_redis_*_new` constructors. Pass NULL for all
@@ -54,6 +77,11 @@ pub struct ratomic_redis_options {
     pub ttl_floor_ns: u64,
     /// The longest key, in bytes (0: 1024).
     pub max_key_len: usize,
+    /// A `ratomic_redis_lease` value (0: `RATOMIC_REDIS_LEASE_OFF`).
+    pub lease: u32,
+    /// With `RATOMIC_REDIS_LEASE_MAX`, the most tokens a lease takes (at
+    /// least 1); 0 otherwise.
+    pub lease_max: u64,
 }
 
 /// A Redis-backed limiter behind the handle.
@@ -62,6 +90,17 @@ pub(crate) struct RedisEngine {
     pub(crate) limiter: BlockingRedisLimiter,
     /// What `ratomic_now` reads; the calls without `_at` use the server's TIME.
     pub(crate) clock: MonotonicClock,
+}
+
+impl Drop for RedisEngine {
+    /// `ratomic_limiter_free`: the leases' unused tokens go back (one call
+    /// per key held, each bounded by the timeout; a failure leaves them to
+    /// come back when their time passes).
+    fn drop(&mut self) {
+        if self.limiter.inner().driver().leases_held() > 0 {
+            let _ = self.limiter.give_back();
+        }
+    }
 }
 
 impl RedisEngine {
@@ -168,12 +207,39 @@ unsafe fn make(
                     accepted: "RATOMIC_REDIS_RETURN_ERROR (0), RATOMIC_REDIS_FAIL_OPEN (1), RATOMIC_REDIS_FAIL_CLOSED (2) or RATOMIC_REDIS_FALLBACK (3)",
                 }),
         };
+        client.lease = lease_of(o.lease, o.lease_max)?;
     }
     let limiter = BlockingRedisLimiter::connect(url, limits, client)?;
     let engine = Engine::Redis(Box::new(RedisEngine { limiter, clock: MonotonicClock::new() }));
     // SAFETY: forwarded from the caller.
     unsafe { ratomic_limiter::hand_out(engine, names.into_boxed_slice(), out) };
     Ok(())
+}
+
+/// The options' `lease` and `lease_max`.
+fn lease_of(lease: u32, max: u64) -> Result<Lease, Failure> {
+    use ratomic_redis_lease::*;
+    let invalid = |reason: &'static str| {
+        Failure::Core(ratomic_core::Error::InvalidArgument {
+            name: "lease_max",
+            value: max.to_string(),
+            reason: reason.into(),
+        })
+    };
+    match lease {
+        l if l == RATOMIC_REDIS_LEASE_MAX as u32 => match max {
+            0 => Err(invalid("RATOMIC_REDIS_LEASE_MAX needs the most tokens a lease takes: at least 1")),
+            n => Ok(Lease::Max(n)),
+        },
+        _ if max != 0 => Err(invalid("lease_max applies only with lease = RATOMIC_REDIS_LEASE_MAX")),
+        l if l == RATOMIC_REDIS_LEASE_OFF as u32 => Ok(Lease::Off),
+        l if l == RATOMIC_REDIS_LEASE_AUTO as u32 => Ok(Lease::Auto),
+        value => Err(Failure::UnknownValue {
+            name: "lease",
+            value,
+            accepted: "RATOMIC_REDIS_LEASE_OFF (0), RATOMIC_REDIS_LEASE_AUTO (1) or RATOMIC_REDIS_LEASE_MAX (2)",
+        }),
+    }
 }
 
 /// One rule under its algorithm's name, as the in-memory constructors name it.
@@ -201,15 +267,16 @@ fn single(rule: Rule) -> Result<NamedRules, Failure> {
 /// @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
 ///     `ratomic_limiter_free`.
 /// @return `RATOMIC_OK` on success; errors: as `ratomic_token_bucket_new`;
-///     `RATOMIC_NULL_ARGUMENT` (url); `RATOMIC_INVALID_ARGUMENT` (a bad prefix or
-///     policy, a rule beyond exact microseconds); `RATOMIC_BACKEND_UNAVAILABLE` (a
+///     `RATOMIC_NULL_ARGUMENT` (url); `RATOMIC_INVALID_ARGUMENT` (a bad prefix,
+///     policy or lease, a rule beyond exact microseconds); `RATOMIC_BACKEND_UNAVAILABLE` (a
 ///     bad URL, a refused connection), `RATOMIC_BACKEND_TIMEOUT`,
 ///     `RATOMIC_BACKEND_ERROR` (a server that is not Redis). On later calls, these
 ///     three report Redis failures under `RATOMIC_REDIS_RETURN_ERROR` (other
 ///     policies answer instead).
 ///
 /// @note Ownership: the caller owns `*out` and releases it with
-///     `ratomic_limiter_free` (which closes the connection). Thread-safety: safe
+///     `ratomic_limiter_free` (which gives its leases' unused tokens back and
+///     closes the connection). Thread-safety: safe
 ///     from any thread; calls from many threads share one pipelined connection.
 ///
 /// @warning `url` must be NUL-terminated; `options` NULL or valid; `out` valid for

@@ -1,6 +1,7 @@
 //! The limiters over the `redis` crate: async (tokio) and blocking.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
@@ -17,6 +18,13 @@ use crate::script;
 /// and prefix. One round trip per decision: one `EVALSHA` of the crate's
 /// script (loaded again when the server answers `NOSCRIPT`).
 ///
+/// Decisions in flight at the same time share round trips: while one is
+/// outstanding, the calls that come meanwhile wait and then go together,
+/// up to [`MAX_BATCH`] in one pipeline under one timeout, each answered as
+/// it would have been alone (the server runs a pipeline's calls in order).
+/// A call whose key's lease was on its way in that round trip is answered
+/// from the lease instead.
+///
 /// `C` is any async connection of the `redis` crate: a
 /// [`ConnectionManager`] (reconnects; see [`RedisLimiter::connect`]), a
 /// [`MultiplexedConnection`] or a cluster connection.
@@ -27,6 +35,46 @@ pub struct RedisLimiter<C = ConnectionManager> {
     /// Batches are split by hash slot (a cluster refuses a pipeline whose
     /// keys are in different slots).
     by_slot: bool,
+    /// Decisions waiting for the one in flight.
+    flight: Arc<Flight>,
+}
+
+/// The most decisions one coalesced round trip carries.
+pub const MAX_BATCH: usize = 256;
+
+/// How many round trips a waiting call may be held back for a lease on its
+/// way to its key: up to `FREE_DEFERS` whatever came of them, then up to
+/// `MAX_DEFERS` while its key's leases keep answering calls (a lease that
+/// keeps coming back empty holds no one long).
+const FREE_DEFERS: u32 = 8;
+const MAX_DEFERS: u32 = 64;
+
+/// A decision waiting for the round trip in flight.
+struct Waiting {
+    op: Op,
+    key: Vec<u8>,
+    cost: u64,
+    now: Option<u64>,
+    /// The call its `begin` made, if it began while nothing was in flight:
+    /// sent as is if it asks for a lease (the key's one asker); otherwise
+    /// (or if none) it is begun again when its turn comes (a lease or a
+    /// denial may answer it by then).
+    call: Option<Call>,
+    /// Round trips it was held back for a lease on its way to its key.
+    deferred: u32,
+    tx: tokio::sync::oneshot::Sender<Result<MultiDecision>>,
+}
+
+/// Whether a round trip is in flight, and who waits for it.
+#[derive(Default)]
+struct Flight {
+    state: Mutex<(bool, VecDeque<Waiting>)>,
+}
+
+impl Flight {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (bool, VecDeque<Waiting>)> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl<C> std::fmt::Debug for RedisLimiter<C> {
@@ -126,7 +174,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     }
 
     fn with_driver(conn: C, driver: Driver, by_slot: bool) -> Self {
-        RedisLimiter { conn, driver: Arc::new(driver), by_slot }
+        RedisLimiter { conn, driver: Arc::new(driver), by_slot, flight: Arc::default() }
     }
 
     /// The driver: the rules, the guards and the leases this limiter runs.
@@ -236,12 +284,160 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     }
 
     async fn call(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<MultiDecision> {
-        match self.driver.begin(op, key, cost, now)? {
-            Step::Answer(d) => Ok(d),
-            Step::Send(call) => {
-                let reply = self.timed(eval(self.conn.clone(), &call)).await;
-                self.driver.finish(&call, reply)
+        let busy = self.flight.lock().0;
+        let call = if busy {
+            // A round trip is in flight: answered here (a lease, a cached
+            // denial), or this call waits for the next one, begun again
+            // then. It asks for no lease meanwhile: only the round trip's
+            // planner does, for every call on the key at once.
+            if let Some(d) = self.driver.begin_local(op, key, cost, now)? {
+                return Ok(d);
             }
+            None
+        } else {
+            match self.driver.begin(op, key, cost, now)? {
+                Step::Answer(d) => return Ok(d),
+                Step::Send(call) => Some(call),
+            }
+        };
+        let waiting = {
+            let mut state = self.flight.lock();
+            if state.0 {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                // One that asks for a lease (it began while nothing was in
+                // flight) goes first: the others on its key wait for it.
+                let front = call.as_ref().is_some_and(|c| c.lease() > 0);
+                let w = Waiting { op, key: key.to_vec(), cost, now, call, deferred: 0, tx };
+                if front {
+                    state.1.push_front(w);
+                } else {
+                    state.1.push_back(w);
+                }
+                Err(rx)
+            } else {
+                state.0 = true;
+                Ok(call)
+            }
+        };
+        match waiting {
+            Ok(call) => {
+                // Nothing is in flight: this call goes now, alone; whoever
+                // comes meanwhile waits for the next round trip, which `Lead`
+                // starts.
+                let lead = Lead(Some(self));
+                let call = match call {
+                    Some(call) => call,
+                    None => match self.driver.begin(op, key, cost, now) {
+                        Ok(Step::Send(call)) => call,
+                        other => {
+                            drop(lead);
+                            return other.map(|step| match step {
+                                Step::Answer(d) => d,
+                                Step::Send(_) => unreachable!("matched above"),
+                            });
+                        }
+                    },
+                };
+                let reply = self.timed(eval(self.conn.clone(), &call)).await;
+                // Finished before the next round trip is planned: a lease it
+                // brought answers those waiting.
+                let d = self.driver.finish(&call, reply);
+                drop(lead);
+                d
+            }
+            Err(rx) => rx
+                .await
+                .unwrap_or_else(|_| Err(Error::Connection("the round trip carrying this call was dropped".into()))),
+        }
+    }
+
+    /// Sends the waiting decisions, a batch at a time, until none is left.
+    async fn drain(self) {
+        loop {
+            let waiting: Vec<Waiting> = {
+                let mut state = self.flight.lock();
+                if state.1.is_empty() {
+                    state.0 = false;
+                    return;
+                }
+                let n = state.1.len().min(MAX_BATCH);
+                state.1.drain(..n).collect()
+            };
+            let mut calls: Vec<Call> = Vec::with_capacity(waiting.len());
+            let mut txs = Vec::with_capacity(waiting.len());
+            let mut later = Vec::new();
+            let mut leasing: HashSet<Vec<u8>> = HashSet::new();
+            // Keys a lease answered a call of in this round.
+            let mut progressed: HashSet<Vec<u8>> = HashSet::new();
+            // Tokens waiting per key: a lease asked for one of them is sized
+            // to answer the others.
+            let mut demand: HashMap<&[u8], u64> = HashMap::new();
+            for w in &waiting {
+                *demand.entry(&w.key[..]).or_default() += w.cost;
+            }
+            let demand: HashMap<Vec<u8>, u64> = demand.into_iter().map(|(k, v)| (k.to_vec(), v)).collect();
+            for w in waiting {
+                if w.tx.is_closed() {
+                    continue; // its caller is gone: nothing to decide
+                }
+                if let Some(call) = w.call.as_ref().filter(|c| c.lease() > 0) {
+                    leasing.insert(w.key.clone());
+                    calls.push(call.clone());
+                    txs.push(w.tx);
+                    continue;
+                }
+                if leasing.contains(&w.key)
+                    && w.deferred < MAX_DEFERS
+                    && (w.deferred < FREE_DEFERS || progressed.contains(&w.key))
+                {
+                    // This round trip brings the key a lease: wait for it.
+                    later.push(Waiting { deferred: w.deferred + 1, ..w });
+                    continue;
+                }
+                let wanted = demand.get(&w.key).map_or(0, |d| d.saturating_sub(w.cost));
+                match self.driver.begin_for(w.op, &w.key, w.cost, w.now, wanted) {
+                    Ok(Step::Answer(d)) => {
+                        if d.source == crate::Source::Lease {
+                            progressed.insert(w.key.clone());
+                        }
+                        drop(w.tx.send(Ok(d)))
+                    }
+                    Ok(Step::Send(call)) => {
+                        if call.lease() > 0 {
+                            leasing.insert(w.key.clone());
+                        }
+                        calls.push(call);
+                        txs.push(w.tx);
+                    }
+                    Err(e) => drop(w.tx.send(Err(e))),
+                }
+            }
+            if !later.is_empty() {
+                let mut state = self.flight.lock();
+                for w in later.into_iter().rev() {
+                    state.1.push_front(w);
+                }
+            }
+            if calls.is_empty() {
+                continue;
+            }
+            let replies = self.timed(self.pipeline(&calls)).await;
+            for (i, (call, tx)) in calls.iter().zip(txs).enumerate() {
+                let reply = match &replies {
+                    Ok(rs) => rs.get(i).cloned().ok_or_else(|| Error::Reply("a batch call got no reply".into())),
+                    Err(e) => Err(e.clone()),
+                };
+                drop(tx.send(self.driver.finish(call, reply)));
+            }
+        }
+    }
+
+    /// `calls` in one pipeline (one per hash slot on a cluster).
+    async fn pipeline(&self, calls: &[Call]) -> Result<Vec<Vec<i64>>> {
+        if self.by_slot {
+            eval_by_slot(self.conn.clone(), calls).await
+        } else {
+            eval_many(self.conn.clone(), calls).await
         }
     }
 
@@ -259,18 +455,40 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
             BatchStep::Answer(ds) => return Ok(ds),
             BatchStep::Send(calls) => calls,
         };
-        type Sent<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<Vec<i64>>>> + Send + 'a>>;
-        let sent: Sent<'_> = if self.by_slot {
-            Box::pin(eval_by_slot(self.conn.clone(), &calls))
-        } else {
-            Box::pin(eval_many(self.conn.clone(), &calls))
-        };
-        let replies = self.timed(sent).await;
+        let replies = self.timed(self.pipeline(&calls)).await;
         self.driver.finish_many(&calls, replies)
     }
 
     async fn timed<T>(&self, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
         tokio::time::timeout(self.driver.options().timeout, f).await.map_err(|_| Error::Timeout)?
+    }
+}
+
+/// The call in flight alone. When it ends — or is dropped midway — the
+/// decisions that came meanwhile go in the next round trip (a task of its
+/// own, so that no caller's future has to carry the others').
+struct Lead<'a, C: ConnectionLike + Clone + Send + Sync + 'static>(Option<&'a RedisLimiter<C>>);
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drop for Lead<'_, C> {
+    fn drop(&mut self) {
+        let Some(l) = self.0.take() else { return };
+        let mut state = l.flight.lock();
+        if state.1.is_empty() {
+            state.0 = false;
+            return;
+        }
+        drop(state);
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn(l.clone().drain())),
+            Err(_) => {
+                // No runtime to run them on (it is shutting down): they fail.
+                let mut state = l.flight.lock();
+                state.0 = false;
+                for w in state.1.drain(..) {
+                    drop(w.tx.send(Err(Error::Connection("the runtime is shutting down".into()))));
+                }
+            }
+        }
     }
 }
 

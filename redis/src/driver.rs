@@ -121,6 +121,8 @@ pub struct Driver {
     breaker: Breaker,
     denials: DenyCache,
     leases: Option<Leases>,
+    /// The origin of [`stamp`](Driver::stamp)s.
+    base: Instant,
 }
 
 /// One script call to send: `EVALSHA <script::sha1()> 1 <redis_key> <args…>`.
@@ -158,6 +160,14 @@ impl Call {
     /// The cost asked (tokens, for a refund).
     pub fn cost(&self) -> u64 {
         self.cost
+    }
+
+    /// The tokens it asks to lease beyond its own cost (0: none). While it
+    /// is in flight the key's other calls ask for none: a face that
+    /// coalesces calls may hold those back for the lease instead (see
+    /// [`Lease`]).
+    pub fn lease(&self) -> u64 {
+        self.lease
     }
 }
 
@@ -216,6 +226,7 @@ impl Driver {
             options,
             fallback,
             leases,
+            base: Instant::now(),
         })
     }
 
@@ -249,6 +260,48 @@ impl Driver {
     /// caller's clock) or, when `None`, at the server's `TIME`. Bad input
     /// is an [`Error::Invalid`] here, before anything is sent.
     pub fn begin(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<Step> {
+        self.begin_for(op, key, cost, now, 0)
+    }
+
+    /// [`begin`](Self::begin) for a call that `demand` more tokens on the
+    /// same key wait behind (a face that coalesces calls knows): should it
+    /// ask for a lease, it asks for at least that many (at most the
+    /// largest lease), so that they can be answered from it.
+    pub fn begin_for(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>, demand: u64) -> Result<Step> {
+        match self.begin_inner(op, key, cost, now, demand, true)? {
+            Ok(d) => Ok(Step::Answer(d)),
+            Err(lease) => {
+                let mut call = self.call(op, key, cost, now)?;
+                if lease > 0 {
+                    call.args = self.limits.lease_args(now, cost, lease)?;
+                    call.lease = lease;
+                }
+                Ok(Step::Send(call))
+            }
+        }
+    }
+
+    /// The answer [`begin`](Self::begin) would give without a round trip
+    /// (a lease, a cached denial, the policy while the breaker is open), or
+    /// `None` if the call needs one; asks for no lease. For a face that
+    /// coalesces calls: a call that comes while a round trip is in flight
+    /// is answered here or waits for the next one, where it is begun again
+    /// (no call holds a lease ask while it waits).
+    pub fn begin_local(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<Option<MultiDecision>> {
+        Ok(self.begin_inner(op, key, cost, now, 0, false)?.ok())
+    }
+
+    /// A call's answer without a round trip, or the lease its round trip
+    /// asks for (0: none).
+    fn begin_inner(
+        &self,
+        op: Op,
+        key: &[u8],
+        cost: u64,
+        now: Option<u64>,
+        demand: u64,
+        ask: bool,
+    ) -> Result<std::result::Result<MultiDecision, u64>> {
         if op == Op::Refund {
             return Err(Error::Invalid(ratomic::Error::InvalidArgument {
                 name: "op",
@@ -258,37 +311,37 @@ impl Driver {
         }
         self.limits.check(key, cost)?;
         let mut lease = 0;
-        if now.is_none() && op == Op::Allow {
-            if let Some(d) = self.denials.get(key, cost) {
-                return Ok(Step::Answer(self.limits.cached_decision(d)));
-            }
-        }
+        // The lease first: its slots are this process's whatever Redis
+        // answered others since (a cached denial included).
         if let (Some(leases), Op::Allow, true) = (&self.leases, op, cost > 0) {
             let caller = now.map(|ns| ratomic::check_time(ns).map(|ns| ns / 1000)).transpose()?;
-            match leases.grant(key, cost, leases.local_us(), caller) {
-                Ok(entries) => return Ok(Step::Answer(self.limits.lease_decision(entries))),
+            match leases.grant(key, cost, leases.local_us(), caller, demand, ask) {
+                Ok(entries) => return Ok(Ok(self.limits.lease_decision(entries))),
                 Err(size) => lease = size,
+            }
+        }
+        if now.is_none() && op == Op::Allow {
+            if let Some(d) = self.denials.get(key, cost) {
+                return Ok(Ok(self.limits.cached_decision(d)));
             }
         }
         if self.breaker.is_open() {
             return self
                 .on_failure(Error::Connection("the circuit breaker is open".into()), op, key, cost, now)
-                .map(Step::Answer);
+                .map(Ok);
         }
-        let mut call = self.call(op, key, cost, now)?;
-        if lease > 0 {
-            call.args = self.limits.lease_args(now, cost, lease)?;
-            call.lease = lease;
-        }
-        Ok(Step::Send(call))
+        Ok(Err(lease))
     }
 
     /// Ends a call [`begin`](Self::begin) asked to send, with the script's
     /// reply or the way sending it failed. A backend failure (connection,
     /// timeout, server, reply) counts towards the breaker and is answered by
     /// the failure policy; a reply that does not decode is such a failure.
+    ///
+    /// The call's time runs from its `begin`, which came before it was sent:
+    /// the bound on the server's time a lease needs.
     pub fn finish(&self, call: &Call, reply: Result<Vec<i64>>) -> Result<MultiDecision> {
-        self.finish_inner(call.op, &call.key, call.cost, call.now, reply, Some(call.started.elapsed()))
+        self.finish_inner(call.op, &call.key, call.cost, call.now, reply, Some(call.started), None)
     }
 
     /// [`finish`](Self::finish) for a call named by what [`begin`](Self::begin)
@@ -297,9 +350,9 @@ impl Driver {
     /// flight (a JavaScript object wrapping one costs more than the call).
     ///
     /// A failure counts towards the breaker as one failure of no duration,
-    /// and a lease the call brought is not kept (its tokens return to the
-    /// fleet as their time passes): [`finish_parts_after`](Self::finish_parts_after)
-    /// says how long the call took, which a lease needs.
+    /// and a lease the call brought at the server's time is not kept (its
+    /// tokens return to the fleet as their time passes): say when the call
+    /// was sent with [`finish_parts_sent`](Self::finish_parts_sent).
     pub fn finish_parts(
         &self,
         op: Op,
@@ -308,12 +361,17 @@ impl Driver {
         now: Option<u64>,
         reply: Result<Vec<i64>>,
     ) -> Result<MultiDecision> {
-        self.finish_inner(op, key, cost, now, reply, None)
+        self.finish_inner(op, key, cost, now, reply, None, None)
     }
 
     /// [`finish_parts`](Self::finish_parts) of a call that took `spent`
     /// (from its [`begin`](Self::begin)): a failure's time counts towards
     /// [`Options::breaker_failure_time`].
+    ///
+    /// A duration is no bound on when the call was sent (it was measured
+    /// before this runs, by however much earlier), so a lease the call
+    /// brought at the server's time is not kept:
+    /// [`finish_parts_sent`](Self::finish_parts_sent) keeps it.
     pub fn finish_parts_after(
         &self,
         op: Op,
@@ -323,11 +381,38 @@ impl Driver {
         reply: Result<Vec<i64>>,
         spent: Duration,
     ) -> Result<MultiDecision> {
-        self.finish_inner(op, key, cost, now, reply, Some(spent))
+        self.finish_inner(op, key, cost, now, reply, None, Some(spent))
     }
 
-    /// The end of a call that took `spent` (if known: a lease is kept only
-    /// then, its bound on the server's time starting that long ago).
+    /// [`finish_parts`](Self::finish_parts) of a call sent at `sent`, a
+    /// [`stamp`](Self::stamp) taken before its bytes went out (earlier is
+    /// fine: it only widens the bound; later is not). The call's time runs
+    /// from there (towards the breaker), and a lease it brought is kept.
+    #[allow(clippy::too_many_arguments)]
+    pub fn finish_parts_sent(
+        &self,
+        op: Op,
+        key: &[u8],
+        cost: u64,
+        now: Option<u64>,
+        reply: Result<Vec<i64>>,
+        sent: u64,
+    ) -> Result<MultiDecision> {
+        let sent = self.base.checked_add(Duration::from_micros(sent)).filter(|&t| t <= Instant::now());
+        self.finish_inner(op, key, cost, now, reply, sent, None)
+    }
+
+    /// This driver's monotonic clock, whole µs rounded down: a stamp to take
+    /// before a call's bytes go out and hand to
+    /// [`finish_parts_sent`](Self::finish_parts_sent).
+    pub fn stamp(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// The end of a call sent at `sent` (if known: a lease at the server's
+    /// time is kept only then, its bound on the server's time starting at
+    /// that instant) or that took `spent` (towards the breaker only).
+    #[allow(clippy::too_many_arguments)]
     fn finish_inner(
         &self,
         op: Op,
@@ -335,9 +420,11 @@ impl Driver {
         cost: u64,
         now: Option<u64>,
         reply: Result<Vec<i64>>,
+        sent: Option<Instant>,
         spent: Option<Duration>,
     ) -> Result<MultiDecision> {
         let received = Instant::now();
+        let spent = spent.or_else(|| sent.map(|s| received.saturating_duration_since(s)));
         let leased = self.leases.as_ref().filter(|_| op == Op::Allow);
         let n = self.limits.rules().len();
         let decoded = reply.and_then(|r| {
@@ -354,23 +441,29 @@ impl Driver {
                     self.denials.insert(key, cost, d.decision);
                 }
                 if let Some(leases) = leased {
+                    let asked = grant.is_some();
                     let x = leases.local_us_at(received);
-                    // Without the call's duration, no bound on the server's
-                    // time: a lease at the server's time is not kept.
-                    let (sent, grant) = match spent {
-                        Some(spent) => (leases.local_us_at(received.checked_sub(spent).unwrap_or(received)), grant),
+                    // Without the instant the call was sent, no bound on the
+                    // server's time: a lease at the server's time is not kept.
+                    let (sent, grant) = match sent {
+                        Some(sent) => (leases.local_us_at(sent), grant),
                         None if now.is_some() => (x, grant),
                         None => (x, None),
                     };
-                    leases.arrived(key, sent, x, now.is_some(), grant.filter(|_| d.allowed()));
+                    leases.arrived(key, sent, x, now.is_some(), grant.filter(|_| d.allowed()), asked);
                 }
                 Ok(d)
             }
-            Err(e) if e.is_backend() => {
+            Err(e) => {
+                if let Some(leases) = leased {
+                    leases.failed(key);
+                }
+                if !e.is_backend() {
+                    return Err(e);
+                }
                 self.breaker.failure(spent.unwrap_or(Duration::ZERO));
                 self.on_failure(e, op, key, cost, now)
             }
-            Err(e) => Err(e),
         }
     }
 
@@ -688,6 +781,124 @@ mod tests {
         assert!(matches!(d.begin(Op::Allow, b"k", 3, None), Err(Error::Invalid(_))));
         let err = d.begin_many([(&b"a"[..], 1), (&b"b"[..], 9)], None).unwrap_err();
         assert!(matches!(err, Error::Invalid(ratomic::Error::InvalidRequest { index: 1, .. })), "{err}");
+    }
+
+    /// A lease reply after `warm-up`: the call's own token and a lease of
+    /// 4 tokens ending 5 ms after the server's `now`, on a bucket of 100
+    /// refilling 1,000 a second.
+    fn leasing() -> Driver {
+        let d = Driver::new(
+            Limits::single(Rule::token_bucket(ratomic::Quota::new(100, 1000.0).unwrap())).unwrap(),
+            Options { lease: Lease::Max(4), ..Options::default() },
+        );
+        // A first round trip: the key is warm, the next asks for a lease.
+        let call = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        assert!(d.finish(&call, Ok(vec![1, 1, 99, 100, 0, 1_000])).unwrap().allowed());
+        d
+    }
+
+    const LEASE_REPLY: [i64; 9] = [1, 1, 94, 100, 0, 6_000, 4, 1_000_000, 1_005_000];
+
+    #[test]
+    fn a_lease_is_kept_only_with_a_bound_on_when_its_call_was_sent() {
+        // finish: the call's begin came before it was sent.
+        let d = leasing();
+        let call = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        assert!(call.args()[0].starts_with(b"l"), "a warm key asks for a lease");
+        assert!(d.finish(&call, Ok(LEASE_REPLY.to_vec())).unwrap().allowed());
+        assert_eq!(d.leases_held(), 1);
+        // finish_parts_sent: a stamp taken before the send.
+        let d = leasing();
+        let sent = d.stamp();
+        let _ = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        assert!(d.finish_parts_sent(Op::Allow, b"k", 1, None, Ok(LEASE_REPLY.to_vec()), sent).unwrap().allowed());
+        assert_eq!(d.leases_held(), 1);
+        // finish_parts_after: a duration measured some time before this
+        // runs says nothing of when the call was sent (subtracted from the
+        // later instant it makes the send look later than it was, and the
+        // server's time earlier): no lease is kept.
+        let d = leasing();
+        let _ = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        let spent = Duration::from_micros(300);
+        std::thread::sleep(Duration::from_millis(2)); // the face's own work between measuring and finishing
+        let a = d.finish_parts_after(Op::Allow, b"k", 1, None, Ok(LEASE_REPLY.to_vec()), spent).unwrap();
+        assert!(a.allowed());
+        assert_eq!(d.leases_held(), 0, "a lease kept on a bound that may be 2 ms too early");
+        // A stamp from the future is no bound either.
+        let d = leasing();
+        let _ = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        let late = d.stamp() + 60_000_000;
+        assert!(d.finish_parts_sent(Op::Allow, b"k", 1, None, Ok(LEASE_REPLY.to_vec()), late).unwrap().allowed());
+        assert_eq!(d.leases_held(), 0);
+    }
+
+    /// A warm key on a bucket of 100 that refills one token an hour (a
+    /// lease's slots lie hours ahead: no test machine is slow enough to
+    /// pass them).
+    fn leasing_slowly() -> Driver {
+        let d = Driver::new(
+            Limits::single(Rule::token_bucket(ratomic::Quota::new(100, 1.0 / 3600.0).unwrap())).unwrap(),
+            Options { lease: Lease::Max(4), ..Options::default() },
+        );
+        let call = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        assert!(d.finish(&call, Ok(vec![1, 1, 99, 100, 0, HOUR])).unwrap().allowed());
+        d
+    }
+
+    const HOUR: i64 = 3_600_000_000;
+    /// The call's own token and a lease of 4: slots [now + T, now + 5T).
+    const SLOW_LEASE_REPLY: [i64; 9] = [1, 1, 94, 100, 0, 6 * HOUR, 4, 1_000_000, 1_000_000 + 5 * HOUR];
+
+    /// A lease's slots are this process's whatever Redis answered other
+    /// calls on the key meanwhile: a denial cached while the lease was on
+    /// its way does not answer calls the lease can grant.
+    #[test]
+    fn a_held_lease_answers_before_a_cached_denial() {
+        let d = leasing_slowly();
+        let asks = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        assert!(asks.args()[0].starts_with(b"l"), "a warm key asks for a lease");
+        let plain = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        assert!(!plain.args()[0].starts_with(b"l"), "one lease asked at a time");
+        // The plain call reaches Redis after the lease took the last
+        // tokens: denied, and the denial is cached.
+        let denied = d.finish(&plain, Ok(vec![0, 0, 0, 100, HOUR, 100 * HOUR])).unwrap();
+        assert!(!denied.allowed());
+        assert!(d.finish(&asks, Ok(SLOW_LEASE_REPLY.to_vec())).unwrap().allowed());
+        assert_eq!(d.leases_held(), 1);
+        for i in 0..4 {
+            match d.begin(Op::Allow, b"k", 1, None).unwrap() {
+                Step::Answer(a) => assert_eq!((a.source, a.allowed()), (Source::Lease, true), "token {i}"),
+                Step::Send(_) => panic!("token {i}: the lease holds it"),
+            }
+        }
+        // Spent: the cached denial answers again.
+        match d.begin(Op::Allow, b"k", 1, None).unwrap() {
+            Step::Answer(a) => assert_eq!((a.source, a.allowed()), (Source::DenyCache, false)),
+            Step::Send(_) => panic!("the cached denial was not used"),
+        }
+    }
+
+    /// `begin_local`: what a call can be answered without a round trip (a
+    /// lease, a cached denial), and nothing else — it asks for no lease, so
+    /// the call that does ask (the round trip's planner's) still can.
+    #[test]
+    fn begin_local_answers_from_a_lease_or_a_denial_and_asks_for_none() {
+        let d = leasing_slowly();
+        assert!(d.begin_local(Op::Allow, b"k", 1, None).unwrap().is_none(), "no lease held yet");
+        let asks = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        assert!(asks.args()[0].starts_with(b"l"), "begin_local marked no lease on its way");
+        assert!(d.finish(&asks, Ok(SLOW_LEASE_REPLY.to_vec())).unwrap().allowed());
+        for _ in 0..4 {
+            let a = d.begin_local(Op::Allow, b"k", 1, None).unwrap().expect("the lease answers");
+            assert_eq!(a.source, Source::Lease);
+        }
+        assert!(d.begin_local(Op::Allow, b"k", 1, None).unwrap().is_none(), "spent");
+        let denied = send(d.begin(Op::Allow, b"other", 1, None).unwrap());
+        assert!(!d.finish(&denied, Ok(vec![0, 0, 0, 100, HOUR, 100 * HOUR])).unwrap().allowed());
+        let a = d.begin_local(Op::Allow, b"other", 1, None).unwrap().expect("the cached denial answers");
+        assert_eq!(a.source, Source::DenyCache);
+        // Bad input is the same error as begin's.
+        assert!(d.begin_local(Op::Refund, b"k", 1, None).is_err());
     }
 
     #[test]

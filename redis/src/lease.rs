@@ -22,13 +22,19 @@
 //! full bucket's refill is.
 //!
 //! `t` must be on the server's timeline. Each lease reply carries the
-//! server's `now`, read between this process sending the call (local time
-//! `l1`) and receiving the reply (`l2`), so the server's time at a later
-//! local instant `x` lies in `[x + now − l2, x + now − l1]`, widened by the
-//! drift two clocks can have since ([`DRIFT_PPM`]). A call takes its slot at
-//! or after the *latest* server time that interval allows and checks how
-//! far ahead it is from the *earliest*: each condition holds for the true
-//! time. The width costs slots, never exactness.
+//! server's `now`, read at some local instant `s` between this process
+//! sending the call (local time `l1`, taken *before* the bytes go out) and
+//! receiving the reply (`l2`, taken *after* they are in), so the server's
+//! time at a later local instant `x` is `now + (x − s)·r` for a rate `r`
+//! within [`DRIFT_PPM`] of 1: at least `x + now − l2 − ε·(x − l2)` and at
+//! most `x + now − l1 + ε·(x − l1)` (the upper bound's drift counted from
+//! the send, the lower's from the receipt; plus the µs both clocks round
+//! away). A call takes its slot at or after the *latest* server time that
+//! interval allows and checks how far ahead it is from the *earliest*:
+//! each condition holds for the true time. The width costs slots, never
+//! exactness — but only if `l1` is no later than the real send: whoever
+//! reports it must take it before sending (a duration measured elsewhere
+//! and subtracted from a later instant is not such a bound).
 //!
 //! # What it costs
 //!
@@ -44,13 +50,32 @@
 //! # Sizes
 //!
 //! A key seen once takes no lease: its call is one round trip, as without
-//! leases. A key whose previous round trip was less than a second ago takes
-//! a lease of 2 tokens; each lease spent within half its time doubles the
-//! next, up to `max`; each that ends with tokens unused halves it.
+//! leases. A key whose previous call came less than a second ago, and
+//! within the time the lease it would take covers (its size × the fastest
+//! limit's `T`: a key called less often would spend one token of it at
+//! most), takes a lease of 2 tokens; each lease spent within half its time
+//! doubles the next, up to `max`; each that ends with tokens unused halves
+//! it.
+//!
+//! A lease's first slots may pass during its own round trip (from a full
+//! bucket they start at the server's `now`): on a fast key (`T` below the
+//! round trip) a lease of 2 would be in the past on arrival, end unused and
+//! never grow. So a lease that starts or grows covers at least two round
+//! trips of the fastest limit's slots (`2·rtt/T`, the key's last round trip,
+//! at most `max`). This costs the fleet nothing: slots that pass during the
+//! round trip of a lease taken from a full bucket are refill the full
+//! bucket would have dropped, and from a drained bucket they lie ahead.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
+// loom's mutex under `--cfg ratomic_loom`: the model at the end of this
+// file checks the local half of a lease under every interleaving.
+#[cfg(ratomic_loom)]
+use loom::sync::Mutex;
+#[cfg(not(ratomic_loom))]
 use std::sync::Mutex;
+
+use smallvec::SmallVec;
 use std::time::{Duration, Instant};
 
 use ratomic::Decision;
@@ -128,6 +153,9 @@ struct Held {
     /// caller's timeline).
     off_lo: i64,
     off_hi: i64,
+    /// When its call was sent (local µs; the caller's µs on its timeline):
+    /// the upper bound's drift runs from here.
+    sent: u64,
     /// When it arrived: local µs, or the caller's µs.
     at: u64,
     /// Tokens it held.
@@ -141,10 +169,24 @@ struct Entry {
     next_size: u64,
     /// Local µs of the key's last round trip (0: none yet).
     last_trip: u64,
+    /// Local µs of the key's last call, answered here or not (0: none yet).
+    last_call: u64,
+    /// How long that round trip took, local µs (0: not known).
+    rtt: u64,
+    /// Local µs when a call asking for a lease was handed out, until its
+    /// reply (or failure) is in (0: none). Meanwhile the key's other calls
+    /// ask for none: two leases at once would leave all but the last one
+    /// kept idle until their time passes. Forgotten after [`WARM`] (a call
+    /// its caller dropped).
+    asking: u64,
 }
 
-/// One shard of the table of keys.
-type Shard = Mutex<HashMap<Box<[u8]>, Entry>>;
+/// One shard of the table of keys (keys hashed with a seed of this table:
+/// a caller cannot aim keys at one shard, or at one bucket of its map).
+type Shard = Mutex<HashMap<Box<[u8]>, Entry, foldhash::fast::RandomState>>;
+
+/// Per limit, one value (inline for up to four limits).
+type PerLimit = SmallVec<[u64; 4]>;
 
 /// A give-back to send: the key, and per limit its lease's end and first
 /// unused slot.
@@ -160,10 +202,12 @@ pub(crate) struct Unused {
 pub(crate) struct Leases {
     /// `T` µs and `B` of each limit (all token buckets).
     rules: Box<[(u64, u64)]>,
+    /// The fastest limit's `T` (at least 1 µs).
+    t_min: u64,
     max: u64,
     per_shard: usize,
     shards: Box<[Shard]>,
-    hasher: RandomState,
+    hasher: foldhash::fast::RandomState,
     base: Instant,
 }
 
@@ -191,11 +235,12 @@ impl Leases {
         };
         let rules = buckets.expect("token buckets").into_boxed_slice();
         Ok(Some(Leases {
+            t_min: rules.iter().map(|&(t, _)| t).min().unwrap_or(1).max(1),
             rules,
             max,
             per_shard: keys.div_ceil(SHARDS).max(1),
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: RandomState::new(),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::default())).collect(),
+            hasher: foldhash::fast::RandomState::default(),
             base: Instant::now(),
         }))
     }
@@ -215,16 +260,29 @@ impl Leases {
     }
 
     fn shard(&self, key: &[u8]) -> &Shard {
-        &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
+        // The top bits: the maps inside use the low ones.
+        &self.shards[(self.hasher.hash_one(key) >> 60) as usize % SHARDS]
     }
 
     /// Grants `cost` on `key` from its lease at local time `local` (µs) —
     /// or, for a call at a time the caller gave, at `caller` (µs on its
     /// timeline) — if it can: each limit's answer, as the in-memory engine
-    /// words them. Otherwise the size of lease the round trip should ask for.
-    pub(crate) fn grant(&self, key: &[u8], cost: u64, local: u64, caller: Option<u64>) -> Result<Vec<Decision>, u64> {
+    /// words them. Otherwise the size of lease the round trip should ask for
+    /// (at least `demand`, the tokens other calls on the key wait for, when
+    /// it asks for one at all; never with `ask` false: 0, and nothing marks
+    /// a lease on its way).
+    pub(crate) fn grant(
+        &self,
+        key: &[u8],
+        cost: u64,
+        local: u64,
+        caller: Option<u64>,
+        demand: u64,
+        ask: bool,
+    ) -> Result<crate::limits::Entries, u64> {
         let mut shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         let Some(entry) = shard.get_mut(key) else { return Err(0) };
+        let previous = std::mem::replace(&mut entry.last_call, local.max(1));
         if entry.held.as_ref().is_some_and(|h| h.caller != caller.is_some()) {
             // A lease on the other timeline: of no use to this call.
             entry.held = None;
@@ -239,7 +297,7 @@ impl Leases {
             let lasted = held.end.iter().zip(&held.next).all(|(e, n)| n >= e);
             let nominal = self.rules.iter().map(|&(t, _)| t * held.size).max().unwrap_or(0);
             entry.next_size = if lasted && server_elapsed.saturating_mul(2) < nominal {
-                (held.size.max(1) * 2).min(self.max)
+                (held.size.max(1) * 2).max(self.outrun(entry.rtt)).min(self.max)
             } else if lasted {
                 held.size.clamp(1, self.max)
             } else {
@@ -247,20 +305,48 @@ impl Leases {
             };
             entry.held = None;
         }
-        let warm = entry.last_trip != 0 && local.saturating_sub(entry.last_trip) < WARM;
-        if !warm {
+        // Warm: its previous call came within the time the lease it would
+        // take covers (and within WARM). A key called less often spends no
+        // more than one token of any lease before its slots pass: no lease.
+        let size = match entry.next_size {
+            0 => 2.max(self.outrun(entry.rtt)).min(self.max),
+            n => n,
+        };
+        let span = size.saturating_mul(self.t_min);
+        if previous == 0 || local.saturating_sub(previous) >= WARM.min(span) {
             entry.next_size = 0;
-        } else if entry.next_size == 0 {
-            entry.next_size = 2.min(self.max);
+            return Err(0);
         }
-        Err(entry.next_size)
+        entry.next_size = size;
+        if !ask || (entry.asking != 0 && local.saturating_sub(entry.asking) < WARM) {
+            return Err(0); // not asked for, or one for this key is on its way
+        }
+        entry.asking = local.max(1);
+        Err(entry.next_size.max(demand).min(self.max))
+    }
+
+    /// The tokens whose slots span two round trips of `rtt` µs on the
+    /// fastest limit: a lease at least this large still holds slots ahead
+    /// when it arrives.
+    fn outrun(&self, rtt: u64) -> u64 {
+        rtt.saturating_mul(2).div_ceil(self.t_min)
+    }
+
+    /// A call on `key` failed: whatever lease it asked for is not coming.
+    pub(crate) fn failed(&self, key: &[u8]) {
+        let mut shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = shard.get_mut(key) {
+            entry.asking = 0;
+        }
     }
 
     /// Records a round trip for `key` at local time `x` (its lease, if
     /// `grant` brought one, received with the server's time bounded by the
     /// call's send and receive times `sent` and `x`; or, for a call at a
     /// time the caller gave, on the caller's timeline).
-    pub(crate) fn arrived(&self, key: &[u8], sent: u64, x: u64, caller: bool, grant: Option<Grant>) {
+    /// `lease_reply`: the reply was a lease call's (kept or not, the lease
+    /// asked for is no longer on its way).
+    pub(crate) fn arrived(&self, key: &[u8], sent: u64, x: u64, caller: bool, grant: Option<Grant>, lease_reply: bool) {
         let mut shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         if !shard.contains_key(key) && shard.len() >= self.per_shard {
             // Full: make room. A lease dropped here is not given back; its
@@ -271,13 +357,30 @@ impl Leases {
         }
         let entry = shard.entry(key.into()).or_default();
         entry.last_trip = x.max(1);
+        if entry.last_call == 0 {
+            entry.last_call = sent.max(1);
+        }
+        entry.rtt = if caller { 0 } else { x.saturating_sub(sent) };
+        if lease_reply {
+            entry.asking = 0;
+        }
         let Some(g) = grant.filter(|g| g.taken > 0 && g.ends.len() == self.rules.len()) else { return };
         let now = i64::try_from(g.now).unwrap_or(i64::MAX);
         let next = self.rules.iter().zip(&g.ends).map(|(&(t, _), &e)| e.saturating_sub(g.taken * t)).collect();
         entry.held = Some(if caller {
-            Held { caller, next, end: g.ends, off_lo: 0, off_hi: 0, at: g.now, size: g.taken }
+            Held { caller, next, end: g.ends, off_lo: 0, off_hi: 0, sent: g.now, at: g.now, size: g.taken }
         } else {
-            Held { caller, next, end: g.ends, off_lo: now - x as i64, off_hi: now - sent as i64, at: x, size: g.taken }
+            let sent = sent.min(x);
+            Held {
+                caller,
+                next,
+                end: g.ends,
+                off_lo: now - x as i64,
+                off_hi: now - sent as i64,
+                sent,
+                at: x,
+                size: g.taken,
+            }
         });
     }
 
@@ -342,16 +445,19 @@ impl Held {
         if self.caller {
             return (x, x);
         }
-        let drift = x.saturating_sub(self.at).saturating_mul(DRIFT_PPM) / 1_000_000 + 1;
-        let lo = (x as i64).saturating_add(self.off_lo).saturating_sub(drift as i64).max(0) as u64;
-        let hi = (x as i64).saturating_add(self.off_hi).saturating_add(drift as i64).max(0) as u64;
+        // Drift since the receipt (the earliest time) and since the send
+        // (the latest), rounded up; and 2 µs for the clocks' rounding: the
+        // server's TIME and these local µs are both whole µs rounded down.
+        let drift = |since: u64| (x.saturating_sub(since).saturating_mul(DRIFT_PPM)).div_ceil(1_000_000) + 2;
+        let lo = (x as i64).saturating_add(self.off_lo).saturating_sub(drift(self.at) as i64).max(0) as u64;
+        let hi = (x as i64).saturating_add(self.off_hi).saturating_add(drift(self.sent) as i64).max(0) as u64;
         (lo, hi)
     }
 
     /// Grants `cost` from every limit's slice at local time `x`, or none.
-    fn take(&mut self, rules: &[(u64, u64)], cost: u64, x: u64) -> Option<Vec<Decision>> {
+    fn take(&mut self, rules: &[(u64, u64)], cost: u64, x: u64) -> Option<crate::limits::Entries> {
         let (lo, hi) = self.server_time(x);
-        let mut after = Vec::with_capacity(rules.len());
+        let mut after = PerLimit::new();
         for (i, &(t, b)) in rules.iter().enumerate() {
             // The next free slot at or after the latest time it may be...
             let start = self.next[i].max(hi);
@@ -376,12 +482,12 @@ impl Held {
                 }
             })
             .collect();
-        self.next = after;
+        self.next.copy_from_slice(&after);
         Some(answers)
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(ratomic_loom)))]
 mod tests {
     use super::*;
 
@@ -399,26 +505,26 @@ mod tests {
         // A round trip at local 100..=110 µs; the server read its clock at
         // 5_000 µs and leased 10 tokens ending at 5_000 + 11 ms (the call's
         // own token, then ten).
-        l.arrived(b"k", 100, 110, false, Some(Grant { taken: 10, now: 5_000, ends: vec![16_000] }));
+        l.arrived(b"k", 100, 110, false, Some(Grant { taken: 10, now: 5_000, ends: vec![16_000] }), true);
         let mut granted = 0;
-        while l.grant(b"k", 1, 111, None).is_ok() {
+        while l.grant(b"k", 1, 111, None, 0, true).is_ok() {
             granted += 1;
         }
         // The server time is known within [5_000 + 1 − 1, 5_000 + 11 + 1]:
         // the slots start at 6_000 ms, all ahead of it, so all ten fit.
         assert_eq!(granted, 10);
-        assert!(l.grant(b"k", 1, 112, None).is_err(), "spent");
+        assert!(l.grant(b"k", 1, 112, None, 0, true).is_err(), "spent");
     }
 
     #[test]
     fn slots_whose_time_passed_are_not_granted() {
         let l = leases(10);
-        l.arrived(b"k", 100, 110, false, Some(Grant { taken: 10, now: 5_000, ends: vec![16_000] }));
+        l.arrived(b"k", 100, 110, false, Some(Grant { taken: 10, now: 5_000, ends: vec![16_000] }), true);
         // 8.5 ms later on this clock: the slots before ~13_500 µs of server
         // time have passed; the ones left start at 14_000 and 15_000.
         let x = 110 + 8_500;
         let mut granted = 0;
-        while l.grant(b"k", 1, x, None).is_ok() {
+        while l.grant(b"k", 1, x, None, 0, true).is_ok() {
             granted += 1;
         }
         assert_eq!(granted, 2);
@@ -433,37 +539,115 @@ mod tests {
         // the latest, and fits; the second would end more than B·T = 3 ms
         // ahead of the earliest.
         let l = Leases::new(&[bucket(1_000, 3)], Lease::Max(2), 10).unwrap().unwrap();
-        l.arrived(b"k", 1_500, 2_000, false, Some(Grant { taken: 2, now: 10_000, ends: vec![13_000] }));
-        let d = l.grant(b"k", 1, 2_000, None).unwrap();
+        l.arrived(b"k", 1_500, 2_000, false, Some(Grant { taken: 2, now: 10_000, ends: vec![13_000] }), true);
+        let d = l.grant(b"k", 1, 2_000, None, 0, true).unwrap();
         assert!(d[0].allowed);
-        assert!(l.grant(b"k", 1, 2_000, None).is_err(), "the last slot's end is over B·T ahead of the earliest time");
+        assert!(
+            l.grant(b"k", 1, 2_000, None, 0, true).is_err(),
+            "the last slot's end is over B·T ahead of the earliest time"
+        );
         // Had the round trip taken 2 ms, the first slot might be in the
         // past already (the server's time up to 12 ms): nothing is granted
         // before the call's reading is behind it.
         let slow = Leases::new(&[bucket(1_000, 3)], Lease::Max(2), 10).unwrap().unwrap();
-        slow.arrived(b"k", 0, 2_000, false, Some(Grant { taken: 2, now: 10_000, ends: vec![13_000] }));
-        assert!(slow.grant(b"k", 1, 2_000, None).is_err());
+        slow.arrived(b"k", 0, 2_000, false, Some(Grant { taken: 2, now: 10_000, ends: vec![13_000] }), true);
+        assert!(slow.grant(b"k", 1, 2_000, None, 0, true).is_err());
+    }
+
+    #[test]
+    fn the_latest_server_time_drifts_from_the_send_not_the_receipt() {
+        // A round trip of 1 s (sent at local 0, received at 1_000_000 µs);
+        // the server read TIME = N somewhere in it. One slot leased,
+        // [N + 2_001_500, N + 2_002_000) on a bucket of T = 500 µs.
+        const N: u64 = 10_000_000;
+        let l = Leases::new(&[bucket(500, 10_000)], Lease::Max(10), 10).unwrap().unwrap();
+        l.arrived(b"k", 0, 1_000_000, false, Some(Grant { taken: 1, now: N, ends: vec![N + 2_002_000] }), true);
+        // At local 2_000_000 the server's time may be N + 2 s (read at the
+        // send) plus 1,000 ppm of the 2 s since the send: N + 2_002_000,
+        // past the slot's start. Drift counted from the receipt (1 s: 1 ms)
+        // would put the latest time at N + 2_001_001 and grant a slot whose
+        // time may have passed.
+        assert!(l.grant(b"k", 1, 2_000_000, None, 0, true).is_err(), "the slot may be in the server's past");
     }
 
     #[test]
     fn several_limits_are_granted_all_or_nothing() {
         let l = Leases::new(&[bucket(1_000, 100), bucket(10_000, 100)], Lease::Max(5), 10).unwrap().unwrap();
-        l.arrived(b"k", 0, 1, false, Some(Grant { taken: 2, now: 0, ends: vec![3_000, 30_000] }));
-        assert!(l.grant(b"k", 2, 1, None).is_ok());
-        assert!(l.grant(b"k", 1, 1, None).is_err());
+        l.arrived(b"k", 0, 1, false, Some(Grant { taken: 2, now: 0, ends: vec![3_000, 30_000] }), true);
+        assert!(l.grant(b"k", 2, 1, None, 0, true).is_ok());
+        assert!(l.grant(b"k", 1, 1, None, 0, true).is_err());
     }
 
     #[test]
     fn sizes_grow_for_hot_keys_and_a_cold_key_takes_none() {
         let l = leases(64);
-        assert_eq!(l.grant(b"k", 1, 10, None), Err(0), "never seen");
-        l.arrived(b"k", 10, 20, false, None);
-        assert_eq!(l.grant(b"k", 1, 30, None), Err(2), "warm: a lease of two");
-        l.arrived(b"k", 30, 40, false, Some(Grant { taken: 2, now: 1_000, ends: vec![4_000] }));
-        assert!(l.grant(b"k", 1, 41, None).is_ok());
-        assert!(l.grant(b"k", 1, 42, None).is_ok());
-        assert_eq!(l.grant(b"k", 1, 43, None), Err(4), "spent at once: twice as large");
-        assert_eq!(l.grant(b"k", 1, 43 + WARM, None), Err(0), "cold again");
+        assert_eq!(l.grant(b"k", 1, 10, None, 0, true), Err(0), "never seen");
+        l.arrived(b"k", 10, 20, false, None, false);
+        assert_eq!(l.grant(b"k", 1, 30, None, 0, true), Err(2), "warm: a lease of two");
+        l.arrived(b"k", 30, 40, false, Some(Grant { taken: 2, now: 1_000, ends: vec![4_000] }), true);
+        assert!(l.grant(b"k", 1, 41, None, 0, true).is_ok());
+        assert!(l.grant(b"k", 1, 42, None, 0, true).is_ok());
+        assert_eq!(l.grant(b"k", 1, 43, None, 0, true), Err(4), "spent at once: twice as large");
+        assert_eq!(l.grant(b"k", 1, 43 + WARM, None, 0, true), Err(0), "cold again");
+    }
+
+    #[test]
+    fn a_fast_key_s_lease_covers_two_round_trips() {
+        // T = 1 µs; round trips of 150 µs: a lease of 2 would be in the
+        // past on arrival. The first is 300 tokens; doubling keeps above it.
+        let l = Leases::new(&[bucket(1, 1_000_000)], Lease::Max(100_000), 10).unwrap().unwrap();
+        l.arrived(b"k", 0, 150, false, None, false);
+        assert_eq!(l.grant(b"k", 1, 200, None, 0, true), Err(300));
+        // It arrives after another 150 µs round trip: slots [10_001, 10_301)
+        // with the server at 10_000 somewhere in [200, 350] local.
+        l.arrived(b"k", 200, 350, false, Some(Grant { taken: 300, now: 10_000, ends: vec![10_301] }), true);
+        let mut granted = 0;
+        let next = loop {
+            match l.grant(b"k", 1, 351, None, 0, true) {
+                Ok(_) => granted += 1,
+                Err(size) => break size,
+            }
+        };
+        assert!(granted > 100, "most of it is still ahead: {granted}");
+        assert_eq!(next, 600, "spent at once: the next doubles");
+        // A slow key (T = 10 ms) keeps the first lease of 2.
+        let slow = Leases::new(&[bucket(10_000, 100)], Lease::Max(50), 10).unwrap().unwrap();
+        slow.arrived(b"k", 0, 150, false, None, false);
+        assert_eq!(slow.grant(b"k", 1, 200, None, 0, true), Err(2));
+    }
+
+    #[test]
+    fn one_lease_at_a_time_is_asked_for_a_key() {
+        let l = leases(64);
+        l.arrived(b"k", 10, 20, false, None, false);
+        assert_eq!(l.grant(b"k", 1, 30, None, 0, true), Err(2), "warm: a lease of two");
+        assert_eq!(l.grant(b"k", 1, 31, None, 0, true), Err(0), "one is on its way: a plain call");
+        l.arrived(b"k", 31, 40, false, None, false);
+        assert_eq!(l.grant(b"k", 1, 41, None, 0, true), Err(0), "a plain call's reply: the lease is still on its way");
+        l.failed(b"k");
+        assert_eq!(l.grant(b"k", 1, 42, None, 0, true), Err(2), "it failed: ask again");
+        l.arrived(b"k", 42, 50, false, Some(Grant { taken: 0, now: 1_000, ends: vec![2_000] }), true);
+        assert_eq!(l.grant(b"k", 1, 51, None, 0, true), Err(2), "it came back empty: ask again");
+        // A caller that never finished its call: forgotten after WARM (a
+        // bucket of one token a second: its leases cover seconds).
+        let slow = Leases::new(&[bucket(1_000_000, 100)], Lease::Max(64), 100).unwrap().unwrap();
+        slow.arrived(b"k", 10, 20, false, None, false);
+        assert_eq!(slow.grant(b"k", 1, 30, None, 0, true), Err(2));
+        assert_eq!(slow.grant(b"k", 1, 30 + WARM / 2, None, 0, true), Err(0), "on its way");
+        assert_eq!(slow.grant(b"k", 1, 31 + WARM, None, 0, true), Err(2), "forgotten");
+    }
+
+    #[test]
+    fn a_key_called_less_often_than_a_lease_lasts_takes_none() {
+        // T = 1 µs: a first lease of 2·150 µs round trips = 300 tokens
+        // covers 300 µs. A key called every 200 µs takes it; every 400 µs
+        // (each call would spend one token of it at most), none.
+        let l = Leases::new(&[bucket(1, 1_000_000)], Lease::Max(100_000), 10).unwrap().unwrap();
+        l.arrived(b"k", 0, 150, false, None, false);
+        assert_eq!(l.grant(b"k", 1, 200, None, 0, true), Err(300));
+        l.failed(b"k");
+        assert_eq!(l.grant(b"k", 1, 600, None, 0, true), Err(0), "400 µs after the previous call");
+        assert_eq!(l.grant(b"k", 1, 700, None, 0, true), Err(300), "100 µs after");
     }
 
     #[test]
@@ -478,13 +662,13 @@ mod tests {
     #[test]
     fn refunds_free_the_lease_s_own_slots_and_drain_gives_the_rest_back() {
         let l = leases(10);
-        l.arrived(b"k", 100, 110, false, Some(Grant { taken: 10, now: 5_000, ends: vec![16_000] }));
+        l.arrived(b"k", 100, 110, false, Some(Grant { taken: 10, now: 5_000, ends: vec![16_000] }), true);
         for _ in 0..10 {
-            l.grant(b"k", 1, 111, None).unwrap();
+            l.grant(b"k", 1, 111, None, 0, true).unwrap();
         }
         assert!(l.refund(b"k", 3, 111));
         for _ in 0..3 {
-            l.grant(b"k", 1, 111, None).unwrap();
+            l.grant(b"k", 1, 111, None, 0, true).unwrap();
         }
         assert!(l.refund(b"k", 2, 111));
         assert!(!l.refund(b"k", 11, 111), "more than the lease granted: nothing changes");
@@ -496,9 +680,121 @@ mod tests {
         assert_eq!(l.held(), 0);
         assert!(!l.refund(b"k", 1, 111));
         // A lease that can no longer grant is dropped: its refunds go to Redis.
-        l.arrived(b"k", 100, 110, false, Some(Grant { taken: 1, now: 5_000, ends: vec![7_000] }));
-        assert!(l.grant(b"k", 1, 111, None).is_ok());
-        assert!(l.grant(b"k", 1, 111, None).is_err());
+        l.arrived(b"k", 100, 110, false, Some(Grant { taken: 1, now: 5_000, ends: vec![7_000] }), true);
+        assert!(l.grant(b"k", 1, 111, None, 0, true).is_ok());
+        assert!(l.grant(b"k", 1, 111, None, 0, true).is_err());
         assert!(!l.refund(b"k", 1, 111));
+    }
+}
+
+/// A loom model of the local half of a lease: spending racing a renewal (a
+/// new lease arriving for the key) racing a give-back (`drain`), each
+/// thread with its own `now`. Run with
+/// `RUSTFLAGS="--cfg ratomic_loom" cargo test -p ratomic-redis --no-default-features --release --lib loom`
+/// (`make test-loom`).
+///
+/// The leases are on the caller's timeline, where a grant's slot is known
+/// exactly from its decision (the server's timeline only widens the window
+/// a slot must fit in; the locking and the bookkeeping raced here are the
+/// same). Asserted over every interleaving: no slot is granted twice, every
+/// granted slot lies in a lease that arrived, no slot is both granted and
+/// given back, and no lease gives back or grants more than it held.
+#[cfg(all(test, ratomic_loom))]
+mod loom_model {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// 10 µs a token, a burst of 100.
+    const T: u64 = 10;
+    const B: u64 = 100;
+
+    /// The slot a grant at caller time `x` took: its end, from `remaining`
+    /// (`x` and every lease's slots are multiples of `T`).
+    fn slot_end(x: u64, d: &Decision) -> u64 {
+        x + B * T - d.remaining * T
+    }
+
+    /// Lease `taken` tokens ending at `end` on the caller's timeline, read
+    /// at caller time `now`.
+    fn arrive(l: &Leases, now: u64, taken: u64, end: u64) {
+        l.arrived(b"k", now, now, true, Some(Grant { taken, now, ends: vec![end] }), true);
+    }
+
+    #[test]
+    fn spend_racing_renewal_racing_give_back_never_spends_a_slot_twice() {
+        let mut builder = loom::model::Builder::new();
+        builder.max_branches = 1_000_000;
+        builder.check(|| {
+            let rules = [RedisRule::TokenBucket { interval_us: T, capacity: B }];
+            let l = Arc::new(Leases::new(&rules, Lease::Max(8), 16).unwrap().unwrap());
+            // Lease A: 3 slots ending at 1_030 (slots ending 1_010, 1_020,
+            // 1_030), arrived at 1_000. Lease B (the renewal): 2 slots ending
+            // at 1_050, arrived at 1_030.
+            let (a_end, a_size, b_end, b_size) = (1_030, 3, 1_050, 2);
+            arrive(&l, 1_000, a_size, a_end);
+            let spender = {
+                let l = l.clone();
+                thread::spawn(move || {
+                    // Its own clock: calls at 1_000 and 1_010.
+                    let mut spent = Vec::new();
+                    for x in [1_000, 1_010] {
+                        if let Ok(d) = l.grant(b"k", 1, 0, Some(x), 0, false) {
+                            assert!(d[0].allowed);
+                            spent.push(slot_end(x, &d[0]));
+                        }
+                    }
+                    spent
+                })
+            };
+            let renewer = {
+                let l = l.clone();
+                thread::spawn(move || arrive(&l, 1_030, b_size, b_end))
+            };
+            // This thread gives back (a close), then spends at its own time.
+            let mut given = l.drain();
+            let mut spent = Vec::new();
+            if let Ok(d) = l.grant(b"k", 1, 0, Some(1_020), 0, false) {
+                spent.push(slot_end(1_020, &d[0]));
+            }
+            spent.extend(spender.join().unwrap());
+            renewer.join().unwrap();
+            given.extend(l.drain()); // what is left goes back at exit
+
+            let lease_of = |end: u64| -> (u64, u64) {
+                // (first slot end, last slot end) of the lease a slot is in
+                if end > a_end - a_size * T && end <= a_end {
+                    (a_end - a_size * T + T, a_end)
+                } else if end > b_end - b_size * T && end <= b_end {
+                    (b_end - b_size * T + T, b_end)
+                } else {
+                    panic!("slot ending {end} is in no lease: {spent:?}")
+                }
+            };
+            let mut sorted = spent.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(sorted.len(), spent.len(), "a slot granted twice: {spent:?}");
+            for &s in &spent {
+                lease_of(s);
+            }
+            for u in &given {
+                assert_eq!(u.key, b"k");
+                let (end, next) = (u.ends[0], u.next[0]);
+                assert!(end == a_end || end == b_end, "a give-back of no lease: {u:?}");
+                let size = if end == a_end { a_size } else { b_size };
+                assert!(next >= end - size * T && next < end, "{u:?}");
+                // The give-back frees the slots [next, end): none of them
+                // was granted.
+                for &s in &spent {
+                    assert!(!(s > next && s <= end), "slot ending {s} granted and given back ({u:?})");
+                }
+            }
+            // Each lease given back at most once.
+            let mut ends: Vec<u64> = given.iter().map(|u| u.ends[0]).collect();
+            ends.sort_unstable();
+            ends.dedup();
+            assert_eq!(ends.len(), given.len(), "a lease given back twice: {given:?}");
+        });
     }
 }

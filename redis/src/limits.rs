@@ -44,7 +44,8 @@ pub struct Limits {
     names: Arc<[Box<str>]>,
     rules: Box<[RedisRule]>,
     core_rules: Box<[Rule]>,
-    /// The rule-dependent tail of every call's arguments: kind, field, p1, p2.
+    /// The rule-dependent tail of every call's arguments: field (its first
+    /// letter the kind), p1, p2.
     tail: Box<[Vec<u8>]>,
     prefix: String,
     max_key_len: usize,
@@ -70,12 +71,12 @@ impl Limits {
         let names: Arc<[Box<str>]> = core.names().map(Box::from).collect();
         let rules = core.rules().iter().map(RedisRule::from_rule).collect::<Result<Box<[_]>, _>>()?;
         let core_rules: Box<[Rule]> = core.rules().into();
-        let mut tail = Vec::with_capacity(rules.len() * 4);
+        let mut tail = Vec::with_capacity(rules.len() * 3);
         for (name, rule) in names.iter().zip(rules.iter()) {
             let (kind, p1, p2) = rule.script_args();
-            tail.push(kind.as_bytes().to_vec());
-            // The kind is part of the field: state written under another
-            // algorithm is never read as this one's.
+            // The kind is part of the field (its first letter, which the
+            // script reads it from): state written under another algorithm
+            // is never read as this one's.
             tail.push(format!("{kind}:{name}").into_bytes());
             tail.push(p1.to_string().into_bytes());
             tail.push(p2.to_string().into_bytes());
@@ -194,8 +195,12 @@ impl Limits {
         args.push(op.code().to_vec());
         args.push(now);
         args.push(amount.to_string().into_bytes());
-        args.push(self.ttl_floor_ms.to_string().into_bytes());
         args.extend(self.tail.iter().cloned());
+        // Only when there is one: an argument costs the server as much as
+        // a fifth of the script's common path.
+        if self.ttl_floor_ms != 0 {
+            args.push(self.ttl_floor_ms.to_string().into_bytes());
+        }
         Ok(args)
     }
 
@@ -243,7 +248,7 @@ impl Limits {
     }
 
     /// A decision answered from a lease: each limit's answer.
-    pub(crate) fn lease_decision(&self, entries: Vec<Decision>) -> MultiDecision {
+    pub(crate) fn lease_decision(&self, entries: Entries) -> MultiDecision {
         MultiDecision { decision: combine(&entries), entries, names: self.names.clone(), source: Source::Lease }
     }
 
@@ -254,7 +259,7 @@ impl Limits {
         if reply.len() != 1 + 5 * n || reply.iter().any(|&v| v < 0) {
             return Err(Error::Reply(format!("expected {} non-negative integers, got {reply:?}", 1 + 5 * n)));
         }
-        let entries: Vec<Decision> = reply[1..].chunks_exact(5).map(decision).collect();
+        let entries: Entries = reply[1..].chunks_exact(5).map(decision).collect();
         let combined = combine(&entries);
         if combined.allowed != (reply[0] == 1) {
             return Err(Error::Reply(format!("the verdict disagrees with the limits' answers: {reply:?}")));
@@ -266,7 +271,7 @@ impl Limits {
     pub fn policy_decision(&self, d: Decision) -> MultiDecision {
         MultiDecision {
             decision: d,
-            entries: vec![d; self.rules.len()],
+            entries: smallvec::smallvec![d; self.rules.len()],
             names: self.names.clone(),
             source: Source::Policy,
         }
@@ -335,11 +340,14 @@ fn combine(entries: &[Decision]) -> Decision {
 pub struct MultiDecision {
     /// The combined decision.
     pub decision: Decision,
-    entries: Vec<Decision>,
+    entries: Entries,
     names: Arc<[Box<str>]>,
     /// Who answered.
     pub source: Source,
 }
+
+/// Each limit's decision, in order (one inline: a single rule allocates nothing).
+pub(crate) type Entries = smallvec::SmallVec<[Decision; 1]>;
 
 /// Who answered a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -402,12 +410,13 @@ mod tests {
         let l = two();
         let args = l.args(Op::Allow, Some(5_000_999), 3).unwrap();
         let text: Vec<String> = args.iter().map(|a| String::from_utf8(a.clone()).unwrap()).collect();
-        assert_eq!(
-            text,
-            ["a", "5000", "3", "0", "g", "g:burst", "100000", "10", "f", "f:daily", "86400000000", "1000"]
-        );
+        assert_eq!(text, ["a", "5000", "3", "g:burst", "100000", "10", "f:daily", "86400000000", "1000"]);
         assert_eq!(l.args(Op::Peek, None, 1).unwrap()[1], b"");
         assert_eq!(l.key(b"u}1"), b"ratomic:{u%7D1}");
+        // A TTL floor, when there is one, comes last.
+        let floored = two().with_ttl_floor(Duration::from_micros(1_500_001));
+        let args = floored.args(Op::Allow, None, 1).unwrap();
+        assert_eq!((args.len(), args.last().unwrap().as_slice()), (10, &b"1501"[..]));
     }
 
     #[test]

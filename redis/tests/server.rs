@@ -757,61 +757,122 @@ fn check_token_bucket(what: &str, stamps: &mut [u64], burst: u64, t: u64) {
 }
 
 struct LeaseRun {
-    stamps: Vec<u64>,
+    /// Each key's grant stamps.
+    stamps: std::collections::HashMap<String, Vec<u64>>,
     local: u64,
     trips: u64,
+    errors: u64,
+}
+
+impl LeaseRun {
+    fn granted(&self) -> usize {
+        self.stamps.values().map(Vec::len).sum()
+    }
+
+    /// Every key's grants, checked in every interval.
+    fn check(&mut self, what: &str, burst: u64, t: u64) {
+        for (key, stamps) in &mut self.stamps {
+            check_token_bucket(&format!("{what}, key {key}"), stamps, burst, t);
+        }
+    }
 }
 
 /// A lease race: `processes` workers of `threads` threads, `calls` calls
-/// each, on a bucket of `burst` refilling `per_sec` a second.
+/// each, on a bucket of `burst` refilling `per_sec` a second: on one hot
+/// key, or on `keys` keys picked at random.
 struct Race {
     processes: usize,
     threads: u64,
     calls: u64,
     burst: u64,
     per_sec: u64,
+    keys: Option<u64>,
 }
 
-/// Runs a race's workers on one key; kills the first with SIGKILL once it
-/// has printed `kill_after` grants, if asked.
-fn lease_race(prefix: &str, mode: &str, race: Race, kill_after: Option<usize>) -> LeaseRun {
+/// What happens to a race midway, once the first worker has printed this
+/// many grants.
+enum Midway<'a> {
+    Nothing,
+    /// SIGKILL the first worker: its leases are neither spent nor given back.
+    KillWorker(usize),
+    /// SIGKILL the server and start it again on the same port (the workers'
+    /// calls fail meanwhile; they go on).
+    RestartServer(usize, &'a mut support::Server),
+}
+
+/// Runs a race's workers against `url`.
+fn lease_race(url: &str, prefix: &str, mode: &str, race: Race, midway: Midway<'_>) -> LeaseRun {
     use std::io::{BufRead, BufReader};
     let mut workers: Vec<_> = (0..race.processes)
         .map(|_| {
-            std::process::Command::new(env!("CARGO_BIN_EXE_lease_worker"))
-                .args([support::url(), prefix.to_owned(), mode.to_owned()])
-                .args([race.threads, race.calls, race.burst, race.per_sec].map(|v| v.to_string()))
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lease_worker"));
+            cmd.args([url, prefix, mode]);
+            cmd.args([race.threads, race.calls, race.burst, race.per_sec].map(|v| v.to_string()));
+            if let Some(keys) = race.keys {
+                cmd.arg(keys.to_string());
+            }
+            cmd.stdout(std::process::Stdio::piped()).spawn().unwrap()
         })
         .collect();
-    let mut run = LeaseRun { stamps: Vec::new(), local: 0, trips: 0 };
-    for (i, w) in workers.iter_mut().enumerate() {
-        let lines = BufReader::new(w.stdout.take().unwrap()).lines();
-        let mut seen = 0;
-        for line in lines {
-            let line = line.unwrap();
-            let mut words = line.split(' ');
-            match words.next() {
-                Some("G") => {
-                    run.stamps.push(words.next().unwrap().parse().unwrap());
-                    seen += 1;
-                    if i == 0 && Some(seen) == kill_after {
-                        w.kill().unwrap(); // SIGKILL: its leases are neither spent nor given back
+    // Every worker's output read as it comes (none blocks on a full pipe);
+    // the first's reader says when it has seen `at` grants.
+    let at = match &midway {
+        Midway::Nothing => usize::MAX,
+        Midway::KillWorker(n) | Midway::RestartServer(n, _) => *n,
+    };
+    let (reached, midway_point) = std::sync::mpsc::channel::<()>();
+    let readers: Vec<_> = workers
+        .iter_mut()
+        .enumerate()
+        .map(|(i, w)| {
+            let out = w.stdout.take().unwrap();
+            let reached = reached.clone();
+            std::thread::spawn(move || {
+                let mut lines = Vec::new();
+                for line in BufReader::new(out).lines() {
+                    let line = line.unwrap();
+                    if line.starts_with("G ") {
+                        lines.push(line);
+                        if i == 0 && lines.len() == at {
+                            let _ = reached.send(());
+                        }
+                    } else {
+                        lines.push(line);
                     }
                 }
-                Some("S") => {
-                    run.local += words.next().unwrap().parse::<u64>().unwrap();
-                    run.trips += words.next().unwrap().parse::<u64>().unwrap();
+                lines
+            })
+        })
+        .collect();
+    drop(reached);
+    let killing = matches!(midway, Midway::KillWorker(_));
+    if midway_point.recv().is_ok() {
+        match midway {
+            Midway::KillWorker(_) => workers[0].kill().unwrap(),
+            Midway::RestartServer(_, server) => {
+                server.kill();
+                server.restart();
+            }
+            Midway::Nothing => {}
+        }
+    }
+    let mut run = LeaseRun { stamps: Default::default(), local: 0, trips: 0, errors: 0 };
+    for (i, (mut w, reader)) in workers.into_iter().zip(readers).enumerate() {
+        let status = w.wait().unwrap();
+        let killed = i == 0 && killing;
+        assert!(status.success() || killed, "worker {i}: {status}");
+        for line in reader.join().unwrap() {
+            let words: Vec<&str> = line.split(' ').collect();
+            match words[..] {
+                ["G", key, stamp] => run.stamps.entry(key.to_owned()).or_default().push(stamp.parse().unwrap()),
+                ["S", local, trips, errors] => {
+                    run.local += local.parse::<u64>().unwrap();
+                    run.trips += trips.parse::<u64>().unwrap();
+                    run.errors += errors.parse::<u64>().unwrap();
                 }
                 _ => panic!("unexpected worker output {line:?}"),
             }
         }
-    }
-    for (i, mut w) in workers.into_iter().enumerate() {
-        let status = w.wait().unwrap();
-        assert!(status.success() || (i == 0 && kill_after.is_some()), "worker {i}: {status}");
     }
     run
 }
@@ -824,13 +885,14 @@ fn lease_race(prefix: &str, mode: &str, race: Race, kill_after: Option<usize>) -
 fn leases_from_four_processes_never_over_grant_in_any_interval() {
     // 50 tokens, 20,000 a second (T = 50 µs, whole µs as Redis needs).
     let mut run = lease_race(
+        &support::url(),
         &support::prefix("lease-caller"),
         "caller",
-        Race { processes: 4, threads: 4, calls: 3_000, burst: 50, per_sec: 20_000 },
-        None,
+        Race { processes: 4, threads: 4, calls: 3_000, burst: 50, per_sec: 20_000, keys: None },
+        Midway::Nothing,
     );
-    assert!(run.stamps.len() > 50, "granted more than the burst over time: {}", run.stamps.len());
-    check_token_bucket("four processes, leases", &mut run.stamps, 50, 50);
+    assert!(run.granted() > 50, "granted more than the burst over time: {}", run.granted());
+    run.check("four processes, leases", 50, 50);
     assert!(run.local > 0, "some calls were answered from a lease ({} local, {} round trips)", run.local, run.trips);
 }
 
@@ -840,12 +902,13 @@ fn leases_from_four_processes_never_over_grant_in_any_interval() {
 #[test]
 fn leases_with_a_process_killed_mid_run_never_over_grant() {
     let mut run = lease_race(
+        &support::url(),
         &support::prefix("lease-kill"),
         "caller",
-        Race { processes: 4, threads: 2, calls: 3_000, burst: 50, per_sec: 20_000 },
-        Some(20),
+        Race { processes: 4, threads: 2, calls: 3_000, burst: 50, per_sec: 20_000, keys: None },
+        Midway::KillWorker(20),
     );
-    check_token_bucket("a process killed", &mut run.stamps, 50, 50);
+    run.check("a process killed", 50, 50);
 }
 
 /// Leases at the server's time: over the whole run, the fleet is granted at
@@ -858,15 +921,66 @@ fn leases_at_the_server_s_time_never_over_grant_over_a_run() {
     };
     let start = time();
     let run = lease_race(
+        &support::url(),
         &support::prefix("lease-server"),
         "server",
-        Race { processes: 4, threads: 4, calls: 2_000, burst: 50, per_sec: 20_000 },
-        None,
+        Race { processes: 4, threads: 4, calls: 2_000, burst: 50, per_sec: 20_000, keys: None },
+        Midway::Nothing,
     );
     let elapsed = time() - start;
     let most = 50 + elapsed / 50;
-    assert!(run.stamps.len() as u64 <= most, "{} granted in {elapsed} µs, at most {most}", run.stamps.len());
+    assert!(run.granted() as u64 <= most, "{} granted in {elapsed} µs, at most {most}", run.granted());
     assert!(run.local > 0, "some calls were answered from a lease ({} local, {} round trips)", run.local, run.trips);
+}
+
+/// Four processes of two threads on 1,000 keys (each call picks one at
+/// random), leases on, every call stamped with the host's monotonic clock:
+/// every key's grants conform to its bucket in every interval.
+#[test]
+fn leases_from_four_processes_on_a_thousand_keys_never_over_grant() {
+    // 5 tokens, 100 a second (T = 10 ms) per key.
+    let mut run = lease_race(
+        &support::url(),
+        &support::prefix("lease-keys"),
+        "caller",
+        Race { processes: 4, threads: 2, calls: 4_000, burst: 5, per_sec: 100, keys: Some(1_000) },
+        Midway::Nothing,
+    );
+    assert!(run.stamps.len() > 900, "most keys were granted: {}", run.stamps.len());
+    run.check("four processes, 1,000 keys, leases", 5, 10_000);
+    assert!(run.local > 0, "some calls were answered from a lease ({} local, {} round trips)", run.local, run.trips);
+}
+
+/// A hot key and 1,000 keys, with the server SIGKILLed and restarted
+/// mid-run: persisted (every write on disk before its reply), it comes back
+/// with every bucket and lease fence it answered for, and the grants — the
+/// leases' held through the restart, Redis's before and after — still
+/// conform in every interval. The buckets refill slower than the server
+/// restarts (1 s and 5 s from empty to full), so a server that forgot them
+/// (no persistence) would grant a full burst again: this fails then.
+#[test]
+fn leases_across_a_redis_restart_never_over_grant() {
+    let mut server = support::Server::start_persistent();
+    let url = server.url();
+    let mut hot = lease_race(
+        &url,
+        &support::prefix("lease-restart-hot"),
+        "caller",
+        Race { processes: 4, threads: 2, calls: 3_000, burst: 100, per_sec: 100, keys: None },
+        Midway::RestartServer(30, &mut server),
+    );
+    assert!(hot.errors > 0, "the calls made while the server was down failed");
+    assert!(hot.granted() > 30);
+    hot.check("a hot key across a restart", 100, 10_000);
+    let mut keys = lease_race(
+        &url,
+        &support::prefix("lease-restart-keys"),
+        "caller",
+        Race { processes: 4, threads: 2, calls: 4_000, burst: 5, per_sec: 1, keys: Some(1_000) },
+        Midway::RestartServer(1_000, &mut server),
+    );
+    assert!(keys.errors > 0, "the calls made while the server was down failed");
+    keys.check("1,000 keys across a restart", 5, 1_000_000);
 }
 
 fn leasing(name: &str, rule: Rule) -> RedisLimiter {
@@ -925,4 +1039,91 @@ fn leases_are_refused_for_windows_when_asked_for_explicitly() {
     let auto =
         RedisLimiter::try_new(manager(), limits, Options { lease: ratomic_redis::Lease::Auto, ..options() }).unwrap();
     assert_eq!(auto.driver().lease_max(), None);
+}
+
+// ---------------------------------------------------------------- coalescing
+
+/// A server's count of `name` in `INFO stats` (e.g. `total_reads_processed`:
+/// the read events it handled, one per round trip that reached it).
+fn stat(conn: &mut redis::Connection, name: &str) -> u64 {
+    stat_in(conn, "stats", name)
+}
+
+fn stat_in(conn: &mut redis::Connection, section: &str, name: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg(section).query(conn).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(':')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in INFO {section}"))
+}
+
+/// `INFO commandstats`: the `EVALSHA` calls the server ran.
+fn evalshas(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|v| v.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+struct Burst {
+    granted: usize,
+    errors: Vec<Error>,
+    reads: u64,
+    evalshas: u64,
+}
+
+/// 1,000 calls at once on a bucket of 500 on `server`, through one limiter
+/// with the default options but `lease`: what came back, and what the
+/// server counted.
+fn thousand_at_once(server: &support::Server, lease: ratomic_redis::Lease) -> Burst {
+    let limits = Limits::single(Rule::token_bucket(Quota::new(500, 1.0 / 3600.0).unwrap()))
+        .unwrap()
+        .with_prefix(support::prefix("coalesce"))
+        .unwrap();
+    let l = block(RedisLimiter::connect(&server.url(), limits, Options { lease, ..Options::default() })).unwrap();
+    assert!(block(l.peek("warm-up", 1)).unwrap().allowed(), "the script is loaded");
+    let mut admin = server.conn();
+    let (reads, calls) = (stat(&mut admin, "total_reads_processed"), evalshas(&mut admin));
+    let outcomes: Vec<Result<bool, Error>> = block(async {
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..1_000 {
+            let l = l.clone();
+            set.spawn(async move { l.allow("hot").await.map(|d| d.allowed()) });
+        }
+        let mut out = Vec::new();
+        while let Some(r) = set.join_next().await {
+            out.push(r.unwrap());
+        }
+        out
+    });
+    let evalshas = evalshas(&mut admin) - calls;
+    Burst {
+        granted: outcomes.iter().filter(|r| matches!(r, Ok(true))).count(),
+        errors: outcomes.into_iter().filter_map(Result::err).collect(),
+        reads: stat(&mut admin, "total_reads_processed") - reads - 2, // less our two INFOs
+        evalshas,
+    }
+}
+
+/// 1,000 calls in flight at once on a bucket of 500, through one limiter
+/// with the default options: exactly 500 granted, no error (no call waits
+/// out a timer of its own), and the server counts far fewer round trips
+/// than calls, on one connection. With leases, the calls that wait for a
+/// round trip that brings their key a lease are answered from it: far
+/// fewer script calls than decisions too.
+#[test]
+fn a_thousand_calls_in_flight_share_round_trips_and_get_exactly_the_burst() {
+    let server = support::Server::start();
+    let plain = thousand_at_once(&server, ratomic_redis::Lease::Off);
+    assert!(plain.errors.is_empty(), "{} errors, e.g. {:?}", plain.errors.len(), plain.errors.first());
+    assert_eq!(plain.granted, 500);
+    assert!(plain.reads < 100, "{} round trips reached the server for 1,000 calls", plain.reads);
+    let leased = thousand_at_once(&server, ratomic_redis::Lease::Auto);
+    assert!(leased.errors.is_empty(), "{} errors, e.g. {:?}", leased.errors.len(), leased.errors.first());
+    assert_eq!(leased.granted, 500);
+    assert!(leased.evalshas < 100, "{} script calls for 1,000 decisions", leased.evalshas);
+    let mut admin = server.conn();
+    let clients = stat_in(&mut admin, "clients", "connected_clients");
+    assert!(clients <= 3, "{clients} connections: one per limiter and this test's");
 }

@@ -21,7 +21,7 @@ With a ``redis.asyncio.Redis`` client the same methods are coroutines
 (``await limiter.allow(key)``). The classes answer with the same
 :class:`~ratomic.Decision` / :class:`~ratomic.MultiDecision` as the
 in-memory limiters, whose ``source`` says who answered: ``"redis"``,
-``"deny_cache"``, ``"policy"`` or ``"fallback"``.
+``"deny_cache"``, ``"lease"``, ``"policy"`` or ``"fallback"``.
 
 This module only moves bytes: the script, the key layout, the arguments,
 the decoding of replies, the deny cache, the circuit breaker and the
@@ -33,9 +33,13 @@ shared with the Rust and C faces. It needs the ``redis`` package
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import sys
+import threading
 import time
 import typing as _t
+import weakref
 from collections.abc import Awaitable, Coroutine, Generator, Iterable, Mapping, Sequence
 
 from ratomic._acquire import check_timeout
@@ -74,6 +78,7 @@ __all__ = [
 _Key = _t.Union[str, bytes]
 _Request = _t.Union[_Key, tuple[_Key, int]]
 _OnError = _t.Union[_t.Literal["raise", "allow", "deny"], Keyed, Limiter]
+_Lease = _t.Union[_t.Literal["off", "auto"], int]
 _SyncClient = _t.Union[_redis.Redis, _redis.RedisCluster]
 _AsyncClient = _t.Union[_aredis.Redis, _aredis.RedisCluster]
 
@@ -95,6 +100,8 @@ class _Options(_t.TypedDict, total=False):
     breaker_cooldown: float
     breaker_failure_time: float
     max_key_len: int
+    lease: _Lease
+    lease_keys: int
 
 
 #: Where ratomic.redis reports a set-up that can stall requests.
@@ -151,6 +158,7 @@ class Async:
 
 _M = _t.TypeVar("_M", Sync, Async)
 _D = _t.TypeVar("_D", Decision, MultiDecision)
+_Self = _t.TypeVar("_Self", bound="_RedisBase[_t.Any, _t.Any]")
 _T = _t.TypeVar("_T")
 
 _SYNC_CLIENTS: tuple[type, ...] = (_redis.Redis, _redis.RedisCluster)
@@ -226,6 +234,35 @@ async def _send_async(client: _t.Any, driver: _RedisDriver, call: _RedisCall) ->
         return await client.execute_command(*call.argv)
 
 
+async def _nothing() -> None:
+    return None
+
+
+def _give_back(client: _t.Any, driver: _RedisDriver) -> int:
+    """Sends every lease's give-back in one pipeline: how many limits took
+    tokens back."""
+    calls = driver.begin_give_backs()
+    if not calls:
+        return 0
+    try:
+        replies = _send_many(client, driver, calls)
+    except Exception as e:
+        kind = _kind(e)
+        if kind is None:
+            raise
+        driver.finish_give_back(e, kind)
+    return sum(driver.finish_give_back(r) for r in replies)
+
+
+def _give_back_quietly(client: _t.Any, driver: _RedisDriver) -> None:
+    """The give-back at exit: never raises (the leases then come back when
+    their time passes)."""
+    try:
+        _give_back(client, driver)
+    except Exception as e:  # noqa: BLE001 - at exit, nothing can act on it
+        logger.debug("ratomic.redis: leases not given back at exit: %s", e)
+
+
 def _pipeline(client: _t.Any, calls: Sequence[_RedisCall], todo: list[int]) -> _t.Any:
     pipe = client.pipeline(transaction=False)
     for i in todo:
@@ -269,6 +306,107 @@ async def _send_many_async(client: _t.Any, driver: _RedisDriver, calls: Sequence
     return out
 
 
+#: The most decisions one coalesced round trip carries.
+MAX_BATCH = 256
+
+# The most round trips a waiting call is held back for a lease on its way to
+# its key (then it goes to Redis itself): a lease that keeps coming back
+# empty does not hold it for ever.
+_MAX_DEFERS = 8
+
+
+class _Waiting:
+    """A decision waiting for the round trip in flight to end."""
+
+    __slots__ = ("call", "cost", "deferred", "done", "error", "key", "lead", "now", "op", "result")
+
+    def __init__(self, op: str, key: _Key, cost: int, now: float | None, call: _RedisCall) -> None:
+        self.op, self.key, self.cost, self.now, self.call = op, key, cost, now, call
+        self.deferred = 0
+        self.done: _t.Any = None  # a threading.Event (blocking) or an asyncio.Future
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.lead = False  # blocking: woken to send the next round trip itself
+
+    def outcome(self) -> _t.Any:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def _plan(
+    driver: _RedisDriver, waiting: Sequence[_Waiting], settle: _t.Callable[[_Waiting, object, BaseException | None], None]
+) -> tuple[list[_RedisCall], list[_Waiting], list[_Waiting]]:
+    """Which of ``waiting`` go in this round trip: the calls to send, whose
+    they are, and those held back for a lease this round trip brings their
+    key. A call asking for a lease goes as it is (its key's one asker); the
+    others begin again — a lease or a denial that came meanwhile may answer
+    them here (``settle``) — asking, should they ask for a lease, for one
+    that covers the tokens the others on their key wait for."""
+    demand: dict[bytes, int] = {}
+    for w in waiting:
+        demand[w.call.key] = demand.get(w.call.key, 0) + w.cost
+    calls: list[_RedisCall] = []
+    sent: list[_Waiting] = []
+    later: list[_Waiting] = []
+    leasing: set[bytes] = set()
+    for w in waiting:
+        k = w.call.key
+        if w.call.lease:
+            leasing.add(k)
+        elif w.deferred < _MAX_DEFERS and k in leasing:
+            w.deferred += 1
+            later.append(w)
+            continue
+        else:
+            try:
+                step = driver.begin(w.op, w.key, w.cost, w.now, demand[k] - w.cost)
+            except Exception as e:
+                settle(w, None, e)
+                continue
+            if not isinstance(step, _RedisCall):
+                settle(w, step, None)
+                continue
+            if step.lease:
+                leasing.add(k)
+            w.call = step
+        calls.append(w.call)
+        sent.append(w)
+    return calls, sent, later
+
+
+def _settle_all(
+    driver: _RedisDriver,
+    sent: Sequence[_Waiting],
+    replies: Sequence[object] | None,
+    error: BaseException | None,
+    settle: _t.Callable[[_Waiting, object, BaseException | None], None],
+) -> None:
+    """Ends every call of a round trip with its reply, or with how the
+    round trip failed (the policy answers each, or its error is theirs)."""
+    kind = None if error is None else _kind(error)
+    for i, w in enumerate(sent):
+        try:
+            if error is None:
+                d = driver.finish(w.call, _t.cast(Sequence[object], replies)[i])
+            elif kind is None:
+                raise error
+            else:
+                d = driver.fail(w.call, kind, error)
+        except Exception as e:
+            settle(w, None, e)
+        else:
+            settle(w, d, None)
+
+
+async def _within(aw: Awaitable[_T], seconds: float) -> _T:
+    """``aw``, or ``TimeoutError`` after ``seconds``: one timer, no task."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await aw
+    return await asyncio.wait_for(aw, seconds)  # pragma: no cover - Python 3.10
+
+
 class _RedisBase(_t.Generic[_M, _D]):
     """What the four classes share: the driver, the client and the policy."""
 
@@ -289,10 +427,17 @@ class _RedisBase(_t.Generic[_M, _D]):
         breaker_cooldown: float = 1.0,
         breaker_failure_time: float = 1.0,
         max_key_len: int = 1024,
+        lease: _Lease = "off",
+        lease_keys: int = 10_000,
     ) -> None:
         self._async = _is_async(client)
         self._client = client
         self._local: Keyed | Limiter | None = None
+        # Decisions waiting for the round trip in flight (see _coalesced).
+        self._busy = False
+        self._queue: collections.deque[_Waiting] = collections.deque()
+        self._lock = threading.Lock()
+        self._drainer: asyncio.Task[None] | None = None
         policy = "raise"
         if isinstance(on_error, str):
             policy = on_error
@@ -329,7 +474,16 @@ class _RedisBase(_t.Generic[_M, _D]):
             breaker_cooldown=breaker_cooldown,
             breaker_failure_time=breaker_failure_time,
             max_key_len=max_key_len,
+            lease=lease,
+            lease_keys=lease_keys,
         )
+        if not self._async and self._driver.lease_max is not None:
+            # At exit (or when the limiter is collected) the leases still
+            # held go back. The finalizer holds the client and the driver,
+            # not the limiter, so it keeps nothing alive; it runs once, at
+            # most one call per key held, each bounded by the client's
+            # socket_timeout.
+            weakref.finalize(self, _give_back_quietly, client, self._driver)
 
     # ---- the operations ------------------------------------------------------
 
@@ -340,7 +494,19 @@ class _RedisBase(_t.Generic[_M, _D]):
     def allow(self, key: _Key, cost: int = 1) -> _D | Awaitable[_D]:
         """Takes ``cost`` from ``key`` (from every limit, all or nothing) if
         it allows it, at the server's time. A denial is a falsy decision."""
-        return self._decide("allow", key, cost, None)
+        if self._async:
+            return _Pending(self._decide_async("allow", key, cost, None))
+        # _decide, written out: a call answered here (a lease, a cached
+        # denial) costs little more than the driver's own work.
+        try:
+            step = self._driver.begin("allow", key, cost)
+            if step.__class__ is _RedisCall:
+                return self._coalesced(_Waiting("allow", key, cost, None, step))  # type: ignore[arg-type,return-value]
+        except BackendError:
+            if self._local is None:
+                raise
+            return self._fallback("allow", key, cost)
+        return step  # type: ignore[return-value]
 
     @_t.overload
     def allow_at(self: _RedisBase[Sync, _D], key: _Key, now: float, cost: int = 1) -> _D: ...
@@ -391,17 +557,21 @@ class _RedisBase(_t.Generic[_M, _D]):
     @_t.overload
     def reset(self: _RedisBase[Async, _D], key: _Key) -> Awaitable[None]: ...
     def reset(self, key: _Key) -> None | Awaitable[None]:
-        """Forgets ``key`` (one ``DEL``): it is full again."""
-        rkey = self._driver.begin_reset(key)
+        """Forgets ``key`` (one script call): it is full again, but for the
+        tokens other processes' leases hold (those stay theirs until spent,
+        given back or expired). A Redis failure raises :class:`BackendError`
+        whatever the policy."""
+        call = self._driver.begin_reset_call(key)
         if self._async:
-            return _Pending(self._reset_async(rkey))
+            return _Pending(self._reset_async(call))
         try:
-            self._client.delete(rkey)
+            reply = _send(self._client, self._driver, call)
         except Exception as e:
             kind = _kind(e)
             if kind is None:
                 raise
-            raise self._driver.backend_error(kind, e) from e
+            self._driver.finish_reset(e, kind)
+        self._driver.finish_reset(reply)
         return None
 
     @_t.overload
@@ -447,6 +617,69 @@ class _RedisBase(_t.Generic[_M, _D]):
             time.sleep(d.retry_after)
             waited += d.retry_after
 
+    # ---- leases --------------------------------------------------------------
+
+    @_t.overload
+    def close(self: _RedisBase[Sync, _D]) -> int: ...
+    @_t.overload
+    def close(self: _RedisBase[Async, _D]) -> _t.NoReturn: ...
+    def close(self) -> int:
+        """Gives back the unused tokens of every lease this limiter holds, so
+        that other processes can have them now rather than when their time
+        passes: how many limits took tokens back (a lease some other call
+        was granted after cannot be). The client stays open (it is yours);
+        calls made afterwards take new leases. A blocking limiter also does
+        this at exit. A Redis failure raises :class:`BackendError`. With an
+        asyncio client, ``await limiter.aclose()``."""
+        if self._async:
+            raise TypeError(
+                "this limiter's client is a redis.asyncio client: `await limiter.aclose()` "
+                "(or `async with limiter:`) gives its leases back"
+            )
+        return _give_back(self._client, self._driver)
+
+    async def aclose(self) -> int:
+        """:meth:`close` for a limiter over an asyncio client. Nothing can
+        run at exit for an asyncio client: call this before the event loop
+        ends (``async with limiter:`` does), or the leases it still holds
+        come back to the fleet only when their time passes."""
+        if not self._async:
+            raise TypeError("this limiter's client is a blocking redis.Redis: call limiter.close()")
+        calls = self._driver.begin_give_backs()
+        if not calls:
+            return 0
+        try:
+            replies = await asyncio.wait_for(_send_many_async(self._client, self._driver, calls), self._timeout)
+        except Exception as e:
+            kind = _kind(e)
+            if kind is None:
+                raise
+            self._driver.finish_give_back(e, kind)
+        return sum(self._driver.finish_give_back(r) for r in replies)
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self: _Self) -> _Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @property
+    def lease(self) -> int | None:
+        """The most tokens a lease takes (``lease="auto"``: an eighth of the
+        smallest burst), or None when this limiter leases none."""
+        return self._driver.lease_max
+
+    @property
+    def leases_held(self) -> int:
+        """Keys this process holds a lease on now."""
+        return self._driver.leases_held
+
     # ---- facts ---------------------------------------------------------------
 
     @property
@@ -477,6 +710,12 @@ class _RedisBase(_t.Generic[_M, _D]):
         d = local.peek(key, cost) if op == "peek" else local.allow(key, cost)
         return _t.cast(_D, self._driver.fallback(d))
 
+    # Decisions in flight at the same time share round trips: while one is
+    # outstanding, the calls that come meanwhile wait in self._queue and then
+    # go together, up to MAX_BATCH in one pipeline (one timeout for all with
+    # an asyncio client), each answered as it would have been alone: the
+    # server runs a pipeline's calls in order.
+
     def _decide(self, op: str, key: _Key, cost: int, now: float | None) -> _D | Awaitable[_D]:
         if self._async:
             return _Pending(self._decide_async(op, key, cost, now))
@@ -484,38 +723,149 @@ class _RedisBase(_t.Generic[_M, _D]):
             step = self._driver.begin(op, key, cost, now)
             if not isinstance(step, _RedisCall):
                 return _t.cast(_D, step)
-            try:
-                reply = _send(self._client, self._driver, step)
-            except Exception as e:
-                kind = _kind(e)
-                if kind is None:
-                    raise
-                return _t.cast(_D, self._driver.fail(step, kind, e))
-            return _t.cast(_D, self._driver.finish(step, reply))
+            return _t.cast(_D, self._coalesced(_Waiting(op, key, cost, now, step)))
         except BackendError:
             if self._local is None:
                 raise
             return self._fallback(op, key, cost)
+
+    def _coalesced(self, me: _Waiting) -> object:
+        """A blocking call: sent now if nothing is in flight, else it waits
+        for the thread whose round trip is in flight to wake it, answered
+        or to send the next round trip itself (with whoever waits then)."""
+        with self._lock:
+            if self._busy:
+                me.done = threading.Event()
+                self._queue.append(me)
+            else:
+                self._busy = True
+        if me.done is not None:
+            me.done.wait()
+            if not me.lead:
+                return me.outcome()
+            with self._lock:
+                batch = [me] + [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH - 1))]
+        else:
+            batch = None
+        try:
+            self._round_trip(me, batch)
+        finally:
+            with self._lock:
+                if self._queue:
+                    # The next waiter sends the next round trip (each thread
+                    # sends at most one: none serves the others for ever).
+                    nxt = self._queue.popleft()
+                    nxt.lead = True
+                    nxt.done.set()
+                else:
+                    self._busy = False
+        return me.outcome()
+
+    def _round_trip(self, me: _Waiting, batch: list[_Waiting] | None) -> None:
+        def settle(w: _Waiting, result: object, error: BaseException | None) -> None:
+            w.result, w.error = result, error
+            if w is not me:
+                w.done.set()
+
+        later: list[_Waiting] = []
+        if batch is None:
+            # Alone: its own call, as begun.
+            calls, sent = [me.call], [me]
+        else:
+            calls, sent, later = _plan(self._driver, batch, settle)
+            if later:
+                with self._lock:
+                    self._queue.extendleft(reversed(later))
+        if not calls:
+            return
+        try:
+            try:
+                replies: list[object] | None = (
+                    [_send(self._client, self._driver, calls[0])]
+                    if len(calls) == 1
+                    else _send_many(self._client, self._driver, calls)
+                )
+                error = None
+            except Exception as e:
+                replies, error = None, e
+            _settle_all(self._driver, sent, replies, error, settle)
+        except BaseException as e:  # interrupted: nobody of this round trip waits for ever
+            for w in sent:
+                if w.result is None and w.error is None:
+                    settle(w, None, e)
+            raise
 
     async def _decide_async(self, op: str, key: _Key, cost: int, now: float | None) -> _D:
         try:
             step = self._driver.begin(op, key, cost, now)
             if not isinstance(step, _RedisCall):
                 return _t.cast(_D, step)
+            if self._busy:
+                w = _Waiting(op, key, cost, now, step)
+                w.done = asyncio.get_running_loop().create_future()
+                self._queue.append(w)
+                return _t.cast(_D, await w.done)
+            self._busy = True
             try:
-                reply = await asyncio.wait_for(_send_async(self._client, self._driver, step), self._timeout)
-            except Exception as e:
-                kind = _kind(e)
-                if kind is None:
-                    raise
-                return _t.cast(_D, self._driver.fail(step, kind, e))
-            return _t.cast(_D, self._driver.finish(step, reply))
+                try:
+                    reply = await _within(_send_async(self._client, self._driver, step), self._timeout)
+                except Exception as e:
+                    kind = _kind(e)
+                    if kind is None:
+                        raise
+                    return _t.cast(_D, self._driver.fail(step, kind, e))
+                return _t.cast(_D, self._driver.finish(step, reply))
+            finally:
+                if self._queue:
+                    # Those that came meanwhile go in the next round trip, in a
+                    # task of its own (no caller carries the others').
+                    self._drainer = asyncio.ensure_future(self._drain())
+                else:
+                    self._busy = False
         except BackendError:
             if self._local is None:
                 raise
             return self._fallback(op, key, cost)
 
+    async def _drain(self) -> None:
+        def settle(w: _Waiting, result: object, error: BaseException | None) -> None:
+            if not w.done.done():
+                if error is None:
+                    w.done.set_result(result)
+                else:
+                    w.done.set_exception(error)
+
+        sent: list[_Waiting] = []
+        try:
+            while self._queue:
+                batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
+                # A caller that stopped waiting (cancelled) needs no decision.
+                calls, sent, later = _plan(self._driver, [w for w in batch if not w.done.done()], settle)
+                self._queue.extendleft(reversed(later))
+                if not calls:
+                    continue
+                try:
+                    replies: list[object] | None = await _within(
+                        _send_many_async(self._client, self._driver, calls), self._timeout
+                    )
+                    error = None
+                except Exception as e:
+                    replies, error = None, e
+                _settle_all(self._driver, sent, replies, error, settle)
+                sent = []
+        except BaseException as e:  # cancelled (the loop is closing): nobody waits for ever
+            for w in [*sent, *self._queue]:
+                settle(w, None, e if isinstance(e, Exception) else BackendError("the round trip was cancelled"))
+            self._queue.clear()
+            raise
+        finally:
+            self._busy = False
+            self._drainer = None
+
     def _refund(self, key: _Key, tokens: int, now: float | None) -> None | Awaitable[None]:
+        if now is None and self._driver.refund_lease(key, tokens):
+            # Back into this process's lease: no round trip.
+            return _Pending(_nothing()) if self._async else None
         call = self._driver.begin_refund(key, tokens, now)
         if self._async:
             return _Pending(self._refund_async(call))
@@ -539,14 +889,15 @@ class _RedisBase(_t.Generic[_M, _D]):
             self._driver.finish_refund(e, kind)
         self._driver.finish_refund(reply)
 
-    async def _reset_async(self, rkey: bytes) -> None:
+    async def _reset_async(self, call: _RedisCall) -> None:
         try:
-            await asyncio.wait_for(self._client.delete(rkey), self._timeout)
+            reply = await asyncio.wait_for(_send_async(self._client, self._driver, call), self._timeout)
         except Exception as e:
             kind = _kind(e)
             if kind is None:
                 raise
-            raise self._driver.backend_error(kind, e) from e
+            self._driver.finish_reset(e, kind)
+        self._driver.finish_reset(reply)
 
     def _many(self, requests: Iterable[_Request], now: float | None) -> list[_D] | Awaitable[list[_D]]:
         if self._local is not None and not isinstance(requests, (list, tuple)):
@@ -631,6 +982,15 @@ _OPTIONS_DOC = """
     5), or failures in a row that took ``breaker_failure_time`` seconds in
     all (default 1.0; 0 turns this bound off), open the circuit breaker for
     ``breaker_cooldown`` seconds (``breaker_threshold=0`` turns it off).
+    ``lease``: ``"off"`` (the default: every decision that is not a cached
+    denial is a round trip), ``"auto"``, or the most tokens a lease takes
+    (an int >= 1): a hot key's call then also takes a slice of the key's
+    tokens from Redis, which this process grants in memory
+    (``source == "lease"``) until spent or their time passes — exactly,
+    fleet-wide; the price is tokens idle in leases (at most processes ×
+    ``lease`` per key; see :meth:`close`). Token buckets only: ``"auto"``
+    leases nothing for a window limit, an int is refused with one.
+    ``lease_keys``: keys whose leases this process keeps (default 10,000).
 """
 
 

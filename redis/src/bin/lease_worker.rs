@@ -1,16 +1,19 @@
 //! A process of the server tests' lease races (built only with the
 //! `server-tests` feature):
 //!
-//! `lease_worker URL PREFIX MODE THREADS CALLS BURST PER_SEC`
+//! `lease_worker URL PREFIX MODE THREADS CALLS BURST PER_SEC [KEYS]`
 //!
-//! calls `allow` on key "hot" CALLS times from each of THREADS threads, on a
-//! token bucket of BURST refilling PER_SEC a second, leases on. MODE
-//! `caller` stamps every call with `CLOCK_MONOTONIC` (one timeline for
-//! every process of the host: the grants can be checked exactly); `server`
-//! calls at the server's time. Prints a line `G <µs>` per grant as it is
+//! calls `allow` CALLS times from each of THREADS threads, on a token bucket
+//! of BURST refilling PER_SEC a second, leases on: on key "hot", or with
+//! KEYS, on keys "k0" … "k<KEYS-1>", each call picking one at random. MODE
+//! `caller` stamps every call with `CLOCK_MONOTONIC` (one timeline for every
+//! process of the host: the grants can be checked exactly); `server` calls
+//! at the server's time. Prints a line `G <key> <µs>` per grant as it is
 //! made (the stamp in `caller` mode, 0 otherwise; flushed, so a process
 //! killed mid-run leaves its grants behind), then `S <answered from a
-//! lease> <round trips>`. Gives its leases back at the end.
+//! lease> <round trips> <errors>`. A call that fails (the server is down or
+//! restarting) is counted and the thread goes on. Gives its leases back at
+//! the end.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,28 +25,56 @@ use ratomic_redis::{BlockingRedisLimiter, Lease, Limits, Options, Source};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let [_, url, prefix, mode, threads, calls, burst, per_sec] = &args[..] else {
-        eprintln!("usage: lease_worker URL PREFIX caller|server THREADS CALLS BURST PER_SEC");
-        std::process::exit(2);
+    let (url, prefix, mode, threads, calls, burst, per_sec, keys) = match &args[..] {
+        [_, url, prefix, mode, threads, calls, burst, per_sec] => {
+            (url, prefix, mode, threads, calls, burst, per_sec, None)
+        }
+        [_, url, prefix, mode, threads, calls, burst, per_sec, keys] => {
+            (url, prefix, mode, threads, calls, burst, per_sec, Some(keys))
+        }
+        _ => {
+            eprintln!("usage: lease_worker URL PREFIX caller|server THREADS CALLS BURST PER_SEC [KEYS]");
+            std::process::exit(2);
+        }
     };
     let n = |s: &str| s.parse::<u64>().expect("a number");
+    let keys = keys.map(|k| n(k));
     let caller = mode == "caller";
     let rule = Rule::token_bucket(Quota::new(n(burst), n(per_sec) as f64).expect("a valid quota"));
     let limits = Limits::single(rule).and_then(|l| l.with_prefix(prefix.as_str())).expect("valid limits");
     let options = Options { timeout: Duration::from_secs(5), lease: Lease::Auto, ..Options::default() };
     let limiter = BlockingRedisLimiter::connect(url, limits, options).expect("connected");
     let clock = MonotonicClock::new();
-    let (local, trips) = (AtomicU64::new(0), AtomicU64::new(0));
+    let (local, trips, errors) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let out = Mutex::new(std::io::stdout());
     std::thread::scope(|s| {
-        for _ in 0..n(threads) {
-            s.spawn(|| {
+        for thread in 0..n(threads) {
+            let (limiter, clock, out) = (&limiter, &clock, &out);
+            let (local, trips, errors) = (&local, &trips, &errors);
+            s.spawn(move || {
+                // xorshift64*, seeded per process and thread.
+                let mut seed = (u64::from(std::process::id()) << 16 | thread) | 1;
+                let mut pick = move |k: u64| {
+                    seed ^= seed >> 12;
+                    seed ^= seed << 25;
+                    seed ^= seed >> 27;
+                    seed.wrapping_mul(0x2545_f491_4f6c_dd1d) % k
+                };
                 for _ in 0..n(calls) {
+                    let key = keys.map_or_else(|| "hot".to_owned(), |k| format!("k{}", pick(k)));
                     let (d, stamp) = if caller {
                         let now = clock.now();
-                        (limiter.allow_at("hot", 1, now).expect("a decision"), now / 1000)
+                        (limiter.allow_at(&key, 1, now), now / 1000)
                     } else {
-                        (limiter.allow_n("hot", 1).expect("a decision"), 0)
+                        (limiter.allow_n(&key, 1), 0)
+                    };
+                    let d = match d {
+                        Ok(d) => d,
+                        Err(_) => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            std::thread::sleep(Duration::from_millis(1)); // the server is restarting
+                            continue;
+                        }
                     };
                     match d.source {
                         Source::Lease => local.fetch_add(1, Ordering::Relaxed),
@@ -51,13 +82,18 @@ fn main() {
                     };
                     if d.allowed() {
                         let mut out = out.lock().unwrap();
-                        writeln!(out, "G {stamp}").unwrap();
+                        writeln!(out, "G {key} {stamp}").unwrap();
                         out.flush().unwrap();
                     }
                 }
             });
         }
     });
-    limiter.give_back().expect("leases given back");
-    println!("S {} {}", local.load(Ordering::Relaxed), trips.load(Ordering::Relaxed));
+    let _ = limiter.give_back();
+    println!(
+        "S {} {} {}",
+        local.load(Ordering::Relaxed),
+        trips.load(Ordering::Relaxed),
+        errors.load(Ordering::Relaxed)
+    );
 }

@@ -24,12 +24,15 @@ pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// A redis-server this test owns: no persistence, loopback only.
+/// A redis-server this test owns: loopback only, no persistence unless
+/// started with [`Server::start_persistent`].
 #[derive(Debug)]
 pub struct Server {
     pub port: u16,
     child: Option<Child>,
     extra: Vec<String>,
+    /// A directory of its own (its append-only file), removed on drop.
+    dir: Option<std::path::PathBuf>,
 }
 
 impl Server {
@@ -39,7 +42,29 @@ impl Server {
 
     /// A server started with extra arguments (e.g. cluster mode).
     pub fn start_with(extra: &[&str]) -> Server {
-        let mut s = Server { port: free_port(), child: None, extra: extra.iter().map(|a| a.to_string()).collect() };
+        let mut s =
+            Server { port: free_port(), child: None, extra: extra.iter().map(|a| a.to_string()).collect(), dir: None };
+        s.restart();
+        s
+    }
+
+    /// A server whose every write is on disk before its reply goes out
+    /// (`--appendonly yes --appendfsync always`), in a directory of its own:
+    /// killed and [restarted](Self::restart), it has every key it answered
+    /// for.
+    pub fn start_persistent() -> Server {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!(
+            "ratomic-redis-aof-{}-{port}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let extra = ["--appendonly", "yes", "--appendfsync", "always", "--dir"].map(str::to_owned);
+        let mut extra = extra.to_vec();
+        extra.push(dir.to_string_lossy().into_owned());
+        let mut s = Server { port, child: None, extra, dir: Some(dir) };
         s.restart();
         s
     }
@@ -101,6 +126,9 @@ impl Drop for Server {
             let _ = self.signal_cont();
         }
         self.kill();
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 

@@ -825,7 +825,7 @@ function arrangeRefund(g, req, res, limiter, key, quota, cost, d, before, wasSuc
 function refundNow(g, req, limiter, key, quota, cost, deadline) {
   const plan = g.refundPlan
   const local = plan.now === 'local'
-  const now = deadline === Infinity ? undefined : local ? performance.now : plan.now === 'limiter' ? () => limiter.now() : plan.now
+  const now = deadline === Infinity ? undefined : local ? () => performance.now() : plan.now === 'limiter' ? () => limiter.now() : plan.now
   try {
     if (now !== undefined && now() >= deadline) return // the window has ended: nothing to give back to
     let p

@@ -12,7 +12,7 @@
 // whose numbers a request fills in. A template is checked against core with
 // a second set of numbers before it is used; a decision outside the range
 // where JavaScript's arithmetic is core's (counts past 2^53, waits past
-// 100 days) is formatted by core itself. headers.test.js pins the two paths
+// 100 days) is formatted by core itself. middleware-templates.test.js pins the two paths
 // to each other.
 
 const http = require('node:http')

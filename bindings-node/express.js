@@ -33,8 +33,7 @@ const {
   ipKeyGenerator,
   warnEvery,
   toLogger,
-  tell,
-  report,
+  tellOnce,
   isThenable,
   typeError,
   PROBLEMS,
@@ -198,25 +197,22 @@ function read(options) {
   return { settings, statusCode, message: o.message, handler: o.handler === undefined ? null : o.handler, wasSuccessful, used, o }
 }
 
-// Set-up advice express-rate-limit gives too, through onLimiterError.
-function advise(g, o) {
+// Set-up advice express-rate-limit gives too, told with the first request
+// (onLimiterError is told a request): a keyGenerator keying by req.ip as is,
+// and an ipv6Subnet that keyGenerator makes moot.
+function advice(o) {
+  const out = []
   const src = typeof o.keyGenerator === 'function' ? o.keyGenerator.toString() : ''
   if (/\breq(uest)?\.ip\b/.test(src) && !src.includes('ipKeyGenerator')) {
-    tellCheck(
-      g,
+    out.push([
       'ERR_RATOMIC_KEY_GENERATOR_IP',
-      "ratomic/express: keyGenerator seems to key by req.ip as is: each IPv6 address of one client's /64 is then a client of its own. Key by ipKeyGenerator(req.ip) (require('ratomic/express').ipKeyGenerator)"
-    )
+      "ratomic/express: keyGenerator seems to key by req.ip as is: each IPv6 address of one client's /64 is then a client of its own. Key by ipKeyGenerator(req.ip) (require('ratomic/express').ipKeyGenerator)",
+    ])
   }
   if (o.ipv6Subnet !== undefined && o.keyGenerator !== undefined) {
-    tellCheck(g, 'ERR_RATOMIC_IPV6_SUBNET_IGNORED', 'ratomic/express: ipv6Subnet groups the default key only, and keyGenerator replaces it: pass the subnet to ipKeyGenerator(req.ip, subnet) in keyGenerator')
+    out.push(['ERR_RATOMIC_IPV6_SUBNET_IGNORED', 'ratomic/express: ipv6Subnet groups the default key only, and keyGenerator replaces it: pass the subnet to ipKeyGenerator(req.ip, subnet) in keyGenerator'])
   }
-}
-
-function tellCheck(g, code, message) {
-  if (g.checks[code] === false) return
-  g.reported.add(code)
-  tell(g, undefined, report(code, 0, message))
+  return out
 }
 
 // Express's `trust proxy` (false by default); with no app (plain `http`), nothing is trusted.
@@ -253,7 +249,7 @@ function refuse(res, status) {
 function rateLimit(options) {
   const { settings, statusCode, message, handler, wasSuccessful, used, o } = read(options)
   const g = gate(settings)
-  advise(g, o)
+  let advise = advice(o)
   const { kind, keyless } = g
   const prop = g.requestPropertyName
   const perRequest = kind === KINDS.DYNAMIC || g.nameFn !== null || (kind === KINDS.QUOTAS && typeof g.quota === 'function')
@@ -310,6 +306,10 @@ function rateLimit(options) {
   // Everything else: each step runs at once and awaits only what returns a
   // promise (an async skip or keyGenerator, a Redis limiter, an async message).
   function general(req, res, next) {
+    if (advise !== null) {
+      for (const [code, message] of advise) tellOnce(g, req, code, message)
+      advise = null
+    }
     if (g.skip !== null) {
       const s = g.skip(req, res)
       if (isThenable(s)) return s.then((v) => (v ? next() : keyed(req, res, next)))

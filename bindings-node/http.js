@@ -920,6 +920,7 @@ module.exports = {
   warnEvery,
   toLogger,
   tell,
+  tellOnce,
   report,
   isThenable,
   typeError,

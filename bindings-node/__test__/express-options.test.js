@@ -226,12 +226,22 @@ test('validate turns off the set-up reports; knownOptions: false lets unknown op
   assert.equal(typeof rateLimit({ colour: 'red', validate: { knownOptions: false } }), 'function')
 })
 
-test("a keyGenerator keying by req.ip as is (IPv6's /64 split) is reported once, as express-rate-limit's check does", () => {
+test("a keyGenerator keying by req.ip as is (IPv6's /64 split) is reported once, as express-rate-limit's check does", async () => {
   const reports = []
-  rateLimit({ keyGenerator: (req) => req.ip, onLimiterError: (e) => reports.push(e.code) })
-  rateLimit({ keyGenerator: (req) => rateLimit.ipKeyGenerator(req.ip), onLimiterError: (e) => reports.push(e.code) })
-  rateLimit({ keyGenerator: (req) => req.ip, validate: { keyGeneratorIpFallback: false }, onLimiterError: (e) => reports.push(e.code) })
-  assert.deepEqual(reports, ['ERR_RATOMIC_KEY_GENERATOR_IP'])
+  const onLimiterError = (e, req) => reports.push([e.code, req.url])
+  for (const options of [
+    { keyGenerator: (req) => req.ip },
+    { keyGenerator: (req) => rateLimit.ipKeyGenerator(req.ip) },
+    { keyGenerator: (req) => req.ip, validate: { keyGeneratorIpFallback: false } },
+  ]) {
+    const s = await serve(rateLimit({ ...options, onLimiterError }))
+    try {
+      assert.deepEqual(await statuses(s.get, 2, '/ok?n=1'), [200, 200])
+    } finally {
+      await s.close()
+    }
+  }
+  assert.deepEqual(reports, [['ERR_RATOMIC_KEY_GENERATOR_IP', '/ok?n=1']])
 })
 
 test('options ratomic cannot honour are TypeErrors naming what to use', () => {

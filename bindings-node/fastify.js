@@ -218,11 +218,15 @@ function limiterHook(r) {
   const prop = g.requestPropertyName
   const s = r.settings
   const perRequest = kind === KINDS.DYNAMIC || (kind === KINDS.QUOTAS && typeof g.quota === 'function')
+  const handlerOptions = Object.freeze({ ...r.options, statusCode: r.statusCode })
 
+  // A reply is a thenable (Fastify makes it one): what answers a request
+  // returns undefined, so that nothing here mistakes it for a promise.
   function refuse(reply, status, done) {
     if (status === 0) return done()
     if (status === 503) reply.header('Retry-After', '1')
-    return reply.code(status).type(PROBLEM_CONTENT_TYPE).send(PROBLEMS[status])
+    reply.code(status).type(PROBLEM_CONTENT_TYPE).send(PROBLEMS[status])
+    return undefined
   }
 
   function failed(request, reply, done, e) {
@@ -234,17 +238,26 @@ function limiterHook(r) {
     if (r.errorResponseBuilder !== null) {
       // As @fastify/rate-limit: what the builder returns is the error Fastify answers with.
       const context = { statusCode: r.statusCode, ban: false, max: d.limit, ttl: Math.ceil(d.retryAfterMs), after: after(d.retryAfterMs) }
-      return done(r.errorResponseBuilder(request, context))
+      done(r.errorResponseBuilder(request, context))
+      return undefined
     }
     if (r.handler !== null) {
-      const out = r.handler(request, reply, undefined, { ...r.options, statusCode: r.statusCode })
-      return isThenable(out) ? out.then(undefined, done) : out
+      const out = r.handler(request, reply, undefined, handlerOptions)
+      if (out !== reply && isThenable(out)) out.then(undefined, done)
+      return undefined
     }
     if (r.message !== undefined) {
       const m = typeof r.message === 'function' ? r.message(request, reply) : r.message
-      return isThenable(m) ? m.then((v) => reply.code(r.statusCode).send(v), done) : reply.code(r.statusCode).send(m)
+      if (isThenable(m)) {
+        return m.then((v) => {
+          reply.code(r.statusCode).send(v)
+        })
+      }
+      reply.code(r.statusCode).send(m)
+      return undefined
     }
-    return reply.code(r.statusCode).type(PROBLEM_CONTENT_TYPE).send(problemBody(p, d))
+    reply.code(r.statusCode).type(PROBLEM_CONTENT_TYPE).send(problemBody(p, d))
+    return undefined
   }
 
   // The common set-up: in-memory, the default key, nothing per request.
@@ -262,7 +275,7 @@ function limiterHook(r) {
       return failed(request, reply, done, e)
     }
     const p = g.template
-    writeFields(p, d, setHeader, reply)
+    writeFields(p, d, setHeader, reply, true)
     request[prop] = new RateLimitInfo(d, key, Date.now())
     if (d.allowed) {
       if (r.onExceeding !== null) r.onExceeding(request, key)
@@ -345,7 +358,7 @@ function limiterHook(r) {
   function answer(request, reply, done, key, limiter, quota, cost, before, d) {
     if (g.async) checkSource(g, request, d)
     const p = policyOf(g, limiter, g.name, quota)
-    writeFields(p, d, setHeader, reply)
+    writeFields(p, d, setHeader, reply, true)
     request[prop] = new RateLimitInfo(d, key, Date.now())
     if (!d.allowed) return deny(request, reply, done, p, d, key, limiter)
     if (g.refund !== null) arrangeRefund(g, request, reply.raw, limiter, key, quota, cost, d, before, (req) => r.wasSuccessful(req, reply))

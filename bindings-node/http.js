@@ -304,7 +304,7 @@ function render(parts, v) {
 // Fields as templates: [{ name, parts }], and whether they give `expected`
 // for slot values `v`.
 function fieldTemplates(fields, v) {
-  return fields.map(([name, value]) => ({ name, parts: cut(value, v) }))
+  return fields.map(([name, value]) => ({ name, lower: name.toLowerCase(), parts: cut(value, v) }))
 }
 
 function sameFields(templates, fields, v) {
@@ -569,20 +569,24 @@ function policyOf(g, limiter, name, quota) {
 
 /**
  * Writes the header fields of decision `d` under policy `p` with
- * `set(target, name, value)`.
+ * `set(target, name, value)`; the names in lower case if `lower` (Fastify
+ * lowers every name it is given: one it need not lower is not copied).
  */
-function writeFields(p, d, set, target) {
+function writeFields(p, d, set, target, lower) {
   const t = p.t
   if (t !== null && fill(V, d, t)) {
     const fields = d.allowed ? t.allowed : t.denied
     for (let i = 0; i < fields.length; i++) {
       const f = fields[i]
-      set(target, f.name, f.parts.length === 1 ? f.parts[0] : render(f.parts, V))
+      set(target, lower ? f.lower : f.name, f.parts.length === 1 ? f.parts[0] : render(f.parts, V))
     }
     return
   }
   const dropped = d.allowed ? p.drop.allowed : p.drop.denied
-  for (const [name, value] of p.headers(d)) if (!dropped.has(name.toLowerCase())) set(target, name, value)
+  for (const [name, value] of p.headers(d)) {
+    const l = name.toLowerCase()
+    if (!dropped.has(l)) set(target, lower ? l : name, value)
+  }
 }
 
 /** The problem body of denial `d` under policy `p`. */
@@ -681,13 +685,16 @@ function checkSource(g, req, d) {
  * fields (`limit`, `used`, `remaining`, `resetTime`, `key`) and the
  * decision's own (`allowed`, `retryAfterMs`, `resetAfterMs`; a multi-limit
  * decision's `entries` and `deniedBy`; a Redis decision's `source`).
+ * `resetTime` is made when first read (a Date a request is garbage most
+ * requests never look at), and JSON has it as a field.
  */
 class RateLimitInfo {
+  #resetAt
+  #resetTime
   constructor(d, key, now) {
     this.limit = d.limit
     this.used = d.limit - d.remaining
     this.remaining = d.remaining
-    this.resetTime = new Date(now + d.resetAfterMs)
     this.key = key
     this.allowed = d.allowed
     this.retryAfterMs = d.retryAfterMs
@@ -695,6 +702,23 @@ class RateLimitInfo {
     this.entries = d.entries
     this.deniedBy = d.deniedBy
     this.source = d.source
+    this.#resetAt = now + d.resetAfterMs
+    this.#resetTime = undefined
+  }
+
+  /** When the key is full again, on the wall clock. */
+  get resetTime() {
+    if (this.#resetTime === undefined) this.#resetTime = new Date(this.#resetAt)
+    return this.#resetTime
+  }
+
+  toJSON() {
+    const { limit, used, remaining, resetTime, key, allowed, retryAfterMs, resetAfterMs, entries, deniedBy, source } = this
+    return { limit, used, remaining, resetTime, key, allowed, retryAfterMs, resetAfterMs, entries, deniedBy, source }
+  }
+
+  [Symbol.for('nodejs.util.inspect.custom')](depth, options, inspect) {
+    return `RateLimitInfo ${inspect(this.toJSON(), options)}`
   }
 }
 

@@ -19,6 +19,11 @@ async function serve(middleware, setup = () => {}) {
   app.use(middleware)
   app.get('/fail', (req, res) => res.status(500).send('failed'))
   app.get('/decision', (req, res) => res.json(req.rateLimit === undefined ? null : req.rateLimit))
+  // How an express-rate-limit user reads the reset: a Date, the same one on each read.
+  app.get('/reset', (req, res) => {
+    const t = req.rateLimit.resetTime
+    res.json({ isDate: t instanceof Date, same: t === req.rateLimit.resetTime, ms: t.getTime(), json: JSON.parse(JSON.stringify(req.rateLimit)).resetTime })
+  })
   app.use((req, res) => res.send('ok'))
   const server = http.createServer(app)
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
@@ -196,6 +201,10 @@ test("req.rateLimit has express-rate-limit's fields: limit, used, remaining, res
     // The window ends 60 s after the decision, on the wall clock.
     const reset = Date.parse(info.resetTime)
     assert.ok(reset >= before + 60_000 - 1000 && reset <= Date.now() + 60_000, info.resetTime)
+    // Read in the handler: a Date (made when first read), and JSON has it as an ISO string.
+    const read = await (await s.get('/reset')).json()
+    assert.deepEqual([read.isDate, read.same, read.json], [true, true, new Date(read.ms).toISOString()])
+    assert.ok(read.ms >= reset && read.ms <= Date.now() + 60_000, read.ms)
   } finally {
     await s.close()
   }

@@ -147,6 +147,45 @@ test("the README's Redis example runs against a real server", async () => {
   }
 })
 
+// A ```diff js block is a migration from a peer (express-rate-limit,
+// @fastify/rate-limit): its old side (context and `-` lines) runs with the
+// peer, its new side (context and `+` lines) with ratomic, and each prints
+// the lines its `// shown` comments say.
+const diffBlocks = () => [...fs.readFileSync(README, 'utf8').matchAll(/```diff js\n([\s\S]*?)```/g)].map((m) => m[1])
+
+function diffSide(diff, sign) {
+  const lines = []
+  for (const line of diff.split('\n')) {
+    if (line === '' || line[0] === ' ' || line[0] === sign) lines.push(line.slice(1))
+    else if (line[0] !== '+' && line[0] !== '-') throw new Error(`not a line of a unified diff: ${JSON.stringify(line)}`)
+  }
+  return lines.join('\n')
+}
+
+// What one side prints, each line as console.log shows it.
+async function printedAsync(code) {
+  const lines = []
+  const log = (...args) => lines.push(args.map((a) => (typeof a === 'string' ? a : require('node:util').inspect(a))).join(' '))
+  await new Function('require', 'console', `return (async () => { ${code}\n })()`)(load, { log })
+  return lines
+}
+
+test("the README's migrations from express-rate-limit and @fastify/rate-limit: one line, both sides print alike", async () => {
+  const diffs = diffBlocks()
+  const peers = diffs.map((d) => d.match(/^-.*require\('([^']+)'\)/m)?.[1])
+  assert.deepEqual(peers, ['express-rate-limit', '@fastify/rate-limit'])
+  for (const diff of diffs) {
+    const changed = diff.split('\n').filter((l) => /^[-+]/.test(l))
+    assert.equal(changed.length, 2, `one line changed:\n${changed.join('\n')}`)
+    const shown = [...diff.matchAll(/console\.log\(.*\) \/\/ (.*)$/gm)].map((m) => m[1])
+    const before = diffSide(diff, '-')
+    const after = diffSide(diff, '+')
+    assert.match(after, /require\('ratomic\//)
+    assert.deepEqual(await printedAsync(before), shown, `the peer's side:\n${before}`)
+    assert.deepEqual(await printedAsync(after), shown, `ratomic's side:\n${after}`)
+  }
+})
+
 // The npm page (bindings-node/README.md): every ```js block, its printed
 // lines as its comments say.
 const npmBlocks = () => [...fs.readFileSync(NPM_README, 'utf8').matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1].replace(/^ {2}/gm, ''))

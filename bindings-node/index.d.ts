@@ -507,7 +507,7 @@ export interface RuleSpec {
 
 /** How a limiter stores its keys: how many, how long, and where. */
 export interface StoreOptions {
-  /** Most keys held at once (default 4,194,304). */
+  /** Most keys held at once (default 4,194,304; 131,072 with `sharedFile`). */
   maxKeys?: number
   /** Longest key in bytes (default 1024). */
   maxKeyLen?: number
@@ -518,7 +518,8 @@ export interface StoreOptions {
   /**
    * A file through which the processes of this host that build the same
    * limiter on it share its keys (Linux; created `0600`, refused when it
-   * is a symbolic link, another user's, or in use with another rule).
+   * is a symbolic link, another user's, or in use with another rule, and
+   * made anew for this one once nobody uses it; the default clock only).
    */
   sharedFile?: string
 }

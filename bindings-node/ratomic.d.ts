@@ -48,7 +48,7 @@ export type ClockLike = (() => number) | ManualClock
 
 /** How a limiter stores its keys. */
 export interface StoreOptions {
-  /** Most keys held at once (default 4,194,304). */
+  /** Most keys held at once (default 4,194,304; with `sharedFile`, 131,072). */
   maxKeys?: number
   /** Longest key in bytes (default 1024); a longer key is a RangeError, never truncated. */
   maxKeyLen?: number
@@ -67,9 +67,14 @@ export interface StoreOptions {
    * `child_process` children (Linux). Put it in a runtime directory the service owns
    * (`$XDG_RUNTIME_DIR`, `/run/<service>/`), not a world-writable `/tmp` path. The file
    * is created `0600`; a symbolic link, a file owned by another user or readable by
-   * others, a foreign or truncated file, or one in use with a different rule is a
-   * RangeError (`ERR_RATOMIC_INVALID_ARGUMENT`). Not to be confused with `shared(name)`,
-   * which shares one limiter between the worker threads of a single process.
+   * others, a foreign file, or one in use by another process with a different rule is a
+   * RangeError (`ERR_RATOMIC_INVALID_ARGUMENT`) saying what to do; a file made for another
+   * limiter that no process uses any more is made anew. Only with the default clock: a
+   * `clock` option is a RangeError (every process must read the host's monotonic clock).
+   * The file is sparse (pages get space as keys land): on a full file system a call that
+   * needs a new page throws an Error with code `ERR_RATOMIC_SHARED_FILE`, changing
+   * nothing. Not to be confused with `shared(name)`, which shares one limiter between the
+   * worker threads of a single process.
    */
   sharedFile?: string
 }

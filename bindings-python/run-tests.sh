@@ -77,8 +77,8 @@ ln -s "$(command -v redis-server)" "$outside/bin/redis-server"
 bare="$outside/venv/bin:$outside/bin"
 PATH="$bare" "$outside/venv/bin/python" -m pip install --quiet --upgrade pip
 # Only wheels: nothing may be built here. The README's examples also need
-# fastapi (a dependency), and pytest runs them.
-pins=$(grep -E '^(pytest|fastapi|redis)==' "$here/requirements-dev.txt")
+# fastapi and flask (the frameworks they show), and pytest runs them.
+pins=$(grep -E '^(pytest|fastapi|flask|redis)==' "$here/requirements-dev.txt")
 # shellcheck disable=SC2086
 PATH="$bare" "$outside/venv/bin/python" -m pip install --quiet --only-binary=:all: "$wheel[redis]" $pins
 for tool in cargo rustc cc; do

@@ -132,6 +132,13 @@ enum ratomic_result
    * is not Redis's answer.
    */
   RATOMIC_BACKEND_ERROR = 12,
+  /**
+   * A limiter on a shared file (`ratomic_options.shared_file`) could not
+   * serve the call: the file's file system is full (a new key needs
+   * space), or another process holds the key and does not let go.
+   * Nothing changed; `ratomic_last_error_message` says what to do.
+   */
+  RATOMIC_SHARED_FILE = 13,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -413,16 +420,21 @@ typedef struct {
    * server's workers share one limit. The file is memory-mapped and
    * changed only by atomic compare-and-swap, so a process killed at any
    * instruction leaves it usable. It is created `0600`; a symbolic link,
-   * a file owned by another user or readable by others, a truncated or
-   * foreign file, one made before the host last booted, or one in use
-   * with a different rule, `max_keys` or `eviction` gives
-   * `RATOMIC_INVALID_ARGUMENT` with the reason in
-   * `ratomic_last_error_message`. Put it in a runtime directory the
-   * service owns (`$XDG_RUNTIME_DIR`, `/run/<service>/`, a tmpfs), not
-   * a world-writable `/tmp` path. Its size is fixed by `max_keys` (about
-   * 50 bytes per key for one limit, allocated as keys land). Every
-   * process must read the same clock: the library's monotonic clock
-   * does. The string is copied; the caller keeps ownership.
+   * a file owned by another user or readable by others, a foreign file,
+   * or one in use by another process with a different rule, `max_keys`
+   * or `eviction` gives `RATOMIC_INVALID_ARGUMENT` with the reason (and
+   * the fix) in `ratomic_last_error_message`; a file made for another
+   * limiter that no process has open is made anew. Put it in a runtime
+   * directory the service owns (`$XDG_RUNTIME_DIR`, `/run/<service>/`,
+   * a tmpfs), not a world-writable `/tmp` path. Its size is fixed by
+   * `max_keys` (0 = 131,072 for a shared file: 48 bytes per key for one
+   * limit, at most), and it is sparse: pages get space as keys land; a
+   * call that needs a page on a full file system fails with
+   * `RATOMIC_SHARED_FILE`, changing nothing. Every process must read
+   * the same clock: a `clock` callback gives `RATOMIC_INVALID_ARGUMENT`
+   * (the `_at` calls take their time as given: readings of
+   * `CLOCK_MONOTONIC`). The string is copied; the caller keeps
+   * ownership.
    */
   const char *shared_file;
 } ratomic_options;

@@ -1,6 +1,9 @@
 'use strict'
 // The READMEs' Node examples run as written: the project README's ```js
-// blocks and the npm page's (bindings-node/README.md).
+// blocks and the npm page's (bindings-node/README.md), each as a file run
+// by `node` (what a user who pastes it does), and the cluster server under
+// node:cluster with its four workers. The tests below that check printed
+// lines also run the blocks in this process, with console.log captured.
 //
 // `require('ratomic')`, `require('ratomic/express')` ... resolve as in a
 // user's project: by default this package (by its own name, through
@@ -12,12 +15,81 @@ const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
 const { createRequire } = require('node:module')
+const { execFile, spawn } = require('node:child_process')
+const http = require('node:http')
+const os = require('node:os')
 
 const INSTALLED = process.env.RATOMIC_INSTALLED
 const fromProject = INSTALLED ? createRequire(path.join(INSTALLED, 'package.json')) : require
 const load = (name) => (name === 'ratomic' || name.startsWith('ratomic/') ? fromProject(name) : require(name))
 const README = path.join(__dirname, '..', '..', 'README.md')
 const NPM_README = path.join(__dirname, '..', 'README.md')
+
+// Every ```js block of a README; a block inside a list item loses its indent.
+function jsBlocks(readme) {
+  return [...fs.readFileSync(readme, 'utf8').matchAll(/^( *)```js\n([\s\S]*?)^ *```$/gm)].map(([, indent, code]) =>
+    code.replace(new RegExp(`^ {${indent.length}}`, 'gm'), ''),
+  )
+}
+const npmBlocks = () => jsBlocks(NPM_README)
+
+// The block as a file in a directory of its own, where `require('ratomic')`
+// finds this package (or, with RATOMIC_INSTALLED, the installed one) in a
+// node_modules, as in a user's project, and other packages (express,
+// ioredis) come from this package's devDependencies through NODE_PATH.
+function scratchFile(code, extraEnv = {}) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ratomic-readme-'))
+  fs.mkdirSync(path.join(dir, 'node_modules'))
+  const ratomic = INSTALLED ? path.join(INSTALLED, 'node_modules', 'ratomic') : path.join(__dirname, '..')
+  fs.symlinkSync(ratomic, path.join(dir, 'node_modules', 'ratomic'), 'dir')
+  const file = path.join(dir, 'example.js')
+  fs.writeFileSync(file, code)
+  process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }))
+  const env = { ...process.env, NODE_PATH: path.join(__dirname, '..', 'node_modules'), ...extraEnv }
+  return { file, env }
+}
+
+// Runs the block with `node example.js`; rejects, with its output, unless it exits 0.
+function runFile(code, extraEnv) {
+  const { file, env } = scratchFile(code, extraEnv)
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, [file], { env, timeout: 120_000 }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`${error.message}\n--- the block:\n${code}\n--- stdout:\n${stdout}\n--- stderr:\n${stderr}`))
+      else resolve({ stdout, stderr })
+    })
+  })
+}
+
+// What the block's comments say it prints: `console.log(...) // shown`.
+const commentedOutput = (code) => [...code.matchAll(/console\.log\(.*\) \/\/ (.*)$/gm)].map((m) => m[1])
+
+// The files named *.shm each process of a session has mapped, by pid.
+function mappedFiles(session) {
+  const found = new Map()
+  for (const pid of fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    try {
+      const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[3]) !== session) continue
+      const files = fs.readFileSync(`/proc/${pid}/maps`, 'utf8').split('\n').filter((l) => l.endsWith('.shm')).map((l) => l.split(/\s+/).slice(5).join(' '))
+      if (files.length > 0) found.set(Number(pid), [...new Set(files)])
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return found
+}
+
+// One GET on a connection of its own: [status, body].
+function get(port) {
+  return new Promise((resolve, reject) => {
+    http.get({ host: '127.0.0.1', port, path: '/', agent: false }, (res) => {
+      let body = ''
+      res.setEncoding('utf8')
+      res.on('data', (c) => (body += c))
+      res.on('end', () => resolve([res.statusCode, body]))
+    }).on('error', reject)
+  })
+}
 
 if (INSTALLED) {
   test('ratomic resolves to the installed package, its binary to the platform package', () => {
@@ -99,59 +171,37 @@ test("the README's Express example with a Stack runs and writes an item per memb
   assert.deepEqual(lines, ['"ip";q=10;w=1, "global";q=1000;w=1', '"ip";r=9;t=1, "global";r=999;t=1'])
 })
 
-test("the README's Redis example runs against a real server", async () => {
+test("the README's Redis example runs as written, as a file, against a real server", async () => {
   const { startRedis } = require('./redis-server')
-  const md = fs.readFileSync(README, 'utf8')
-  const code = [...md.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((c) => c.includes("require('ratomic/redis')"))
+  const code = jsBlocks(README).find((c) => c.includes("require('ratomic/redis')"))
   assert.ok(code, 'the README has a Redis example')
   const server = await startRedis()
-  const saved = process.env.REDIS_URL
-  process.env.REDIS_URL = server.url
-  // The example as written, but for two things a loaded machine would
-  // otherwise decide: each call may wait a second for Redis (the default,
-  // 50 ms, is a real timeout the first call, which connects and loads the
-  // script, can pass when the cores are busy: the example's decisions would
-  // then be onError's), and every client it makes is disconnected whatever
-  // happens (a client the example leaves open, as it does when a call
-  // throws, reconnects forever to the stopped server and keeps this file's
-  // process from ever exiting: the test hung instead of failing).
-  const clients = []
-  const patched = (name) => {
-    const m = load(name)
-    if (name === 'ioredis') {
-      class Redis extends m.Redis {
-        constructor(...args) {
-          super(...args)
-          clients.push(this)
-        }
-      }
-      return { ...m, Redis }
-    }
-    if (name !== 'ratomic/redis') return m
-    const classes = {}
-    for (const [n, C] of Object.entries(m)) {
-      classes[n] = typeof C === 'function' && /^Redis/.test(n) ? class extends C { constructor(rates, o) { super(rates, { timeoutMs: 1000, ...o }) } } : C
-    }
-    return classes
-  }
   try {
-    const lines = []
-    const log = (...args) => lines.push(args.map((a) => (typeof a === 'string' ? a : JSON.stringify(a))).join(' '))
-    await new Function('require', 'console', 'process', `return (async () => { ${code} })()`)(patched, { log }, process)
-    assert.deepEqual(lines, ['[true,true,false]', 'redis', 'true 1000'])
+    const { stdout } = await runFile(code, { REDIS_URL: server.url })
+    assert.deepEqual(stdout.trimEnd().split('\n'), commentedOutput(code))
+    assert.deepEqual(commentedOutput(code), ['[ true, true, false ]', 'redis', 'true 1000'])
   } finally {
-    for (const c of clients) c.disconnect()
-    if (saved === undefined) delete process.env.REDIS_URL
-    else process.env.REDIS_URL = saved
+    await server.stop()
+  }
+})
+
+test('every README js block that ends by itself runs as written, as a file (CommonJS, as `node file.js` runs it)', async () => {
+  const { startRedis } = require('./redis-server')
+  const server = await startRedis()
+  try {
+    const blocks = [...jsBlocks(README), ...jsBlocks(NPM_README)].filter((c) => !c.includes('cluster.fork()'))
+    assert.ok(blocks.length >= 6, `${blocks.length} blocks`)
+    for (const code of blocks) await runFile(code, { REDIS_URL: server.url })
+  } finally {
     await server.stop()
   }
 })
 
 // A ```diff js block is a migration from a peer (express-rate-limit,
 // @fastify/rate-limit): its old side (context and `-` lines) runs with the
-// peer, its new side (context and `+` lines) with ratomic, and each prints
-// the lines its `// shown` comments say.
-const diffBlocks = () => [...fs.readFileSync(README, 'utf8').matchAll(/```diff js\n([\s\S]*?)```/g)].map((m) => m[1])
+// peer, its new side (context and `+` lines) with ratomic, each as a file,
+// and each prints the lines its `// shown` comments say.
+const diffBlocks = () => [...fs.readFileSync(README, 'utf8').matchAll(/^```diff js\n([\s\S]*?)^```$/gm)].map((m) => m[1])
 
 function diffSide(diff, sign) {
   const lines = []
@@ -162,33 +212,25 @@ function diffSide(diff, sign) {
   return lines.join('\n')
 }
 
-// What one side prints, each line as console.log shows it.
-async function printedAsync(code) {
-  const lines = []
-  const log = (...args) => lines.push(args.map((a) => (typeof a === 'string' ? a : require('node:util').inspect(a))).join(' '))
-  await new Function('require', 'console', `return (async () => { ${code}\n })()`)(load, { log })
-  return lines
-}
-
-test("the README's migrations from express-rate-limit and @fastify/rate-limit: one line, both sides print alike", async () => {
+test("the README's migrations from express-rate-limit and @fastify/rate-limit: one line, both sides run as files and print alike", async () => {
   const diffs = diffBlocks()
   const peers = diffs.map((d) => d.match(/^-.*require\('([^']+)'\)/m)?.[1])
   assert.deepEqual(peers, ['express-rate-limit', '@fastify/rate-limit'])
   for (const diff of diffs) {
     const changed = diff.split('\n').filter((l) => /^[-+]/.test(l))
     assert.equal(changed.length, 2, `one line changed:\n${changed.join('\n')}`)
-    const shown = [...diff.matchAll(/console\.log\(.*\) \/\/ (.*)$/gm)].map((m) => m[1])
+    const shown = commentedOutput(diff)
+    assert.ok(shown.length >= 2, diff)
     const before = diffSide(diff, '-')
     const after = diffSide(diff, '+')
     assert.match(after, /require\('ratomic\//)
-    assert.deepEqual(await printedAsync(before), shown, `the peer's side:\n${before}`)
-    assert.deepEqual(await printedAsync(after), shown, `ratomic's side:\n${after}`)
+    assert.deepEqual((await runFile(before)).stdout.trimEnd().split('\n'), shown, `the peer's side:\n${before}`)
+    assert.deepEqual((await runFile(after)).stdout.trimEnd().split('\n'), shown, `ratomic's side:\n${after}`)
   }
 })
 
 // The npm page (bindings-node/README.md): every ```js block, its printed
 // lines as its comments say.
-const npmBlocks = () => [...fs.readFileSync(NPM_README, 'utf8').matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1].replace(/^ {2}/gm, ''))
 
 function printed(code) {
   const lines = []
@@ -208,10 +250,40 @@ test("the npm page's rate-string example runs", () => {
   ])
 })
 
-test("the npm page's shared-file example runs", { skip: process.platform !== 'linux' && 'a shared file is Linux only' }, () => {
-  const code = npmBlocks().find((c) => c.includes('sharedFile'))
-  assert.ok(code, 'the npm README has the shared-file example')
-  assert.deepEqual(printed(code), ['99'])
+// The npm page's cluster server, as written, under node:cluster with its
+// four workers: one client's 30 requests to its 5-per-minute limit, exactly
+// 5 pass, and the four workers have one file mapped (with process.pid in
+// the path: four files, 20 pass).
+test("the npm page's cluster example shares one limit across its four workers", { skip: process.platform !== 'linux' && 'a shared file is Linux only' }, async () => {
+  const code = npmBlocks().find((c) => c.includes('cluster.fork()'))
+  assert.ok(code, 'the npm README has the cluster example')
+  const runtime = fs.mkdtempSync(path.join(os.tmpdir(), 'ratomic-readme-runtime-'))
+  fs.chmodSync(runtime, 0o700)
+  const { file, env } = scratchFile(code, { XDG_RUNTIME_DIR: runtime, PORT: '0' })
+  const server = spawn(process.execPath, [file], { env, stdio: ['ignore', 'pipe', 'inherit'], detached: true })
+  try {
+    const port = await new Promise((resolve, reject) => {
+      let out = ''
+      server.stdout.on('data', (chunk) => {
+        out += chunk
+        const listening = [...out.matchAll(/^worker \d+ listening on port (\d+)$/gm)]
+        if (listening.length === 4) resolve(Number(listening[0][1]))
+      })
+      server.on('exit', (code) => reject(new Error(`the example exited (${code}): ${out}`)))
+    })
+    const workers = mappedFiles(server.pid)
+    assert.equal(workers.size, 4, `four workers map a file: ${JSON.stringify([...workers])}`)
+    const answers = []
+    for (let i = 0; i < 30; i++) answers.push(await get(port))
+    const passed = answers.filter(([status]) => status === 200)
+    assert.deepEqual([passed.length, answers.filter(([status]) => status === 429).length], [5, 25], JSON.stringify(answers))
+    assert.deepEqual(new Set([...workers.values()].flat()).size, 1, `one file: ${JSON.stringify([...workers])}`)
+    // Round robin: the five that passed were answered by more than one worker.
+    assert.ok(new Set(passed.map(([, body]) => body)).size > 1, JSON.stringify(passed))
+  } finally {
+    process.kill(-server.pid, 'SIGKILL')
+    fs.rmSync(runtime, { recursive: true, force: true })
+  }
 })
 
 test('the npm page links nothing a package user cannot open', () => {

@@ -139,6 +139,7 @@ impl From<ratomic::Error> for JsFailure {
             ratomic::Error::InvalidArgument { .. } => (Kind::Range, "ERR_RATOMIC_INVALID_ARGUMENT"),
             ratomic::Error::CostExceedsLimit { .. } => (Kind::Range, "ERR_RATOMIC_COST_EXCEEDS_LIMIT"),
             ratomic::Error::KeyTooLong { .. } => (Kind::Range, "ERR_RATOMIC_KEY_TOO_LONG"),
+            ratomic::Error::SharedFile { .. } => (Kind::Error, "ERR_RATOMIC_SHARED_FILE"),
             // `Error` is non-exhaustive: a kind added to the core later is still an Error with a code.
             _ => (Kind::Error, "ERR_RATOMIC"),
         };

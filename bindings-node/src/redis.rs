@@ -331,6 +331,7 @@ impl NativeRedis {
                 breaker_failure_time: ms("breakerFailureTimeMs", o.breaker_failure_time_ms, 1000.0)?,
                 deny_cache: usize::try_from(whole("denyCache", o.deny_cache.unwrap_or(10_000.0), 0)?)
                     .unwrap_or(usize::MAX),
+                ..Options::default()
             };
             Ok(NativeRedis { driver: Driver::new(limits, options), multi, rules: parsed })
         };

@@ -46,7 +46,7 @@ pub struct RuleSpec {
 #[napi(object)]
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StoreOptions {
-    /// Most keys held at once (default 4,194,304).
+    /// Most keys held at once (default 4,194,304; 131,072 with `sharedFile`).
     pub max_keys: Option<f64>,
     /// Longest key in bytes (default 1024).
     pub max_key_len: Option<f64>,
@@ -56,7 +56,8 @@ pub struct StoreOptions {
     pub eviction: Option<String>,
     /// A file through which the processes of this host that build the same
     /// limiter on it share its keys (Linux; created `0600`, refused when it
-    /// is a symbolic link, another user's, or in use with another rule).
+    /// is a symbolic link, another user's, or in use with another rule, and
+    /// made anew for this one once nobody uses it; the default clock only).
     pub shared_file: Option<String>,
 }
 

@@ -10,7 +10,8 @@
 //! │   └── KeyEncodingError(.., UnicodeError)  a str key with no UTF-8 form
 //! ├── ArgumentTypeError(RatomicError, TypeError)
 //! │   └── KeyTypeError              a key that is neither str nor bytes
-//! └── BackendError                  Redis failed (ratomic.redis, on_error="raise")
+//! └── BackendError                  Redis failed (ratomic.redis, on_error="raise"),
+//!                                   or a shared_file could not serve a call
 //! ```
 //!
 //! The classes have two bases each, which `create_exception!` cannot make,
@@ -118,7 +119,9 @@ impl Exceptions {
                 &[base_b],
                 "A Redis-backed limiter (ratomic.redis) could not get an answer from Redis: the \
                  connection failed, the call timed out, or the server answered an error, and its \
-                 on_error policy is \"raise\". `__cause__` is the client's exception.",
+                 on_error policy is \"raise\". `__cause__` is the client's exception. Also a \
+                 limiter on a shared_file that could not serve a call (its file system is full, or \
+                 another process holds the key): nothing changed, and the message says what to do.",
             )?,
             ratomic_error: base,
             invalid_argument: invalid,
@@ -160,6 +163,7 @@ pub fn core_error(py: Python<'_>, err: ratomic::Error) -> PyErr {
         ratomic::Error::InvalidRate { .. } => &e.invalid_rate,
         ratomic::Error::CostExceedsLimit { .. } => &e.cost_exceeds_limit,
         ratomic::Error::KeyTooLong { .. } => &e.key_too_long,
+        ratomic::Error::SharedFile { .. } => &e.backend,
         _ => &e.invalid_argument,
     };
     let index = match err {

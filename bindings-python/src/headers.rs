@@ -24,7 +24,7 @@ pub fn fields(py: Python<'_>, draft: &str, legacy: bool) -> PyResult<impl FnOnce
 /// The draft every `headers(draft=...)` takes by name: `"draft-11"` (the
 /// default), `"draft-8"` (whose fields are draft 11's), `"draft-7"` or
 /// `"draft-6"`, the names Node's `headers({ draft })` takes.
-fn draft_named(py: Python<'_>, name: &str) -> PyResult<Draft> {
+pub(crate) fn draft_named(py: Python<'_>, name: &str) -> PyResult<Draft> {
     match name {
         "draft-11" | "draft-8" => Ok(Draft::Draft11),
         "draft-7" => Ok(Draft::Draft7),

@@ -5,7 +5,8 @@
 //! (every single-rule limiter's operations) with `token_bucket.rs`,
 //! `fixed_window.rs` and `sliding_window.rs` (their constructors),
 //! `limiter.rs`, `quotas.rs`, `stack.rs`, `direct.rs`, `clock.rs`, `decision.rs`,
-//! `rule.rs`, `store.rs` (the store options), `key.rs` (keys, and the other
+//! `rule.rs`, `store.rs` (the store options), `http.rs` (what the HTTP
+//! middlewares write for a decision), `key.rs` (keys, and the other
 //! arguments read from Python objects) and `error.rs` (core errors as
 //! Python exceptions). The face holds no decision logic: it converts
 //! types, maps errors and reads clocks.
@@ -22,6 +23,7 @@ mod direct;
 mod error;
 mod fixed_window;
 mod headers;
+mod http;
 mod key;
 mod keyed;
 mod limiter;
@@ -52,6 +54,7 @@ fn _ratomic(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<quotas::Quotas>()?;
     m.add_class::<redis::RedisDriver>()?;
     m.add_class::<redis::RedisCall>()?;
+    m.add_class::<http::HttpFields>()?;
     error::Exceptions::register(m)?;
     Ok(())
 }

@@ -59,7 +59,7 @@ pub fn limits_arg(arg: &Bound<'_, PyAny>) -> PyResult<Vec<(String, ratomic::Rule
 #[pyclass(frozen, module = "ratomic", name = "Limiter")]
 pub struct Limiter {
     pub(crate) inner: Arc<ratomic::Limiter<[u8], Time>>,
-    names: Names,
+    pub(crate) names: Names,
 }
 
 /// Which of a `Limiter`'s limits a call is subject to. Made once with

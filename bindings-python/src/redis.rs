@@ -205,6 +205,7 @@ impl RedisDriver {
             breaker_cooldown: seconds(breaker_cooldown, "breaker_cooldown")?,
             breaker_failure_time: seconds(breaker_failure_time, "breaker_failure_time")?,
             deny_cache,
+            ..Options::default()
         };
         let names = make_names(py, limits.names());
         Ok(RedisDriver { driver: Driver::new(limits, options), names, multi, rules })

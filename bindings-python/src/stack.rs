@@ -23,12 +23,12 @@ use crate::limiter::{named_pairs, Limiter};
 #[pyclass(frozen, module = "ratomic", name = "Stack")]
 pub struct Stack {
     inner: ratomic::Stack<Time>,
-    names: Names,
+    pub(crate) names: Names,
     members: Py<PyTuple>,
     /// One header policy per member, named as the member (core's
     /// `Stack::policies`), made at construction; an error if a member has
     /// none (a `Limiter`), raised only by `headers()` and `problem()`.
-    policies: ratomic::Result<Vec<Policy>>,
+    pub(crate) policies: ratomic::Result<Vec<Policy>>,
 }
 
 /// A member's core limiter and its clock.

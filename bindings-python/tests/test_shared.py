@@ -150,22 +150,31 @@ def test_shared_file_of_the_wrong_type_is_a_type_error(tmp_path):
 
 
 def test_a_shared_limiter_answers_as_one_in_process(tmp_path):
+    # A shared file reads the host's monotonic clock (no other is accepted),
+    # so both sides run on it, at rates no test lasts long enough to refill:
+    # their answers agree in everything but the waits (read microseconds
+    # apart).
     rng = random.Random(7)
     for build in (
-        lambda clock, **kw: ratomic.TokenBucket(5, 2.0, clock=clock, max_keys=64, **kw),
-        lambda clock, **kw: ratomic.SlidingWindow(5, 1.0, clock=clock, max_keys=64, **kw),
-        lambda clock, **kw: ratomic.Limiter(
-            {"a": ratomic.TokenBucket(4, 4.0).rule, "b": ratomic.FixedWindow(9, 10.0).rule},
-            clock=clock,
+        lambda **kw: ratomic.TokenBucket(5, SLOW, max_keys=64, **kw),
+        lambda **kw: ratomic.SlidingWindow(5, 3600.0, max_keys=64, **kw),
+        lambda **kw: ratomic.Limiter(
+            {"a": ratomic.TokenBucket(4, SLOW).rule, "b": ratomic.FixedWindow(9, 3600.0).rule},
             max_keys=64,
             **kw,
         ),
     ):
-        clock = ratomic.ManualClock()
-        local = build(clock)
-        shared = build(clock, shared_file=str(tmp_path / f"parity-{rng.random()}.shm"))
+        local = build()
+        shared = build(shared_file=str(tmp_path / f"parity-{rng.random()}.shm"))
+
+        def seen(d):
+            if d is None:
+                return None
+            if isinstance(d, ratomic.Decision):
+                return (d.allowed, d.remaining, d.limit)
+            return (d.allowed, {n: (x.allowed, x.remaining, x.limit) for n, x in d.entries.items()})
+
         for _ in range(400):
-            clock.advance(rng.choice([0.0, 0.0, rng.random() * 0.3, rng.random() * 3]))
             key, cost = f"k{rng.randrange(4)}", rng.randrange(4)
             op = rng.random()
             if op < 0.6:
@@ -176,7 +185,93 @@ def test_a_shared_limiter_answers_as_one_in_process(tmp_path):
                 a, b = local.refund(key, max(cost, 1)), shared.refund(key, max(cost, 1))
             else:
                 a, b = local.reset(key), shared.reset(key)
-            assert repr(a) == repr(b), (key, cost, a, b)
+            assert seen(a) == seen(b), (key, cost, a, b)
+
+
+def test_a_clock_of_its_own_is_refused_on_a_shared_file(tmp_path):
+    # Issue 35: a ManualClock with a shared file was accepted, and one
+    # process's times then locked a key in the others' for 653 s.
+    path = tmp_path / "clock.shm"
+    for build in (
+        lambda: ratomic.TokenBucket(5, 1.0, clock=ratomic.ManualClock(), shared_file=str(path)),
+        lambda: ratomic.TokenBucket(5, 1.0, clock=lambda: 0.0, shared_file=str(path)),
+        lambda: ratomic.FixedWindow(5, 60.0, clock=ratomic.ManualClock(), shared_file=str(path)),
+        lambda: ratomic.Limiter({"a": "5/min"}, clock=ratomic.ManualClock(), shared_file=str(path)),
+        lambda: ratomic.Quotas(clock=ratomic.ManualClock(), shared_file=str(path)),
+    ):
+        with pytest.raises(ratomic.InvalidArgumentError, match="monotonic clock"):
+            build()
+    assert not path.exists(), "a refused limiter makes no file"
+    assert ratomic.TokenBucket(5, 1.0, shared_file=str(path)).allow("k")
+
+
+def test_a_new_limit_takes_the_file_once_its_old_users_have_exited(tmp_path):
+    # Issue 36: changing a limit with an existing file was refused even with
+    # no process using it (uvicorn's workers then died in a loop).
+    path = str(tmp_path / "limits.shm")
+    ready, done = CTX.Event(), CTX.Event()
+
+    def old_worker():
+        limiter = bucket(path)
+        assert limiter.allow("a")
+        ready.set()
+        done.wait(60)
+
+    p = CTX.Process(target=old_worker)
+    p.start()
+    assert ready.wait(60)
+    with pytest.raises(ratomic.InvalidArgumentError) as e:
+        ratomic.TokenBucket(60, SLOW, max_keys=1000, shared_file=path)
+    for part in ("in use with a different rule", "token bucket 50 per", "token bucket 60 per", f"rm -- '{path}'"):
+        assert part in str(e.value), (part, str(e.value))
+    done.set()
+    p.join()
+    assert p.exitcode == 0
+    new = ratomic.TokenBucket(60, SLOW, max_keys=1000, shared_file=path)
+    assert sum(bool(new.allow("a")) for _ in range(70)) == 60, "made anew: key a is full"
+
+
+def _mount_tmpfs(path, size):
+    import subprocess
+
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)], check=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_full_file_system_is_an_error_never_a_bus_error(tmp_path):
+    # Issue 35: TokenBucket(5, 1.0, shared_file=…, max_keys=2_000_000) on a
+    # 64 MiB tmpfs killed the process with a bus error.
+    import subprocess
+
+    fs = tmp_path / "tmpfs"
+    _mount_tmpfs(fs, "64m")
+    try:
+        code = (
+            "import ratomic, sys\n"
+            f"lim = ratomic.TokenBucket(5, 1.0, shared_file={str(fs / 'limits.shm')!r}, max_keys=2_000_000)\n"
+            "n = 0\n"
+            "try:\n"
+            "    while True:\n"
+            "        assert lim.allow(f'key{n}')\n"
+            "        n += 1\n"
+            "except ratomic.BackendError as e:\n"
+            "    print(n, e)\n"
+            "    held = len(lim)\n"
+            "    try:\n"
+            "        lim.allow(f'key{n}')\n"
+            "    except ratomic.BackendError:\n"
+            "        pass\n"
+            "    assert len(lim) == held, 'the refusal changed nothing'\n"
+            "    assert lim.allow('key0').remaining == 3, 'keys held still work'\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, (out.returncode, out.stderr)
+        n, _, message = out.stdout.partition(" ")
+        assert int(n) > 1000, out.stdout
+        assert "the file system holding it is full" in message, message
+    finally:
+        subprocess.run(["umount", str(fs)], check=False)
 
 
 def test_quotas_share_their_buckets(tmp_path):

@@ -168,10 +168,13 @@ fn realtime_paces_requests_on_the_real_clock() {
     let took = started.elapsed();
     assert!(took >= std::time::Duration::from_millis(250), "paced in real time: {took:?}");
     assert!(out.contains("real (monotonic clock"), "{out}");
-    // 12 requests in 0.3 s; the burst of 5 plus at most one refill (at 200 ms).
+    // 12 requests paced over 0.3 s: the burst of 5 passes, and at most one
+    // more per 200 ms refill over however long the run really took (a loaded
+    // machine stretches it), never more.
     assert_eq!(summary_figure(&out, "offered"), 12, "{out}");
     let allowed = summary_figure(&out, "allowed");
-    assert!((5..=7).contains(&allowed), "{allowed}\n{out}");
+    let refills = took.as_millis() as u64 / 200;
+    assert!(allowed >= 5 && allowed <= 5 + refills, "{allowed} allowed in {took:?}\n{out}");
 }
 
 #[test]

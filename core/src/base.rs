@@ -50,10 +50,13 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
             None => Backend::Local(Store::new(options, width, &rules)?),
             #[cfg(all(target_os = "linux", not(ratomic_loom)))]
             Some(path) => {
+                check_clock_for_file(&clock)?;
                 // The key type by name, not only by how it is stored: `u64`
                 // and `Ipv4Addr` keys share a storage but not a meaning.
-                let describe = format!("{}|{}", rules.describe(), std::any::type_name::<K>());
-                Backend::Shared(SharedStore::open::<K::Stored>(path, options, width, &describe, &rules)?)
+                let key = std::any::type_name::<K>();
+                let describe = format!("{}|{key}", rules.describe());
+                let label = format!("{}, keys {key}", rules.label());
+                Backend::Shared(SharedStore::open::<K::Stored>(path, options, width, &describe, &label, &rules)?)
             }
             #[cfg(not(all(target_os = "linux", not(ratomic_loom))))]
             Some(path) => {
@@ -70,9 +73,16 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
     }
 
     /// The key's hash and prepared form; errors if it is too long.
+    /// On a shared file, also reserves the backing store of the key's slots
+    /// (an error, changing nothing, if its file system is full): every call
+    /// probes its key first, before it changes anything.
     #[inline]
     pub(crate) fn probe<'k>(&self, key: &'k K) -> Result<(u64, Probe<'k, K>)> {
-        on_store!(self, st => key.probe(st.hasher(), self.max_key_len), sh => key.probe(sh.hasher(), self.max_key_len))
+        on_store!(self, st => key.probe(st.hasher(), self.max_key_len), sh => {
+            let (hash, probe) = key.probe(sh.hasher(), self.max_key_len)?;
+            sh.reserve(hash)?;
+            Ok((hash, probe))
+        })
     }
 
     /// Runs `op` on `key`'s state words at `now` (see
@@ -156,17 +166,18 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
     ) -> Result<Option<T>> {
         let now = checked(now)?;
         let (hash, probe) = self.probe(key)?;
-        Ok(on_store!(self, st => st.update_locked(hash, &probe, now, &self.rules, credit, op),
-            sh => sh.update_locked(hash, now, &self.rules, credit, op)))
+        on_store!(self, st => Ok(st.update_locked(hash, &probe, now, &self.rules, credit, op)),
+            sh => sh.update_locked(hash, now, &self.rules, credit, op))
     }
 
     /// Forgets `key`: it is full again.
     pub(crate) fn reset_at(&self, key: &K, now: u64) -> Result<()> {
         let now = checked(now)?;
         let (hash, probe) = self.probe(key)?;
-        on_store!(self, st => st.reset(hash, &probe, now, &self.rules),
-            sh => sh.reset(hash, now, &self.rules));
-        Ok(())
+        on_store!(self, st => {
+            st.reset(hash, &probe, now, &self.rules);
+            Ok(())
+        }, sh => sh.reset(hash, now, &self.rules))
     }
 
     /// Drops every key that carries no information at `now`.
@@ -197,6 +208,26 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
     pub(crate) fn shared_fingerprints(&self) -> Option<Vec<u64>> {
         on_store!(self, _st => None, sh => Some(sh.fingerprints()))
     }
+}
+
+/// A shared file's processes must read one timeline: the host's
+/// `CLOCK_MONOTONIC`, which [`MonotonicClock`] reads (its id,
+/// [`ClockId::MONOTONIC`](crate::ClockId::MONOTONIC), is the only one that
+/// promises it). Any other clock — a [`ManualClock`](crate::ManualClock), a
+/// face's callable — is refused: its readings mean nothing to the other
+/// processes, and a reading ahead of theirs would lock keys for all of them.
+#[cfg(all(target_os = "linux", not(ratomic_loom)))]
+fn check_clock_for_file<C: Clock>(clock: &C) -> Result<()> {
+    if clock.id() == crate::ClockId::MONOTONIC {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "clock",
+        "a clock of its own",
+        "a limiter on a shared_file must read the host's monotonic clock (the default), the one timeline every \
+         process sharing the file reads; build it without a clock (calls that take an explicit time, the `*_at` \
+         methods, remain for tests and must be given readings of that clock)",
+    ))
 }
 
 /// Waits out denials: calls `attempt` until it allows, sleeping with `sleep`

@@ -63,6 +63,18 @@ pub enum Error {
         /// What is wrong with it.
         error: Box<Error>,
     },
+    /// The file a limiter shares with the host's other processes
+    /// ([`Options::shared_file`](crate::Options::shared_file)) could not
+    /// serve a call: its file system is full (a new key needs backing
+    /// store), or another process holds the key and does not let go. Not
+    /// a misuse: the call changed nothing, and may succeed once the cause
+    /// is gone; the reason says what to do.
+    SharedFile {
+        /// The file's path.
+        path: String,
+        /// What went wrong and what to do about it.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -112,6 +124,7 @@ impl fmt::Display for Error {
             Error::InvalidRequest { index, error } => {
                 write!(f, "request {index} of the batch: {error} (nothing in the batch was decided)")
             }
+            Error::SharedFile { path, reason } => write!(f, "shared file {path}: {reason}"),
         }
     }
 }

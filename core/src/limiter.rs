@@ -188,6 +188,9 @@ impl Retention for Rules {
     fn describe(&self) -> String {
         format!("{:?}", self.0)
     }
+    fn label(&self) -> String {
+        self.0.iter().map(ToString::to_string).collect::<Vec<_>>().join(" and ")
+    }
 }
 
 /// The positions of `bits`' set bits, lowest first.

@@ -131,6 +131,9 @@ impl Retention for QuotaFree {
         // Each call names its quota, which is part of the stored key.
         "QuotaFree".into()
     }
+    fn label(&self) -> String {
+        "Quotas (token buckets of each call's quota)".into()
+    }
 }
 
 /// A (quota, key) pair as the store's key: the quota's emission interval

@@ -786,7 +786,7 @@ use ratomic::shared_model::Model;
 /// Steps at which a victim is killed in the shared-store models: every
 /// step the protocols below take, then never.
 fn kill_points() -> impl Iterator<Item = usize> {
-    (0..8).chain([usize::MAX])
+    (0..16).chain([usize::MAX])
 }
 
 fn no_key_twice(m: &Model) {
@@ -899,7 +899,7 @@ fn shared_gc_killed_mid_forget_never_grants_a_stale_call_more() {
             // is still held, being forgotten, or forgotten into the floor.
             assert!(!p1.allow(5, 0).unwrap(), "a stale call was granted a token the bucket never had");
             h.join().unwrap();
-            // A survivor's gc takes over a dead sweeper's word.
+            // A survivor's gc recovers what the dead one held.
             let p3 = m.process(3, usize::MAX);
             p3.gc(late).unwrap();
             assert!(m.fingerprints().is_empty(), "the idle key is forgotten");
@@ -924,6 +924,94 @@ fn shared_strict_eviction_racing_a_stale_call_never_over_grants() {
             assert!(!p1.allow(5, 0).unwrap(), "key 5 is empty: evicted or not, never granted again at 0");
             h.join().unwrap();
             assert!(!m.process(3, usize::MAX).allow(5, 0).unwrap());
+            no_key_twice(&m);
+        });
+    }
+}
+
+// ---- processes stopped (SIGSTOP) at any step: alive, but never moving again ----
+//
+// Nobody may wait on a stopped process beyond a bound (`table::TAKE_OVER`,
+// `GIVE_UP`; in the models, a second sighting of the same control word):
+// an insert of the key a stopped process was inserting kills its
+// unpublished copy, a credit of a key it holds gives up (a refund with an
+// error, changing nothing), a charge never waits, and maintenance takes no
+// lock. Without these the survivors below spin forever.
+
+#[test]
+fn shared_inserts_of_one_key_with_a_process_stopped_finish_and_land_once() {
+    for stop in kill_points() {
+        model(move || {
+            let m = Arc::new(Model::new(quota(2), 4, 8, 4, false, 3));
+            let h = {
+                let m = m.clone();
+                thread::spawn(move || m.stopped_process(2, stop).allow(5, 3))
+            };
+            let mine = m.process(1, usize::MAX).allow(5, 0).expect("never stopped");
+            let theirs = h.join().unwrap();
+            let p3 = m.process(3, usize::MAX);
+            let rest = (0..3).filter(|_| p3.allow(5, 3).unwrap()).count();
+            let total = mine as usize + theirs.unwrap_or(false) as usize + rest;
+            assert!(total <= 2, "granted {total} of a burst of 2");
+            if theirs.is_some() {
+                assert_eq!(total, 2, "nobody stopped: exactly the burst");
+            }
+            no_key_twice(&m);
+        });
+    }
+}
+
+#[test]
+fn shared_credits_of_a_key_a_stopped_process_holds_give_up_and_change_nothing() {
+    for stop in kill_points() {
+        model(move || {
+            let m = Arc::new(Model::new(quota(2), 4, 8, 4, false, 3));
+            let p1 = m.process(1, usize::MAX);
+            assert!(p1.allow(5, 0).unwrap() && p1.allow(5, 0).unwrap()); // empty
+            let h = {
+                let m = m.clone();
+                thread::spawn(move || m.stopped_process(2, stop).refund(5, 0, 1))
+            };
+            // A refund racing (or stuck behind) the stopped one: applied, or
+            // refused having changed nothing.
+            let before = p1.remaining(5, 0).unwrap();
+            let mine = p1.try_refund(5, 0, 1).expect("never stopped");
+            let theirs = h.join().unwrap().is_some();
+            let after = p1.remaining(5, 0).unwrap();
+            match mine {
+                Ok(()) => assert!(after <= 2),
+                Err(owner) => {
+                    assert_eq!(owner, 2, "only the stopped process holds the key");
+                    assert!(!theirs, "a refund that finished holds nothing");
+                    assert!(after <= before + 1, "a refund that gave up gave nothing: {before} → {after}");
+                }
+            }
+            // Charges never wait on a held key, nor does a give-back.
+            let _ = p1.charge_and_give_back(5, 0).unwrap();
+            let drained = (0..3).filter(|_| p1.allow(5, 0).unwrap()).count();
+            assert!(drained <= 2, "granted {drained} of a burst of 2");
+            no_key_twice(&m);
+        });
+    }
+}
+
+#[test]
+fn shared_eviction_with_a_process_stopped_mid_step_never_stalls_or_over_grants() {
+    for stop in kill_points() {
+        model(move || {
+            // Room for one key, one floor cell, Strict: each new key evicts.
+            let m = Arc::new(Model::new(quota(1), 4, 1, 1, true, 3));
+            let p1 = m.process(1, usize::MAX);
+            assert!(p1.allow(5, 0).unwrap()); // key 5 empty at 0
+            let h = {
+                let m = m.clone();
+                thread::spawn(move || m.stopped_process(2, stop).allow(9, 7))
+            };
+            let p3 = m.process(3, usize::MAX);
+            assert!(p3.allow(11, 7).is_some(), "a new key's insert finishes whatever the stopped one holds");
+            assert!(!p1.allow(5, 0).unwrap(), "key 5 is empty: evicted or not, never granted again at 0");
+            h.join().unwrap();
+            assert!(p3.gc(1_000_000).is_some(), "gc waits on nobody");
             no_key_twice(&m);
         });
     }

@@ -24,7 +24,7 @@ use std::time::Duration;
 use std::net::{IpAddr, Ipv6Addr};
 
 use ratomic::{
-    BoundedKey, DirectTokenBucket, Limiter, ManualClock, Quota, Rate, Rule, SlidingWindow, Stack, TokenBucket,
+    BoundedKey, Clock, DirectTokenBucket, Limiter, ManualClock, Quota, Rate, Rule, SlidingWindow, Stack, TokenBucket,
 };
 
 fn scale() -> u64 {
@@ -337,7 +337,7 @@ fn ip_keys_forgotten_and_evicted_under_contention_never_over_grant() {
 }
 
 /// The same through a shared file (`Options::shared_file`): its own
-/// forgetting (a sweep per `gc`, floor cells) and `max_keys` eviction.
+/// forgetting (a pass per `gc`, floor cells) and `max_keys` eviction.
 #[cfg(target_os = "linux")]
 #[test]
 fn keys_forgotten_and_evicted_in_a_shared_file_under_contention_never_over_grant() {
@@ -368,11 +368,12 @@ fn forgotten_and_evicted<K: BoundedKey + Sync>(
     // evicted while far from full: an eviction that lost a key's debt
     // would show as an over-grant.
     const KEYS: u64 = 48;
+    // The calls' times come from this clock (`allow_at`): a shared file
+    // takes no clock but the host's monotonic one.
     let clock = ManualClock::new();
     let l = Limiter::builder()
         .limit("a", Rule::token_bucket(quota(3, 50_000)))
         .limit("b", Rule::token_bucket(quota(5, 100_000)))
-        .clock(clock.clone())
         .shards(1)
         .max_keys(16)
         .eviction(ratomic::Eviction::Strict)
@@ -386,14 +387,14 @@ fn forgotten_and_evicted<K: BoundedKey + Sync>(
         .collect();
     let keys: Vec<K> = (0..KEYS).map(&key_of).collect();
     let grants = hammer(&clock, 6, calls_each * scale(), 700, |w, i, out| {
-        let now = stamp(l.now(), w, i, 1_500);
+        let now = stamp(clock.now(), w, i, 1_500);
         let key = (i * 7 + w as u64 * 13) % KEYS;
         if l.allow_at(&keys[key as usize], 1, now).unwrap().allowed() {
             out.push((names[key as usize][0], now, 1));
             out.push((names[key as usize][1], now, 1));
         }
         if w == 0 && i % 64 == 0 {
-            l.gc_at(l.now()).unwrap();
+            l.gc_at(clock.now()).unwrap();
         }
     });
     assert!(l.len() <= 16, "max_keys holds: {} keys", l.len());

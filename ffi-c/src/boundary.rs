@@ -60,6 +60,7 @@ fn code_of(e: &Error) -> ratomic_result {
         Error::CostExceedsLimit { .. } => RATOMIC_COST_EXCEEDS_LIMIT,
         Error::KeyTooLong { .. } => RATOMIC_KEY_TOO_LONG,
         Error::InvalidRequest { .. } => RATOMIC_INVALID_REQUEST,
+        Error::SharedFile { .. } => RATOMIC_SHARED_FILE,
         _ => RATOMIC_OTHER_ERROR,
     }
 }

@@ -50,13 +50,18 @@ pub enum ratomic_result {
     /// A Redis-backed limiter's server answered an error, or something that
     /// is not Redis's answer.
     RATOMIC_BACKEND_ERROR = 12,
+    /// A limiter on a shared file (`ratomic_options.shared_file`) could not
+    /// serve the call: the file's file system is full (a new key needs
+    /// space), or another process holds the key and does not let go.
+    /// Nothing changed; `ratomic_last_error_message` says what to do.
+    RATOMIC_SHARED_FILE = 13,
 }
 
 impl ratomic_result {
     /// The static, NUL-terminated message for `code`.
     pub(crate) fn message(code: u32) -> &'static std::ffi::CStr {
         use ratomic_result::*;
-        const CODES: [ratomic_result; 13] = [
+        const CODES: [ratomic_result; 14] = [
             RATOMIC_OK,
             RATOMIC_NULL_ARGUMENT,
             RATOMIC_INVALID_RATE,
@@ -70,6 +75,7 @@ impl ratomic_result {
             RATOMIC_BACKEND_UNAVAILABLE,
             RATOMIC_BACKEND_TIMEOUT,
             RATOMIC_BACKEND_ERROR,
+            RATOMIC_SHARED_FILE,
         ];
         match CODES.iter().find(|c| **c as u32 == code) {
             Some(RATOMIC_OK) => c"ok",
@@ -93,6 +99,9 @@ impl ratomic_result {
             Some(RATOMIC_BACKEND_UNAVAILABLE) => c"cannot reach the Redis server (bad URL, refused or broken connection)",
             Some(RATOMIC_BACKEND_TIMEOUT) => c"the Redis call timed out",
             Some(RATOMIC_BACKEND_ERROR) => c"the Redis server answered an error or something that is not Redis",
+            Some(RATOMIC_SHARED_FILE) => {
+                c"the shared file could not serve the call: its file system is full, or another process holds the key"
+            }
             None => c"unknown ratomic_result code",
         }
     }

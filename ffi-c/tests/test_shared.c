@@ -147,7 +147,7 @@ static void test_kills(void) {
 }
 
 static void expect_refused(ratomic_result rc, const char *needle) {
-    char msg[512];
+    char msg[2048];
     ratomic_last_error_message(msg, sizeof msg, NULL);
     CHECK(rc == RATOMIC_INVALID_ARGUMENT);
     if (strstr(msg, needle) == NULL) {
@@ -181,6 +181,78 @@ static void test_refusals(void) {
     ratomic_limiter_free(l);
 }
 
+static uint64_t manual_now(void *user_data) { return *(uint64_t *)user_data; }
+
+/* Issue 35: a clock of its own on a shared file was accepted, and one
+ * process's times then locked a key for everyone else. */
+static void test_clock_refused(void) {
+    char path[128];
+    path_of(path, sizeof path, "clock.shm");
+    ratomic_options o = shared_options(path);
+    uint64_t now = 0;
+    o.clock = manual_now;
+    o.clock_user_data = &now;
+    ratomic_limiter *l = NULL;
+    expect_refused(ratomic_token_bucket_new(5, 1.0, &o, &l), "monotonic clock");
+    CHECK(l == NULL);
+    struct stat st;
+    CHECK(stat(path, &st) != 0 && errno == ENOENT); /* no file made */
+}
+
+/* Issue 36: a new limit on a file nobody uses any more is made anew; while
+ * one is in use, the error names both limiters and the fix. */
+static void test_new_limit(void) {
+    char path[128];
+    path_of(path, sizeof path, "limit.shm");
+    ratomic_limiter *old = NULL, *fresh = NULL;
+    CHECK_OK(build(BUCKET, path, &old));
+    CHECK(allowed(old, "a"));
+    ratomic_options o = shared_options(path);
+    expect_refused(ratomic_token_bucket_new(60, SLOW, &o, &fresh), "token bucket 50 per");
+    expect_refused(ratomic_token_bucket_new(60, SLOW, &o, &fresh), "rm -- '");
+    ratomic_limiter_free(old);
+    CHECK_OK(ratomic_token_bucket_new(60, SLOW, &o, &fresh));
+    int n = 0;
+    for (int i = 0; i < 70; i++) n += allowed(fresh, "a");
+    CHECK(n == 60); /* made anew: key a is full */
+    ratomic_limiter_free(fresh);
+}
+
+/* Issue 35: a full file system killed the process with SIGBUS. Root only:
+ * it mounts a 1 MiB tmpfs. */
+static void test_full_file_system(void) {
+    if (geteuid() != 0) {
+        fprintf(stderr, "SKIPPED test_full_file_system: mounting a tmpfs needs root\n");
+        return;
+    }
+    char fs[128], path[160], cmd[400];
+    path_of(fs, sizeof fs, "tmpfs");
+    CHECK(mkdir(fs, 0700) == 0);
+    snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=1m tmpfs '%s'", fs);
+    CHECK(system(cmd) == 0);
+    snprintf(path, sizeof path, "%s/limits.shm", fs);
+    ratomic_options o = shared_options(path);
+    o.max_keys = 100000; /* a 5 MiB file */
+    ratomic_limiter *l = NULL;
+    CHECK_OK(ratomic_token_bucket_new(5, SLOW, &o, &l));
+    ratomic_decision d;
+    ratomic_result rc = RATOMIC_OK;
+    int n = 0;
+    char key[32];
+    while (rc == RATOMIC_OK) {
+        int len = snprintf(key, sizeof key, "key%d", n++);
+        rc = ratomic_allow(l, (const uint8_t *)key, (size_t)len, 1, &d);
+    }
+    CHECK(rc == RATOMIC_SHARED_FILE && n > 100);
+    char msg[512];
+    ratomic_last_error_message(msg, sizeof msg, NULL);
+    CHECK(strstr(msg, "the file system holding it is full") != NULL);
+    CHECK(ratomic_allow(l, KEY("key0"), 1, &d) == RATOMIC_OK && d.remaining == 3); /* held keys work on */
+    ratomic_limiter_free(l);
+    snprintf(cmd, sizeof cmd, "umount '%s'", fs);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void) {
     strcpy(dir, "/tmp/ratomic-shm-XXXXXX");
     if (mkdtemp(dir) == NULL) return 1;
@@ -189,6 +261,9 @@ int main(void) {
     test_race(MULTI, "multi.shm");
     test_kills();
     test_refusals();
+    test_clock_refused();
+    test_new_limit();
+    test_full_file_system();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) return 1;

@@ -4,7 +4,10 @@
 -- the arithmetic exists once; loaded by SHA1 and called with EVALSHA.
 --
 -- KEYS[1]  the key's hash
--- ARGV[1]  operation: 'a' allow, 'p' peek, 'r' refund
+-- ARGV[1]  operation: 'a' allow, 'p' peek, 'r' refund, 'x' reset;
+--          'l<k>' allow and lease up to k more tokens (token buckets only);
+--          'g<end>,<used>;…' give a lease's unused tokens back, a pair per
+--          limit (see "Leases" below)
 -- ARGV[2]  now in whole microseconds, or '' for the server's TIME
 -- ARGV[3]  cost (allow, peek) or tokens (refund)
 -- ARGV[4]  least TTL in ms (0: exactly the time until the key is full)
@@ -13,7 +16,20 @@
 --          window µs and limit (f, s)
 --
 -- Reply: allow/peek: {allowed, then per limit allowed, remaining, limit,
--- retry µs, reset µs}; refund: {fields written}.
+-- retry µs, reset µs}; lease: the same, then {tokens leased, now, then
+-- per limit the end of the lease}; refund: {fields written}; give-back:
+-- {limits given back}; reset: {1}.
+--
+-- Leases. A token bucket's state is its TAT: the end of the emission slots
+-- (one token = T µs of the timeline) granted so far. A lease of k tokens is
+-- the next k slots after the call's own: the range [end − k·T, end), the
+-- TAT moved to `end`. The process that holds it grants from that range
+-- alone, so no slot is granted twice, and a slot is used only at a time it
+-- could have been granted at here (see ratomic-redis's lease.rs for the
+-- bound). The end of the latest lease is kept as the limit's fence
+-- ('L' .. field): a refund or a reset never moves the TAT back below it,
+-- which would hand out again slots a process holds; a give-back moves it
+-- back only while the TAT is still that lease's end (nothing granted since).
 --
 -- Lua numbers are doubles: every value here is a whole number below 2^53
 -- (the client refuses rules and times that could leave that range), so the
@@ -22,7 +38,8 @@
 
 if redis.replicate_commands then redis.replicate_commands() end
 
-local op = ARGV[1]
+local op = string.sub(ARGV[1], 1, 1)
+local op_arg = string.sub(ARGV[1], 2)
 local now
 if ARGV[2] == '' then
   local t = redis.call('TIME')
@@ -57,7 +74,7 @@ local function num(x) return string.format('%.0f', x) end
 -- GCRA limit, allow or peek. The same equations and the same reply as
 -- gcra_decide and store below (the parity tests hold both to the in-memory
 -- engine).
-if n == 1 and op ~= 'r' and ARGV[5] == 'g' then
+if n == 1 and (op == 'a' or op == 'p') and ARGV[5] == 'g' then
   local key, field = KEYS[1], ARGV[6]
   local t, b = tonumber(ARGV[7]), tonumber(ARGV[8])
   local tat = tonumber(redis.call('HGET', key, field)) or 0
@@ -87,7 +104,7 @@ end
 
 -- The same for one fixed window (window_view, frame and window_decide
 -- below, with no previous window).
-if n == 1 and op ~= 'r' and ARGV[5] == 'f' then
+if n == 1 and (op == 'a' or op == 'p') and ARGV[5] == 'f' then
   local key, field = KEYS[1], ARGV[6]
   local w, l = tonumber(ARGV[7]), tonumber(ARGV[8])
   local v = redis.call('HGET', key, field)
@@ -140,11 +157,13 @@ local function gcra_decide(tat, t, b, cost)
   return {1, gcra_tokens(tau, t, after), b, 0, after}, nxt
 end
 
-local function gcra_refund(tat, t, tokens)
+-- Never below the fence: slots a lease holds are not handed out again.
+local function gcra_refund(tat, t, tokens, fence)
   if tat <= now then return nil end
   local new = tat - tokens * t
   if new < now then new = now end
-  if new == tat then return nil end
+  if new < fence then new = fence end
+  if new >= tat then return nil end
   return num(new)
 end
 
@@ -245,9 +264,9 @@ local function decide(i, v, cost)
   return window_decide(kind, window_view(v, kind, p1(i)), p1(i), p2(i), cost)
 end
 
-local function refund(i, v, tokens)
+local function refund(i, v, tokens, fence)
   local kind = kind_of(i)
-  if kind == 'g' then return gcra_refund(gcra_view(v), p1(i), tokens) end
+  if kind == 'g' then return gcra_refund(gcra_view(v), p1(i), tokens, fence) end
   return window_refund(kind, window_view(v, kind, p1(i)), tokens)
 end
 
@@ -286,10 +305,129 @@ local function store(changes)
   return #set / 2
 end
 
+-- The fences of the token buckets (0 where none is kept).
+local function fences()
+  local names = {}
+  for i = 1, n do names[i] = 'L' .. fields[i] end
+  local raw = redis.call('HMGET', key, unpack(names))
+  local out = {}
+  for i = 1, n do out[i] = tonumber(raw[i]) or 0 end
+  return out
+end
+
 if op == 'r' then
+  local fence = fences()
   local changes = {}
-  for i = 1, n do changes[i] = refund(i, values[i], amount) end
+  for i = 1, n do changes[i] = refund(i, values[i], amount, fence[i]) end
   return {store(changes)}
+end
+
+-- Reset: every limit full again, but for the slots leases still hold (a
+-- token bucket whose fence is ahead of now keeps its TAT at the fence).
+if op == 'x' then
+  local fence = fences()
+  local keep = {}
+  for i = 1, n do
+    if kind_of(i) == 'g' and fence[i] > now then
+      keep[#keep + 1] = fields[i]; keep[#keep + 1] = num(fence[i])
+      keep[#keep + 1] = 'L' .. fields[i]; keep[#keep + 1] = num(fence[i])
+    end
+  end
+  redis.call('DEL', key)
+  if #keep > 0 then
+    local longest = 0
+    for i = 1, n do if fence[i] - now > longest then longest = fence[i] - now end end
+    local ms = div_ceil(longest, 1000)
+    if ms < ttl_floor then ms = ttl_floor end
+    redis.call('HSET', key, unpack(keep))
+    redis.call('PEXPIRE', key, num(ms))
+  end
+  return {1}
+end
+
+-- Give-back: per limit, the end of the lease and the first slot its holder
+-- did not use. Only while the TAT is still the lease's end (no slot granted
+-- after it) does the TAT go back, to that slot (or now, if later).
+if op == 'g' then
+  local ends, used = {}, {}
+  for e, u in string.gmatch(op_arg, '(%d+),(%d+)') do ends[#ends + 1] = tonumber(e); used[#used + 1] = tonumber(u) end
+  if #ends ~= n then return redis.error_reply('ERR ratomic: give-back needs an end and a used slot per limit') end
+  local fence = fences()
+  local set = {}
+  local back = 0
+  for i = 1, n do
+    local tat = tonumber(values[i]) or 0
+    if kind_of(i) == 'g' and tat == ends[i] and fence[i] == ends[i] then
+      local new = used[i]
+      if new < now then new = now end
+      if new < tat then
+        set[#set + 1] = fields[i]; set[#set + 1] = num(new)
+        set[#set + 1] = 'L' .. fields[i]; set[#set + 1] = num(new)
+        back = back + 1
+      end
+    end
+  end
+  if back > 0 then redis.call('HSET', key, unpack(set)) end
+  return {back}
+end
+
+-- Lease: allow `amount`, then take up to k more tokens of every limit (the
+-- same number of each), all token buckets: at most half of what the
+-- tightest limit has left after the call, so that a bucket near empty is not
+-- leased out (its last tokens stay here for whoever asks next, rather than
+-- idle in one process's lease).
+if op == 'l' then
+  local k = tonumber(op_arg) or 0
+  local reply = {1}
+  local tats = {}
+  local take = k
+  for i = 1, n do
+    if kind_of(i) ~= 'g' then return redis.error_reply('ERR ratomic: only token buckets can be leased') end
+    local d = gcra_decide(gcra_view(values[i]), p1(i), p2(i), amount)
+    if d[1] == 0 then reply[1] = 0 end
+    for j = 1, 5 do reply[#reply + 1] = d[j] end
+    local t, b = p1(i), p2(i)
+    local tat = gcra_view(values[i])
+    if tat < now then tat = now end
+    tats[i] = tat + amount * t
+    local spare = b * t - (tats[i] - now)
+    local can = 0
+    if spare > 0 then can = floor((divmod(spare, t)) / 2) end
+    if can < take then take = can end
+  end
+  if reply[1] == 0 then
+    for i = 1, n do
+      local at = 5 * (i - 1) + 2
+      if reply[at] == 1 then
+        local d = gcra_decide(gcra_view(values[i]), p1(i), p2(i), 0)
+        reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] = d[2], d[3], 0, d[5]
+      end
+    end
+    reply[#reply + 1] = 0; reply[#reply + 1] = now
+    for i = 1, n do reply[#reply + 1] = 0 end
+    return reply
+  end
+  if take < 0 then take = 0 end
+  local set = {}
+  local longest = 0
+  reply[#reply + 1] = take; reply[#reply + 1] = now
+  for i = 1, n do
+    local e = tats[i] + take * p1(i)
+    reply[#reply + 1] = e
+    if amount > 0 or take > 0 then
+      set[#set + 1] = fields[i]; set[#set + 1] = num(e)
+      if take > 0 then set[#set + 1] = 'L' .. fields[i]; set[#set + 1] = num(e) end
+    end
+    if e - now > longest then longest = e - now end
+  end
+  if #set > 0 then
+    local ms = div_ceil(longest, 1000)
+    if ms < 1 then ms = 1 end
+    if ms < ttl_floor then ms = ttl_floor end
+    redis.call('HSET', key, unpack(set))
+    redis.call('PEXPIRE', key, num(ms))
+  end
+  return reply
 end
 
 local reply = {1}

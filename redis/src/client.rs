@@ -66,11 +66,12 @@ impl RedisLimiter<ConnectionManager> {
             .set_connection_timeout(Some(options.timeout))
             .set_response_timeout(Some(options.timeout))
             .set_number_of_retries(1);
+        let driver = Driver::try_new(limits, options)?;
         let conn = tokio::time::timeout(options.timeout * 4, ConnectionManager::new_with_config(client, config))
             .await
             .map_err(|_| Error::Timeout)?
             .map_err(map_err)?;
-        Ok(Self::new(conn, limits, options))
+        Ok(Self::with_driver(conn, driver, false))
     }
 }
 
@@ -81,8 +82,9 @@ impl RedisLimiter<MultiplexedConnection> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(options.timeout))
             .set_response_timeout(Some(options.timeout));
+        let driver = Driver::try_new(limits, options)?;
         let conn = client.get_multiplexed_async_connection_with_config(&config).await.map_err(map_err)?;
-        Ok(Self::new(conn, limits, options))
+        Ok(Self::with_driver(conn, driver, false))
     }
 }
 
@@ -94,22 +96,56 @@ impl RedisLimiter<ClusterConnection> {
             .response_timeout(options.timeout)
             .build()
             .map_err(map_err)?;
+        let driver = Driver::try_new(limits, options)?;
         let conn = client.get_async_connection().await.map_err(map_err)?;
-        Ok(Self::new_cluster(conn, limits, options))
+        Ok(Self::with_driver(conn, driver, true))
     }
 }
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     /// A limiter over an open connection.
+    ///
+    /// # Panics
+    /// If the options cannot apply to the limits (see [`Driver::new`]):
+    /// [`try_new`](Self::try_new) returns the error instead.
     pub fn new(conn: C, limits: Limits, options: Options) -> Self {
-        RedisLimiter { conn, driver: Arc::new(Driver::new(limits, options)), by_slot: false }
+        Self::with_driver(conn, Driver::new(limits, options), false)
+    }
+
+    /// A limiter over an open connection, or why the options cannot apply
+    /// to the limits.
+    pub fn try_new(conn: C, limits: Limits, options: Options) -> Result<Self> {
+        Ok(Self::with_driver(conn, Driver::try_new(limits, options)?, false))
     }
 
     /// A limiter over an open Redis Cluster connection: as
     /// [`new`](Self::new), and batches are sent as one pipeline per hash
     /// slot, all at once.
     pub fn new_cluster(conn: C, limits: Limits, options: Options) -> Self {
-        RedisLimiter { by_slot: true, ..Self::new(conn, limits, options) }
+        Self::with_driver(conn, Driver::new(limits, options), true)
+    }
+
+    fn with_driver(conn: C, driver: Driver, by_slot: bool) -> Self {
+        RedisLimiter { conn, driver: Arc::new(driver), by_slot }
+    }
+
+    /// The driver: the rules, the guards and the leases this limiter runs.
+    pub fn driver(&self) -> &Driver {
+        &self.driver
+    }
+
+    /// Gives back the unused tokens of every lease this limiter holds (see
+    /// [`Lease`](crate::Lease)); call it when the limiter is done with, so
+    /// that other processes can have them at once rather than when their
+    /// time passes. Calls made afterwards take new leases. Returns how many
+    /// limits took tokens back.
+    pub async fn give_back(&self) -> Result<usize> {
+        let mut back = 0;
+        for call in self.driver.begin_give_backs() {
+            let reply = self.timed(eval(self.conn.clone(), &call)).await;
+            back += self.driver.finish_give_back(reply)?;
+        }
+        Ok(back)
     }
 
     /// The rules and key layout.
@@ -159,13 +195,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
         self.refund_inner(key.as_ref(), tokens, Some(now)).await
     }
 
-    /// Forgets `key`: it is full again.
+    /// Forgets `key`: it is full again, but for the tokens other
+    /// processes' leases hold.
     pub async fn reset(&self, key: impl AsRef<[u8]>) -> Result<()> {
-        let mut cmd = redis::cmd("DEL");
-        cmd.arg(self.driver.begin_reset(key.as_ref())?);
-        let mut conn = self.conn.clone();
-        let _: i64 = self.timed(async move { cmd.query_async(&mut conn).await.map_err(map_err) }).await?;
-        Ok(())
+        let call = self.driver.begin_reset_call(key.as_ref(), None)?;
+        let reply = self.timed(eval(self.conn.clone(), &call)).await;
+        self.driver.finish_reset(reply)
     }
 
     /// Decides every `(key, cost)` in one pipeline (one round trip), in
@@ -211,6 +246,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
     }
 
     async fn refund_inner(&self, key: &[u8], tokens: u64, now: Option<u64>) -> Result<()> {
+        if now.is_none() && self.driver.refund_lease(key, tokens) {
+            return Ok(());
+        }
         let call = self.driver.begin_refund(key, tokens, now)?;
         let reply = self.timed(eval(self.conn.clone(), &call)).await;
         self.driver.finish_refund(reply).map(drop)
@@ -399,6 +437,11 @@ impl BlockingRedisLimiter {
     /// See [`RedisLimiter::reset`].
     pub fn reset(&self, key: impl AsRef<[u8]>) -> Result<()> {
         self.runtime.block_on(self.inner.reset(key))
+    }
+
+    /// See [`RedisLimiter::give_back`].
+    pub fn give_back(&self) -> Result<usize> {
+        self.runtime.block_on(self.inner.give_back())
     }
 
     /// See [`RedisLimiter::allow_many`].

@@ -30,6 +30,7 @@ use ratomic::Decision;
 
 use crate::error::{Error, Result};
 use crate::guard::{Breaker, DenyCache};
+use crate::lease::{Lease, Leases};
 use crate::limits::{Limits, MultiDecision, Op};
 
 /// What a limiter answers when Redis fails (a refused connection, a timeout,
@@ -83,6 +84,17 @@ pub struct Options {
     /// and only for the same cost. The price: a `refund` or `reset` from
     /// another process is seen here only when the cached denial ends.
     pub deny_cache: usize,
+    /// Whether calls lease tokens, so that most of a hot key's calls are
+    /// answered in memory (default [`Lease::Off`]; [`Lease::Auto`] leases
+    /// where exact, i.e. when every limit is a token bucket). Exact
+    /// fleet-wide; the price is that tokens a process holds are not
+    /// available to the others meanwhile, so near the limit the fleet may
+    /// grant fewer than the bucket allows (see [`Lease`]).
+    pub lease: Lease,
+    /// Keys whose leases (and recent round trips, which size them) are kept
+    /// (default 10,000). A lease dropped to make room is not given back:
+    /// its tokens return to the fleet as their time passes.
+    pub lease_keys: usize,
 }
 
 impl Default for Options {
@@ -94,6 +106,8 @@ impl Default for Options {
             breaker_cooldown: Duration::from_secs(1),
             breaker_failure_time: Duration::from_secs(1),
             deny_cache: 10_000,
+            lease: Lease::Off,
+            lease_keys: 10_000,
         }
     }
 }
@@ -106,6 +120,7 @@ pub struct Driver {
     fallback: Option<ratomic::Limiter>,
     breaker: Breaker,
     denials: DenyCache,
+    leases: Option<Leases>,
 }
 
 /// One script call to send: `EVALSHA <script::sha1()> 1 <redis_key> <args…>`.
@@ -117,8 +132,11 @@ pub struct Call {
     now: Option<u64>,
     redis_key: Vec<u8>,
     args: Vec<Vec<u8>>,
-    /// When it was made: a failure's time counts towards the breaker.
+    /// When it was made: a failure's time counts towards the breaker, and a
+    /// lease's bound on the server's time starts here.
     started: Instant,
+    /// Tokens it asks to lease (0: none).
+    lease: u64,
 }
 
 impl Call {
@@ -167,19 +185,48 @@ pub enum BatchStep {
 
 impl Driver {
     /// A driver for `limits` with `options`.
+    ///
+    /// # Panics
+    /// If the options cannot apply to these limits (an explicit
+    /// [`Lease::Max`] with a window limit): [`try_new`](Self::try_new) says
+    /// so as an error.
     pub fn new(limits: Limits, options: Options) -> Self {
+        Self::try_new(limits, options).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A driver for `limits` with `options`, or why the options cannot
+    /// apply to them (an explicit [`Lease::Max`] with a window limit).
+    pub fn try_new(limits: Limits, options: Options) -> Result<Self> {
+        let leases = Leases::new(limits.rules(), options.lease, options.lease_keys).map_err(|reason| {
+            Error::Invalid(ratomic::Error::InvalidArgument {
+                name: "lease",
+                value: format!("{:?}", options.lease),
+                reason: reason.into(),
+            })
+        })?;
         let fallback = (options.policy == FailurePolicy::Fallback).then(|| {
             let rules = limits.names().map(str::to_owned).zip(limits.core_rules().iter().copied());
             // The same rules were accepted by the in-memory engine already.
             ratomic::Limiter::new(rules).expect("rules accepted by Limits::new")
         });
-        Driver {
+        Ok(Driver {
             breaker: Breaker::new(options.breaker_threshold, options.breaker_cooldown, options.breaker_failure_time),
             denials: DenyCache::new(options.deny_cache),
             limits,
             options,
             fallback,
-        }
+            leases,
+        })
+    }
+
+    /// The largest lease this driver takes, or `None` if it takes none.
+    pub fn lease_max(&self) -> Option<u64> {
+        self.leases.as_ref().map(Leases::max)
+    }
+
+    /// Keys holding a lease now.
+    pub fn leases_held(&self) -> usize {
+        self.leases.as_ref().map_or(0, Leases::held)
     }
 
     /// The rules and key layout.
@@ -210,9 +257,17 @@ impl Driver {
             }));
         }
         self.limits.check(key, cost)?;
+        let mut lease = 0;
         if now.is_none() && op == Op::Allow {
             if let Some(d) = self.denials.get(key, cost) {
                 return Ok(Step::Answer(self.limits.cached_decision(d)));
+            }
+        }
+        if let (Some(leases), Op::Allow, true) = (&self.leases, op, cost > 0) {
+            let caller = now.map(|ns| ratomic::check_time(ns).map(|ns| ns / 1000)).transpose()?;
+            match leases.grant(key, cost, leases.local_us(), caller) {
+                Ok(entries) => return Ok(Step::Answer(self.limits.lease_decision(entries))),
+                Err(size) => lease = size,
             }
         }
         if self.breaker.is_open() {
@@ -220,7 +275,12 @@ impl Driver {
                 .on_failure(Error::Connection("the circuit breaker is open".into()), op, key, cost, now)
                 .map(Step::Answer);
         }
-        self.call(op, key, cost, now).map(Step::Send)
+        let mut call = self.call(op, key, cost, now)?;
+        if lease > 0 {
+            call.args = self.limits.lease_args(now, cost, lease)?;
+            call.lease = lease;
+        }
+        Ok(Step::Send(call))
     }
 
     /// Ends a call [`begin`](Self::begin) asked to send, with the script's
@@ -228,7 +288,7 @@ impl Driver {
     /// timeout, server, reply) counts towards the breaker and is answered by
     /// the failure policy; a reply that does not decode is such a failure.
     pub fn finish(&self, call: &Call, reply: Result<Vec<i64>>) -> Result<MultiDecision> {
-        self.finish_parts_after(call.op, &call.key, call.cost, call.now, reply, call.started.elapsed())
+        self.finish_inner(call.op, &call.key, call.cost, call.now, reply, Some(call.started.elapsed()))
     }
 
     /// [`finish`](Self::finish) for a call named by what [`begin`](Self::begin)
@@ -236,8 +296,10 @@ impl Driver {
     /// a client that would rather not keep the `Call` while the command is in
     /// flight (a JavaScript object wrapping one costs more than the call).
     ///
-    /// A failure counts towards the breaker as one failure of no duration:
-    /// [`finish_parts_after`](Self::finish_parts_after) says how long it took.
+    /// A failure counts towards the breaker as one failure of no duration,
+    /// and a lease the call brought is not kept (its tokens return to the
+    /// fleet as their time passes): [`finish_parts_after`](Self::finish_parts_after)
+    /// says how long the call took, which a lease needs.
     pub fn finish_parts(
         &self,
         op: Op,
@@ -246,7 +308,7 @@ impl Driver {
         now: Option<u64>,
         reply: Result<Vec<i64>>,
     ) -> Result<MultiDecision> {
-        self.finish_parts_after(op, key, cost, now, reply, Duration::ZERO)
+        self.finish_inner(op, key, cost, now, reply, None)
     }
 
     /// [`finish_parts`](Self::finish_parts) of a call that took `spent`
@@ -261,19 +323,100 @@ impl Driver {
         reply: Result<Vec<i64>>,
         spent: Duration,
     ) -> Result<MultiDecision> {
-        match reply.and_then(|r| self.limits.decode(&r)) {
-            Ok(d) => {
+        self.finish_inner(op, key, cost, now, reply, Some(spent))
+    }
+
+    /// The end of a call that took `spent` (if known: a lease is kept only
+    /// then, its bound on the server's time starting that long ago).
+    fn finish_inner(
+        &self,
+        op: Op,
+        key: &[u8],
+        cost: u64,
+        now: Option<u64>,
+        reply: Result<Vec<i64>>,
+        spent: Option<Duration>,
+    ) -> Result<MultiDecision> {
+        let received = Instant::now();
+        let leased = self.leases.as_ref().filter(|_| op == Op::Allow);
+        let n = self.limits.rules().len();
+        let decoded = reply.and_then(|r| {
+            if leased.is_some() && r.len() == 1 + 5 * n + 2 + n {
+                self.limits.decode_lease(&r).map(|(d, g)| (d, Some(g)))
+            } else {
+                self.limits.decode(&r).map(|d| (d, None))
+            }
+        });
+        match decoded {
+            Ok((d, grant)) => {
                 self.breaker.success();
                 if now.is_none() && op == Op::Allow {
                     self.denials.insert(key, cost, d.decision);
                 }
+                if let Some(leases) = leased {
+                    let x = leases.local_us_at(received);
+                    // Without the call's duration, no bound on the server's
+                    // time: a lease at the server's time is not kept.
+                    let (sent, grant) = match spent {
+                        Some(spent) => (leases.local_us_at(received.checked_sub(spent).unwrap_or(received)), grant),
+                        None if now.is_some() => (x, grant),
+                        None => (x, None),
+                    };
+                    leases.arrived(key, sent, x, now.is_some(), grant.filter(|_| d.allowed()));
+                }
                 Ok(d)
             }
             Err(e) if e.is_backend() => {
-                self.breaker.failure(spent);
+                self.breaker.failure(spent.unwrap_or(Duration::ZERO));
                 self.on_failure(e, op, key, cost, now)
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// Takes every lease this driver holds and returns the calls that give
+    /// their unused tokens back (send each, and hand its reply to
+    /// [`finish_give_back`](Self::finish_give_back)): for a limiter that is
+    /// closing. Calls after this take new leases.
+    pub fn begin_give_backs(&self) -> Vec<Call> {
+        let Some(leases) = &self.leases else { return Vec::new() };
+        leases
+            .drain()
+            .into_iter()
+            .map(|u| Call {
+                op: Op::Refund,
+                redis_key: self.limits.key(&u.key),
+                args: self.limits.give_back_args(&u.ends, &u.next),
+                key: u.key,
+                cost: 0,
+                now: None,
+                started: Instant::now(),
+                lease: 0,
+            })
+            .collect()
+    }
+
+    /// Ends a give-back: how many limits took their tokens back (0 when
+    /// other calls were granted after the lease, whose slots it cannot take
+    /// back).
+    pub fn finish_give_back(&self, reply: Result<Vec<i64>>) -> Result<usize> {
+        match reply? {
+            r if r.len() == 1 && r[0] >= 0 => Ok(r[0] as usize),
+            r => Err(Error::Reply(format!("expected the number of limits given back, got {r:?}"))),
+        }
+    }
+
+    /// Gives `tokens` back to this process's lease of `key`, if it holds one
+    /// that granted at least that many of its slots, still ahead: then no
+    /// round trip is needed (returns true). Otherwise nothing changed:
+    /// refund through Redis ([`begin_refund`](Self::begin_refund)), which
+    /// never takes back slots a lease holds.
+    pub fn refund_lease(&self, key: &[u8], tokens: u64) -> bool {
+        match &self.leases {
+            Some(leases) if tokens > 0 && self.limits.check(key, 0).is_ok() => {
+                leases.refund(key, tokens, leases.local_us())
+            }
+            _ => false,
         }
     }
 
@@ -291,6 +434,7 @@ impl Driver {
             redis_key: self.limits.key(key),
             args: self.limits.args(Op::Refund, now, tokens)?,
             started: Instant::now(),
+            lease: 0,
         })
     }
 
@@ -300,10 +444,40 @@ impl Driver {
     }
 
     /// Starts forgetting `key`: the Redis key to `DEL`.
+    ///
+    /// `DEL` also forgets which slots leases hold, so after it the fleet may
+    /// grant up to the tokens outstanding in leases more than the bucket
+    /// allows: with leases, use [`begin_reset_call`](Self::begin_reset_call).
     pub fn begin_reset(&self, key: &[u8]) -> Result<Vec<u8>> {
         self.limits.check(key, 0)?;
         self.denials.forget(key);
         Ok(self.limits.key(key))
+    }
+
+    /// Starts forgetting `key` with the script (every limit full again, but
+    /// for the slots leases still hold): send the call, and hand its reply
+    /// to [`finish_reset`](Self::finish_reset).
+    pub fn begin_reset_call(&self, key: &[u8], now: Option<u64>) -> Result<Call> {
+        self.limits.check(key, 0)?;
+        self.denials.forget(key);
+        Ok(Call {
+            op: Op::Refund,
+            key: key.to_vec(),
+            cost: 0,
+            now,
+            redis_key: self.limits.key(key),
+            args: self.limits.reset_args(now)?,
+            started: Instant::now(),
+            lease: 0,
+        })
+    }
+
+    /// Ends a reset.
+    pub fn finish_reset(&self, reply: Result<Vec<i64>>) -> Result<()> {
+        match reply? {
+            r if r == [1] => Ok(()),
+            r => Err(Error::Reply(format!("expected 1, got {r:?}"))),
+        }
     }
 
     /// Starts a batch: every request is checked first (an invalid one fails
@@ -359,7 +533,16 @@ impl Driver {
     fn call(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<Call> {
         self.limits.check(key, cost)?;
         let args = self.limits.args(op, now, cost)?;
-        Ok(Call { op, key: key.to_vec(), cost, now, redis_key: self.limits.key(key), args, started: Instant::now() })
+        Ok(Call {
+            op,
+            key: key.to_vec(),
+            cost,
+            now,
+            redis_key: self.limits.key(key),
+            args,
+            started: Instant::now(),
+            lease: 0,
+        })
     }
 
     fn on_failure(&self, e: Error, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<MultiDecision> {

@@ -11,6 +11,11 @@
 //!   server's `TIME`; the `*_at` forms pass the caller's time instead.
 //!   It writes nothing on a denial and gives every key a `PEXPIRE` equal to
 //!   its time until full (rounded up, at least 1 ms).
+//! - Leased tokens ([`Lease`], opt-in): a call may also take a slice of a
+//!   hot key's tokens, which this process then grants in memory, exactly
+//!   fleet-wide (the slice's emission slots are no one else's, and each is
+//!   granted only at a time the bucket could have granted it); the price is
+//!   tokens idle in a lease, at most one lease per key and process.
 //! - All of a key's limits live in one hash, `<prefix>{<key>}` ([`keys`]):
 //!   an all-or-nothing call touches one key, in one Cluster slot.
 //! - Arithmetic in whole microseconds, exact in Lua's doubles; see
@@ -43,6 +48,7 @@ mod driver;
 mod error;
 mod guard;
 pub mod keys;
+mod lease;
 mod limits;
 pub mod rules;
 pub mod script;
@@ -52,6 +58,7 @@ mod client;
 
 pub use driver::{BatchStep, Call, Driver, FailurePolicy, Options, Step};
 pub use error::{Error, Result};
+pub use lease::{Lease, DRIFT_PPM};
 pub use limits::{Limits, MultiDecision, Op, Source, SINGLE};
 pub use rules::RedisRule;
 

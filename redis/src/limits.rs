@@ -199,6 +199,54 @@ impl Limits {
         Ok(args)
     }
 
+    /// The arguments of an `Allow` of `cost` at `now_ns` (or the server's
+    /// time) that also leases up to `size` more tokens of every limit (all
+    /// token buckets).
+    pub(crate) fn lease_args(&self, now_ns: Option<u64>, cost: u64, size: u64) -> Result<Vec<Vec<u8>>> {
+        let mut args = self.args(Op::Allow, now_ns, cost)?;
+        args[0] = format!("l{size}").into_bytes();
+        Ok(args)
+    }
+
+    /// The arguments of a give-back of a lease's unused slots: per limit,
+    /// the lease's end and its first unused slot (server µs).
+    pub(crate) fn give_back_args(&self, ends: &[u64], next: &[u64]) -> Vec<Vec<u8>> {
+        let mut args = self.args(Op::Allow, None, 0).expect("no time to check");
+        let pairs: Vec<String> = ends.iter().zip(next).map(|(e, n)| format!("{e},{n}")).collect();
+        args[0] = format!("g{}", pairs.join(";")).into_bytes();
+        args
+    }
+
+    /// The arguments of a reset (every limit full again, but for the slots
+    /// leases hold) at `now_ns` or the server's time.
+    pub(crate) fn reset_args(&self, now_ns: Option<u64>) -> Result<Vec<Vec<u8>>> {
+        let mut args = self.args(Op::Allow, now_ns, 0)?;
+        args[0] = b"x".to_vec();
+        Ok(args)
+    }
+
+    /// Decodes the reply to a lease call: the call's decision, and the
+    /// lease it brought (tokens, the server's time, each limit's end).
+    pub(crate) fn decode_lease(&self, reply: &[i64]) -> Result<(MultiDecision, crate::lease::Grant)> {
+        let n = self.rules.len();
+        let head = 1 + 5 * n;
+        if reply.len() != head + 2 + n || reply[head..].iter().any(|&v| v < 0) {
+            return Err(Error::Reply(format!("expected {} non-negative integers, got {reply:?}", head + 2 + n)));
+        }
+        let d = self.decode(&reply[..head])?;
+        let grant = crate::lease::Grant {
+            taken: reply[head] as u64,
+            now: reply[head + 1] as u64,
+            ends: reply[head + 2..].iter().map(|&v| v as u64).collect(),
+        };
+        Ok((d, grant))
+    }
+
+    /// A decision answered from a lease: each limit's answer.
+    pub(crate) fn lease_decision(&self, entries: Vec<Decision>) -> MultiDecision {
+        MultiDecision { decision: combine(&entries), entries, names: self.names.clone(), source: Source::Lease }
+    }
+
     /// Decodes the reply to an `Allow` or `Peek` call: the array of
     /// integers the script returns.
     pub fn decode(&self, reply: &[i64]) -> Result<MultiDecision> {
@@ -307,6 +355,10 @@ pub enum Source {
     /// The local deny cache: Redis denied this key and cost, and its
     /// `retry_after` has not ended.
     DenyCache,
+    /// A lease: tokens this process took from Redis earlier, granted here
+    /// (see [`Lease`](crate::Lease)). Its `remaining` is what the fleet had
+    /// left at the lease's round trip plus what the lease still holds.
+    Lease,
 }
 
 impl MultiDecision {

@@ -376,9 +376,12 @@ fn allow_many_is_one_pipeline_in_request_order() {
 
 #[test]
 fn acquire_waits_out_retry_after_within_its_deadline() {
-    let l = limiter("acquire", &[("limit", Rule::parse("1/100ms").unwrap())]);
+    // A token every 2 s on the server's clock: the second call's wait is far
+    // beyond its 1 ms deadline even on a loaded machine (a stall of 2 s
+    // between two round trips would be needed to refill it).
+    let l = limiter("acquire", &[("limit", Rule::parse("1/2s").unwrap())]);
     assert!(block(l.acquire("k", 1, Duration::ZERO)).unwrap().is_some());
-    assert!(block(l.acquire("k", 1, Duration::from_millis(1))).unwrap().is_none(), "the wait is ~100 ms");
+    assert!(block(l.acquire("k", 1, Duration::from_millis(1))).unwrap().is_none(), "the wait is ~2 s");
     let d = block(l.acquire("k", 1, Duration::from_secs(10))).unwrap().expect("granted after waiting");
     assert!(d.allowed());
 }
@@ -663,6 +666,7 @@ fn a_failure_that_took_the_failure_time_opens_the_breaker_at_once() {
         breaker_cooldown: Duration::from_secs(3600),
         breaker_failure_time: Duration::from_millis(250),
         deny_cache: 0,
+        ..Options::default()
     };
     let l = block(RedisLimiter::connect(&server.url(), fault_limits("breaker-time"), o)).unwrap();
     assert_eq!(block(l.allow("k")).unwrap().source, Source::Redis);
@@ -726,4 +730,199 @@ fn a_cluster_node_going_away_leaves_the_others_serving() {
         }
     }
     assert!(served > 0 && refused > 0, "{served} served, {refused} refused");
+}
+
+// ---------------------------------------------------------------- leases
+
+/// Checks that in every interval of stamps `[a, b]` (µs) the tokens granted
+/// are at most `B + (b − a)/T`, exactly (the suffix-maximum scan of core's
+/// stress tests, one token a grant).
+fn check_token_bucket(what: &str, stamps: &mut [u64], burst: u64, t: u64) {
+    stamps.sort_unstable();
+    let n = stamps.len();
+    let t = i128::from(t);
+    // suffix[i] = max over j ≥ i of ((j + 1)·T − t_j).
+    let mut suffix = vec![i128::MIN; n + 1];
+    for j in (0..n).rev() {
+        suffix[j] = suffix[j + 1].max((j as i128 + 1) * t - i128::from(stamps[j]));
+    }
+    for i in 0..n {
+        let worst = suffix[i] - i as i128 * t + i128::from(stamps[i]); // (count)·T − (t_j − t_i)
+        assert!(
+            worst <= i128::from(burst) * t,
+            "{what}: more than B + (b − a)/T granted in an interval from {}",
+            stamps[i]
+        );
+    }
+}
+
+struct LeaseRun {
+    stamps: Vec<u64>,
+    local: u64,
+    trips: u64,
+}
+
+/// A lease race: `processes` workers of `threads` threads, `calls` calls
+/// each, on a bucket of `burst` refilling `per_sec` a second.
+struct Race {
+    processes: usize,
+    threads: u64,
+    calls: u64,
+    burst: u64,
+    per_sec: u64,
+}
+
+/// Runs a race's workers on one key; kills the first with SIGKILL once it
+/// has printed `kill_after` grants, if asked.
+fn lease_race(prefix: &str, mode: &str, race: Race, kill_after: Option<usize>) -> LeaseRun {
+    use std::io::{BufRead, BufReader};
+    let mut workers: Vec<_> = (0..race.processes)
+        .map(|_| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_lease_worker"))
+                .args([support::url(), prefix.to_owned(), mode.to_owned()])
+                .args([race.threads, race.calls, race.burst, race.per_sec].map(|v| v.to_string()))
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut run = LeaseRun { stamps: Vec::new(), local: 0, trips: 0 };
+    for (i, w) in workers.iter_mut().enumerate() {
+        let lines = BufReader::new(w.stdout.take().unwrap()).lines();
+        let mut seen = 0;
+        for line in lines {
+            let line = line.unwrap();
+            let mut words = line.split(' ');
+            match words.next() {
+                Some("G") => {
+                    run.stamps.push(words.next().unwrap().parse().unwrap());
+                    seen += 1;
+                    if i == 0 && Some(seen) == kill_after {
+                        w.kill().unwrap(); // SIGKILL: its leases are neither spent nor given back
+                    }
+                }
+                Some("S") => {
+                    run.local += words.next().unwrap().parse::<u64>().unwrap();
+                    run.trips += words.next().unwrap().parse::<u64>().unwrap();
+                }
+                _ => panic!("unexpected worker output {line:?}"),
+            }
+        }
+    }
+    for (i, mut w) in workers.into_iter().enumerate() {
+        let status = w.wait().unwrap();
+        assert!(status.success() || (i == 0 && kill_after.is_some()), "worker {i}: {status}");
+    }
+    run
+}
+
+/// Four processes of four threads each on one hot key, leases on, every
+/// call stamped with the host's monotonic clock (one timeline for all of
+/// them): the grants conform to the bucket in every interval, exactly; and
+/// most calls are answered from leases.
+#[test]
+fn leases_from_four_processes_never_over_grant_in_any_interval() {
+    // 50 tokens, 20,000 a second (T = 50 µs, whole µs as Redis needs).
+    let mut run = lease_race(
+        &support::prefix("lease-caller"),
+        "caller",
+        Race { processes: 4, threads: 4, calls: 3_000, burst: 50, per_sec: 20_000 },
+        None,
+    );
+    assert!(run.stamps.len() > 50, "granted more than the burst over time: {}", run.stamps.len());
+    check_token_bucket("four processes, leases", &mut run.stamps, 50, 50);
+    assert!(run.local > 0, "some calls were answered from a lease ({} local, {} round trips)", run.local, run.trips);
+}
+
+/// The same with one process killed (SIGKILL) mid-run, holding a lease: the
+/// survivors and the fleet stay within the bound (the killed process's
+/// leased tokens are lost until their time passes, never granted twice).
+#[test]
+fn leases_with_a_process_killed_mid_run_never_over_grant() {
+    let mut run = lease_race(
+        &support::prefix("lease-kill"),
+        "caller",
+        Race { processes: 4, threads: 2, calls: 3_000, burst: 50, per_sec: 20_000 },
+        Some(20),
+    );
+    check_token_bucket("a process killed", &mut run.stamps, 50, 50);
+}
+
+/// Leases at the server's time: over the whole run, the fleet is granted at
+/// most B + (elapsed)/T, elapsed read from the server before and after.
+#[test]
+fn leases_at_the_server_s_time_never_over_grant_over_a_run() {
+    let time = || {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut support::conn()).unwrap();
+        s * 1_000_000 + us
+    };
+    let start = time();
+    let run = lease_race(
+        &support::prefix("lease-server"),
+        "server",
+        Race { processes: 4, threads: 4, calls: 2_000, burst: 50, per_sec: 20_000 },
+        None,
+    );
+    let elapsed = time() - start;
+    let most = 50 + elapsed / 50;
+    assert!(run.stamps.len() as u64 <= most, "{} granted in {elapsed} µs, at most {most}", run.stamps.len());
+    assert!(run.local > 0, "some calls were answered from a lease ({} local, {} round trips)", run.local, run.trips);
+}
+
+fn leasing(name: &str, rule: Rule) -> RedisLimiter {
+    let limits = Limits::single(rule).unwrap().with_prefix(support::prefix(name)).unwrap();
+    RedisLimiter::try_new(manager(), limits, Options { lease: ratomic_redis::Lease::Auto, ..options() }).unwrap()
+}
+
+/// A lease's unused tokens go back with `give_back`; while it is held, a
+/// refund or a reset through another limiter never frees the slots it
+/// holds; and a batch, a peek or a limiter without leases see the fleet's
+/// state.
+#[test]
+fn leases_are_given_back_and_refunds_and_resets_leave_their_slots_alone() {
+    // 40 tokens, one an hour: nothing refills during the test. Leases of at
+    // most 40 / 8 = 5 tokens.
+    let rule = Rule::token_bucket(Quota::new(40, 1.0 / 3600.0).unwrap());
+    let a = leasing("lease-give", rule);
+    let other = RedisLimiter::new(manager(), a.limits().clone(), options());
+    let remaining = || block(other.peek("k", 0)).unwrap().decision.remaining;
+    assert_eq!(block(a.allow("k")).unwrap().source, Source::Redis, "a key seen once takes no lease");
+    let d = block(a.allow("k")).unwrap();
+    assert_eq!(d.source, Source::Redis);
+    // The second call took a lease of 2 (a key's first lease; half of the
+    // 38 left would allow 19): the fleet has 36 left.
+    assert_eq!(remaining(), 36);
+    assert_eq!(a.driver().leases_held(), 1);
+    // A refund elsewhere cannot move the bucket back into the lease.
+    block(other.refund("k", 5)).unwrap();
+    assert_eq!(remaining(), 36, "a refund stops at the lease's end");
+    // Nor can a reset.
+    block(other.reset("k")).unwrap();
+    assert_eq!(remaining(), 36, "a reset keeps what the leases hold");
+    // One of the lease's tokens is granted locally; the other goes back.
+    assert_eq!(block(a.allow("k")).unwrap().source, Source::Lease);
+    assert_eq!(block(a.give_back()).unwrap(), 1);
+    assert_eq!(remaining(), 37);
+    assert_eq!(a.driver().leases_held(), 0);
+    // A lease given back when someone has been granted since cannot be.
+    let _ = block(a.allow("k")).unwrap(); // takes a lease again
+    assert_eq!(a.driver().leases_held(), 1);
+    let left = remaining();
+    assert!(block(other.allow("k")).unwrap().allowed());
+    assert_eq!(block(a.give_back()).unwrap(), 0, "a slot granted after the lease: nothing to give back");
+    assert_eq!(remaining(), left - 1);
+}
+
+/// An explicit lease size with a window limit is refused at construction;
+/// `Lease::Auto` takes no lease there.
+#[test]
+fn leases_are_refused_for_windows_when_asked_for_explicitly() {
+    let limits = Limits::new([("w", Rule::fixed_window(Rate::parse("10/s").unwrap()).unwrap())]).unwrap();
+    let err =
+        RedisLimiter::try_new(manager(), limits.clone(), Options { lease: ratomic_redis::Lease::Max(4), ..options() })
+            .unwrap_err();
+    assert!(err.to_string().contains("token bucket"), "{err}");
+    let auto =
+        RedisLimiter::try_new(manager(), limits, Options { lease: ratomic_redis::Lease::Auto, ..options() }).unwrap();
+    assert_eq!(auto.driver().lease_max(), None);
 }

@@ -94,3 +94,29 @@ async fn a_redis_that_stops_answering_is_a_generic_503_and_logged() {
     assert!(errors[1].contains("unchecked"), "{}", errors[1]);
     assert_eq!(logs.lines_with("its own failure policy answers").len(), 1, "{}", logs.text());
 }
+
+/// Refunds on Redis: a failed response's cost is given back (awaited
+/// before the response goes on), a success stays charged, a denial is
+/// neither; the state on Redis says so.
+#[tokio::test]
+async fn failed_responses_are_refunded_on_redis() {
+    let limits =
+        Limits::single(Rule::parse("2/min").unwrap()).unwrap().with_prefix(server::prefix("tower-refund")).unwrap();
+    let l = limiter(&server::url(), limits, FailurePolicy::ReturnError).await;
+    let app = axum::Router::new()
+        .route("/ok", axum::routing::get(|| async { "ok" }))
+        .route("/fail", axum::routing::get(|| async { (http::StatusCode::INTERNAL_SERVER_ERROR, "failed") }));
+    let layer = RateLimitLayer::new(l.clone()).key(KeyBy::header("x-key".parse().unwrap())).skip_failed_responses();
+    let addr = serve(app.layer(layer)).await;
+    let mut seen = Vec::new();
+    for path in ["/fail", "/ok", "/fail", "/fail"] {
+        seen.push(get_with(addr, path, &[("x-key", "k1")]).await.status);
+    }
+    assert_eq!(seen, [500, 200, 500, 500]);
+    assert_eq!(l.peek("k1", 0).await.unwrap().decision.remaining, 1, "one success charged, the failures given back");
+    let mut seen = Vec::new();
+    for path in ["/ok", "/ok", "/fail"] {
+        seen.push(get_with(addr, path, &[("x-key", "k1")]).await.status);
+    }
+    assert_eq!(seen, [200, 429, 429]);
+}

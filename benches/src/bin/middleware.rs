@@ -5,9 +5,15 @@
 //! cargo run --release -p ratomic-benches --bin middleware [ROUNDS] [SECONDS]   # default 5 rounds of 2 s
 //! ```
 //!
-//! `middleware inproc [ROUNDS]` calls each app's router directly in this
-//! process (no sockets, no HTTP parsing or writing): each layer's own work
-//! per request, interleaved in rounds of 200 000 calls, median ns a call.
+//! `middleware inproc [ROUNDS]` calls each contender in this process (no
+//! sockets, no HTTP parsing or writing), issue 38's benchmark: the three
+//! scenarios (allowed on one key, allowed over 10,000 keys, denied), each
+//! with the layer placed by `Router::layer` and around the whole router,
+//! the contenders interleaved in rounds (200,000 calls, 20,000 denied; the
+//! order reversed every other round), median ns a call over the bare
+//! router's. A no-op layer shows what axum charges any `Router::layer`.
+//! `middleware profile KIND SCENARIO [CALLS]` runs one contender alone for
+//! `perf record`.
 //!
 //! `middleware drive ROUNDS SECONDS bare=PORT ratomic=PORT peer=PORT…` drives
 //! apps served by someone else (the Python bench's uvicorn apps) the same
@@ -46,7 +52,10 @@ fn app(kind: &str) -> Router {
     // Limits no run reaches: every request is decided and allowed.
     match kind {
         "bare" => hello,
-        "ratomic" => hello.layer(RateLimitLayer::new(TokenBucket::new(Quota::new(1 << 40, 1e12).unwrap()))),
+        "ratomic" | "ratomic-noinfo" => {
+            let layer = RateLimitLayer::new(TokenBucket::new(Quota::new(1 << 40, 1e12).unwrap()));
+            hello.layer(layer.info_in_extensions(kind == "ratomic"))
+        }
         "tower_governor" => {
             let c = GovernorConfigBuilder::default().per_nanosecond(1).burst_size(u32::MAX).finish().unwrap();
             hello.layer(GovernorLayer::new(c))
@@ -132,6 +141,10 @@ fn main() {
         inproc(rounds);
         return;
     }
+    if args.get(1).map(String::as_str) == Some("profile") {
+        profile(&args[2], &args[3], args.get(4).map_or(5_000_000, |a| a.parse().unwrap()));
+        return;
+    }
     if args.get(1).map(String::as_str) == Some("drive") {
         let (rounds, seconds) = (args[2].parse().unwrap(), args[3].parse().unwrap());
         let apps: Vec<(String, u16)> = args[4..]
@@ -213,43 +226,161 @@ fn report(apps: &[(String, u16)], rounds: usize, seconds: f64) {
     }
 }
 
-/// Each app's router called in this process: ns a request over the bare
-/// router's, median of `rounds` interleaved rounds.
+/// The in-process contenders, each given the same requests.
+const INPROC: [&str; 6] = ["bare", "ratomic", "ratomic+info", "tower_governor", "tower_governor+headers", "noop-layer"];
+
+/// The three scenarios of issue 38: allowed on one key, allowed over
+/// 10,000 keys (peer addresses), denied on one key.
+const SCENARIOS: [&str; 3] = ["allowed-1key", "allowed-10k-keys", "denied"];
+
+/// Where the layer goes: `Router::layer` (axum wraps each route in the
+/// layer's service and boxes its future: what a user writes most often,
+/// and what axum charges any layer, the `noop-layer` row), or around the
+/// whole router (`layer.layer(router)`: the layer's own work alone).
+const PLACEMENTS: [&str; 2] = ["Router::layer", "around the router"];
+
+type Svc = tower::util::BoxCloneSyncService<
+    http::Request<axum::body::Body>,
+    http::Response<axum::body::Body>,
+    std::convert::Infallible,
+>;
+
+fn place<L>(layer: L, placement: &str) -> Svc
+where
+    L: tower::Layer<axum::routing::Route> + tower::Layer<Router> + Clone + Send + Sync + 'static,
+    <L as tower::Layer<axum::routing::Route>>::Service: tower::Service<
+            http::Request<axum::body::Body>,
+            Response = http::Response<axum::body::Body>,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+    <<L as tower::Layer<axum::routing::Route>>::Service as tower::Service<http::Request<axum::body::Body>>>::Future:
+        Send + 'static,
+    <L as tower::Layer<Router>>::Service: tower::Service<
+            http::Request<axum::body::Body>,
+            Response = http::Response<axum::body::Body>,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+    <<L as tower::Layer<Router>>::Service as tower::Service<http::Request<axum::body::Body>>>::Future: Send + 'static,
+{
+    let hello = Router::new().route("/", routing::get(|| async { "hello" }));
+    if placement == "Router::layer" {
+        Svc::new(hello.layer(layer))
+    } else {
+        Svc::new(layer.layer(hello))
+    }
+}
+
+/// A contender: `kind` in `scenario`, placed at `placement`.
+fn contender(kind: &str, scenario: &str, placement: &str) -> Svc {
+    let denied = scenario == "denied";
+    // Allowed: limits no run reaches. Denied: one request a day; after the
+    // first, every request is denied.
+    let quota = if denied { Quota::new(1, 1.0 / 86_400.0) } else { Quota::new(1 << 40, 1e12) }.unwrap();
+    let governor = || {
+        let mut b = GovernorConfigBuilder::default();
+        if denied {
+            b.period(std::time::Duration::from_secs(86_400)).burst_size(1);
+        } else {
+            b.per_nanosecond(1).burst_size(u32::MAX);
+        }
+        b
+    };
+    match kind {
+        "bare" => Svc::new(Router::new().route("/", routing::get(|| async { "hello" }))),
+        "noop-layer" => place(tower::layer::util::Identity::new(), placement),
+        "ratomic" | "ratomic+info" => {
+            let layer = RateLimitLayer::new(TokenBucket::new(quota)).info_in_extensions(kind == "ratomic+info");
+            place(layer, placement)
+        }
+        "tower_governor" => place(GovernorLayer::new(governor().finish().unwrap()), placement),
+        "tower_governor+headers" => place(GovernorLayer::new(governor().use_headers().finish().unwrap()), placement),
+        other => panic!("unknown contender {other}"),
+    }
+}
+
+fn request(i: u32) -> http::Request<axum::body::Body> {
+    let peer = SocketAddr::from(([10, (i >> 16) as u8, (i >> 8) as u8, i as u8], 4567));
+    let mut r = http::Request::get("/").body(axum::body::Body::empty()).unwrap();
+    r.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+    r
+}
+
+/// Each contender called in this process, per placement and scenario: ns
+/// a request, and over the bare router's, median of `rounds` interleaved
+/// rounds (the order reversed every other round).
 fn inproc(rounds: usize) {
     use tower::{Service, ServiceExt};
-    const CALLS: u32 = 200_000;
+    const KEYS: u32 = 10_000;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let peer: SocketAddr = "10.1.2.3:4567".parse().unwrap();
-    let request = move || {
-        let mut r = http::Request::get("/").body(axum::body::Body::empty()).unwrap();
-        r.extensions_mut().insert(axum::extract::ConnectInfo(peer));
-        r
-    };
-    let mut routers: Vec<Router> = APPS.iter().map(|k| app(k)).collect();
-    let mut times = vec![Vec::new(); APPS.len()];
-    rt.block_on(async {
-        for _ in 0..rounds {
-            for (i, router) in routers.iter_mut().enumerate() {
-                let t0 = Instant::now();
-                for _ in 0..CALLS {
-                    let r = ServiceExt::<http::Request<axum::body::Body>>::ready(router)
-                        .await
-                        .unwrap()
-                        .call(request())
-                        .await
-                        .unwrap();
-                    assert_eq!(r.status(), 200);
+    println!(
+        "axum 0.8 in process, median of {rounds} interleaved rounds of 200,000 calls (20,000 denied). ratomic: draft-11 \
+         RateLimit-Policy + RateLimit (+ Retry-After and a problem body on a 429); tower_governor+headers: \
+         x-ratelimit-limit + x-ratelimit-remaining (+ x-ratelimit-after, retry-after on a 429)"
+    );
+    for placement in PLACEMENTS {
+        for scenario in SCENARIOS {
+            let keys = if scenario == "allowed-10k-keys" { KEYS } else { 1 };
+            // tower_governor's denials take tens of µs (each reads a new
+            // quanta clock): fewer calls, the same for every contender.
+            let calls: u32 = if scenario == "denied" { 20_000 } else { 200_000 };
+            let expect = if scenario == "denied" { 429 } else { 200 };
+            let mut services: Vec<Svc> = INPROC.iter().map(|k| contender(k, scenario, placement)).collect();
+            let mut times = vec![Vec::new(); INPROC.len()];
+            rt.block_on(async {
+                for (i, svc) in services.iter_mut().enumerate() {
+                    // Warm up (every key seen); the denied scenario's one token drained.
+                    for k in 0..keys.max(1000) {
+                        let r = svc.ready().await.unwrap().call(request(k % keys)).await.unwrap();
+                        if !matches!(INPROC[i], "bare" | "noop-layer") && k > 0 {
+                            assert_eq!(r.status(), expect, "{} {scenario}", INPROC[i]);
+                        }
+                    }
                 }
-                times[i].push(t0.elapsed().as_nanos() as f64 / f64::from(CALLS));
+                let mut order: Vec<usize> = (0..INPROC.len()).collect();
+                for _ in 0..rounds {
+                    order.reverse();
+                    for &i in &order {
+                        let svc = &mut services[i];
+                        let t0 = Instant::now();
+                        for n in 0..calls {
+                            let r = svc.ready().await.unwrap().call(request(n % keys)).await.unwrap();
+                            std::hint::black_box(r);
+                        }
+                        times[i].push(t0.elapsed().as_nanos() as f64 / f64::from(calls));
+                    }
+                }
+            });
+            let med: Vec<f64> = times.iter_mut().map(|t| median(t)).collect();
+            println!("{placement}, {scenario}:");
+            for (i, name) in INPROC.iter().enumerate() {
+                println!("  {name:<24} {:>7.0} ns/request   over bare {:>+6.0} ns", med[i], med[i] - med[0]);
+            }
+            for (i, name) in INPROC.iter().enumerate().skip(3).take(2) {
+                println!("  ratomic's cost ÷ {name}'s: {:.2}", (med[1] - med[0]) / (med[i] - med[0]));
             }
         }
+    }
+}
+
+/// `middleware profile KIND SCENARIO [CALLS]`: one contender alone, for
+/// `perf record` (placed as `RATOMIC_PLACEMENT` says, default
+/// `Router::layer`).
+fn profile(kind: &str, scenario: &str, calls: u32) {
+    use tower::{Service, ServiceExt};
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let keys = if scenario == "allowed-10k-keys" { 10_000 } else { 1 };
+    let placement = std::env::var("RATOMIC_PLACEMENT").unwrap_or_else(|_| PLACEMENTS[0].to_owned());
+    let mut svc = contender(kind, scenario, &placement);
+    rt.block_on(async {
+        for n in 0..calls {
+            let r = svc.ready().await.unwrap().call(request(n % keys)).await.unwrap();
+            std::hint::black_box(r);
+        }
     });
-    let med: Vec<f64> = times.iter_mut().map(|t| median(t)).collect();
-    println!("axum 0.8 routers called in process, median of {rounds} interleaved rounds of {CALLS} calls");
-    for (i, name) in APPS.iter().enumerate() {
-        println!("  {name:<24} {:>7.0} ns/request   over bare {:>6.0} ns", med[i], med[i] - med[0]);
-    }
-    for (i, name) in APPS.iter().enumerate().skip(2) {
-        println!("  ratomic's cost ÷ {name}'s: {:.2}", (med[1] - med[0]) / (med[i] - med[0]));
-    }
 }

@@ -14,8 +14,7 @@ import logging
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Sequence, Union
 
 from ratomic._ratomic import (
     PROBLEM_CONTENT_TYPE,
@@ -24,9 +23,13 @@ from ratomic._ratomic import (
     DirectTokenBucket,
     InvalidArgumentError,
     Keyed,
+    LimitSet,
     Limiter,
+    Quotas,
     RatomicError,
+    Rule,
     Stack,
+    _HttpFields,
 )
 
 if TYPE_CHECKING:
@@ -36,7 +39,14 @@ if TYPE_CHECKING:
 #: Any limiter a middleware can use: in memory (or a shared file), a
 #: ``Stack`` of them, or on Redis (``ratomic.redis``; an asyncio client
 #: under ASGI and FastAPI, a blocking one under WSGI).
-AnyLimiter = Union[Keyed, Limiter, DirectTokenBucket, Stack, "_RedisBase[Any, Any]"]
+AnyLimiter = Union[Keyed, Limiter, DirectTokenBucket, Stack, Quotas, "_RedisBase[Any, Any]"]
+
+#: A quota for a ``ratomic.Quotas``: a rate string or a ``Rule.token_bucket``.
+QuotaLike = Union[str, Rule]
+
+#: Which of a ``ratomic.Limiter``'s limits apply: a ``LimitSet`` (resolve
+#: it once with ``limiter.limit_set(names)``), names, or None for all.
+LimitsLike = Union[LimitSet, Sequence[str], None]
 
 #: A request's key: ``str`` or ``bytes``.
 Key = Union[str, bytes]
@@ -76,22 +86,71 @@ _DETAIL = {
 }
 
 
+# Field names as ASGI writes them (lower case, bytes), made once.
+_RAW_NAMES = {
+    n: n.lower().encode("latin-1")
+    for n in (
+        "RateLimit-Policy",
+        "RateLimit",
+        "RateLimit-Limit",
+        "RateLimit-Remaining",
+        "RateLimit-Reset",
+        "Retry-After",
+        "X-RateLimit-Limit",
+        "X-RateLimit-Remaining",
+        "X-RateLimit-Reset",
+        "Content-Type",
+    )
+}
+
+
+def raw_headers(fields: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """``fields`` as an ASGI ``http.response.start`` carries them."""
+    names = _RAW_NAMES
+    return [(names.get(n) or n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in fields]
+
+
 def _problem(status: int) -> str:
     body = {"type": "about:blank", "title": _STATUS_TEXT[status], "status": status, "detail": _DETAIL[status]}
     return json.dumps(body, separators=(",", ":"))
 
 
-@dataclass(frozen=True)
+#: Where the decision is handed to the endpoint: ``scope["state"]`` under
+#: this name (``request.state.rate_limit`` in Starlette and FastAPI).
+STATE_KEY = "rate_limit"
+
+#: Where the WSGI faces hand the decision to the app: ``environ`` under
+#: this name (``request.environ`` in Flask, ``request.META`` in Django).
+ENVIRON_KEY = "ratomic.rate_limit"
+
+
 class Outcome:
     """A request's answer: allowed or not, the header fields every response
-    carries, and when not allowed the problem body (JSON) and the status:
+    carries (ASGI's lower-case bytes pairs from an async policy, WSGI's
+    str pairs from a sync one), and when not allowed the problem body
+    (JSON) and the status:
     429 (denied), 503 (the limiter's backend failed), 400 (a request the
-    limiter cannot judge) or 500 (a set-up mistake: no client address)."""
+    limiter cannot judge) or 500 (a set-up mistake: no client address).
+    ``decision`` is the limiter's (None when it could not decide);
+    ``charge`` is what a refund gives back (None when nothing is to be)."""
 
-    allowed: bool
-    headers: list[tuple[str, str]]
-    problem: str | None
-    status: int = 429
+    __slots__ = ("allowed", "headers", "problem", "status", "decision", "charge")
+
+    def __init__(
+        self,
+        allowed: bool,
+        headers: list[Any],
+        problem: str | None,
+        status: int = 429,
+        decision: Any = None,
+        charge: tuple[Any, int, Any] | None = None,
+    ) -> None:
+        self.allowed = allowed
+        self.headers = headers
+        self.problem = problem
+        self.status = status
+        self.decision = decision
+        self.charge = charge
 
     @property
     def problem_headers(self) -> list[tuple[str, str]]:
@@ -126,6 +185,10 @@ class _Reporter:
             message += f" ({more} more since the last report)"
         logger.log(level, message, exc_info=exc)
 
+    def reported(self, kind: str) -> bool:
+        """Whether ``kind`` has been logged (read without the lock)."""
+        return kind in self._last
+
     def once(self, kind: str, level: int, message: str) -> None:
         """Logs ``kind`` the first time only (a set-up mistake)."""
         if kind in self._last:
@@ -153,6 +216,11 @@ def client_key(peer: str | None, forwarded_for: str | None, trusted_proxies: int
             host = _without_port(hops[-trusted_proxies])
     if host is None:
         return None
+    if ":" not in host:
+        # Not IPv6: an IPv4 address ipaddress would give back as written
+        # (it takes no other spelling of one), or a name kept as is. The
+        # common case, without parsing.
+        return host
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
@@ -197,11 +265,38 @@ def _redis_limiter(limiter: object) -> Any:
     return limiter if module is not None and isinstance(limiter, module._RedisBase) else None
 
 
+def _check_callable(param: str, value: Any) -> None:
+    if value is not None and not callable(value):
+        raise ArgumentTypeError(f"{param} must be a function of the request or None, not {type(value).__name__}: {value!r}")
+
+
+def _check_bool(param: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ArgumentTypeError(f"{param} must be True or False, not {type(value).__name__}: {value!r}")
+
+
+def default_was_successful(status: int) -> bool:
+    """Whether a response counts as successful by default: a status below
+    400 (as express-rate-limit and Flask-Limiter count it)."""
+    return status < 400
+
+
 class Policy:
     """A limiter and how a middleware applies it to requests. ``server``
     says how the middleware runs: ``"async"`` (ASGI, FastAPI: a Redis
     limiter must have an asyncio client, whose decisions are awaited) or
-    ``"sync"`` (WSGI: a blocking client)."""
+    ``"sync"`` (WSGI: a blocking client).
+
+    ``skip(request)`` true: the request is neither counted nor limited.
+    ``quota`` (a ``ratomic.Quotas``'s, required with one) and ``limits``
+    (which of a ``ratomic.Limiter``'s limits apply) are fixed or functions
+    of the request. With ``skip_successful_requests`` or
+    ``skip_failed_requests``, a request is charged on the way in and given
+    back (the limiter's ``refund``, exactly its cost) when its response's
+    status says so: ``request_was_successful(status)``, by default a
+    status below 400; a response that never started (the app raised) is a
+    failure. ``enabled=False`` makes the face a pass-through (it can be
+    switched at run time)."""
 
     def __init__(
         self,
@@ -217,12 +312,19 @@ class Policy:
         trusted_proxies: int = 0,
         ipv6_prefix: int = 64,
         on_error: Literal["deny", "allow"] = "deny",
+        skip: Callable[[Any], bool] | None = None,
+        enabled: bool = True,
+        quota: QuotaLike | Callable[[Any], QuotaLike] | None = None,
+        limits: LimitsLike | Callable[[Any], LimitsLike] = None,
+        skip_successful_requests: bool = False,
+        skip_failed_requests: bool = False,
+        request_was_successful: Callable[[int], bool] | None = None,
     ) -> None:
         redis = _redis_limiter(limiter)
-        if redis is None and not isinstance(limiter, (Keyed, Limiter, DirectTokenBucket, Stack)):
+        if redis is None and not isinstance(limiter, (Keyed, Limiter, DirectTokenBucket, Stack, Quotas)):
             raise ArgumentTypeError(
                 f"limiter must be a ratomic TokenBucket, FixedWindow, SlidingWindow, Limiter, "
-                f"DirectTokenBucket or Stack, or one of ratomic.redis, not {type(limiter).__name__}"
+                f"DirectTokenBucket, Stack or Quotas, or one of ratomic.redis, not {type(limiter).__name__}"
             )
         if redis is not None and redis._async != (server == "async"):
             raise ArgumentTypeError(
@@ -245,8 +347,50 @@ class Policy:
                 'standard_headers must be True (draft-11), False, "draft-11", "draft-8", "draft-7" or "draft-6", '
                 f"not {standard_headers!r}"
             )
+        if isinstance(cost, bool) or not (callable(cost) or isinstance(cost, int)):
+            raise ArgumentTypeError(f"cost must be a whole number or a function of the request, not {cost!r}")
+        if not callable(cost) and cost < 0:
+            raise InvalidArgumentError(f"invalid cost: {cost!r} (must be a whole number >= 0)")
+        for fn_param, fn in (("key", key), ("skip", skip), ("request_was_successful", request_was_successful)):
+            _check_callable(fn_param, fn)
+        for param, flag in (
+            ("enabled", enabled),
+            ("legacy_headers", legacy_headers),
+            ("skip_successful_requests", skip_successful_requests),
+            ("skip_failed_requests", skip_failed_requests),
+        ):
+            _check_bool(param, flag)
+        if isinstance(limiter, Quotas):
+            if quota is None:
+                raise ArgumentTypeError(
+                    "a ratomic.Quotas takes its quota with each call: pass quota= a rate string, a "
+                    "Rule.token_bucket(...), or a function of the request returning one (say, the client's plan)"
+                )
+        elif quota is not None:
+            raise ArgumentTypeError(
+                f"quota= is for a ratomic.Quotas (a quota per call), not a {type(limiter).__name__}, whose rule is "
+                "fixed: drop quota=, or pass ratomic.Quotas() with quota= a function of the request"
+            )
+        if limits is not None and not isinstance(limiter, Limiter):
+            raise ArgumentTypeError(
+                f"limits= chooses among a ratomic.Limiter's limits, and a {type(limiter).__name__} has none to "
+                "choose: drop limits=, or pass a ratomic.Limiter of named limits"
+            )
         #: A Stack's member names (its calls take one key per member), else None.
         self.stack_names: tuple[str, ...] | None = None
+        #: The fixed quota or limit set, or the function choosing one per request.
+        self.select_fn: Callable[[Any], Any] | None = None
+        self.selection: Any = None
+        fields: Callable[[Any, Any], list[tuple[str, str]]]
+        problem: Callable[[Any, Any], str | None]
+        #: Whether fields are ASGI's (bytes, lower-case names) or WSGI's (str).
+        self.raw = raw = server == "async"
+        standard = standard_headers is not False
+        allow: Callable[[Any, int, Any], Any]
+        refund: Callable[[Any, int, Any], Any]
+        lim: Any = limiter
+        draft_: _Draft = "draft-11" if isinstance(standard_headers, bool) else standard_headers
+        legacy = legacy_headers
         # Named limits (the decisions carry entries), else one rule whose
         # name is checked once, at set-up, not on the first request.
         if isinstance(limiter, Stack):
@@ -256,35 +400,101 @@ class Policy:
             # policy (a Limiter) or a name no header can carry is an error
             # naming it now, not on the first request.
             limiter.headers(limiter.peek([b""] * len(limiter), 0))
+            stack_keys = self._stack_keys
+            allow = lambda key, cost, sel: lim.allow(stack_keys(key), cost)  # noqa: E731
+            refund = lambda key, cost, sel: lim.refund(stack_keys(key), cost)  # noqa: E731
         elif redis is not None:
             self.multi = isinstance(redis, sys.modules["ratomic.redis"].RedisLimiter)
             # Each limit's name, or the one rule's: one no header can carry
             # is an error now, not on every request.
             for n in redis.names if self.multi else (name,):
                 redis._driver.check_name(n)
+            allow = lambda key, cost, sel: lim.allow(_one_key(key), cost)  # noqa: E731
+            refund = lambda key, cost, sel: lim.refund(key, cost)  # noqa: E731
         elif isinstance(limiter, DirectTokenBucket):
             self.multi = False
             limiter.headers(limiter.peek(), name=name)
+            allow = lambda key, cost, sel: lim.allow(cost)  # noqa: E731
+            refund = lambda key, cost, sel: lim.refund(cost)  # noqa: E731
         elif isinstance(limiter, Keyed):
             self.multi = False
             limiter.headers(limiter.peek(b"", 0), name=name)
+            allow = lambda key, cost, sel: lim.allow(_one_key(key), cost)  # noqa: E731
+            refund = lambda key, cost, sel: lim.refund(key, cost)  # noqa: E731
+        elif isinstance(limiter, Quotas):
+            self.multi = False
+            if callable(quota):
+                self.select_fn = quota
+                limiter.headers(limiter.peek(b"", "1/s", 0), "1/s", name=name)  # the name, checked now
+            else:
+                if not isinstance(quota, (str, Rule)):
+                    raise ArgumentTypeError(
+                        f"quota must be a rate string, a Rule.token_bucket(...) or a function of the request, "
+                        f"not {type(quota).__name__}: {quota!r}"
+                    )
+                self.selection = quota
+                limiter.headers(limiter.peek(b"", quota, 0), quota, name=name)  # the quota and name, checked now
+            allow = lambda key, cost, sel: lim.allow(_one_key(key), sel, cost)  # noqa: E731
+            refund = lambda key, cost, sel: lim.refund(key, sel, cost)  # noqa: E731
         else:
+            assert isinstance(limiter, Limiter)
             self.multi = True
-            if isinstance(limiter, Limiter):
-                limiter.headers(limiter.peek(b"", 0))  # every limit's name, checked now
+            limiter.headers(limiter.peek(b"", 0))  # every limit's name, checked now
+            if callable(limits):
+                self.select_fn = limits
+            elif limits is not None:
+                # Names resolved once, here (an unknown one is an error now).
+                self.selection = limits if isinstance(limits, LimitSet) else limiter.limit_set(list(limits))
+            allow = lambda key, cost, sel: lim.allow(_one_key(key), cost, limits=sel)  # noqa: E731
+            refund = lambda key, cost, sel: lim.refund(key, cost, limits=sel)  # noqa: E731
+        if isinstance(limiter, Quotas):
+            fields = lambda d, sel: lim.headers(d, sel, name=name, legacy=legacy, draft=draft_)  # noqa: E731
+            problem = lambda d, sel: lim.problem(d, sel, name=name)  # noqa: E731
+        elif self.multi:
+            fields = lambda d, sel: lim.headers(d, legacy=legacy, draft=draft_)  # noqa: E731
+            problem = lambda d, sel: lim.problem(d)  # noqa: E731
+        else:
+            fields = lambda d, sel: lim.headers(d, name=name, legacy=legacy, draft=draft_)  # noqa: E731
+            problem = lambda d, sel: lim.problem(d, name=name)  # noqa: E731
+        self._allow_call = allow
+        self._refund_call = refund
+        self._fields = fields
+        self._problem = problem
+        # Limiters whose header policies are fixed get them formatted once,
+        # in the server's form, by one native call per response.
+        self._native: Any = None
+        if isinstance(limiter, (Keyed, DirectTokenBucket, Limiter, Stack)):
+            self._native = _HttpFields(limiter, name=name, draft=draft_, legacy=legacy, standard=standard, asgi=raw)
+        self._retry_1: list[Any] = [(b"retry-after", b"1")] if raw else [("Retry-After", "1")]
         #: Whether decisions are awaited (a Redis limiter on an asyncio client).
         self.awaits = redis is not None and redis._async
+        #: Whether a refund must check who answered (Redis, or its fallback).
+        self.redis = redis is not None
+        #: Whether a request needs no key (one bucket for everyone).
+        self.keyless = isinstance(limiter, DirectTokenBucket)
         self.limiter = limiter
         self.key = key
-        self.cost = cost
+        self.cost: Any = cost
+        self.cost_fn = callable(cost)
         self.name = name
         #: Whether responses carry the standard fields, in which draft's form.
         self.standard = standard_headers is not False
-        self.draft: _Draft = "draft-11" if isinstance(standard_headers, bool) else standard_headers
+        self.draft: _Draft = draft_
         self.legacy = legacy_headers
         self.trusted_proxies = trusted_proxies
         self.ipv6_prefix = ipv6_prefix
         self.on_error = on_error
+        self.skip = skip
+        #: False: the face passes every request through untouched.
+        self.enabled = enabled
+        self.skip_successful = skip_successful_requests
+        self.skip_failed = skip_failed_requests
+        #: Whether a response's status can give a request's cost back.
+        self.refunds = skip_successful_requests or skip_failed_requests
+        #: Whether an outcome keeps what it charged (for a refund, or for a
+        #: face that decides several limits all or nothing).
+        self.keep_charge = self.refunds
+        self.was_successful = request_was_successful or default_was_successful
         #: What the middleware is, in its log records (``ratomic.asgi`` ...).
         self.face = face
         self.reporter = _Reporter()
@@ -312,14 +522,24 @@ class Policy:
             )
         return client_key(peer, forwarded_for, self.trusted_proxies, self.ipv6_prefix)
 
+    @property
+    def reads_forwarded_for(self) -> bool:
+        """Whether the default key needs the request's ``X-Forwarded-For``:
+        behind trusted proxies, or until an untrusted one has been reported
+        (after that, a face need not look for it)."""
+        return self.trusted_proxies > 0 or not self.reporter.reported("untrusted-forwarded-for")
+
     def decide(self, request: Any, key: Key | Sequence[Key] | None) -> Outcome:
         """Decides a request whose key is ``key`` (``request`` is what the
-        cost function is given). Not for a limiter whose decisions are
-        awaited: see :meth:`decide_async`."""
-        if key is None and not isinstance(self.limiter, DirectTokenBucket):
+        cost, quota and limits functions are given). Not for a limiter
+        whose decisions are awaited: see :meth:`decide_async`."""
+        if key is None and not self.keyless:
             return self._keyless()
         try:
-            return self._outcome(self._allow(request, key))
+            cost = self.cost(request) if self.cost_fn else self.cost
+            sel = self.select_fn(request) if self.select_fn is not None else self.selection
+            d = self._allow_call(key, cost, sel)
+            return self._outcome(d, key, cost, sel)
         except _UNJUDGED as e:
             return self._unjudged(e)
 
@@ -327,24 +547,52 @@ class Policy:
         """:meth:`decide`, awaiting the decision of a Redis limiter on an
         asyncio client (a Redis failure under its ``on_error="raise"`` is a
         failure of the backend: see :meth:`_unjudged`)."""
-        if key is None and not isinstance(self.limiter, DirectTokenBucket):
+        if key is None and not self.keyless:
             return self._keyless()
         try:
-            return self._outcome(await self._allow(request, key))
+            cost = self.cost(request) if self.cost_fn else self.cost
+            sel = self.select_fn(request) if self.select_fn is not None else self.selection
+            d = await self._allow_call(key, cost, sel)
+            return self._outcome(d, key, cost, sel)
         except _UNJUDGED as e:
             return self._unjudged(e)
 
-    def _allow(self, request: Any, key: Key | Sequence[Key] | None) -> Any:
-        limiter = self.limiter
-        cost = self.cost(request) if callable(self.cost) else self.cost
-        if isinstance(limiter, DirectTokenBucket):
-            return limiter.allow(cost)
-        assert key is not None, "a request without a key is answered before it is decided"
-        if isinstance(limiter, Stack):
-            return limiter.allow(self._stack_keys(key), cost)
-        if not isinstance(key, (str, bytes)):
-            raise TypeError(f"a key must be str or bytes (a list of keys is for a Stack), not {type(key).__name__}")
-        return limiter.allow(key, cost)
+    def refund_for(self, status: int) -> bool:
+        """Whether a response of ``status`` gives its request's cost back."""
+        if self.was_successful(status):
+            return self.skip_successful
+        return self.skip_failed
+
+    def give_back(self, outcome: Outcome) -> Any:
+        """Refunds what ``outcome`` charged (an awaitable for a Redis
+        limiter on an asyncio client: await it with :meth:`give_back_async`).
+        A failure is logged, never raised: the response is on its way."""
+        charge = outcome.charge
+        if charge is None:
+            return None
+        outcome.charge = None  # once
+        try:
+            return self._refund_call(*charge)
+        except Exception as e:  # noqa: BLE001 - reported, and the response goes on
+            self._refund_failed(e)
+            return None
+
+    async def give_back_async(self, outcome: Outcome) -> None:
+        """:meth:`give_back`, awaited when the limiter's calls are."""
+        pending = self.give_back(outcome)
+        if pending is not None:
+            try:
+                await pending
+            except Exception as e:  # noqa: BLE001 - reported, and the response goes on
+                self._refund_failed(e)
+
+    def _refund_failed(self, e: BaseException) -> None:
+        self.reporter.report(
+            "refund",
+            logging.ERROR,
+            f"{self.face}: a request's cost could not be given back (the client keeps it spent): {e}",
+            e,
+        )
 
     def _stack_keys(self, key: Key | Sequence[Key]) -> Sequence[Key]:
         """A Stack call's keys: one key for every member, or one per member
@@ -362,26 +610,39 @@ class Policy:
             )
         return key
 
-    def _outcome(self, d: Any) -> Outcome:
-        limiter: Any = self.limiter
-        if self.multi:
-            fields, problem = limiter.headers(d, legacy=self.legacy, draft=self.draft), limiter.problem(d)
-        else:
-            fields = limiter.headers(d, name=self.name, legacy=self.legacy, draft=self.draft)
-            problem = limiter.problem(d, name=self.name)
+    def _outcome(self, d: Any, key: Any, cost: int, sel: Any) -> Outcome:
+        native = self._native
+        if native is not None:
+            if d:
+                if self.keep_charge and cost:
+                    return Outcome(True, native.fields(d), None, 200, d, (key, cost, sel))
+                return Outcome(True, native.fields(d), None, 200, d)
+            return Outcome(False, native.fields(d), native.problem(d), 429, d)
+        fields = self._fields(d, sel)
         if not self.standard:
             # Every standard field's name starts so; Retry-After and
             # X-RateLimit-* stay (as express-rate-limit's standardHeaders: false).
             fields = [f for f in fields if not f[0].startswith("RateLimit")]
-        source = getattr(d, "source", None)
-        if source in ("policy", "fallback"):
-            # A Redis limiter answered by its own on_error: Redis is failing.
-            self.reporter.report(
-                "backend-policy",
-                logging.WARNING,
-                f"{self.face}: the limiter's backend is failing; its own on_error answers (source={source!r})",
-            )
-        return Outcome(bool(d), fields, problem)
+        if self.raw:
+            fields = raw_headers(fields)
+        if self.redis:
+            source = d.source
+            if source in ("policy", "fallback"):
+                # A Redis limiter answered by its own on_error: Redis is failing.
+                self.reporter.report(
+                    "backend-policy",
+                    logging.WARNING,
+                    f"{self.face}: the limiter's backend is failing; its own on_error answers (source={source!r})",
+                )
+            if d and self.keep_charge and cost and source == "redis":
+                return Outcome(True, fields, None, 200, d, (key, cost, sel))
+        elif d:
+            if self.keep_charge and cost:
+                return Outcome(True, fields, None, 200, d, (key, cost, sel))
+            return Outcome(True, fields, None, 200, d)
+        if d:
+            return Outcome(True, fields, None, 200, d)
+        return Outcome(False, fields, self._problem(d, sel), 429, d)
 
     def _keyless(self) -> Outcome:
         if self.key is None:
@@ -411,12 +672,20 @@ class Policy:
                 e,
             )
             if self.on_error == "allow":
-                return Outcome(True, [], None)
-            return Outcome(False, [("Retry-After", "1")], _problem(503), 503)
+                return Outcome(True, [], None, 200)
+            return Outcome(False, self._retry_1, _problem(503), 503)
         self.reporter.report(
             "request", logging.WARNING, f"{self.face}: a request cannot be rate limited and is refused (400): {e}"
         )
         return Outcome(False, [], _problem(400), 400)
+
+
+def _one_key(key: Any) -> Key:
+    """A single-key limiter's key: a list is for a Stack (said plainly, in
+    the log, rather than as the limiter's key type error)."""
+    if key.__class__ is str or isinstance(key, (str, bytes)):
+        return key
+    raise TypeError(f"a key must be str or bytes (a list of keys is for a Stack), not {type(key).__name__}")
 
 
 # What a limiter raises for a request it cannot judge (a key too long, a

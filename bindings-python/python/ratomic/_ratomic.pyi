@@ -32,6 +32,7 @@ __all__ = [
     "SlidingWindow",
     "Stack",
     "TokenBucket",
+    "_HttpFields",
     "_RedisCall",
     "_RedisDriver",
 ]
@@ -99,7 +100,9 @@ class KeyTypeError(ArgumentTypeError):
 
 class BackendError(RatomicError):
     """A Redis-backed limiter (``ratomic.redis``) got no answer from Redis
-    and its ``on_error`` is ``"raise"``. ``__cause__`` is the client's exception."""
+    and its ``on_error`` is ``"raise"``. ``__cause__`` is the client's exception.
+    Also a limiter on a ``shared_file`` that could not serve a call (its file
+    system is full, or another process holds the key): nothing changed."""
 
 _Source = Literal["memory", "redis", "fallback", "policy", "deny_cache"]
 """Who answered a call."""
@@ -515,6 +518,26 @@ class Stack:
     def members(self) -> tuple[_Member, ...]: ...
     @property
     def clock(self) -> ManualClock | _Clock | None: ...
+
+@final
+class _HttpFields:
+    """The fields an HTTP middleware writes for one limiter's decisions, its
+    header policies formatted once (internal to ``ratomic._http``)."""
+
+    def __new__(
+        cls,
+        limiter: Keyed | DirectTokenBucket | Limiter | Stack,
+        *,
+        name: str = "default",
+        draft: _Draft = "draft-11",
+        legacy: bool = False,
+        standard: bool = True,
+        asgi: bool = True,
+    ) -> _HttpFields: ...
+    def fields(self, decision: Decision | MultiDecision) -> list[tuple[bytes, bytes]] | list[tuple[str, str]]:
+        """The fields for ``decision``: lower-case bytes pairs with ``asgi``, else str pairs."""
+    def problem(self, decision: Decision | MultiDecision) -> str | None:
+        """The RFC 9457 problem document for a 429 answering ``decision``; None when allowed."""
 
 @final
 class _RedisCall:

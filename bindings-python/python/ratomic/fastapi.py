@@ -1,5 +1,7 @@
-"""A FastAPI dependency that rate-limits one route (or a router):
-``Depends(RateLimit(limiter))``. Importing this module imports FastAPI.
+"""Rate limits for FastAPI routes: a dependency,
+``Depends(RateLimit(limiter))``, and slowapi's ``Limiter`` with its
+``@limiter.limit("5/minute")`` decorator (from :mod:`ratomic.starlette`,
+re-exported here). Importing this module imports FastAPI.
 
 >>> from fastapi import Depends, FastAPI
 >>> from ratomic import TokenBucket
@@ -14,41 +16,41 @@
 # parameter types at run time, and an instance's __call__ has no globals
 # to resolve string annotations in.
 import json
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
-from fastapi import HTTPException, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi import Request, Response
 
 from ratomic import _http
-from ratomic._http import AnyLimiter, KeyFunc, Policy, StandardHeaders
-from ratomic._ratomic import PROBLEM_CONTENT_TYPE
+from ratomic._http import STATE_KEY, AnyLimiter, KeyFunc, LimitsLike, Policy, QuotaLike, StandardHeaders
+from ratomic._ratomic import ArgumentTypeError
+from ratomic.asgi import scope_key
+from ratomic.starlette import (
+    Limiter,
+    LimiterMiddleware,
+    RateLimitExceeded,
+    SlowAPIASGIMiddleware,
+    SlowAPIMiddleware,
+    _rate_limit_exceeded_handler,
+    get_remote_address,
+    problem_response,
+    str_headers,
+)
 
-__all__ = ["RateLimit", "RateLimitExceeded", "client_key", "problem_response"]
+__all__ = [
+    "Limiter",
+    "LimiterMiddleware",
+    "RateLimit",
+    "RateLimitExceeded",
+    "SlowAPIASGIMiddleware",
+    "SlowAPIMiddleware",
+    "_rate_limit_exceeded_handler",
+    "client_key",
+    "get_remote_address",
+    "problem_response",
+]
 
 
-class RateLimitExceeded(HTTPException):
-    """Raised by :class:`RateLimit` on a denial: a 429 whose ``detail`` is
-    the problem document and whose headers are the rate-limit fields. Also
-    raised, with a generic problem document, for a request the limiter
-    could not decide: ``status_code`` 503 (its backend failed, under
-    ``on_error="deny"``), 400 (a request it cannot judge, say a key too
-    long) or 500 (no client address to key by); the reason is logged on
-    the ``ratomic.http`` logger, never sent."""
-
-    def __init__(self, problem: dict[str, Any], headers: dict[str, str], status_code: int = 429) -> None:
-        super().__init__(status_code=status_code, detail=problem, headers=headers)
-
-
-async def problem_response(request: Request, exc: Exception) -> Response:
-    """An exception handler that answers :class:`RateLimitExceeded` with the
-    problem document itself (``application/problem+json``), not FastAPI's
-    ``{"detail": ...}`` wrapper."""
-    assert isinstance(exc, RateLimitExceeded)
-    return JSONResponse(exc.detail, status_code=exc.status_code, headers=exc.headers, media_type=PROBLEM_CONTENT_TYPE)
-
-
-
-def client_key(request: Request, *, trusted_proxies: int = 0, ipv6_prefix: int = 64) -> str | None:
+def client_key(request: Request, *, trusted_proxies: int = 0, ipv6_prefix: int = 64) -> Optional[str]:
     """The key :class:`RateLimit` gives a request by default (the client's
     address, IPv6 grouped by ``ipv6_prefix`` bits, ``X-Forwarded-For`` read
     only behind ``trusted_proxies`` proxies), for a ``key`` callable that
@@ -58,32 +60,61 @@ def client_key(request: Request, *, trusted_proxies: int = 0, ipv6_prefix: int =
     return _http.client_key(host, _forwarded_for(request), trusted_proxies, ipv6_prefix)
 
 
-def _forwarded_for(request: Request) -> str | None:
+def _forwarded_for(request: Request) -> Optional[str]:
     """Every ``X-Forwarded-For`` field line, combined (``headers.get``
     would give the first line only: the client's own, when a proxy appends
     a line of its own)."""
     return _http.forwarded_for(request.headers.getlist("x-forwarded-for"))
 
+
 class RateLimit:
     """A dependency limiting the requests of the routes that use it; same
-    options as :class:`ratomic.asgi.RateLimitMiddleware` (``key`` and
-    ``cost`` receive the ``Request``; a ``ratomic.Stack`` takes one key for
-    every member or ``key`` returns one per member). Sets the rate-limit fields on the
-    route's response; raises :class:`RateLimitExceeded` on a denial."""
+    options as :class:`ratomic.asgi.RateLimitMiddleware` (``key``, ``cost``,
+    ``skip``, ``quota`` and ``limits`` receive the ``Request``; a
+    ``ratomic.Stack`` takes one key for every member or ``key`` returns one
+    per member). Sets the rate-limit fields on the route's response and
+    the decision in ``request.state.rate_limit``; raises
+    :class:`RateLimitExceeded` on a denial (its handler is where a custom
+    denial response goes: ``exc.decision`` is the limiter's).
+
+    A dependency runs before the route and never sees its response, so
+    ``skip_successful_requests``/``skip_failed_requests`` are refused here,
+    naming what can: ``@limiter.limit(...)`` of a :class:`Limiter` or
+    :class:`ratomic.asgi.RateLimitMiddleware`. ``enabled=False`` (or
+    ``dependency.enabled = False``) lets every request through."""
 
     def __init__(
         self,
         limiter: AnyLimiter,
         *,
-        key: KeyFunc | None = None,
-        cost: int | Callable[[Request], int] = 1,
+        key: Optional[KeyFunc] = None,
+        cost: "int | Callable[[Request], int]" = 1,
         name: str = "default",
         standard_headers: StandardHeaders = True,
         legacy_headers: bool = False,
         trusted_proxies: int = 0,
         ipv6_prefix: int = 64,
         on_error: str = "deny",
+        skip: Optional[Callable[[Request], bool]] = None,
+        quota: "QuotaLike | Callable[[Request], QuotaLike] | None" = None,
+        limits: "LimitsLike | Callable[[Request], LimitsLike]" = None,
+        enabled: bool = True,
+        on_deny: Optional[Callable[..., Any]] = None,
+        skip_successful_requests: bool = False,
+        skip_failed_requests: bool = False,
     ) -> None:
+        if on_deny is not None:
+            raise ArgumentTypeError(
+                "on_deny is not taken by a dependency (it cannot answer a request itself): register an exception "
+                "handler, app.add_exception_handler(RateLimitExceeded, handler), whose exc.decision is the "
+                "limiter's"
+            )
+        if skip_successful_requests or skip_failed_requests:
+            raise ArgumentTypeError(
+                "a dependency runs before the route and never sees its response, so it cannot give a request's "
+                "cost back by it: use @limiter.limit(..., skip_failed_requests=True) of ratomic.fastapi.Limiter, "
+                "or ratomic.asgi.RateLimitMiddleware(app, limiter, skip_failed_requests=True)"
+            )
         self.policy = Policy(
             limiter,
             server="async",
@@ -96,16 +127,38 @@ class RateLimit:
             trusted_proxies=trusted_proxies,
             ipv6_prefix=ipv6_prefix,
             on_error=on_error,  # type: ignore[arg-type]
+            skip=skip,
+            quota=quota,
+            limits=limits,
+            enabled=enabled,
         )
+
+    @property
+    def enabled(self) -> bool:
+        """False: every request passes, unlimited."""
+        return self.policy.enabled
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        _http._check_bool("enabled", value)
+        self.policy.enabled = value
 
     async def __call__(self, request: Request, response: Response) -> None:
         p = self.policy
-        if p.key is not None:
-            key = p.key(request)
-        else:
-            key = p.default_key(request.client.host if request.client else None, _forwarded_for(request), "request.client")
+        if not p.enabled:
+            return
+        scope = request.scope
+        state = scope.get("state")
+        if state is None:
+            state = scope["state"] = {}
+        if p.skip is not None and p.skip(request):
+            state[STATE_KEY] = None
+            return
+        key = scope_key(p, scope, request)
         outcome = await p.decide_async(request, key) if p.awaits else p.decide(request, key)
+        state[STATE_KEY] = outcome.decision
         if not outcome.allowed:
-            raise RateLimitExceeded(json.loads(outcome.problem or "{}"), dict(outcome.headers), outcome.status)
-        for name, value in outcome.headers:
-            response.headers[name] = value
+            raise RateLimitExceeded(
+                json.loads(outcome.problem or "{}"), str_headers(outcome.headers), outcome.status, outcome.decision
+            )
+        response.raw_headers.extend(outcome.headers)

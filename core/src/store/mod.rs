@@ -173,6 +173,12 @@ pub(crate) trait Retention {
     /// limiter (a shared file's header keeps its fingerprint).
     #[cfg_attr(not(all(target_os = "linux", not(ratomic_loom))), allow(dead_code))]
     fn describe(&self) -> String;
+    /// [`describe`](Self::describe) for people (a shared file's header
+    /// keeps it, for the error of a process that builds another limiter).
+    #[cfg_attr(not(all(target_os = "linux", not(ratomic_loom))), allow(dead_code))]
+    fn label(&self) -> String {
+        self.describe()
+    }
 }
 
 /// What a keyed limiter does with a key it must evict to respect
@@ -293,6 +299,9 @@ pub struct Options {
     /// the limiter's keys (see [`shared_file`](Self::shared_file)); `None`
     /// (the default) keeps keys in this process.
     pub shared_file: Option<std::path::PathBuf>,
+    /// Whether [`max_keys`](Self::max_keys()) was called: a shared file
+    /// otherwise holds its own default, 131,072 keys.
+    max_keys_given: bool,
 }
 
 impl Default for Options {
@@ -304,6 +313,7 @@ impl Default for Options {
             shards: None,
             eviction: Eviction::Fair,
             shared_file: None,
+            max_keys_given: false,
         }
     }
 }
@@ -319,7 +329,20 @@ impl Options {
     /// ```
     pub fn max_keys(mut self, n: usize) -> Self {
         self.max_keys = n;
+        self.max_keys_given = true;
         self
+    }
+
+    /// The keys a shared file holds: [`max_keys`](Self::max_keys) if set
+    /// (by the method, or the field to another value than the default),
+    /// else the shared file's own default (see `store/shared/mod.rs`).
+    #[cfg_attr(not(all(target_os = "linux", not(ratomic_loom))), allow(dead_code))]
+    pub(crate) fn max_keys_for_file(&self) -> usize {
+        if self.max_keys_given || self.max_keys != Options::default().max_keys {
+            self.max_keys
+        } else {
+            shared::DEFAULT_MAX_KEYS
+        }
     }
 
     /// Sets [`max_key_len`](Self::max_key_len).
@@ -372,34 +395,57 @@ impl Options {
     ///
     /// - **Opening**: the file is created `0600` if missing. A symbolic
     ///   link, a file owned by another user or readable by others, a
-    ///   truncated or foreign file, a file made before the host last booted,
-    ///   or one in use with a different rule, key type, `max_keys` or
-    ///   eviction policy is a clear error ([`Error::InvalidArgument`] naming
-    ///   `shared_file`), never a silent reinterpretation.
+    ///   foreign file or one made by another version of ratomic is a clear
+    ///   error ([`Error::InvalidArgument`] naming `shared_file`), never a
+    ///   silent reinterpretation; the owner is checked before any lock, and
+    ///   no step waits longer than 5 s (a process stopped while it opens the
+    ///   file is named in the error, with what to do).
+    /// - **Changing the limiter**: a file made for another rule, key type,
+    ///   `max_keys` or eviction policy (or left half-made, or from before
+    ///   the last boot) is made anew for this limiter as soon as no process
+    ///   has it open; while one does, building is an error that names both
+    ///   limiters and the command that switches now (`rm` the file:
+    ///   processes still running keep the old one until they restart).
     /// - **Where**: in a directory only the service's user can write — a
     ///   runtime directory (`$XDG_RUNTIME_DIR/…`, `/run/<service>/…`,
-    ///   systemd's `RuntimeDirectory=`) — not a world-writable `/tmp` path.
-    ///   Remove the file while no process has it open to start afresh (a
-    ///   process that keeps it mapped keeps using the old one).
-    /// - **Size**: a 512-byte header, `2 × max_keys` slots of
-    ///   `16 + 8 × limits` bytes and `max_keys / 4` (a power of two) floor
-    ///   cells of `8 × limits` bytes, fixed when the file is created. It is
-    ///   sparse: pages are allocated as keys land on them.
-    ///   [`memory_bytes`](crate::Keyed::memory_bytes) reports the file's size.
-    /// - **Time**: every process must read one timeline. [`MonotonicClock`](crate::MonotonicClock)
-    ///   (the default) reads `CLOCK_MONOTONIC`, which is one.
+    ///   systemd's `RuntimeDirectory=`) — not a world-writable `/tmp` path,
+    ///   on tmpfs (those are), ext4 or xfs: a file system that can reserve
+    ///   space (`fallocate`).
+    /// - **Size**: a 4 KiB header and a bitmap (a bit per page of slots),
+    ///   `2 × max_keys` slots of `16 + 8 × limits` bytes and `max_keys / 4`
+    ///   (a power of two) floor cells of `8 × limits` bytes, fixed when the
+    ///   file is made. `max_keys` defaults to 131,072 for a shared file (at
+    ///   most 6.3 MiB for one limit; set it, and the in-memory default does
+    ///   not apply). The file is sparse: it holds the header, bitmap and
+    ///   floor, and each page of slots from the first call whose key may
+    ///   land there; [`memory_bytes`](crate::Keyed::memory_bytes) reports
+    ///   those bytes. On a full file system a call whose key needs a new
+    ///   page fails with [`Error::SharedFile`], changing nothing (keys
+    ///   already held work on).
+    /// - **Time**: every process must read one timeline: the host's
+    ///   monotonic clock ([`MonotonicClock`](crate::MonotonicClock), the
+    ///   default). A limiter with any other clock is refused; the `*_at`
+    ///   methods take their time as given, and are for tests and callers
+    ///   holding a reading of that clock.
     /// - **Keys**: stored as 64-bit fingerprints under the file's secret
     ///   key (SipHash-1-3), so `shards` and `max_key_bytes` do not apply.
     ///   Two keys whose fingerprints collide (about one pair in 2^64 / keys²)
     ///   share one state: each gets less than its limit, never more.
-    /// - **Eviction**: when `max_keys` keys are held, idle keys are forgotten
-    ///   and the eighth closest to idle evicted. Under [`Eviction::Fair`] an
+    /// - **Eviction**: an insert that finds `max_keys` keys held makes room
+    ///   for itself, looking at 512 slots at most: idle keys are forgotten,
+    ///   else a key close to idle is evicted. Under [`Eviction::Fair`] an
     ///   evicted key comes back full (the file cannot keep per-key
     ///   summaries: at most one limit's worth of extra grants per
     ///   eviction); under [`Eviction::Strict`] its state is joined into its
     ///   floor cell, so nothing is over-granted and heavy churn may deny new
     ///   keys. Size `max_keys` above the distinct keys you expect within one
     ///   refill period and neither happens.
+    /// - **No lock**: calls and maintenance change the table by
+    ///   compare-and-swap only. A process killed at any instruction blocks
+    ///   nobody; one stopped (SIGSTOP) delays only other inserts of the one
+    ///   key it was inserting, by at most 10 ms, and credits (refunds,
+    ///   resets) of a key it was crediting, which give up after 100 ms with
+    ///   [`Error::SharedFile`].
     /// - **Processes** must share a pid namespace (a dead process is told
     ///   from a live one by its pid).
     ///

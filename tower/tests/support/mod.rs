@@ -98,8 +98,14 @@ pub async fn serve(app: Router) -> SocketAddr {
 }
 
 pub async fn get_with(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
+    request(addr, "GET", path, headers).await
+}
+
+/// One `method` request for `path` with `headers`, on its own connection.
+pub async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
+    let length = if method == "GET" { "" } else { "Content-Length: 0\r\n" };
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n{length}");
     for (n, v) in headers {
         req.push_str(&format!("{n}: {v}\r\n"));
     }

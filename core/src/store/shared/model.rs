@@ -3,11 +3,13 @@
 //! "processes" — threads, each with its own owner id — that a model can
 //! kill after any step of a protocol. A killed process stops forever (its
 //! call returns `None` and touches nothing more), as a SIGKILLed one does,
-//! and from then on the others see it as dead.
+//! and from then on the others see it as dead. A *stopped* process
+//! (SIGSTOP) stops the same way but stays alive to the others: whatever
+//! it holds, they must finish without it.
 
 use std::cell::Cell;
 
-use super::table::{Ctx, Killed, Region, Table, CREDIT_STRIDE};
+use super::table::{Ctx, Halt, Region, Table, CREDIT_STRIDE};
 use crate::algorithm::{charge_in, refund_in};
 use crate::gcra::Gcra;
 use crate::quota::Quota;
@@ -20,7 +22,7 @@ pub struct Model {
     slots: Box<[AtomicU64]>,
     floor: Box<[AtomicU64]>,
     live: AtomicU64,
-    sweeper: AtomicU64,
+    hand: AtomicU64,
     credits: [AtomicU64; CREDIT_STRIDE],
     dead: Box<[AtomicBool]>,
     gcra: Gcra,
@@ -37,7 +39,7 @@ impl Model {
             slots: words(Table::slot_words(cap, 1)),
             floor: words(cells),
             live: AtomicU64::new(0),
-            sweeper: AtomicU64::new(0),
+            hand: AtomicU64::new(0),
             credits: std::array::from_fn(|_| AtomicU64::new(0)),
             dead: (0..=processes).map(|_| AtomicBool::new(false)).collect(),
             gcra: Gcra::new(quota),
@@ -52,8 +54,9 @@ impl Model {
                 slots: &self.slots,
                 floor: &self.floor,
                 live: &self.live,
-                sweeper: &self.sweeper,
+                hand: &self.hand,
                 credits: &self.credits,
+                backed: None,
             },
             1,
             self.max_keys,
@@ -64,7 +67,19 @@ impl Model {
     /// Process `id` (≥ 1), killed after `budget` steps (`usize::MAX`: never).
     pub fn process(&self, id: u32, budget: usize) -> Process<'_> {
         assert!(id >= 1 && (id as usize) < self.dead.len());
-        Process { m: self, me: id, budget: Cell::new(budget) }
+        Process { m: self, me: id, budget: Cell::new(budget), stops: false, halted: Cell::new(false) }
+    }
+
+    /// Process `id` (≥ 1), stopped after `budget` steps: it never takes
+    /// another, and never dies either (a SIGSTOPped process).
+    pub fn stopped_process(&self, id: u32, budget: usize) -> Process<'_> {
+        assert!(id >= 1 && (id as usize) < self.dead.len());
+        Process { m: self, me: id, budget: Cell::new(budget), stops: true, halted: Cell::new(false) }
+    }
+
+    /// Keys counted as held (the `max_keys` policy's count).
+    pub fn live(&self) -> u64 {
+        self.live.load(Ordering::SeqCst)
     }
 
     /// Fingerprints of the keys held.
@@ -79,30 +94,52 @@ pub struct Process<'a> {
     m: &'a Model,
     me: u32,
     budget: Cell<usize>,
+    /// Stopped rather than killed at the end of its budget.
+    stops: bool,
+    /// Killed or stopped: takes no step again.
+    halted: Cell<bool>,
 }
 
 impl Process<'_> {
-    /// Runs `f` as this process; `None` if it was killed on the way (it is
-    /// dead from then on).
-    fn run<R>(&self, f: impl FnOnce(&Table<'_>, &Ctx<'_>) -> Result<R, Killed>) -> Option<R> {
-        if self.m.dead[self.me as usize].load(Ordering::SeqCst) {
+    /// Runs `f` as this process; `None` if it was killed (or stopped) on
+    /// the way (it takes no step from then on), `Some(Err(owner))` if it
+    /// gave up on a slot process `owner` holds.
+    fn run<R>(&self, f: impl FnOnce(&Table<'_>, &Ctx<'_>) -> Result<R, Halt>) -> Option<Result<R, u32>> {
+        if self.m.dead[self.me as usize].load(Ordering::SeqCst) || self.halted.get() {
             return None;
         }
         let dead = &self.m.dead;
         let alive = |o: u32| !dead.get(o as usize).is_some_and(|d| d.load(Ordering::SeqCst));
         let me = self.me as usize;
-        let kill = move || dead[me].store(true, Ordering::SeqCst);
+        let stops = self.stops;
+        let kill = move || {
+            if !stops {
+                dead[me].store(true, Ordering::SeqCst);
+            }
+        };
         let ctx = Ctx { me: self.me, alive: &alive, budget: Cell::new(self.budget.get()), on_kill: &kill };
         let r = f(&self.m.table(), &ctx);
         self.budget.set(ctx.budget.get());
-        // Killed: the call stopped forever (and the process is dead).
-        r.ok()
+        match r {
+            Ok(r) => Some(Ok(r)),
+            // Killed: the call stopped forever (and the process is dead, or stopped).
+            Err(Halt::Killed) => {
+                self.halted.set(true);
+                None
+            }
+            Err(Halt::Stalled(owner)) => Some(Err(owner)),
+        }
+    }
+
+    /// [`run`](Self::run) for calls that never give up.
+    fn run_sure<R>(&self, f: impl FnOnce(&Table<'_>, &Ctx<'_>) -> Result<R, Halt>) -> Option<R> {
+        self.run(f).map(|r| r.unwrap_or_else(|o| panic!("gave up on process {o}")))
     }
 
     /// Takes one token from key `fp` at `now`: whether it was granted.
     pub fn allow(&self, fp: u64, now: u64) -> Option<bool> {
         let g = &self.m.gcra;
-        self.run(|t, ctx| {
+        self.run_sure(|t, ctx| {
             t.update::<false, _>(ctx, fp | 1, now, g, &mut |cells| Ok(charge_in(g, cells, 0, now, 1)?.0.allowed))
         })
     }
@@ -112,7 +149,7 @@ impl Process<'_> {
     /// whether its charge was allowed.
     pub fn charge_and_give_back(&self, fp: u64, now: u64) -> Option<bool> {
         let g = &self.m.gcra;
-        self.run(|t, ctx| {
+        self.run_sure(|t, ctx| {
             t.update::<true, _>(ctx, fp | 1, now, g, &mut |cells| {
                 let allowed = charge_in(g, cells, 0, now, 1)?.0.allowed;
                 cells.give_back();
@@ -123,6 +160,12 @@ impl Process<'_> {
 
     /// Gives `tokens` back to key `fp` at `now`.
     pub fn refund(&self, fp: u64, now: u64, tokens: u64) -> Option<()> {
+        self.try_refund(fp, now, tokens).map(|r| r.unwrap_or_else(|o| panic!("gave up on process {o}")))
+    }
+
+    /// [`refund`](Self::refund), or `Err(owner)` if it gave up on the key's
+    /// slot, held by process `owner` (then it changed nothing).
+    pub fn try_refund(&self, fp: u64, now: u64, tokens: u64) -> Option<Result<(), u32>> {
         let g = &self.m.gcra;
         self.run(|t, ctx| {
             t.credit(ctx, fp | 1, now, g, Credit::Refund, &mut |cells| refund_in(g, cells, 0, now, tokens)).map(drop)
@@ -131,11 +174,21 @@ impl Process<'_> {
 
     /// Makes key `fp` full.
     pub fn reset(&self, fp: u64, now: u64) -> Option<()> {
-        self.run(|t, ctx| t.reset(ctx, fp | 1, now, &self.m.gcra))
+        self.run_sure(|t, ctx| t.reset(ctx, fp | 1, now, &self.m.gcra))
     }
 
     /// Forgets every idle key: how many.
     pub fn gc(&self, now: u64) -> Option<usize> {
-        self.run(|t, ctx| t.gc(ctx, now, &self.m.gcra))
+        self.run_sure(|t, ctx| t.gc(ctx, now, &self.m.gcra))
+    }
+
+    /// What `peek` answers on key `fp` at `now` (tokens left: changes nothing).
+    pub fn remaining(&self, fp: u64, now: u64) -> Option<u64> {
+        let g = &self.m.gcra;
+        self.run_sure(|t, ctx| {
+            t.update::<false, _>(ctx, fp | 1, now, g, &mut |cells| {
+                Ok(crate::algorithm::peek_in(g, cells, 0, now, 0)?.decision().remaining)
+            })
+        })
     }
 }

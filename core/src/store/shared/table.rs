@@ -12,8 +12,9 @@
 //! dead process forces: every transient slot state names its owner, and
 //! anyone who finds one whose owner is gone rolls it back (or forward) with
 //! one CAS; there is no migration (the table is sized once, from
-//! `max_keys`), and the store-wide maintenance flag is the same kind of
-//! owned, recoverable word.
+//! `max_keys`); and maintenance takes no lock at all (below). What a
+//! *stopped* process (SIGSTOP: alive, not moving) forces is a bound on
+//! every wait (invariant 6).
 //!
 //! # Layout
 //!
@@ -58,7 +59,7 @@
 //! # Invariants (each holds at every instruction of every process)
 //!
 //! 1. **No lock anyone waits on while its holder is dead.** The transient
-//!    kinds (CLAIMED, BUSY, FORGET, HELD) and the sweeper word carry their
+//!    kinds (CLAIMED, BUSY, FORGET, HELD) carry their
 //!    owner; any process that finds one whose owner is dead recovers it with
 //!    one CAS: CLAIMED/BUSY → DEAD (the interrupted insert never happened),
 //!    FORGET → LIVE(g+1) (the forget never happened: a forget changes no
@@ -99,12 +100,18 @@
 //!    value the give-back restores from would be erased. Recovering a dead
 //!    holder's HELD slot bumps the counter too (the dead credit may have
 //!    written and not bumped).
-//! 6. **Nothing waits on a dead process.** Lookups skip CLAIMED/BUSY slots
-//!    and cancel FORGET ones; an inserter that meets a BUSY copy of its key
-//!    earlier in the probe order loses at once, and a dead owner's slot is
-//!    recovered. The waits left are a credit meeting a HELD slot, and an
-//!    insert into a full table or a `gc` meeting another process's sweep,
-//!    each only while that holder is alive.
+//! 6. **Nothing waits on a dead process, nor long on a stopped one.**
+//!    Lookups skip CLAIMED/BUSY slots and cancel FORGET ones, and a dead
+//!    owner's slot is recovered. Two waits are left, each on one key and
+//!    bounded: an inserter that meets an earlier BUSY copy of its key loses
+//!    and tries again, and once that copy has stayed BUSY for [`TAKE_OVER`]
+//!    (10 ms) it kills it, BUSY → DEAD (safe whatever its owner does next:
+//!    an unpublished copy was never charged, and its owner's publishing
+//!    CAS fails); a credit that meets its key HELD by a live process waits,
+//!    and after [`GIVE_UP`] (100 ms) gives up having changed nothing — a
+//!    give-back is dropped (the call keeps its charge: it can only deny
+//!    more), a refund or a reset fails with an error. Charges never wait on
+//!    a held key, and maintenance waits on nobody.
 //!
 //! 7. **A key comes back as its floor cell stands when it is published.**
 //!    An absent key's states are computed from its cell; after the
@@ -118,8 +125,34 @@
 //!    published before it (invariant 3), so nothing can slip in later.
 //!
 //! The key count (`live`) steers the `max_keys` policy only; a process
-//! killed between its count and its publish leaves it off by one until the
-//! next sweep, which recounts.
+//! killed between its count and its publish leaves it one too high (only
+//! ever high) until a `gc` recounts.
+//!
+//! # Maintenance
+//!
+//! Incremental, bounded per call, and lock-free. An insert that finds
+//! `max_keys` keys held makes room for itself (`make_room`): it takes the
+//! next [`STEP`] (64) slots from a shared hand (a `fetch_add`, so
+//! concurrent inserts take different slots), forgets the idle keys among
+//! them, or else evicts the key closest to idle if those slots hold their
+//! share of the keys; at most [`MAX_STEPS`] (8) such steps, 512 slots,
+//! whatever `max_keys` is. `gc` is one pass over the slots that forgets
+//! idle keys one by one (each forget holds one slot for a few
+//! instructions). Every forget is the per-slot protocol above, so any
+//! number of processes maintain the table at once, and none waits for
+//! another: a process stopped mid-maintenance holds at most the one slot
+//! it is forgetting, which a lookup of its key takes back.
+//!
+//! # Backing store
+//!
+//! The file is sparse (see `file.rs`): the slots have backing store only
+//! where it was reserved (`fallocate`) before any write, one chunk (a page)
+//! at a time, recorded in a bitmap ([`Backed`]). A call reserves its key's
+//! window before it starts, so the table only ever writes to reserved
+//! chunks; a scan (a maintenance step, `gc`, a count) skips a chunk whose
+//! bit is clear, whose slots were never written (all EMPTY) — it never
+//! reads a hole, which on tmpfs would allocate a page (and raise SIGBUS on
+//! a full file system) as a write does.
 
 use crate::store::cells::{Cells, Frozen, FIRST_MARKER};
 use crate::store::{on_copy, Credit, Mark, Retention, Scratch, MAX_WIDTH};
@@ -160,6 +193,15 @@ pub(crate) const CREDIT_STRIDE: usize = 8;
 /// key closest to full in the window is evicted to make room.
 pub(crate) const WINDOW: usize = 64;
 
+/// Slots one maintenance step looks at (see `make_room`): at the table's
+/// load of at most one half, about 32 keys.
+pub(crate) const STEP: usize = 64;
+
+/// The most steps one insert into a full table takes (see `make_room`), so
+/// the most slots it looks at is `STEP × MAX_STEPS` (512), whatever
+/// `max_keys` is.
+pub(crate) const MAX_STEPS: usize = 8;
+
 /// The calling process, and how to tell whether another is still running.
 pub(crate) struct Ctx<'a> {
     /// This process's owner id (never 0).
@@ -176,10 +218,82 @@ pub(crate) struct Ctx<'a> {
     pub(crate) on_kill: &'a (dyn Fn() + Sync),
 }
 
-/// The thread was stopped by a model (stands for a killed process). Never
-/// returned outside the models.
+/// Why a protocol stopped before finishing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Killed;
+pub(crate) enum Halt {
+    /// The thread was stopped by a model (stands for a killed process).
+    /// Never returned outside the models.
+    #[cfg_attr(not(ratomic_loom), allow(dead_code))]
+    Killed,
+    /// A credit (a refund or a reset) met its key's slot held by another
+    /// process (this owner id) that is alive but has not released it within
+    /// [`GIVE_UP`]: stopped (SIGSTOP), or starved of CPU. Nothing was
+    /// changed.
+    Stalled(u32),
+}
+
+/// How long an insert waits on an earlier, unpublished copy of its key that
+/// another live process is inserting (BUSY) before it kills that copy
+/// (always safe: an unpublished copy was never charged; its owner, if it
+/// runs again, sees its publishing CAS fail and goes round again).
+#[cfg(not(ratomic_loom))]
+pub(crate) const TAKE_OVER: std::time::Duration = std::time::Duration::from_millis(10);
+/// How long a credit waits on its key's slot HELD by another live process
+/// before it gives up: a give-back is dropped (the call keeps its charge,
+/// which can only deny more), a refund or reset fails with an error. Longer
+/// than [`TAKE_OVER`]: a holder merely preempted should not fail a refund.
+#[cfg(not(ratomic_loom))]
+pub(crate) const GIVE_UP: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Counts how long one slot has stayed in one transient state another live
+/// process holds it in. In production, time; in the models, sightings (a
+/// model's "time" is the scheduler's: the second sighting of the same
+/// control word stands for a holder that has not moved for the bound, so
+/// the models explore acting both before and after the holder resumes).
+pub(crate) struct Patience {
+    seen: Option<(usize, u64)>,
+    #[cfg(not(ratomic_loom))]
+    since: Option<std::time::Instant>,
+}
+
+impl Patience {
+    pub(crate) fn new() -> Self {
+        Patience {
+            seen: None,
+            #[cfg(not(ratomic_loom))]
+            since: None,
+        }
+    }
+
+    /// Whether slot `i` has read `c` for at least `bound` (each new slot
+    /// or word starts the count again).
+    #[cfg_attr(ratomic_loom, allow(unused_variables))]
+    fn out(&mut self, i: usize, c: u64, bound: std::time::Duration) -> bool {
+        if self.seen != Some((i, c)) {
+            self.seen = Some((i, c));
+            #[cfg(not(ratomic_loom))]
+            {
+                self.since = None;
+            }
+            return false;
+        }
+        #[cfg(ratomic_loom)]
+        {
+            true
+        }
+        #[cfg(not(ratomic_loom))]
+        {
+            let since = *self.since.get_or_insert_with(std::time::Instant::now);
+            since.elapsed() >= bound
+        }
+    }
+}
+
+/// The bounds the models use (any: see [`Patience`]).
+#[cfg(ratomic_loom)]
+pub(crate) const TAKE_OVER: std::time::Duration = std::time::Duration::ZERO;
+#[cfg(ratomic_loom)]
+pub(crate) const GIVE_UP: std::time::Duration = std::time::Duration::ZERO;
 
 /// One step of a protocol after which a process may die. Free outside
 /// the models.
@@ -190,7 +304,7 @@ macro_rules! step {
             let b = $ctx.budget.get();
             if b == 0 {
                 ($ctx.on_kill)();
-                return Err(Killed);
+                return Err(Halt::Killed);
             }
             $ctx.budget.set(b - 1);
         }
@@ -221,12 +335,34 @@ pub(crate) struct Region<'a> {
     pub(crate) floor: &'a [AtomicU64],
     /// Keys published (the `max_keys` policy's count; see the module docs).
     pub(crate) live: &'a AtomicU64,
-    /// 0, or the owner of the sweep under way (one at a time).
-    pub(crate) sweeper: &'a AtomicU64,
+    /// The maintenance hand: slots handed out to maintenance steps so far
+    /// (a step looks at the next [`STEP`] slots, modulo `cap`).
+    pub(crate) hand: &'a AtomicU64,
     /// The keys' credit counters (see `Mark`): a power of two of
     /// stripes, each the first word of [`CREDIT_STRIDE`], bumped by every
     /// refund and reset after its writes, while it holds the slot.
     pub(crate) credits: &'a [AtomicU64],
+    /// Which chunks of `slots` have backing store (see the module docs);
+    /// `None`: all of them.
+    pub(crate) backed: Option<Backed<'a>>,
+}
+
+/// The chunks of the slots that have backing store reserved: one bit per
+/// chunk of `1 << shift` words, set (after the reservation succeeded) and
+/// never cleared. A chunk whose bit is clear was never written: its words
+/// are all zero (EMPTY slots), known without reading them.
+pub(crate) struct Backed<'a> {
+    pub(crate) bits: &'a [AtomicU64],
+    pub(crate) shift: u32,
+}
+
+impl Backed<'_> {
+    /// Whether word `w` of the slots has backing store.
+    #[inline]
+    pub(crate) fn has(&self, w: usize) -> bool {
+        let c = w >> self.shift;
+        self.bits[c / 64].load(Ordering::Acquire) & (1 << (c % 64)) != 0
+    }
 }
 
 /// A fixed region of slots (see the module docs).
@@ -428,8 +564,9 @@ impl<'a> Table<'a> {
         now: u64,
         retention: &impl Retention,
         op: &mut impl FnMut(&mut Cells<'_>) -> Result<R, Frozen>,
-    ) -> Result<R, Killed> {
+    ) -> Result<R, Halt> {
         let mut backoff = Backoff::new();
+        let mut patience = Patience::new();
         loop {
             // Before this run's first charge (see `Mark`); a run that goes
             // round again leaves its charges where they landed.
@@ -450,6 +587,8 @@ impl<'a> Table<'a> {
                                     give_back.apply(cells);
                                     Ok(())
                                 };
+                                // A give-back is never refused: it is dropped
+                                // (the charge kept) if it cannot be applied.
                                 self.credit(ctx, fp, now, retention, Credit::GiveBack(give_back.mark), &mut op)?;
                             }
                             return Ok(r);
@@ -466,8 +605,10 @@ impl<'a> Table<'a> {
                     if !changed {
                         return Ok(r);
                     }
-                    if self.insert(ctx, fp, free, &words.0[..self.width], &floor, now, retention)? {
-                        return Ok(r);
+                    match self.insert(ctx, fp, free, &words.0[..self.width], &floor, now, retention)? {
+                        Insert::Done => return Ok(r),
+                        Insert::Retry => {}
+                        Insert::Blocked(j, c) => self.wait_on_copy(ctx, &mut patience, j, c)?,
                     }
                     // Another process is inserting the key, or took the
                     // slot: give it a moment.
@@ -477,12 +618,26 @@ impl<'a> Table<'a> {
         }
     }
 
+    /// An insert lost to an earlier copy of its key, BUSY in slot `j` as
+    /// `c`, that another live process is inserting: once it has stayed so
+    /// for [`TAKE_OVER`], kills it (invariant 6).
+    #[cfg_attr(not(ratomic_loom), allow(unused_variables))]
+    fn wait_on_copy(&self, ctx: &Ctx<'_>, patience: &mut Patience, j: usize, c: u64) -> Result<(), Halt> {
+        if patience.out(j, c, TAKE_OVER) {
+            step!(ctx);
+            let _ = self.cas(j, c, ctl(DEAD, gen(c) + 1, 0));
+        }
+        Ok(())
+    }
+
     /// Runs a crediting `op` on `fp`'s states while its slot is HELD
     /// (invariant 5). A key the table does not hold is inserted with what
     /// `op` changed if the credit [inserts](Credit::inserts), else left
     /// alone (`None`), as is a key whose credit counter moved since a
     /// give-back's mark. A refund or a reset bumps the key's credit counter
-    /// after its writes, still HELD (see `Mark`).
+    /// after its writes, still HELD (see `Mark`). A slot another live
+    /// process has held for [`GIVE_UP`] drops a give-back (`None`) and
+    /// fails a refund or a reset ([`Halt::Stalled`]), changing nothing.
     pub(crate) fn credit<R>(
         &self,
         ctx: &Ctx<'_>,
@@ -491,13 +646,20 @@ impl<'a> Table<'a> {
         retention: &impl Retention,
         credit: Credit,
         op: &mut impl FnMut(&mut Cells<'_>) -> Result<R, Frozen>,
-    ) -> Result<Option<R>, Killed> {
+    ) -> Result<Option<R>, Halt> {
         let mut backoff = Backoff::new();
+        let mut patience = Patience::new();
         loop {
             match self.find(ctx, fp) {
                 Find::Found(i, c) if kind(c) == HELD => {
                     // Another credit of this key: wait for it (or recover it).
                     if self.recover(ctx, i, c) == c {
+                        if patience.out(i, c, GIVE_UP) {
+                            return match credit {
+                                Credit::GiveBack(_) => Ok(None),
+                                _ => Err(Halt::Stalled(owner(c))),
+                            };
+                        }
                         backoff.snooze();
                     }
                 }
@@ -536,8 +698,10 @@ impl<'a> Table<'a> {
                     if !changed {
                         return Ok(Some(r));
                     }
-                    if self.insert(ctx, fp, free, &words.0[..self.width], &floor, now, retention)? {
-                        return Ok(Some(r));
+                    match self.insert(ctx, fp, free, &words.0[..self.width], &floor, now, retention)? {
+                        Insert::Done => return Ok(Some(r)),
+                        Insert::Retry => {}
+                        Insert::Blocked(j, c) => self.wait_on_copy(ctx, &mut patience, j, c)?,
                     }
                     backoff.snooze();
                 }
@@ -548,7 +712,7 @@ impl<'a> Table<'a> {
     /// Makes `fp` a full bucket: a credit that writes the pristine states.
     /// A key the table does not hold is inserted full only when its floor
     /// cell would make it start less than full.
-    pub(crate) fn reset(&self, ctx: &Ctx<'_>, fp: u64, now: u64, retention: &impl Retention) -> Result<(), Killed> {
+    pub(crate) fn reset(&self, ctx: &Ctx<'_>, fp: u64, now: u64, retention: &impl Retention) -> Result<(), Halt> {
         let mut pristine = [0u64; MAX_WIDTH];
         retention.pristine(&mut pristine[..self.width]);
         let insert = retention.idle_after(&self.initial(fp)[..self.width], now) > 0;
@@ -569,8 +733,7 @@ impl<'a> Table<'a> {
     }
 
     /// Inserts `fp` with `states`, computed from its floor cell read as
-    /// `floor`, at `free`; false if the caller must look again (invariants 3
-    /// and 7).
+    /// `floor`, at `free` (invariants 3 and 7).
     #[allow(clippy::too_many_arguments)]
     fn insert(
         &self,
@@ -581,22 +744,25 @@ impl<'a> Table<'a> {
         floor: &[u64; MAX_WIDTH],
         now: u64,
         retention: &impl Retention,
-    ) -> Result<bool, Killed> {
-        // Room: at most `max_keys` keys (a sweep forgets and evicts), and a
-        // free slot in the key's window (else the key closest to full in it
-        // is evicted).
-        if self.r.live.load(Ordering::Relaxed) >= self.max_keys as u64 {
-            self.make_room(ctx, now, retention)?;
-            return Ok(false);
+    ) -> Result<Insert, Halt> {
+        // Room: at most `max_keys` keys (one bounded maintenance step makes
+        // room), and a free slot in the key's window (else the key closest
+        // to full in it is evicted).
+        if self.r.live.load(Ordering::Relaxed) >= self.max_keys as u64 && self.make_room(ctx, now, retention)? {
+            return Ok(Insert::Retry);
         }
+        // (Room-making that found no key to forget — the slots it looked at
+        // all empty or held by others' calls in flight, a count left high
+        // by killed processes — lets the insert go ahead: the table has
+        // room for twice `max_keys`, and `gc` recounts.)
         let Some((i, from)) = free else {
             self.evict_window(ctx, fp, now, retention)?;
-            return Ok(false);
+            return Ok(Insert::Retry);
         };
         let g = gen(from);
         let claimed = ctl(CLAIMED, g, ctx.me);
         if self.cas(i, from, claimed).is_err() {
-            return Ok(false);
+            return Ok(Insert::Retry);
         }
         step!(ctx);
         self.fp(i).store(fp, Ordering::Relaxed);
@@ -606,27 +772,30 @@ impl<'a> Table<'a> {
         step!(ctx);
         let busy = ctl(BUSY, g, ctx.me);
         if self.cas(i, claimed, busy).is_err() {
-            return Ok(false);
+            return Ok(Insert::Retry);
         }
         self.r.live.fetch_add(1, Ordering::Relaxed);
         step!(ctx);
-        let won = self.verify(ctx, fp, i)?;
+        let check = self.verify(ctx, fp, i)?;
         step!(ctx);
         // Invariant 7: the states were computed from the floor as read
         // before; a copy of this key published and forgotten since then
         // (its charges now in the floor, its slot DEAD, so `verify` did not
         // see it) would have them lost.
-        if won && self.initial(fp) == *floor && self.cas(i, busy, ctl(LIVE, g, 0)).is_ok() {
-            return Ok(true);
+        if check == Check::Unique && self.initial(fp) == *floor && self.cas(i, busy, ctl(LIVE, g, 0)).is_ok() {
+            return Ok(Insert::Done);
         }
         // Lost, or killed by an earlier copy (then already DEAD).
         let _ = self.cas(i, busy, ctl(DEAD, g + 1, 0));
         self.r.live.fetch_sub(1, Ordering::Relaxed);
-        Ok(false)
+        Ok(match check {
+            Check::Busy(j, c) => Insert::Blocked(j, c),
+            _ => Insert::Retry,
+        })
     }
 
     /// Whether BUSY slot `mine` holds the only copy of `fp` (invariant 3).
-    fn verify(&self, ctx: &Ctx<'_>, fp: u64, mine: usize) -> Result<bool, Killed> {
+    fn verify(&self, ctx: &Ctx<'_>, fp: u64, mine: usize) -> Result<Check, Halt> {
         let mut i = self.home(fp);
         let mut seen_mine = false;
         for _ in 0..self.window {
@@ -637,9 +806,9 @@ impl<'a> Table<'a> {
                 loop {
                     let same = || self.fp(i).load(Ordering::Relaxed) == fp;
                     match kind(c) {
-                        EMPTY => return Ok(true),
+                        EMPTY => return Ok(Check::Unique),
                         DEAD | CLAIMED => {}
-                        LIVE | HELD | FORGET if same() => return Ok(false),
+                        LIVE | HELD | FORGET if same() => return Ok(Check::Copy),
                         BUSY if same() => {
                             let r = self.recover(ctx, i, c);
                             if r != c {
@@ -647,7 +816,7 @@ impl<'a> Table<'a> {
                                 continue;
                             }
                             if !seen_mine {
-                                return Ok(false);
+                                return Ok(Check::Busy(i, c));
                             }
                             step!(ctx);
                             if let Err(now) = self.cas(i, c, ctl(DEAD, gen(c) + 1, 0)) {
@@ -662,7 +831,7 @@ impl<'a> Table<'a> {
             }
             i = self.next(i);
         }
-        Ok(true)
+        Ok(Check::Unique)
     }
 
     /// Joins `states` into `fp`'s floor cell, word by word, each by a CAS
@@ -696,7 +865,7 @@ impl<'a> Table<'a> {
         now: u64,
         retention: &impl Retention,
         why: Why,
-    ) -> Result<bool, Killed> {
+    ) -> Result<bool, Halt> {
         let taken = ctl(FORGET, gen(c), ctx.me);
         if self.cas(i, c, taken).is_err() {
             return Ok(false);
@@ -729,17 +898,11 @@ impl<'a> Table<'a> {
 
     /// Evicts the key closest to idle from `fp`'s window, which has no free
     /// slot.
-    fn evict_window(&self, ctx: &Ctx<'_>, fp: u64, now: u64, retention: &impl Retention) -> Result<(), Killed> {
+    fn evict_window(&self, ctx: &Ctx<'_>, fp: u64, now: u64, retention: &impl Retention) -> Result<(), Halt> {
         let mut best: Option<(u64, usize, u64)> = None;
         let mut i = self.home(fp);
         for _ in 0..self.window {
-            let c = self.load(i);
-            if kind(c) == LIVE {
-                let mut s = [0u64; MAX_WIDTH];
-                for (s, word) in s.iter_mut().zip(self.states(i)) {
-                    *s = word.load(Ordering::Relaxed);
-                }
-                let w = retention.idle_after(&s[..self.width], now);
+            if let Some((w, c)) = self.look(ctx, i, now, retention) {
                 if best.is_none_or(|b| w < b.0) {
                     best = Some((w, i, c));
                 }
@@ -755,109 +918,153 @@ impl<'a> Table<'a> {
         Ok(())
     }
 
-    /// Takes the sweeper word (recovering it from a dead owner). False if a
-    /// live process holds it.
-    fn take_sweeper(&self, ctx: &Ctx<'_>) -> bool {
-        let me = u64::from(ctx.me);
-        let mut cur = 0;
-        loop {
-            match self.r.sweeper.compare_exchange(cur, me, Ordering::SeqCst, Ordering::SeqCst) {
-                Ok(_) => return true,
-                Err(0) => cur = 0,
-                Err(o) if o as u32 == ctx.me || (ctx.alive)(o as u32) => return false,
-                Err(o) => cur = o,
-            }
+    /// Slot `i` as maintenance sees it: a dead owner's transient state
+    /// recovered, and if it then holds a key (LIVE), how long until the
+    /// key's states carry no information at `now`, with the control word
+    /// read. Slots without backing store are never read (module docs).
+    fn look(&self, ctx: &Ctx<'_>, i: usize, now: u64, retention: &impl Retention) -> Option<(u64, u64)> {
+        if !self.backed(i) {
+            return None;
         }
+        let mut c = self.load(i);
+        if !matches!(kind(c), EMPTY | DEAD | LIVE) {
+            c = self.recover(ctx, i, c);
+        }
+        if kind(c) != LIVE {
+            return None;
+        }
+        let mut s = [0u64; MAX_WIDTH];
+        for (s, word) in s.iter_mut().zip(self.states(i)) {
+            *s = word.load(Ordering::Relaxed);
+        }
+        Some((retention.idle_after(&s[..self.width], now), c))
     }
 
-    /// Makes room for an insert into a table holding `max_keys` keys: one
-    /// sweep that forgets every idle key and evicts the eighth closest to
-    /// idle. If another process is sweeping, waits a moment instead.
-    fn make_room(&self, ctx: &Ctx<'_>, now: u64, retention: &impl Retention) -> Result<(), Killed> {
-        if !self.take_sweeper(ctx) {
-            Backoff::new().snooze();
-            return Ok(());
-        }
-        step!(ctx);
-        // Another sweep may have made room while we waited for the word.
-        if self.r.live.load(Ordering::Relaxed) >= self.max_keys as u64 {
-            self.sweep(ctx, now, retention, (self.max_keys / 8).max(1))?;
-        }
-        self.r.sweeper.store(0, Ordering::SeqCst);
-        Ok(())
-    }
-
-    /// Forgets every key that carries no information at `now` and recounts
-    /// the keys held; waits for (or recovers from) another sweep. Returns
-    /// how many keys were forgotten.
-    pub(crate) fn gc(&self, ctx: &Ctx<'_>, now: u64, retention: &impl Retention) -> Result<usize, Killed> {
-        let mut backoff = Backoff::new();
-        while !self.take_sweeper(ctx) {
-            backoff.snooze();
-        }
-        step!(ctx);
-        let n = self.sweep(ctx, now, retention, 0)?;
-        self.r.sweeper.store(0, Ordering::SeqCst);
-        Ok(n)
-    }
-
-    /// One pass over every slot, by the sweeper: recovers dead owners'
-    /// slots, forgets every key idle at `now` and, if `evict` keys must go
-    /// to make room, the `evict` closest to idle. Recounts the keys held.
-    /// Returns how many were forgotten.
-    fn sweep(&self, ctx: &Ctx<'_>, now: u64, retention: &impl Retention, evict: usize) -> Result<usize, Killed> {
-        let w = self.width;
-        let mut dropped = 0;
-        let mut held = 0u64;
-        let mut rest: Vec<(u64, usize, u64)> = Vec::new();
-        for i in 0..self.cap {
-            let mut c = self.load(i);
-            if !matches!(kind(c), EMPTY | DEAD | LIVE) {
-                c = self.recover(ctx, i, c);
+    /// Makes room for an insert into a table holding `max_keys` keys, in
+    /// at most [`MAX_STEPS`] steps, each on the next [`STEP`] slots from
+    /// the shared hand: a step forgets every idle key among its slots, and
+    /// if that freed nothing and its slots hold at least their share of the
+    /// keys, evicts the one closest to idle among them (a step on sparse
+    /// slots passes on: evicting one key per step wherever the hand stood
+    /// would let the keys of some stretches of the table run out, as a
+    /// random walk does). After the last step, the key closest to idle
+    /// seen in any. Bounded, and it waits on nobody: any number of
+    /// processes make room at once, on different slots. True if it freed a
+    /// slot, or lost the key it chose to another call (the insert then
+    /// runs again: the table may be full again); false if it found no key
+    /// to forget.
+    fn make_room(&self, ctx: &Ctx<'_>, now: u64, retention: &impl Retention) -> Result<bool, Halt> {
+        let steps = STEP.min(self.cap);
+        // Keys a step's slots hold on average.
+        let share = (self.r.live.load(Ordering::Relaxed) as usize).min(self.cap) * steps / self.cap;
+        let mut best: Option<(u64, usize, u64)> = None;
+        for _ in 0..MAX_STEPS {
+            let mut i = (self.r.hand.fetch_add(steps as u64, Ordering::Relaxed) % self.cap as u64) as usize;
+            let mut freed = false;
+            let mut here: Option<(u64, usize, u64)> = None;
+            let mut held = 0;
+            for _ in 0..steps {
+                match self.look(ctx, i, now, retention) {
+                    Some((0, c)) => freed |= self.forget(ctx, i, c, now, retention, Why::Idle)?,
+                    Some((w, c)) => {
+                        held += 1;
+                        if here.is_none_or(|b| w < b.0) {
+                            here = Some((w, i, c));
+                        }
+                    }
+                    None => {}
+                }
+                i = self.next(i);
             }
-            if kind(c) != LIVE {
-                held += u64::from(matches!(kind(c), HELD | FORGET));
-                continue;
+            if freed {
+                return Ok(true);
             }
-            let mut s = [0u64; MAX_WIDTH];
-            for (s, word) in s.iter_mut().zip(self.states(i)) {
-                *s = word.load(Ordering::Relaxed);
-            }
-            let wait = retention.idle_after(&s[..w], now);
-            if wait == 0 && self.forget(ctx, i, c, now, retention, Why::Idle)? {
-                dropped += 1;
-                continue;
-            }
-            held += 1;
-            if evict > 0 {
-                rest.push((wait, i, c));
-            }
-        }
-        if evict > 0 {
-            rest.sort_unstable();
-            for &(_, i, c) in rest.iter().take(evict) {
-                if self.forget(ctx, i, c, now, retention, Why::Evict)? {
-                    dropped += 1;
-                    held -= 1;
+            if held >= share.max(1) {
+                if let Some((_, i, c)) = here {
+                    self.forget(ctx, i, c, now, retention, Why::Evict)?;
+                    return Ok(true);
                 }
             }
+            if here.is_some_and(|h| best.is_none_or(|b| h.0 < b.0)) {
+                best = here;
+            }
         }
-        // Concurrent inserts may make this off by a few: a heuristic only.
-        self.r.live.store(held, Ordering::Relaxed);
+        match best {
+            Some((_, i, c)) => {
+                self.forget(ctx, i, c, now, retention, Why::Evict)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Forgets every key that carries no information at `now`, in one pass
+    /// over the slots that takes no lock: it waits on nobody, and nobody
+    /// waits on it (each forget holds one slot, which a lookup of its key
+    /// takes back). Recounts the keys held if no other call changed the
+    /// count meanwhile. Returns how many keys were forgotten.
+    pub(crate) fn gc(&self, ctx: &Ctx<'_>, now: u64, retention: &impl Retention) -> Result<usize, Halt> {
+        let before = self.r.live.load(Ordering::Relaxed);
+        let mut dropped = 0;
+        let mut held = 0u64;
+        for i in 0..self.cap {
+            match self.look(ctx, i, now, retention) {
+                Some((0, c)) if self.forget(ctx, i, c, now, retention, Why::Idle)? => dropped += 1,
+                Some(_) => held += 1,
+                None => held += u64::from(self.backed(i) && matches!(kind(self.load(i)), HELD | FORGET | BUSY)),
+            }
+        }
+        // The count is a heuristic (module docs) that only killed processes
+        // leave off, always high. Recount only where nothing else moved it,
+        // so a pass racing inserts cannot leave it low.
+        let _ = self.r.live.compare_exchange(
+            before.wrapping_sub(dropped as u64),
+            held,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
         Ok(dropped)
+    }
+
+    /// Whether slot `i`'s control word has backing store (see [`Backed`]).
+    #[inline]
+    fn backed(&self, i: usize) -> bool {
+        self.r.backed.as_ref().is_none_or(|b| b.has(i * self.stride))
     }
 
     /// Keys held now (a scan: exact when nothing runs concurrently).
     #[cfg_attr(ratomic_loom, allow(dead_code))]
     pub(crate) fn count(&self) -> usize {
-        (0..self.cap).filter(|&i| matches!(kind(self.load(i)), LIVE | HELD | FORGET)).count()
+        (0..self.cap).filter(|&i| self.backed(i) && matches!(kind(self.load(i)), LIVE | HELD | FORGET)).count()
     }
 
     /// Fingerprints of every key held (tests: no key is held twice).
     pub(crate) fn fingerprints(&self) -> Vec<u64> {
         (0..self.cap)
-            .filter(|&i| matches!(kind(self.load(i)), LIVE | HELD | FORGET))
+            .filter(|&i| self.backed(i) && matches!(kind(self.load(i)), LIVE | HELD | FORGET))
             .map(|i| self.fp(i).load(Ordering::Relaxed))
             .collect()
     }
+}
+
+/// What an insert came to.
+enum Insert {
+    /// Published.
+    Done,
+    /// Not inserted: run the call again.
+    Retry,
+    /// Not inserted: an earlier copy of the key is BUSY in slot `.0`,
+    /// control word `.1`, held by a live process (see `wait_on_copy`).
+    Blocked(usize, u64),
+}
+
+/// What an inserter's check of its window found (invariant 3).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// Its copy is the only one.
+    Unique,
+    /// A published copy (LIVE, HELD or FORGET) wins.
+    Copy,
+    /// An earlier BUSY copy wins, held by a live process: slot, control word.
+    Busy(usize, u64),
 }

@@ -358,6 +358,8 @@ async function acquire(attempt, sleep, options) {
 
 // The native handle of a limiter (for Stack); set in BaseLimiter's static block.
 let nativeOf
+// A stack's members, in order (for the middleware); set in Stack's static block.
+let membersOf
 // The JavaScript clock a limiter was given (undefined: the monotonic clock).
 let clockOf
 
@@ -904,6 +906,10 @@ class Stack {
     this.#members = list.map((m) => m[1])
   }
 
+  static {
+    membersOf = (stack) => stack.#members.slice()
+  }
+
   toString() {
     return printed('Stack', this.#names.map((n, i) => `${JSON.stringify(n)}: ${this.#members[i]}`))
   }
@@ -1076,6 +1082,6 @@ module.exports = {
 Object.defineProperty(module.exports, Symbol.for('ratomic.internals'), {
   value: Object.freeze({
     typeError, rangeError, describe, readOptions, tokenBucketRule, windowArgs, limitRules, decodeAll, single, multi, acquire, realSleep,
-    headerOptions, pairs, decisionArg, entriesArg,
+    headerOptions, pairs, decisionArg, entriesArg, membersOf,
   }),
 })

@@ -1,9 +1,12 @@
 // The middleware typings, checked by tsc and then run.
 import test from 'node:test'
 import assert from 'node:assert/strict'
-import { ipKeyGenerator, rateLimit, RateLimitOptions } from 'ratomic/express'
+import { ipKeyGenerator, rateLimit, RateLimitOptions, RateLimitInfo } from 'ratomic/express'
+import rateLimitDefault from 'ratomic/express'
+import rateLimitModule = require('ratomic/express')
 import ratomicFastify = require('ratomic/fastify')
-import { DirectTokenBucket, Stack, TokenBucket } from 'ratomic'
+import type { FastifyRateLimitOptions } from 'ratomic/fastify'
+import { DirectTokenBucket, Quotas, Stack, TokenBucket } from 'ratomic'
 import { RedisLimiter, RedisTokenBucket } from 'ratomic/redis'
 
 test('typings: the middleware factories', () => {
@@ -37,4 +40,47 @@ test('typings: the middleware factories', () => {
   assert.equal(typeof rateLimit({ limiter: stack, keyGenerator: () => [1, 2] }), 'function')
   // @ts-expect-error standardHeaders takes true, false or a draft's name
   assert.throws(() => rateLimit({ standardHeaders: 'draft-5' }), TypeError)
+})
+
+test('typings: the module is the function, with express-rate-limit 8\'s options and req.rateLimit', async () => {
+  // Every way a user imports it names the same function.
+  assert.equal(rateLimitDefault, rateLimit)
+  assert.equal(rateLimitModule, rateLimit)
+  assert.equal(rateLimitModule.default, rateLimit)
+  const mw = rateLimitModule({
+    limit: (req) => (req.headers['x-plan'] === 'pro' ? 100 : 10),
+    windowMs: 60_000,
+    standardHeaders: 'draft-8',
+    legacyHeaders: true,
+    identifier: (req) => `plan-${req.headers['x-plan']}`,
+    skipFailedRequests: true,
+    requestWasSuccessful: (req, res) => res.statusCode < 500,
+    handler: (req, res, next, options) => res.writeHead(options.statusCode).end(String(options.message)),
+    validate: { xForwardedForHeader: false },
+    logger: console,
+    ipv6Subnet: 56,
+  })
+  mw.resetKey('10.0.0.1')
+  assert.equal(await mw.getKey('10.0.0.1'), undefined)
+  const info: RateLimitInfo = { limit: 10, used: 1, remaining: 9, resetTime: new Date(), key: 'k', allowed: true, retryAfterMs: 0, resetAfterMs: 1 }
+  assert.equal(info.used, 1)
+  const quotas: RateLimitOptions = { limiter: new Quotas(), quota: (req) => (req.headers['x-plan'] === 'pro' ? '100/min' : '10/min') }
+  assert.equal(typeof rateLimit(quotas), 'function')
+  // @ts-expect-error store is express-rate-limit's: ratomic takes limiter
+  assert.throws(() => rateLimit({ store: {} }), TypeError)
+  const fastifyOptions: FastifyRateLimitOptions = {
+    max: async (request, key) => (key === 'pro' ? 100 : 10),
+    timeWindow: '1 minute',
+    allowList: ['127.0.0.1'],
+    hook: 'preHandler',
+    errorResponseBuilder: (request, context) => ({ statusCode: context.statusCode, message: `retry in ${context.after}` }),
+    enableDraftSpec: true,
+    addHeaders: { 'retry-after': false },
+    skipOnError: true,
+  }
+  assert.equal(typeof fastifyOptions.max, 'function')
+  assert.equal(ratomicFastify.default, ratomicFastify)
+  // @ts-expect-error ban needs a count of denials, which ratomic does not keep
+  const banned: FastifyRateLimitOptions = { ban: 3 }
+  assert.equal(banned.max, undefined)
 })

@@ -197,6 +197,38 @@ test('every README js block that ends by itself runs as written, as a file (Comm
   }
 })
 
+// A ```diff js block is a migration from a peer (express-rate-limit,
+// @fastify/rate-limit): its old side (context and `-` lines) runs with the
+// peer, its new side (context and `+` lines) with ratomic, each as a file,
+// and each prints the lines its `// shown` comments say.
+const diffBlocks = () => [...fs.readFileSync(README, 'utf8').matchAll(/^```diff js\n([\s\S]*?)^```$/gm)].map((m) => m[1])
+
+function diffSide(diff, sign) {
+  const lines = []
+  for (const line of diff.split('\n')) {
+    if (line === '' || line[0] === ' ' || line[0] === sign) lines.push(line.slice(1))
+    else if (line[0] !== '+' && line[0] !== '-') throw new Error(`not a line of a unified diff: ${JSON.stringify(line)}`)
+  }
+  return lines.join('\n')
+}
+
+test("the README's migrations from express-rate-limit and @fastify/rate-limit: one line, both sides run as files and print alike", async () => {
+  const diffs = diffBlocks()
+  const peers = diffs.map((d) => d.match(/^-.*require\('([^']+)'\)/m)?.[1])
+  assert.deepEqual(peers, ['express-rate-limit', '@fastify/rate-limit'])
+  for (const diff of diffs) {
+    const changed = diff.split('\n').filter((l) => /^[-+]/.test(l))
+    assert.equal(changed.length, 2, `one line changed:\n${changed.join('\n')}`)
+    const shown = commentedOutput(diff)
+    assert.ok(shown.length >= 2, diff)
+    const before = diffSide(diff, '-')
+    const after = diffSide(diff, '+')
+    assert.match(after, /require\('ratomic\//)
+    assert.deepEqual((await runFile(before)).stdout.trimEnd().split('\n'), shown, `the peer's side:\n${before}`)
+    assert.deepEqual((await runFile(after)).stdout.trimEnd().split('\n'), shown, `ratomic's side:\n${after}`)
+  }
+})
+
 // The npm page (bindings-node/README.md): every ```js block, its printed
 // lines as its comments say.
 

@@ -303,6 +303,16 @@ export declare class NativeRedis {
    */
   begin(op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array, demand?: number): number | string | Buffer
   /**
+   * What `begin` would answer without a round trip (a lease, a cached
+   * denial, the policy while the breaker is open), written into `io` as
+   * `begin` writes it (returns its length); or, when the call needs a
+   * round trip, its Redis key (and nothing asked for: no lease). For a
+   * call that comes while a round trip is in flight: it waits for the next
+   * one and is begun again then, where the lease its key asks for covers
+   * every call waiting on it.
+   */
+  beginLocal(op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array): number | string | Buffer
+  /**
    * The script's arguments (`ARGV`) for an allow or peek of `cost` at
    * `nowMs` (none: the server's time), whatever the key: the same for
    * every call of that `op` and `cost` without `nowMs`.

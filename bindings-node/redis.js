@@ -368,17 +368,24 @@ class RedisBase {
 
   async #decide(op, key, cost, atMs) {
     try {
-      const rkey = this.#native.begin(op, key, cost, atMs, this.#io)
-      if (typeof rkey === 'number') return this.#decision()
-      // Read before any await: other calls reuse #io.
-      const w = this.#call(op, key, cost, atMs, rkey)
       if (this.#busy) {
+        // A round trip is in flight: answered here (a lease, a cached
+        // denial), or this call waits for the next one, asking for no lease
+        // meanwhile: #plan begins it again, and the lease its key asks for
+        // then covers every call waiting on the key.
+        const rkey = this.#native.beginLocal(op, key, cost, atMs, this.#io)
+        if (typeof rkey === 'number') return this.#decision()
+        const w = { op, key, cost, atMs, rkey, lease: 0, sent: 0, args: null, deferred: 0, resolve: null, reject: null }
         return await new Promise((resolve, reject) => {
           w.resolve = resolve
           w.reject = reject
           this.#queue.push(w)
         })
       }
+      const rkey = this.#native.begin(op, key, cost, atMs, this.#io)
+      if (typeof rkey === 'number') return this.#decision()
+      // Read before any await: other calls reuse #io.
+      const w = this.#call(op, key, cost, atMs, rkey)
       this.#busy = true
       let reply, failed
       try {

@@ -546,6 +546,42 @@ impl NativeRedis {
         run().map_err(|e| e.into_napi(&env))
     }
 
+    /// What `begin` would answer without a round trip (a lease, a cached
+    /// denial, the policy while the breaker is open), written into `io` as
+    /// `begin` writes it (returns its length); or, when the call needs a
+    /// round trip, its Redis key (and nothing asked for: no lease). For a
+    /// call that comes while a round trip is in flight: it waits for the next
+    /// one and is begun again then, where the lease its key asks for covers
+    /// every call waiting on it.
+    #[napi(
+        ts_args_type = "op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array",
+        ts_return_type = "number | string | Buffer"
+    )]
+    pub fn begin_local(
+        &self,
+        env: Env,
+        op: u32,
+        key: Unknown<'_>,
+        cost: f64,
+        now_ms: Option<f64>,
+        mut io: Float64ArraySlice<'_>,
+    ) -> Result<Either3<u32, String, Buffer>> {
+        let mut run = || -> Res<_> {
+            let (op, cost, now) = (op_of(op), crate::error::cost(cost)?, now_of(now_ms)?);
+            let local = self.key(&env, &key, |k| {
+                self.driver.begin_local(op, k, cost, now).map(|d| d.ok_or_else(|| self.driver.limits().key(k)))
+            })?;
+            Ok(match local.map_err(failure)? {
+                Ok(d) => Either3::A(self.write(&d, &mut io)),
+                Err(rkey) => match text(&rkey) {
+                    Either::A(s) => Either3::B(s),
+                    Either::B(b) => Either3::C(b),
+                },
+            })
+        };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
     /// The script's arguments (`ARGV`) for an allow or peek of `cost` at
     /// `nowMs` (none: the server's time), whatever the key: the same for
     /// every call of that `op` and `cost` without `nowMs`.

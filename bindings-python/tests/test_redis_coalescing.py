@@ -102,3 +102,35 @@ def test_calls_waiting_for_a_lease_on_their_way_are_answered_from_it(server, pre
     assert granted == 500
     assert "lease" in sources
     assert scripts < 100, f"{scripts} script calls for 1,000 decisions"
+
+
+def test_calls_waiting_for_a_round_trip_ask_for_no_lease_and_share_one_sized_for_them(server, prefix):
+    """While a round trip is in flight, a call on a key whose lease is spent
+    asks for no lease of its own (as in Rust's client): it waits, and the
+    next round trip's plan asks for one lease that covers every call waiting
+    on the key, all answered from it. One script call for the key, counted
+    by the server; a call that asked as it queued took a lease sized for
+    itself alone (4 tokens), and the rest needed another round trip."""
+
+    async def main() -> tuple[list[object], int]:
+        client = aredis.Redis(port=server.port)
+        # 10,000 tokens refilling one per 3.6 s: nothing refills meanwhile,
+        # and "auto" leases up to 1,250.
+        l = RedisTokenBucket(10_000, 1 / 3.6, client=client, prefix=prefix, lease="auto")
+        assert (await l.allow("hot")).allowed  # seen once: no lease
+        assert (await l.allow("hot")).allowed  # warm: a lease of 2 comes with it
+        assert l.leases_held == 1
+        before = evalsha_calls(server)
+        # "other" is sent at once; the 100 calls on "hot" come while it is
+        # in flight: the lease's 2 answer two, the others wait.
+        out = await asyncio.gather(l.allow("other"), *(l.allow("hot") for _ in range(100)))
+        calls = evalsha_calls(server) - before
+        await l.aclose()
+        await client.aclose()
+        return out, calls
+
+    out, calls = asyncio.run(main())
+    assert all(out), "all granted"
+    assert calls == 2, f"{calls} script calls: one for 'other', one lease for the 98 calls waiting on 'hot'"
+    sources = [d.source for d in out[1:]]  # type: ignore[attr-defined]
+    assert sources.count("lease") == 99, sources

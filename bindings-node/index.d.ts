@@ -239,6 +239,11 @@ export declare class NativeQuotas {
 export declare class NativeRedis {
   /** A driver for `rules` (one unnamed rule, or named ones: a limiter). */
   constructor(rules: Array<RuleSpec>, options?: RedisOptions | undefined | null)
+  /**
+   * This limiter's id for the hot path's `redisAllow` (see `hot.rs`), or
+   * -1 when it has none.
+   */
+  get hotId(): number
   /** The limits' names, in order (`["limit"]` for a single rule). */
   get names(): Array<string>
   /** The largest cost a call may ask. */
@@ -451,6 +456,13 @@ export interface EntryIn {
  * `allowDirect(id, cost?, nowMs?)` and `opDirect(code, id, cost, nowMs?)`
  * are `allow*` and `op*` for a direct bucket: no key (its reset reads no
  * clock).
+ * `redisAllow(id, key, cost?)` begins a Redis-backed limiter's allow at the
+ * server's time (`NativeRedis.begin`'s work, for `ratomic/redis` only, `id`
+ * its `hotId`): answered here (a lease, a cached denial, the policy), it
+ * writes the decision into `out` and returns `source × 2 + allowed` (a
+ * number); for a call to send, it writes the lease it asks for and its
+ * stamp into `out[0]` and `out[1]` and returns the Redis key (a string, or
+ * a `Buffer` if it is not UTF-8).
  */
 export declare function hotPath(): {
   allowKeyed: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean
@@ -461,6 +473,7 @@ export declare function hotPath(): {
   manyLimiter: (id: number, requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number) => number | Float64Array
   allowDirect: (id: number, cost?: number, nowMs?: number) => boolean
   opDirect: (code: number, id: number, cost: number, nowMs?: number) => boolean | undefined
+  redisAllow: (id: number, key: string | Uint8Array, cost?: number) => number | string | Buffer
   out: Float64Array
   entryCount: number
   firstEntry: number

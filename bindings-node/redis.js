@@ -11,7 +11,9 @@
 // the in-memory limiters'.
 
 const ratomic = require('./ratomic.js')
-const { NativeRedis } = require('./native.js')
+const { NativeRedis, hotPath } = require('./native.js')
+// The hot path's functions and output buffer, for this thread (see src/hot.rs).
+const HOT = hotPath()
 const { inspect } = require('node:util')
 
 const {
@@ -202,6 +204,8 @@ class RedisBase {
   // would have been alone (the server runs a pipeline's calls in order).
   #busy = false
   #queue = []
+  // This limiter's id in the hot path's table (-1: none): see #decide.
+  #hotId = -1
   // One timer for the round trips in flight (#flights: each one's deadline
   // and how to fail it), re-armed only while round trips keep coming: no
   // timer per call.
@@ -244,6 +248,7 @@ class RedisBase {
     this.#sha = this.#native.sha
     this.#sources = this.#native.sources
     this.#io = new Float64Array(this.#native.ioLen)
+    this.#hotId = this.#native.hotId
     const names = this.#native.names
     this.#multi = isLimiter
     this.#decode = isLimiter ? (allowed, a, at) => multi(allowed, a, at, names) : single
@@ -382,8 +387,24 @@ class RedisBase {
           this.#queue.push(w)
         })
       }
-      const rkey = this.#native.begin(op, key, cost, atMs, this.#io)
-      if (typeof rkey === 'number') return this.#decision()
+      let rkey
+      if (op === OP_ALLOW && atMs === undefined && this.#hotId >= 0) {
+        // The common call, through the hot path: a plain native function
+        // (no class method's unwrapping, no typed array passed), its
+        // answer written into the hot path's buffer.
+        const hot = HOT
+        rkey = hot.redisAllow(this.#hotId, key, cost)
+        if (typeof rkey === 'number') {
+          const d = this.#decode((rkey & 1) === 1, hot.out, 0)
+          d.source = this.#sources[rkey >>> 1]
+          return d
+        }
+        this.#io[0] = hot.out[0]
+        this.#io[1] = hot.out[1]
+      } else {
+        rkey = this.#native.begin(op, key, cost, atMs, this.#io)
+        if (typeof rkey === 'number') return this.#decision()
+      }
       // Read before any await: other calls reuse #io.
       const w = this.#call(op, key, cost, atMs, rkey)
       this.#busy = true

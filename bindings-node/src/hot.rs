@@ -188,6 +188,8 @@ pub struct EnvState {
     pub views: RefCell<Table<crate::limiter::View>>,
     /// Direct buckets: keyless, so not a [`Target`]; see [`allow_direct_cb`].
     pub direct: RefCell<Table<crate::direct::Handle>>,
+    /// Redis-backed limiters (`ratomic/redis`): see [`redis_allow_cb`].
+    pub redis: RefCell<Table<crate::redis::Hot>>,
 }
 
 /// Output buffers released by environments that ended, for the next ones.
@@ -280,6 +282,7 @@ impl EnvState {
             keyed: Default::default(),
             views: Default::default(),
             direct: Default::default(),
+            redis: Default::default(),
         })
     }
 
@@ -456,8 +459,15 @@ unsafe fn function(env: sys::napi_env, state: &Rc<EnvState>, name: &str, cb: Cal
 /// `allowDirect(id, cost?, nowMs?)` and `opDirect(code, id, cost, nowMs?)`
 /// are `allow*` and `op*` for a direct bucket: no key (its reset reads no
 /// clock).
+/// `redisAllow(id, key, cost?)` begins a Redis-backed limiter's allow at the
+/// server's time (`NativeRedis.begin`'s work, for `ratomic/redis` only, `id`
+/// its `hotId`): answered here (a lease, a cached denial, the policy), it
+/// writes the decision into `out` and returns `source × 2 + allowed` (a
+/// number); for a call to send, it writes the lease it asks for and its
+/// stamp into `out[0]` and `out[1]` and returns the Redis key (a string, or
+/// a `Buffer` if it is not UTF-8).
 #[napi(
-    ts_return_type = "{\n  allowKeyed: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean\n  opKeyed: (code: number, id: number, key: string | Uint8Array, cost: number, nowMs?: number) => boolean | undefined\n  allowLimiter: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean\n  opLimiter: (code: number, id: number, key: string | Uint8Array, cost: number, nowMs?: number) => boolean | undefined\n  manyKeyed: (id: number, requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number) => number | Float64Array\n  manyLimiter: (id: number, requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number) => number | Float64Array\n  allowDirect: (id: number, cost?: number, nowMs?: number) => boolean\n  opDirect: (code: number, id: number, cost: number, nowMs?: number) => boolean | undefined\n  out: Float64Array\n  entryCount: number\n  firstEntry: number\n  entryLen: number\n}"
+    ts_return_type = "{\n  allowKeyed: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean\n  opKeyed: (code: number, id: number, key: string | Uint8Array, cost: number, nowMs?: number) => boolean | undefined\n  allowLimiter: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean\n  opLimiter: (code: number, id: number, key: string | Uint8Array, cost: number, nowMs?: number) => boolean | undefined\n  manyKeyed: (id: number, requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number) => number | Float64Array\n  manyLimiter: (id: number, requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number) => number | Float64Array\n  allowDirect: (id: number, cost?: number, nowMs?: number) => boolean\n  opDirect: (code: number, id: number, cost: number, nowMs?: number) => boolean | undefined\n  redisAllow: (id: number, key: string | Uint8Array, cost?: number) => number | string | Buffer\n  out: Float64Array\n  entryCount: number\n  firstEntry: number\n  entryLen: number\n}"
 )]
 pub fn hot_path(env: &Env) -> Result<Unknown<'_>> {
     // SAFETY: env is the live environment of this call.
@@ -481,6 +491,7 @@ unsafe fn make_hot_path<'env>(env: sys::napi_env) -> Res<Unknown<'env>> {
         set(c"manyLimiter", function(env, &state, "many", many_cb::<crate::limiter::View>)?)?;
         set(c"allowDirect", function(env, &state, "allow", allow_direct_cb)?)?;
         set(c"opDirect", function(env, &state, "op", op_direct_cb)?)?;
+        set(c"redisAllow", function(env, &state, "allow", redis_allow_cb)?)?;
         set(c"out", state.view(env)?)?;
         for (name, n) in
             [(c"entryCount", slot::ENTRIES), (c"firstEntry", slot::FIRST_ENTRY), (c"entryLen", slot::ENTRY_LEN)]
@@ -620,6 +631,40 @@ unsafe extern "C" fn allow_cb<T: Target>(env: sys::napi_env, info: sys::napi_cal
                 Ok(t.allow(k, cost, now.unwrap_or_else(|| t.now()), out)?)
             })?;
             boolean(env, allowed)
+        })
+    }
+}
+
+unsafe extern "C" fn redis_allow_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    use crate::redis::{Hot, HotStep};
+    // SAFETY: env and info are the live arguments of this callback.
+    unsafe {
+        guard(env, || {
+            let ([i, key, c], argc, state) = args::<3>(env, info)?;
+            let id = id(env, i)?;
+            let cost = if argc < 3 { 1 } else { crate::error::cost(number(env, c, "cost")?)? };
+            let max_len = || Hot::table(state).borrow().get(id).map_or(usize::MAX, Hot::max_key_len);
+            // The key is read first (that may run the GC); the table is
+            // borrowed only for the driver's work, which runs no JavaScript.
+            let step = with_key(env, key, max_len, |k| {
+                let out = state.out(env)?;
+                Hot::table(state).borrow().get(id)?.allow(k, cost, out)
+            })??;
+            let mut v = ptr::null_mut();
+            match step {
+                HotStep::Answer(code) => status(sys::napi_create_uint32(env, code, &mut v), "napi_create_uint32")?,
+                HotStep::Send(rkey) => match std::str::from_utf8(&rkey) {
+                    Ok(s) => status(
+                        sys::napi_create_string_utf8(env, s.as_ptr().cast::<c_char>(), s.len() as isize, &mut v),
+                        "napi_create_string_utf8",
+                    )?,
+                    Err(_) => status(
+                        sys::napi_create_buffer_copy(env, rkey.len(), rkey.as_ptr().cast(), ptr::null_mut(), &mut v),
+                        "napi_create_buffer_copy",
+                    )?,
+                },
+            }
+            Ok(v)
         })
     }
 }

@@ -1344,6 +1344,56 @@ ratomic_result ratomic_stack_describe(const ratomic_stack *stack,
                                       size_t *len);
 
 /**
+ * Copies the detailed message of the most recent failed call **on this
+ * thread** (e.g. `invalid rate "10/x": unknown unit ...`) into `buf` as a
+ * NUL-terminated string, truncated to `buf_len - 1` bytes, and writes the
+ * message's full length (without the NUL) to `*out_len`, like `snprintf`.
+ * The message is empty if no call on this thread has failed. Successful
+ * calls do not clear it.
+ *
+ * `buf` may be NULL only when `buf_len` is 0 (to ask for the length).
+ * `out_len` may be NULL if the length is not wanted.
+ *
+ * @param[out] buf Receives the message, NUL-terminated and truncated to `buf_len`
+ *     − 1 bytes; may be NULL when `buf_len` is 0.
+ * @param buf_len The size of `buf` in bytes.
+ * @param[out] out_len Receives the message's full length in bytes, without the
+ *     NUL; may be NULL.
+ * @return `RATOMIC_OK` on success, or `RATOMIC_NULL_ARGUMENT` when `buf` is NULL
+ *     with a non-zero `buf_len`.
+ *
+ * @note Ownership: the caller owns `buf`. Thread-safety: each thread has its own
+ *     last error.
+ *
+ * @warning `buf` must point to `buf_len` writable bytes.
+ */
+ratomic_result ratomic_last_error_message(char *buf, size_t buf_len, size_t *out_len);
+
+/**
+ * Writes the first invalid request of the most recent failed call **on
+ * this thread**, when that call was a batch that returned
+ * `RATOMIC_INVALID_REQUEST`: its index in the batch to `*out_index`, and
+ * the code that request alone would have returned (e.g.
+ * `RATOMIC_COST_EXCEEDS_LIMIT`, `RATOMIC_KEY_TOO_LONG`,
+ * `RATOMIC_NULL_ARGUMENT` for a NULL key) to `*out_code`. Successful calls
+ * do not clear it.
+ *
+ * @param[out] out_index Receives the invalid request's index in its batch.
+ * @param[out] out_code Receives the code that request alone would have returned.
+ * @return `RATOMIC_OK` on success; on an error (nothing written):
+ * @retval RATOMIC_NULL_ARGUMENT NULL: out_index, out_code.
+ * @retval RATOMIC_INVALID_ARGUMENT When the most recent failed call on this thread
+ *     was not a batch refused for one of its requests (that failure is then the
+ *     last error, as for any other call).
+ *
+ * @note Ownership: the caller owns both out-parameters. Thread-safety: each thread
+ *     has its own last error.
+ *
+ * @warning `out_index` and `out_code` must be valid for writes.
+ */
+ratomic_result ratomic_last_error_request(size_t *out_index, ratomic_result *out_code);
+
+/**
  * Makes a token bucket per key: each key holds up to `capacity` tokens
  * (≥ 1), refilled continuously at `refill_per_sec` tokens per **second**
  * (finite, > 0); a new key starts full. GCRA, exact to the nanosecond: one
@@ -2555,56 +2605,6 @@ const char *ratomic_result_message(uint32_t code);
  * @note Ownership: static; do not free. Thread-safety: safe from any thread.
  */
 const char *ratomic_version(void);
-
-/**
- * Copies the detailed message of the most recent failed call **on this
- * thread** (e.g. `invalid rate "10/x": unknown unit ...`) into `buf` as a
- * NUL-terminated string, truncated to `buf_len - 1` bytes, and writes the
- * message's full length (without the NUL) to `*out_len`, like `snprintf`.
- * The message is empty if no call on this thread has failed. Successful
- * calls do not clear it.
- *
- * `buf` may be NULL only when `buf_len` is 0 (to ask for the length).
- * `out_len` may be NULL if the length is not wanted.
- *
- * @param[out] buf Receives the message, NUL-terminated and truncated to `buf_len`
- *     − 1 bytes; may be NULL when `buf_len` is 0.
- * @param buf_len The size of `buf` in bytes.
- * @param[out] out_len Receives the message's full length in bytes, without the
- *     NUL; may be NULL.
- * @return `RATOMIC_OK` on success, or `RATOMIC_NULL_ARGUMENT` when `buf` is NULL
- *     with a non-zero `buf_len`.
- *
- * @note Ownership: the caller owns `buf`. Thread-safety: each thread has its own
- *     last error.
- *
- * @warning `buf` must point to `buf_len` writable bytes.
- */
-ratomic_result ratomic_last_error_message(char *buf, size_t buf_len, size_t *out_len);
-
-/**
- * Writes the first invalid request of the most recent failed call **on
- * this thread**, when that call was a batch that returned
- * `RATOMIC_INVALID_REQUEST`: its index in the batch to `*out_index`, and
- * the code that request alone would have returned (e.g.
- * `RATOMIC_COST_EXCEEDS_LIMIT`, `RATOMIC_KEY_TOO_LONG`,
- * `RATOMIC_NULL_ARGUMENT` for a NULL key) to `*out_code`. Successful calls
- * do not clear it.
- *
- * @param[out] out_index Receives the invalid request's index in its batch.
- * @param[out] out_code Receives the code that request alone would have returned.
- * @return `RATOMIC_OK` on success; on an error (nothing written):
- * @retval RATOMIC_NULL_ARGUMENT NULL: out_index, out_code.
- * @retval RATOMIC_INVALID_ARGUMENT When the most recent failed call on this thread
- *     was not a batch refused for one of its requests (that failure is then the
- *     last error, as for any other call).
- *
- * @note Ownership: the caller owns both out-parameters. Thread-safety: each thread
- *     has its own last error.
- *
- * @warning `out_index` and `out_code` must be valid for writes.
- */
-ratomic_result ratomic_last_error_request(size_t *out_index, ratomic_result *out_code);
 
 /**
  * Writes what limit `index` of `limiter` enforces to `*out`: its name,

@@ -13,7 +13,7 @@ use pyo3::types::{PyFloat, PyInt};
 
 use ratomic::{Clock, ClockId, MAX_TIME};
 
-use crate::error::{argument_type, invalid_argument, type_name};
+use crate::error::{argument_type, invalid_argument, py_float_repr, type_name};
 use crate::key::{as_given, number};
 
 /// A clock that moves only when told to, for tests and simulations.
@@ -121,11 +121,6 @@ impl CoarseClock {
     fn __repr__(&self) -> String {
         format!("CoarseClock(resolution={})", py_float_repr(self.resolution()))
     }
-}
-
-/// A float as Python's `repr` writes it (`0.1`, `1.0`, `1e-09`).
-pub fn py_float_repr(x: f64) -> String {
-    Python::attach(|py| PyFloat::new(py, x).repr().map(|r| r.to_string())).unwrap_or_else(|_| x.to_string())
 }
 
 /// The latest time a limiter takes, in the words of every error about it.

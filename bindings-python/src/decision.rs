@@ -6,7 +6,8 @@ use pyo3::exceptions::PyKeyError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
-use crate::clock::{nanos_to_seconds, py_float_repr};
+use crate::clock::nanos_to_seconds;
+use crate::error::py_float_repr;
 
 /// Who answered a call: the `source` of a decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

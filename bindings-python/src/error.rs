@@ -22,7 +22,7 @@
 use pyo3::exceptions::{PyException, PyTypeError, PyUnicodeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyTuple, PyType};
+use pyo3::types::{PyDict, PyFloat, PyTuple, PyType};
 
 /// The exception classes, made when the module is first imported.
 pub struct Exceptions {
@@ -237,4 +237,9 @@ impl<T> CoreResultExt<T> for Result<T, ratomic::Error> {
     fn py_err(self, py: Python<'_>) -> PyResult<T> {
         self.map_err(|e| core_error(py, e))
     }
+}
+
+/// A float as Python's `repr` writes it (`0.1`, `1.0`, `1e-09`).
+pub fn py_float_repr(x: f64) -> String {
+    Python::attach(|py| PyFloat::new(py, x).repr().map(|r| r.to_string())).unwrap_or_else(|_| x.to_string())
 }

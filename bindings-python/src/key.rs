@@ -5,7 +5,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt, PyString};
 
-use crate::clock::py_float_repr;
+use crate::error::py_float_repr;
 use crate::error::{argument_type, invalid_argument, key_encoding, key_type, type_name};
 
 /// A key's bytes: a `str`'s UTF-8 encoding, or a `bytes`' contents. Borrowed

@@ -12,8 +12,9 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use ratomic_redis::{BatchStep, Call, Driver, Error as RedisError, FailurePolicy, Lease, Limits, Op, Options, Step};
 
-use crate::clock::{py_float_repr, seconds_to_nanos, time_to_nanos};
+use crate::clock::{seconds_to_nanos, time_to_nanos};
 use crate::decision::{make_names, Decision, MultiDecision, Names, Source};
+use crate::error::py_float_repr;
 use crate::error::{core_error, invalid_argument, CoreResultExt, Exceptions};
 use crate::headers::{self, Fields};
 use crate::key::{key_bytes, not_whole, number, size, whole, Cost};

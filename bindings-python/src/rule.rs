@@ -8,7 +8,7 @@ use pyo3::types::PyString;
 
 use ratomic::{Quota, Rate};
 
-use crate::clock::py_float_repr;
+use crate::error::py_float_repr;
 use crate::error::{argument_type, invalid_argument, type_name, CoreResultExt};
 use crate::key::{as_given, number, whole_from};
 

@@ -43,6 +43,13 @@ impl std::fmt::Debug for ratomic_direct {
     }
 }
 
+impl ratomic_direct {
+    /// What `ratomic_direct_describe` writes for this bucket.
+    pub(crate) fn describe(&self) -> String {
+        self.bucket.algorithm().to_string()
+    }
+}
+
 /// A full bucket for `quota` on the clock of `options`, handed to C
 /// through `out`.
 ///

@@ -11,7 +11,7 @@ use ratomic_core::{Algorithm, Decision};
 use crate::boundary::{arg_ref, str_arg, write_out, Failure};
 use crate::decision::{ratomic_decision, ratomic_limit_decision};
 use crate::direct::ratomic_direct;
-use crate::limiter::{ratomic_limiter, Engine};
+use crate::handle::{ratomic_limiter, Engine};
 use crate::result::ratomic_result;
 use crate::stack::ratomic_stack;
 
@@ -519,22 +519,7 @@ pub unsafe extern "C" fn ratomic_describe(
     len: *mut usize,
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller.
-    unsafe { write_text(limiter, "limiter", buf, buf_len, len, |l| Ok(describe_limiter(l, "; "))) }
-}
-
-/// What `ratomic_describe` writes for `l`, its limits (if several) joined
-/// by `separator`.
-pub(crate) fn describe_limiter(l: &ratomic_limiter, separator: &str) -> String {
-    match l.rules() {
-        [rule] => rule.to_string(),
-        rules => l
-            .names
-            .iter()
-            .zip(rules)
-            .map(|(name, rule)| format!("{}: {rule}", name.to_string_lossy()))
-            .collect::<Vec<_>>()
-            .join(separator),
-    }
+    unsafe { write_text(limiter, "limiter", buf, buf_len, len, |l| Ok(l.describe("; "))) }
 }
 
 /// Writes what the direct bucket enforces, with its units, into `buf` as a
@@ -568,12 +553,7 @@ pub unsafe extern "C" fn ratomic_direct_describe(
     len: *mut usize,
 ) -> ratomic_result {
     // SAFETY: forwarded from the caller.
-    unsafe { write_text(direct, "direct", buf, buf_len, len, |b| Ok(describe_direct(b))) }
-}
-
-/// What `ratomic_direct_describe` writes for `b`.
-pub(crate) fn describe_direct(b: &ratomic_direct) -> String {
-    b.bucket.algorithm().to_string()
+    unsafe { write_text(direct, "direct", buf, buf_len, len, |b| Ok(b.describe())) }
 }
 
 /// Writes what the stack enforces into `buf` as a NUL-terminated string,

@@ -30,14 +30,17 @@
 mod boundary;
 mod decision;
 mod direct;
-mod headers;
 #[macro_use]
+mod handle;
+mod headers;
+mod last_error;
 mod limiter;
 mod multi;
 mod ops;
 mod options;
 mod quotas;
 mod redis;
+mod redis_engine;
 mod result;
 mod rule;
 mod stack;
@@ -49,14 +52,15 @@ pub use direct::{
     ratomic_direct_refund_at, ratomic_direct_reset, ratomic_direct_token_bucket_from_rate,
     ratomic_direct_token_bucket_new,
 };
+pub use handle::ratomic_limiter;
 pub use headers::{
     ratomic_describe, ratomic_direct_describe, ratomic_direct_headers, ratomic_direct_problem_json, ratomic_headers,
     ratomic_problem_json,
 };
+pub use last_error::{ratomic_last_error_message, ratomic_last_error_request};
 pub use limiter::{
-    ratomic_fixed_window_from_rate, ratomic_fixed_window_new, ratomic_limiter, ratomic_limiter_free,
-    ratomic_sliding_window_from_rate, ratomic_sliding_window_new, ratomic_token_bucket_from_rate,
-    ratomic_token_bucket_new,
+    ratomic_fixed_window_from_rate, ratomic_fixed_window_new, ratomic_limiter_free, ratomic_sliding_window_from_rate,
+    ratomic_sliding_window_new, ratomic_token_bucket_from_rate, ratomic_token_bucket_new,
 };
 pub use multi::{
     ratomic_allow_detailed, ratomic_allow_detailed_at, ratomic_limit_count, ratomic_limit_spec,
@@ -77,9 +81,7 @@ pub use redis::{
     ratomic_redis_fixed_window_new, ratomic_redis_multi_limiter_new, ratomic_redis_options, ratomic_redis_policy,
     ratomic_redis_sliding_window_new, ratomic_redis_token_bucket_new,
 };
-pub use result::{
-    ratomic_last_error_message, ratomic_last_error_request, ratomic_result, ratomic_result_message, ratomic_version,
-};
+pub use result::{ratomic_result, ratomic_result_message, ratomic_version};
 pub use rule::{ratomic_algorithm, ratomic_limit_get, ratomic_limit_info, ratomic_window_max_limit};
 pub use stack::{
     ratomic_key, ratomic_stack, ratomic_stack_acquire, ratomic_stack_allow, ratomic_stack_allow_at, ratomic_stack_free,

@@ -1,101 +1,19 @@
-//! The one opaque handle for every limiter, its constructors and `free`.
-//!
-//! A handle holds core's own "any limiter" types: a `Keyed<Rule>` for one
-//! rule (token bucket, fixed or sliding window) or a `Limiter` for several
-//! named ones, both on the caller's clock ([`FfiClock`]).
+//! The constructors of a single-rule limiter (token bucket, fixed or
+//! sliding window) and `ratomic_limiter_free`; the handle itself is in
+//! [`handle`](crate::handle).
 
-use std::ffi::{c_char, CString};
+use std::ffi::c_char;
 use std::sync::Arc;
-use std::time::Duration;
 
-use ratomic_core::{Keyed, Limiter, Quota, Rate, Rule};
+use ratomic_core::{Keyed, Quota, Rate, Rule};
 
-use crate::boundary::{out_ptr, str_arg, write_out, Failure};
-use crate::options::{ratomic_options, FfiClock, Resolved};
+use crate::boundary::{out_ptr, str_arg, Failure};
+use crate::handle::{ratomic_limiter, Engine};
+use crate::options::{ratomic_options, Resolved};
 use crate::result::ratomic_result;
-use crate::rule::ratomic_algorithm;
-
-/// A rate limiter of any kind: token bucket, fixed window, sliding window,
-/// or several named limits on one key. Opaque: made by a `ratomic_*_new` /
-/// `ratomic_*_from_rate` function, used through a `const ratomic_limiter *`,
-/// released with `ratomic_limiter_free`.
-///
-/// Thread-safety: every operation on a limiter is safe to call from many
-/// threads at once (it is lock-free inside), except `ratomic_limiter_free`,
-/// which must not race with any other use of the same limiter.
-pub struct ratomic_limiter {
-    pub(crate) engine: Engine,
-    /// One name per limit, in order, NUL-terminated for C: a multi-limit
-    /// limiter's names, or the algorithm's name for a single rule.
-    pub(crate) names: Box<[CString]>,
-}
-
-impl std::fmt::Debug for ratomic_limiter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ratomic_limiter").field("names", &self.names).finish_non_exhaustive()
-    }
-}
-
-/// Core's limiter behind a handle.
-pub(crate) enum Engine {
-    /// One rule, any algorithm. Shared, so a `ratomic_stack` can hold it
-    /// past the handle's own free.
-    One(Arc<Keyed<Rule, [u8], FfiClock>>),
-    /// Several named rules on each key, all or nothing (shared likewise).
-    Many(Arc<Limiter<[u8], FfiClock>>),
-    /// One or several rules, their state on a Redis server.
-    Redis(Box<crate::redis::RedisEngine>),
-}
-
-/// Applies `$one` to a single-rule limiter or `$many` to a multi-limit one:
-/// core's two types share their method names, not a trait. A Redis-backed
-/// limiter is handled before this by the operations it supports; the rest
-/// return `RATOMIC_OTHER_ERROR` for it.
-macro_rules! with_engine {
-    ($l:expr, $k:ident => $one:expr, $m:ident => $many:expr) => {
-        match &$l.engine {
-            $crate::limiter::Engine::One($k) => $one,
-            $crate::limiter::Engine::Many($m) => $many,
-            $crate::limiter::Engine::Redis(_) => {
-                return Err($crate::boundary::Failure::Unsupported(
-                    "this operation is not available on a Redis-backed limiter",
-                ))
-            }
-        }
-    };
-}
+use crate::rule::{ratomic_algorithm, window_rate};
 
 impl ratomic_limiter {
-    /// The clock's reading for the calls without `_at` (unchecked: the
-    /// engine refuses a reading past `MAX_TIME`).
-    #[inline]
-    pub(crate) fn now(&self) -> u64 {
-        match &self.engine {
-            Engine::One(k) => k.now(),
-            Engine::Many(m) => m.now(),
-            Engine::Redis(r) => r.now(),
-        }
-    }
-
-    /// The longest key this limiter accepts.
-    #[inline]
-    pub(crate) fn max_key_len(&self) -> usize {
-        match &self.engine {
-            Engine::One(k) => k.max_key_len(),
-            Engine::Many(m) => m.max_key_len(),
-            Engine::Redis(r) => r.limits().max_key_len(),
-        }
-    }
-
-    /// The limiter's rules, in order.
-    pub(crate) fn rules(&self) -> &[Rule] {
-        match &self.engine {
-            Engine::One(k) => std::slice::from_ref(k.algorithm()),
-            Engine::Many(m) => m.rules(),
-            Engine::Redis(r) => r.limits().core_rules(),
-        }
-    }
-
     /// A single-rule limiter on `rule`, handed to C through `out`.
     ///
     /// # Safety
@@ -113,31 +31,6 @@ impl ratomic_limiter {
         unsafe { Self::hand_out(Engine::One(Arc::new(keyed)), Box::new([name.to_owned()]), out) };
         Ok(())
     }
-
-    /// Boxes the limiter and hands it to C through `out`.
-    ///
-    /// # Safety
-    /// `out` must have passed [`out_ptr`].
-    pub(crate) unsafe fn hand_out(engine: Engine, names: Box<[CString]>, out: *mut *mut ratomic_limiter) {
-        let handle = Box::into_raw(Box::new(ratomic_limiter { engine, names }));
-        // SAFETY: `out` is non-NULL and writable, as the caller checked.
-        unsafe { write_out(out, handle) };
-    }
-}
-
-/// A window rate from a count and a length in nanoseconds, its errors
-/// naming `limit` and `window_ns` as C passes them.
-pub(crate) fn window_rate(limit: u64, window_ns: u64) -> Result<Rate, Failure> {
-    let invalid = |name, value: u64, reason: &'static str| {
-        Failure::Core(ratomic_core::Error::InvalidArgument { name, value: value.to_string(), reason: reason.into() })
-    };
-    if limit == 0 {
-        return Err(invalid("limit", limit, "must be at least 1"));
-    }
-    if window_ns == 0 || window_ns > i64::MAX as u64 {
-        return Err(invalid("window_ns", window_ns, "a window's length in nanoseconds must be from 1 to 2^63 − 1"));
-    }
-    Ok(Rate::new(limit, Duration::from_nanos(window_ns))?)
 }
 
 /// A rate string argument.

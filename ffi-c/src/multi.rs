@@ -7,7 +7,7 @@ use ratomic_core::{Error, Limiter, Rate, Rule};
 
 use crate::boundary::{arg_ref, key_arg, out_ptr, str_arg, write_out, Failure};
 use crate::decision::{ratomic_decision, ratomic_limit_decision};
-use crate::limiter::{ratomic_limiter, Engine};
+use crate::handle::{ratomic_limiter, Engine};
 use crate::ops::RATOMIC_MAX_LIMITS;
 use crate::options::{ratomic_options, Resolved};
 use crate::result::ratomic_result;

@@ -14,7 +14,7 @@ use ratomic_core::{check_time, Error};
 
 use crate::boundary::{arg_ref, key_arg, out_ptr, write_out, Failure};
 use crate::decision::ratomic_decision;
-use crate::limiter::{ratomic_limiter, Engine};
+use crate::handle::{ratomic_limiter, Engine};
 use crate::result::ratomic_result;
 
 /// The last valid time, in nanoseconds: 2^62 − 1 (about 146 years after

@@ -1,5 +1,6 @@
 //! `ratomic_result`: what every function returns, its messages, and the
-//! detailed message of the last failed call on a thread.
+//! store of the detailed message of the last failed call on a thread (read
+//! from C through [`last_error`](crate::last_error)).
 
 use std::cell::{Cell, RefCell};
 use std::ffi::c_char;
@@ -150,96 +151,13 @@ pub(crate) fn set_last_error(message: String, request: Option<(usize, ratomic_re
     });
 }
 
-/// Copies the detailed message of the most recent failed call **on this
-/// thread** (e.g. `invalid rate "10/x": unknown unit ...`) into `buf` as a
-/// NUL-terminated string, truncated to `buf_len - 1` bytes, and writes the
-/// message's full length (without the NUL) to `*out_len`, like `snprintf`.
-/// The message is empty if no call on this thread has failed. Successful
-/// calls do not clear it.
-///
-/// `buf` may be NULL only when `buf_len` is 0 (to ask for the length).
-/// `out_len` may be NULL if the length is not wanted.
-///
-/// @param[out] buf Receives the message, NUL-terminated and truncated to `buf_len`
-///     − 1 bytes; may be NULL when `buf_len` is 0.
-/// @param buf_len The size of `buf` in bytes.
-/// @param[out] out_len Receives the message's full length in bytes, without the
-///     NUL; may be NULL.
-/// @return `RATOMIC_OK` on success, or `RATOMIC_NULL_ARGUMENT` when `buf` is NULL
-///     with a non-zero `buf_len`.
-///
-/// @note Ownership: the caller owns `buf`. Thread-safety: each thread has its own
-///     last error.
-///
-/// @warning `buf` must point to `buf_len` writable bytes.
-#[no_mangle]
-pub unsafe extern "C" fn ratomic_last_error_message(
-    buf: *mut c_char,
-    buf_len: usize,
-    out_len: *mut usize,
-) -> ratomic_result {
-    ffi_boundary!({
-        if buf.is_null() && buf_len != 0 {
-            return Err(crate::boundary::Failure::Null("buf"));
-        }
-        let message = LAST_ERROR.try_with(|slot| slot.borrow().clone()).unwrap_or_default();
-        if buf_len > 0 {
-            let n = message.len().min(buf_len - 1);
-            // SAFETY: the caller guarantees `buf` holds `buf_len` bytes, and n < buf_len.
-            unsafe {
-                std::ptr::copy_nonoverlapping(message.as_ptr(), buf.cast::<u8>(), n);
-                *buf.add(n) = 0;
-            }
-        }
-        if !out_len.is_null() {
-            // SAFETY: non-NULL, and the caller guarantees it is writable.
-            unsafe { *out_len = message.len() };
-        }
-        Ok(())
-    })
+/// This thread's last error message (empty if no call on it has failed).
+pub(crate) fn last_error() -> String {
+    LAST_ERROR.try_with(|slot| slot.borrow().clone()).unwrap_or_default()
 }
 
-/// Writes the first invalid request of the most recent failed call **on
-/// this thread**, when that call was a batch that returned
-/// `RATOMIC_INVALID_REQUEST`: its index in the batch to `*out_index`, and
-/// the code that request alone would have returned (e.g.
-/// `RATOMIC_COST_EXCEEDS_LIMIT`, `RATOMIC_KEY_TOO_LONG`,
-/// `RATOMIC_NULL_ARGUMENT` for a NULL key) to `*out_code`. Successful calls
-/// do not clear it.
-///
-/// @param[out] out_index Receives the invalid request's index in its batch.
-/// @param[out] out_code Receives the code that request alone would have returned.
-/// @return `RATOMIC_OK` on success; on an error (nothing written):
-/// @retval RATOMIC_NULL_ARGUMENT NULL: out_index, out_code.
-/// @retval RATOMIC_INVALID_ARGUMENT When the most recent failed call on this thread
-///     was not a batch refused for one of its requests (that failure is then the
-///     last error, as for any other call).
-///
-/// @note Ownership: the caller owns both out-parameters. Thread-safety: each thread
-///     has its own last error.
-///
-/// @warning `out_index` and `out_code` must be valid for writes.
-#[no_mangle]
-pub unsafe extern "C" fn ratomic_last_error_request(
-    out_index: *mut usize,
-    out_code: *mut ratomic_result,
-) -> ratomic_result {
-    ffi_boundary!({
-        let out_index = crate::boundary::out_ptr(out_index, "out_index")?;
-        let out_code = crate::boundary::out_ptr(out_code, "out_code")?;
-        let Some((index, code)) = LAST_REQUEST.try_with(Cell::get).ok().flatten() else {
-            return Err(crate::boundary::Failure::Core(ratomic_core::Error::InvalidArgument {
-                name: "last error",
-                value: "not RATOMIC_INVALID_REQUEST".to_owned(),
-                reason: "the most recent failed call on this thread was not a batch refused for one of its requests"
-                    .into(),
-            }));
-        };
-        // SAFETY: both checked non-NULL; writable as the caller guarantees.
-        unsafe {
-            crate::boundary::write_out(out_index, index);
-            crate::boundary::write_out(out_code, code);
-        }
-        Ok(())
-    })
+/// The invalid request (index, code) of this thread's last error, when that
+/// failure was a batch refused for one of its requests.
+pub(crate) fn last_error_request() -> Option<(usize, ratomic_result)> {
+    LAST_REQUEST.try_with(Cell::get).ok().flatten()
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use ratomic_core::{Error, FixedWindowCounter, Quota, Rate, Rule, SlidingWindowCounter};
 
 use crate::boundary::{arg_ref, out_ptr, write_out, Failure};
-use crate::limiter::ratomic_limiter;
+use crate::handle::ratomic_limiter;
 use crate::result::ratomic_result;
 
 /// The algorithm of one limit: in a `ratomic_limit_spec`, a
@@ -190,7 +190,7 @@ fn nanos(d: Duration) -> u64 {
 pub unsafe extern "C" fn ratomic_window_max_limit(algorithm: u32, window_ns: u64, out: *mut u64) -> ratomic_result {
     ffi_boundary!({
         let out = out_ptr(out, "out")?;
-        let window = crate::limiter::window_rate(1, window_ns)?.period();
+        let window = crate::rule::window_rate(1, window_ns)?.period();
         let max = match ratomic_algorithm::from_code(algorithm)? {
             ratomic_algorithm::RATOMIC_ALGORITHM_FIXED_WINDOW => FixedWindowCounter::max_limit(window),
             ratomic_algorithm::RATOMIC_ALGORITHM_SLIDING_WINDOW => SlidingWindowCounter::max_limit(window),
@@ -207,4 +207,19 @@ pub unsafe extern "C" fn ratomic_window_max_limit(algorithm: u32, window_ns: u64
         unsafe { write_out(out, max) };
         Ok(())
     })
+}
+
+/// A window rate from a count and a length in nanoseconds, its errors
+/// naming `limit` and `window_ns` as C passes them.
+pub(crate) fn window_rate(limit: u64, window_ns: u64) -> Result<Rate, Failure> {
+    let invalid = |name, value: u64, reason: &'static str| {
+        Failure::Core(ratomic_core::Error::InvalidArgument { name, value: value.to_string(), reason: reason.into() })
+    };
+    if limit == 0 {
+        return Err(invalid("limit", limit, "must be at least 1"));
+    }
+    if window_ns == 0 || window_ns > i64::MAX as u64 {
+        return Err(invalid("window_ns", window_ns, "a window's length in nanoseconds must be from 1 to 2^63 − 1"));
+    }
+    Ok(Rate::new(limit, Duration::from_nanos(window_ns))?)
 }

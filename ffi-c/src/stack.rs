@@ -11,8 +11,7 @@ use ratomic_core::{MultiDecision, Stack, StackMember};
 use crate::boundary::{arg_ref, out_ptr, str_arg, write_out, Failure};
 use crate::decision::{ratomic_decision, ratomic_limit_decision};
 use crate::direct::ratomic_direct;
-use crate::headers::{describe_direct, describe_limiter};
-use crate::limiter::{ratomic_limiter, Engine};
+use crate::handle::{ratomic_limiter, Engine};
 use crate::ops::RATOMIC_NO_TIMEOUT;
 use crate::options::{ratomic_options, FfiClock, Resolved};
 use crate::result::ratomic_result;
@@ -100,8 +99,8 @@ fn member(l: &ratomic_limiter) -> Result<(Arc<dyn StackMember>, String), Failure
         Engine::Redis(_) => return Err(Failure::Unsupported("a Redis-backed limiter cannot be a stack member")),
     };
     let text = match l.rules() {
-        [_] => describe_limiter(l, "; "),
-        _ => format!("[{}]", describe_limiter(l, ", ")),
+        [_] => l.describe("; "),
+        _ => format!("[{}]", l.describe(", ")),
     };
     Ok((member, text))
 }
@@ -254,7 +253,7 @@ pub unsafe extern "C" fn ratomic_stack_new_members(
             // SAFETY: the caller passes live handles or NULL.
             let member = match unsafe { (m.limiter.as_ref(), m.direct.as_ref()) } {
                 (Some(l), None) => member(l)?,
-                (None, Some(d)) => (d.bucket.clone() as Arc<dyn StackMember>, describe_direct(d)),
+                (None, Some(d)) => (d.bucket.clone() as Arc<dyn StackMember>, d.describe()),
                 (None, None) => return Err(Failure::Null("members[i].limiter (or members[i].direct)")),
                 (Some(_), Some(_)) => {
                     return Err(Failure::Core(ratomic_core::Error::InvalidArgument {

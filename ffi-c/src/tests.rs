@@ -6,7 +6,7 @@ use std::ptr;
 use ratomic_core::{DirectTokenBucket, Keyed, Options, Quota, Rule};
 
 use crate::boundary::run;
-use crate::limiter::{ratomic_limiter, Engine};
+use crate::handle::{ratomic_limiter, Engine};
 use crate::options::FfiClock;
 use crate::*;
 

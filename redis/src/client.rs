@@ -20,7 +20,7 @@ use crate::script;
 ///
 /// Decisions in flight at the same time share round trips: while one is
 /// outstanding, the calls that come meanwhile wait and then go together,
-/// up to [`MAX_BATCH`] in one pipeline under one timeout, each answered as
+/// up to 256 in one pipeline under one timeout, each answered as
 /// it would have been alone (the server runs a pipeline's calls in order).
 /// A call whose key's lease was on its way in that round trip is answered
 /// from the lease instead.

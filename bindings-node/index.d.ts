@@ -456,13 +456,15 @@ export interface EntryIn {
  * `allowDirect(id, cost?, nowMs?)` and `opDirect(code, id, cost, nowMs?)`
  * are `allow*` and `op*` for a direct bucket: no key (its reset reads no
  * clock).
- * `redisAllow(id, key, cost?)` begins a Redis-backed limiter's allow at the
- * server's time (`NativeRedis.begin`'s work, for `ratomic/redis` only, `id`
- * its `hotId`): answered here (a lease, a cached denial, the policy), it
- * writes the decision into `out` and returns `source × 2 + allowed` (a
- * number); for a call to send, it writes the lease it asks for and its
- * stamp into `out[0]` and `out[1]` and returns the Redis key (a string, or
- * a `Buffer` if it is not UTF-8).
+ * `redisAllow(id, key, cost?, demand?)` begins a Redis-backed limiter's
+ * allow at the server's time (`NativeRedis.begin`'s work, for
+ * `ratomic/redis` only, `id` its `hotId`): answered here (a lease, a cached
+ * denial, the policy), it writes the decision into `out` and returns
+ * `source × 2 + allowed` (a number); for a call to send, it writes the
+ * lease it asks for and its stamp into `out[0]` and `out[1]` and returns
+ * the Redis key (a string, or a `Buffer` if it is not UTF-8). `demand` -1:
+ * `NativeRedis.beginLocal`'s work (answered, or the Redis key and nothing
+ * asked for).
  */
 export declare function hotPath(): {
   allowKeyed: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean
@@ -473,7 +475,7 @@ export declare function hotPath(): {
   manyLimiter: (id: number, requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number) => number | Float64Array
   allowDirect: (id: number, cost?: number, nowMs?: number) => boolean
   opDirect: (code: number, id: number, cost: number, nowMs?: number) => boolean | undefined
-  redisAllow: (id: number, key: string | Uint8Array, cost?: number) => number | string | Buffer
+  redisAllow: (id: number, key: string | Uint8Array, cost?: number, demand?: number) => number | string | Buffer
   out: Float64Array
   entryCount: number
   firstEntry: number

@@ -786,21 +786,32 @@ impl Hot {
         self.driver.limits().max_key_len()
     }
 
-    pub fn allow(&self, key: &[u8], cost: u64, out: &mut [f64]) -> Res<HotStep> {
-        match self.driver.begin_for(Op::Allow, key, cost, None, 0).map_err(failure)? {
-            Step::Answer(d) => {
-                let mut numbers = Vec::with_capacity(IO_LEN);
-                push(&mut numbers, &d, self.multi);
-                // `push` leads with `allowed`: the code carries it.
-                let n = (numbers.len() - 1).min(out.len());
-                out[..n].copy_from_slice(&numbers[1..=n]);
-                Ok(HotStep::Answer(source(d.source) as u32 * 2 + u32::from(d.allowed())))
-            }
+    /// `demand`: as `begin`'s; `None`: `beginLocal`'s work (a call that
+    /// needs a round trip asks for nothing, and is not begun).
+    pub fn allow(&self, key: &[u8], cost: u64, demand: Option<u64>, out: &mut [f64]) -> Res<HotStep> {
+        let Some(demand) = demand else {
+            return Ok(match self.driver.begin_local(Op::Allow, key, cost, None).map_err(failure)? {
+                Some(d) => HotStep::Answer(self.answer(&d, out)),
+                None => HotStep::Send(self.driver.limits().key(key)),
+            });
+        };
+        match self.driver.begin_for(Op::Allow, key, cost, None, demand).map_err(failure)? {
+            Step::Answer(d) => Ok(HotStep::Answer(self.answer(&d, out))),
             Step::Send(call) => {
                 out[0] = call.lease() as f64;
                 out[1] = self.driver.stamp() as f64;
                 Ok(HotStep::Send(call.redis_key().to_vec()))
             }
         }
+    }
+
+    /// Writes `d` into `out`; its code.
+    fn answer(&self, d: &ratomic_redis::MultiDecision, out: &mut [f64]) -> u32 {
+        let mut numbers = Vec::with_capacity(IO_LEN);
+        push(&mut numbers, d, self.multi);
+        // `push` leads with `allowed`: the code carries it.
+        let n = (numbers.len() - 1).min(out.len());
+        out[..n].copy_from_slice(&numbers[1..=n]);
+        source(d.source) as u32 * 2 + u32::from(d.allowed())
     }
 }

@@ -18,7 +18,7 @@ function run(code) {
 
 test('the package exports the public API only', () => {
   assert.deepEqual(Object.keys(ratomic).sort(), [
-    'BaseLimiter', 'DirectTokenBucket', 'FixedWindow', 'Limiter', 'ManualClock', 'PROBLEM_CONTENT_TYPE', 'Quotas', 'SlidingWindow', 'Stack', 'TokenBucket',
+    'BaseLimiter', 'CoarseClock', 'DirectTokenBucket', 'FixedWindow', 'Limiter', 'ManualClock', 'PROBLEM_CONTENT_TYPE', 'Quotas', 'SlidingWindow', 'Stack', 'TokenBucket',
   ])
 })
 

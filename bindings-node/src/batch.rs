@@ -7,8 +7,8 @@ use std::ptr;
 
 use napi::sys;
 
+use crate::error::status;
 use crate::error::{JsFailure, Res};
-use crate::hot::status;
 use crate::key::with_key;
 
 /// A batch's requests: every key's bytes in one buffer, and each request's

@@ -10,24 +10,14 @@ use napi_derive::napi;
 use ratomic::{Gcra, Rule, StackMember};
 
 use crate::clock::{ns_to_ms, FaceClock, NativeClock};
+use crate::env::Registered;
 use crate::error::{JsFailure, Res};
 use crate::headers::{self, DecisionIn, PolicyCache};
-use crate::hot::{EnvState, Registered, Table, Tabled};
 use crate::rule::{self, RuleInfo, RuleSpec, StoreOptions};
 use crate::shared;
 use crate::stack::NativeMember;
 
-/// The bucket behind a `DirectTokenBucket`.
-pub type DirectBucket = ratomic::DirectTokenBucket<FaceClock>;
-
-/// What the hot path holds of a direct bucket.
-pub type Handle = Arc<DirectBucket>;
-
-impl Tabled for Handle {
-    fn table(state: &EnvState) -> &std::cell::RefCell<Table<Self>> {
-        &state.direct
-    }
-}
+pub use crate::env::{DirectBucket, DirectHandle as Handle};
 
 /// A handle to a direct bucket, registered in this thread's hot-path table
 /// (its keyless part) under `id` for as long as the handle lives.

@@ -222,6 +222,21 @@ fn bad_cost(value: f64) -> JsFailure {
     }
 }
 
+/// `Ok` on `napi_ok`, else an `Error` naming the N-API call.
+#[inline]
+pub fn status(s: sys::napi_status, what: &str) -> Res<()> {
+    if s == sys::Status::napi_ok {
+        Ok(())
+    } else {
+        Err(napi_failed(s, what))
+    }
+}
+
+#[cold]
+fn napi_failed(s: sys::napi_status, what: &str) -> JsFailure {
+    JsFailure::error("ERR_RATOMIC_NAPI", format!("N-API call failed: {what} (status {s})"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::js_number;

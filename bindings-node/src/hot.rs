@@ -1,5 +1,6 @@
 //! The hot path: plain native functions per JavaScript environment,
-//! written against raw N-API, and the buffer they write decisions into.
+//! written against raw N-API, that write decisions into the environment's
+//! buffer (the tables and the buffer are [`env`](crate::env)'s).
 //!
 //! napi-rs class methods unwrap `this` and build the returned object with one
 //! `napi_set_named_property` per field; measured, that is most of the cost of
@@ -31,23 +32,21 @@
 //!   at a time, so the output slice is never borrowed twice, and no table
 //!   borrow is held across anything that can run JavaScript or the GC.
 
-use std::cell::RefCell;
 use std::ffi::c_void;
-use std::mem::size_of;
 use std::os::raw::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::ptr::{self, NonNull};
+use std::ptr;
 use std::rc::Rc;
-use std::sync::Mutex;
 
 use napi::bindgen_prelude::*;
 use napi::sys;
 use napi_derive::napi;
 
-use crate::batch::{self, Requests, Unread};
+use crate::batch;
 use crate::clock::ms_to_ns;
-use crate::decision::{self, slot, OUT_LEN};
-use crate::error::{whole, JsFailure, Res};
+use crate::decision::{self, slot};
+use crate::env::{stale, DirectHandle, EnvState, KeyedHandle, Target, View};
+use crate::error::{status, whole, JsFailure, Res};
 use crate::key::with_key;
 
 /// Operation codes of the `op` functions.
@@ -58,339 +57,6 @@ pub mod op {
     pub const REFUND: u32 = 2;
     /// Forget the key.
     pub const RESET: u32 = 3;
-}
-
-/// A kind of handle the hot path keeps in a table per environment, by id:
-/// single-rule limiters, `Limiter` views, direct buckets.
-pub trait Tabled: Clone + 'static {
-    /// This kind's table in an environment.
-    fn table(state: &EnvState) -> &RefCell<Table<Self>>;
-}
-
-/// A handle registered in its environment's table under `id` for as long
-/// as the JavaScript object holding this lives (dereferences to the handle).
-pub struct Registered<T: Tabled> {
-    handle: T,
-    state: Rc<EnvState>,
-    /// The handle's id in the table: what `ratomic.js` passes to the hot calls.
-    pub id: u32,
-}
-
-impl<T: Tabled> Registered<T> {
-    /// Registers `handle` in the environment of the call in progress.
-    pub fn new(env: &Env, handle: T) -> Result<Self> {
-        // SAFETY: env is the live environment of the call in progress.
-        let state = unsafe { EnvState::of(env.raw()) }.map_err(|e| e.into_napi(env))?;
-        let id = T::table(&state).borrow_mut().insert(handle.clone());
-        Ok(Registered { handle, state, id })
-    }
-}
-
-impl<T: Tabled> Drop for Registered<T> {
-    fn drop(&mut self) {
-        // Finalizers never run inside a hot call; if one ever did, the slot
-        // would only leak, never dangle.
-        if let Ok(mut table) = T::table(&self.state).try_borrow_mut() {
-            table.remove(self.id);
-        }
-    }
-}
-
-impl<T: Tabled> std::ops::Deref for Registered<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.handle
-    }
-}
-
-/// What the hot functions call: a single-rule limiter or a `Limiter` view.
-pub trait Target: Tabled + Sized {
-    /// The longest key accepted, bytes.
-    fn max_key_len(&self) -> usize;
-    /// The limiter's own clock, ns.
-    fn now(&self) -> u64;
-    /// Charges `cost` to `key` at `now`; writes the decision into `out`.
-    fn allow(&self, key: &[u8], cost: u64, now: u64, out: &mut [f64]) -> ratomic::Result<bool>;
-    /// Answers like `allow`, changing nothing.
-    fn peek(&self, key: &[u8], cost: u64, now: u64, out: &mut [f64]) -> ratomic::Result<bool>;
-    /// Gives `tokens` back to `key`.
-    fn refund(&self, key: &[u8], tokens: u64, now: u64) -> ratomic::Result<()>;
-    /// Forgets `key`.
-    fn reset(&self, key: &[u8], now: u64) -> ratomic::Result<()>;
-    /// Decides a batch (core's whole-batch `allow_many_at`), appending each
-    /// decision to `all`, led by `allowed`.
-    fn allow_many(&self, requests: std::result::Result<Requests, Unread>, now: u64, all: &mut Vec<f64>) -> Res<()>;
-}
-
-/// The limiters of one kind an environment's JavaScript holds, by id.
-pub struct Table<T> {
-    slots: Vec<Option<T>>,
-    free: Vec<u32>,
-}
-
-impl<T> Default for Table<T> {
-    fn default() -> Self {
-        Table { slots: Vec::new(), free: Vec::new() }
-    }
-}
-
-impl<T> Table<T> {
-    /// Adds `t`; returns its id.
-    pub fn insert(&mut self, t: T) -> u32 {
-        match self.free.pop() {
-            Some(id) => {
-                self.slots[id as usize] = Some(t);
-                id
-            }
-            None => {
-                self.slots.push(Some(t));
-                (self.slots.len() - 1) as u32
-            }
-        }
-    }
-
-    /// Removes the limiter `id` (when its handle is collected).
-    pub fn remove(&mut self, id: u32) {
-        if let Some(slot @ Some(_)) = self.slots.get_mut(id as usize) {
-            *slot = None;
-            self.free.push(id);
-        }
-    }
-
-    /// The limiter `id`.
-    #[inline]
-    pub fn get(&self, id: u32) -> Res<&T> {
-        match self.slots.get(id as usize) {
-            Some(Some(t)) => Ok(t),
-            _ => Err(stale(id)),
-        }
-    }
-}
-
-#[cold]
-fn stale(id: u32) -> JsFailure {
-    JsFailure::type_error("ERR_RATOMIC_INVALID_ARGUMENT", format!("no limiter has id {id} in this thread"))
-}
-
-/// Where decisions are written.
-enum Out {
-    /// Native memory from the pool; never freed.
-    Native(NonNull<f64>),
-    /// A V8 `ArrayBuffer` (when V8 refuses external memory), looked up and
-    /// checked on every call.
-    Js,
-}
-
-/// One JavaScript environment's hot-path state: its limiters and its output buffer.
-pub struct EnvState {
-    out: Out,
-    /// A strong reference to a `Float64Array` over the output buffer (for
-    /// [`Out::Js`], the one every call looks up).
-    view: sys::napi_ref,
-    pub keyed: RefCell<Table<crate::keyed::Handle>>,
-    pub views: RefCell<Table<crate::limiter::View>>,
-    /// Direct buckets: keyless, so not a [`Target`]; see [`allow_direct_cb`].
-    pub direct: RefCell<Table<crate::direct::Handle>>,
-    /// Redis-backed limiters (`ratomic/redis`): see [`redis_allow_cb`].
-    pub redis: RefCell<Table<crate::redis::Hot>>,
-}
-
-/// Output buffers released by environments that ended, for the next ones.
-struct Pooled(NonNull<f64>);
-// SAFETY: the memory is plain `f64`s, never freed; whoever pops it owns it.
-unsafe impl Send for Pooled {}
-static POOL: Mutex<Vec<Pooled>> = Mutex::new(Vec::new());
-
-fn take_buffer() -> NonNull<f64> {
-    let pooled = POOL.lock().unwrap_or_else(|p| p.into_inner()).pop();
-    pooled.map_or_else(|| NonNull::from(Box::leak(Box::new([0.0f64; OUT_LEN]))).cast(), |p| p.0)
-}
-
-impl Drop for EnvState {
-    fn drop(&mut self) {
-        // The view (and any ArrayBuffer detached from it) may still name the
-        // memory: it goes back to the pool, never to the allocator.
-        if let Out::Native(p) = self.out {
-            POOL.lock().unwrap_or_else(|p| p.into_inner()).push(Pooled(p));
-        }
-    }
-}
-
-/// `Ok` on `napi_ok`, else an `Error` naming the N-API call.
-#[inline]
-pub fn status(s: sys::napi_status, what: &str) -> Res<()> {
-    if s == sys::Status::napi_ok {
-        Ok(())
-    } else {
-        Err(napi_failed(s, what))
-    }
-}
-
-#[cold]
-fn napi_failed(s: sys::napi_status, what: &str) -> JsFailure {
-    JsFailure::error("ERR_RATOMIC_NAPI", format!("N-API call failed: {what} (status {s})"))
-}
-
-impl EnvState {
-    /// The state of `env`, made on first use and kept as its instance data.
-    ///
-    /// # Safety
-    /// `env` must be the live environment of the current call.
-    pub unsafe fn of(env: sys::napi_env) -> Res<Rc<EnvState>> {
-        let mut data: *mut c_void = ptr::null_mut();
-        // SAFETY: env is live. This addon sets its instance data only here.
-        status(unsafe { sys::napi_get_instance_data(env, &mut data) }, "napi_get_instance_data")?;
-        if !data.is_null() {
-            // SAFETY: the data is the `Box<Rc<EnvState>>` set below, freed only
-            // by `drop_instance` at the environment's end.
-            return Ok(unsafe { &*data.cast::<Rc<EnvState>>() }.clone());
-        }
-        // SAFETY: env is live.
-        let state = Rc::new(unsafe { EnvState::new(env)? });
-        let boxed = Box::into_raw(Box::new(state.clone()));
-        // SAFETY: N-API calls `drop_instance` once, at the environment's end.
-        let set = unsafe { sys::napi_set_instance_data(env, boxed.cast(), Some(drop_instance), ptr::null_mut()) };
-        if let Err(e) = status(set, "napi_set_instance_data") {
-            // SAFETY: not handed to N-API.
-            drop(unsafe { Box::from_raw(boxed) });
-            return Err(e);
-        }
-        Ok(state)
-    }
-
-    /// # Safety
-    /// `env` must be live.
-    unsafe fn new(env: sys::napi_env) -> Res<EnvState> {
-        let memory = take_buffer();
-        // SAFETY: env is live.
-        let (out, view) = match unsafe { external_view(env, memory) } {
-            Ok(view) => (Out::Native(memory), view),
-            Err(_) => {
-                POOL.lock().unwrap_or_else(|p| p.into_inner()).push(Pooled(memory));
-                let (mut data, mut buffer) = (ptr::null_mut(), ptr::null_mut());
-                // SAFETY: env is live; V8 owns this buffer's memory.
-                let made =
-                    unsafe { sys::napi_create_arraybuffer(env, OUT_LEN * size_of::<f64>(), &mut data, &mut buffer) };
-                status(made, "napi_create_arraybuffer")?;
-                // SAFETY: env is live; `buffer` has room for OUT_LEN f64s.
-                (Out::Js, unsafe { float64_view(env, buffer)? })
-            }
-        };
-        let mut view_ref = ptr::null_mut();
-        // SAFETY: env is live; a strong reference keeps the view alive.
-        status(unsafe { sys::napi_create_reference(env, view, 1, &mut view_ref) }, "napi_create_reference")?;
-        Ok(EnvState {
-            out,
-            view: view_ref,
-            keyed: Default::default(),
-            views: Default::default(),
-            direct: Default::default(),
-            redis: Default::default(),
-        })
-    }
-
-    /// A `Float64Array` over the output buffer: a new `ArrayBuffer` over
-    /// the same native memory on each call (so detaching one leaves the
-    /// others, `ratomic.js`'s among them, untouched), or V8's one buffer.
-    ///
-    /// # Safety
-    /// `env` must be this state's live environment.
-    unsafe fn view(&self, env: sys::napi_env) -> Res<sys::napi_value> {
-        match self.out {
-            // SAFETY: forwarded.
-            Out::Native(memory) => unsafe { external_view(env, memory) },
-            Out::Js => {
-                let mut view = ptr::null_mut();
-                // SAFETY: the reference is live (strong, never deleted before the env ends).
-                let got = unsafe { sys::napi_get_reference_value(env, self.view, &mut view) };
-                status(got, "napi_get_reference_value")?;
-                Ok(view)
-            }
-        }
-    }
-
-    /// The output buffer, for the current call only.
-    ///
-    /// # Safety
-    /// `env` must be this state's live environment; the slice must not
-    /// outlive the current call (calls run one at a time on the JavaScript
-    /// thread, so no other borrow of it exists).
-    #[inline]
-    #[allow(clippy::mut_from_ref)] // the memory is not `self`'s: see the contract
-    pub unsafe fn out(&self, env: sys::napi_env) -> Res<&mut [f64]> {
-        match self.out {
-            // SAFETY: OUT_LEN f64s that live forever; the caller's contract.
-            Out::Native(p) => Ok(unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), OUT_LEN) }),
-            // SAFETY: forwarded.
-            Out::Js => unsafe { self.js_out(env) },
-        }
-    }
-
-    #[cold]
-    #[allow(clippy::mut_from_ref)] // V8's memory, not `self`'s: see `out`
-    unsafe fn js_out(&self, env: sys::napi_env) -> Res<&mut [f64]> {
-        let (mut view, mut kind, mut length, mut data) = (ptr::null_mut(), 0, 0usize, ptr::null_mut());
-        let (mut buffer, mut offset) = (ptr::null_mut(), 0usize);
-        // SAFETY: the reference is live (strong, never deleted before the env ends).
-        unsafe {
-            status(sys::napi_get_reference_value(env, self.view, &mut view), "napi_get_reference_value")?;
-            status(
-                sys::napi_get_typedarray_info(env, view, &mut kind, &mut length, &mut data, &mut buffer, &mut offset),
-                "napi_get_typedarray_info",
-            )?;
-        }
-        // A detached buffer has no data and length 0.
-        if data.is_null() || length < OUT_LEN {
-            return Err(JsFailure::error(
-                "ERR_RATOMIC",
-                "ratomic's decision buffer was detached; no state was changed",
-            ));
-        }
-        // SAFETY: V8's live memory of at least OUT_LEN f64s; the caller's contract.
-        Ok(unsafe { std::slice::from_raw_parts_mut(data.cast::<f64>(), OUT_LEN) })
-    }
-}
-
-/// A `Float64Array` over `memory` (OUT_LEN f64s that are never freed, so
-/// the `ArrayBuffer` needs no finalizer and can never dangle); an error where
-/// V8 refuses external memory.
-///
-/// # Safety
-/// `env` must be live.
-unsafe fn external_view(env: sys::napi_env, memory: NonNull<f64>) -> Res<sys::napi_value> {
-    let mut buffer = ptr::null_mut();
-    // SAFETY: env is live; see above for the memory.
-    let made = unsafe {
-        sys::napi_create_external_arraybuffer(
-            env,
-            memory.as_ptr().cast(),
-            OUT_LEN * size_of::<f64>(),
-            None,
-            ptr::null_mut(),
-            &mut buffer,
-        )
-    };
-    status(made, "napi_create_external_arraybuffer")?;
-    // SAFETY: env is live; `buffer` has room for OUT_LEN f64s.
-    unsafe { float64_view(env, buffer) }
-}
-
-/// A `Float64Array` of OUT_LEN numbers over `buffer`.
-///
-/// # Safety
-/// `env` must be live and `buffer` an `ArrayBuffer` of at least OUT_LEN f64s.
-unsafe fn float64_view(env: sys::napi_env, buffer: sys::napi_value) -> Res<sys::napi_value> {
-    let mut view = ptr::null_mut();
-    // SAFETY: the caller's contract.
-    let made =
-        unsafe { sys::napi_create_typedarray(env, sys::TypedarrayType::float64_array, OUT_LEN, buffer, 0, &mut view) };
-    status(made, "napi_create_typedarray")?;
-    Ok(view)
-}
-
-unsafe extern "C" fn drop_instance(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
-    // SAFETY: `data` is the `Box<Rc<EnvState>>` set in `EnvState::of`; N-API calls this once.
-    drop(unsafe { Box::from_raw(data.cast::<Rc<EnvState>>()) });
 }
 
 unsafe extern "C" fn drop_function_data(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
@@ -488,12 +154,12 @@ unsafe fn make_hot_path<'env>(env: sys::napi_env) -> Res<Unknown<'env>> {
         let set = |name: &std::ffi::CStr, v: sys::napi_value| {
             status(sys::napi_set_named_property(env, obj, name.as_ptr(), v), "napi_set_named_property")
         };
-        set(c"allowKeyed", function(env, &state, "allow", allow_cb::<crate::keyed::Handle>)?)?;
-        set(c"opKeyed", function(env, &state, "op", op_cb::<crate::keyed::Handle>)?)?;
-        set(c"allowLimiter", function(env, &state, "allow", allow_cb::<crate::limiter::View>)?)?;
-        set(c"opLimiter", function(env, &state, "op", op_cb::<crate::limiter::View>)?)?;
-        set(c"manyKeyed", function(env, &state, "many", many_cb::<crate::keyed::Handle>)?)?;
-        set(c"manyLimiter", function(env, &state, "many", many_cb::<crate::limiter::View>)?)?;
+        set(c"allowKeyed", function(env, &state, "allow", allow_cb::<KeyedHandle>)?)?;
+        set(c"opKeyed", function(env, &state, "op", op_cb::<KeyedHandle>)?)?;
+        set(c"allowLimiter", function(env, &state, "allow", allow_cb::<View>)?)?;
+        set(c"opLimiter", function(env, &state, "op", op_cb::<View>)?)?;
+        set(c"manyKeyed", function(env, &state, "many", many_cb::<KeyedHandle>)?)?;
+        set(c"manyLimiter", function(env, &state, "many", many_cb::<View>)?)?;
         set(c"allowDirect", function(env, &state, "allow", allow_direct_cb)?)?;
         set(c"opDirect", function(env, &state, "op", op_direct_cb)?)?;
         set(c"redisAllow", function(env, &state, "allow", redis_allow_cb)?)?;
@@ -659,12 +325,12 @@ unsafe extern "C" fn redis_allow_cb(env: sys::napi_env, info: sys::napi_callback
                     _ => Some(0),
                 }
             };
-            let max_len = || Hot::table(state).borrow().get(id).map_or(usize::MAX, Hot::max_key_len);
+            let max_len = || state.redis.borrow().get(id).map_or(usize::MAX, Hot::max_key_len);
             // The key is read first (that may run the GC); the table is
             // borrowed only for the driver's work, which runs no JavaScript.
             let step = with_key(env, key, max_len, |k| {
                 let out = state.out(env)?;
-                Hot::table(state).borrow().get(id)?.allow(k, cost, demand, out)
+                state.redis.borrow().get(id)?.allow(k, cost, demand, out)
             })??;
             let mut v = ptr::null_mut();
             match step {
@@ -753,7 +419,7 @@ unsafe extern "C" fn many_cb<T: Target>(env: sys::napi_env, info: sys::napi_call
 /// Runs `f` on direct bucket `id`, the table borrowed only for `f` (which
 /// runs no JavaScript: there is no key to read).
 #[inline(always)]
-fn on_direct<R>(state: &EnvState, id: u32, f: impl FnOnce(&crate::direct::Handle) -> Res<R>) -> Res<R> {
+fn on_direct<R>(state: &EnvState, id: u32, f: impl FnOnce(&DirectHandle) -> Res<R>) -> Res<R> {
     f(state.direct.borrow().get(id)?)
 }
 

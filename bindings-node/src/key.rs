@@ -15,8 +15,8 @@ use std::ptr;
 
 use napi::sys;
 
+use crate::error::status;
 use crate::error::{JsFailure, Res};
-use crate::hot::status;
 
 /// UTF-16 units read into the stack: longer strings go to the heap.
 const STACK_UNITS: usize = 128;

@@ -5,30 +5,20 @@ use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use ratomic::{Keyed, Rule, StackMember};
+use ratomic::{Keyed, StackMember};
 
 use crate::batch::{Requests, Unread};
 use crate::clock::{ms_to_ns, ns_to_ms, FaceClock, NativeClock};
 use crate::decision;
+use crate::env::{Registered, Target};
 use crate::error::Res;
 use crate::headers::{self, DecisionIn, PolicyCache};
-use crate::hot::{EnvState, Registered, Table, Tabled, Target};
 use crate::rule::{self, RuleInfo, RuleSpec, StoreOptions};
 use crate::shared;
 use crate::stack::NativeMember;
 use ratomic::headers::Policy;
 
-/// The limiter behind a `TokenBucket`, `FixedWindow` or `SlidingWindow`.
-pub type KeyedRule = Keyed<Rule, [u8], FaceClock>;
-
-/// What the hot path holds of a single-rule limiter.
-pub type Handle = Arc<KeyedRule>;
-
-impl Tabled for Handle {
-    fn table(state: &EnvState) -> &std::cell::RefCell<Table<Self>> {
-        &state.keyed
-    }
-}
+pub use crate::env::{KeyedHandle as Handle, KeyedRule};
 
 impl Target for Handle {
     #[inline]

@@ -20,6 +20,7 @@ mod batch;
 mod clock;
 mod decision;
 mod direct;
+mod env;
 mod error;
 mod headers;
 mod hot;

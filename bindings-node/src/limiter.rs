@@ -5,33 +5,19 @@ use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use ratomic::{LimitSet, Limiter, StackMember};
+use ratomic::{Limiter, StackMember};
 
 use crate::batch::{Requests, Unread};
 use crate::clock::{ms_to_ns, ns_to_ms, FaceClock, NativeClock};
 use crate::decision;
+use crate::env::{Registered, Target};
 use crate::error::{JsFailure, Res};
 use crate::headers::{self, DecisionIn, EntryIn};
-use crate::hot::{EnvState, Registered, Table, Tabled, Target};
 use crate::rule::{self, RuleInfo, RuleSpec, StoreOptions};
 use crate::shared;
 use crate::stack::NativeMember;
 
-/// The limiter behind a `Limiter`.
-pub type MultiLimiter = Limiter<[u8], FaceClock>;
-
-/// A limiter and the limits a handle's calls are subject to.
-#[derive(Clone, Debug)]
-pub struct View {
-    limiter: Arc<MultiLimiter>,
-    set: LimitSet,
-}
-
-impl Tabled for View {
-    fn table(state: &EnvState) -> &std::cell::RefCell<Table<Self>> {
-        &state.views
-    }
-}
+pub use crate::env::{MultiLimiter, View};
 
 impl Target for View {
     #[inline]

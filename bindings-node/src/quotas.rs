@@ -7,9 +7,9 @@ use ratomic::{Gcra, Quota, Quotas, Rule};
 
 use crate::clock::{ms_to_ns, ns_to_ms, FaceClock, NativeClock};
 use crate::decision;
+use crate::env::EnvState;
 use crate::error::{whole, JsFailure, Res};
 use crate::headers::{self, DecisionIn};
-use crate::hot::EnvState;
 use crate::key::with_key;
 use crate::rule::{self, RuleSpec, StoreOptions};
 

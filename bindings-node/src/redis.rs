@@ -18,9 +18,9 @@ use ratomic_redis::{BatchStep, Call, Driver, Error as RedisError, FailurePolicy,
 use crate::batch;
 use crate::clock::{ms_to_ns, ns_to_ms};
 use crate::decision::{slot, OUT_LEN};
+use crate::env::{EnvState, Registered, Table, Tabled};
 use crate::error::{whole, JsFailure, Res};
 use crate::headers::{self, DecisionIn, EntryIn};
-use crate::hot::{EnvState, Registered, Table, Tabled};
 use crate::key::with_key;
 use crate::rule::{rule, RuleSpec};
 

@@ -12,9 +12,10 @@ use ratomic::{Stack, StackMember};
 
 use crate::clock::{ms_to_ns, ns_to_ms, FaceClock, NativeClock};
 use crate::decision;
+use crate::env::EnvState;
+use crate::error::status;
 use crate::error::{whole, JsFailure, Res};
 use crate::headers::{self, DecisionIn, EntryIn};
-use crate::hot::{status, EnvState};
 use crate::key::owned_key;
 
 /// A limiter as a stack member (made by a limiter handle's `member()`).

@@ -239,6 +239,11 @@ export declare class NativeQuotas {
 export declare class NativeRedis {
   /** A driver for `rules` (one unnamed rule, or named ones: a limiter). */
   constructor(rules: Array<RuleSpec>, options?: RedisOptions | undefined | null)
+  /**
+   * This limiter's id for the hot path's `redisAllow` (see `hot.rs`), or
+   * -1 when it has none.
+   */
+  get hotId(): number
   /** The limits' names, in order (`["limit"]` for a single rule). */
   get names(): Array<string>
   /** The largest cost a call may ask. */
@@ -302,6 +307,16 @@ export declare class NativeRedis {
    * is at least that large).
    */
   begin(op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array, demand?: number): number | string | Buffer
+  /**
+   * What `begin` would answer without a round trip (a lease, a cached
+   * denial, the policy while the breaker is open), written into `io` as
+   * `begin` writes it (returns its length); or, when the call needs a
+   * round trip, its Redis key (and nothing asked for: no lease). For a
+   * call that comes while a round trip is in flight: it waits for the next
+   * one and is begun again then, where the lease its key asks for covers
+   * every call waiting on it.
+   */
+  beginLocal(op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array): number | string | Buffer
   /**
    * The script's arguments (`ARGV`) for an allow or peek of `cost` at
    * `nowMs` (none: the server's time), whatever the key: the same for
@@ -441,6 +456,15 @@ export interface EntryIn {
  * `allowDirect(id, cost?, nowMs?)` and `opDirect(code, id, cost, nowMs?)`
  * are `allow*` and `op*` for a direct bucket: no key (its reset reads no
  * clock).
+ * `redisAllow(id, key, cost?, demand?)` begins a Redis-backed limiter's
+ * allow at the server's time (`NativeRedis.begin`'s work, for
+ * `ratomic/redis` only, `id` its `hotId`): answered here (a lease, a cached
+ * denial, the policy), it writes the decision into `out` and returns
+ * `source × 2 + allowed` (a number); for a call to send, it writes the
+ * lease it asks for and its stamp into `out[0]` and `out[1]` and returns
+ * the Redis key (a string, or a `Buffer` if it is not UTF-8). `demand` -1:
+ * `NativeRedis.beginLocal`'s work (answered, or the Redis key and nothing
+ * asked for).
  */
 export declare function hotPath(): {
   allowKeyed: (id: number, key: string | Uint8Array, cost?: number, nowMs?: number) => boolean
@@ -451,6 +475,7 @@ export declare function hotPath(): {
   manyLimiter: (id: number, requests: Array<string | Uint8Array | [string | Uint8Array, number?]>, nowMs?: number) => number | Float64Array
   allowDirect: (id: number, cost?: number, nowMs?: number) => boolean
   opDirect: (code: number, id: number, cost: number, nowMs?: number) => boolean | undefined
+  redisAllow: (id: number, key: string | Uint8Array, cost?: number, demand?: number) => number | string | Buffer
   out: Float64Array
   entryCount: number
   firstEntry: number

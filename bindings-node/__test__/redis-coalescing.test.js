@@ -106,3 +106,35 @@ for (const kind of Object.keys(CLIENTS)) {
     assert.ok(r.evalsha < 100, `${r.evalsha} script calls for 1,000 decisions`)
   })
 }
+
+// While a round trip is in flight, a call on a key whose lease is spent asks
+// for no lease of its own (as in Rust's client): it waits, and the next round
+// trip's plan asks for one lease that covers every call waiting on the key,
+// all answered from it. One script call for the key, counted by the server;
+// a call that asked as it queued took a lease sized for itself alone (4
+// tokens), and the rest needed another round trip.
+for (const kind of Object.keys(CLIENTS)) {
+  test(`${kind}: calls waiting for a round trip ask for no lease and share one sized for them`, async () => {
+    const client = await CLIENTS[kind]()
+    const prefix = `t-${crypto.randomUUID().slice(0, 12)}:`
+    // 10,000 tokens refilling one per 3.6 s: nothing refills meanwhile, and
+    // 'auto' leases up to 1,250.
+    const l = new RedisTokenBucket(10_000, 1 / 3.6, { client, prefix, lease: 'auto' })
+    try {
+      assert.equal((await l.allow('hot')).allowed, true) // seen once: no lease
+      assert.equal((await l.allow('hot')).allowed, true) // warm: a lease of 2 comes with it
+      assert.equal(l.leasesHeld, 1)
+      const before = await counts()
+      // 'other' is sent at once; the 100 calls on 'hot' come while it is in
+      // flight: the lease's 2 answer two, the others wait.
+      const out = await Promise.all([l.allow('other'), ...Array.from({ length: 100 }, () => l.allow('hot'))])
+      const calls = (await counts()).evalsha - before.evalsha
+      assert.ok(out.every((d) => d.allowed), 'all granted')
+      assert.equal(calls, 2, `${calls} script calls: one for 'other', one lease for the 98 calls waiting on 'hot'`)
+      assert.equal(out.slice(1).filter((d) => d.source === 'lease').length, 99)
+    } finally {
+      await l.close()
+      await closeClient(client)
+    }
+  })
+}

@@ -151,6 +151,8 @@ pub struct EnvState {
     pub views: RefCell<Table<View>>,
     /// Direct buckets: keyless, so not a [`Target`]; see [`allow_direct_cb`].
     pub direct: RefCell<Table<DirectHandle>>,
+    /// Redis-backed limiters (`ratomic/redis`): see `hot.rs`'s `redis_allow_cb`.
+    pub redis: RefCell<Table<crate::redis::Hot>>,
 }
 
 /// Output buffers released by environments that ended, for the next ones.
@@ -228,6 +230,7 @@ impl EnvState {
             keyed: Default::default(),
             views: Default::default(),
             direct: Default::default(),
+            redis: Default::default(),
         })
     }
 

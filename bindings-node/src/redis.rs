@@ -6,6 +6,7 @@
 //! and says how the client failed; decisions come back in the layout of
 //! `decision.rs`, read by the same decoder as the in-memory limiters'.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use napi::bindgen_prelude::{Buffer, Either, Either3, Float64ArraySlice, Unknown};
@@ -16,6 +17,8 @@ use ratomic_redis::{BatchStep, Call, Driver, Error as RedisError, FailurePolicy,
 
 use crate::batch;
 use crate::clock::{ms_to_ns, ns_to_ms};
+use crate::decision::{slot, OUT_LEN};
+use crate::env::{EnvState, Registered, Table, Tabled};
 use crate::error::{whole, JsFailure, Res};
 use crate::headers::{self, DecisionIn, EntryIn};
 use crate::key::with_key;
@@ -110,7 +113,10 @@ fn argv(call: &Call) -> Args {
 /// The driver of one Redis-backed limiter.
 #[napi]
 pub struct NativeRedis {
-    driver: Driver,
+    driver: Arc<Driver>,
+    /// This limiter in its environment's table of the hot path
+    /// (`redisAllow`), when its answers fit the hot path's output buffer.
+    hot: Option<Registered<Hot>>,
     /// Named limits (a `RedisLimiter`): decisions carry entries.
     multi: bool,
     /// The rules as given (the header fields' policies: limit and window,
@@ -368,10 +374,22 @@ impl NativeRedis {
                 lease_keys: usize::try_from(whole("leaseKeys", o.lease_keys.unwrap_or(10_000.0), 1)?)
                     .unwrap_or(usize::MAX),
             };
-            let driver = Driver::try_new(limits, options).map_err(failure)?;
-            Ok(NativeRedis { driver, multi, rules: parsed })
+            let driver = Arc::new(Driver::try_new(limits, options).map_err(failure)?);
+            Ok(NativeRedis { driver, hot: None, multi, rules: parsed })
         };
-        build().map_err(|e| e.into_napi(&env))
+        let mut native = build().map_err(|e| e.into_napi(&env))?;
+        let fits = slot::FIRST_ENTRY + slot::ENTRY_LEN * native.driver.limits().names().count() <= OUT_LEN;
+        if fits {
+            native.hot = Some(Registered::new(&env, Hot { driver: native.driver.clone(), multi: native.multi })?);
+        }
+        Ok(native)
+    }
+
+    /// This limiter's id for the hot path's `redisAllow` (see `hot.rs`), or
+    /// -1 when it has none.
+    #[napi(getter)]
+    pub fn hot_id(&self) -> f64 {
+        self.hot.as_ref().map_or(-1.0, |h| f64::from(h.id))
     }
 
     /// The limits' names, in order (`["limit"]` for a single rule).
@@ -546,6 +564,42 @@ impl NativeRedis {
         run().map_err(|e| e.into_napi(&env))
     }
 
+    /// What `begin` would answer without a round trip (a lease, a cached
+    /// denial, the policy while the breaker is open), written into `io` as
+    /// `begin` writes it (returns its length); or, when the call needs a
+    /// round trip, its Redis key (and nothing asked for: no lease). For a
+    /// call that comes while a round trip is in flight: it waits for the next
+    /// one and is begun again then, where the lease its key asks for covers
+    /// every call waiting on it.
+    #[napi(
+        ts_args_type = "op: number, key: string | Uint8Array, cost: number, nowMs: number | undefined, io: Float64Array",
+        ts_return_type = "number | string | Buffer"
+    )]
+    pub fn begin_local(
+        &self,
+        env: Env,
+        op: u32,
+        key: Unknown<'_>,
+        cost: f64,
+        now_ms: Option<f64>,
+        mut io: Float64ArraySlice<'_>,
+    ) -> Result<Either3<u32, String, Buffer>> {
+        let mut run = || -> Res<_> {
+            let (op, cost, now) = (op_of(op), crate::error::cost(cost)?, now_of(now_ms)?);
+            let local = self.key(&env, &key, |k| {
+                self.driver.begin_local(op, k, cost, now).map(|d| d.ok_or_else(|| self.driver.limits().key(k)))
+            })?;
+            Ok(match local.map_err(failure)? {
+                Ok(d) => Either3::A(self.write(&d, &mut io)),
+                Err(rkey) => match text(&rkey) {
+                    Either::A(s) => Either3::B(s),
+                    Either::B(b) => Either3::C(b),
+                },
+            })
+        };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
     /// The script's arguments (`ARGV`) for an allow or peek of `cost` at
     /// `nowMs` (none: the server's time), whatever the key: the same for
     /// every call of that `op` and `cost` without `nowMs`.
@@ -700,5 +754,64 @@ impl NativeRedis {
             .finish_many(&batch.calls, Err(kind_error(&failure_.kind, failure_.message)))
             .map_err(|e| failure(e).into_napi(&env))?;
         Ok(self.answer(&ds))
+    }
+}
+
+/// What the hot path's `redisAllow` calls: a Redis limiter's driver, shared
+/// with its `NativeRedis`.
+#[derive(Clone)]
+pub struct Hot {
+    driver: Arc<Driver>,
+    multi: bool,
+}
+
+impl Tabled for Hot {
+    fn table(state: &EnvState) -> &std::cell::RefCell<Table<Self>> {
+        &state.redis
+    }
+}
+
+/// What `redisAllow` does with an allow of `cost` on `key` at the server's
+/// time: the answer written into `out` in `decision.rs`'s layout (as `begin`
+/// writes it into `io` from index 2), and its code `source × 2 + allowed`;
+/// or, for a call to send, its lease at `out[0]` and its stamp at `out[1]`,
+/// and its Redis key.
+pub enum HotStep {
+    Answer(u32),
+    Send(Vec<u8>),
+}
+
+impl Hot {
+    pub fn max_key_len(&self) -> usize {
+        self.driver.limits().max_key_len()
+    }
+
+    /// `demand`: as `begin`'s; `None`: `beginLocal`'s work (a call that
+    /// needs a round trip asks for nothing, and is not begun).
+    pub fn allow(&self, key: &[u8], cost: u64, demand: Option<u64>, out: &mut [f64]) -> Res<HotStep> {
+        let Some(demand) = demand else {
+            return Ok(match self.driver.begin_local(Op::Allow, key, cost, None).map_err(failure)? {
+                Some(d) => HotStep::Answer(self.answer(&d, out)),
+                None => HotStep::Send(self.driver.limits().key(key)),
+            });
+        };
+        match self.driver.begin_for(Op::Allow, key, cost, None, demand).map_err(failure)? {
+            Step::Answer(d) => Ok(HotStep::Answer(self.answer(&d, out))),
+            Step::Send(call) => {
+                out[0] = call.lease() as f64;
+                out[1] = self.driver.stamp() as f64;
+                Ok(HotStep::Send(call.redis_key().to_vec()))
+            }
+        }
+    }
+
+    /// Writes `d` into `out`; its code.
+    fn answer(&self, d: &ratomic_redis::MultiDecision, out: &mut [f64]) -> u32 {
+        let mut numbers = Vec::with_capacity(IO_LEN);
+        push(&mut numbers, d, self.multi);
+        // `push` leads with `allowed`: the code carries it.
+        let n = (numbers.len() - 1).min(out.len());
+        out[..n].copy_from_slice(&numbers[1..=n]);
+        source(d.source) as u32 * 2 + u32::from(d.allowed())
     }
 }

@@ -390,6 +390,27 @@ impl RedisDriver {
         self.step(py, step)
     }
 
+    /// What `begin` would answer without a round trip (a lease, a cached
+    /// denial, the policy while the breaker is open), or `None`: the call
+    /// needs one. Asks for no lease: for a call that comes while a round
+    /// trip is in flight, which waits for the next one and is begun again
+    /// then (the lease its key asks for covering every call waiting on it).
+    #[pyo3(signature = (op, key, cost, now=None))]
+    fn begin_local(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        key: &Bound<'_, PyAny>,
+        cost: Cost,
+        now: Option<f64>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let (op, now) = (op_of(py, op)?, now_of(py, now)?);
+        match self.driver.begin_local(op, key_bytes(key)?, cost.0, now).map_err(|e| redis_error(py, e, None))? {
+            Some(d) => Ok(Some(self.answer(py, &d)?)),
+            None => Ok(None),
+        }
+    }
+
     /// Ends a call with the client's reply.
     fn finish(&self, py: Python<'_>, call: &RedisCall, reply: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let d = self.driver.finish(&call.call, reply_of(reply)).map_err(|e| redis_error(py, e, None))?;

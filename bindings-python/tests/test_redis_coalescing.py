@@ -7,7 +7,11 @@ than calls (counted by the server) and a handful of connections."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
+import time
+import typing as _t
 import uuid
 
 import pytest
@@ -102,3 +106,89 @@ def test_calls_waiting_for_a_lease_on_their_way_are_answered_from_it(server, pre
     assert granted == 500
     assert "lease" in sources
     assert scripts < 100, f"{scripts} script calls for 1,000 decisions"
+
+
+def test_calls_waiting_for_a_round_trip_ask_for_no_lease_and_share_one_sized_for_them(server, prefix):
+    """While a round trip is in flight, a call on a key whose lease is spent
+    asks for no lease of its own (as in Rust's client): it waits, and the
+    next round trip's plan asks for one lease that covers every call waiting
+    on the key, all answered from it. One script call for the key, counted
+    by the server; a call that asked as it queued took a lease sized for
+    itself alone (4 tokens), and the rest needed another round trip."""
+
+    async def main() -> tuple[list[object], int]:
+        client = aredis.Redis(port=server.port)
+        # 10,000 tokens refilling one per 3.6 s: nothing refills meanwhile,
+        # and "auto" leases up to 1,250.
+        l = RedisTokenBucket(10_000, 1 / 3.6, client=client, prefix=prefix, lease="auto")
+        assert (await l.allow("hot")).allowed  # seen once: no lease
+        assert (await l.allow("hot")).allowed  # warm: a lease of 2 comes with it
+        assert l.leases_held == 1
+        before = evalsha_calls(server)
+        # "other" is sent at once; the 100 calls on "hot" come while it is
+        # in flight: the lease's 2 answer two, the others wait.
+        out = await asyncio.gather(l.allow("other"), *(l.allow("hot") for _ in range(100)))
+        calls = evalsha_calls(server) - before
+        await l.aclose()
+        await client.aclose()
+        return out, calls
+
+    out, calls = asyncio.run(main())
+    assert all(out), "all granted"
+    assert calls == 2, f"{calls} script calls: one for 'other', one lease for the 98 calls waiting on 'hot'"
+    sources = [d.source for d in out[1:]]  # type: ignore[attr-defined]
+    assert sources.count("lease") == 99, sources
+
+
+def test_threads_waiting_for_a_round_trip_ask_for_no_lease_and_share_one_sized_for_them(prefix):
+    """The same with a blocking client and threads: the server is stopped
+    (SIGSTOP) while one call's round trip is in flight, so that the 100
+    threads calling on "hot" all come while it is: two are answered from the
+    lease, the others wait asking for none. Let go (SIGCONT), the next round
+    trip asks for one lease for all of them: two script calls in all."""
+    s = Server()
+    threads: list[threading.Thread] = []
+    try:
+        client = redis.Redis(port=s.port, socket_timeout=HANG_BOUND)
+        l = RedisTokenBucket(10_000, 1 / 3.6, client=client, prefix=prefix, lease="auto")
+        assert l.allow("hot").allowed  # seen once: no lease
+        assert l.allow("hot").allowed  # warm: a lease of 2 comes with it
+        assert l.leases_held == 1
+        before = evalsha_calls(s)
+        os.kill(s.proc.pid, signal.SIGSTOP)
+        other: list[object] = []
+        threads.append(threading.Thread(target=lambda: other.append(l.allow("other"))))
+        threads[0].start()
+        until(lambda: l._busy, "the first round trip is in flight")
+        hot: list[object] = []
+        for _ in range(100):
+            threads.append(threading.Thread(target=lambda: hot.append(l.allow("hot"))))
+            threads[-1].start()
+        until(lambda: len(hot) + len(l._queue) == 100, "every call on 'hot' answered or waiting")
+        assert len(hot) == 2, "the lease's two tokens answered two at once"
+        os.kill(s.proc.pid, signal.SIGCONT)
+        for t in threads:
+            t.join(HANG_BOUND)
+        calls = evalsha_calls(s) - before
+        l.close()
+        client.close()
+    finally:
+        os.kill(s.proc.pid, signal.SIGCONT)
+        s.stop()
+    assert len(hot) == 100 and all(hot) and all(other), "all granted"
+    assert calls == 2, f"{calls} script calls: one for 'other', one lease for the 98 calls waiting on 'hot'"
+    assert [d.source for d in hot].count("lease") == 99  # type: ignore[attr-defined]
+
+
+# A state another thread reaches is waited for this long at most before the
+# test calls it a hang (not a speed requirement).
+HANG_BOUND = 60.0
+
+
+def until(done: _t.Callable[[], object], what: str) -> None:
+    """Waits for another thread to reach a state (polled: no clock involved
+    in the outcome)."""
+    end = time.monotonic() + HANG_BOUND
+    while not done():
+        assert time.monotonic() < end, f"not reached: {what}"
+        time.sleep(0.001)

@@ -1127,3 +1127,135 @@ fn a_thousand_calls_in_flight_share_round_trips_and_get_exactly_the_burst() {
     let clients = stat_in(&mut admin, "clients", "connected_clients");
     assert!(clients <= 3, "{clients} connections: one per limiter and this test's");
 }
+
+// ---------------------------------------------------------------- idle leases
+
+/// What leases left idle cost the rest of a fleet, on one hot key.
+#[derive(Debug)]
+struct Idle {
+    /// Grants the leasing processes made before going idle.
+    workers: u64,
+    /// Leases they held when idle (one per key and process at most).
+    held: u64,
+    /// Tokens the rest of the fleet (a limiter without leases) could then
+    /// take, all at once.
+    rest: u64,
+    /// Limits the idle processes' give-backs returned tokens to, and the
+    /// tokens the rest could take after them.
+    given_back: u64,
+    rest_after: u64,
+}
+
+/// `processes` real processes of two threads, `calls` calls each, take
+/// leases (`Lease::Max(max)`, or `Lease::Auto` for `None`) on one hot key of
+/// a bucket of `burst` that refills one token an hour (nothing refills and
+/// no slot passes during the test: every token is accounted for), then go
+/// idle holding them. The rest of the fleet takes every token it can; the
+/// idle processes give their leases back (`give_first`: before that); the
+/// rest takes again.
+fn idle_leases(name: &str, processes: usize, calls: u64, burst: u64, max: Option<u64>, give_first: bool) -> Idle {
+    use std::io::{BufRead, BufReader, Write};
+    let prefix = support::prefix(name);
+    let url = support::url();
+    let mode = max.map_or_else(|| "idle".to_owned(), |m| format!("idle:{m}"));
+    let mut workers: Vec<_> = (0..processes)
+        .map(|_| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_lease_worker"))
+                .args([&url, &prefix, &mode, "2", &calls.to_string(), &burst.to_string(), "0.0002777777777777778"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut outs: Vec<_> = workers.iter_mut().map(|w| BufReader::new(w.stdout.take().unwrap()).lines()).collect();
+    let mut idle = Idle { workers: 0, held: 0, rest: 0, given_back: 0, rest_after: 0 };
+    // Every worker's grants, up to the line that says it is idle.
+    for out in &mut outs {
+        loop {
+            let line = out.next().expect("the worker goes idle").unwrap();
+            match line.split(' ').collect::<Vec<_>>()[..] {
+                ["G", ..] => idle.workers += 1,
+                ["S", ..] => {}
+                ["I", held] => {
+                    idle.held += held.parse::<u64>().unwrap();
+                    break;
+                }
+                _ => panic!("unexpected worker output {line:?}"),
+            }
+        }
+    }
+    type Lines = std::io::Lines<BufReader<std::process::ChildStdout>>;
+    let give = |workers: &mut [std::process::Child], outs: &mut [Lines]| {
+        let mut back = 0;
+        for (w, out) in workers.iter_mut().zip(outs.iter_mut()) {
+            writeln!(w.stdin.as_mut().unwrap(), "give").unwrap();
+            let line = out.next().expect("the worker answers").unwrap();
+            back += line.strip_prefix("B ").expect("B <given back>").parse::<u64>().unwrap();
+        }
+        back
+    };
+    let take_all = || {
+        // A limiter of its own each time: its deny cache would answer the
+        // second round from the first one's denial.
+        let rule = Rule::token_bucket(Quota::new(burst, 1.0 / 3600.0).unwrap());
+        let limits = Limits::single(rule).unwrap().with_prefix(prefix.as_str()).unwrap();
+        let rest = RedisLimiter::new(manager(), limits, options());
+        let mut n = 0;
+        while block(rest.allow("hot")).unwrap().allowed() {
+            n += 1;
+        }
+        n
+    };
+    if give_first {
+        idle.given_back = give(&mut workers, &mut outs);
+        idle.rest = take_all();
+    } else {
+        idle.rest = take_all();
+        idle.given_back = give(&mut workers, &mut outs);
+        idle.rest_after = take_all();
+    }
+    for mut w in workers {
+        drop(w.stdin.take()); // end of input: the worker exits
+        assert!(w.wait().unwrap().success());
+    }
+    idle
+}
+
+/// The price of leases, measured: processes that took leases on a hot key
+/// and went idle withhold from the rest of the fleet at most `processes ×
+/// max` tokens (`max` an eighth of the burst under `Lease::Auto`), and the
+/// fleet together is never granted more than the bucket holds. A give-back
+/// returns a lease's unused tokens only while nothing was granted on the
+/// key after it (the bucket's state is one number: the last lease alone can
+/// be taken back): given back before the rest takes, the last lease comes
+/// back; after, none does, and its tokens wait for their slots' time.
+#[test]
+fn idle_leases_withhold_at_most_processes_times_the_largest_lease() {
+    let (processes, burst) = (4u64, 4_000u64);
+    for (max, bound) in [(None, processes * (burst / 8)), (Some(50), processes * 50)] {
+        for give_first in [false, true] {
+            let run = idle_leases("idle-lease", processes as usize, 150, burst, max, give_first);
+            let withheld = burst - run.workers - run.rest;
+            eprintln!(
+                "idle leases: {processes} processes, burst {burst}, lease {}, give-back {}: {} granted to them, \
+                 {} leases held, {} tokens withheld from the rest (bound {bound}), {} limits given back, \
+                 {} more to the rest after",
+                max.map_or_else(|| "auto".to_owned(), |m| m.to_string()),
+                if give_first { "first" } else { "after" },
+                run.workers,
+                run.held,
+                withheld,
+                run.given_back,
+                run.rest_after,
+            );
+            assert!(run.held <= processes, "at most one lease per key and process: {run:?}");
+            assert!(run.workers + run.rest + run.rest_after <= burst, "over-granted: {run:?}");
+            assert!(withheld <= bound, "{withheld} tokens withheld, more than {bound}: {run:?}");
+            if !give_first {
+                assert!(withheld > 0, "the idle processes held leases: {run:?}");
+                assert_eq!((run.given_back, run.rest_after), (0, 0), "nothing comes back after the rest took: {run:?}");
+            }
+        }
+    }
+}

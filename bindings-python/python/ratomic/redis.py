@@ -316,11 +316,14 @@ _MAX_DEFERS = 8
 
 
 class _Waiting:
-    """A decision waiting for the round trip in flight to end."""
+    """A decision waiting for the round trip in flight to end: with the call
+    ``begin`` made for it (asking for a lease, or begun when nothing was in
+    flight), or none (it came while a round trip was in flight, and nothing
+    here answered it: it is begun when its round trip is planned)."""
 
     __slots__ = ("call", "cost", "deferred", "done", "error", "key", "lead", "now", "op", "result")
 
-    def __init__(self, op: str, key: _Key, cost: int, now: float | None, call: _RedisCall) -> None:
+    def __init__(self, op: str, key: _Key, cost: int, now: float | None, call: _RedisCall | None) -> None:
         self.op, self.key, self.cost, self.now, self.call = op, key, cost, now, call
         self.deferred = 0
         self.done: _t.Any = None  # a threading.Event (blocking) or an asyncio.Future
@@ -333,6 +336,12 @@ class _Waiting:
             raise self.error
         return self.result
 
+    def key_id(self) -> bytes:
+        """The key as the driver sees it (a str is its UTF-8)."""
+        if self.call is not None:
+            return self.call.key
+        return self.key.encode() if isinstance(self.key, str) else bytes(self.key)
+
 
 def _plan(
     driver: _RedisDriver, waiting: Sequence[_Waiting], settle: _t.Callable[[_Waiting, object, BaseException | None], None]
@@ -340,19 +349,19 @@ def _plan(
     """Which of ``waiting`` go in this round trip: the calls to send, whose
     they are, and those held back for a lease this round trip brings their
     key. A call asking for a lease goes as it is (its key's one asker); the
-    others begin again — a lease or a denial that came meanwhile may answer
+    others begin (again) — a lease or a denial that came meanwhile may answer
     them here (``settle``) — asking, should they ask for a lease, for one
     that covers the tokens the others on their key wait for."""
+    keys = [w.key_id() for w in waiting]
     demand: dict[bytes, int] = {}
-    for w in waiting:
-        demand[w.call.key] = demand.get(w.call.key, 0) + w.cost
+    for w, k in zip(waiting, keys):
+        demand[k] = demand.get(k, 0) + w.cost
     calls: list[_RedisCall] = []
     sent: list[_Waiting] = []
     later: list[_Waiting] = []
     leasing: set[bytes] = set()
-    for w in waiting:
-        k = w.call.key
-        if w.call.lease:
+    for w, k in zip(waiting, keys):
+        if w.call is not None and w.call.lease:
             leasing.add(k)
         elif w.deferred < _MAX_DEFERS and k in leasing:
             w.deferred += 1
@@ -370,7 +379,7 @@ def _plan(
             if step.lease:
                 leasing.add(k)
             w.call = step
-        calls.append(w.call)
+        calls.append(_t.cast(_RedisCall, w.call))
         sent.append(w)
     return calls, sent, later
 
@@ -386,13 +395,14 @@ def _settle_all(
     round trip failed (the policy answers each, or its error is theirs)."""
     kind = None if error is None else _kind(error)
     for i, w in enumerate(sent):
+        call = _t.cast(_RedisCall, w.call)  # every call sent was begun
         try:
             if error is None:
-                d = driver.finish(w.call, _t.cast(Sequence[object], replies)[i])
+                d = driver.finish(call, _t.cast(Sequence[object], replies)[i])
             elif kind is None:
                 raise error
             else:
-                d = driver.fail(w.call, kind, error)
+                d = driver.fail(call, kind, error)
         except Exception as e:
             settle(w, None, e)
         else:
@@ -499,6 +509,15 @@ class _RedisBase(_t.Generic[_M, _D]):
         # _decide, written out: a call answered here (a lease, a cached
         # denial) costs little more than the driver's own work.
         try:
+            if self._busy:
+                # A round trip is in flight (read without the lock: a hint;
+                # _coalesced decides under it). Answered here, or it waits
+                # for the next round trip asking for no lease meanwhile: the
+                # round trip's plan asks, for every call on the key at once.
+                d = self._driver.begin_local("allow", key, cost)
+                if d is not None:
+                    return d  # type: ignore[return-value]
+                return self._coalesced(_Waiting("allow", key, cost, None, None))  # type: ignore[return-value]
             step = self._driver.begin("allow", key, cost)
             if step.__class__ is _RedisCall:
                 return self._coalesced(_Waiting("allow", key, cost, None, step))  # type: ignore[arg-type,return-value]
@@ -720,6 +739,11 @@ class _RedisBase(_t.Generic[_M, _D]):
         if self._async:
             return _Pending(self._decide_async(op, key, cost, now))
         try:
+            if self._busy:  # as in allow
+                d = self._driver.begin_local(op, key, cost, now)
+                if d is not None:
+                    return _t.cast(_D, d)
+                return _t.cast(_D, self._coalesced(_Waiting(op, key, cost, now, None)))
             step = self._driver.begin(op, key, cost, now)
             if not isinstance(step, _RedisCall):
                 return _t.cast(_D, step)
@@ -768,11 +792,13 @@ class _RedisBase(_t.Generic[_M, _D]):
                 w.done.set()
 
         later: list[_Waiting] = []
-        if batch is None:
+        if batch is None and me.call is not None:
             # Alone: its own call, as begun.
             calls, sent = [me.call], [me]
         else:
-            calls, sent, later = _plan(self._driver, batch, settle)
+            # Or planned (alone too, if it waited for a round trip that
+            # ended before it queued: begun now).
+            calls, sent, later = _plan(self._driver, batch or [me], settle)
             if later:
                 with self._lock:
                     self._queue.extendleft(reversed(later))
@@ -797,14 +823,21 @@ class _RedisBase(_t.Generic[_M, _D]):
 
     async def _decide_async(self, op: str, key: _Key, cost: int, now: float | None) -> _D:
         try:
-            step = self._driver.begin(op, key, cost, now)
-            if not isinstance(step, _RedisCall):
-                return _t.cast(_D, step)
             if self._busy:
-                w = _Waiting(op, key, cost, now, step)
+                # A round trip is in flight: answered here (a lease, a cached
+                # denial), or it waits for the next one, asking for no lease
+                # meanwhile (the round trip's plan asks, for every call on
+                # the key at once).
+                d = self._driver.begin_local(op, key, cost, now)
+                if d is not None:
+                    return _t.cast(_D, d)
+                w = _Waiting(op, key, cost, now, None)
                 w.done = asyncio.get_running_loop().create_future()
                 self._queue.append(w)
                 return _t.cast(_D, await w.done)
+            step = self._driver.begin(op, key, cost, now)
+            if not isinstance(step, _RedisCall):
+                return _t.cast(_D, step)
             self._busy = True
             try:
                 try:

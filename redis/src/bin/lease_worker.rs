@@ -14,6 +14,13 @@
 //! lease> <round trips> <errors>`. A call that fails (the server is down or
 //! restarting) is counted and the thread goes on. Gives its leases back at
 //! the end.
+//!
+//! MODE `idle` or `idle:<n>` (leases of at most n tokens, `Lease::Max(n)`;
+//! `Lease::Auto` otherwise) calls at the server's time, then, instead of
+//! giving its leases back, prints `S …` and `I <leases held>` and goes idle
+//! holding them: it reads stdin, and gives them back on a line `give`
+//! (printing `B <limits given back>`), then exits on end of input. PER_SEC
+//! may be a fraction (e.g. 0.001).
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,9 +47,15 @@ fn main() {
     let n = |s: &str| s.parse::<u64>().expect("a number");
     let keys = keys.map(|k| n(k));
     let caller = mode == "caller";
-    let rule = Rule::token_bucket(Quota::new(n(burst), n(per_sec) as f64).expect("a valid quota"));
+    let idle = mode.strip_prefix("idle");
+    let lease = match idle {
+        Some(max) if !max.is_empty() => Lease::Max(n(max.trim_start_matches(':'))),
+        _ => Lease::Auto,
+    };
+    let per_sec = per_sec.parse::<f64>().expect("a rate");
+    let rule = Rule::token_bucket(Quota::new(n(burst), per_sec).expect("a valid quota"));
     let limits = Limits::single(rule).and_then(|l| l.with_prefix(prefix.as_str())).expect("valid limits");
-    let options = Options { timeout: Duration::from_secs(5), lease: Lease::Auto, ..Options::default() };
+    let options = Options { timeout: Duration::from_secs(5), lease, ..Options::default() };
     let limiter = BlockingRedisLimiter::connect(url, limits, options).expect("connected");
     let clock = MonotonicClock::new();
     let (local, trips, errors) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
@@ -89,6 +102,25 @@ fn main() {
             });
         }
     });
+    if idle.is_some() {
+        // Idle, holding whatever leases it has: the others see what they
+        // cost until told to give them back.
+        println!(
+            "S {} {} {}",
+            local.load(Ordering::Relaxed),
+            trips.load(Ordering::Relaxed),
+            errors.load(Ordering::Relaxed)
+        );
+        println!("I {}", limiter.inner().driver().leases_held());
+        std::io::stdout().flush().unwrap();
+        for line in std::io::stdin().lines() {
+            if line.unwrap().trim() == "give" {
+                println!("B {}", limiter.give_back().expect("given back"));
+                std::io::stdout().flush().unwrap();
+            }
+        }
+        return;
+    }
     let _ = limiter.give_back();
     println!(
         "S {} {} {}",

@@ -98,7 +98,7 @@ def test_a_hundred_threads_on_a_default_blocking_client_share_round_trips(server
 def test_calls_waiting_for_a_lease_on_their_way_are_answered_from_it(server, prefix):
     async def main() -> tuple[int, int, set[str]]:
         client = aredis.Redis(port=server.port)
-        l = RedisTokenBucket(500, 1 / 3600, client=client, prefix=prefix, lease="auto")
+        l = RedisTokenBucket(500, 1 / 3600, client=client, prefix=prefix, lease="auto", timeout=10.0)
         before = evalsha_calls(server)
         out = await asyncio.gather(*(l.allow("hot") for _ in range(1_000)))
         after = evalsha_calls(server)
@@ -124,7 +124,7 @@ def test_calls_waiting_for_a_round_trip_ask_for_no_lease_and_share_one_sized_for
         client = aredis.Redis(port=server.port)
         # 10,000 tokens refilling one per 3.6 s: nothing refills meanwhile,
         # and "auto" leases up to 1,250.
-        l = RedisTokenBucket(10_000, 1 / 3.6, client=client, prefix=prefix, lease="auto")
+        l = RedisTokenBucket(10_000, 1 / 3.6, client=client, prefix=prefix, lease="auto", timeout=10.0)
         assert (await l.allow("hot")).allowed  # seen once: no lease
         assert (await l.allow("hot")).allowed  # warm: a lease of 2 comes with it
         assert l.leases_held == 1

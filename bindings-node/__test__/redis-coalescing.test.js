@@ -122,7 +122,7 @@ for (const kind of Object.keys(CLIENTS)) {
     const prefix = `t-${crypto.randomUUID().slice(0, 12)}:`
     // 10,000 tokens refilling one per 3.6 s: nothing refills meanwhile, and
     // 'auto' leases up to 1,250.
-    const l = new RedisTokenBucket(10_000, 1 / 3.6, { client, prefix, lease: 'auto' })
+    const l = new RedisTokenBucket(10_000, 1 / 3.6, { client, prefix, lease: 'auto', timeoutMs: 10_000 })
     try {
       assert.equal((await l.allow('hot')).allowed, true) // seen once: no lease
       assert.equal((await l.allow('hot')).allowed, true) // warm: a lease of 2 comes with it

@@ -32,6 +32,8 @@ const SCENARIOS: &[&str] = &[
     "governor-hot-str16",
     "ratomic-keys100k-u64",
     "governor-keys100k-u64",
+    "ratomic-keys1m-str16",
+    "governor-keys1m-str16",
     "ratomic-insert-u64",
     "governor-insert-u64",
     "ratomic-insert-str16",
@@ -143,6 +145,20 @@ fn main() {
         }
         "governor-keys100k-u64" => {
             let keys = u64_keys(100_000, 1);
+            let l = RateLimiter::dashmap_with_clock(governor_huge(), FakeRelativeClock::default());
+            keys.iter().for_each(|k| assert!(l.check_key(k).is_ok()));
+            let mut c = Cycle::new(&keys, 0);
+            measured(n, |_| l.check_key(c.next_key()).is_ok())
+        }
+        "ratomic-keys1m-str16" => {
+            let keys = str_keys(1_000_000, 1);
+            let l = TokenBucket::builder(ratomic_huge()).clock(ManualClock::new()).build().unwrap();
+            keys.iter().for_each(|k| assert!(l.allow(k.as_str()).unwrap().allowed));
+            let mut c = Cycle::new(&keys, 0);
+            measured(n, |_| l.allow(c.next_key().as_str()).unwrap().allowed)
+        }
+        "governor-keys1m-str16" => {
+            let keys = str_keys(1_000_000, 1);
             let l = RateLimiter::dashmap_with_clock(governor_huge(), FakeRelativeClock::default());
             keys.iter().for_each(|k| assert!(l.check_key(k).is_ok()));
             let mut c = Cycle::new(&keys, 0);

@@ -5,7 +5,7 @@
 
 use crate::decision::Verdict;
 use crate::error::{Error, Result};
-use crate::store::{Cells, Conflict, Frozen};
+use crate::store::{Cells, Charge, Conflict, Frozen};
 use crate::sync::{AtomicU64, Ordering};
 
 pub(crate) mod sealed {
@@ -96,15 +96,6 @@ pub(crate) fn cas_decide<A: Algorithm>(alg: &A, cell: &AtomicU64, now: u64, cost
             Err(actual) => current = actual,
         }
     }
-}
-
-/// What one successful charge did to one state word: the value it replaced
-/// and the value it stored. The receipt an all-or-nothing call keeps so it
-/// can take the charge back if another limit denies.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Charge {
-    pub(crate) before: u64,
-    pub(crate) after: u64,
 }
 
 /// Like [`cas_decide`], and also returns what it changed, if anything.

@@ -134,7 +134,7 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
     /// Memory the batch's calls retire waits for the batch's end, no longer.
     #[inline]
     pub(crate) fn batch<T>(&self, f: impl FnOnce() -> T) -> T {
-        let _pinned = crate::sync::epoch::pin();
+        let _pinned = crate::epoch::pin();
         f()
     }
 

@@ -4,11 +4,12 @@ use std::fmt;
 
 use std::time::Duration;
 
-use crate::algorithm::{cas_charge, cas_decide, cas_refund, peek, restore, Algorithm, Charge};
+use crate::algorithm::{cas_charge, cas_decide, cas_refund, peek, restore, Algorithm};
 use crate::base;
 use crate::clock::{checked, Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::Result;
+use crate::store::Charge;
 use crate::store::Mark;
 use crate::sync::{AtomicU64, Ordering};
 

@@ -16,8 +16,9 @@
 use std::hash::BuildHasher;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use crate::epoch;
 use crate::error::{Error, Result};
-use crate::sync::{epoch, fence, AtomicU64, Ordering};
+use crate::sync::{fence, AtomicU64, Ordering};
 
 /// The key types a keyed limiter can be indexed by: `[u8]` (any bytes, the
 /// default; `&str`, `String`, `Vec<u8>` and byte arrays pass as keys),

@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::algorithm::{refund_in, settle_in, Algorithm, Charge};
+use crate::algorithm::{refund_in, settle_in, Algorithm};
 use crate::base::{self, Base, Builder};
 use crate::clock::{checked, Clock, MonotonicClock};
 use crate::decision::{Decision, Verdict};
 use crate::error::{Error, Result};
 use crate::key::{AsKey, BoundedKey, Key, Probe};
 use crate::rule::Rule;
+use crate::store::Charge;
 use crate::store::{Cells, Credit, Frozen, Mark, Retention, MAX_WIDTH};
 
 /// The most limits one [`Limiter`] holds.

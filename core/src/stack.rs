@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::algorithm::{Algorithm, Charge};
+use crate::algorithm::Algorithm;
 use crate::base;
 use crate::clock::{checked, Clock, ClockId, MonotonicClock};
 use crate::decision::Decision;
@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::headers::Policy;
 use crate::keyed::Keyed;
 use crate::limiter::{Entries, Entry, Limiter, MultiDecision, Receipts};
+use crate::store::Charge;
 use crate::store::Mark;
 
 mod private {

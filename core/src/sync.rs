@@ -3,9 +3,8 @@
 //! `RUSTFLAGS="--cfg ratomic_loom"` (see `tests/loom.rs`).
 //!
 //! Memory reclamation (old tables after a store grows, long keys after their
-//! slot is reused) is `epoch.rs`'s, which runs under loom too.
-
-pub(crate) use crate::epoch;
+//! slot is reused) is [`epoch`](crate::epoch)'s, which runs under loom too
+//! and uses this module, not the reverse.
 
 #[cfg(ratomic_loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};

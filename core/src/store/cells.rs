@@ -35,10 +35,18 @@
 
 use std::mem::MaybeUninit;
 
-use crate::algorithm::Charge;
 use crate::sync::{AtomicU64, Ordering};
 
 use super::MAX_WIDTH;
+
+/// What one successful charge did to one state word: the value it replaced
+/// and the value it stored. The receipt an all-or-nothing call keeps so it
+/// can take the charge back if another limit denies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Charge {
+    pub(crate) before: u64,
+    pub(crate) after: u64,
+}
 
 /// Values from here up are markers, never states: slot control values in a
 /// slot's first word (`table.rs`) and captured words in the others. Every

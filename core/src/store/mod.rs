@@ -102,10 +102,11 @@ mod table;
 use std::hash::BuildHasher;
 use std::sync::OnceLock;
 
+use crate::epoch;
 use crate::error::{Error, Result};
 use crate::key::StoredKey;
-use crate::sync::{epoch, seq_cst_order, AtomicBool, AtomicU64, Backoff, Counter, Ordering};
-pub(crate) use cells::{Cells, Conflict, Frozen, Mark};
+use crate::sync::{seq_cst_order, AtomicBool, AtomicU64, Backoff, Counter, Ordering};
+pub(crate) use cells::{Cells, Charge, Conflict, Frozen, Mark};
 #[cfg(all(target_os = "linux", not(ratomic_loom)))]
 pub(crate) use shared::SharedStore;
 use summary::Summary;

@@ -63,8 +63,9 @@
 
 use std::marker::PhantomData;
 
+use crate::epoch;
 use crate::key::StoredKey;
-use crate::sync::{epoch, seq_cst_order, AtomicBool, AtomicU64, Backoff, Counter, Ordering};
+use crate::sync::{seq_cst_order, AtomicBool, AtomicU64, Backoff, Counter, Ordering};
 
 pub(crate) use super::cells::FIRST_MARKER;
 use super::MAX_WIDTH;

@@ -23,8 +23,18 @@
 //! - Every call returns the same [`Decision`]: allowed, remaining, limit,
 //!   retry_after, reset_after. A denial is a value; errors ([`Error`]) are
 //!   for misuse and change no state.
-//! - Time comes from a [`Clock`] ([`MonotonicClock`] by default,
-//!   [`ManualClock`] for tests) or from the caller, via the `*_at` methods.
+//! - Time comes from a [`Clock`] ([`MonotonicClock`] by default, the
+//!   cheaper [`CoarseClock`] if you opt in, [`ManualClock`] for tests) or
+//!   from the caller, via the `*_at` methods.
+//!
+//! The source is laid out by layer (the whole map is `ARCHITECTURE.md` at
+//! the repository's root): the values (`rate`, `quota`, `rule`, `clock`,
+//! `decision`, `error`); the algorithms, pure arithmetic on one state word
+//! (`algorithm`, `gcra`, `window`, `fixed_window`, `sliding_window`); the
+//! store (`store/`, in memory and in a shared file, with `key`, `epoch`
+//! and `sync`), which knows nothing of the algorithms; the limiters built
+//! on both (`base`, `keyed`, `token_bucket`, `direct`, `limiter`, `stack`,
+//! `quotas`); and `headers` for HTTP.
 //!
 //! ```
 //! use std::time::Duration;

@@ -87,7 +87,7 @@ unsafe fn make(quota: Quota, options: *const ratomic_options, out: *mut *mut rat
 /// `capacity` × `T` must fit in 63 bits of nanoseconds.
 ///
 /// `options` may be NULL (the library's monotonic clock). Only its clock
-/// fields are used (`clock`, `clock_user_data`, `clock_sleep`); the key
+/// fields are used (`clock`, `clock_user_data`, `clock_sleep`, `clock_source`); the key
 /// store's fields do not apply to a bucket without keys and are ignored,
 /// except that an unknown `eviction` is still refused as by every
 /// constructor; a `shared_file` is refused: this bucket lives in this

@@ -503,11 +503,34 @@ static void stack_member(void) {
     ratomic_direct_free(other_clock);
 }
 
+/* Issue 39: a direct bucket on the coarse clock (options.clock_source),
+ * the cheapest decision the library has: exact as on the default clock. */
+static void coarse_clock(void) {
+    ratomic_options o;
+    memset(&o, 0, sizeof o);
+    o.clock_source = RATOMIC_CLOCK_COARSE;
+    ratomic_direct *b = NULL;
+    CHECK_OK(ratomic_direct_token_bucket_new(3, 1.0 / 3600.0, &o, &b)); /* no refill in a test */
+    ratomic_decision d;
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(ratomic_direct_allow(b, 1, &d));
+        CHECK(d.allowed);
+    }
+    CHECK_OK(ratomic_direct_allow(b, 1, &d));
+    CHECK(!d.allowed);
+    ratomic_direct_free(b);
+    o.clock_source = 2; /* no such clock: refused as by every constructor */
+    b = NULL;
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_direct_token_bucket_new(3, 1.0, &o, &b));
+    CHECK(b == NULL);
+}
+
 int main(void) {
     gcra_equations();
     clock_and_acquire();
     errors();
     headers();
     stack_member();
+    coarse_clock();
     return finish("test_direct");
 }

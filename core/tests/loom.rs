@@ -781,7 +781,7 @@ fn a_stale_window_call_never_overwrites_a_later_window() {
 // survivors finish (nothing waits on the dead), no key is held twice, and
 // no token is granted beyond the bucket.
 
-use ratomic::shared_model::Model;
+use ratomic::shared_model::{Model, Process};
 
 /// Steps at which a victim is killed in the shared-store models: every
 /// step the protocols below take, then never.
@@ -797,17 +797,20 @@ fn no_key_twice(m: &Model) {
     assert_eq!(fps.len(), n, "a key is held twice");
 }
 
-#[test]
-fn shared_inserts_of_one_key_with_a_process_killed_land_once() {
-    for kill in kill_points() {
+/// Two processes insert one key, each with its own clock reading, the
+/// second stopping for good (killed, or stopped while alive to the others:
+/// `victim`) after `at` steps; a third drains what is left. Never more than
+/// the burst, exactly the burst if nobody stopped, and the key held once.
+fn inserts_of_one_key_land_once(victim: for<'m> fn(&'m Model, u32, usize) -> Process<'m>) {
+    for at in kill_points() {
         model(move || {
             let m = Arc::new(Model::new(quota(2), 4, 8, 4, false, 3));
             let h = {
                 let m = m.clone();
                 // Its own clock reading, 3 ns after the other's (no refill yet).
-                thread::spawn(move || m.process(2, kill).allow(5, 3))
+                thread::spawn(move || victim(&m, 2, at).allow(5, 3))
             };
-            let mine = m.process(1, usize::MAX).allow(5, 0).expect("never killed");
+            let mine = m.process(1, usize::MAX).allow(5, 0).expect("never stopped");
             let theirs = h.join().unwrap();
             // The survivor drains what is left at the latest stamp: never
             // more than the burst (B + 3 ns / T rounds down to B).
@@ -816,11 +819,16 @@ fn shared_inserts_of_one_key_with_a_process_killed_land_once() {
             let total = mine as usize + theirs.unwrap_or(false) as usize + rest;
             assert!(total <= 2, "granted {total} of a burst of 2");
             if theirs.is_some() {
-                assert_eq!(total, 2, "nobody died: exactly the burst");
+                assert_eq!(total, 2, "nobody stopped: exactly the burst");
             }
             no_key_twice(&m);
         });
     }
+}
+
+#[test]
+fn shared_inserts_of_one_key_with_a_process_killed_land_once() {
+    inserts_of_one_key_land_once(Model::process);
 }
 
 #[test]
@@ -940,25 +948,7 @@ fn shared_strict_eviction_racing_a_stale_call_never_over_grants() {
 
 #[test]
 fn shared_inserts_of_one_key_with_a_process_stopped_finish_and_land_once() {
-    for stop in kill_points() {
-        model(move || {
-            let m = Arc::new(Model::new(quota(2), 4, 8, 4, false, 3));
-            let h = {
-                let m = m.clone();
-                thread::spawn(move || m.stopped_process(2, stop).allow(5, 3))
-            };
-            let mine = m.process(1, usize::MAX).allow(5, 0).expect("never stopped");
-            let theirs = h.join().unwrap();
-            let p3 = m.process(3, usize::MAX);
-            let rest = (0..3).filter(|_| p3.allow(5, 3).unwrap()).count();
-            let total = mine as usize + theirs.unwrap_or(false) as usize + rest;
-            assert!(total <= 2, "granted {total} of a burst of 2");
-            if theirs.is_some() {
-                assert_eq!(total, 2, "nobody stopped: exactly the burst");
-            }
-            no_key_twice(&m);
-        });
-    }
+    inserts_of_one_key_land_once(Model::stopped_process);
 }
 
 #[test]

@@ -21,15 +21,56 @@ pub struct Reply {
 /// What `tracing` records on this thread while the guard of
 /// [`Logs::capture`] lives (a `#[tokio::test]` runs the server's tasks on
 /// the test's own thread).
+///
+/// One global subscriber for the test binary writes each event to the
+/// buffer of the thread that emits it. A scoped subscriber per test
+/// (`set_default`) lost events when tests on other threads set and dropped
+/// theirs meanwhile (tracing caches a callsite's interest and the global
+/// level hint across threads): a report seen 0 times instead of once, 1 run
+/// in 5 or so on a loaded machine.
 #[derive(Clone, Default)]
 pub struct Logs(Arc<Mutex<Vec<u8>>>);
 
+thread_local! {
+    static CAPTURING: std::cell::RefCell<Option<Logs>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Stops this thread's capture when dropped.
+pub struct Capture(());
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        CAPTURING.with(|c| c.borrow_mut().take());
+    }
+}
+
+/// The global subscriber's writer: this thread's [`Logs`], if capturing.
+struct ThisThread;
+
+impl Write for ThisThread {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        CAPTURING.with(|c| {
+            if let Some(logs) = &*c.borrow() {
+                logs.0.lock().unwrap().extend_from_slice(buf);
+            }
+        });
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 impl Logs {
-    pub fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
-        use tracing_subscriber::util::SubscriberInitExt;
+    pub fn capture() -> (Logs, Capture) {
+        static INIT: std::sync::Once = std::sync::Once::new();
+        INIT.call_once(|| {
+            let subscriber = tracing_subscriber::fmt().with_writer(|| ThisThread).with_ansi(false).finish();
+            tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber of the tests");
+        });
         let logs = Logs::default();
-        let guard = tracing_subscriber::fmt().with_writer(logs.clone()).with_ansi(false).finish().set_default();
-        (logs, guard)
+        CAPTURING.with(|c| *c.borrow_mut() = Some(logs.clone()));
+        (logs, Capture(()))
     }
 
     pub fn text(&self) -> String {
@@ -39,23 +80,6 @@ impl Logs {
     /// The records (lines) that contain `needle`.
     pub fn lines_with(&self, needle: &str) -> Vec<String> {
         self.text().lines().filter(|l| l.contains(needle)).map(str::to_owned).collect()
-    }
-}
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
-    type Writer = Logs;
-    fn make_writer(&'a self) -> Logs {
-        self.clone()
     }
 }
 

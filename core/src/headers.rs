@@ -57,8 +57,8 @@ use crate::algorithm::Algorithm;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{Error, Result};
-use crate::key::Key;
-use crate::limiter::{Limiter, MultiDecision};
+use crate::limit::limiter::{Limiter, MultiDecision};
+use crate::store::key::Key;
 
 /// The largest Integer a Structured Field may carry (RFC 9651, section
 /// 3.3.1): larger counts are written as this.

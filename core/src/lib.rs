@@ -28,13 +28,13 @@
 //!   from the caller, via the `*_at` methods.
 //!
 //! The source is laid out by layer (the whole map is `ARCHITECTURE.md` at
-//! the repository's root): the values (`rate`, `quota`, `rule`, `clock`,
-//! `decision`, `error`); the algorithms, pure arithmetic on one state word
-//! (`algorithm`, `gcra`, `window`, `fixed_window`, `sliding_window`); the
-//! store (`store/`, in memory and in a shared file, with `key`, `epoch`
-//! and `sync`), which knows nothing of the algorithms; the limiters built
-//! on both (`base`, `keyed`, `token_bucket`, `direct`, `limiter`, `stack`,
-//! `quotas`); and `headers` for HTTP.
+//! the repository's root): the values (`rate`, `quota`, `clock`,
+//! `decision`, `error`, `sync`) at the top; `algorithm/`, pure arithmetic on
+//! one state word (GCRA, the windows, the rules that mix them); `store/`, in
+//! memory and in a shared file, with its keys and epoch reclamation, which
+//! knows nothing of the algorithms; `limit/`, the limiters built on both
+//! (keyed, direct, several limits on a key, stacks, per-call quotas); and
+//! `headers` for HTTP.
 //!
 //! ```
 //! use std::time::Duration;
@@ -59,55 +59,43 @@
 #![warn(missing_docs)]
 
 mod algorithm;
-mod base;
 mod clock;
 mod decision;
-mod direct;
-mod div;
-mod epoch;
 mod error;
-mod fixed_window;
-mod gcra;
 pub mod headers;
-mod key;
-mod keyed;
-mod limiter;
+mod limit;
 mod quota;
-mod quotas;
 mod rate;
-mod rule;
-mod sliding_window;
-mod stack;
 mod store;
 mod sync;
-mod token_bucket;
-mod window;
 
+pub use algorithm::gcra::Gcra;
+pub use algorithm::rule::{parse_limits, Rule};
 pub use algorithm::Algorithm;
-pub use base::Builder;
 pub use clock::{check_time, Clock, ClockId, CoarseClock, ManualClock, MonotonicClock, MAX_TIME};
 pub use decision::Decision;
 #[doc(hidden)]
 pub use decision::Verdict;
-pub use direct::Direct;
 pub use error::{Error, Result};
-pub use fixed_window::FixedWindow;
-pub use gcra::Gcra;
-pub use key::{ip_key, AsKey, BoundedKey, Ipv6Grouping, Key, StoredKey};
-pub use keyed::Keyed;
-pub use limiter::{LimitSet, Limiter, LimiterBuilder, Limits, MultiDecision, NamedDecision, Selected, MAX_LIMITS};
+pub use limit::base::Builder;
+pub use limit::direct::Direct;
+pub use limit::fixed_window::FixedWindow;
+pub use limit::keyed::Keyed;
+pub use limit::limiter::{
+    LimitSet, Limiter, LimiterBuilder, Limits, MultiDecision, NamedDecision, Selected, MAX_LIMITS,
+};
+pub use limit::quotas::{PerCall, Quotas};
+pub use limit::sliding_window::SlidingWindow;
+pub use limit::stack::{Receipt, Stack, StackBuilder, StackMember};
 pub use quota::Quota;
-pub use quotas::{PerCall, Quotas};
 pub use rate::Rate;
-pub use rule::{parse_limits, Rule};
-pub use sliding_window::SlidingWindow;
-pub use stack::{Receipt, Stack, StackBuilder, StackMember};
 #[cfg(ratomic_loom)]
 #[doc(hidden)]
 pub use store::first_home_of as __first_home_of;
 #[cfg(ratomic_loom)]
 #[doc(hidden)]
 pub use store::first_home_of_bytes as __first_home_of_bytes;
+pub use store::key::{ip_key, AsKey, BoundedKey, Ipv6Grouping, Key, StoredKey};
 #[cfg(ratomic_loom)]
 #[doc(hidden)]
 pub use store::shared::model as shared_model;
@@ -115,11 +103,11 @@ pub use store::shared::model as shared_model;
 /// `reclaim` benchmark; not part of the API.
 #[doc(hidden)]
 pub mod __epoch {
-    pub use crate::epoch::{pin, Guard};
+    pub use crate::store::epoch::{pin, Guard};
 }
+pub use algorithm::window::{FixedWindowCounter, SlidingWindowCounter};
+pub use limit::token_bucket::{DirectTokenBucket, TokenBucket};
 pub use store::{Eviction, Options};
-pub use token_bucket::{DirectTokenBucket, TokenBucket};
-pub use window::{FixedWindowCounter, SlidingWindowCounter};
 
 /// The README's Rust examples, compiled and run as doc tests.
 #[doc = include_str!("../../README.md")]

@@ -3,7 +3,7 @@
 //! `RUSTFLAGS="--cfg ratomic_loom"` (see `tests/loom.rs`).
 //!
 //! Memory reclamation (old tables after a store grows, long keys after their
-//! slot is reused) is [`epoch`](crate::epoch)'s, which runs under loom too
+//! slot is reused) is [`epoch`](crate::store::epoch)'s, which runs under loom too
 //! and uses this module, not the reverse.
 
 #[cfg(ratomic_loom)]

@@ -6,7 +6,7 @@
 //! are the conformance bound over the grants each model records, or exact
 //! outcomes where the model pins them.
 //!
-//! Memory reclamation (`epoch.rs`) runs under loom too, with SeqCst fences
+//! Memory reclamation (`store/epoch.rs`) runs under loom too, with SeqCst fences
 //! standing for its asymmetric pair (a compiler fence in readers, a
 //! `membarrier` in the thread that advances the epoch): a model that
 //! migrates a table frees the old one through the epoch, and the models at
@@ -1008,7 +1008,7 @@ fn shared_eviction_with_a_process_stopped_mid_step_never_stalls_or_over_grants()
 }
 
 // ---------------------------------------------------------------------------
-// The epoch itself (`core/src/epoch.rs`).
+// The epoch itself (`core/src/store/epoch.rs`).
 
 mod epoch {
     use super::model;

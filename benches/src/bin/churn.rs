@@ -3,7 +3,7 @@
 //! `max_keys` (10,000) it has long since reached, so every call also evicts
 //! a key and retires its block, and shards rebuild every few hundred keys.
 //! The path an attacker rotating long keys drives; what it costs depends
-//! on how the store frees memory (the epoch, `core/src/epoch.rs`), so this
+//! on how the store frees memory (the epoch, `core/src/store/epoch.rs`), so this
 //! is the bench to run when that changes. Prints ns per call.
 //!
 //! ```sh

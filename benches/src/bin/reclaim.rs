@@ -3,7 +3,7 @@
 //! compare-and-swap on an `AtomicU64`, the shape of a keyed call on a stored
 //! key, measured in interleaved rounds in one process:
 //!
-//! - `ratomic`: ratomic's own epoch (`core/src/epoch.rs`), `pin()` and
+//! - `ratomic`: ratomic's own epoch (`core/src/store/epoch.rs`), `pin()` and
 //!   drop, what the store does since it stopped using crossbeam-epoch;
 //! - `crossbeam-epoch`: `pin()` and drop, what the store did before;
 //! - `seize`: `Collector::enter`, `protect` and drop (its Linux fast

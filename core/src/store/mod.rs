@@ -95,6 +95,8 @@
 //! ("eviction").
 
 mod cells;
+pub(crate) mod epoch;
+pub(crate) mod key;
 pub(crate) mod shared;
 mod summary;
 mod table;
@@ -102,9 +104,8 @@ mod table;
 use std::hash::BuildHasher;
 use std::sync::OnceLock;
 
-use crate::epoch;
 use crate::error::{Error, Result};
-use crate::key::StoredKey;
+use crate::store::key::StoredKey;
 use crate::sync::{seq_cst_order, AtomicBool, AtomicU64, Backoff, Counter, Ordering};
 pub(crate) use cells::{Cells, Charge, Conflict, Frozen, Mark};
 #[cfg(all(target_os = "linux", not(ratomic_loom)))]
@@ -121,7 +122,7 @@ pub(crate) const MAX_WIDTH: usize = 16;
 /// (`tests/loom.rs`).
 #[cfg(ratomic_loom)]
 pub fn first_home_of(key: u64) -> usize {
-    use crate::key::Key;
+    use crate::store::key::Key;
     let (hash, _) = key.probe(&Hasher::default(), 0).expect("a u64 key is never refused");
     table::home_slot(hash, MIN_CAPACITY)
 }
@@ -130,7 +131,7 @@ pub fn first_home_of(key: u64) -> usize {
 /// [`first_home_of`] for `u64` keys.
 #[cfg(ratomic_loom)]
 pub fn first_home_of_bytes(key: &[u8]) -> usize {
-    use crate::key::Key;
+    use crate::store::key::Key;
     let (hash, _) = key.probe(&Hasher::default(), usize::MAX).expect("no length limit");
     table::home_slot(hash, MIN_CAPACITY)
 }

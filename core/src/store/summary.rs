@@ -37,7 +37,7 @@
 //! A grown cell array replaces the old one through the epoch.
 
 use super::{Eviction, Retention, MAX_WIDTH};
-use crate::epoch;
+use crate::store::epoch;
 use crate::sync::{AtomicU64, Ordering};
 
 /// A cell's tag: the key's hash, never 0 (0 marks an empty cell).

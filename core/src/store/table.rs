@@ -63,8 +63,8 @@
 
 use std::marker::PhantomData;
 
-use crate::epoch;
-use crate::key::StoredKey;
+use crate::store::epoch;
+use crate::store::key::StoredKey;
 use crate::sync::{seq_cst_order, AtomicBool, AtomicU64, Backoff, Counter, Ordering};
 
 pub(crate) use super::cells::FIRST_MARKER;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::table::{self, Backed, Ctx, Halt, Region, Table, CREDIT_STRIDE};
 use crate::error::{Error, Result};
-use crate::key::StoredKey;
+use crate::store::key::StoredKey;
 use crate::store::{Cells, Credit, Eviction, Frozen, Options, Retention, MAX_WIDTH};
 use crate::sync::{AtomicU64, Ordering};
 

@@ -10,8 +10,8 @@
 use std::cell::Cell;
 
 use super::table::{Ctx, Halt, Region, Table, CREDIT_STRIDE};
+use crate::algorithm::gcra::Gcra;
 use crate::algorithm::{charge_in, refund_in};
-use crate::gcra::Gcra;
 use crate::quota::Quota;
 use crate::store::Credit;
 use crate::sync::{AtomicBool, AtomicU64, Ordering};

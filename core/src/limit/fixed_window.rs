@@ -2,14 +2,14 @@
 
 use std::time::Duration;
 
-use crate::base::Builder;
+use crate::algorithm::window::FixedWindowCounter;
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{Error, Result};
-use crate::key::Key;
-use crate::keyed::Keyed;
+use crate::limit::base::Builder;
+use crate::limit::keyed::Keyed;
 use crate::rate::Rate;
+use crate::store::key::Key;
 use crate::store::Options;
-use crate::window::FixedWindowCounter;
 
 /// At most `limit` calls per key in each window of length `window`, windows
 /// aligned to the clock's epoch.

@@ -36,9 +36,9 @@
 
 use std::time::Duration;
 
+use crate::algorithm::div::Divider;
 use crate::algorithm::{sealed, Algorithm};
 use crate::decision::Verdict;
-use crate::div::Divider;
 use crate::error::{Error, Result};
 use crate::rate::{Period, Rate};
 

@@ -25,14 +25,14 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
+use crate::algorithm::gcra::Gcra;
 use crate::algorithm::{charge_in, peek_in, refund_in, Algorithm};
-use crate::base::{self, Base, Builder};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::{Error, Result};
-use crate::gcra::Gcra;
-use crate::key::AsKey;
+use crate::limit::base::{self, Base, Builder};
 use crate::quota::Quota;
+use crate::store::key::AsKey;
 use crate::store::{Credit, Options, Retention};
 
 /// Longest quota prefix: two LEB128-encoded `u64`s.

@@ -3,13 +3,13 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::algorithm::rule::Rule;
 use crate::algorithm::{charge_in, peek_in, refund_in, Algorithm};
-use crate::base::{self, Base, Builder};
 use crate::clock::{checked, Clock, MonotonicClock};
 use crate::decision::{Decision, Verdict};
 use crate::error::{Error, Result};
-use crate::key::{AsKey, BoundedKey, Key, Probe};
-use crate::rule::Rule;
+use crate::limit::base::{self, Base, Builder};
+use crate::store::key::{AsKey, BoundedKey, Key, Probe};
 use crate::store::Charge;
 use crate::store::{Credit, Mark, Options, Retention};
 

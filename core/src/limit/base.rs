@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::clock::{checked, Clock, MonotonicClock};
 use crate::error::{Error, Result};
-use crate::key::{AsKey, Key, Probe};
+use crate::store::key::{AsKey, Key, Probe};
 #[cfg(all(target_os = "linux", not(ratomic_loom)))]
 use crate::store::SharedStore;
 use crate::store::{Cells, Credit, Eviction, Frozen, Options, Retention, Store};
@@ -16,7 +16,7 @@ use crate::store::{Cells, Credit, Eviction, Frozen, Options, Retention, Store};
 /// Where a limiter's keys live: in this process, or in a file the host's
 /// processes share (`Options::shared_file`). One predictable branch per
 /// call (measured in `BENCHMARKS.md`, "shared store").
-enum Backend<S: crate::key::StoredKey> {
+enum Backend<S: crate::store::key::StoredKey> {
     Local(Store<S>),
     #[cfg(all(target_os = "linux", not(ratomic_loom)))]
     Shared(SharedStore),
@@ -134,7 +134,7 @@ impl<R: Retention, K: ?Sized + Key, C: Clock> Base<R, K, C> {
     /// Memory the batch's calls retire waits for the batch's end, no longer.
     #[inline]
     pub(crate) fn batch<T>(&self, f: impl FnOnce() -> T) -> T {
-        let _pinned = crate::epoch::pin();
+        let _pinned = crate::store::epoch::pin();
         f()
     }
 

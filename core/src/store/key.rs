@@ -16,8 +16,8 @@
 use std::hash::BuildHasher;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::epoch;
 use crate::error::{Error, Result};
+use crate::store::epoch;
 use crate::sync::{fence, AtomicU64, Ordering};
 
 /// The key types a keyed limiter can be indexed by: `[u8]` (any bytes, the

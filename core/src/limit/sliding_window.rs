@@ -2,14 +2,14 @@
 
 use std::time::Duration;
 
-use crate::base::Builder;
+use crate::algorithm::window::SlidingWindowCounter;
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{Error, Result};
-use crate::key::Key;
-use crate::keyed::Keyed;
+use crate::limit::base::Builder;
+use crate::limit::keyed::Keyed;
 use crate::rate::Rate;
+use crate::store::key::Key;
 use crate::store::Options;
-use crate::window::SlidingWindowCounter;
 
 /// At most `limit` calls per key in any window of length `window`, by the
 /// counter approximation: the current window's count plus the

@@ -1,7 +1,12 @@
 //! What every algorithm provides to the engine: how one key's `u64` state
 //! answers a call. The engine owns the CAS loop and the key store; an
 //! algorithm is pure arithmetic on a state word, which keeps the lock-free
-//! protocol in one place (`keyed.rs`, `direct.rs`) and model-checked once.
+//! protocol in one place (`limit/keyed.rs`, `limit/direct.rs`) and model-checked once.
+
+pub(crate) mod div;
+pub(crate) mod gcra;
+pub(crate) mod rule;
+pub(crate) mod window;
 
 use crate::decision::Verdict;
 use crate::error::{Error, Result};
@@ -325,7 +330,7 @@ pub(crate) fn peek<A: Algorithm>(alg: &A, cell: &AtomicU64, now: u64, cost: u64)
 #[cfg(all(test, not(ratomic_loom)))]
 mod tests {
     use super::*;
-    use crate::gcra::Gcra;
+    use crate::algorithm::gcra::Gcra;
     use crate::quota::Quota;
     use crate::rate::Rate;
     use std::time::Duration;

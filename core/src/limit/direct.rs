@@ -5,10 +5,10 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::algorithm::{cas_charge, cas_decide, cas_refund, peek, restore, Algorithm};
-use crate::base;
 use crate::clock::{checked, Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::Result;
+use crate::limit::base;
 use crate::store::Charge;
 use crate::store::Mark;
 use crate::sync::{AtomicU64, Ordering};
@@ -140,7 +140,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     pub fn allow(&self) -> Decision {
         match checked(self.now()) {
             Ok(now) => cas_decide(&self.alg, &self.state, now, 1).decision(),
-            Err(e) => crate::keyed::clock_broke_its_contract(e),
+            Err(e) => crate::limit::keyed::clock_broke_its_contract(e),
         }
     }
 
@@ -193,7 +193,7 @@ impl<A: Algorithm, C: Clock> Direct<A, C> {
     /// ```
     #[inline]
     pub fn peek(&self) -> Decision {
-        self.peek_at(1, self.now()).unwrap_or_else(|e| crate::keyed::clock_broke_its_contract(e))
+        self.peek_at(1, self.now()).unwrap_or_else(|e| crate::limit::keyed::clock_broke_its_contract(e))
     }
 
     /// What `allow_n(cost)` would answer at `now`, changing nothing.

@@ -1,12 +1,12 @@
 //! One rule of several: the algorithms a [`Limiter`](crate::Limiter) can mix.
 
+use crate::algorithm::gcra::Gcra;
+use crate::algorithm::window::{FixedWindowCounter, SlidingWindowCounter};
 use crate::algorithm::{sealed, Algorithm};
 use crate::decision::Verdict;
 use crate::error::{Error, Result};
-use crate::gcra::Gcra;
 use crate::quota::Quota;
 use crate::rate::Rate;
-use crate::window::{FixedWindowCounter, SlidingWindowCounter};
 
 /// A rate-limiting rule: any of the algorithms, as one type, so a
 /// [`Limiter`](crate::Limiter) can hold a token bucket and a window side by

@@ -1,11 +1,11 @@
 //! The token bucket (GCRA) limiters: keyed and direct.
 
-use crate::base::Builder;
+use crate::algorithm::gcra::Gcra;
 use crate::clock::{Clock, MonotonicClock};
-use crate::direct::Direct;
 use crate::error::Error;
-use crate::gcra::Gcra;
-use crate::keyed::Keyed;
+use crate::limit::base::Builder;
+use crate::limit::direct::Direct;
+use crate::limit::keyed::Keyed;
 use crate::quota::Quota;
 use crate::store::Options;
 

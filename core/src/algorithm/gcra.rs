@@ -8,9 +8,9 @@
 //! `new − now ≤ τ`. A new key (`TAT = 0`) is full. Time is tokens: no refill
 //! step, no fractions lost.
 
+use crate::algorithm::div::Divider;
 use crate::algorithm::{sealed, Algorithm};
 use crate::decision::Verdict;
-use crate::div::Divider;
 use crate::quota::Quota;
 use crate::rate::{round_period, Period, MAX_NANOS};
 

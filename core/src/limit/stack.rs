@@ -6,14 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithm::Algorithm;
-use crate::base;
 use crate::clock::{checked, Clock, ClockId, MonotonicClock};
 use crate::decision::Decision;
-use crate::direct::Direct;
 use crate::error::{Error, Result};
 use crate::headers::Policy;
-use crate::keyed::Keyed;
-use crate::limiter::{Entries, Entry, Limiter, MultiDecision, Receipts};
+use crate::limit::base;
+use crate::limit::direct::Direct;
+use crate::limit::keyed::Keyed;
+use crate::limit::limiter::{Entries, Entry, Limiter, MultiDecision, Receipts};
 use crate::store::Charge;
 use crate::store::Mark;
 
@@ -779,7 +779,7 @@ impl<C: Clock> StackBuilder<C> {
         if self.members.is_empty() {
             return Err(Error::invalid("members", "[]", "a Stack needs at least one member"));
         }
-        if self.members.len() > crate::limiter::MAX_LIMITS {
+        if self.members.len() > crate::limit::limiter::MAX_LIMITS {
             return Err(Error::invalid("members", self.members.len(), "a Stack holds at most 16 members"));
         }
         for (i, (name, _)) in self.members.iter().enumerate() {

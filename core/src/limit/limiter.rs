@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
+use crate::algorithm::rule::Rule;
 use crate::algorithm::{refund_in, settle_in, Algorithm};
-use crate::base::{self, Base, Builder};
 use crate::clock::{checked, Clock, MonotonicClock};
 use crate::decision::{Decision, Verdict};
 use crate::error::{Error, Result};
-use crate::key::{AsKey, BoundedKey, Key, Probe};
-use crate::rule::Rule;
+use crate::limit::base::{self, Base, Builder};
+use crate::store::key::{AsKey, BoundedKey, Key, Probe};
 use crate::store::Charge;
 use crate::store::{Cells, Credit, Frozen, Mark, Retention, MAX_WIDTH};
 
@@ -1713,8 +1713,8 @@ impl<K: BoundedKey, C: Clock> Limiter<K, C> {
     pub fn allow(&self, key: &K) -> MultiDecision<'_> {
         // Not through `allow_at`: its `Result` was unwrapped by a copy of
         // the whole answer, read back wider than it had just been written.
-        let now = checked(self.now()).unwrap_or_else(|e| crate::keyed::clock_broke_its_contract(e));
-        let (hash, probe) = self.base.probe(key).unwrap_or_else(|e| crate::keyed::clock_broke_its_contract(e));
+        let now = checked(self.now()).unwrap_or_else(|e| crate::limit::keyed::clock_broke_its_contract(e));
+        let (hash, probe) = self.base.probe(key).unwrap_or_else(|e| crate::limit::keyed::clock_broke_its_contract(e));
         self.select(self.all).dispatch(hash, &probe, 1, now)
     }
 
@@ -1732,8 +1732,8 @@ impl<K: BoundedKey, C: Clock> Limiter<K, C> {
     #[inline]
     pub fn peek(&self, key: &K) -> MultiDecision<'_> {
         // As `allow`: the answer built where it is returned.
-        let now = checked(self.now()).unwrap_or_else(|e| crate::keyed::clock_broke_its_contract(e));
-        let (hash, probe) = self.base.probe(key).unwrap_or_else(|e| crate::keyed::clock_broke_its_contract(e));
+        let now = checked(self.now()).unwrap_or_else(|e| crate::limit::keyed::clock_broke_its_contract(e));
+        let (hash, probe) = self.base.probe(key).unwrap_or_else(|e| crate::limit::keyed::clock_broke_its_contract(e));
         self.select(self.all).peek_probed_any(hash, &probe, 1, now)
     }
 }

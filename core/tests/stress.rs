@@ -402,7 +402,8 @@ fn forgotten_and_evicted<K: BoundedKey + Sync>(
     // other threads (processes) can pass it together, and room-making that
     // finds nothing to forget lets the insert go ahead: its table has room
     // for twice max_keys, the file's fixed size (store/shared/table.rs).
-    // CI saw 17 of 16 once. That bound, not 16, is what a file promises.
+    // CI saw 17 of 16 once. That bound, not 16, is what a file promises
+    // (README, "No lock, bounded maintenance"; `Options::max_keys`).
     let bound = if shared_file.is_some() { 2 * 16 } else { 16 };
     assert!(l.len() <= bound, "max_keys holds: {} keys (at most {bound})", l.len());
     let total: usize = grants.values().map(Vec::len).sum();

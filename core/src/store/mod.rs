@@ -283,7 +283,11 @@ pub enum Eviction {
 pub struct Options {
     /// Most keys held at once (approximately: enforced per shard, so the true
     /// bound is `max_keys` rounded up to a multiple of the shard count).
-    /// Default 4,194,304.
+    /// Default 4,194,304. In a [shared file](Self::shared_file) it is a
+    /// target: inserts racing in several processes can pass the count
+    /// together, so the file may hold a few keys more (at most the inserts
+    /// in flight, never more than its `2 × max_keys` slots) until the next
+    /// inserts evict it back under.
     pub max_keys: usize,
     /// Longest key accepted, in bytes; longer keys are an error. Default 1024.
     pub max_key_len: usize,

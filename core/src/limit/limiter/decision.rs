@@ -10,7 +10,7 @@ use crate::store::Charge;
 use crate::store::{Cells, Mark};
 
 use super::set::set_bits;
-use super::{Answers, MAX_LIMITS};
+use super::set::MAX_LIMITS;
 
 /// What a multi-limit charge did to each limit it charged: what a
 /// [`Stack`](crate::Stack) needs to take the whole call back.
@@ -300,4 +300,64 @@ impl fmt::Debug for MultiDecision<'_> {
             .field("entries", &self.entries().collect::<Vec<_>>())
             .finish()
     }
+}
+
+/// Every limit's decision on one reading of its word (see
+/// [`Limiter::decide`](super::Limiter::decide)).
+pub(super) struct Decided<const N: usize> {
+    pub(super) a: Answers<N>,
+    /// Per entry `k`: the word as read (then, in a charge, as charged
+    /// from) and the word after the call.
+    pub(super) seen: [u64; N],
+    pub(super) next: [u64; N],
+}
+
+impl<const N: usize> Decided<N> {
+    #[inline(always)]
+    pub(super) fn new() -> Self {
+        Decided { a: Answers::new(), seen: [0; N], next: [0; N] }
+    }
+}
+
+/// A call's per-limit answers before they become a [`MultiDecision`]:
+/// entry `k` is limit `index[k]`, for at most `N` limits.
+pub(super) struct Answers<const N: usize> {
+    pub(super) entries: [Entry; N],
+    /// Word-sized: written a byte each, they were read back four bytes at a
+    /// time by a copy of the answers, a store forward that failed on every
+    /// call (`perf annotate`, cargo's default release profile).
+    pub(super) index: [usize; N],
+    pub(super) count: usize,
+}
+
+impl<const N: usize> Answers<N> {
+    #[inline(always)]
+    pub(super) fn new() -> Self {
+        Answers { entries: [Entry::ZERO; N], index: [0; N], count: 0 }
+    }
+
+    #[inline(always)]
+    pub(super) fn entries(&self) -> &[Entry] {
+        &self.entries[..self.count]
+    }
+
+    /// The entries as a [`MultiDecision`] keeps them. Up to three are
+    /// copied whole, a fixed size, into the inline buffer: a copy of
+    /// `count` entries is a call to `memcpy`, and reading them back right
+    /// after its writes stalled (seen with `perf annotate`).
+    #[inline(always)]
+    pub(super) fn to_entries(&self) -> Entries {
+        if N <= INLINE_ENTRIES {
+            let mut buf = [Entry::ZERO; INLINE_ENTRIES];
+            buf[..N].copy_from_slice(&self.entries);
+            Entries::from_buf_and_len(buf, self.count)
+        } else {
+            Entries::from_slice(self.entries())
+        }
+    }
+}
+
+/// `(allowed, retry_after)` of a decision, for the acquire loops.
+pub(super) fn answer(d: &MultiDecision<'_>) -> (bool, Duration) {
+    (d.decision.allowed, d.decision.retry_after)
 }

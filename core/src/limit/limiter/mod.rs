@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::limit::base::{Base, Builder};
 use crate::store::key::{AsKey, BoundedKey, Key};
 use crate::store::Charge;
-use crate::store::{Cells, Credit, Frozen, Retention, MAX_WIDTH};
+use crate::store::{Cells, Credit, Frozen, Retention};
 
 mod builder;
 mod decision;
@@ -19,22 +19,11 @@ mod selected;
 mod set;
 
 pub use builder::{LimiterBuilder, Limits};
-use decision::INLINE_ENTRIES;
+use decision::{Decided, INLINE_ENTRIES};
 pub(crate) use decision::{Entries, Entry, Receipts};
 pub use decision::{MultiDecision, NamedDecision};
 pub use selected::Selected;
-pub use set::LimitSet;
-
-/// The most limits one [`Limiter`] holds.
-///
-/// ```
-/// use ratomic::{Limiter, Rule, MAX_LIMITS};
-///
-/// let too_many = (0..=MAX_LIMITS).fold(Limiter::builder(), |b, i| b.limit(format!("l{i}"), Rule::parse("1/s").unwrap()));
-/// assert!(too_many.build().is_err());
-/// # Ok::<(), ratomic::Error>(())
-/// ```
-pub const MAX_LIMITS: usize = MAX_WIDTH;
+pub use set::{LimitSet, MAX_LIMITS};
 
 /// Several named limits on the same key — say a burst of `10/s` and
 /// `1000/day` — decided all or nothing: a call is allowed only if every
@@ -805,61 +794,6 @@ fn uncharge(rules: &[Rule], entries: &mut [Entry], index: &[usize], state: impl 
     }
 }
 
-/// Every limit's decision on one reading of its word (see
-/// [`Limiter::decide`]).
-pub(super) struct Decided<const N: usize> {
-    a: Answers<N>,
-    /// Per entry `k`: the word as read (then, in a charge, as charged
-    /// from) and the word after the call.
-    seen: [u64; N],
-    next: [u64; N],
-}
-
-impl<const N: usize> Decided<N> {
-    #[inline(always)]
-    fn new() -> Self {
-        Decided { a: Answers::new(), seen: [0; N], next: [0; N] }
-    }
-}
-
-/// A call's per-limit answers before they become a [`MultiDecision`]:
-/// entry `k` is limit `index[k]`, for at most `N` limits.
-pub(super) struct Answers<const N: usize> {
-    entries: [Entry; N],
-    /// Word-sized: written a byte each, they were read back four bytes at a
-    /// time by a copy of the answers, a store forward that failed on every
-    /// call (`perf annotate`, cargo's default release profile).
-    index: [usize; N],
-    count: usize,
-}
-
-impl<const N: usize> Answers<N> {
-    #[inline(always)]
-    fn new() -> Self {
-        Answers { entries: [Entry::ZERO; N], index: [0; N], count: 0 }
-    }
-
-    #[inline(always)]
-    fn entries(&self) -> &[Entry] {
-        &self.entries[..self.count]
-    }
-
-    /// The entries as a [`MultiDecision`] keeps them. Up to three are
-    /// copied whole, a fixed size, into the inline buffer: a copy of
-    /// `count` entries is a call to `memcpy`, and reading them back right
-    /// after its writes stalled (seen with `perf annotate`).
-    #[inline(always)]
-    fn to_entries(&self) -> Entries {
-        if N <= INLINE_ENTRIES {
-            let mut buf = [Entry::ZERO; INLINE_ENTRIES];
-            buf[..N].copy_from_slice(&self.entries);
-            Entries::from_buf_and_len(buf, self.count)
-        } else {
-            Entries::from_slice(self.entries())
-        }
-    }
-}
-
 /// `allow` and `peek` for byte keys, which may be refused for their length.
 impl<C: Clock> Limiter<[u8], C> {
     /// Takes one token from every limit of `key`, or from none. Errors
@@ -943,11 +877,6 @@ impl<K: BoundedKey, C: Clock> Limiter<K, C> {
         let (hash, probe) = self.base.probe(key).unwrap_or_else(|e| crate::limit::keyed::clock_broke_its_contract(e));
         self.select(self.all).peek_probed_any(hash, &probe, 1, now)
     }
-}
-
-/// `(allowed, retry_after)` of a decision, for the acquire loops.
-pub(super) fn answer(d: &MultiDecision<'_>) -> (bool, Duration) {
-    (d.decision.allowed, d.decision.retry_after)
 }
 
 /// The limits by name, each rule with its units, and the keys held:

@@ -10,7 +10,8 @@ use crate::limit::base::{self};
 use crate::store::key::{AsKey, Key, Probe};
 use crate::store::{Cells, Credit};
 
-use super::{answer, Decided, LimitSet, Limiter, MultiDecision, MAX_LIMITS};
+use super::decision::{answer, Decided};
+use super::{LimitSet, Limiter, MultiDecision, MAX_LIMITS};
 
 /// A [`Limiter`] seen through a [`LimitSet`]: the same calls, subject only
 /// to the limits in the set. Made by [`Limiter::select`]; cheap to make.

@@ -1,6 +1,17 @@
 //! Which of a limiter's limits a call is subject to.
 
-use super::MAX_LIMITS;
+use crate::store::MAX_WIDTH;
+
+/// The most limits one [`Limiter`](crate::Limiter) holds.
+///
+/// ```
+/// use ratomic::{Limiter, Rule, MAX_LIMITS};
+///
+/// let too_many = (0..=MAX_LIMITS).fold(Limiter::builder(), |b, i| b.limit(format!("l{i}"), Rule::parse("1/s").unwrap()));
+/// assert!(too_many.build().is_err());
+/// # Ok::<(), ratomic::Error>(())
+/// ```
+pub const MAX_LIMITS: usize = MAX_WIDTH;
 
 /// Which of a [`Limiter`](crate::Limiter)'s limits a call is subject to: a bitmask, made
 /// once from names with [`Limiter::limit_set`](crate::Limiter::limit_set).

@@ -65,7 +65,7 @@ def test_bad_names_are_errors_not_headers():
     assert tb.headers(d, name='a "quoted" \\ name')[0][1].startswith('"a \\"quoted\\" \\\\ name"')
 
 
-# What core's headers.rs pins for each draft (its `fields_in` doc test): a
+# What core's headers module pins for each draft (its `fields_in` doc test): a
 # limit "burst" of 100 a minute, 99 left, 41.2 s until full.
 BURST_IN = {
     "draft-11": [("RateLimit-Policy", '"burst";q=100;w=60'), ("RateLimit", '"burst";r=99;t=42')],

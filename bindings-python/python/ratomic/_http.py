@@ -691,3 +691,20 @@ def _one_key(key: Any) -> Key:
 # What a limiter raises for a request it cannot judge (a key too long, a
 # cost above the limit, Redis failing under on_error="raise": BackendError).
 _UNJUDGED = (RatomicError, ValueError, TypeError)
+
+
+class _Switchable:
+    """The ``enabled`` switch every middleware and dependency shares: it
+    reads and writes its :class:`Policy`'s."""
+
+    policy: Policy
+
+    @property
+    def enabled(self) -> bool:
+        """False: every request passes through untouched, unlimited."""
+        return self.policy.enabled
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        _check_bool("enabled", value)
+        self.policy.enabled = value

@@ -107,7 +107,7 @@ async def custom_response(on_deny: Callable[..., Any], request: Any, decision: A
     return response
 
 
-class RateLimitMiddleware:
+class RateLimitMiddleware(_http._Switchable):
     """Limits the HTTP requests reaching ``app`` with ``limiter``: any
     in-memory ratomic limiter (a shared-file one too), a ``ratomic.Stack``
     of them, a ``ratomic.Quotas`` (with ``quota=``), or one of
@@ -218,16 +218,6 @@ class RateLimitMiddleware:
             request_was_successful=request_was_successful,
             enabled=enabled,
         )
-
-    @property
-    def enabled(self) -> bool:
-        """False: every request passes through untouched."""
-        return self.policy.enabled
-
-    @enabled.setter
-    def enabled(self, value: bool) -> None:
-        _http._check_bool("enabled", value)
-        self.policy.enabled = value
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         p = self.policy

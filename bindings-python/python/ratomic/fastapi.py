@@ -67,7 +67,7 @@ def _forwarded_for(request: Request) -> Optional[str]:
     return _http.forwarded_for(request.headers.getlist("x-forwarded-for"))
 
 
-class RateLimit:
+class RateLimit(_http._Switchable):
     """A dependency limiting the requests of the routes that use it; same
     options as :class:`ratomic.asgi.RateLimitMiddleware` (``key``, ``cost``,
     ``skip``, ``quota`` and ``limits`` receive the ``Request``; a
@@ -132,16 +132,6 @@ class RateLimit:
             limits=limits,
             enabled=enabled,
         )
-
-    @property
-    def enabled(self) -> bool:
-        """False: every request passes, unlimited."""
-        return self.policy.enabled
-
-    @enabled.setter
-    def enabled(self, value: bool) -> None:
-        _http._check_bool("enabled", value)
-        self.policy.enabled = value
 
     async def __call__(self, request: Request, response: Response) -> None:
         p = self.policy

@@ -68,7 +68,7 @@ def _with_fields(headers: list[tuple[str, str]], fields: list[tuple[str, str]]) 
     return [*headers, *(f for f in fields if f[0].lower() not in present)]
 
 
-class RateLimitMiddleware:
+class RateLimitMiddleware(_http._Switchable):
     """Limits the requests reaching ``app`` with ``limiter``: the WSGI twin
     of :class:`ratomic.asgi.RateLimitMiddleware` (same options; a
     ``ratomic.redis`` limiter here has a blocking ``redis.Redis``). The key is
@@ -133,16 +133,6 @@ class RateLimitMiddleware:
             request_was_successful=request_was_successful,
             enabled=enabled,
         )
-
-    @property
-    def enabled(self) -> bool:
-        """False: every request passes through untouched."""
-        return self.policy.enabled
-
-    @enabled.setter
-    def enabled(self, value: bool) -> None:
-        _http._check_bool("enabled", value)
-        self.policy.enabled = value
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         p = self.policy

@@ -11,7 +11,7 @@ const crypto = require('node:crypto')
 const { Redis } = require('ioredis')
 const { createClient } = require('redis')
 const { RedisTokenBucket } = require('../redis')
-const { startRedis } = require('./redis-server')
+const { startRedis, SLOW_MACHINE_MS } = require('./redis-server')
 
 let server
 let admin
@@ -62,7 +62,7 @@ async function thousandAtOnce(kind, options = {}) {
   // A 10 s deadline, not the 50 ms default: on a loaded CI machine a batch
   // of 256 script calls can take longer than 50 ms, and this pins the sharing
   // of round trips, not the machine's speed (the deadline has tests of its own).
-  const l = new RedisTokenBucket(500, 1 / 3600, { client, prefix, timeoutMs: 10_000, ...options })
+  const l = new RedisTokenBucket(500, 1 / 3600, { client, prefix, timeoutMs: SLOW_MACHINE_MS, ...options })
   assert.equal((await l.peek('warm-up')).allowed, true, 'connected, the script loaded')
   const before = await counts()
   const realSetTimeout = global.setTimeout
@@ -122,7 +122,7 @@ for (const kind of Object.keys(CLIENTS)) {
     const prefix = `t-${crypto.randomUUID().slice(0, 12)}:`
     // 10,000 tokens refilling one per 3.6 s: nothing refills meanwhile, and
     // 'auto' leases up to 1,250.
-    const l = new RedisTokenBucket(10_000, 1 / 3.6, { client, prefix, lease: 'auto', timeoutMs: 10_000 })
+    const l = new RedisTokenBucket(10_000, 1 / 3.6, { client, prefix, lease: 'auto', timeoutMs: SLOW_MACHINE_MS })
     try {
       assert.equal((await l.allow('hot')).allowed, true) // seen once: no lease
       assert.equal((await l.allow('hot')).allowed, true) // warm: a lease of 2 comes with it

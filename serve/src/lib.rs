@@ -1,0 +1,196 @@
+//! `ratomic serve`: ratomic's limiters as a rate-limit service.
+//!
+//! - gRPC: Envoy's global rate limit service,
+//!   `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` (Envoy's
+//!   protos from the `envoy-types` crate), configured in envoyproxy/ratelimit's
+//!   YAML format ([`config`]), decided by ratomic's keyed limiters
+//!   ([`engine`]): one limiter per rate, one key per descriptor.
+//! - The configuration is validated at start (errors name the file, the
+//!   line and the field) and reloaded when a file changes or on SIGHUP; a
+//!   rate the new configuration keeps keeps its limiter and so its state; a
+//!   configuration that does not load is logged and the old one serves on.
+//! - SIGTERM or SIGINT: no new connections; calls in flight are answered,
+//!   then the process exits.
+//!
+//! The `ratomic` command runs it as `ratomic serve` (its default `serve`
+//! feature).
+
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod engine;
+pub mod grpc;
+pub mod limiters;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use ratomic::Options;
+
+use crate::engine::{Bounds, Engine};
+use crate::limiters::Algorithm;
+
+const SERVE_EXAMPLES: &str = "\
+Examples:
+  ratomic serve --config ratelimit.yaml
+  ratomic serve --config api.yaml --config edge.yaml --grpc-listen 127.0.0.1:8081
+  kill -HUP <pid>     # reload the configuration now (it is also reloaded when a file changes)";
+
+/// Flags of `ratomic serve`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = SERVE_EXAMPLES)]
+pub struct ServeArgs {
+    /// A configuration file in envoyproxy/ratelimit's YAML format (one domain per file). Repeat for several.
+    #[arg(long = "config", value_name = "FILE", required = true)]
+    pub config: Vec<PathBuf>,
+
+    /// Where the gRPC service (Envoy's RLS v3) listens. Port 0 picks a free port; the log says which.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8081")]
+    pub grpc_listen: SocketAddr,
+
+    /// The algorithm of every rule. fixed-window counts as envoyproxy/ratelimit does (windows of one unit).
+    #[arg(long, value_enum, default_value_t = Algorithm::FixedWindow)]
+    pub algorithm: Algorithm,
+
+    /// Most descriptor keys held per rate (memory bound; the store's eviction policy applies beyond it).
+    #[arg(long, value_name = "N", default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(1..=(1 << 32)))]
+    pub max_keys: u64,
+
+    /// Most descriptors in one request.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub max_descriptors: u64,
+
+    /// Most bytes of one descriptor's domain, keys and values together.
+    #[arg(long, value_name = "BYTES", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(16..=65536))]
+    pub max_key_len: u64,
+
+    /// Largest request message accepted, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 64 * 1024, value_parser = clap::value_parser!(u64).range(1024..=(16 << 20)))]
+    pub max_request_bytes: u64,
+
+    /// Add the IETF RateLimit-Policy and RateLimit fields (and Retry-After) of the tightest descriptor to each
+    /// response's response_headers_to_add, for Envoy to pass to the client.
+    #[arg(long)]
+    pub response_headers: bool,
+
+    /// How often the configuration files are checked for changes, in milliseconds (0: only on SIGHUP).
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub watch_interval_ms: u64,
+}
+
+/// Runs `ratomic serve` until SIGTERM or SIGINT; returns the exit code.
+pub fn main(args: ServeArgs) -> ExitCode {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RATOMIC_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_ansi(false)
+        .try_init();
+    let config = match config::load_files(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let options = Options::default().max_keys(usize::try_from(args.max_keys).unwrap_or(usize::MAX));
+    let bounds = Bounds {
+        max_descriptors: args.max_descriptors as usize,
+        max_entries: config::MAX_DEPTH,
+        max_key_len: args.max_key_len as usize,
+    };
+    let engine = match Engine::new(config, args.algorithm, options, bounds) {
+        Ok(e) => Arc::new(e),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(args, engine)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: ServeArgs, engine: Arc<Engine>) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(args.grpc_listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.grpc_listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let answered = Arc::new(AtomicU64::new(0));
+    let rls = grpc::Rls::new(engine.clone(), args.response_headers, answered.clone());
+    let service = RateLimitServiceServer::new(rls).max_decoding_message_size(args.max_request_bytes as usize);
+
+    tokio::spawn(watch(args.config.clone(), engine.clone(), args.watch_interval_ms));
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!(signal = "SIGTERM", "shutting down: answering the calls in flight"),
+            _ = tokio::signal::ctrl_c() => tracing::info!(signal = "SIGINT", "shutting down: answering the calls in flight"),
+        }
+    };
+    tracing::info!(grpc = %addr, algorithm = ?args.algorithm, "listening");
+    tonic::transport::Server::builder()
+        .add_service(service)
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), shutdown)
+        .await
+        .map_err(|e| format!("gRPC server: {e}"))?;
+    tracing::info!(answered = answered.load(Ordering::Relaxed), "stopped");
+    Ok(())
+}
+
+/// Reloads the configuration on SIGHUP and when a file's bytes change.
+async fn watch(paths: Vec<PathBuf>, engine: Arc<Engine>, interval_ms: u64) {
+    let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot handle SIGHUP; reload on file change only");
+            None
+        }
+    };
+    let read_all = |paths: &[PathBuf]| paths.iter().map(|p| std::fs::read(p).ok()).collect::<Vec<_>>();
+    let mut seen = read_all(&paths);
+    let mut tick = tokio::time::interval(Duration::from_millis(interval_ms.max(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let cause = tokio::select! {
+            _ = async { hup.as_mut().unwrap().recv().await }, if hup.is_some() => "SIGHUP",
+            _ = tick.tick(), if interval_ms > 0 => {
+                let now = read_all(&paths);
+                if now == seen {
+                    continue;
+                }
+                "file change"
+            }
+        };
+        seen = read_all(&paths);
+        match config::load_files(&paths) {
+            Ok(config) => match engine.reload(config) {
+                Ok(()) => tracing::info!(cause, "configuration reloaded"),
+                Err(e) => {
+                    tracing::error!(cause, error = %e, "configuration not reloaded; the previous one keeps serving")
+                }
+            },
+            Err(e) => tracing::error!(cause, error = %e, "configuration not reloaded; the previous one keeps serving"),
+        }
+    }
+}

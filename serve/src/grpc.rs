@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus, RateLimit};
@@ -15,6 +15,7 @@ use ratomic::Decision;
 use tonic::{Request, Response, Status};
 
 use crate::engine::{BadRequest, Descriptor, Engine, Outcome};
+use crate::metrics::{Api, Metrics, Result as Counted};
 
 /// The gRPC service.
 #[derive(Debug)]
@@ -22,6 +23,7 @@ pub struct Rls {
     engine: Arc<Engine>,
     response_headers: bool,
     answered: Arc<AtomicU64>,
+    metrics: Arc<Metrics>,
 }
 
 impl Rls {
@@ -30,8 +32,8 @@ impl Rls {
     /// `Retry-After` when over the limit) of its tightest descriptor in
     /// `response_headers_to_add`, which Envoy adds to the client's response.
     /// `answered` counts the responses returned.
-    pub fn new(engine: Arc<Engine>, response_headers: bool, answered: Arc<AtomicU64>) -> Rls {
-        Rls { engine, response_headers, answered }
+    pub fn new(engine: Arc<Engine>, response_headers: bool, answered: Arc<AtomicU64>, metrics: Arc<Metrics>) -> Rls {
+        Rls { engine, response_headers, answered, metrics }
     }
 }
 
@@ -140,21 +142,32 @@ impl RateLimitService for Rls {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
+        let start = Instant::now();
         let req = request.into_inner();
         let outcomes = descriptors(&req).and_then(|ds| self.engine.decide(&req.domain, &ds));
         match outcomes {
             Ok(outcomes) => {
                 for o in &outcomes {
-                    if let Outcome::Limited { path, within: false, shadow_mode, .. } = o {
-                        tracing::debug!(domain = %req.domain, rule = %path, shadow_mode, "over limit");
+                    if let Outcome::Limited { path, within, shadow_mode, .. } = o {
+                        let counted = match (within, shadow_mode) {
+                            (true, _) => Counted::Allowed,
+                            (false, false) => Counted::Denied,
+                            (false, true) => Counted::ShadowDenied,
+                        };
+                        self.metrics.decision(&req.domain, path, counted);
+                        if !within {
+                            tracing::debug!(domain = %req.domain, rule = %path, shadow_mode, "over limit");
+                        }
                     }
                 }
                 let resp = response(&outcomes, self.response_headers);
+                self.metrics.latency(Api::Grpc, start.elapsed());
                 self.answered.fetch_add(1, Ordering::Relaxed);
                 Ok(Response::new(resp))
             }
             Err(BadRequest(msg)) => {
                 tracing::info!(domain = %req.domain, error = %msg, "bad request");
+                self.metrics.bad_request(Api::Grpc);
                 Err(Status::invalid_argument(msg))
             }
         }

@@ -20,12 +20,14 @@
 pub mod config;
 pub mod engine;
 pub mod grpc;
+pub mod http;
 pub mod limiters;
+pub mod metrics;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,6 +54,10 @@ pub struct ServeArgs {
     /// Where the gRPC service (Envoy's RLS v3) listens. Port 0 picks a free port; the log says which.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8081")]
     pub grpc_listen: SocketAddr,
+
+    /// Where the HTTP side listens: the JSON API (POST /v1/ratelimit), /metrics, /healthz and /readyz.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub http_listen: SocketAddr,
 
     /// The algorithm of every rule. fixed-window counts as envoyproxy/ratelimit does (windows of one unit).
     #[arg(long, value_enum, default_value_t = Algorithm::FixedWindow)]
@@ -120,7 +126,10 @@ pub fn main(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(args, engine)) {
+    let http_options = Options::default()
+        .max_keys(usize::try_from(args.max_keys).unwrap_or(usize::MAX))
+        .max_key_len(args.max_key_len as usize);
+    match runtime.block_on(serve(args, engine, http_options)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -129,31 +138,50 @@ pub fn main(args: ServeArgs) -> ExitCode {
     }
 }
 
-async fn serve(args: ServeArgs, engine: Arc<Engine>) -> Result<(), String> {
+async fn serve(args: ServeArgs, engine: Arc<Engine>, http_options: Options) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(args.grpc_listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.grpc_listen))?;
+    let http_listener = tokio::net::TcpListener::bind(args.http_listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.http_listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let http_addr = http_listener.local_addr().map_err(|e| e.to_string())?;
     let answered = Arc::new(AtomicU64::new(0));
-    let rls = grpc::Rls::new(engine.clone(), args.response_headers, answered.clone());
+    let metrics = Arc::new(metrics::Metrics::default());
+    let ready = Arc::new(AtomicBool::new(true));
+    let rls = grpc::Rls::new(engine.clone(), args.response_headers, answered.clone(), metrics.clone());
     let service = RateLimitServiceServer::new(rls).max_decoding_message_size(args.max_request_bytes as usize);
+    let http = Arc::new(http::Http::new(args.algorithm, http_options, metrics, ready.clone()));
 
     tokio::spawn(watch(args.config.clone(), engine.clone(), args.watch_interval_ms));
 
+    // SIGTERM or SIGINT: not ready any more, no new connections, the calls in
+    // flight answered; both servers then return.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
-    let shutdown = async move {
-        tokio::select! {
-            _ = term.recv() => tracing::info!(signal = "SIGTERM", "shutting down: answering the calls in flight"),
-            _ = tokio::signal::ctrl_c() => tracing::info!(signal = "SIGINT", "shutting down: answering the calls in flight"),
-        }
+    tokio::spawn(async move {
+        let signal = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+        };
+        tracing::info!(signal, "shutting down: answering the calls in flight");
+        ready.store(false, Ordering::Relaxed);
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
     };
-    tracing::info!(grpc = %addr, algorithm = ?args.algorithm, "listening");
-    tonic::transport::Server::builder()
-        .add_service(service)
-        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), shutdown)
-        .await
-        .map_err(|e| format!("gRPC server: {e}"))?;
+    tracing::info!(grpc = %addr, http = %http_addr, algorithm = ?args.algorithm, "listening");
+    let grpc = tonic::transport::Server::builder().add_service(service).serve_with_incoming_shutdown(
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+        stopped(stop_rx.clone()),
+    );
+    let http = axum::serve(http_listener, http::router(http)).with_graceful_shutdown(stopped(stop_rx));
+    let (g, h) = tokio::join!(grpc, http);
+    g.map_err(|e| format!("gRPC server: {e}"))?;
+    h.map_err(|e| format!("HTTP server: {e}"))?;
     tracing::info!(answered = answered.load(Ordering::Relaxed), "stopped");
     Ok(())
 }

@@ -39,7 +39,11 @@ pub enum RateLimiter {
 impl RateLimiter {
     /// Builds the limiter for `requests_per_unit` per `unit` (at least 1).
     pub fn new(algorithm: Algorithm, requests_per_unit: u32, unit: Unit, options: Options) -> ratomic::Result<Self> {
-        let rate = Rate::new(u64::from(requests_per_unit), unit.duration())?;
+        Self::from_rate(algorithm, Rate::new(u64::from(requests_per_unit), unit.duration())?, options)
+    }
+
+    /// Builds the limiter for `rate`.
+    pub fn from_rate(algorithm: Algorithm, rate: Rate, options: Options) -> ratomic::Result<Self> {
         Ok(match algorithm {
             Algorithm::FixedWindow => RateLimiter::Fixed(FixedWindow::builder(rate).options(options).build()?),
             Algorithm::SlidingWindow => RateLimiter::Sliding(SlidingWindow::builder(rate).options(options).build()?),

@@ -49,13 +49,14 @@ class Server:
     def start(self):
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            [os.environ["RATOMIC_BIN"], "serve", "--config", str(self.config), "--grpc-listen", "127.0.0.1:0", *self.flags],
+            [os.environ["RATOMIC_BIN"], "serve", "--config", str(self.config), "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", *self.flags],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "RATOMIC_LOG": "info"},
         )
-        m = self.wait_for(r"listening grpc=(\S+)")
+        m = self.wait_for(r"listening grpc=(\S+) http=(\S+)")
         self.addr = m.group(1)
+        self.http = "http://" + m.group(2)
         self.channel = grpc.insecure_channel(self.addr)
         self.stub = rls_pb2_grpc.RateLimitServiceStub(self.channel)
         return self

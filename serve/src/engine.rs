@@ -20,7 +20,7 @@ use std::time::Duration;
 use ratomic::{Decision, Options};
 
 use crate::config::{Config, Limit, Match, Rule, Unit};
-use crate::limiters::{self, Algorithm, Limiters, RateLimiter};
+use crate::limiters::{self, Algorithm, Limiters, RateLimiter, Storage};
 
 /// Bounds on what one request may carry.
 #[derive(Clone, Copy, Debug)]
@@ -104,22 +104,30 @@ pub struct Engine {
     state: RwLock<Arc<State>>,
     algorithm: Algorithm,
     options: Options,
+    storage: Storage,
     bounds: Bounds,
 }
 
 impl Engine {
     /// An engine for `config`.
-    pub fn new(config: Config, algorithm: Algorithm, options: Options, bounds: Bounds) -> ratomic::Result<Engine> {
+    pub fn new(
+        config: Config,
+        algorithm: Algorithm,
+        options: Options,
+        storage: Storage,
+        bounds: Bounds,
+    ) -> ratomic::Result<Engine> {
         let options = options.max_key_len(bounds.max_key_len);
-        let limiters = limiters::build(&config.rates(), None, algorithm, &options)?;
-        Ok(Engine { state: RwLock::new(Arc::new(State { config, limiters })), algorithm, options, bounds })
+        let limiters = limiters::build(&config.rates(), None, algorithm, &options, &storage)?;
+        Ok(Engine { state: RwLock::new(Arc::new(State { config, limiters })), algorithm, options, storage, bounds })
     }
 
     /// Replaces the configuration; the limiters of the rates it keeps keep
     /// their state. On an error nothing changes.
     pub fn reload(&self, config: Config) -> ratomic::Result<()> {
         let old = self.snapshot();
-        let limiters = limiters::build(&config.rates(), Some(&old.limiters), self.algorithm, &self.options)?;
+        let limiters =
+            limiters::build(&config.rates(), Some(&old.limiters), self.algorithm, &self.options, &self.storage)?;
         *self.state.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(State { config, limiters });
         Ok(())
     }
@@ -302,7 +310,7 @@ mod tests {
     fn engine(yaml: &str) -> Engine {
         let (d, n) = crate::config::parse(Path::new("t.yaml"), yaml).unwrap();
         let config = Config { domains: [(d, n)].into() };
-        Engine::new(config, Algorithm::FixedWindow, Options::default(), Bounds::default()).unwrap()
+        Engine::new(config, Algorithm::FixedWindow, Options::default(), Storage::default(), Bounds::default()).unwrap()
     }
 
     fn one<'a>(entries: &[(&'a str, &'a str)], hits: u64) -> Descriptor<'a> {

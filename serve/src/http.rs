@@ -25,7 +25,7 @@ use ratomic::headers::{Headers, Policy};
 use ratomic::{Options, Rate};
 use serde::Deserialize;
 
-use crate::limiters::{Algorithm, RateLimiter};
+use crate::limiters::{file_stem, Algorithm, RateLimiter, Storage};
 use crate::metrics::{Api, Metrics, Result as Outcome};
 
 /// Most distinct `(limit, duration)` pairs the HTTP API keeps a limiter for.
@@ -39,14 +39,21 @@ pub struct Http {
     limiters: Mutex<HashMap<(u64, Duration), Arc<RateLimiter>>>,
     algorithm: Algorithm,
     options: Options,
+    storage: Storage,
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
 }
 
 impl Http {
     /// The HTTP side; `ready` is what `/readyz` reports.
-    pub fn new(algorithm: Algorithm, options: Options, metrics: Arc<Metrics>, ready: Arc<AtomicBool>) -> Http {
-        Http { limiters: Mutex::new(HashMap::new()), algorithm, options, metrics, ready }
+    pub fn new(
+        algorithm: Algorithm,
+        options: Options,
+        storage: Storage,
+        metrics: Arc<Metrics>,
+        ready: Arc<AtomicBool>,
+    ) -> Http {
+        Http { limiters: Mutex::new(HashMap::new()), algorithm, options, storage, metrics, ready }
     }
 }
 
@@ -140,7 +147,14 @@ fn decide(http: &Http, body: &[u8]) -> Response {
                     "this server already serves {MAX_HTTP_RATES} distinct (limit, duration) pairs: reuse one of them"
                 ));
             }
-            None => match RateLimiter::from_rate(http.algorithm, rate, http.options.clone()) {
+            None => match RateLimiter::from_rate(
+                http.algorithm,
+                rate,
+                http.storage.options(
+                    &http.options,
+                    &format!("http-{}", file_stem(http.algorithm, rate.count(), rate.period())),
+                ),
+            ) {
                 Ok(l) => {
                     let l = Arc::new(l);
                     map.insert((rate.count(), rate.period()), l.clone());
@@ -148,7 +162,11 @@ fn decide(http: &Http, body: &[u8]) -> Response {
                 }
                 Err(e) => {
                     drop(map);
-                    return bad(format!("limit {} per {:?} cannot be served: {e}", req.limit, req.duration));
+                    // A shared file that cannot be opened is the operator's
+                    // problem, not the caller's: logged, not shown.
+                    tracing::error!(error = %e, "cannot make the HTTP API's limiter");
+                    http.metrics.backend_error();
+                    return problem(StatusCode::SERVICE_UNAVAILABLE, "the decision could not be made; try again");
                 }
             },
         }

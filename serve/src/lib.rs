@@ -79,6 +79,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 64 * 1024, value_parser = clap::value_parser!(u64).range(1024..=(16 << 20)))]
     pub max_request_bytes: u64,
 
+    /// Keep the limiters' state in shared files in DIR (one per rate), shared by every `ratomic serve` of this
+    /// host given the same DIR; without it, state is in memory. Use a directory only the service's user can
+    /// write (e.g. /run/ratomic); --max-keys sizes each file (2 x max_keys slots of 24 bytes, sparse).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
     /// Add the IETF RateLimit-Policy and RateLimit fields (and Retry-After) of the tightest descriptor to each
     /// response's response_headers_to_add, for Envoy to pass to the client.
     #[arg(long)]
@@ -112,7 +118,8 @@ pub fn main(args: ServeArgs) -> ExitCode {
         max_entries: config::MAX_DEPTH,
         max_key_len: args.max_key_len as usize,
     };
-    let engine = match Engine::new(config, args.algorithm, options, bounds) {
+    let storage = limiters::Storage { state_dir: args.state_dir.clone() };
+    let engine = match Engine::new(config, args.algorithm, options, storage, bounds) {
         Ok(e) => Arc::new(e),
         Err(e) => {
             eprintln!("error: {e}");
@@ -152,7 +159,13 @@ async fn serve(args: ServeArgs, engine: Arc<Engine>, http_options: Options) -> R
     let ready = Arc::new(AtomicBool::new(true));
     let rls = grpc::Rls::new(engine.clone(), args.response_headers, answered.clone(), metrics.clone());
     let service = RateLimitServiceServer::new(rls).max_decoding_message_size(args.max_request_bytes as usize);
-    let http = Arc::new(http::Http::new(args.algorithm, http_options, metrics, ready.clone()));
+    let http = Arc::new(http::Http::new(
+        args.algorithm,
+        http_options,
+        limiters::Storage { state_dir: args.state_dir.clone() },
+        metrics,
+        ready.clone(),
+    ));
 
     tokio::spawn(watch(args.config.clone(), engine.clone(), args.watch_interval_ms));
 

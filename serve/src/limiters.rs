@@ -98,6 +98,35 @@ impl RateLimiter {
 /// The limiters of one configuration, by rate.
 pub type Limiters = HashMap<(u32, Unit), Arc<RateLimiter>>;
 
+/// Where the limiters keep their keys: in this process, or in one shared
+/// file per rate in a directory, so that every `ratomic serve` of the host
+/// given the same directory shares the state (core's shared-file store).
+#[derive(Clone, Debug, Default)]
+pub struct Storage {
+    /// The directory of the shared files, or `None` for memory.
+    pub state_dir: Option<std::path::PathBuf>,
+}
+
+impl Storage {
+    /// `options` for the limiter named `name` (a file name's stem).
+    pub fn options(&self, options: &Options, name: &str) -> Options {
+        match &self.state_dir {
+            Some(dir) => options.clone().shared_file(dir.join(format!("{name}.ratomic"))),
+            None => options.clone(),
+        }
+    }
+}
+
+/// The stem of a rate's shared file: the algorithm and the rate.
+pub fn file_stem(algorithm: Algorithm, requests_per_unit: u64, period: std::time::Duration) -> String {
+    let algo = match algorithm {
+        Algorithm::FixedWindow => "fixed-window",
+        Algorithm::SlidingWindow => "sliding-window",
+        Algorithm::TokenBucket => "token-bucket",
+    };
+    format!("{algo}-{requests_per_unit}-per-{}ms", period.as_millis())
+}
+
 /// Builds the limiters for `rates`, taking each from `old` when it is
 /// there (a reload), so that its keys keep their state. A rate of 0
 /// refuses every call and needs no limiter.
@@ -106,6 +135,7 @@ pub fn build(
     old: Option<&Limiters>,
     algorithm: Algorithm,
     options: &Options,
+    storage: &Storage,
 ) -> ratomic::Result<Limiters> {
     let mut out = Limiters::new();
     for &(rpu, unit) in rates {
@@ -114,7 +144,10 @@ pub fn build(
         }
         let limiter = match old.and_then(|o| o.get(&(rpu, unit))) {
             Some(l) => l.clone(),
-            None => Arc::new(RateLimiter::new(algorithm, rpu, unit, options.clone())?),
+            None => {
+                let stem = format!("rls-{}", file_stem(algorithm, u64::from(rpu), unit.duration()));
+                Arc::new(RateLimiter::new(algorithm, rpu, unit, storage.options(options, &stem))?)
+            }
         };
         out.insert((rpu, unit), limiter);
     }

@@ -169,3 +169,33 @@ def test_four_processes_on_a_hot_descriptor_never_exceed_the_limit(serve):
         over += v
     assert ok + over == 4 * calls
     assert ok == limit, f"{ok} grants for a limit of {limit}"
+
+
+def test_two_servers_sharing_a_state_dir_never_exceed_the_limit_together(serve, tmp_path):
+    limit = 600
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    yaml = f"domain: hot\ndescriptors:\n  - key: tenant\n    rate_limit: {{unit: year, requests_per_unit: {limit}}}\n"
+    flags = ("--state-dir", str(state), "--max-keys", "1024")
+    a = serve(yaml, *flags, name="a.yaml")
+    b = serve(yaml, *flags, name="b.yaml")
+    here = os.path.dirname(__file__)
+    calls, inflight = 400, 64
+    procs = [
+        subprocess.Popen(
+            [sys.executable, os.path.join(here, "hot_worker.py"), s.addr, str(calls), str(inflight)],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=here,
+        )
+        for s in (a, b, a, b)
+    ]
+    ok = 0
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        o, v, err = map(int, out.split())
+        assert err == 0 and o + v == calls
+        ok += o
+    assert ok == limit, f"{ok} grants through two servers for a limit of {limit}"
+    assert any(f.name.startswith("rls-fixed-window-600-per-") for f in state.iterdir())

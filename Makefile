@@ -8,7 +8,7 @@
 #   make test-python   # the Python package: fresh venv, wheel, pytest, stubtest
 #   make test-node     # the Node addon: npm ci, build, typings drift, node --test, tsc
 #   make test-redis    # ratomic-redis against real redis-servers (installed with apt if missing)
-#   make test-serve    # `ratomic serve` driven by Python grpcio with Envoy's protos (own venv)
+#   make test-serve    # `ratomic serve` driven by Python grpcio with Envoy's protos (own venv), on memory, a shared file and real redis-servers
 #   make lint          # rustfmt, clippy (every target: the benches and bench binaries build) and
 #                      # rustdoc, warnings as errors
 #   make lint-release  # the release workflow against GitHub's workflow schema

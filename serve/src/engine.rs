@@ -20,7 +20,7 @@ use std::time::Duration;
 use ratomic::{Decision, Options};
 
 use crate::config::{Config, Limit, Match, Rule, Unit};
-use crate::limiters::{self, Algorithm, Limiters, RateLimiter, Storage};
+use crate::limiters::{self, Algorithm, BackendError, Limiters, RateLimiter, Storage};
 
 /// Bounds on what one request may carry.
 #[derive(Clone, Copy, Debug)]
@@ -85,9 +85,16 @@ impl Outcome {
     }
 }
 
-/// A bad request: a message for the caller, no state changed.
+/// Why a request got no decision.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BadRequest(pub String);
+pub enum Refused {
+    /// A bad request: a message for the caller; no state changed.
+    BadRequest(String),
+    /// The state's backend failed and its policy is to report it: the
+    /// text is for the operator's log, never for the caller. Hits the
+    /// request had taken are given back.
+    Backend(String),
+}
 
 /// A configuration and its limiters.
 #[derive(Debug)]
@@ -110,24 +117,24 @@ pub struct Engine {
 
 impl Engine {
     /// An engine for `config`.
-    pub fn new(
+    pub async fn new(
         config: Config,
         algorithm: Algorithm,
         options: Options,
         storage: Storage,
         bounds: Bounds,
-    ) -> ratomic::Result<Engine> {
+    ) -> Result<Engine, BackendError> {
         let options = options.max_key_len(bounds.max_key_len);
-        let limiters = limiters::build(&config.rates(), None, algorithm, &options, &storage)?;
+        let limiters = limiters::build(&config.rates(), None, algorithm, &options, &storage).await?;
         Ok(Engine { state: RwLock::new(Arc::new(State { config, limiters })), algorithm, options, storage, bounds })
     }
 
     /// Replaces the configuration; the limiters of the rates it keeps keep
     /// their state. On an error nothing changes.
-    pub fn reload(&self, config: Config) -> ratomic::Result<()> {
+    pub async fn reload(&self, config: Config) -> Result<(), BackendError> {
         let old = self.snapshot();
         let limiters =
-            limiters::build(&config.rates(), Some(&old.limiters), self.algorithm, &self.options, &self.storage)?;
+            limiters::build(&config.rates(), Some(&old.limiters), self.algorithm, &self.options, &self.storage).await?;
         *self.state.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(State { config, limiters });
         Ok(())
     }
@@ -143,16 +150,16 @@ impl Engine {
     }
 
     /// Decides a request: one outcome per descriptor, in order.
-    pub fn decide(&self, domain: &str, descriptors: &[Descriptor<'_>]) -> Result<Vec<Outcome>, BadRequest> {
+    pub async fn decide(&self, domain: &str, descriptors: &[Descriptor<'_>]) -> Result<Vec<Outcome>, Refused> {
         // Every check before any decision: a bad request changes nothing.
         if domain.is_empty() {
-            return Err(BadRequest("rate limit domain must not be empty".into()));
+            return Err(Refused::BadRequest("rate limit domain must not be empty".into()));
         }
         if descriptors.is_empty() {
-            return Err(BadRequest("rate limit descriptor list must not be empty".into()));
+            return Err(Refused::BadRequest("rate limit descriptor list must not be empty".into()));
         }
         if descriptors.len() > self.bounds.max_descriptors {
-            return Err(BadRequest(format!(
+            return Err(Refused::BadRequest(format!(
                 "{} descriptors in one request: at most {} are accepted",
                 descriptors.len(),
                 self.bounds.max_descriptors
@@ -161,7 +168,7 @@ impl Engine {
         let mut keys = Vec::with_capacity(descriptors.len());
         for (i, d) in descriptors.iter().enumerate() {
             if d.entries.len() > self.bounds.max_entries {
-                return Err(BadRequest(format!(
+                return Err(Refused::BadRequest(format!(
                     "descriptor {i} has {} entries: at most {} are accepted",
                     d.entries.len(),
                     self.bounds.max_entries
@@ -169,7 +176,7 @@ impl Engine {
             }
             let key = key_of(domain, &d.entries);
             if key.len() > self.bounds.max_key_len {
-                return Err(BadRequest(format!(
+                return Err(Refused::BadRequest(format!(
                     "descriptor {i}: its domain, keys and values take {} bytes, more than the {} accepted",
                     key.len(),
                     self.bounds.max_key_len
@@ -229,9 +236,13 @@ impl Engine {
                     let result = if d.hits > u64::from(requests_per_unit) {
                         // More hits than the limit could ever grant: over the
                         // limit (as the reference answers), nothing taken.
-                        limiter.peek(key, 0).map(|d| Decision { allowed: false, retry_after: unit.duration(), ..d })
+                        limiter.peek(key, 0).await.map(|d| Decision {
+                            allowed: false,
+                            retry_after: unit.duration(),
+                            ..d
+                        })
                     } else {
-                        limiter.allow(key, d.hits)
+                        limiter.allow(key, d.hits).await
                     };
                     match result {
                         Ok(decision) => {
@@ -240,17 +251,15 @@ impl Engine {
                             }
                             decision
                         }
-                        // The checks above leave no error for a limiter to
-                        // report; should one come, refuse rather than grant.
-                        Err(e) => {
-                            tracing::error!(error = %e, rule = %rule.path, "limiter error; descriptor refused");
-                            Decision {
-                                allowed: false,
-                                remaining: 0,
-                                limit: u64::from(requests_per_unit),
-                                retry_after: unit.duration(),
-                                reset_after: unit.duration(),
+                        // The backend failed and its policy is to say so: give
+                        // back what this request took, report no decision.
+                        Err(BackendError(e)) => {
+                            for (i, limiter, hits) in granted {
+                                if let Err(BackendError(e)) = limiter.refund(&keys[i], hits).await {
+                                    tracing::error!(error = %e, "refund failed");
+                                }
                             }
+                            return Err(Refused::Backend(format!("{}: {e}", rule.path)));
                         }
                     }
                 }
@@ -272,7 +281,7 @@ impl Engine {
         }
         if rejected {
             for (i, limiter, hits) in granted {
-                if let Err(e) = limiter.refund(&keys[i], hits) {
+                if let Err(BackendError(e)) = limiter.refund(&keys[i], hits).await {
                     tracing::error!(error = %e, "refund failed");
                 }
                 if let Outcome::Limited { remaining, requests_per_unit, .. } = &mut outcomes[i] {
@@ -310,7 +319,19 @@ mod tests {
     fn engine(yaml: &str) -> Engine {
         let (d, n) = crate::config::parse(Path::new("t.yaml"), yaml).unwrap();
         let config = Config { domains: [(d, n)].into() };
-        Engine::new(config, Algorithm::FixedWindow, Options::default(), Storage::default(), Bounds::default()).unwrap()
+        block_on(Engine::new(config, Algorithm::FixedWindow, Options::default(), Storage::default(), Bounds::default()))
+            .unwrap()
+    }
+
+    /// In memory every future is ready at once: a current-thread runtime runs it.
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+    }
+
+    impl Engine {
+        fn decide_now(&self, domain: &str, descriptors: &[Descriptor<'_>]) -> Result<Vec<Outcome>, Refused> {
+            block_on(self.decide(domain, descriptors))
+        }
     }
 
     fn one<'a>(entries: &[(&'a str, &'a str)], hits: u64) -> Descriptor<'a> {
@@ -333,26 +354,26 @@ descriptors:
     fn a_rejected_request_spends_nothing_on_its_other_descriptors() {
         let e = engine(YAML);
         for _ in 0..3 {
-            let out = e.decide("d", &[one(&[("user", "u")], 1), one(&[("ip", "1")], 1)]).unwrap();
+            let out = e.decide_now("d", &[one(&[("user", "u")], 1), one(&[("ip", "1")], 1)]).unwrap();
             assert!(out.iter().all(|o| !o.over_limit()));
         }
-        let out = e.decide("d", &[one(&[("user", "u")], 1), one(&[("ip", "1")], 1)]).unwrap();
+        let out = e.decide_now("d", &[one(&[("user", "u")], 1), one(&[("ip", "1")], 1)]).unwrap();
         assert!(out[0].over_limit());
         assert!(!out[1].over_limit());
         // ip has spent 3 of 10: the rejected request gave its hit back.
         let Outcome::Limited { remaining, .. } = &out[1] else { panic!() };
         assert_eq!(*remaining, 7);
-        let out = e.decide("d", &[one(&[("ip", "1")], 7)]).unwrap();
+        let out = e.decide_now("d", &[one(&[("ip", "1")], 7)]).unwrap();
         assert!(!out[0].over_limit());
-        let out = e.decide("d", &[one(&[("ip", "1")], 1)]).unwrap();
+        let out = e.decide_now("d", &[one(&[("ip", "1")], 1)]).unwrap();
         assert!(out[0].over_limit());
     }
 
     #[test]
     fn shadow_mode_reports_ok_and_does_not_reject_the_request() {
         let e = engine(YAML);
-        e.decide("d", &[one(&[("shadow", "s")], 1)]).unwrap();
-        let out = e.decide("d", &[one(&[("shadow", "s")], 1), one(&[("user", "v")], 1)]).unwrap();
+        e.decide_now("d", &[one(&[("shadow", "s")], 1)]).unwrap();
+        let out = e.decide_now("d", &[one(&[("shadow", "s")], 1), one(&[("user", "v")], 1)]).unwrap();
         assert!(matches!(out[0], Outcome::Limited { within: false, shadow_mode: true, .. }));
         assert!(!out[0].over_limit());
         let Outcome::Limited { remaining, .. } = &out[1] else { panic!() };
@@ -362,9 +383,9 @@ descriptors:
     #[test]
     fn hits_above_the_limit_are_over_limit_and_take_nothing() {
         let e = engine(YAML);
-        let out = e.decide("d", &[one(&[("user", "u")], 4)]).unwrap();
+        let out = e.decide_now("d", &[one(&[("user", "u")], 4)]).unwrap();
         assert!(out[0].over_limit());
-        let out = e.decide("d", &[one(&[("user", "u")], 3)]).unwrap();
+        let out = e.decide_now("d", &[one(&[("user", "u")], 3)]).unwrap();
         assert!(!out[0].over_limit());
     }
 
@@ -372,23 +393,23 @@ descriptors:
     fn bad_requests_change_nothing() {
         let e = engine(YAML);
         let long = "x".repeat(2000);
-        let err = e.decide("d", &[one(&[("user", "u")], 3), one(&[("user", &long)], 1)]).unwrap_err();
-        assert!(err.0.contains("descriptor 1"), "{err:?}");
-        assert!(e.decide("", &[one(&[("user", "u")], 1)]).is_err());
-        assert!(e.decide("d", &[]).is_err());
-        let out = e.decide("d", &[one(&[("user", "u")], 3)]).unwrap();
+        let err = e.decide_now("d", &[one(&[("user", "u")], 3), one(&[("user", &long)], 1)]).unwrap_err();
+        assert!(matches!(&err, Refused::BadRequest(m) if m.contains("descriptor 1")), "{err:?}");
+        assert!(e.decide_now("", &[one(&[("user", "u")], 1)]).is_err());
+        assert!(e.decide_now("d", &[]).is_err());
+        let out = e.decide_now("d", &[one(&[("user", "u")], 3)]).unwrap();
         assert!(!out[0].over_limit(), "the bad request took nothing");
     }
 
     #[test]
     fn a_reload_keeps_the_state_of_unchanged_rates() {
         let e = engine(YAML);
-        e.decide("d", &[one(&[("user", "u")], 3), one(&[("ip", "1")], 1)]).unwrap();
+        e.decide_now("d", &[one(&[("user", "u")], 3), one(&[("ip", "1")], 1)]).unwrap();
         let changed = YAML.replace("requests_per_unit: 10", "requests_per_unit: 20");
         let (d, n) = crate::config::parse(Path::new("t.yaml"), &changed).unwrap();
-        e.reload(Config { domains: [(d, n)].into() }).unwrap();
-        assert!(e.decide("d", &[one(&[("user", "u")], 1)]).unwrap()[0].over_limit(), "user kept its state");
-        let Outcome::Limited { remaining, .. } = &e.decide("d", &[one(&[("ip", "1")], 1)]).unwrap()[0] else {
+        block_on(e.reload(Config { domains: [(d, n)].into() })).unwrap();
+        assert!(e.decide_now("d", &[one(&[("user", "u")], 1)]).unwrap()[0].over_limit(), "user kept its state");
+        let Outcome::Limited { remaining, .. } = &e.decide_now("d", &[one(&[("ip", "1")], 1)]).unwrap()[0] else {
             panic!()
         };
         assert_eq!(*remaining, 19, "ip's rate changed: a new limiter");

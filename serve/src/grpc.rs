@@ -14,7 +14,7 @@ use ratomic::headers::{Headers, Policy};
 use ratomic::Decision;
 use tonic::{Request, Response, Status};
 
-use crate::engine::{BadRequest, Descriptor, Engine, Outcome};
+use crate::engine::{Descriptor, Engine, Outcome, Refused};
 use crate::metrics::{Api, Metrics, Result as Counted};
 
 /// The gRPC service.
@@ -42,17 +42,17 @@ fn duration(d: Duration) -> PbDuration {
 }
 
 /// Maps a request to the engine's descriptors, or says what is wrong.
-fn descriptors(req: &RateLimitRequest) -> Result<Vec<Descriptor<'_>>, BadRequest> {
+fn descriptors(req: &RateLimitRequest) -> Result<Vec<Descriptor<'_>>, Refused> {
     let request_hits = u64::from(req.hits_addend.max(1));
     req.descriptors
         .iter()
         .enumerate()
         .map(|(i, d)| {
             if d.is_negative_hits {
-                return Err(BadRequest(format!("descriptor {i}: is_negative_hits is not supported by ratomic serve")));
+                return Err(Refused::BadRequest(format!("descriptor {i}: is_negative_hits is not supported by ratomic serve")));
             }
             if d.limit.is_some() {
-                return Err(BadRequest(format!(
+                return Err(Refused::BadRequest(format!(
                     "descriptor {i}: a limit override is not supported by ratomic serve; configure the limit in its YAML"
                 )));
             }
@@ -144,7 +144,10 @@ impl RateLimitService for Rls {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let start = Instant::now();
         let req = request.into_inner();
-        let outcomes = descriptors(&req).and_then(|ds| self.engine.decide(&req.domain, &ds));
+        let outcomes = match descriptors(&req) {
+            Ok(ds) => self.engine.decide(&req.domain, &ds).await,
+            Err(e) => Err(e),
+        };
         match outcomes {
             Ok(outcomes) => {
                 for o in &outcomes {
@@ -165,10 +168,17 @@ impl RateLimitService for Rls {
                 self.answered.fetch_add(1, Ordering::Relaxed);
                 Ok(Response::new(resp))
             }
-            Err(BadRequest(msg)) => {
+            Err(Refused::BadRequest(msg)) => {
                 tracing::info!(domain = %req.domain, error = %msg, "bad request");
                 self.metrics.bad_request(Api::Grpc);
                 Err(Status::invalid_argument(msg))
+            }
+            Err(Refused::Backend(e)) => {
+                // The policy is to report backend failures: Envoy's
+                // failure_mode_deny decides. The caller never sees the cause.
+                tracing::error!(domain = %req.domain, error = %e, "backend error; no decision");
+                self.metrics.backend_error();
+                Err(Status::unavailable("the rate limit backend is unavailable"))
             }
         }
     }

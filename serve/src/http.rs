@@ -25,7 +25,7 @@ use ratomic::headers::{Headers, Policy};
 use ratomic::{Options, Rate};
 use serde::Deserialize;
 
-use crate::limiters::{file_stem, Algorithm, RateLimiter, Storage};
+use crate::limiters::{file_stem, Algorithm, BackendError, RateLimiter, Storage};
 use crate::metrics::{Api, Metrics, Result as Outcome};
 
 /// Most distinct `(limit, duration)` pairs the HTTP API keeps a limiter for.
@@ -97,12 +97,12 @@ fn problem(status: StatusCode, detail: &str) -> Response {
 
 async fn ratelimit(State(http): State<Arc<Http>>, body: Bytes) -> Response {
     let start = Instant::now();
-    let resp = decide(&http, &body);
+    let resp = decide(&http, &body).await;
     http.metrics.latency(Api::Http, start.elapsed());
     resp
 }
 
-fn decide(http: &Http, body: &[u8]) -> Response {
+async fn decide(http: &Http, body: &[u8]) -> Response {
     let bad = |msg: String| {
         http.metrics.bad_request(Api::Http);
         problem(StatusCode::BAD_REQUEST, &msg)
@@ -137,43 +137,45 @@ fn decide(http: &Http, body: &[u8]) -> Response {
     if req.cost > rate.count() {
         return bad(format!("cost {} exceeds the limit {}: this call could never be allowed", req.cost, rate.count()));
     }
-    let limiter = {
-        let mut map = http.limiters.lock().unwrap_or_else(|e| e.into_inner());
-        match map.get(&(rate.count(), rate.period())) {
-            Some(l) => l.clone(),
+    let rate_key = (rate.count(), rate.period());
+    let existing = {
+        let map = http.limiters.lock().unwrap_or_else(|e| e.into_inner());
+        match map.get(&rate_key) {
+            Some(l) => Some(l.clone()),
             None if map.len() >= MAX_HTTP_RATES => {
                 drop(map);
                 return bad(format!(
                     "this server already serves {MAX_HTTP_RATES} distinct (limit, duration) pairs: reuse one of them"
                 ));
             }
-            None => match RateLimiter::from_rate(
-                http.algorithm,
-                rate,
-                http.storage.options(
-                    &http.options,
-                    &format!("http-{}", file_stem(http.algorithm, rate.count(), rate.period())),
-                ),
-            ) {
-                Ok(l) => {
-                    let l = Arc::new(l);
-                    map.insert((rate.count(), rate.period()), l.clone());
-                    l
-                }
-                Err(e) => {
-                    drop(map);
-                    // A shared file that cannot be opened is the operator's
-                    // problem, not the caller's: logged, not shown.
+            None => None,
+        }
+    };
+    let limiter = match existing {
+        Some(l) => l,
+        None => {
+            let name = format!("http-{}", file_stem(http.algorithm, rate.count(), rate.period()));
+            match http.storage.limiter(http.algorithm, rate, &http.options, &name).await {
+                // Two callers may have made it at once: the first one kept wins.
+                Ok(l) => http
+                    .limiters
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(rate_key)
+                    .or_insert(Arc::new(l))
+                    .clone(),
+                Err(BackendError(e)) => {
+                    // The operator's problem, not the caller's: logged, not shown.
                     tracing::error!(error = %e, "cannot make the HTTP API's limiter");
                     http.metrics.backend_error();
                     return problem(StatusCode::SERVICE_UNAVAILABLE, "the decision could not be made; try again");
                 }
-            },
+            }
         }
     };
-    let d = match limiter.allow(req.identifier.as_bytes(), req.cost) {
+    let d = match limiter.allow(req.identifier.as_bytes(), req.cost).await {
         Ok(d) => d,
-        Err(e) => {
+        Err(BackendError(e)) => {
             tracing::error!(error = %e, "HTTP decision failed");
             http.metrics.backend_error();
             return problem(StatusCode::SERVICE_UNAVAILABLE, "the decision could not be made; try again");

@@ -85,6 +85,25 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 
+    /// Keep the limiters' state in Redis or Valkey at URL (redis://host:port/db), shared by every ratomic serve
+    /// using it. The server must answer at start.
+    #[arg(long, value_name = "URL", conflicts_with = "state_dir")]
+    pub redis: Option<String>,
+
+    /// Prefix of every Redis key this server writes.
+    #[arg(long, value_name = "PREFIX", default_value = "ratomic-serve:", requires = "redis")]
+    pub redis_prefix: String,
+
+    /// The longest a Redis round trip may take, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 50, requires = "redis")]
+    pub redis_timeout_ms: u64,
+
+    /// What to answer when Redis fails (after the timeout, or at once while the breaker is open): error (gRPC
+    /// UNAVAILABLE, HTTP 503: Envoy's failure_mode_deny decides), fail-open (allow), fail-closed (deny), or
+    /// fallback (an in-memory limiter of the same rule in this process).
+    #[arg(long, value_enum, default_value_t = OnFailure::Error, requires = "redis")]
+    pub redis_on_failure: OnFailure,
+
     /// Add the IETF RateLimit-Policy and RateLimit fields (and Retry-After) of the tightest descriptor to each
     /// response's response_headers_to_add, for Envoy to pass to the client.
     #[arg(long)]
@@ -93,6 +112,19 @@ pub struct ServeArgs {
     /// How often the configuration files are checked for changes, in milliseconds (0: only on SIGHUP).
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub watch_interval_ms: u64,
+}
+
+/// What to answer when Redis fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnFailure {
+    /// No decision: gRPC UNAVAILABLE, HTTP 503 (Envoy's `failure_mode_deny` decides).
+    Error,
+    /// Allow.
+    FailOpen,
+    /// Deny (retry after one second).
+    FailClosed,
+    /// Decide with an in-memory limiter of the same rule in this process.
+    Fallback,
 }
 
 /// Runs `ratomic serve` until SIGTERM or SIGINT; returns the exit code.
@@ -118,13 +150,24 @@ pub fn main(args: ServeArgs) -> ExitCode {
         max_entries: config::MAX_DEPTH,
         max_key_len: args.max_key_len as usize,
     };
-    let storage = limiters::Storage { state_dir: args.state_dir.clone() };
-    let engine = match Engine::new(config, args.algorithm, options, storage, bounds) {
-        Ok(e) => Arc::new(e),
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
+    let storage = limiters::Storage {
+        state_dir: args.state_dir.clone(),
+        redis: args.redis.clone().map(|url| limiters::Redis {
+            url,
+            prefix: args.redis_prefix.clone(),
+            options: ratomic_redis::Options {
+                timeout: Duration::from_millis(args.redis_timeout_ms.max(1)),
+                policy: match args.redis_on_failure {
+                    OnFailure::Error => ratomic_redis::FailurePolicy::ReturnError,
+                    OnFailure::FailOpen => ratomic_redis::FailurePolicy::FailOpen,
+                    OnFailure::FailClosed => {
+                        ratomic_redis::FailurePolicy::FailClosed { retry_after: Duration::from_secs(1) }
+                    }
+                    OnFailure::Fallback => ratomic_redis::FailurePolicy::Fallback,
+                },
+                ..ratomic_redis::Options::default()
+            },
+        }),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
@@ -133,10 +176,17 @@ pub fn main(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let engine = match runtime.block_on(Engine::new(config, args.algorithm, options, storage.clone(), bounds)) {
+        Ok(e) => Arc::new(e),
+        Err(limiters::BackendError(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let http_options = Options::default()
         .max_keys(usize::try_from(args.max_keys).unwrap_or(usize::MAX))
         .max_key_len(args.max_key_len as usize);
-    match runtime.block_on(serve(args, engine, http_options)) {
+    match runtime.block_on(serve(args, engine, http_options, storage)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -145,7 +195,12 @@ pub fn main(args: ServeArgs) -> ExitCode {
     }
 }
 
-async fn serve(args: ServeArgs, engine: Arc<Engine>, http_options: Options) -> Result<(), String> {
+async fn serve(
+    args: ServeArgs,
+    engine: Arc<Engine>,
+    http_options: Options,
+    storage: limiters::Storage,
+) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(args.grpc_listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.grpc_listen))?;
@@ -159,13 +214,7 @@ async fn serve(args: ServeArgs, engine: Arc<Engine>, http_options: Options) -> R
     let ready = Arc::new(AtomicBool::new(true));
     let rls = grpc::Rls::new(engine.clone(), args.response_headers, answered.clone(), metrics.clone());
     let service = RateLimitServiceServer::new(rls).max_decoding_message_size(args.max_request_bytes as usize);
-    let http = Arc::new(http::Http::new(
-        args.algorithm,
-        http_options,
-        limiters::Storage { state_dir: args.state_dir.clone() },
-        metrics,
-        ready.clone(),
-    ));
+    let http = Arc::new(http::Http::new(args.algorithm, http_options, storage, metrics, ready.clone()));
 
     tokio::spawn(watch(args.config.clone(), engine.clone(), args.watch_interval_ms));
 
@@ -225,9 +274,9 @@ async fn watch(paths: Vec<PathBuf>, engine: Arc<Engine>, interval_ms: u64) {
         };
         seen = read_all(&paths);
         match config::load_files(&paths) {
-            Ok(config) => match engine.reload(config) {
+            Ok(config) => match engine.reload(config).await {
                 Ok(()) => tracing::info!(cause, "configuration reloaded"),
-                Err(e) => {
+                Err(limiters::BackendError(e)) => {
                     tracing::error!(cause, error = %e, "configuration not reloaded; the previous one keeps serving")
                 }
             },

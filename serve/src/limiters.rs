@@ -34,15 +34,29 @@ pub enum RateLimiter {
     Sliding(SlidingWindow),
     /// See [`Algorithm::TokenBucket`].
     Bucket(TokenBucket),
+    /// Any of them, its state in Redis or Valkey (`ratomic-redis`).
+    Redis(ratomic_redis::RedisLimiter),
+}
+
+/// A limiter could not decide: its backend (Redis) failed and the failure
+/// policy is to report it. The text is for the operator's log only.
+#[derive(Debug)]
+pub struct BackendError(pub String);
+
+impl From<ratomic::Error> for BackendError {
+    fn from(e: ratomic::Error) -> Self {
+        BackendError(e.to_string())
+    }
+}
+
+impl From<ratomic_redis::Error> for BackendError {
+    fn from(e: ratomic_redis::Error) -> Self {
+        BackendError(e.to_string())
+    }
 }
 
 impl RateLimiter {
-    /// Builds the limiter for `requests_per_unit` per `unit` (at least 1).
-    pub fn new(algorithm: Algorithm, requests_per_unit: u32, unit: Unit, options: Options) -> ratomic::Result<Self> {
-        Self::from_rate(algorithm, Rate::new(u64::from(requests_per_unit), unit.duration())?, options)
-    }
-
-    /// Builds the limiter for `rate`.
+    /// Builds the in-process limiter for `rate` (in memory or a shared file).
     pub fn from_rate(algorithm: Algorithm, rate: Rate, options: Options) -> ratomic::Result<Self> {
         Ok(match algorithm {
             Algorithm::FixedWindow => RateLimiter::Fixed(FixedWindow::builder(rate).options(options).build()?),
@@ -54,44 +68,34 @@ impl RateLimiter {
     }
 
     /// Takes `cost` from `key`'s budget; a denial is a decision.
-    pub fn allow(&self, key: &[u8], cost: u64) -> ratomic::Result<Decision> {
-        match self {
-            RateLimiter::Fixed(l) => l.allow_n(key, cost),
-            RateLimiter::Sliding(l) => l.allow_n(key, cost),
-            RateLimiter::Bucket(l) => l.allow_n(key, cost),
-        }
+    pub async fn allow(&self, key: &[u8], cost: u64) -> Result<Decision, BackendError> {
+        Ok(match self {
+            RateLimiter::Fixed(l) => l.allow_n(key, cost)?,
+            RateLimiter::Sliding(l) => l.allow_n(key, cost)?,
+            RateLimiter::Bucket(l) => l.allow_n(key, cost)?,
+            RateLimiter::Redis(l) => l.allow_n(key, cost).await?.decision,
+        })
     }
 
     /// What `allow` would answer, changing nothing.
-    pub fn peek(&self, key: &[u8], cost: u64) -> ratomic::Result<Decision> {
-        match self {
-            RateLimiter::Fixed(l) => l.peek_n(key, cost),
-            RateLimiter::Sliding(l) => l.peek_n(key, cost),
-            RateLimiter::Bucket(l) => l.peek_n(key, cost),
-        }
+    pub async fn peek(&self, key: &[u8], cost: u64) -> Result<Decision, BackendError> {
+        Ok(match self {
+            RateLimiter::Fixed(l) => l.peek_n(key, cost)?,
+            RateLimiter::Sliding(l) => l.peek_n(key, cost)?,
+            RateLimiter::Bucket(l) => l.peek_n(key, cost)?,
+            RateLimiter::Redis(l) => l.peek(key, cost).await?.decision,
+        })
     }
 
     /// Gives `tokens` back to `key`, never above full.
-    pub fn refund(&self, key: &[u8], tokens: u64) -> ratomic::Result<()> {
+    pub async fn refund(&self, key: &[u8], tokens: u64) -> Result<(), BackendError> {
         match self {
-            RateLimiter::Fixed(l) => l.refund(key, tokens),
-            RateLimiter::Sliding(l) => l.refund(key, tokens),
-            RateLimiter::Bucket(l) => l.refund(key, tokens),
+            RateLimiter::Fixed(l) => l.refund(key, tokens)?,
+            RateLimiter::Sliding(l) => l.refund(key, tokens)?,
+            RateLimiter::Bucket(l) => l.refund(key, tokens)?,
+            RateLimiter::Redis(l) => l.refund(key, tokens).await?,
         }
-    }
-
-    /// Keys held.
-    pub fn len(&self) -> usize {
-        match self {
-            RateLimiter::Fixed(l) => l.len(),
-            RateLimiter::Sliding(l) => l.len(),
-            RateLimiter::Bucket(l) => l.len(),
-        }
-    }
-
-    /// Whether no key is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        Ok(())
     }
 }
 
@@ -105,9 +109,43 @@ pub type Limiters = HashMap<(u32, Unit), Arc<RateLimiter>>;
 pub struct Storage {
     /// The directory of the shared files, or `None` for memory.
     pub state_dir: Option<std::path::PathBuf>,
+    /// Redis or Valkey, if the state lives there.
+    pub redis: Option<Redis>,
+}
+
+/// Where in Redis the state lives, and what to do when it fails.
+#[derive(Clone, Debug)]
+pub struct Redis {
+    /// `redis://host:port/db`.
+    pub url: String,
+    /// Prefix of every key (each rate adds its own part).
+    pub prefix: String,
+    /// Timeout, failure policy, breaker.
+    pub options: ratomic_redis::Options,
 }
 
 impl Storage {
+    /// The limiter for `rate`, named `name` (in a file's name, or a Redis
+    /// key's prefix).
+    pub async fn limiter(
+        &self,
+        algorithm: Algorithm,
+        rate: Rate,
+        options: &Options,
+        name: &str,
+    ) -> Result<RateLimiter, BackendError> {
+        let Some(redis) = &self.redis else {
+            return Ok(RateLimiter::from_rate(algorithm, rate, self.options(options, name))?);
+        };
+        let rule = match algorithm {
+            Algorithm::FixedWindow => ratomic::Rule::fixed_window(rate)?,
+            Algorithm::SlidingWindow => ratomic::Rule::sliding_window(rate)?,
+            Algorithm::TokenBucket => ratomic::Rule::token_bucket(ratomic::Quota::from_rate(rate)?),
+        };
+        let limits = ratomic_redis::Limits::single(rule)?.with_prefix(format!("{}{name}:", redis.prefix))?;
+        Ok(RateLimiter::Redis(ratomic_redis::RedisLimiter::connect(&redis.url, limits, redis.options).await?))
+    }
+
     /// `options` for the limiter named `name` (a file name's stem).
     pub fn options(&self, options: &Options, name: &str) -> Options {
         match &self.state_dir {
@@ -130,13 +168,13 @@ pub fn file_stem(algorithm: Algorithm, requests_per_unit: u64, period: std::time
 /// Builds the limiters for `rates`, taking each from `old` when it is
 /// there (a reload), so that its keys keep their state. A rate of 0
 /// refuses every call and needs no limiter.
-pub fn build(
+pub async fn build(
     rates: &[(u32, Unit)],
     old: Option<&Limiters>,
     algorithm: Algorithm,
     options: &Options,
     storage: &Storage,
-) -> ratomic::Result<Limiters> {
+) -> Result<Limiters, BackendError> {
     let mut out = Limiters::new();
     for &(rpu, unit) in rates {
         if rpu == 0 {
@@ -146,7 +184,8 @@ pub fn build(
             Some(l) => l.clone(),
             None => {
                 let stem = format!("rls-{}", file_stem(algorithm, u64::from(rpu), unit.duration()));
-                Arc::new(RateLimiter::new(algorithm, rpu, unit, storage.options(options, &stem))?)
+                let rate = Rate::new(u64::from(rpu), unit.duration())?;
+                Arc::new(storage.limiter(algorithm, rate, options, &stem).await?)
             }
         };
         out.insert((rpu, unit), limiter);

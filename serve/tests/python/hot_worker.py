@@ -25,7 +25,8 @@ def main(addr, calls, inflight):
         try:
             code = fut.result().overall_code
             key = "ok" if code == OK else "over" if code == OVER_LIMIT else "error"
-        except grpc.RpcError:
+        except grpc.RpcError as e:
+            print(f"call failed: {e.code()} {e.details()}", file=sys.stderr)
             key = "error"
         with lock:
             counts[key] += 1

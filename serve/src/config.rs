@@ -128,6 +128,9 @@ pub struct Rule {
     /// The rule's path, `domain.key_value.key` as the reference names its
     /// stats: for logs and metrics.
     pub path: String,
+    /// Where the rule is written, `file:line: field`, for errors found
+    /// when its limiter is built.
+    pub origin: String,
 }
 
 /// A level of descriptors: children by `key` or by `key` and `value`.
@@ -181,12 +184,13 @@ impl Config {
         Match::None
     }
 
-    /// Every distinct `(requests_per_unit, unit)` of the configuration.
-    pub fn rates(&self) -> Vec<(u32, Unit)> {
-        fn walk(node: &Node, out: &mut Vec<(u32, Unit)>) {
-            if let Some(Rule { limit: Limit::Rate { requests_per_unit, unit }, .. }) = &node.rule {
-                if !out.contains(&(*requests_per_unit, *unit)) {
-                    out.push((*requests_per_unit, *unit));
+    /// Every distinct `(requests_per_unit, unit)` of the configuration, with
+    /// where one rule of that rate is written.
+    pub fn rates(&self) -> Vec<(u32, Unit, String)> {
+        fn walk(node: &Node, out: &mut Vec<(u32, Unit, String)>) {
+            if let Some(Rule { limit: Limit::Rate { requests_per_unit, unit }, origin, .. }) = &node.rule {
+                if !out.iter().any(|(r, u, _)| (r, u) == (requests_per_unit, unit)) {
+                    out.push((*requests_per_unit, *unit, origin.clone()));
                 }
             }
             for child in node.children.values() {
@@ -563,7 +567,8 @@ impl Parser<'_> {
             };
             Limit::Rate { requests_per_unit, unit }
         };
-        Ok(Rule { limit, name, replaces, shadow_mode: false, path })
+        let origin = format!("{}:{}: {field}", self.file.display(), line(node));
+        Ok(Rule { limit, name, replaces, shadow_mode: false, path, origin })
     }
 }
 

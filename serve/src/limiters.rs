@@ -169,14 +169,15 @@ pub fn file_stem(algorithm: Algorithm, requests_per_unit: u64, period: std::time
 /// there (a reload), so that its keys keep their state. A rate of 0
 /// refuses every call and needs no limiter.
 pub async fn build(
-    rates: &[(u32, Unit)],
+    rates: &[(u32, Unit, String)],
     old: Option<&Limiters>,
     algorithm: Algorithm,
     options: &Options,
     storage: &Storage,
 ) -> Result<Limiters, BackendError> {
     let mut out = Limiters::new();
-    for &(rpu, unit) in rates {
+    for (rpu, unit, origin) in rates {
+        let (rpu, unit) = (*rpu, *unit);
         if rpu == 0 {
             continue;
         }
@@ -184,8 +185,12 @@ pub async fn build(
             Some(l) => l.clone(),
             None => {
                 let stem = format!("rls-{}", file_stem(algorithm, u64::from(rpu), unit.duration()));
-                let rate = Rate::new(u64::from(rpu), unit.duration())?;
-                Arc::new(storage.limiter(algorithm, rate, options, &stem).await?)
+                // An error names the rule it comes from: a rate too large for
+                // the algorithm or the backend, a shared file or a server
+                // that cannot be reached.
+                let at = |e: String| BackendError(format!("{origin}: {rpu} per {}: {e}", unit.name()));
+                let rate = Rate::new(u64::from(rpu), unit.duration()).map_err(|e| at(e.to_string()))?;
+                Arc::new(storage.limiter(algorithm, rate, options, &stem).await.map_err(|BackendError(e)| at(e))?)
             }
         };
         out.insert((rpu, unit), limiter);

@@ -206,3 +206,16 @@ def test_a_bad_configuration_is_refused_at_start_naming_file_line_and_field(tmp_
     )
     assert p.returncode == 2
     assert f"{bad}:5: descriptors[0].rate_limit.unit: invalid rate limit unit \"fortnight\"" in p.stderr, p.stderr
+
+
+def test_a_rate_the_algorithm_cannot_hold_is_refused_at_start_naming_the_rule(tmp_path):
+    big = tmp_path / "big.yaml"
+    big.write_text("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 4000000000\n")
+    p = subprocess.run(
+        [os.environ["RATOMIC_BIN"], "serve", "--config", str(big), "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 2
+    assert f"{big}:5: descriptors[0].rate_limit: 4000000000 per second: invalid limit" in p.stderr, p.stderr

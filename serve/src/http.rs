@@ -154,6 +154,11 @@ async fn decide(http: &Http, body: &[u8]) -> Response {
     let limiter = match existing {
         Some(l) => l,
         None => {
+            // A rate the algorithm (or Redis) cannot hold is the caller's
+            // mistake; checked once per new rate, before anything is opened.
+            if let Err(e) = http.storage.check(http.algorithm, rate) {
+                return bad(format!("limit {} per duration {:?} cannot be served: {e}", req.limit, req.duration));
+            }
             let name = format!("http-{}", file_stem(http.algorithm, rate.count(), rate.period()));
             match http.storage.limiter(http.algorithm, rate, &http.options, &name).await {
                 // Two callers may have made it at once: the first one kept wins.

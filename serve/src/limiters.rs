@@ -137,13 +137,30 @@ impl Storage {
         let Some(redis) = &self.redis else {
             return Ok(RateLimiter::from_rate(algorithm, rate, self.options(options, name))?);
         };
-        let rule = match algorithm {
-            Algorithm::FixedWindow => ratomic::Rule::fixed_window(rate)?,
-            Algorithm::SlidingWindow => ratomic::Rule::sliding_window(rate)?,
-            Algorithm::TokenBucket => ratomic::Rule::token_bucket(ratomic::Quota::from_rate(rate)?),
+        let Some(limits) = self.check(algorithm, rate).map_err(BackendError)? else {
+            return Err(BackendError("no Redis limits for a Redis storage".into()));
         };
-        let limits = ratomic_redis::Limits::single(rule)?.with_prefix(format!("{}{name}:", redis.prefix))?;
+        let limits = limits.with_prefix(format!("{}{name}:", redis.prefix))?;
         Ok(RateLimiter::Redis(ratomic_redis::RedisLimiter::connect(&redis.url, limits, redis.options).await?))
+    }
+
+    /// Whether `rate` can be served by `algorithm` on this storage, without
+    /// opening anything (a window packs its count in one word, so the
+    /// largest limit depends on the window; Redis allows less than memory).
+    /// For Redis, the limits to connect with.
+    pub fn check(&self, algorithm: Algorithm, rate: Rate) -> Result<Option<ratomic_redis::Limits>, String> {
+        if self.redis.is_none() {
+            return RateLimiter::from_rate(algorithm, rate, Options::default().max_keys(1))
+                .map(|_| None)
+                .map_err(|e| e.to_string());
+        }
+        let rule = match algorithm {
+            Algorithm::FixedWindow => ratomic::Rule::fixed_window(rate),
+            Algorithm::SlidingWindow => ratomic::Rule::sliding_window(rate),
+            Algorithm::TokenBucket => ratomic::Quota::from_rate(rate).map(ratomic::Rule::token_bucket),
+        }
+        .map_err(|e| e.to_string())?;
+        ratomic_redis::Limits::single(rule).map(Some).map_err(|e| e.to_string())
     }
 
     /// `options` for the limiter named `name` (a file name's stem).

@@ -67,6 +67,8 @@ def test_bad_requests_get_a_clear_4xx_and_change_nothing(serve):
         ({"identifier": "u", "limit": 5, "duration": "1s", "extra": 1}, None),
         ({"identifier": "u" * 2000, "limit": 5, "duration": "1s"}, None),
         ({"limit": 5, "duration": "1s"}, None),
+        # More than a one-second window can count.
+        ({"identifier": "u", "limit": 2_000_000_000, "duration": "1s"}, None),
     ]
     for body, raw in cases:
         status, headers, text = post(s, body, raw)

@@ -8,6 +8,7 @@
 #   make test-python   # the Python package: fresh venv, wheel, pytest, stubtest
 #   make test-node     # the Node addon: npm ci, build, typings drift, node --test, tsc
 #   make test-redis    # ratomic-redis against real redis-servers (installed with apt if missing)
+#   make test-serve    # `ratomic serve` driven by Python grpcio with Envoy's protos (own venv), on memory, a shared file and real redis-servers
 #   make lint          # rustfmt, clippy (every target: the benches and bench binaries build) and
 #                      # rustdoc, warnings as errors
 #   make lint-release  # the release workflow against GitHub's workflow schema
@@ -23,9 +24,9 @@ LOOM_MAX_PREEMPTIONS ?= 2
 PROPTEST_CASES ?= 256
 export PROPTEST_CASES
 
-.PHONY: test test-rust test-loom test-ffi test-python test-node test-redis lint lint-release
+.PHONY: test test-rust test-loom test-ffi test-python test-node test-redis test-serve lint lint-release
 
-test: lint lint-release test-rust test-loom test-ffi test-python test-node test-redis
+test: lint lint-release test-rust test-loom test-ffi test-python test-node test-redis test-serve
 
 test-rust:
 	$(CARGO) test
@@ -60,6 +61,9 @@ test-node:
 
 test-redis:
 	bash redis/run-tests.sh
+
+test-serve:
+	bash serve/run-tests.sh
 
 # One clippy run and one rustdoc run over everything, the optional
 # features included (the Redis server tests, the tower layer's Redis

@@ -69,6 +69,9 @@ pub enum Command {
     /// Measure the engine's throughput in this process: threads calling allow() as fast as they can.
     #[command(after_help = BENCH_EXAMPLES)]
     Bench(BenchArgs),
+    /// Serve the engine as Envoy's rate limit service (gRPC RLS v3), configured in envoyproxy/ratelimit's YAML.
+    #[cfg(feature = "serve")]
+    Serve(ratomic_serve::ServeArgs),
 }
 
 /// Flags of `ratomic simulate`.
@@ -226,6 +229,8 @@ pub fn main_with(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
                 Err(msg) => usage_error("bench", msg),
             }
         }
+        #[cfg(feature = "serve")]
+        Command::Serve(a) => ratomic_serve::main(a),
     }
 }
 

@@ -1,0 +1,201 @@
+"""Reload, shutdown and concurrency of `ratomic serve`, with real processes and signals."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+
+import grpc
+
+from conftest import DEADLINE, OK, OVER_LIMIT, descriptor, request
+
+BEFORE = """\
+domain: app
+descriptors:
+  - key: user
+    rate_limit: {unit: year, requests_per_unit: 3}
+  - key: ip
+    rate_limit: {unit: year, requests_per_unit: 10}
+"""
+
+# `user` unchanged, `ip` raised, `route` new.
+AFTER = """\
+domain: app
+descriptors:
+  - key: user
+    rate_limit: {unit: year, requests_per_unit: 3}
+  - key: ip
+    rate_limit: {unit: year, requests_per_unit: 20}
+  - key: route
+    rate_limit: {unit: year, requests_per_unit: 1}
+"""
+
+
+def remaining(s, *entries):
+    r = s.call(request("app", descriptor(*entries)))
+    return r.overall_code, r.statuses[0].limit_remaining if r.statuses[0].HasField("current_limit") else None
+
+
+def spend_then_check_reload(s, trigger):
+    assert remaining(s, ("user", "u")) == (OK, 2)
+    assert remaining(s, ("user", "u")) == (OK, 1)
+    assert remaining(s, ("ip", "1")) == (OK, 9)
+    assert remaining(s, ("route", "/a")) == (OK, None), "no rule for route yet"
+    trigger()
+    s.wait_for(r"configuration reloaded")
+    assert remaining(s, ("user", "u")) == (OK, 0), "an unchanged limit keeps its state"
+    assert remaining(s, ("user", "u"))[0] == OVER_LIMIT
+    assert remaining(s, ("ip", "1")) == (OK, 19), "a changed limit starts afresh at its new rate"
+    assert remaining(s, ("route", "/a")) == (OK, 0)
+
+
+def test_a_changed_file_is_reloaded_keeping_unchanged_limits_state(serve):
+    s = serve(BEFORE, "--watch-interval-ms", "20")
+    spend_then_check_reload(s, lambda: s.config.write_text(AFTER))
+
+
+def test_sighup_reloads_keeping_unchanged_limits_state(serve):
+    s = serve(BEFORE, "--watch-interval-ms", "0")
+
+    def hup():
+        s.config.write_text(AFTER)
+        s.proc.send_signal(signal.SIGHUP)
+
+    spend_then_check_reload(s, hup)
+
+
+def test_a_malformed_configuration_at_reload_keeps_the_old_one_serving(serve):
+    s = serve(BEFORE, "--watch-interval-ms", "0")
+    assert remaining(s, ("user", "u")) == (OK, 2)
+    s.config.write_text(BEFORE.replace("unit: year, requests_per_unit: 10", "unit: year, requests_per_unit: ten"))
+    s.proc.send_signal(signal.SIGHUP)
+    m = s.wait_for(r"configuration not reloaded.*")
+    assert f"{s.config}:6: descriptors[1].rate_limit.requests_per_unit" in m.group(0), m.group(0)
+    assert remaining(s, ("user", "u")) == (OK, 1), "the old configuration serves, with its state"
+    assert remaining(s, ("ip", "1")) == (OK, 9)
+    s.config.write_text("domain: [unclosed\n")
+    s.proc.send_signal(signal.SIGHUP)
+    s.wait_for(r"configuration not reloaded", count=2)
+    assert remaining(s, ("user", "u")) == (OK, 0)
+    assert s.proc.poll() is None
+
+
+def test_sigterm_mid_load_answers_every_call_it_accepted(serve):
+    s = serve(BEFORE.replace("requests_per_unit: 10", "requests_per_unit: 1000000"))
+    from envoy.service.ratelimit.v3 import rls_pb2_grpc
+
+    lock = threading.Lock()
+    results = {"ok": 0, "unavailable": 0, "other": []}
+    started = threading.Event()
+    stop = threading.Event()
+
+    def client(i):
+        # Hundreds of calls in flight on each connection, so that SIGTERM finds
+        # many of them accepted and not yet answered.
+        channel = grpc.insecure_channel(s.addr)
+        stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+        req = request("app", descriptor(("ip", str(i))))
+        slots = threading.Semaphore(200)
+        pending = []
+
+        def finished(fut):
+            try:
+                fut.result()
+                with lock:
+                    results["ok"] += 1
+                    if results["ok"] >= 2000:
+                        started.set()
+            except grpc.RpcError as e:
+                with lock:
+                    if e.code() == grpc.StatusCode.UNAVAILABLE:
+                        results["unavailable"] += 1
+                    else:
+                        results["other"].append(e.code())
+                stop.set()
+            slots.release()
+
+        while not stop.is_set():
+            if not slots.acquire(timeout=0.05):
+                continue
+            fut = stub.ShouldRateLimit.future(req, timeout=DEADLINE)
+            pending.append(fut)
+            fut.add_done_callback(finished)
+        for fut in pending:
+            try:
+                fut.result()
+            except grpc.RpcError:
+                pass
+        channel.close()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    assert started.wait(DEADLINE)
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait(timeout=DEADLINE) == 0
+    stop.set()
+    for t in threads:
+        t.join(DEADLINE)
+        assert not t.is_alive()
+    answered = int(s.wait_for(r"stopped answered=(\d+)").group(1))
+    assert results["other"] == []
+    # Every response the server produced reached its client: none was lost.
+    assert results["ok"] == answered, (results, answered)
+
+
+def test_four_processes_on_a_hot_descriptor_never_exceed_the_limit(serve):
+    limit = 1000
+    s = serve(f"domain: hot\ndescriptors:\n  - key: tenant\n    rate_limit: {{unit: year, requests_per_unit: {limit}}}\n")
+    here = os.path.dirname(__file__)
+    calls, inflight = 500, 64
+    procs = [
+        subprocess.Popen(
+            [sys.executable, os.path.join(here, "hot_worker.py"), s.addr, str(calls), str(inflight)],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=here,
+        )
+        for _ in range(4)
+    ]
+    ok = over = 0
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        o, v, err = map(int, out.split())
+        assert err == 0
+        ok += o
+        over += v
+    assert ok + over == 4 * calls
+    assert ok == limit, f"{ok} grants for a limit of {limit}"
+
+
+def test_two_servers_sharing_a_state_dir_never_exceed_the_limit_together(serve, tmp_path):
+    limit = 600
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    yaml = f"domain: hot\ndescriptors:\n  - key: tenant\n    rate_limit: {{unit: year, requests_per_unit: {limit}}}\n"
+    flags = ("--state-dir", str(state), "--max-keys", "1024")
+    a = serve(yaml, *flags, name="a.yaml")
+    b = serve(yaml, *flags, name="b.yaml")
+    here = os.path.dirname(__file__)
+    calls, inflight = 400, 64
+    procs = [
+        subprocess.Popen(
+            [sys.executable, os.path.join(here, "hot_worker.py"), s.addr, str(calls), str(inflight)],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=here,
+        )
+        for s in (a, b, a, b)
+    ]
+    ok = 0
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        o, v, err = map(int, out.split())
+        assert err == 0 and o + v == calls
+        ok += o
+    assert ok == limit, f"{ok} grants through two servers for a limit of {limit}"
+    assert any(f.name.startswith("rls-fixed-window-600-per-") for f in state.iterdir())

@@ -197,13 +197,23 @@ BEGIN
             write := op = 'a' AND amount > 0;
         END IF;
         IF NOT write THEN RETURN reply; END IF;
+        -- Full from now + the longest wait until full, but never before the
+        -- start of a stored window: a call stamped before it counts in it
+        -- (its waits run to that window's end), which a removed row would
+        -- not do.
+        full_us := now_us + full_us;
+        FOR i IN 1..n LOOP
+            IF substr(kinds, i, 1) <> 'g' THEN
+                full_us := greatest(full_us, nst[3 * (i - 1) + 1] * p1[i]);
+            END IF;
+        END LOOP;
         IF had_row THEN
-            UPDATE ratomic_v1_state s SET kinds = ratomic_v1_call.kinds, state = nst, full_at = now_us + full_us
+            UPDATE ratomic_v1_state s SET kinds = ratomic_v1_call.kinds, state = nst, full_at = full_us
                 WHERE s.prefix = pfx AND s.key = k;
             RETURN reply;
         END IF;
         INSERT INTO ratomic_v1_state AS s (prefix, key, kinds, state, full_at)
-            VALUES (pfx, k, ratomic_v1_call.kinds, nst, now_us + full_us)
+            VALUES (pfx, k, ratomic_v1_call.kinds, nst, full_us)
             ON CONFLICT (prefix, key) DO NOTHING;
         IF FOUND THEN RETURN reply; END IF;
         -- Another call created the row meanwhile: decide again on it.

@@ -34,9 +34,15 @@ target="$(cd "$here/.." && pwd)/target"
 # ratomic.redis's tests start their own redis-servers (tests/test_redis.py).
 # shellcheck source=../redis/server.sh
 source "$here/../redis/server.sh"
+# ratomic.postgres's tests run against one throwaway PostgreSQL cluster.
+# shellcheck source=../postgres/server.sh
+source "$here/../postgres/server.sh"
 outside="$(mktemp -d)"
-trap 'redis_stop_all; rm -rf "$outside"' EXIT
+trap 'redis_stop_all; pg_stop_all; rm -rf "$outside"' EXIT
 redis_install
+pg_install
+pg_start "$(pg_free_port)"
+export RATOMIC_POSTGRES_URL=$PG_URL
 
 echo "==> fresh venv in $venv ($("$python" --version))"
 rm -rf "$venv" "$wheels"

@@ -66,6 +66,29 @@ BEGIN
         DELETE FROM ratomic_v1_state s WHERE s.prefix = pfx AND s.key = k;
         RETURN ARRAY[1::bigint];
     END IF;
+    -- The common call: one token bucket, allow. One upsert that charges
+    -- only if the bucket allows (its ON CONFLICT locks the row either way);
+    -- the same equations and reply as the general path below. A denial
+    -- (nothing written) is answered by the general path.
+    IF n = 1 AND op = 'a' AND amount > 0 AND kinds = 'g' THEN
+        t := p1[1]; b := p2[1];
+        tau := b * t;
+        need := amount * t;
+        now_us := coalesce(at_us, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+        INSERT INTO ratomic_v1_state AS s (prefix, key, kinds, state, full_at)
+            VALUES (pfx, k, 'g', ARRAY[now_us + need, 0, 0]::bigint[], now_us + need)
+            ON CONFLICT (prefix, key) DO UPDATE
+                SET kinds = 'g',
+                    state = ARRAY[greatest(CASE WHEN s.kinds = 'g' THEN s.state[1] ELSE 0 END, now_us) + need, 0, 0],
+                    full_at = greatest(CASE WHEN s.kinds = 'g' THEN s.state[1] ELSE 0 END, now_us) + need
+                WHERE greatest(CASE WHEN s.kinds = 'g' THEN s.state[1] ELSE 0 END, now_us) + need - now_us <= tau
+            RETURNING s.state[1] INTO tat;
+        IF FOUND THEN
+            aft := tat - now_us;
+            rem := CASE WHEN aft >= tau THEN 0 ELSE (tau - aft) / t END;
+            RETURN ARRAY[1, 1, rem, b, 0, aft]::bigint[];
+        END IF;
+    END IF;
     LOOP
         IF op = 'p' THEN
             SELECT s.kinds, s.state INTO old_kinds, st FROM ratomic_v1_state s WHERE s.prefix = pfx AND s.key = k;

@@ -1,12 +1,13 @@
 //! The limiters over tokio-postgres: async and blocking.
 //!
 //! The pool is this crate's own, a few lines: a fixed number of
-//! connections, each call taking the next in turn. A tokio-postgres
+//! connections. A tokio-postgres
 //! connection carries any number of statements at once (it pipelines
 //! them), so a call never waits to check a connection out, and 64 calls in
 //! flight need no 64 connections (a checkout pool such as deadpool-postgres
 //! holds a connection per call in flight: more server backends, or calls
-//! queued for a free one). A connection found closed (the server restarted,
+//! queued for a free one). A call takes the least busy connection. A
+//! connection found closed (the server restarted,
 //! `pg_terminate_backend`) is opened again by the next call that takes its
 //! turn.
 
@@ -34,12 +35,13 @@ struct Inner {
     driver: Driver,
     config: tokio_postgres::Config,
     slots: Vec<Slot>,
-    next: AtomicUsize,
 }
 
 #[derive(Default)]
 struct Slot {
     conn: Mutex<Option<Arc<Conn>>>,
+    /// Statements in flight on it.
+    busy: AtomicUsize,
     /// Held while this slot connects: one connection attempt at a time.
     connecting: tokio::sync::Mutex<()>,
 }
@@ -93,12 +95,8 @@ impl PostgresLimiter {
             config.connect_timeout(options.timeout.max(Duration::from_secs(1)));
         }
         let n = options.connections.max(1);
-        let inner = Inner {
-            driver: Driver::new(limits, options),
-            config,
-            slots: (0..n).map(|_| Slot::default()).collect(),
-            next: AtomicUsize::new(0),
-        };
+        let inner =
+            Inner { driver: Driver::new(limits, options), config, slots: (0..n).map(|_| Slot::default()).collect() };
         let first = tokio::time::timeout(options.timeout.max(Duration::from_secs(1)) * 4, inner.open(options.migrate))
             .await
             .map_err(|_| Error::Timeout)??;
@@ -302,7 +300,13 @@ impl Inner {
         F: FnOnce(Arc<Conn>) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
     {
-        let slot = &self.slots[self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()];
+        // The least busy connection, the first of them on a tie: calls one
+        // at a time stay on one warm connection (taking them in turn woke a
+        // cold server process each call, twice the latency), calls at once
+        // spread over all.
+        let slot = self.slots.iter().min_by_key(|s| s.busy.load(Ordering::Relaxed)).expect("at least one slot");
+        slot.busy.fetch_add(1, Ordering::Relaxed);
+        let _busy = Busy(&slot.busy);
         let conn = self.conn_in(slot).await?;
         match f(conn.clone()).await {
             Ok(v) => Ok(v),
@@ -381,6 +385,15 @@ impl Inner {
             })
             .await?;
         row.try_get::<_, Vec<i64>>(0).map_err(|e| Error::Reply(e.to_string()))
+    }
+}
+
+/// Counts a statement out of its connection when it ends (or is dropped).
+struct Busy<'a>(&'a AtomicUsize);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

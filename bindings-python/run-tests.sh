@@ -84,9 +84,9 @@ bare="$outside/venv/bin:$outside/bin"
 PATH="$bare" "$outside/venv/bin/python" -m pip install --quiet --upgrade pip
 # Only wheels: nothing may be built here. The README's examples also need
 # fastapi and flask (the frameworks they show), and pytest runs them.
-pins=$(grep -E '^(pytest|fastapi|flask|redis)==' "$here/requirements-dev.txt")
+pins=$(grep -E '^(pytest|fastapi|flask|redis|psycopg\[binary\])==' "$here/requirements-dev.txt")
 # shellcheck disable=SC2086
-PATH="$bare" "$outside/venv/bin/python" -m pip install --quiet --only-binary=:all: "$wheel[redis]" $pins
+PATH="$bare" "$outside/venv/bin/python" -m pip install --quiet --only-binary=:all: "$wheel[redis,postgres]" $pins
 for tool in cargo rustc cc; do
     if PATH="$bare" command -v "$tool" >/dev/null; then
         echo "$tool is on the bare PATH: the install would not prove it needs no Rust" >&2

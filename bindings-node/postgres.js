@@ -37,9 +37,17 @@ function failureOf(e) {
   return { kind: 'connection', message }
 }
 
+// Statement names for pg: a named statement is parsed once per connection.
+const NAMES = new Map()
+const nameOf = (sql) => {
+  let n = NAMES.get(sql)
+  if (n === undefined) NAMES.set(sql, (n = 'ratomic_v1_' + NAMES.size))
+  return n
+}
+
 // The one value of the statement's one row (pg returns bigint[] as text).
 async function run(client, sql, params) {
-  const res = await client.query(sql, params)
+  const res = await client.query({ name: nameOf(sql), text: sql, values: params })
   return res.rows.length === 1 ? res.rows[0].r : null
 }
 

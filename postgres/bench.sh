@@ -16,3 +16,13 @@ for run in 1 2 3; do
     echo "run $run:"
     cargo run -q --release -p ratomic-postgres --example bench_vs_raw -- "$PG_URL" "${1:-3}" "${2:-1}"
 done
+# rate-limiter-flexible's RateLimiterPostgres from Node, beside ratomic/postgres
+# (needs bindings-node built: npm ci && npm run build in bindings-node).
+if [[ -d bindings-node/node_modules/rate-limiter-flexible ]] && ls bindings-node/ratomic.*.node >/dev/null 2>&1; then
+    for run in 1 2 3; do
+        echo "node run $run:"
+        RATOMIC_POSTGRES_URL=$PG_URL node bindings-node/benchmark/postgres.js "${1:-3}" "${2:-1}"
+    done
+else
+    echo "bindings-node is not built: skipping the rate-limiter-flexible comparison"
+fi

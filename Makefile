@@ -9,6 +9,7 @@
 #   make test-node     # the Node addon: npm ci, build, typings drift, node --test, tsc
 #   make test-redis    # ratomic-redis against real redis-servers (installed with apt if missing)
 #   make test-serve    # `ratomic serve` driven by Python grpcio with Envoy's protos (own venv), on memory, a shared file and real redis-servers
+#   make test-postgres # ratomic-postgres against a throwaway PostgreSQL cluster (apt if missing)
 #   make lint          # rustfmt, clippy (every target: the benches and bench binaries build) and
 #                      # rustdoc, warnings as errors
 #   make lint-release  # the release workflow against GitHub's workflow schema
@@ -24,9 +25,9 @@ LOOM_MAX_PREEMPTIONS ?= 2
 PROPTEST_CASES ?= 256
 export PROPTEST_CASES
 
-.PHONY: test test-rust test-loom test-ffi test-python test-node test-redis test-serve lint lint-release
+.PHONY: test test-rust test-loom test-ffi test-python test-node test-redis test-postgres test-serve lint lint-release
 
-test: lint lint-release test-rust test-loom test-ffi test-python test-node test-redis test-serve
+test: lint lint-release test-rust test-loom test-ffi test-python test-node test-redis test-postgres test-serve
 
 test-rust:
 	$(CARGO) test
@@ -39,9 +40,10 @@ test-rust:
 	@# old ratomic. Remove both for our crates first.
 	rm -rf "$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/*/ratomic-[0-9]* \
 		"$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/*/ratomic-redis-[0-9]* \
+		"$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/*/ratomic-postgres-[0-9]* \
 		"$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/*/ratomic-tower-[0-9]* \
 		"$${CARGO_TARGET_DIR:-target}"/debug/.fingerprint/ratomic-*
-	$(CARGO) package -q -p ratomic -p ratomic-redis -p ratomic-tower --allow-dirty
+	$(CARGO) package -q -p ratomic -p ratomic-redis -p ratomic-postgres -p ratomic-tower --allow-dirty
 
 test-loom:
 	RUSTFLAGS="--cfg ratomic_loom" LOOM_MAX_PREEMPTIONS=$(LOOM_MAX_PREEMPTIONS) CARGO_TARGET_DIR=target/loom \
@@ -62,6 +64,9 @@ test-node:
 test-redis:
 	bash redis/run-tests.sh
 
+test-postgres:
+	bash postgres/run-tests.sh
+
 test-serve:
 	bash serve/run-tests.sh
 
@@ -69,12 +74,12 @@ test-serve:
 # features included (the Redis server tests, the tower layer's Redis
 # support): each extra invocation with other features re-checked the crates
 # whose features changed, and each `cargo doc -p` its dependencies.
-LINT_FEATURES = ratomic-redis/server-tests,ratomic-tower/redis
+LINT_FEATURES = ratomic-redis/server-tests,ratomic-postgres/server-tests,ratomic-tower/redis
 
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --features $(LINT_FEATURES) -- -D warnings
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic -p ratomic-redis -p ratomic-tower --features ratomic-tower/redis
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic -p ratomic-redis -p ratomic-postgres -p ratomic-tower --features ratomic-tower/redis
 
 lint-release:
 	bash scripts/check-release.sh

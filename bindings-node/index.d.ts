@@ -194,6 +194,66 @@ export declare class NativeLimiter {
 /** A limiter as a stack member (made by a limiter handle's `member()`). */
 export declare class NativeMember {}
 
+/** The driver of one PostgreSQL-backed limiter. */
+export declare class NativePostgres {
+  /** A driver for `rules` (one unnamed rule, or named ones: a limiter). */
+  constructor(rules: Array<RuleSpec>, options?: PostgresOptions | undefined | null)
+  /** The statement of one call (`pg` placeholders). */
+  get statement(): string
+  /** The statement of a batch. */
+  get manyStatement(): string
+  /** The statement of a gc: (prefix, at_us as text or null, max rows). */
+  get gcStatement(): string
+  /** The migration: the table (unlogged if asked) and the functions. */
+  static schema(unlogged: boolean): string
+  /** Who answered, by the code an answer starts with. */
+  get sources(): Array<string>
+  /** The limits' names, in order (`["limit"]` for a single rule). */
+  get names(): Array<string>
+  /** The largest cost a call may ask. */
+  get limit(): number
+  /** The row prefix. */
+  get prefix(): string
+  /** Whether the circuit breaker is open. */
+  get breakerOpen(): boolean
+  /** `nowMs` as the statements' time in whole µs (text), or null. */
+  atUs(nowMs?: number | undefined | null): string | null
+  /**
+   * Starts an allow (`op` 0) or a peek (1): the statement to run, or the
+   * answer given without one.
+   */
+  begin(op: number, key: unknown, cost: number, nowMs?: number | undefined | null): NativePostgresCall
+  /**
+   * Ends a call with the row's value (the bigint[] as `pg` gives it: text),
+   * or how it failed: `[source, ...decision]`.
+   */
+  finish(call: NativePostgresCall, reply?: Array<string> | undefined | null, failed?: PostgresFailure | undefined | null): Array<number>
+  /** Starts a refund of `tokens` on `key`. */
+  beginRefund(key: unknown, tokens: number, nowMs?: number | undefined | null): NativePostgresCall
+  /** Starts a reset of `key`. */
+  beginReset(key: unknown): NativePostgresCall
+  /** Ends a refund or a reset (`refund`: which). */
+  finishChange(refund: boolean, reply?: Array<string> | undefined | null, failed?: PostgresFailure | undefined | null): void
+  /** Starts a batch: its answers (nothing to run) or the batch to run. */
+  beginMany(requests: unknown, nowMs?: number | undefined | null): Array<number> | NativePostgresBatch
+  /** Ends a batch with the row's value, or how it failed. */
+  finishMany(batch: NativePostgresBatch, reply?: Array<string> | undefined | null, failed?: PostgresFailure | undefined | null): Array<number>
+}
+
+/** One batch to run (`manyStatement` with `params`). */
+export declare class NativePostgresBatch {
+  /** The batch statement's parameters. */
+  get params(): Array<string | Buffer | Array<string | Buffer> | null>
+}
+
+/** One statement to run, or the answer given without one. */
+export declare class NativePostgresCall {
+  /** The answer when no statement is needed: `[source, ...decision]`. */
+  get answer(): Array<number> | null
+  /** The statement's parameters (64-bit numbers as text, so none is rounded). */
+  get params(): Array<string | Buffer | Array<string | Buffer> | null>
+}
+
 /**
  * Token buckets whose quota is given with each call, one bucket per
  * (quota, key), all in one bounded store.
@@ -490,6 +550,32 @@ export declare function hotPath(): {
  * given back as the rule spec core's parse of that string is.
  */
 export declare function parseLimits(limits: string): Array<RuleSpec>
+
+/** How running a statement failed. */
+export interface PostgresFailure {
+  /** "timeout", "connection", "server" or "reply". */
+  kind: string
+  /** The client's error message. */
+  message: string
+}
+
+/** How a PostgreSQL-backed limiter behaves (every field optional). */
+export interface PostgresOptions {
+  /** Where the rows live (default `"ratomic"`). */
+  prefix?: string
+  /** `"raise"` (the default), `"allow"`, `"deny"` or `"fallback"`. */
+  onError?: string
+  /** The `retryAfterMs` of a denial by `onError: "deny"` (default 1000). */
+  denyRetryAfterMs?: number
+  /** Keys whose denial is answered locally (default 10,000; 0: off). */
+  denyCache?: number
+  /** Failures in a row that open the circuit breaker (default 5; 0: off). */
+  breakerThreshold?: number
+  /** How long the breaker stays open, ms (default 1000). */
+  breakerCooldownMs?: number
+  /** The longest key in bytes (default 1024). */
+  maxKeyLen?: number
+}
 
 /** How sending a call failed. */
 export interface RedisFailure {

@@ -15,6 +15,12 @@ cd "$(dirname "$0")"
 here="$PWD"
 . ../redis/server.sh
 redis_install
+# ratomic/postgres's tests run against one throwaway PostgreSQL cluster.
+. ../postgres/server.sh
+pg_install
+trap 'redis_stop_all; pg_stop_all' EXIT
+pg_start "$(pg_free_port)"
+export RATOMIC_POSTGRES_URL=$PG_URL
 
 echo "== npm ci"
 npm ci --no-audit --no-fund
@@ -24,7 +30,7 @@ echo "== build (napi build --platform --release)"
 committed="$(mktemp -d)"
 stage="$(mktemp -d)"
 project="$(mktemp -d)"
-trap 'rm -rf "$committed" "$stage" "$project"; redis_stop_all' EXIT
+trap 'rm -rf "$committed" "$stage" "$project"; redis_stop_all; pg_stop_all' EXIT
 cp index.js index.d.ts "$committed/"
 npm run build
 

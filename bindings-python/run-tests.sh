@@ -34,9 +34,15 @@ target="$(cd "$here/.." && pwd)/target"
 # ratomic.redis's tests start their own redis-servers (tests/test_redis.py).
 # shellcheck source=../redis/server.sh
 source "$here/../redis/server.sh"
+# ratomic.postgres's tests run against one throwaway PostgreSQL cluster.
+# shellcheck source=../postgres/server.sh
+source "$here/../postgres/server.sh"
 outside="$(mktemp -d)"
-trap 'redis_stop_all; rm -rf "$outside"' EXIT
+trap 'redis_stop_all; pg_stop_all; rm -rf "$outside"' EXIT
 redis_install
+pg_install
+pg_start "$(pg_free_port)"
+export RATOMIC_POSTGRES_URL=$PG_URL
 
 echo "==> fresh venv in $venv ($("$python" --version))"
 rm -rf "$venv" "$wheels"
@@ -78,9 +84,9 @@ bare="$outside/venv/bin:$outside/bin"
 PATH="$bare" "$outside/venv/bin/python" -m pip install --quiet --upgrade pip
 # Only wheels: nothing may be built here. The README's examples also need
 # fastapi and flask (the frameworks they show), and pytest runs them.
-pins=$(grep -E '^(pytest|fastapi|flask|redis)==' "$here/requirements-dev.txt")
+pins=$(grep -E '^(pytest|fastapi|flask|redis|psycopg\[binary\])==' "$here/requirements-dev.txt")
 # shellcheck disable=SC2086
-PATH="$bare" "$outside/venv/bin/python" -m pip install --quiet --only-binary=:all: "$wheel[redis]" $pins
+PATH="$bare" "$outside/venv/bin/python" -m pip install --quiet --only-binary=:all: "$wheel[redis,postgres]" $pins
 for tool in cargo rustc cc; do
     if PATH="$bare" command -v "$tool" >/dev/null; then
         echo "$tool is on the bare PATH: the install would not prove it needs no Rust" >&2

@@ -91,6 +91,16 @@ start_redis "$redis_port"
 RATOMIC_REDIS_URL="redis://127.0.0.1:$redis_port/" "$build/test_redis"
 suites=$((suites + 1))
 
+step "C test_postgres (ASan + UBSan) against a throwaway PostgreSQL cluster"
+# shellcheck source=postgres/server.sh
+source "$root/postgres/server.sh"
+trap 'redis_stop_all; pg_stop_all; rm -rf "$build"' EXIT
+pg_install
+pg_start "$(pg_free_port)"
+"$CC" "${cflags[@]}" "${san[@]}" "$here/tests/test_postgres.c" "${libs[@]}" -o "$build/test_postgres"
+RATOMIC_POSTGRES_URL=$PG_URL "$build/test_postgres"
+suites=$((suites + 1))
+
 step "C++ test_cpp (ASan + UBSan)"
 "$CXX" "${cxxflags[@]}" "${san[@]}" "$here/tests/test_cpp.cpp" "${libs[@]}" -o "$build/test_cpp"
 "$build/test_cpp"

@@ -648,6 +648,54 @@ typedef struct {
 } ratomic_request;
 
 /**
+ * Options for the `ratomic_postgres_*_new` constructors. Pass NULL for all
+ * defaults; zero fields mean "default" too.
+ *
+ * Ownership: the caller owns the struct and its strings; they are copied.
+ */
+typedef struct {
+  /**
+   * Row prefix (NUL-terminated); NULL for `"ratomic"`. Give every set of
+   * rules its own.
+   */
+  const char *prefix;
+  /**
+   * The longest a call may take, in ns (0: 100 ms); also the
+   * connections' `statement_timeout`. Connecting may take four times as
+   * long (at least 4 s).
+   */
+  uint64_t timeout_ns;
+  /**
+   * A `ratomic_redis_policy` value (the same policies: return the error,
+   * fail open, fail closed, fall back to a local limiter).
+   */
+  uint32_t policy;
+  /**
+   * The `retry_after_ns` of a `RATOMIC_REDIS_FAIL_CLOSED` denial (0: 1 s).
+   */
+  uint64_t fail_closed_retry_ns;
+  /**
+   * The longest key, in bytes (0: 1024).
+   */
+  size_t max_key_len;
+  /**
+   * Connections to the server (0: 4); calls from many threads are
+   * pipelined on them.
+   */
+  uint32_t connections;
+  /**
+   * Non-zero: do not create the table and functions on connect (a DBA
+   * ran `ratomic_postgres::schema::sql()`).
+   */
+  uint32_t no_migrate;
+  /**
+   * Non-zero: the migration creates the table `UNLOGGED` (faster writes;
+   * a server crash empties it, and replicas do not have it).
+   */
+  uint32_t unlogged;
+} ratomic_postgres_options;
+
+/**
  * A call's quota: a token bucket of `capacity` tokens (≥ 1) refilled at
  * `refill_per_sec` tokens a **second** (finite, > 0), exactly as
  * `ratomic_token_bucket_new` takes them. Two calls with the same two
@@ -2203,6 +2251,9 @@ ratomic_result ratomic_key_count(const ratomic_limiter *limiter, size_t *out);
  * @retval RATOMIC_INVALID_ARGUMENT The clock read past `RATOMIC_MAX_TIME`.
  * @retval RATOMIC_OTHER_ERROR A Redis-backed limiter: its keys live on the server, and
  *     this call is not available on it.
+ * @retval RATOMIC_BACKEND_UNAVAILABLE A PostgreSQL-backed limiter (`ratomic_postgres_*_new`,
+ *     whose `ratomic_gc` removes its rows full again at the server's time) could
+ *     not reach its server; also `RATOMIC_BACKEND_TIMEOUT`, `RATOMIC_BACKEND_ERROR`.
  * @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
  *
  * @note Ownership: borrows `limiter`. Thread-safety: safe from many threads at
@@ -2246,6 +2297,125 @@ ratomic_result ratomic_gc_at(const ratomic_limiter *limiter, uint64_t now_ns, si
  * @warning `limiter` must be a live limiter; `out_ns` valid for writes.
  */
 ratomic_result ratomic_now(const ratomic_limiter *limiter, uint64_t *out_ns);
+
+/**
+ * Makes a token bucket per key whose state lives in the PostgreSQL
+ * database at `conninfo`, shared with every process using the same
+ * database and prefix. The same rule and decisions as
+ * `ratomic_token_bucket_new`, in whole microseconds: the emission interval
+ * is rounded up to whole µs. Calls without `_at` use the server's
+ * `clock_timestamp()`; one statement each (`allow_many`: one for the
+ * batch). Connects before returning (blocking) and creates ratomic's
+ * table and functions unless `no_migrate` is set.
+ *
+ * `ratomic_gc` removes the prefix's rows that are full again at the
+ * server's time (`ratomic_gc_at`: at the given time). Not available on a
+ * PostgreSQL-backed limiter: `ratomic_key_count` (`RATOMIC_OTHER_ERROR`).
+ *
+ * @param conninfo The database, NUL-terminated: a `postgresql://` URL or
+ *     `key=value` pairs; only read during the call.
+ * @param capacity The most tokens a key holds (the burst), at least 1.
+ * @param refill_per_sec Tokens refilled per **second**: finite and > 0.
+ * @param options PostgreSQL options, or NULL for all defaults; copied.
+ * @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
+ *     `ratomic_limiter_free`.
+ * @return `RATOMIC_OK` on success; errors: as `ratomic_token_bucket_new`;
+ *     `RATOMIC_NULL_ARGUMENT` (conninfo); `RATOMIC_INVALID_ARGUMENT` (a bad
+ *     prefix or policy, a rule beyond exact microseconds);
+ *     `RATOMIC_BACKEND_UNAVAILABLE` (a bad conninfo, a refused connection),
+ *     `RATOMIC_BACKEND_TIMEOUT`, `RATOMIC_BACKEND_ERROR` (the server
+ *     refused a statement: no rights to create the table, the functions
+ *     missing with `no_migrate`). On later calls, these three report
+ *     failures under `RATOMIC_REDIS_RETURN_ERROR` (other policies answer
+ *     instead).
+ *
+ * @note Ownership: the caller owns `*out` and releases it with
+ *     `ratomic_limiter_free` (which closes the connections). Thread-safety:
+ *     safe from any thread; calls from many threads are pipelined on the
+ *     limiter's connections.
+ *
+ * @warning `conninfo` must be NUL-terminated; `options` NULL or valid;
+ *     `out` valid for writes.
+ */
+ratomic_result ratomic_postgres_token_bucket_new(const char *conninfo,
+                                                 uint64_t capacity,
+                                                 double refill_per_sec,
+                                                 const ratomic_postgres_options *options,
+                                                 ratomic_limiter **out);
+
+/**
+ * A fixed window of `limit` calls per `window_ns` per key, on PostgreSQL:
+ * as `ratomic_fixed_window_new` (the window must be whole microseconds),
+ * and as `ratomic_postgres_token_bucket_new` for the rest.
+ *
+ * @param conninfo The database, NUL-terminated: a `postgresql://` URL or
+ *     `key=value` pairs; only read during the call.
+ * @param limit The most calls per key in a window, at least 1 and at most the
+ *     window's largest (`ratomic_window_max_limit`).
+ * @param window_ns The window's length in **nanoseconds**: > 0 and at most 2^63 −
+ *     1.
+ * @param options PostgreSQL options, or NULL for all defaults; copied.
+ * @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
+ *     `ratomic_limiter_free`.
+ * @return `RATOMIC_OK` on success; errors as `ratomic_postgres_token_bucket_new`,
+ *     with the window's as `ratomic_fixed_window_new`.
+ *
+ * @warning As `ratomic_postgres_token_bucket_new`.
+ */
+ratomic_result ratomic_postgres_fixed_window_new(const char *conninfo,
+                                                 uint64_t limit,
+                                                 uint64_t window_ns,
+                                                 const ratomic_postgres_options *options,
+                                                 ratomic_limiter **out);
+
+/**
+ * A sliding window of `limit` calls per `window_ns` per key, on
+ * PostgreSQL: as `ratomic_sliding_window_new` and
+ * `ratomic_postgres_fixed_window_new`.
+ *
+ * @param conninfo The database, NUL-terminated: a `postgresql://` URL or
+ *     `key=value` pairs; only read during the call.
+ * @param limit The most calls per key in a window, at least 1 and at most the
+ *     window's largest (`ratomic_window_max_limit`).
+ * @param window_ns The window's length in **nanoseconds**: > 0 and at most 2^63 −
+ *     1.
+ * @param options PostgreSQL options, or NULL for all defaults; copied.
+ * @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
+ *     `ratomic_limiter_free`.
+ * @return `RATOMIC_OK` on success; errors as `ratomic_postgres_token_bucket_new`,
+ *     with the window's as `ratomic_sliding_window_new`.
+ *
+ * @warning As `ratomic_postgres_token_bucket_new`.
+ */
+ratomic_result ratomic_postgres_sliding_window_new(const char *conninfo,
+                                                   uint64_t limit,
+                                                   uint64_t window_ns,
+                                                   const ratomic_postgres_options *options,
+                                                   ratomic_limiter **out);
+
+/**
+ * Several named limits on each key, all or nothing, on PostgreSQL: as
+ * `ratomic_multi_limiter_new` (all of a key's limits live in one row,
+ * locked by the call), and as `ratomic_postgres_token_bucket_new` for the
+ * rest.
+ *
+ * @param conninfo The database, NUL-terminated: a `postgresql://` URL or
+ *     `key=value` pairs; only read during the call.
+ * @param limits An array of `count` limit specs, copied.
+ * @param count The number of limits, 1 to `RATOMIC_MAX_LIMITS` (16).
+ * @param options PostgreSQL options, or NULL for all defaults; copied.
+ * @param[out] out Receives the new limiter, only on `RATOMIC_OK`; release it with
+ *     `ratomic_limiter_free`.
+ * @return `RATOMIC_OK` on success; errors as `ratomic_multi_limiter_new` and
+ *     `ratomic_postgres_token_bucket_new`.
+ *
+ * @warning As `ratomic_multi_limiter_new` and `ratomic_postgres_token_bucket_new`.
+ */
+ratomic_result ratomic_postgres_multi_limiter_new(const char *conninfo,
+                                                  const ratomic_limit_spec *limits,
+                                                  size_t count,
+                                                  const ratomic_postgres_options *options,
+                                                  ratomic_limiter **out);
 
 /**
  * Makes a `ratomic_quotas`: token buckets whose quota comes with each call.

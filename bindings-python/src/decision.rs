@@ -16,6 +16,8 @@ pub enum Source {
     Memory,
     /// The Redis script.
     Redis,
+    /// The PostgreSQL function.
+    Postgres,
     /// A local limiter, because Redis failed.
     Fallback,
     /// The failure policy (`on_error="allow"` or `"deny"`).
@@ -31,6 +33,7 @@ impl Source {
         match self {
             Source::Memory => "memory",
             Source::Redis => "redis",
+            Source::Postgres => "postgres",
             Source::Fallback => "fallback",
             Source::Policy => "policy",
             Source::DenyCache => "deny_cache",
@@ -46,6 +49,17 @@ impl From<ratomic_redis::Source> for Source {
             ratomic_redis::Source::Fallback => Source::Fallback,
             ratomic_redis::Source::DenyCache => Source::DenyCache,
             ratomic_redis::Source::Lease => Source::Lease,
+            _ => Source::Policy,
+        }
+    }
+}
+
+impl From<ratomic_postgres::Source> for Source {
+    fn from(s: ratomic_postgres::Source) -> Self {
+        match s {
+            ratomic_postgres::Source::Postgres => Source::Postgres,
+            ratomic_postgres::Source::Fallback => Source::Fallback,
+            ratomic_postgres::Source::DenyCache => Source::DenyCache,
             _ => Source::Policy,
         }
     }
@@ -203,6 +217,11 @@ impl MultiDecision {
 
     /// From a Redis-backed limiter's answer (`names` in its order).
     pub fn from_redis(d: &ratomic_redis::MultiDecision, names: &Names) -> Self {
+        let entries = d.entries().enumerate().map(|(i, (_, e))| (i, e)).collect();
+        MultiDecision { decision: d.decision, entries, names: names.clone(), source: d.source.into() }
+    }
+
+    pub fn from_postgres(d: &ratomic_postgres::MultiDecision, names: &Names) -> Self {
         let entries = d.entries().enumerate().map(|(i, (_, e))| (i, e)).collect();
         MultiDecision { decision: d.decision, entries, names: names.clone(), source: d.source.into() }
     }

@@ -27,6 +27,7 @@ mod http;
 mod key;
 mod keyed;
 mod limiter;
+mod postgres;
 mod quotas;
 mod redis;
 mod rule;
@@ -55,6 +56,9 @@ fn _ratomic(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<quotas::Quotas>()?;
     m.add_class::<redis::RedisDriver>()?;
     m.add_class::<redis::RedisCall>()?;
+    m.add_class::<postgres::PostgresDriver>()?;
+    m.add_class::<postgres::PostgresCall>()?;
+    m.add_class::<postgres::PostgresBatch>()?;
     m.add_class::<http::HttpFields>()?;
     error::Exceptions::register(m)?;
     Ok(())

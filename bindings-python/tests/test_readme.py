@@ -90,6 +90,12 @@ def test_readme_example_runs(path, index, code, capsys, monkeypatch, tmp_path):
             run(code, f"{path.name}[python block {index}]", capsys)
         finally:
             server.stop()
+    elif "POSTGRES_URL" in code:
+        # The PostgreSQL example talks to the cluster run-tests.sh started.
+        url = os.environ.get("RATOMIC_POSTGRES_URL")
+        assert url, "RATOMIC_POSTGRES_URL: run-tests.sh starts a PostgreSQL cluster for this example"
+        monkeypatch.setenv("POSTGRES_URL", url)
+        run(code, f"{path.name}[python block {index}]", capsys)
     else:
         run(code, f"{path.name}[python block {index}]", capsys)
 

@@ -33,6 +33,8 @@ pub struct BenchConfig {
     pub progress: bool,
     /// Measure limiters on this Redis server instead of in memory.
     pub redis: Option<String>,
+    /// Measure limiters on this PostgreSQL database instead of in memory.
+    pub postgres: Option<String>,
     /// Requests per call: 1 is `allow`, more is `allow_many` (one pipeline on Redis).
     pub batch: usize,
     /// Whether the Redis limiter leases tokens (see `ratomic_redis::Lease`).
@@ -93,6 +95,12 @@ pub fn run(config: &BenchConfig) -> Result<Vec<BenchResult>, String> {
             if let Some(url) = &config.redis {
                 let remote = RedisDecide::connect(url, lane, &limits, config.lease)?;
                 let (per_thread, allowed, denied, elapsed) = measure(config, duration, algo, &remote);
+                return Ok(BenchResult { algo, limits, per_thread, allowed, denied, elapsed });
+            }
+            if let Some(url) = &config.postgres {
+                let remote = PostgresDecide::connect(url, lane, &limits, config.threads)?;
+                let (per_thread, allowed, denied, elapsed) = measure(config, duration, algo, &remote);
+                remote.clean_up();
                 return Ok(BenchResult { algo, limits, per_thread, allowed, denied, elapsed });
             }
             let (per_thread, allowed, denied, elapsed) = match &limits[..] {
@@ -169,6 +177,48 @@ impl Decide for RedisDecide {
     }
 }
 
+/// A limiter on PostgreSQL, shared by the threads (one connection per
+/// thread, up to 16). Its deny cache is off, so every call is a round trip.
+struct PostgresDecide(ratomic_postgres::BlockingPostgresLimiter);
+
+impl PostgresDecide {
+    fn connect(conninfo: &str, lane: usize, limits: &[Limit], threads: usize) -> Result<Self, String> {
+        let run = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let rules = ratomic_postgres::Limits::new(limits.iter().map(|l| (l.name.clone(), l.rule)))
+            .and_then(|l| l.with_prefix(format!("ratomic-bench:{}:{run}:{lane}", std::process::id())))
+            .map_err(|e| format!("--postgres: {e}"))?;
+        let options = ratomic_postgres::Options {
+            timeout: Duration::from_secs(5),
+            deny_cache: 0,
+            connections: threads.clamp(1, 16),
+            ..ratomic_postgres::Options::default()
+        };
+        ratomic_postgres::BlockingPostgresLimiter::connect(conninfo, rules, options)
+            .map(PostgresDecide)
+            .map_err(|e| format!("--postgres: cannot connect: {e}"))
+    }
+
+    /// Removes the run's rows (all of them: far in the future, every key
+    /// is full again).
+    fn clean_up(&self) {
+        let _ = self.0.gc_at(ratomic::MAX_TIME);
+    }
+}
+
+impl Decide for PostgresDecide {
+    fn decide(&self, key: u64) -> bool {
+        matches!(self.0.allow_n(key.to_le_bytes(), 1), Ok(d) if d.allowed())
+    }
+
+    fn decide_many(&self, keys: &[u64]) -> u64 {
+        let requests: Vec<([u8; 8], u64)> = keys.iter().map(|k| (k.to_le_bytes(), 1)).collect();
+        match self.0.allow_many(&requests) {
+            Ok(ds) => ds.iter().filter(|d| d.allowed()).count() as u64,
+            Err(_) => 0,
+        }
+    }
+}
+
 impl<A: ratomic::Algorithm + Sync> Decide for Keyed<A, u64, MonotonicClock> {
     #[inline]
     fn decide(&self, key: u64) -> bool {
@@ -201,7 +251,7 @@ fn measure(
                     let mut rng = SplitMix64::new(0x5EED ^ t as u64);
                     let (mut calls, mut allowed) = (0u64, 0u64);
                     // Round trips are slow: look at the stop flag after each on Redis.
-                    let rounds = if config.redis.is_some() { 1 } else { BATCH };
+                    let rounds = if config.redis.is_some() || config.postgres.is_some() { 1 } else { BATCH };
                     let mut keys = vec![0u64; config.batch];
                     start_line.wait();
                     while !stop.load(Ordering::Relaxed) {
@@ -291,6 +341,19 @@ pub fn render(config: &BenchConfig, results: &[BenchResult]) -> String {
 
 ",
             "backend"
+        ));
+    } else if config.postgres.is_some() {
+        // No connection string here: it may carry a password.
+        let how = if config.batch == 1 {
+            "one statement per call".to_owned()
+        } else {
+            format!("allow_many of {} per statement", config.batch)
+        };
+        out.push_str(&format!(
+            "  {:<15} PostgreSQL: {how}, server time, deny cache off, {} connection{}\n\n",
+            "backend",
+            config.threads.clamp(1, 16),
+            if config.threads == 1 { "" } else { "s" }
         ));
     } else if config.batch > 1 {
         out.push_str(&format!(

@@ -125,6 +125,15 @@ pub struct SimulateArgs {
         long_help = "Run the limiters on this Redis or Valkey server (e.g. redis://127.0.0.1:6379/) instead of in memory, at the same simulated times, so the run is still instant and repeatable and prints the same table (exactly, for rates whose emission interval is whole microseconds; see ratomic-redis). Keys live under a prefix of their own and are deleted after the run."
     )]
     pub redis: Option<String>,
+
+    /// Run the limiters on this PostgreSQL database (e.g. postgresql://app@127.0.0.1/app) at the same simulated times: the same table as in memory.
+    #[arg(
+        long,
+        value_name = "URL",
+        conflicts_with = "redis",
+        long_help = "Run the limiters on this PostgreSQL database (a postgresql:// URL or key=value conninfo) instead of in memory, at the same simulated times, so the run is still instant and repeatable and prints the same table (exactly, for rates whose emission interval is whole microseconds; see ratomic-postgres). Creates ratomic's table and functions if they are missing; rows live under a prefix of their own and are deleted after the run."
+    )]
+    pub postgres: Option<String>,
 }
 
 /// Flags of `ratomic bench`.
@@ -157,6 +166,10 @@ pub struct BenchArgs {
     /// Measure limiters on this Redis or Valkey server (e.g. redis://127.0.0.1:6379/): every call is a round trip.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
+
+    /// Measure limiters on this PostgreSQL database (e.g. postgresql://app@127.0.0.1/app): every call is a round trip.
+    #[arg(long, value_name = "URL", conflicts_with = "redis")]
+    pub postgres: Option<String>,
 
     /// Requests per call: 1 is allow, more is allow_many (one pipeline per call on Redis).
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -203,6 +216,7 @@ pub fn main_with(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
                 seed: a.seed,
                 realtime: a.realtime,
                 redis: a.redis,
+                postgres: a.postgres,
             };
             match simulate::run(config) {
                 Ok(report) => print(&report.render()),
@@ -221,6 +235,7 @@ pub fn main_with(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
                 seconds: a.seconds,
                 progress: std::io::stdout().is_terminal() && std::io::stderr().is_terminal(),
                 redis: a.redis,
+                postgres: a.postgres,
                 batch: a.batch,
                 lease: a.lease,
             };

@@ -44,6 +44,9 @@ pub struct SimConfig {
     /// Run the limiters on this Redis server (`redis://host:port/db`)
     /// instead of in memory, at the same explicit times.
     pub redis: Option<String>,
+    /// Run the limiters on this PostgreSQL database (a `postgresql://` URL
+    /// or `key=value` conninfo) instead, the same way.
+    pub postgres: Option<String>,
 }
 
 /// One algorithm's run over the traffic.
@@ -174,10 +177,15 @@ pub fn run(config: SimConfig) -> Result<SimReport, String> {
         .collect::<Result<Vec<SimLimiter>, _>>()?;
 
     let keys: Vec<Vec<u8>> = (0..workload.keys).map(|k| format!("key-{k}").into_bytes()).collect();
-    let remote = match &config.redis {
-        Some(_) if config.realtime => return Err("--redis runs at simulated times: drop --realtime".to_owned()),
-        Some(url) => Some(redis_lanes(url, &plans)?),
-        None => None,
+    let remote = match (&config.redis, &config.postgres) {
+        (Some(_), Some(_)) => return Err("--redis and --postgres: pick one backend".to_owned()),
+        (Some(_), None) | (None, Some(_)) if config.realtime => {
+            let flag = if config.redis.is_some() { "--redis" } else { "--postgres" };
+            return Err(format!("{flag} runs at simulated times: drop --realtime"));
+        }
+        (Some(url), None) => Some(Remote::Redis(redis_lanes(url, &plans)?)),
+        (None, Some(url)) => Some(Remote::Postgres(postgres_lanes(url, &plans)?)),
+        (None, None) => None,
     };
     // Misuse (a cost above a limit) is an error before any traffic flows.
     for limiter in &limiters {
@@ -222,8 +230,7 @@ pub fn run(config: SimConfig) -> Result<SimReport, String> {
         let key = &keys[req.key as usize][..];
         for (i, (lane, limiter)) in lanes.iter_mut().zip(&limiters).enumerate() {
             if let Some(remote) = &remote {
-                let d = remote[i].allow_at(key, config.cost, now).map_err(|e| format!("--redis: {e}"))?;
-                lane.record(bin, t, req.key, d.decision, d.entries().map(|(_, e)| e.allowed));
+                remote.allow_at(i, key, config.cost, now, lane, bin, t, req.key)?;
             } else {
                 let d = limiter.allow_at(key, config.cost, now).map_err(|e| e.to_string())?;
                 lane.record(bin, t, req.key, d.decision, d.entries().map(|e| e.decision.allowed));
@@ -232,11 +239,7 @@ pub fn run(config: SimConfig) -> Result<SimReport, String> {
     }
     if let Some(remote) = &remote {
         // Leave nothing behind on the user's server.
-        for limiter in remote {
-            for key in &keys {
-                limiter.reset(key).map_err(|e| format!("--redis: {e}"))?;
-            }
-        }
+        remote.reset(&keys)?;
     }
     for lane in &mut lanes {
         lane.retry_ns.sort_unstable();
@@ -260,6 +263,82 @@ fn redis_lanes(url: &str, plans: &[Vec<Limit>]) -> Result<Vec<ratomic_redis::Blo
                 .with_ttl_floor(Duration::from_secs(3600));
             ratomic_redis::BlockingRedisLimiter::connect(url, limits, options)
                 .map_err(|e| format!("--redis {url}: {e}"))
+        })
+        .collect()
+}
+
+/// The limiters of a run on a server: one per lane.
+enum Remote {
+    Redis(Vec<ratomic_redis::BlockingRedisLimiter>),
+    Postgres(Vec<ratomic_postgres::BlockingPostgresLimiter>),
+}
+
+impl Remote {
+    /// Lane `i`'s decision at `now`, recorded in its lane.
+    #[allow(clippy::too_many_arguments)]
+    fn allow_at(
+        &self,
+        i: usize,
+        key: &[u8],
+        cost: u64,
+        now: u64,
+        lane: &mut Lane,
+        bin: usize,
+        t: u64,
+        k: u32,
+    ) -> Result<(), String> {
+        match self {
+            Remote::Redis(l) => {
+                let d = l[i].allow_at(key, cost, now).map_err(|e| format!("--redis: {e}"))?;
+                lane.record(bin, t, k, d.decision, d.entries().map(|(_, e)| e.allowed));
+            }
+            Remote::Postgres(l) => {
+                let d = l[i].allow_at(key, cost, now).map_err(|e| format!("--postgres: {e}"))?;
+                lane.record(bin, t, k, d.decision, d.entries().map(|(_, e)| e.allowed));
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets every key of the run.
+    fn reset(&self, keys: &[Vec<u8>]) -> Result<(), String> {
+        match self {
+            Remote::Redis(ls) => {
+                for l in ls {
+                    for key in keys {
+                        l.reset(key).map_err(|e| format!("--redis: {e}"))?;
+                    }
+                }
+            }
+            Remote::Postgres(ls) => {
+                for l in ls {
+                    for key in keys {
+                        l.reset(key).map_err(|e| format!("--postgres: {e}"))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One PostgreSQL limiter per lane, each under a prefix of its own; its
+/// rows are reset after the run.
+fn postgres_lanes(
+    conninfo: &str,
+    plans: &[Vec<Limit>],
+) -> Result<Vec<ratomic_postgres::BlockingPostgresLimiter>, String> {
+    let run = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    let options = ratomic_postgres::Options { timeout: Duration::from_secs(5), connections: 1, ..Default::default() };
+    plans
+        .iter()
+        .enumerate()
+        .map(|(i, limits)| {
+            let limits = ratomic_postgres::Limits::new(limits.iter().map(|l| (l.name.clone(), l.rule)))
+                .and_then(|l| l.with_prefix(format!("ratomic-simulate:{}:{run}:{i}", std::process::id())))
+                .map_err(|e| format!("--postgres: {e}"))?;
+            ratomic_postgres::BlockingPostgresLimiter::connect(conninfo, limits, options)
+                .map_err(|e| format!("--postgres: cannot connect: {e}"))
         })
         .collect()
 }
@@ -392,6 +471,11 @@ impl SimReport {
         } else if let Some(url) = &c.redis {
             format!(
                 "simulated (manual clock, decided on Redis at {url}: took {} of real time)",
+                format::duration(self.wall)
+            )
+        } else if c.postgres.is_some() {
+            format!(
+                "simulated (manual clock, decided on PostgreSQL: took {} of real time)",
                 format::duration(self.wall)
             )
         } else {
@@ -803,6 +887,7 @@ mod tests {
             seed: 42,
             realtime: false,
             redis: None,
+            postgres: None,
         }
     }
 

@@ -286,6 +286,21 @@ fn simulate_redis_refuses_bad_urls_and_realtime_with_a_message() {
 }
 
 #[test]
+fn simulate_postgres_refuses_bad_urls_realtime_and_two_backends_with_a_message() {
+    let err = usage_error(&["simulate", "--postgres", "not a conninfo = ="]);
+    assert!(err.contains("--postgres"), "{err}");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let err = usage_error(&["simulate", "--postgres", &format!("postgresql://u:secret@127.0.0.1:{port}/db")]);
+    assert!(err.contains("--postgres: cannot connect") && !err.contains("secret"), "{err}");
+    let err = usage_error(&["simulate", "--realtime", "--postgres", "postgresql://127.0.0.1:1/db"]);
+    assert!(err.contains("drop --realtime"), "{err}");
+    let err = usage_error(&["simulate", "--redis", "redis://127.0.0.1:1/", "--postgres", "postgresql://127.0.0.1:1/"]);
+    assert!(err.contains("cannot be used with"), "{err}");
+    let err = usage_error(&["bench", "--postgres", &format!("postgresql://127.0.0.1:{port}/db"), "--seconds", "0.01"]);
+    assert!(err.contains("--postgres: cannot connect"), "{err}");
+}
+
+#[test]
 fn bench_batch_must_be_sensible() {
     let err = usage_error(&["bench", "--batch", "0", "--seconds", "0.01"]);
     assert!(err.contains("--batch"), "{err}");

@@ -33,6 +33,17 @@ pub(crate) enum Failure {
     Unsupported(&'static str),
     /// A Redis-backed limiter's error that is not the engine's own.
     Redis(ratomic_redis::Error),
+    /// A PostgreSQL-backed limiter's error that is not the engine's own.
+    Postgres(ratomic_postgres::Error),
+}
+
+impl From<ratomic_postgres::Error> for Failure {
+    fn from(e: ratomic_postgres::Error) -> Self {
+        match e {
+            ratomic_postgres::Error::Invalid(e) => Failure::Core(e),
+            e => Failure::Postgres(e),
+        }
+    }
 }
 
 impl From<ratomic_redis::Error> for Failure {
@@ -96,6 +107,14 @@ impl Failure {
                 let code = match &e {
                     ratomic_redis::Error::Connection(_) => RATOMIC_BACKEND_UNAVAILABLE,
                     ratomic_redis::Error::Timeout => RATOMIC_BACKEND_TIMEOUT,
+                    _ => RATOMIC_BACKEND_ERROR,
+                };
+                (code, e.to_string(), None)
+            }
+            Failure::Postgres(e) => {
+                let code = match &e {
+                    ratomic_postgres::Error::Connection(_) => RATOMIC_BACKEND_UNAVAILABLE,
+                    ratomic_postgres::Error::Timeout => RATOMIC_BACKEND_TIMEOUT,
                     _ => RATOMIC_BACKEND_ERROR,
                 };
                 (code, e.to_string(), None)

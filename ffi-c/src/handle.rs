@@ -15,6 +15,7 @@ use ratomic_core::{Keyed, Limiter, Rule};
 
 use crate::boundary::write_out;
 use crate::options::FfiClock;
+use crate::postgres_engine::PostgresEngine;
 use crate::redis_engine::RedisEngine;
 
 /// A rate limiter of any kind: token bucket, fixed window, sliding window,
@@ -47,6 +48,8 @@ pub(crate) enum Engine {
     Many(Arc<Limiter<[u8], FfiClock>>),
     /// One or several rules, their state on a Redis server.
     Redis(Box<RedisEngine>),
+    /// One or several rules, their state in a PostgreSQL database.
+    Postgres(Box<PostgresEngine>),
 }
 
 /// Applies `$one` to a single-rule limiter or `$many` to a multi-limit one:
@@ -63,6 +66,11 @@ macro_rules! with_engine {
                     "this operation is not available on a Redis-backed limiter",
                 ))
             }
+            $crate::handle::Engine::Postgres(_) => {
+                return Err($crate::boundary::Failure::Unsupported(
+                    "this operation is not available on a PostgreSQL-backed limiter",
+                ))
+            }
         }
     };
 }
@@ -76,6 +84,7 @@ impl ratomic_limiter {
             Engine::One(k) => k.now(),
             Engine::Many(m) => m.now(),
             Engine::Redis(r) => r.now(),
+            Engine::Postgres(p) => p.now(),
         }
     }
 
@@ -86,6 +95,7 @@ impl ratomic_limiter {
             Engine::One(k) => k.max_key_len(),
             Engine::Many(m) => m.max_key_len(),
             Engine::Redis(r) => r.limits().max_key_len(),
+            Engine::Postgres(p) => p.limits().max_key_len(),
         }
     }
 
@@ -95,6 +105,7 @@ impl ratomic_limiter {
             Engine::One(k) => std::slice::from_ref(k.algorithm()),
             Engine::Many(m) => m.rules(),
             Engine::Redis(r) => r.limits().core_rules(),
+            Engine::Postgres(p) => p.limits().core_rules(),
         }
     }
 

@@ -59,6 +59,9 @@ unsafe fn write_headers(
             let d = decision_arg(decision)?;
             let rules = match &l.engine {
                 Engine::Redis(_) => return Err(Failure::Unsupported("headers of a Redis-backed limiter: not yet")),
+                Engine::Postgres(_) => {
+                    return Err(Failure::Unsupported("headers of a PostgreSQL-backed limiter: not yet"))
+                }
                 _ => l.rules(),
             };
             if let [rule] = rules {

@@ -38,6 +38,8 @@ mod limiter;
 mod multi;
 mod ops;
 mod options;
+mod postgres;
+mod postgres_engine;
 mod quotas;
 mod redis;
 mod redis_engine;
@@ -72,6 +74,10 @@ pub use ops::{
     ratomic_request, ratomic_reset, ratomic_reset_at, RATOMIC_MAX_LIMITS, RATOMIC_MAX_TIME, RATOMIC_NO_TIMEOUT,
 };
 pub use options::{ratomic_clock_fn, ratomic_clock_source, ratomic_eviction, ratomic_options, ratomic_sleep_fn};
+pub use postgres::{
+    ratomic_postgres_fixed_window_new, ratomic_postgres_multi_limiter_new, ratomic_postgres_options,
+    ratomic_postgres_sliding_window_new, ratomic_postgres_token_bucket_new,
+};
 pub use quotas::{
     ratomic_quota, ratomic_quotas, ratomic_quotas_allow, ratomic_quotas_allow_at, ratomic_quotas_free,
     ratomic_quotas_gc_at, ratomic_quotas_new, ratomic_quotas_peek, ratomic_quotas_peek_at, ratomic_quotas_refund_at,

@@ -248,6 +248,16 @@ unsafe fn detailed(
             // SAFETY: index < need <= entries_cap writable entries.
             unsafe { write_out(entries.add(index), e) };
         };
+        if let Engine::Postgres(p) = &l.engine {
+            let md = p.decide(key, cost, now, consume)?;
+            md.entries().enumerate().for_each(|(i, (_, d))| entry(i, d));
+            // SAFETY: checked non-NULL above; writable as the caller guarantees.
+            unsafe {
+                ratomic_decision::write(decision, md.decision);
+                write_out(entries_len, need);
+            }
+            return Ok(());
+        }
         if let Engine::Redis(r) = &l.engine {
             let md = r.decide(key, cost, now, consume)?;
             md.entries().enumerate().for_each(|(i, (_, d))| entry(i, d));

@@ -108,6 +108,7 @@ unsafe fn decide_other(
     let now = crate::boundary::now_arg(now)?;
     let d = match &l.engine {
         Engine::Redis(r) => r.decide(key, cost, now, consume)?.decision,
+        Engine::Postgres(p) => p.decide(key, cost, now, consume)?.decision,
         Engine::Many(m) => {
             let now = now.unwrap_or_else(|| m.now());
             if consume { m.allow_at(key, cost, now) } else { m.peek_at(key, cost, now) }?.decision
@@ -303,6 +304,12 @@ pub unsafe extern "C" fn ratomic_acquire(
         // SAFETY: the caller passes `key_len` readable bytes at `key`.
         let key = unsafe { key_arg(key, key_len, l.max_key_len()) }?;
         let timeout = (timeout_ns != RATOMIC_NO_TIMEOUT).then(|| Duration::from_nanos(timeout_ns));
+        if let Engine::Postgres(p) = &l.engine {
+            let d = p.acquire(key, cost, timeout)?;
+            // SAFETY: checked non-NULL above; the caller guarantees it is writable.
+            unsafe { ratomic_decision::write(decision, d) };
+            return Ok(());
+        }
         if let Engine::Redis(r) = &l.engine {
             let d = r.acquire(key, cost, timeout)?;
             // SAFETY: checked non-NULL above; the caller guarantees it is writable.
@@ -336,6 +343,9 @@ unsafe fn restore(
         let now = crate::boundary::now_arg(now)?;
         if let Engine::Redis(r) = &l.engine {
             return r.restore(key, refund, now);
+        }
+        if let Engine::Postgres(p) = &l.engine {
+            return p.restore(key, refund, now);
         }
         let now = now.unwrap_or_else(|| l.now());
         match refund {
@@ -488,7 +498,7 @@ unsafe fn many(
         };
         let now = crate::boundary::now_arg(now)?;
         let now = match (&l.engine, now) {
-            (Engine::Redis(_), now) => now.map(check_time).transpose()?,
+            (Engine::Redis(_) | Engine::Postgres(_), now) => now.map(check_time).transpose()?,
             (_, now) => Some(check_time(now.unwrap_or_else(|| l.now()))?),
         };
         // The keys as slices: C must check each pointer and length before
@@ -507,14 +517,21 @@ unsafe fn many(
             unsafe { ratomic_decision::write(decisions.add(i), d) };
         };
         let Some(now) = now else {
-            // Only a Redis-backed limiter leaves the time to the server.
+            // Only a Redis- or PostgreSQL-backed limiter leaves the time to the server.
             if let Engine::Redis(r) = &l.engine {
                 r.allow_many(&keys, None)?.into_iter().enumerate().for_each(|(i, d)| write(i, d));
+            }
+            if let Engine::Postgres(p) = &l.engine {
+                p.allow_many(&keys, None)?.into_iter().enumerate().for_each(|(i, d)| write(i, d));
             }
             return Ok(());
         };
         if let Engine::Redis(r) = &l.engine {
             r.allow_many(&keys, Some(now))?.into_iter().enumerate().for_each(|(i, d)| write(i, d));
+            return Ok(());
+        }
+        if let Engine::Postgres(p) = &l.engine {
+            p.allow_many(&keys, Some(now))?.into_iter().enumerate().for_each(|(i, d)| write(i, d));
             return Ok(());
         }
         let requests = keys.iter().map(|&(key, cost)| (key, cost));
@@ -548,6 +565,10 @@ fn first_invalid(l: &ratomic_limiter, before: &[(&[u8], u64)], index: usize, cos
         Engine::Many(m) => m.check(key, cost),
         Engine::Redis(r) => match r.limits().check(key, cost) {
             Err(ratomic_redis::Error::Invalid(e)) => Err(e),
+            _ => Ok(()),
+        },
+        Engine::Postgres(p) => match p.limits().check(key, cost) {
+            Err(ratomic_postgres::Error::Invalid(e)) => Err(e),
             _ => Ok(()),
         },
     };
@@ -668,8 +689,15 @@ unsafe fn gc(limiter: *const ratomic_limiter, now: Option<u64>, dropped: *mut us
     ffi_boundary!({
         // SAFETY: the caller passes a live limiter or NULL.
         let l = unsafe { arg_ref(limiter, "limiter") }?;
-        let now = crate::boundary::now_arg(now)?.unwrap_or_else(|| l.now());
-        let n = with_engine!(l, k => k.gc_at(now), m => m.gc_at(now))?;
+        let now = crate::boundary::now_arg(now)?;
+        let n = match &l.engine {
+            // The server's rows: at the server's time unless a time is given.
+            Engine::Postgres(p) => p.gc(now)?,
+            _ => {
+                let now = now.unwrap_or_else(|| l.now());
+                with_engine!(l, k => k.gc_at(now), m => m.gc_at(now))?
+            }
+        };
         if !dropped.is_null() {
             // SAFETY: non-NULL; writable as the caller guarantees.
             unsafe { write_out(dropped, n) };
@@ -691,6 +719,9 @@ unsafe fn gc(limiter: *const ratomic_limiter, now: Option<u64>, dropped: *mut us
 /// @retval RATOMIC_INVALID_ARGUMENT The clock read past `RATOMIC_MAX_TIME`.
 /// @retval RATOMIC_OTHER_ERROR A Redis-backed limiter: its keys live on the server, and
 ///     this call is not available on it.
+/// @retval RATOMIC_BACKEND_UNAVAILABLE A PostgreSQL-backed limiter (`ratomic_postgres_*_new`,
+///     whose `ratomic_gc` removes its rows full again at the server's time) could
+///     not reach its server; also `RATOMIC_BACKEND_TIMEOUT`, `RATOMIC_BACKEND_ERROR`.
 /// @retval RATOMIC_PANIC A bug in ratomic, caught at the boundary.
 ///
 /// @note Ownership: borrows `limiter`. Thread-safety: safe from many threads at

@@ -97,6 +97,9 @@ fn member(l: &ratomic_limiter) -> Result<(Arc<dyn StackMember>, String), Failure
         Engine::One(k) => k.clone(),
         Engine::Many(m) => m.clone(),
         Engine::Redis(_) => return Err(Failure::Unsupported("a Redis-backed limiter cannot be a stack member")),
+        Engine::Postgres(_) => {
+            return Err(Failure::Unsupported("a PostgreSQL-backed limiter cannot be a stack member"))
+        }
     };
     let text = match l.rules() {
         [_] => l.describe("; "),

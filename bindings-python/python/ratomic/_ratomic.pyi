@@ -36,6 +36,9 @@ __all__ = [
     "_HttpFields",
     "_RedisCall",
     "_RedisDriver",
+    "_PostgresCall",
+    "_PostgresBatch",
+    "_PostgresDriver",
 ]
 
 __version__: Final[str]
@@ -105,7 +108,7 @@ class BackendError(RatomicError):
     Also a limiter on a ``shared_file`` that could not serve a call (its file
     system is full, or another process holds the key): nothing changed."""
 
-_Source = Literal["memory", "redis", "fallback", "policy", "deny_cache", "lease"]
+_Source = Literal["memory", "redis", "postgres", "fallback", "policy", "deny_cache", "lease"]
 """Who answered a call."""
 
 @final
@@ -634,3 +637,70 @@ class _RedisDriver:
     ) -> list[tuple[str, str]]: ...
     def problem(self, decision: Decision | MultiDecision, name: str) -> str | None: ...
     def check_name(self, name: str) -> None: ...
+
+@final
+class _PostgresCall:
+    """One statement for ``ratomic.postgres`` to run (internal)."""
+
+    @property
+    def params(self) -> tuple[object, ...]: ...
+
+@final
+class _PostgresBatch:
+    """One batch statement for ``ratomic.postgres`` to run (internal)."""
+
+    @property
+    def params(self) -> tuple[object, ...]: ...
+
+@final
+class _PostgresDriver:
+    """ratomic-postgres's driver for ``ratomic.postgres`` (internal)."""
+
+    def __new__(
+        cls,
+        limits: object,
+        *,
+        multi: bool,
+        prefix: str,
+        on_error: str,
+        deny_retry_after: float,
+        deny_cache: int,
+        breaker_threshold: int,
+        breaker_cooldown: float,
+        breaker_failure_time: float,
+        max_key_len: int,
+    ) -> _PostgresDriver: ...
+    @property
+    def statement(self) -> str: ...
+    @property
+    def many_statement(self) -> str: ...
+    @property
+    def gc_statement(self) -> str: ...
+    @staticmethod
+    def schema(unlogged: bool) -> str: ...
+    def at_us(self, now: float | None) -> int | None: ...
+    @property
+    def rules(self) -> list[Rule]: ...
+    @property
+    def names(self) -> list[str]: ...
+    @property
+    def limit(self) -> int: ...
+    @property
+    def prefix(self) -> str: ...
+    @property
+    def breaker_open(self) -> bool: ...
+    def begin(
+        self, op: str, key: _Key, cost: int, now: float | None = None
+    ) -> Decision | MultiDecision | _PostgresCall: ...
+    def finish(self, call: _PostgresCall, reply: object, kind: str | None = None) -> Decision | MultiDecision: ...
+    def begin_refund(self, key: _Key, tokens: int, now: float | None = None) -> _PostgresCall: ...
+    def finish_refund(self, reply: object, kind: str | None = None) -> None: ...
+    def begin_reset(self, key: _Key) -> _PostgresCall: ...
+    def finish_reset(self, reply: object, kind: str | None = None) -> None: ...
+    def begin_many(
+        self, requests: Iterable[_Request], now: float | None = None
+    ) -> list[Decision] | list[MultiDecision] | _PostgresBatch: ...
+    def finish_many(
+        self, batch: _PostgresBatch, reply: object, kind: str | None = None
+    ) -> list[Decision] | list[MultiDecision]: ...
+    def backend_error(self, kind: str, error: BaseException) -> BackendError: ...

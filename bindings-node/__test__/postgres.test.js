@@ -1,0 +1,117 @@
+'use strict'
+// ratomic/postgres against a real PostgreSQL (a throwaway cluster that
+// run-tests.sh starts with postgres/server.sh; its URL in
+// RATOMIC_POSTGRES_URL), through the pg Pool a Node team holds: parity with
+// the in-memory limiters on the same explicit times, batches, misuse
+// refused before any statement, the failure policy.
+const test = require('node:test')
+const assert = require('node:assert/strict')
+const crypto = require('node:crypto')
+const { Pool } = require('pg')
+const ratomic = require('..')
+const { PostgresBase, PostgresTokenBucket, PostgresFixedWindow, PostgresSlidingWindow, PostgresLimiter, migrate, schema } = require('../postgres')
+
+const url = process.env.RATOMIC_POSTGRES_URL
+assert.ok(url, 'RATOMIC_POSTGRES_URL: run these tests with bindings-node/run-tests.sh (it starts a server)')
+const pool = new Pool({ connectionString: url, max: 4 })
+test.after(() => pool.end())
+test.before(() => migrate(pool))
+
+const prefix = () => 't-' + crypto.randomBytes(6).toString('hex')
+// Every field, waits in whole µs rounded up (PostgreSQL computes in whole µs).
+const up = (ms) => Math.ceil(Math.round(ms * 1e6) / 1000)
+const fields = (d) => [d.allowed, d.remaining, d.limit, up(d.retryAfterMs), up(d.resetAfterMs)]
+
+// A small deterministic generator (the same steps every run).
+function rng(seed) {
+  let s = seed >>> 0
+  return () => {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0
+    return s / 2 ** 32
+  }
+}
+
+for (const [name, make] of [
+  ['token bucket', (clock, o) => [new ratomic.TokenBucket(5, 50, { clock }), new PostgresTokenBucket(5, 50, o)]],
+  ['fixed window', (clock, o) => [new ratomic.FixedWindow(4, 100, { clock }), new PostgresFixedWindow(4, 100, o)]],
+  ['sliding window', (clock, o) => [new ratomic.SlidingWindow(4, 100, { clock }), new PostgresSlidingWindow(4, 100, o)]],
+  ['limiter', (clock, o) => [
+    new ratomic.Limiter({ burst: '2/10ms', window: '5/100ms' }, { clock }),
+    new PostgresLimiter({ burst: '2/10ms', window: '5/100ms' }, o),
+  ]],
+]) {
+  test(`${name}: every field equals the in-memory limiter on the same explicit times`, async () => {
+    const clock = new ratomic.ManualClock()
+    const [mem, pg] = make(clock, { client: pool, prefix: prefix() })
+    const r = rng(7)
+    let now = 1000
+    for (let step = 0; step < 200; step++) {
+      now += [0, 0, 1, 3, 8, 32][Math.floor(r() * 6)] // whole ms
+      clock.set(now)
+      const key = ['a', 'b', Buffer.from([0x63, 0, 0xff])][Math.floor(r() * 3)]
+      const cost = Math.floor(r() * (pg.limit + 1))
+      const what = r()
+      if (what < 0.6) {
+        assert.deepEqual(fields(await pg.allowAt(key, now, cost)), fields(mem.allow(key, cost)), `step ${step}`)
+      } else if (what < 0.75) {
+        assert.deepEqual(fields(await pg.peekAt(key, now, cost)), fields(mem.peek(key, cost)), `step ${step}`)
+      } else if (what < 0.85) {
+        await pg.refundAt(key, now, cost)
+        mem.refund(key, cost)
+      } else {
+        const reqs = [0, 1, 2].map(() => [r() < 0.5 ? 'a' : 'b', Math.floor(r() * (pg.limit + 1))])
+        const got = (await pg.allowManyAt(reqs, now)).map(fields)
+        assert.deepEqual(got, mem.allowMany(reqs).map(fields), `step ${step}`)
+      }
+    }
+  })
+}
+
+test('calls at the server time answer from postgres, then the deny cache', async () => {
+  const pg = new PostgresLimiter({ burst: '2/h', day: '10/d' }, { client: pool, prefix: prefix() })
+  assert.deepEqual([(await pg.allow('k')).allowed, (await pg.allow('k')).allowed], [true, true])
+  const denied = await pg.allow('k')
+  assert.equal(denied.allowed, false)
+  assert.equal(denied.source, 'postgres')
+  assert.deepEqual(denied.deniedBy, ['burst'])
+  assert.equal((await pg.allow('k')).source, 'deny_cache')
+  await pg.refund('k', 1)
+  assert.equal((await pg.allow('k')).allowed, true)
+  await pg.reset('k')
+  assert.equal((await pg.peek('k', 0)).remaining, 2)
+  assert.equal((await pg.acquire('k', 2, { timeoutMs: 0 })).allowed, true)
+  assert.equal(await pg.gc(), 0, 'the key is not full')
+})
+
+test('bad input is refused before any statement, and the batch charges nothing', async () => {
+  const p = prefix()
+  const pg = new PostgresTokenBucket(3, 1, { client: pool, prefix: p })
+  await assert.rejects(pg.allow('k', 4), (e) => e instanceof RangeError && e.code === 'ERR_RATOMIC_COST_EXCEEDS_LIMIT')
+  await assert.rejects(pg.allowMany([['a', 1], ['b', 9]]), (e) => e.index === 1)
+  await assert.rejects(pg.allow('x'.repeat(1025)), RangeError)
+  const { rows } = await pool.query('SELECT count(*)::int AS n FROM ratomic_v1_state WHERE prefix = $1', [p])
+  assert.equal(rows[0].n, 0, 'nothing was written')
+  assert.throws(() => new PostgresTokenBucket(3, 1, { client: {} }), TypeError)
+})
+
+test('a server that cannot be reached follows the policy', async () => {
+  // A pool on a port nothing listens on: every query fails to connect.
+  const dead = new Pool({ host: '127.0.0.1', port: 1, connectionTimeoutMillis: 1000 })
+  try {
+    const closed = new PostgresTokenBucket('5/h', { client: dead, onError: 'deny', denyRetryAfterMs: 7000 })
+    const d = await closed.allow('k')
+    assert.deepEqual([d.allowed, d.source, d.retryAfterMs], [false, 'policy', 7000])
+    const raising = new PostgresTokenBucket('5/h', { client: dead })
+    await assert.rejects(raising.allow('k'), (e) => e.code === 'ERR_RATOMIC_BACKEND' && e.cause !== undefined)
+    const fallback = new PostgresTokenBucket('5/h', { client: dead, onError: 'fallback' })
+    assert.equal((await fallback.allow('k')).source, 'fallback')
+  } finally {
+    await dead.end()
+  }
+})
+
+test('the schema is printable and unlogged on request; the base class is not constructible', () => {
+  assert.match(schema(), /CREATE TABLE IF NOT EXISTS ratomic_v1_state/)
+  assert.match(schema(true), /CREATE UNLOGGED TABLE IF NOT EXISTS ratomic_v1_state/)
+  assert.throws(() => new PostgresBase([], {}, false), TypeError)
+})

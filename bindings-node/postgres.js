@@ -1,0 +1,282 @@
+'use strict'
+// PostgreSQL-backed limiters through the `pg` Pool you already have:
+// `require('ratomic/postgres')`. Every process and host that uses the same
+// database and `prefix` shares every key's state.
+//
+// This file only moves bytes through the user's Pool (or Client): the SQL,
+// the parameters, the decoding of rows, the deny cache, the circuit breaker
+// and the failure policy are ratomic's Rust engine (crate ratomic-postgres,
+// src/postgres.rs), shared with the Rust, C and Python faces; decisions are
+// read by the same decoder as the in-memory limiters'.
+
+const ratomic = require('./ratomic.js')
+const { NativePostgres } = require('./native.js')
+
+const {
+  typeError, describe, readOptions, tokenBucketRule, windowArgs, limitRules, decodeAll, single, multi, acquire, realSleep,
+} = ratomic[Symbol.for('ratomic.internals')]
+
+const OPTIONS = [
+  'client', 'prefix', 'onError', 'denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'maxKeyLen',
+]
+const OP_ALLOW = 0
+const OP_PEEK = 1
+// The advisory lock the migration holds (the Rust client's too).
+const MIGRATION_LOCK = '8241996814990533425'
+
+// How a query failed, in the driver's terms: a server error has a severity
+// and an SQLSTATE (57014: the statement timed out; 57P and 08: the session
+// ended); anything else (ECONNREFUSED, a reset, a pool timeout) is the
+// connection.
+function failureOf(e) {
+  const message = String(e && e.message !== undefined ? e.message : e)
+  const code = e && typeof e.code === 'string' ? e.code : ''
+  if (code === '57014') return { kind: 'timeout', message }
+  if (e && e.severity !== undefined && !code.startsWith('57P') && !code.startsWith('08')) return { kind: 'server', message }
+  if (/timeout/i.test(message)) return { kind: 'timeout', message }
+  return { kind: 'connection', message }
+}
+
+// Statement names for pg: a named statement is parsed once per connection.
+const NAMES = new Map()
+const nameOf = (sql) => {
+  let n = NAMES.get(sql)
+  if (n === undefined) NAMES.set(sql, (n = 'ratomic_v1_' + NAMES.size))
+  return n
+}
+
+// The one value of the statement's one row (pg returns bigint[] as text).
+async function run(client, sql, params) {
+  const res = await client.query({ name: nameOf(sql), text: sql, values: params })
+  return res.rows.length === 1 ? res.rows[0].r : null
+}
+
+/** The SQL that creates ratomic's table (`UNLOGGED` if asked) and functions. Safe to run again. */
+function schema(unlogged = false) {
+  return NativePostgres.schema(unlogged === true)
+}
+
+/**
+ * Runs `schema()` through `client` (a pg Pool or Client) in one transaction,
+ * under the advisory lock the other faces take too.
+ */
+async function migrate(client, options) {
+  const unlogged = options !== undefined && options !== null && options.unlogged === true
+  const conn = typeof client.connect === 'function' && typeof client.release !== 'function' && client.totalCount !== undefined
+    ? await client.connect()
+    : client
+  try {
+    await conn.query('BEGIN')
+    try {
+      await conn.query('SELECT pg_advisory_xact_lock($1::bigint)', [MIGRATION_LOCK])
+      await conn.query(schema(unlogged))
+      await conn.query('COMMIT')
+    } catch (e) {
+      await conn.query('ROLLBACK').catch(() => {})
+      throw e
+    }
+  } finally {
+    if (conn !== client) conn.release()
+  }
+}
+
+class PostgresBase {
+  #native
+  #client
+  #decode
+  #sources
+
+  constructor(rules, o, isLimiter) {
+    if (new.target === PostgresBase) throw typeError('PostgresBase is not constructible: use PostgresTokenBucket, PostgresFixedWindow, PostgresSlidingWindow or PostgresLimiter')
+    if (o.client === undefined || o.client === null || typeof o.client.query !== 'function') {
+      throw typeError(`options.client is required: a pg Pool (or Client), got ${describe(o.client)}`)
+    }
+    this.#client = o.client
+    const native = {}
+    for (const k of OPTIONS.slice(1)) {
+      if (o[k] !== undefined) native[k] = o[k]
+    }
+    if (native.prefix !== undefined && typeof native.prefix !== 'string') throw typeError(`prefix must be a string, got ${describe(native.prefix)}`)
+    if (native.onError !== undefined && typeof native.onError !== 'string') {
+      throw typeError(`onError must be "raise", "allow", "deny" or "fallback", got ${describe(native.onError)}`)
+    }
+    for (const k of ['denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'maxKeyLen']) {
+      if (native[k] !== undefined && typeof native[k] !== 'number') throw typeError(`${k} must be a number, got ${describe(native[k])}`)
+    }
+    this.#native = new NativePostgres(rules, native)
+    this.#sources = this.#native.sources
+    const names = this.#native.names
+    this.#decode = isLimiter ? (allowed, a, at) => multi(allowed, a, at, names) : single
+  }
+
+  #answers(answer) {
+    const source = this.#sources[answer[0]]
+    const out = decodeAll(answer, this.#decode, 1)
+    for (const d of out) d.source = source
+    return out
+  }
+
+  async #decide(op, key, cost, atMs) {
+    const call = this.#native.begin(op, key, cost, atMs)
+    const answer = call.answer
+    if (answer !== null && answer !== undefined) return this.#answers(answer)[0]
+    let reply = null
+    let failed = null
+    try {
+      reply = await run(this.#client, this.#native.statement, call.params)
+    } catch (e) {
+      failed = failureOf(e)
+      try {
+        return this.#answers(this.#native.finish(call, null, failed))[0]
+      } catch (err) {
+        err.cause = e
+        throw err
+      }
+    }
+    return this.#answers(this.#native.finish(call, reply, null))[0]
+  }
+
+  async #change(call, refund) {
+    let reply = null
+    let failed = null
+    let cause
+    try {
+      reply = await run(this.#client, this.#native.statement, call.params)
+    } catch (e) {
+      failed = failureOf(e)
+      cause = e
+    }
+    try {
+      this.#native.finishChange(refund, reply, failed)
+    } catch (err) {
+      if (cause !== undefined) err.cause = cause
+      throw err
+    }
+  }
+
+  async #many(requests, atMs) {
+    const step = this.#native.beginMany(requests, atMs)
+    if (Array.isArray(step)) return this.#answers(step)
+    let reply = null
+    let failed = null
+    try {
+      reply = await run(this.#client, this.#native.manyStatement, step.params)
+    } catch (e) {
+      failed = failureOf(e)
+    }
+    return this.#answers(this.#native.finishMany(step, reply, failed))
+  }
+
+  /** Consumes `cost` if every limit allows it, at the server's clock: a Promise of the decision. */
+  allow(key, cost = 1) {
+    return this.#decide(OP_ALLOW, key, cost, undefined)
+  }
+
+  /** As `allow` at `nowMs` (milliseconds on your clock). */
+  allowAt(key, nowMs, cost = 1) {
+    return this.#decide(OP_ALLOW, key, cost, nowMs)
+  }
+
+  /** What `allow` would answer, changing nothing. */
+  peek(key, cost = 1) {
+    return this.#decide(OP_PEEK, key, cost, undefined)
+  }
+
+  /** As `peek` at `nowMs`. */
+  peekAt(key, nowMs, cost = 1) {
+    return this.#decide(OP_PEEK, key, cost, nowMs)
+  }
+
+  /** Gives `tokens` back to every limit on `key` (never above full). */
+  async refund(key, tokens) {
+    return this.#change(this.#native.beginRefund(key, tokens, undefined), true)
+  }
+
+  /** As `refund` at `nowMs`. */
+  async refundAt(key, nowMs, tokens) {
+    return this.#change(this.#native.beginRefund(key, tokens, nowMs), true)
+  }
+
+  /** Forgets `key`: every limit is full again. */
+  async reset(key) {
+    return this.#change(this.#native.beginReset(key), false)
+  }
+
+  /** Decides every request (a key, or `[key, cost]`) in one statement, in order. */
+  allowMany(requests) {
+    return this.#many(requests, undefined)
+  }
+
+  /** As `allowMany`, every request at `nowMs`. */
+  allowManyAt(requests, nowMs) {
+    return this.#many(requests, nowMs)
+  }
+
+  /** Waits until `key` grants `cost` (options: `timeoutMs`, `signal`), as the in-memory `acquire`. */
+  acquire(key, cost = 1, options) {
+    return acquire(() => this.allow(key, cost), realSleep, options)
+  }
+
+  /** Removes this prefix's rows that are full again at the server's time; how many. Nothing calls it unless you do. */
+  async gc(nowMs) {
+    const r = await run(this.#client, this.#native.gcStatement, [this.#native.prefix, this.#native.atUs(nowMs), 10000])
+    return Number(r)
+  }
+
+  /** The row prefix. */
+  get prefix() {
+    return this.#native.prefix
+  }
+
+  /** The largest cost a call may ask (the smallest limit). */
+  get limit() {
+    return this.#native.limit
+  }
+
+  /** Whether the circuit breaker is open. */
+  get breakerOpen() {
+    return this.#native.breakerOpen
+  }
+}
+
+/** A token bucket (GCRA) per key, in PostgreSQL: the arguments of `TokenBucket`, with `client` and the options. */
+class PostgresTokenBucket extends PostgresBase {
+  constructor(capacity, refillPerSec, options) {
+    const [rule, o] = tokenBucketRule(capacity, refillPerSec, options, OPTIONS)
+    super([rule], o, false)
+  }
+}
+
+/** A fixed window per key, in PostgreSQL: the arguments of `FixedWindow`. */
+class PostgresFixedWindow extends PostgresBase {
+  constructor(limit, window, options) {
+    const [rule, o] = windowArgs('fixedWindow', 'PostgresFixedWindow', limit, window, options, OPTIONS)
+    super([rule], o, false)
+  }
+}
+
+/** A sliding window per key, in PostgreSQL: the arguments of `SlidingWindow`. */
+class PostgresSlidingWindow extends PostgresBase {
+  constructor(limit, window, options) {
+    const [rule, o] = windowArgs('slidingWindow', 'PostgresSlidingWindow', limit, window, options, OPTIONS)
+    super([rule], o, false)
+  }
+}
+
+/** Several named limits on each key, all or nothing, in PostgreSQL (one row per key): the arguments of `Limiter`. */
+class PostgresLimiter extends PostgresBase {
+  #names
+
+  constructor(limits, options) {
+    const rules = limitRules(limits)
+    super(rules, readOptions(options, OPTIONS), true)
+    this.#names = rules.map((r) => r.name)
+  }
+
+  /** The limits' names, in order. */
+  get names() {
+    return this.#names.slice()
+  }
+}
+
+module.exports = { PostgresBase, PostgresTokenBucket, PostgresFixedWindow, PostgresSlidingWindow, PostgresLimiter, schema, migrate }

@@ -1,0 +1,486 @@
+//! `NativePostgres`: ratomic-postgres's sans-IO [`Driver`] for
+//! `ratomic/postgres`, whose classes run its statements through the user's
+//! own `pg` Pool (or Client). Everything but the I/O is here (or in the
+//! driver): input checks, the statement's parameters, the decoding of its
+//! row, the deny cache, the circuit breaker and the failure policy.
+//! JavaScript runs `statement` with `call.params` and says how the query
+//! failed; decisions come back in the layout of `decision.rs`, read by the
+//! same decoder as the in-memory limiters'.
+
+use std::time::Duration;
+
+use napi::bindgen_prelude::{Either, Unknown};
+use napi::{Env, JsValue, Result};
+use napi_derive::napi;
+
+use ratomic_postgres::{Batch, BatchStep, Call, Driver, Error as PgError, FailurePolicy, Limits, Op, Options, Step};
+
+use crate::batch;
+use crate::clock::{ms_to_ns, ns_to_ms};
+use crate::error::{whole, JsFailure, Res};
+use crate::key::with_key;
+use crate::rule::{rule, RuleSpec};
+
+/// The statements with `pg`'s placeholders and explicit types.
+const CALL: &str =
+    "SELECT ratomic_v1_call($1::text, $2::text, $3::bytea, $4::bigint, $5::bigint, $6::text, $7::bigint[], $8::bigint[]) AS r";
+const MANY: &str = "SELECT ratomic_v1_many($1::text, $2::text, $3::bytea[], $4::bigint[], $5::bigint, $6::text, \
+                    $7::bigint[], $8::bigint[]) AS r";
+const GC: &str = "SELECT ratomic_v1_gc($1::text, $2::bigint, $3::int) AS r";
+
+/// Who answers, in the order of the code an answer starts with.
+const SOURCES: [&str; 4] = ["postgres", "deny_cache", "policy", "fallback"];
+
+/// How a PostgreSQL-backed limiter behaves (every field optional).
+#[napi(object)]
+#[derive(Clone, Debug, Default)]
+pub struct PostgresOptions {
+    /// Where the rows live (default `"ratomic"`).
+    pub prefix: Option<String>,
+    /// `"raise"` (the default), `"allow"`, `"deny"` or `"fallback"`.
+    pub on_error: Option<String>,
+    /// The `retryAfterMs` of a denial by `onError: "deny"` (default 1000).
+    pub deny_retry_after_ms: Option<f64>,
+    /// Keys whose denial is answered locally (default 10,000; 0: off).
+    pub deny_cache: Option<f64>,
+    /// Failures in a row that open the circuit breaker (default 5; 0: off).
+    pub breaker_threshold: Option<f64>,
+    /// How long the breaker stays open, ms (default 1000).
+    pub breaker_cooldown_ms: Option<f64>,
+    /// The longest key in bytes (default 1024).
+    pub max_key_len: Option<f64>,
+}
+
+/// How running a statement failed.
+#[napi(object)]
+pub struct PostgresFailure {
+    /// "timeout", "connection", "server" or "reply".
+    pub kind: String,
+    /// The client's error message.
+    pub message: String,
+}
+
+/// A statement parameter as JavaScript gets it.
+type JsParam =
+    Option<Either<String, Either<napi::bindgen_prelude::Buffer, Vec<Either<String, napi::bindgen_prelude::Buffer>>>>>;
+
+/// A statement parameter: text, bytes, NULL, or an array of either.
+#[derive(Clone, Debug)]
+enum Param {
+    Null,
+    Text(String),
+    Bytes(Vec<u8>),
+    Texts(Vec<String>),
+    ByteArrays(Vec<Vec<u8>>),
+}
+
+impl Param {
+    fn js(&self) -> JsParam {
+        match self {
+            Param::Null => None,
+            Param::Text(s) => Some(Either::A(s.clone())),
+            Param::Bytes(b) => Some(Either::B(Either::A(b.clone().into()))),
+            Param::Texts(v) => Some(Either::B(Either::B(v.iter().map(|s| Either::A(s.clone())).collect()))),
+            Param::ByteArrays(v) => Some(Either::B(Either::B(v.iter().map(|b| Either::B(b.clone().into())).collect()))),
+        }
+    }
+}
+
+/// One statement to run, or the answer given without one.
+#[napi]
+pub struct NativePostgresCall {
+    call: Option<Call>,
+    answer: Option<Vec<f64>>,
+    params: Vec<Param>,
+}
+
+#[napi]
+impl NativePostgresCall {
+    /// The answer when no statement is needed: `[source, ...decision]`.
+    #[napi(getter)]
+    pub fn answer(&self) -> Option<Vec<f64>> {
+        self.answer.clone()
+    }
+
+    /// The statement's parameters (64-bit numbers as text, so none is rounded).
+    #[napi(getter, ts_return_type = "Array<string | Buffer | Array<string | Buffer> | null>")]
+    pub fn params(&self) -> Vec<JsParam> {
+        self.params.iter().map(Param::js).collect()
+    }
+}
+
+/// One batch to run (`manyStatement` with `params`).
+#[napi]
+pub struct NativePostgresBatch {
+    batch: Batch,
+    params: Vec<Param>,
+}
+
+#[napi]
+impl NativePostgresBatch {
+    /// The batch statement's parameters.
+    #[napi(getter, ts_return_type = "Array<string | Buffer | Array<string | Buffer> | null>")]
+    pub fn params(&self) -> Vec<JsParam> {
+        self.params.iter().map(Param::js).collect()
+    }
+}
+
+/// The driver of one PostgreSQL-backed limiter.
+#[napi]
+pub struct NativePostgres {
+    driver: Driver,
+    multi: bool,
+}
+
+fn failure(e: PgError) -> JsFailure {
+    match e {
+        PgError::Invalid(e) => e.into(),
+        e => JsFailure::error("ERR_RATOMIC_BACKEND", e.to_string()),
+    }
+}
+
+fn outcome(reply: Option<Vec<String>>, failed: Option<PostgresFailure>) -> std::result::Result<Vec<i64>, PgError> {
+    if let Some(f) = failed {
+        return Err(match f.kind.as_str() {
+            "timeout" => PgError::Timeout,
+            "connection" => PgError::Connection(f.message),
+            "server" => PgError::Server(f.message),
+            _ => PgError::Reply(f.message),
+        });
+    }
+    reply
+        .ok_or_else(|| PgError::Reply("expected an array of integers from ratomic_v1_call".into()))?
+        .iter()
+        .map(|s| s.parse::<i64>().map_err(|_| PgError::Reply(format!("not an integer: {s:?}"))))
+        .collect()
+}
+
+fn texts(v: &[i64]) -> Param {
+    Param::Texts(v.iter().map(i64::to_string).collect())
+}
+
+fn source(s: ratomic_postgres::Source) -> f64 {
+    match s {
+        ratomic_postgres::Source::Postgres => 0.0,
+        ratomic_postgres::Source::DenyCache => 1.0,
+        ratomic_postgres::Source::Fallback => 3.0,
+        _ => 2.0,
+    }
+}
+
+/// Appends `d` in the layout of `decision::append` (entries for a limiter
+/// of several limits, none for a single rule).
+fn push(out: &mut Vec<f64>, d: &ratomic_postgres::MultiDecision, multi: bool) {
+    let c = &d.decision;
+    out.push(f64::from(u8::from(c.allowed)));
+    out.extend([c.remaining as f64, c.limit as f64, ns_to_ms(c.retry_after_nanos()), ns_to_ms(c.reset_after_nanos())]);
+    if !multi {
+        out.push(0.0);
+        return;
+    }
+    out.push(d.entries().len() as f64);
+    for (i, (_, e)) in d.entries().enumerate() {
+        out.extend([
+            i as f64,
+            f64::from(u8::from(e.allowed)),
+            e.remaining as f64,
+            e.limit as f64,
+            ns_to_ms(e.retry_after_nanos()),
+            ns_to_ms(e.reset_after_nanos()),
+        ]);
+    }
+}
+
+impl NativePostgres {
+    fn answer(&self, ds: &[ratomic_postgres::MultiDecision]) -> Vec<f64> {
+        let mut out = vec![ds.first().map_or(0.0, |d| source(d.source))];
+        for d in ds {
+            push(&mut out, d, self.multi);
+        }
+        out
+    }
+
+    fn params(&self, call: &Call) -> Vec<Param> {
+        let l = self.driver.limits();
+        vec![
+            Param::Text(call.op().code().to_owned()),
+            Param::Text(l.prefix().to_owned()),
+            Param::Bytes(call.key().to_vec()),
+            call.at_us().map_or(Param::Null, |t| Param::Text(t.to_string())),
+            Param::Text(call.amount().to_string()),
+            Param::Text(l.kinds().to_owned()),
+            texts(l.p1()),
+            texts(l.p2()),
+        ]
+    }
+
+    fn call(&self, call: Call) -> NativePostgresCall {
+        let params = self.params(&call);
+        NativePostgresCall { call: Some(call), answer: None, params }
+    }
+
+    fn key<R>(&self, env: &Env, key: &Unknown<'_>, f: impl FnOnce(&[u8]) -> R) -> Res<R> {
+        let max = self.driver.limits().max_key_len();
+        // SAFETY: env and key are live values of the call in progress.
+        unsafe { with_key(env.raw(), key.raw(), || max, f) }
+    }
+}
+
+#[napi]
+impl NativePostgres {
+    /// A driver for `rules` (one unnamed rule, or named ones: a limiter).
+    #[napi(constructor)]
+    pub fn new(env: Env, rules: Vec<RuleSpec>, options: Option<PostgresOptions>) -> Result<Self> {
+        let build = || -> Res<Self> {
+            let o = options.unwrap_or_default();
+            let multi = !matches!(rules.as_slice(), [one] if one.name.is_none());
+            let parsed = rules.iter().map(rule).collect::<Res<Vec<_>>>()?;
+            let limits = match parsed.as_slice() {
+                [one] if !multi => Limits::single(*one),
+                many => Limits::new(rules.iter().zip(many).map(|(r, p)| (r.name.clone().unwrap_or_default(), *p))),
+            };
+            let mut limits = limits.map_err(failure)?;
+            if let Some(p) = o.prefix {
+                limits = limits.with_prefix(p).map_err(failure)?;
+            }
+            if let Some(n) = o.max_key_len {
+                limits = limits.with_max_key_len(usize::try_from(whole("maxKeyLen", n, 0)?).unwrap_or(usize::MAX));
+            }
+            let ms = |name: &str, v: Option<f64>, default: f64| -> Res<Duration> {
+                let v = v.unwrap_or(default);
+                if v.is_finite() && (0.0..1.8e13).contains(&v) {
+                    Ok(Duration::from_nanos((v * 1e6).round() as u64))
+                } else {
+                    Err(JsFailure::range(
+                        "ERR_RATOMIC_INVALID_ARGUMENT",
+                        format!(
+                            "invalid {name}: {} (must be a finite number of milliseconds >= 0)",
+                            crate::error::js_number(v)
+                        ),
+                    ))
+                }
+            };
+            let policy = match o.on_error.as_deref() {
+                None | Some("raise") => FailurePolicy::ReturnError,
+                Some("allow") => FailurePolicy::FailOpen,
+                Some("deny") => {
+                    FailurePolicy::FailClosed { retry_after: ms("denyRetryAfterMs", o.deny_retry_after_ms, 1000.0)? }
+                }
+                Some("fallback") => FailurePolicy::Fallback,
+                Some(other) => {
+                    return Err(JsFailure::range(
+                        "ERR_RATOMIC_INVALID_ARGUMENT",
+                        format!("invalid onError: {other:?} (expected \"raise\", \"allow\", \"deny\" or \"fallback\")"),
+                    ))
+                }
+            };
+            let threshold = o.breaker_threshold.unwrap_or(5.0);
+            let options = Options {
+                timeout: Duration::ZERO, // the connection's statement_timeout bounds a call
+                policy,
+                breaker_threshold: u32::try_from(whole("breakerThreshold", threshold, 0)?).unwrap_or(u32::MAX),
+                breaker_cooldown: ms("breakerCooldownMs", o.breaker_cooldown_ms, 1000.0)?,
+                deny_cache: usize::try_from(whole("denyCache", o.deny_cache.unwrap_or(10_000.0), 0)?)
+                    .unwrap_or(usize::MAX),
+                ..Options::default()
+            };
+            Ok(NativePostgres { driver: Driver::new(limits, options), multi })
+        };
+        build().map_err(|e| e.into_napi(&env))
+    }
+
+    /// The statement of one call (`pg` placeholders).
+    #[napi(getter)]
+    pub fn statement(&self) -> &'static str {
+        CALL
+    }
+
+    /// The statement of a batch.
+    #[napi(getter)]
+    pub fn many_statement(&self) -> &'static str {
+        MANY
+    }
+
+    /// The statement of a gc: (prefix, at_us as text or null, max rows).
+    #[napi(getter)]
+    pub fn gc_statement(&self) -> &'static str {
+        GC
+    }
+
+    /// The migration: the table (unlogged if asked) and the functions.
+    #[napi]
+    pub fn schema(unlogged: bool) -> String {
+        ratomic_postgres::schema::sql(unlogged)
+    }
+
+    /// Who answered, by the code an answer starts with.
+    #[napi(getter)]
+    pub fn sources(&self) -> Vec<&'static str> {
+        SOURCES.to_vec()
+    }
+
+    /// The limits' names, in order (`["limit"]` for a single rule).
+    #[napi(getter)]
+    pub fn names(&self) -> Vec<String> {
+        self.driver.limits().names().map(str::to_owned).collect()
+    }
+
+    /// The largest cost a call may ask.
+    #[napi(getter)]
+    pub fn limit(&self) -> f64 {
+        self.driver.limits().max_cost() as f64
+    }
+
+    /// The row prefix.
+    #[napi(getter)]
+    pub fn prefix(&self) -> String {
+        self.driver.limits().prefix().to_owned()
+    }
+
+    /// Whether the circuit breaker is open.
+    #[napi(getter)]
+    pub fn breaker_open(&self) -> bool {
+        self.driver.breaker_open()
+    }
+
+    /// `nowMs` as the statements' time in whole µs (text), or null.
+    #[napi]
+    pub fn at_us(&self, env: Env, now_ms: Option<f64>) -> Result<Option<String>> {
+        let run = || -> Res<Option<String>> {
+            let now = now_ms.map(ms_to_ns).transpose()?;
+            Ok(self.driver.limits().at_us(now).map_err(failure)?.map(|t| t.to_string()))
+        };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
+    /// Starts an allow (`op` 0) or a peek (1): the statement to run, or the
+    /// answer given without one.
+    #[napi]
+    pub fn begin(
+        &self,
+        env: Env,
+        op: u32,
+        key: Unknown<'_>,
+        cost: f64,
+        now_ms: Option<f64>,
+    ) -> Result<NativePostgresCall> {
+        let run = || -> Res<_> {
+            let op = if op == 1 { Op::Peek } else { Op::Allow };
+            let (cost, now) = (crate::error::cost(cost)?, now_ms.map(ms_to_ns).transpose()?);
+            Ok(match self.key(&env, &key, |k| self.driver.begin(op, k, cost, now))?.map_err(failure)? {
+                Step::Answer(d) => {
+                    NativePostgresCall { call: None, answer: Some(self.answer(&[d])), params: Vec::new() }
+                }
+                Step::Send(call) => self.call(call),
+            })
+        };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
+    /// Ends a call with the row's value (the bigint[] as `pg` gives it: text),
+    /// or how it failed: `[source, ...decision]`.
+    #[napi]
+    pub fn finish(
+        &self,
+        env: Env,
+        call: &NativePostgresCall,
+        reply: Option<Vec<String>>,
+        failed: Option<PostgresFailure>,
+    ) -> Result<Vec<f64>> {
+        let Some(c) = &call.call else { return Ok(call.answer.clone().unwrap_or_default()) };
+        let d = self.driver.finish(c, outcome(reply, failed)).map_err(|e| failure(e).into_napi(&env))?;
+        Ok(self.answer(&[d]))
+    }
+
+    /// Starts a refund of `tokens` on `key`.
+    #[napi]
+    pub fn begin_refund(
+        &self,
+        env: Env,
+        key: Unknown<'_>,
+        tokens: f64,
+        now_ms: Option<f64>,
+    ) -> Result<NativePostgresCall> {
+        let run = || -> Res<_> {
+            let tokens = whole("tokens", tokens, 0)?;
+            let now = now_ms.map(ms_to_ns).transpose()?;
+            Ok(self.call(self.key(&env, &key, |k| self.driver.begin_refund(k, tokens, now))?.map_err(failure)?))
+        };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
+    /// Starts a reset of `key`.
+    #[napi]
+    pub fn begin_reset(&self, env: Env, key: Unknown<'_>) -> Result<NativePostgresCall> {
+        let run =
+            || -> Res<_> { Ok(self.call(self.key(&env, &key, |k| self.driver.begin_reset(k))?.map_err(failure)?)) };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
+    /// Ends a refund or a reset (`refund`: which).
+    #[napi]
+    pub fn finish_change(
+        &self,
+        env: Env,
+        refund: bool,
+        reply: Option<Vec<String>>,
+        failed: Option<PostgresFailure>,
+    ) -> Result<()> {
+        let r = outcome(reply, failed);
+        let done = if refund { self.driver.finish_refund(r).map(drop) } else { self.driver.finish_reset(r) };
+        done.map_err(|e| failure(e).into_napi(&env))
+    }
+
+    /// Starts a batch: its answers (nothing to run) or the batch to run.
+    #[napi]
+    pub fn begin_many(
+        &self,
+        env: Env,
+        requests: Unknown<'_>,
+        now_ms: Option<f64>,
+    ) -> Result<Either<Vec<f64>, NativePostgresBatch>> {
+        let run = || -> Res<_> {
+            let limits = self.driver.limits();
+            let check = |k: &[u8], c: u64| match limits.check(k, c) {
+                Err(PgError::Invalid(e)) => Err(e),
+                _ => Ok(()),
+            };
+            // SAFETY: env and requests are live values of the call in progress.
+            let read = unsafe { batch::read(env.raw(), requests.raw(), limits.max_key_len())? };
+            let requests = read.map_err(|unread| unread.first_invalid(check))?;
+            let now = now_ms.map(ms_to_ns).transpose()?;
+            match self.driver.begin_many(requests.pairs(), now).map_err(failure)? {
+                BatchStep::Answer(ds) => Ok(Either::A(self.answer(&ds))),
+                BatchStep::Send(b) => {
+                    let l = self.driver.limits();
+                    let params = vec![
+                        Param::Text("a".to_owned()),
+                        Param::Text(l.prefix().to_owned()),
+                        Param::ByteArrays(b.keys().into_iter().map(<[u8]>::to_vec).collect()),
+                        texts(&b.amounts()),
+                        b.at_us().map_or(Param::Null, |t| Param::Text(t.to_string())),
+                        Param::Text(l.kinds().to_owned()),
+                        texts(l.p1()),
+                        texts(l.p2()),
+                    ];
+                    Ok(Either::B(NativePostgresBatch { batch: b, params }))
+                }
+            }
+        };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
+    /// Ends a batch with the row's value, or how it failed.
+    #[napi]
+    pub fn finish_many(
+        &self,
+        env: Env,
+        batch: &NativePostgresBatch,
+        reply: Option<Vec<String>>,
+        failed: Option<PostgresFailure>,
+    ) -> Result<Vec<f64>> {
+        let ds =
+            self.driver.finish_many(&batch.batch, outcome(reply, failed)).map_err(|e| failure(e).into_napi(&env))?;
+        Ok(self.answer(&ds))
+    }
+}

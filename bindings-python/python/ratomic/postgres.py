@@ -1,0 +1,464 @@
+"""PostgreSQL-backed limiters through the psycopg connection or pool you
+already have.
+
+Every process and host that uses the same database and the same ``prefix``
+shares every key's state::
+
+    import psycopg
+    from ratomic.postgres import PostgresTokenBucket
+
+    # autocommit: each decision is its own transaction, so a key's row is
+    # locked only while its statement runs. statement_timeout bounds a call.
+    conn = psycopg.connect("postgresql://app@127.0.0.1/app", autocommit=True,
+                           options="-c statement_timeout=100")
+    limiter = PostgresTokenBucket("10/s", client=conn, prefix="api")
+    d = limiter.allow("user:42")          # one statement: SELECT ratomic_v1_call(...)
+    if not d:
+        print(f"retry in {d.retry_after:.3f}s")
+
+A ``psycopg_pool.ConnectionPool`` works the same way (each call takes a
+connection, runs one statement and gives it back, committed); with a
+``psycopg.AsyncConnection`` or a ``psycopg_pool.AsyncConnectionPool`` the
+methods are coroutines (``await limiter.allow(key)``). The classes answer
+with the same :class:`~ratomic.Decision` / :class:`~ratomic.MultiDecision`
+as the in-memory limiters, whose ``source`` says who answered:
+``"postgres"``, ``"deny_cache"``, ``"policy"`` or ``"fallback"``.
+
+The table and functions are created by :func:`migrate` (run it once, or let
+a DBA run the SQL :func:`schema` returns). This module only moves bytes:
+the SQL, the parameters, the decoding of rows, the deny cache, the circuit
+breaker and the failure policy are ratomic's Rust engine (the crate
+``ratomic-postgres``), shared with the Rust and C faces. It needs the
+``psycopg`` package (``pip install 'ratomic[postgres]'``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import typing as _t
+from collections.abc import Iterable, Mapping
+
+from ratomic._ratomic import (
+    ArgumentTypeError,
+    BackendError,
+    InvalidArgumentError,
+    Rule,
+    _PostgresBatch,
+    _PostgresCall,
+    _PostgresDriver,
+)
+
+try:
+    import psycopg as _pg
+except ImportError as _e:  # pragma: no cover - exercised by hand
+    raise ImportError(
+        "ratomic.postgres needs the psycopg package: pip install 'ratomic[postgres]' (or pip install psycopg)"
+    ) from _e
+
+try:
+    import psycopg_pool as _pool
+except ImportError:  # the pool is optional
+    _pool = None  # type: ignore[assignment]
+
+__all__ = [
+    "BackendError",
+    "PostgresFixedWindow",
+    "PostgresLimiter",
+    "PostgresSlidingWindow",
+    "PostgresTokenBucket",
+    "migrate",
+    "schema",
+]
+
+_Key = _t.Union[str, bytes]
+_Request = _t.Union[_Key, tuple[_Key, int]]
+
+#: The advisory lock the migration holds (the Rust client's too).
+_MIGRATION_LOCK = 0x7261746F6D696331
+
+
+def schema(unlogged: bool = False) -> str:
+    """The SQL that creates ratomic's table (``UNLOGGED`` if asked: faster
+    writes, emptied by a server crash and absent on replicas) and its
+    functions. Safe to run again."""
+    return _PostgresDriver.schema(unlogged)
+
+
+def migrate(client: _t.Any, *, unlogged: bool = False) -> _t.Any:
+    """Runs :func:`schema` through ``client`` (a connection or a pool, sync
+    or async) in one transaction, under the advisory lock the other faces
+    take too. A coroutine for an async client."""
+    sql = schema(unlogged)
+    if _is_async(client):
+
+        async def run() -> None:
+            async with _aconnection(client) as conn:
+                async with conn.transaction():
+                    await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                    await conn.execute(sql)
+
+        return run()
+    with _connection(client) as conn:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute(sql)
+    return None
+
+
+def _is_async(client: object) -> bool:
+    if isinstance(client, _pg.AsyncConnection) or (_pool is not None and isinstance(client, _pool.AsyncConnectionPool)):
+        return True
+    if isinstance(client, _pg.Connection) or (_pool is not None and isinstance(client, _pool.ConnectionPool)):
+        return False
+    what = f"the class {client.__name__}" if isinstance(client, type) else type(client).__name__
+    raise ArgumentTypeError(
+        "client must be a psycopg.Connection or psycopg_pool.ConnectionPool (blocking) or a "
+        f"psycopg.AsyncConnection or psycopg_pool.AsyncConnectionPool (asyncio), not {what}"
+    )
+
+
+class _Borrowed:
+    """A bare connection used as it is (the ``with`` of a pool's
+    ``connection()`` for a connection the caller owns)."""
+
+    def __init__(self, conn: _t.Any) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> _t.Any:
+        return self.conn
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    async def __aenter__(self) -> _t.Any:
+        return self.conn
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def _connection(client: _t.Any) -> _t.Any:
+    return client.connection() if _pool is not None and isinstance(client, _pool.ConnectionPool) else _Borrowed(client)
+
+
+def _aconnection(client: _t.Any) -> _t.Any:
+    if _pool is not None and isinstance(client, _pool.AsyncConnectionPool):
+        return client.connection()
+    return _Borrowed(client)
+
+
+def _kind(e: BaseException) -> str | None:
+    """How a client call failed, in the driver's terms; None: not a backend failure."""
+    if isinstance(e, _pg.errors.QueryCanceled) or isinstance(e, (TimeoutError, asyncio.TimeoutError)):
+        return "timeout"
+    if _pool is not None and isinstance(e, _pool.PoolTimeout):
+        return "timeout"
+    if isinstance(e, (_pg.OperationalError, _pg.InterfaceError, OSError)):
+        return "connection"
+    if isinstance(e, _pg.DatabaseError):
+        return "server"
+    if isinstance(e, _pg.Error):
+        return "reply"
+    return None
+
+
+def _check_autocommit(client: _t.Any) -> None:
+    """A bare connection must be in autocommit mode: otherwise the first
+    statement opens a transaction that keeps the key's row locked (every
+    other process's calls on it wait) until the caller commits."""
+    if isinstance(client, (_pg.Connection, _pg.AsyncConnection)) and not client.autocommit:
+        raise InvalidArgumentError(
+            "the psycopg connection must be in autocommit mode (psycopg.connect(..., autocommit=True)): in a "
+            "transaction a decision's row lock would last until you commit; or pass a psycopg_pool pool"
+        )
+
+
+class _PostgresBase:
+    """What the four classes share: the driver and the client."""
+
+    _driver: _PostgresDriver
+
+    def __init__(
+        self,
+        limits: object,
+        *,
+        multi: bool,
+        client: _t.Any,
+        prefix: str = "ratomic",
+        on_error: str = "raise",
+        deny_retry_after: float = 1.0,
+        deny_cache: int = 10_000,
+        breaker_threshold: int = 5,
+        breaker_cooldown: float = 1.0,
+        breaker_failure_time: float = 1.0,
+        max_key_len: int = 1024,
+    ) -> None:
+        self._async = _is_async(client)
+        _check_autocommit(client)
+        self._client = client
+        if not isinstance(on_error, str):
+            raise ArgumentTypeError(
+                f'on_error must be "raise", "allow", "deny" or "fallback", not {type(on_error).__name__}'
+            )
+        self._driver = _PostgresDriver(
+            limits,
+            multi=multi,
+            prefix=prefix,
+            on_error=on_error,
+            deny_retry_after=deny_retry_after,
+            deny_cache=deny_cache,
+            breaker_threshold=breaker_threshold,
+            breaker_cooldown=breaker_cooldown,
+            breaker_failure_time=breaker_failure_time,
+            max_key_len=max_key_len,
+        )
+
+    # ---- I/O: one statement, its one value ---------------------------------
+
+    def _run(self, sql: str, params: _t.Any) -> _t.Any:
+        with _connection(self._client) as conn:
+            row = conn.execute(sql, params).fetchone()
+        return None if row is None else row[0]
+
+    async def _arun(self, sql: str, params: _t.Any) -> _t.Any:
+        async with _aconnection(self._client) as conn:
+            cur = await conn.execute(sql, params)
+            row = await cur.fetchone()
+        return None if row is None else row[0]
+
+    def _round_trip(self, sql: str, params: _t.Any, finish: _t.Callable[..., _t.Any]) -> _t.Any:
+        """Runs the statement and hands its value, or how it failed, to
+        ``finish(value, kind)``; a coroutine for an async client."""
+        if self._async:
+
+            async def go() -> _t.Any:
+                try:
+                    value = await self._arun(sql, params)
+                except Exception as e:
+                    kind = _kind(e)
+                    if kind is None:
+                        raise
+                    return finish(e, kind)
+                return finish(value, None)
+
+            return go()
+        try:
+            value = self._run(sql, params)
+        except Exception as e:
+            kind = _kind(e)
+            if kind is None:
+                raise
+            return finish(e, kind)
+        return finish(value, None)
+
+    def _answer_now(self, value: _t.Any) -> _t.Any:
+        if not self._async:
+            return value
+
+        async def done() -> _t.Any:
+            return value
+
+        return done()
+
+    # ---- the operations ------------------------------------------------------
+
+    def _decide(self, op: str, key: _Key, cost: int, now: float | None) -> _t.Any:
+        step = self._driver.begin(op, key, cost, now)
+        if not isinstance(step, _PostgresCall):
+            return self._answer_now(step)
+        return self._round_trip(
+            self._driver.statement, step.params, lambda v, kind: self._driver.finish(step, v, kind)
+        )
+
+    def allow(self, key: _Key, cost: int = 1) -> _t.Any:
+        """Consumes ``cost`` if every limit allows it, at the server's clock."""
+        return self._decide("allow", key, cost, None)
+
+    def allow_at(self, key: _Key, now: float, cost: int = 1) -> _t.Any:
+        """As :meth:`allow` at ``now`` (seconds on your clock)."""
+        return self._decide("allow", key, cost, now)
+
+    def peek(self, key: _Key, cost: int = 1) -> _t.Any:
+        """What :meth:`allow` would answer, changing nothing."""
+        return self._decide("peek", key, cost, None)
+
+    def peek_at(self, key: _Key, now: float, cost: int = 1) -> _t.Any:
+        """As :meth:`peek` at ``now``."""
+        return self._decide("peek", key, cost, now)
+
+    def refund(self, key: _Key, tokens: int) -> _t.Any:
+        """Gives ``tokens`` back to every limit on ``key`` (never above full)."""
+        call = self._driver.begin_refund(key, tokens)
+        return self._round_trip(self._driver.statement, call.params, self._driver.finish_refund)
+
+    def refund_at(self, key: _Key, now: float, tokens: int) -> _t.Any:
+        """As :meth:`refund` at ``now``."""
+        call = self._driver.begin_refund(key, tokens, now)
+        return self._round_trip(self._driver.statement, call.params, self._driver.finish_refund)
+
+    def reset(self, key: _Key) -> _t.Any:
+        """Forgets ``key``: every limit is full again."""
+        call = self._driver.begin_reset(key)
+        return self._round_trip(self._driver.statement, call.params, self._driver.finish_reset)
+
+    def _many(self, requests: Iterable[_Request], now: float | None) -> _t.Any:
+        step = self._driver.begin_many(requests, now)
+        if not isinstance(step, _PostgresBatch):
+            return self._answer_now(step)
+        return self._round_trip(
+            self._driver.many_statement, step.params, lambda v, kind: self._driver.finish_many(step, v, kind)
+        )
+
+    def allow_many(self, requests: Iterable[_Request]) -> _t.Any:
+        """Decides every request (a key, or ``(key, cost)``) in one statement,
+        in order, at one reading of the server's clock. Every request is
+        checked first; an invalid one fails the whole batch with its index."""
+        return self._many(requests, None)
+
+    def allow_many_at(self, requests: Iterable[_Request], now: float) -> _t.Any:
+        """As :meth:`allow_many`, every request at ``now``."""
+        return self._many(requests, now)
+
+    def gc(self) -> _t.Any:
+        """Removes this prefix's rows that are full again at the server's
+        time (a removed row answers as a full one); how many it removed.
+        Nothing calls it unless you do."""
+        return self._gc(None)
+
+    def gc_at(self, now: float) -> _t.Any:
+        """As :meth:`gc`, for the rows full at ``now`` (your clock)."""
+        return self._gc(now)
+
+    def _gc(self, now: float | None) -> _t.Any:
+        params = (self._driver.prefix, self._driver.at_us(now), 10_000)
+
+        def finish(value: _t.Any, kind: str | None) -> int:
+            if kind is not None:
+                raise self._driver.backend_error(kind, value)
+            return int(value)
+
+        return self._round_trip(self._driver.gc_statement, params, finish)
+
+    def acquire(self, key: _Key, cost: int = 1, *, timeout: float | None = None) -> _t.Any:
+        """Waits until ``key`` grants ``cost``, at most ``timeout`` seconds
+        (None: as long as it takes); a wait that would pass it answers the
+        denial at once, consuming nothing."""
+        if timeout is not None and not timeout >= 0:
+            raise InvalidArgumentError(f"invalid timeout: {timeout!r} (must be a number of seconds >= 0 or None)")
+        if self._async:
+            return self._acquire_async(key, cost, timeout)
+        import time
+
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            d = self._decide("allow", key, cost, None)
+            if d.allowed:
+                return d
+            wake = time.monotonic() + d.retry_after
+            if end is not None and wake > end:
+                return d
+            time.sleep(d.retry_after)
+
+    async def _acquire_async(self, key: _Key, cost: int, timeout: float | None) -> _t.Any:
+        loop = asyncio.get_running_loop()
+        end = None if timeout is None else loop.time() + timeout
+        while True:
+            d = await self._decide("allow", key, cost, None)
+            if d.allowed:
+                return d
+            if end is not None and loop.time() + d.retry_after > end:
+                return d
+            await asyncio.sleep(d.retry_after)
+
+    # ---- what it is -----------------------------------------------------------
+
+    @property
+    def client(self) -> _t.Any:
+        """The psycopg connection or pool the calls go through."""
+        return self._client
+
+    @property
+    def prefix(self) -> str:
+        """The row prefix."""
+        return str(self._driver.prefix)
+
+    @property
+    def limit(self) -> int:
+        """The largest cost a call may ask (the smallest limit)."""
+        return int(self._driver.limit)
+
+    @property
+    def breaker_open(self) -> bool:
+        """Whether the circuit breaker is open: calls are answered by the
+        failure policy without reaching the server."""
+        return bool(self._driver.breaker_open)
+
+
+_OPTIONS_DOC = """
+
+``client``: a ``psycopg.Connection`` in autocommit mode or a
+``psycopg_pool.ConnectionPool`` (blocking), or their asyncio twins. Options:
+``prefix`` (default ``"ratomic"``), ``on_error`` (``"raise"``, ``"allow"``,
+``"deny"`` with ``deny_retry_after`` seconds, or ``"fallback"``: a local
+in-memory limiter of the same rules), ``deny_cache``, ``breaker_threshold``,
+``breaker_cooldown``, ``breaker_failure_time``, ``max_key_len``. Bound each
+call with the connection's ``statement_timeout``.
+"""
+
+
+class PostgresTokenBucket(_PostgresBase):
+    """A token bucket (GCRA) per key, in PostgreSQL: ``capacity`` tokens,
+    ``refill_per_sec`` a second, or a rate string such as ``"10/s"``. Same
+    arguments and answers as :class:`ratomic.TokenBucket`."""
+
+    __doc__ = (__doc__ or "") + _OPTIONS_DOC
+
+    def __init__(
+        self, capacity: int | str, refill_per_sec: float | str | None = None, *, client: _t.Any, **options: _t.Any
+    ) -> None:
+        super().__init__(Rule.token_bucket(capacity, refill_per_sec), multi=False, client=client, **options)
+
+
+class PostgresFixedWindow(_PostgresBase):
+    """A fixed window per key, in PostgreSQL: as :class:`ratomic.FixedWindow`."""
+
+    __doc__ = (__doc__ or "") + _OPTIONS_DOC
+
+    def __init__(
+        self, limit: int | str, window_secs: float | None = None, *, client: _t.Any, **options: _t.Any
+    ) -> None:
+        super().__init__(Rule.fixed_window(limit, window_secs), multi=False, client=client, **options)
+
+
+class PostgresSlidingWindow(_PostgresBase):
+    """A sliding window per key, in PostgreSQL: as :class:`ratomic.SlidingWindow`."""
+
+    __doc__ = (__doc__ or "") + _OPTIONS_DOC
+
+    def __init__(
+        self, limit: int | str, window_secs: float | None = None, *, client: _t.Any, **options: _t.Any
+    ) -> None:
+        super().__init__(Rule.sliding_window(limit, window_secs), multi=False, client=client, **options)
+
+
+class PostgresLimiter(_PostgresBase):
+    """Several named limits on each key, all or nothing, in PostgreSQL (one
+    row per key, locked by the call): ``{name: rule}`` or ``(name, rule)``
+    pairs, as :class:`ratomic.Limiter`. Answers :class:`ratomic.MultiDecision`."""
+
+    __doc__ = (__doc__ or "") + _OPTIONS_DOC
+
+    def __init__(
+        self,
+        limits: str | Mapping[str, str | Rule] | Iterable[tuple[str, str | Rule]],
+        *,
+        client: _t.Any,
+        **options: _t.Any,
+    ) -> None:
+        super().__init__(limits, multi=True, client=client, **options)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The limits' names, in order."""
+        return tuple(self._driver.names)
+

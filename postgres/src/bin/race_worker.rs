@@ -1,0 +1,24 @@
+//! A process of the server tests' cross-process race (built only with the
+//! `server-tests` feature): `pg_race_worker CONNINFO PREFIX CALLS` asks a
+//! bucket of 50 (refilled hourly) on key "shared" CALLS times and prints how
+//! many calls it was granted.
+
+use std::time::Duration;
+
+use ratomic::{Quota, Rule};
+use ratomic_postgres::{BlockingPostgresLimiter, Limits, Options};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, url, prefix, calls] = &args[..] else {
+        eprintln!("usage: pg_race_worker CONNINFO PREFIX CALLS");
+        std::process::exit(2);
+    };
+    let rule = Rule::token_bucket(Quota::new(50, 1.0 / 3600.0).expect("a valid quota"));
+    let limits = Limits::single(rule).and_then(|l| l.with_prefix(prefix.as_str())).expect("valid limits");
+    let options = Options { timeout: Duration::from_secs(5), ..Options::default() };
+    let limiter = BlockingPostgresLimiter::connect(url, limits, options).expect("connected");
+    let calls: u64 = calls.parse().expect("a count");
+    let granted = (0..calls).filter(|_| limiter.allow_n("shared", 1).expect("a decision").allowed()).count();
+    println!("{granted}");
+}

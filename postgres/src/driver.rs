@@ -1,0 +1,509 @@
+//! The sans-IO driver: everything a PostgreSQL-backed call does except
+//! moving bytes — input checks, the deny cache, the circuit breaker, the
+//! statement's parameters, the decoding of its row and the failure policy.
+//! The crate's own client ([`PostgresLimiter`](crate::PostgresLimiter))
+//! and the Python and Node faces (which send the statement through the
+//! user's own PostgreSQL client) all run it, so every face decides the
+//! same way.
+//!
+//! A call is a [`Driver::begin`] that either answers at once
+//! ([`Step::Answer`]: the deny cache, or the failure policy while the
+//! breaker is open) or asks for one statement ([`Step::Send`]); the caller
+//! runs [`schema::CALL`](crate::schema::CALL) with the call's parameters
+//! and hands the row's `bigint[]`, or the way it failed, to
+//! [`Driver::finish`].
+//!
+//! ```
+//! use ratomic::Rule;
+//! use ratomic_postgres::{Driver, Limits, Op, Options, Source, Step};
+//!
+//! let driver = Driver::new(Limits::single(Rule::parse("10/s")?)?, Options::default());
+//! let Step::Send(call) = driver.begin(Op::Allow, b"user:42", 1, None)? else { unreachable!() };
+//! // SELECT ratomic_v1_call($1 … $8) with call.op().code(), limits.prefix(), call.key(),
+//! // call.at_us(), call.amount(), limits.kinds(), limits.p1(), limits.p2(); say it answered:
+//! let d = driver.finish(&call, Ok(vec![1, 1, 9, 10, 0, 100_000]))?;
+//! assert!(d.allowed() && d.source == Source::Postgres);
+//! # Ok::<(), ratomic_postgres::Error>(())
+//! ```
+
+use std::time::{Duration, Instant};
+
+use ratomic::Decision;
+
+use crate::error::{Error, Result};
+use crate::guard::{Breaker, DenyCache};
+use crate::limits::{Limits, MultiDecision, Op};
+
+/// What a limiter answers when the server fails (a refused connection, a
+/// timeout, a server error). Chosen by the caller: there is no hidden
+/// default beyond [`FailurePolicy::ReturnError`], which hides nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailurePolicy {
+    /// Return the error (the default).
+    ReturnError,
+    /// Allow the call, marked [`Source::Policy`](crate::Source::Policy). Never grants on misuse.
+    FailOpen,
+    /// Deny the call with this `retry_after` (at least 1 µs), marked
+    /// [`Source::Policy`](crate::Source::Policy).
+    FailClosed {
+        /// The wait a denied caller is told.
+        retry_after: Duration,
+    },
+    /// Decide in a local, in-memory limiter of the same rules, marked
+    /// [`Source::Fallback`](crate::Source::Fallback). Its state is this
+    /// process's alone.
+    Fallback,
+}
+
+/// How a limiter talks to PostgreSQL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// The longest a call may take, round trip included (default 100 ms).
+    /// The driver does not read it: whoever moves the bytes enforces it and
+    /// reports [`Error::Timeout`]. The crate's client also sets the
+    /// connection's `statement_timeout` to it, so that the server stops a
+    /// call its client gave up on.
+    pub timeout: Duration,
+    /// What to answer when the server fails.
+    pub policy: FailurePolicy,
+    /// Backend failures in a row that open the circuit breaker (default 5;
+    /// 0 turns it off). While open, calls do not reach the server: the
+    /// policy answers at once.
+    pub breaker_threshold: u32,
+    /// How long the breaker stays open before calls try the server again
+    /// (default 1 s).
+    pub breaker_cooldown: Duration,
+    /// The time backend failures in a row may take in all before the
+    /// breaker opens, whatever their count (default 1 s; zero: no bound).
+    pub breaker_failure_time: Duration,
+    /// Keys of server denials kept to answer locally until their
+    /// `retry_after` ends, marked [`Source::DenyCache`](crate::Source::DenyCache)
+    /// (default 10,000; 0 turns it off). Only calls at the server's time,
+    /// and only for the same cost. The price: a `refund` or `reset` from
+    /// another process is seen here only when the cached denial ends.
+    pub deny_cache: usize,
+    /// Connections the crate's client opens (default 4). Each carries any
+    /// number of calls at once (tokio-postgres pipelines them); more
+    /// connections let the server work on several at a time.
+    pub connections: usize,
+    /// Whether the crate's client creates the table and functions when it
+    /// connects (default true; see [`schema`](crate::schema)).
+    pub migrate: bool,
+    /// Whether that migration makes the table `UNLOGGED` (default false;
+    /// see [`schema`](crate::schema) for the trade).
+    pub unlogged: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            timeout: Duration::from_millis(100),
+            policy: FailurePolicy::ReturnError,
+            breaker_threshold: 5,
+            breaker_cooldown: Duration::from_secs(1),
+            breaker_failure_time: Duration::from_secs(1),
+            deny_cache: 10_000,
+            connections: 4,
+            migrate: true,
+            unlogged: false,
+        }
+    }
+}
+
+/// A call's rules, guards and failure policy, shared by every face.
+#[derive(Debug)]
+pub struct Driver {
+    limits: Limits,
+    options: Options,
+    fallback: Option<ratomic::Limiter>,
+    breaker: Breaker,
+    denials: DenyCache,
+}
+
+/// One statement to send: [`schema::CALL`](crate::schema::CALL) with
+/// `op().code()`, the prefix, `key()`, `at_us()`, `amount()` and the
+/// limits' kinds and parameters.
+#[derive(Clone, Debug)]
+pub struct Call {
+    op: Op,
+    key: Vec<u8>,
+    cost: u64,
+    now: Option<u64>,
+    at_us: Option<i64>,
+    /// When it was made: a failure's time counts towards the breaker.
+    started: Instant,
+}
+
+impl Call {
+    /// What it asks (`$1` is `op().code()`).
+    pub fn op(&self) -> Op {
+        self.op
+    }
+
+    /// The user's key (`$3`, bytea).
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// The time in whole µs, or `None` for the server's clock (`$4`).
+    pub fn at_us(&self) -> Option<i64> {
+        self.at_us
+    }
+
+    /// The cost, or the tokens of a refund (`$5`), capped at `i64::MAX`.
+    pub fn amount(&self) -> i64 {
+        i64::try_from(self.cost).unwrap_or(i64::MAX)
+    }
+}
+
+/// A batch to send: [`schema::MANY`](crate::schema::MANY) with `keys()` and
+/// `amounts()` in place of one key and amount.
+#[derive(Clone, Debug)]
+pub struct Batch {
+    calls: Vec<Call>,
+    at_us: Option<i64>,
+    started: Instant,
+}
+
+impl Batch {
+    /// The keys, in request order (`$3`, bytea[]).
+    pub fn keys(&self) -> Vec<&[u8]> {
+        self.calls.iter().map(|c| &c.key[..]).collect()
+    }
+
+    /// The costs, in request order (`$4`, bigint[]).
+    pub fn amounts(&self) -> Vec<i64> {
+        self.calls.iter().map(Call::amount).collect()
+    }
+
+    /// The time in whole µs, or `None` for the server's clock (`$5`).
+    pub fn at_us(&self) -> Option<i64> {
+        self.at_us
+    }
+
+    /// How many requests it carries.
+    pub fn len(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// Whether it carries none.
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+}
+
+/// What [`Driver::begin`] asks of the caller.
+#[derive(Debug)]
+#[must_use]
+pub enum Step {
+    /// The answer, with no round trip: a cached denial, or the failure
+    /// policy while the circuit breaker is open.
+    Answer(MultiDecision),
+    /// Send this call and give its reply to [`Driver::finish`].
+    Send(Call),
+}
+
+/// What [`Driver::begin_many`] asks of the caller.
+#[derive(Debug)]
+#[must_use]
+pub enum BatchStep {
+    /// The answers, with no round trip (the breaker is open).
+    Answer(Vec<MultiDecision>),
+    /// Send this batch in one statement and give its reply to
+    /// [`Driver::finish_many`].
+    Send(Batch),
+}
+
+impl Driver {
+    /// A driver for `limits` with `options`.
+    pub fn new(limits: Limits, options: Options) -> Self {
+        let fallback = (options.policy == FailurePolicy::Fallback).then(|| {
+            let rules = limits.names().map(str::to_owned).zip(limits.core_rules().iter().copied());
+            // The same rules were accepted by the in-memory engine already.
+            ratomic::Limiter::new(rules).expect("rules accepted by Limits::new")
+        });
+        Driver {
+            breaker: Breaker::new(options.breaker_threshold, options.breaker_cooldown, options.breaker_failure_time),
+            denials: DenyCache::new(options.deny_cache),
+            limits,
+            options,
+            fallback,
+        }
+    }
+
+    /// The rules and prefix.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The options.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// Whether the circuit breaker is open: calls answer by the failure
+    /// policy without reaching the server until its cool-down ends.
+    pub fn breaker_open(&self) -> bool {
+        self.breaker.is_open()
+    }
+
+    /// Starts an `Allow` or `Peek` of `cost` on `key`, at `now` (ns on the
+    /// caller's clock) or, when `None`, at the server's clock. Bad input
+    /// is an [`Error::Invalid`] here, before anything is sent.
+    pub fn begin(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<Step> {
+        if !matches!(op, Op::Allow | Op::Peek) {
+            return Err(Error::Invalid(ratomic::Error::InvalidArgument {
+                name: "op",
+                value: format!("{op:?}"),
+                reason: "refunds start with begin_refund, resets with begin_reset".into(),
+            }));
+        }
+        let call = self.call(op, key, cost, now)?;
+        if now.is_none() && op == Op::Allow {
+            if let Some(d) = self.denials.get(key, cost) {
+                return Ok(Step::Answer(self.limits.cached_decision(d)));
+            }
+        }
+        if self.breaker.is_open() {
+            return self.on_failure(Error::Connection("the circuit breaker is open".into()), &call).map(Step::Answer);
+        }
+        Ok(Step::Send(call))
+    }
+
+    /// Ends a call [`begin`](Self::begin) asked to send, with the row's
+    /// `bigint[]` or the way sending it failed. A backend failure
+    /// (connection, timeout, server, reply) counts towards the breaker and
+    /// is answered by the failure policy; a reply that does not decode is
+    /// such a failure.
+    pub fn finish(&self, call: &Call, reply: Result<Vec<i64>>) -> Result<MultiDecision> {
+        self.finish_after(call, reply, call.started.elapsed())
+    }
+
+    /// [`finish`](Self::finish) of a call that took `spent` (towards
+    /// [`Options::breaker_failure_time`]).
+    pub fn finish_after(&self, call: &Call, reply: Result<Vec<i64>>, spent: Duration) -> Result<MultiDecision> {
+        match reply.and_then(|r| self.limits.decode(&r)) {
+            Ok(d) => {
+                self.breaker.success();
+                if call.now.is_none() && call.op == Op::Allow {
+                    self.denials.insert(&call.key, call.cost, d.decision);
+                }
+                Ok(d)
+            }
+            Err(e) if e.is_backend() => {
+                self.breaker.failure(spent);
+                self.on_failure(e, call)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Starts giving back `tokens` to every limit on `key` (never above
+    /// full). Always a round trip: the failure policy does not answer
+    /// refunds, their errors are returned.
+    pub fn begin_refund(&self, key: &[u8], tokens: u64, now: Option<u64>) -> Result<Call> {
+        self.limits.check(key, 0)?;
+        let call = self.call(Op::Refund, key, 0, now).map(|c| Call { cost: tokens, ..c })?;
+        self.denials.forget(key);
+        Ok(call)
+    }
+
+    /// Ends a refund: how many limits changed.
+    pub fn finish_refund(&self, reply: Result<Vec<i64>>) -> Result<usize> {
+        self.limits.decode_refund(&reply?)
+    }
+
+    /// Starts forgetting `key` (every limit full again).
+    pub fn begin_reset(&self, key: &[u8]) -> Result<Call> {
+        let call = self.call(Op::Reset, key, 0, None)?;
+        self.denials.forget(key);
+        Ok(call)
+    }
+
+    /// Ends a reset.
+    pub fn finish_reset(&self, reply: Result<Vec<i64>>) -> Result<()> {
+        match reply? {
+            r if r == [1] => Ok(()),
+            r => Err(Error::Reply(format!("expected 1, got {r:?}"))),
+        }
+    }
+
+    /// Starts a batch of allows: every request is checked first (an invalid
+    /// one fails the whole batch with its index, and nothing is sent).
+    pub fn begin_many<'k>(
+        &self,
+        requests: impl IntoIterator<Item = (&'k [u8], u64)>,
+        now: Option<u64>,
+    ) -> Result<BatchStep> {
+        let at_us = self.limits.at_us(now)?;
+        let mut calls = Vec::new();
+        for (index, (key, cost)) in requests.into_iter().enumerate() {
+            match self.call(Op::Allow, key, cost, now) {
+                Ok(c) => calls.push(c),
+                Err(Error::Invalid(e)) => {
+                    return Err(ratomic::Error::InvalidRequest { index, error: Box::new(e) }.into());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if calls.is_empty() {
+            return Ok(BatchStep::Answer(Vec::new()));
+        }
+        if self.breaker.is_open() && self.options.policy != FailurePolicy::ReturnError {
+            let e = Error::Connection("the circuit breaker is open".into());
+            return calls.iter().map(|c| self.on_failure(e.clone(), c)).collect::<Result<_>>().map(BatchStep::Answer);
+        }
+        Ok(BatchStep::Send(Batch { calls, at_us, started: Instant::now() }))
+    }
+
+    /// Ends a batch with its reply (the row's `bigint[]`), or the way the
+    /// statement failed (then the policy answers every request).
+    pub fn finish_many(&self, batch: &Batch, reply: Result<Vec<i64>>) -> Result<Vec<MultiDecision>> {
+        match reply.and_then(|r| self.limits.decode_many(&r, batch.calls.len())) {
+            Ok(ds) => {
+                self.breaker.success();
+                if batch.at_us.is_none() {
+                    for (c, d) in batch.calls.iter().zip(&ds) {
+                        self.denials.insert(&c.key, c.cost, d.decision);
+                    }
+                }
+                Ok(ds)
+            }
+            Err(e) if e.is_backend() => {
+                self.breaker.failure(batch.started.elapsed());
+                batch.calls.iter().map(|c| self.on_failure(e.clone(), c)).collect()
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn call(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<Call> {
+        self.limits.check(key, cost)?;
+        let at_us = self.limits.at_us(now)?;
+        Ok(Call { op, key: key.to_vec(), cost, now, at_us, started: Instant::now() })
+    }
+
+    fn on_failure(&self, e: Error, call: &Call) -> Result<MultiDecision> {
+        let limit = self.limits.max_cost();
+        match self.options.policy {
+            FailurePolicy::ReturnError => Err(e),
+            FailurePolicy::FailOpen => Ok(self.limits.policy_decision(Decision {
+                allowed: true,
+                remaining: 0,
+                limit,
+                retry_after: Duration::ZERO,
+                reset_after: Duration::ZERO,
+            })),
+            FailurePolicy::FailClosed { retry_after } => Ok(self.limits.policy_decision(Decision {
+                allowed: false,
+                remaining: 0,
+                limit,
+                retry_after: retry_after.max(Duration::from_micros(1)),
+                reset_after: Duration::ZERO,
+            })),
+            FailurePolicy::Fallback => {
+                let local = self.fallback.as_ref().expect("made with the Fallback policy");
+                let now = call.now.unwrap_or_else(|| local.now());
+                let d = match call.op {
+                    Op::Peek => local.peek_at(&call.key, call.cost, now)?,
+                    _ => local.allow_at(&call.key, call.cost, now)?,
+                };
+                Ok(self.limits.fallback_decision(&d))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Source;
+    use ratomic::Rule;
+
+    fn driver(policy: FailurePolicy, threshold: u32) -> Driver {
+        Driver::new(
+            Limits::single(Rule::parse("2/s").unwrap()).unwrap(),
+            Options { policy, breaker_threshold: threshold, ..Options::default() },
+        )
+    }
+
+    fn send(step: Step) -> Call {
+        match step {
+            Step::Send(c) => c,
+            Step::Answer(d) => panic!("answered without a round trip: {d:?}"),
+        }
+    }
+
+    #[test]
+    fn denials_at_the_server_time_are_answered_from_the_cache() {
+        let d = driver(FailurePolicy::ReturnError, 5);
+        let call = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        let denied = d.finish(&call, Ok(vec![0, 0, 0, 2, 400_000, 1_000_000])).unwrap();
+        assert!(!denied.allowed() && denied.source == Source::Postgres);
+        match d.begin(Op::Allow, b"k", 1, None).unwrap() {
+            Step::Answer(a) => assert_eq!(a.source, Source::DenyCache),
+            Step::Send(_) => panic!("the cached denial was not used"),
+        }
+        // Another cost, an explicit time, a peek: to the server.
+        let _ = send(d.begin(Op::Allow, b"k", 2, None).unwrap());
+        let _ = send(d.begin(Op::Allow, b"k", 1, Some(5)).unwrap());
+        let _ = send(d.begin(Op::Peek, b"k", 1, None).unwrap());
+        // A reset through this limiter forgets it.
+        d.begin_reset(b"k").unwrap();
+        let _ = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+    }
+
+    #[test]
+    fn failures_follow_the_policy_and_open_the_breaker() {
+        let d = driver(FailurePolicy::FailClosed { retry_after: Duration::from_secs(3) }, 2);
+        for _ in 0..2 {
+            let call = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+            let a = d.finish(&call, Err(Error::Timeout)).unwrap();
+            assert!(!a.allowed() && a.source == Source::Policy);
+            assert_eq!(a.decision.retry_after, Duration::from_secs(3));
+        }
+        assert!(d.breaker_open());
+        match d.begin(Op::Allow, b"k", 1, None).unwrap() {
+            Step::Answer(a) => assert_eq!(a.source, Source::Policy),
+            Step::Send(_) => panic!("the open breaker let a call through"),
+        }
+        let d = driver(FailurePolicy::ReturnError, 0);
+        let call = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        assert_eq!(d.finish(&call, Err(Error::Server("ERR".into()))).unwrap_err(), Error::Server("ERR".into()));
+        assert!(!d.breaker_open(), "threshold 0: no breaker");
+        let call = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        assert!(matches!(d.finish(&call, Ok(vec![1, 2])), Err(Error::Reply(_))), "an undecodable reply is a failure");
+    }
+
+    #[test]
+    fn the_fallback_decides_in_memory_and_bad_input_never_reaches_the_policy() {
+        let d = driver(FailurePolicy::Fallback, 0);
+        let granted = (0..3)
+            .filter(|_| {
+                let call = send(d.begin(Op::Allow, b"k", 1, Some(1_000)).unwrap());
+                let a = d.finish(&call, Err(Error::Connection("refused".into()))).unwrap();
+                assert_eq!(a.source, Source::Fallback);
+                a.allowed()
+            })
+            .count();
+        assert_eq!(granted, 2);
+        assert!(matches!(d.begin(Op::Allow, b"k", 3, None), Err(Error::Invalid(_))));
+        assert!(matches!(d.begin(Op::Refund, b"k", 1, None), Err(Error::Invalid(_))));
+        let err = d.begin_many([(&b"a"[..], 1), (&b"b"[..], 9)], None).unwrap_err();
+        assert!(matches!(err, Error::Invalid(ratomic::Error::InvalidRequest { index: 1, .. })), "{err}");
+    }
+
+    #[test]
+    fn a_failed_batch_is_answered_by_the_policy_for_every_request() {
+        let d = driver(FailurePolicy::FailOpen, 0);
+        let BatchStep::Send(batch) = d.begin_many([(&b"a"[..], 1), (&b"b"[..], 1)], None).unwrap() else {
+            panic!("no breaker: the batch is sent")
+        };
+        assert_eq!((batch.keys(), batch.amounts()), (vec![&b"a"[..], b"b"], vec![1, 1]));
+        let out = d.finish_many(&batch, Err(Error::Timeout)).unwrap();
+        assert!(out.iter().all(|a| a.allowed() && a.source == Source::Policy));
+        let short = d.finish_many(&batch, Ok(vec![1, 1, 1, 2, 0, 1])).unwrap();
+        assert!(short.iter().all(|a| a.source == Source::Policy), "a short reply is a failure");
+    }
+}

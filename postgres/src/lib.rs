@@ -44,7 +44,6 @@
 
 mod driver;
 mod error;
-mod guard;
 mod limits;
 pub mod rules;
 pub mod schema;

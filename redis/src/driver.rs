@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 use ratomic::Decision;
 
 use crate::error::{Error, Result};
-use crate::guard::{Breaker, DenyCache};
 use crate::lease::{Lease, Leases};
 use crate::limits::{Limits, MultiDecision, Op};
+use ratomic::backend::{Breaker, DenyCache};
 
 /// What a limiter answers when Redis fails (a refused connection, a timeout,
 /// a server error). Chosen by the caller: there is no hidden default beyond

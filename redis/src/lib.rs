@@ -46,7 +46,6 @@
 
 mod driver;
 mod error;
-mod guard;
 pub mod keys;
 mod lease;
 mod limits;

@@ -1,22 +1,23 @@
-//! What keeps a limiter's traffic off a Redis that cannot help: the circuit
-//! breaker (a failing server is not called for a cool-down) and the local
-//! deny cache (a key Redis denied is answered here until its retry_after).
+//! What keeps a limiter's traffic off a backend (Redis, PostgreSQL) that
+//! cannot help: the circuit breaker (a failing server is not called for a
+//! cool-down) and the local deny cache (a key the server denied is answered
+//! here until its retry_after). The backend crates share them from here.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use ratomic::Decision;
+use crate::decision::Decision;
 
 /// Opens after `threshold` backend failures in a row, or once failures in a
 /// row have taken `failure_time` in all (a client whose calls stall for
 /// seconds, retrying inside, opens it on the first such call rather than
-/// the `threshold`-th); while open, calls do not reach Redis until
+/// the `threshold`-th); while open, calls do not reach the server until
 /// `cooldown` has passed since it opened. Then calls go through again: a
 /// success closes it, a failure opens it anew.
 #[derive(Debug)]
-pub(crate) struct Breaker {
+pub struct Breaker {
     threshold: u32,
     cooldown: Duration,
     /// ns; 0: no bound on time.
@@ -30,7 +31,10 @@ pub(crate) struct Breaker {
 }
 
 impl Breaker {
-    pub(crate) fn new(threshold: u32, cooldown: Duration, failure_time: Duration) -> Self {
+    /// A closed breaker: `threshold` failures in a row open it (0: never),
+    /// or failures in a row that took `failure_time` in all (zero: no bound
+    /// on time); it stays open for `cooldown`.
+    pub fn new(threshold: u32, cooldown: Duration, failure_time: Duration) -> Self {
         Breaker {
             threshold,
             cooldown,
@@ -46,12 +50,13 @@ impl Breaker {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// Whether calls should skip Redis now.
-    pub(crate) fn is_open(&self) -> bool {
+    /// Whether calls should skip the server now.
+    pub fn is_open(&self) -> bool {
         self.threshold != 0 && self.now() < self.open_until.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn success(&self) {
+    /// A call the server answered: the failures in a row start again.
+    pub fn success(&self) {
         if self.failures.load(Ordering::Relaxed) != 0 {
             self.failures.store(0, Ordering::Relaxed);
             self.failed_for.store(0, Ordering::Relaxed);
@@ -59,7 +64,7 @@ impl Breaker {
     }
 
     /// A backend failure of a call that took `spent`.
-    pub(crate) fn failure(&self, spent: Duration) {
+    pub fn failure(&self, spent: Duration) {
         if self.threshold == 0 {
             return;
         }
@@ -73,7 +78,7 @@ impl Breaker {
     }
 }
 
-/// Denials Redis gave, by key, until their retry_after ends. Only calls at
+/// Denials the server gave, by key, until their retry_after ends. Only calls at
 /// the server's time use it (an `*_at` call's time is the caller's).
 ///
 /// Sound for the same cost: a call for that cost before the wait ends would
@@ -81,7 +86,7 @@ impl Breaker {
 /// `refund` or `reset` made elsewhere is seen here only when the cached
 /// denial expires (a `reset` or `refund` through this limiter clears it).
 #[derive(Debug)]
-pub(crate) struct DenyCache {
+pub struct DenyCache {
     capacity: usize,
     entries: Mutex<HashMap<Vec<u8>, Denied>>,
 }
@@ -94,13 +99,14 @@ struct Denied {
 }
 
 impl DenyCache {
-    pub(crate) fn new(capacity: usize) -> Self {
+    /// A cache of at most `capacity` keys' denials (0: off).
+    pub fn new(capacity: usize) -> Self {
         DenyCache { capacity, entries: Mutex::new(HashMap::new()) }
     }
 
     /// The cached denial of `cost` on `key`, its waits shortened by the
-    /// time since Redis gave it; `None` when there is none or it ended.
-    pub(crate) fn get(&self, key: &[u8], cost: u64) -> Option<Decision> {
+    /// time since the server gave it; `None` when there is none or it ended.
+    pub fn get(&self, key: &[u8], cost: u64) -> Option<Decision> {
         if self.capacity == 0 {
             return None;
         }
@@ -117,7 +123,10 @@ impl DenyCache {
         })
     }
 
-    pub(crate) fn insert(&self, key: &[u8], cost: u64, decision: Decision) {
+    /// Keeps `decision`, the server's denial of `cost` on `key`, until its
+    /// retry_after ends (allowed decisions are not kept; a full cache of live
+    /// denials keeps no more).
+    pub fn insert(&self, key: &[u8], cost: u64, decision: Decision) {
         if self.capacity == 0 || decision.allowed {
             return;
         }
@@ -131,7 +140,8 @@ impl DenyCache {
         entries.insert(key.to_vec(), Denied { cost, at: Instant::now(), decision });
     }
 
-    pub(crate) fn forget(&self, key: &[u8]) {
+    /// Drops `key`'s denial (a refund or reset changed its state).
+    pub fn forget(&self, key: &[u8]) {
         if self.capacity != 0 {
             self.entries.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
         }

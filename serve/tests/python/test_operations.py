@@ -100,6 +100,12 @@ def test_sigterm_mid_load_answers_every_call_it_accepted(serve):
         slots = threading.Semaphore(200)
         pending = []
 
+        # A future's result can be seen before its done-callback has run:
+        # the callbacks are counted, and the thread waits for all of them
+        # before it ends, so the totals are read only once every call's
+        # outcome is in them.
+        callbacks = threading.Semaphore(0)
+
         def finished(fut):
             try:
                 fut.result()
@@ -115,6 +121,7 @@ def test_sigterm_mid_load_answers_every_call_it_accepted(serve):
                         results["other"].append(e.code())
                 stop.set()
             slots.release()
+            callbacks.release()
 
         while not stop.is_set():
             if not slots.acquire(timeout=0.05):
@@ -127,6 +134,8 @@ def test_sigterm_mid_load_answers_every_call_it_accepted(serve):
                 fut.result()
             except grpc.RpcError:
                 pass
+        for _ in pending:
+            assert callbacks.acquire(timeout=DEADLINE), "a call's done-callback never ran"
         channel.close()
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]

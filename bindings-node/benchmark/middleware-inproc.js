@@ -3,6 +3,7 @@
 //
 //   node benchmark/middleware-inproc.js                 # ROUNDS=21 N=5000, Express and Fastify
 //   ONLY=express node benchmark/middleware-inproc.js
+//   FLOOR=1 ONLY=express node benchmark/middleware-inproc.js   # and both without header fields
 //
 // What the middleware itself costs a request, against its peer, in this one
 // process. Each app — a hello-world Express or Fastify app bare, with
@@ -36,6 +37,8 @@ const path = require('node:path')
 const ROUNDS = Number(process.env.ROUNDS || 21)
 const N = Number(process.env.N || 5000)
 const ONLY = process.env.ONLY
+// FLOOR=1: Express's two middlewares also without header fields (the cost the fields add).
+const FLOOR = process.env.FLOOR
 const DAY = 86_400_000
 const HUGE = 1e9
 
@@ -68,11 +71,19 @@ const APPS = {
     const rateLimit = require('../express.js')
     const { rateLimit: erl } = require('express-rate-limit')
     const o = { limit: s.limit, windowMs: s.windowMs, standardHeaders: 'draft-7', legacyHeaders: false }
-    return {
+    const apps = {
       bare: expressApp(s.status === 429 ? (req, res) => ((res.statusCode = 429), res.end('denied')) : null),
       ratomic: expressApp(rateLimit(o)),
       peer: expressApp(erl({ ...o, validate: false })),
     }
+    if (FLOOR) {
+      // Both without header fields: what the fields cost each side (Node's
+      // setHeader and its writing of them) is the rest.
+      const off = { ...o, standardHeaders: false }
+      apps['ratomic, no fields'] = expressApp(rateLimit(off))
+      apps['peer, no fields'] = expressApp(erl({ ...off, validate: false }))
+    }
+    return apps
   },
   async fastify(s) {
     const o = { max: s.limit, timeWindow: s.windowMs, enableDraftSpec: true }
@@ -141,6 +152,7 @@ async function main() {
       console.log(
         `| ${framework} | ${name} | ${(bare / 1000).toFixed(2)} µs | +${(cost('ratomic') / 1000).toFixed(2)} µs | +${(cost('peer') / 1000).toFixed(2)} µs (${peerName[framework]}) | ${(cost('ratomic') / cost('peer')).toFixed(2)} |`
       )
+      for (const n of names.filter((n) => n.endsWith('no fields'))) console.log(`|   | ${n} | | +${(cost(n) / 1000).toFixed(2)} µs | | |`)
       if (process.env.ALL) for (const n of names) console.error(`  ${n}: ${t[n].map((x) => (x / 1000).toFixed(1)).join(' ')}`)
     }
   }

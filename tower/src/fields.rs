@@ -106,14 +106,22 @@ impl Heads {
     }
 
     /// The answer to one call: its fields (and its problem body on a denial).
+    #[inline(always)]
     pub(crate) fn verdict(&self, entries: &[(usize, Decision)], combined: Decision, format: Format) -> Verdict {
         let mut fields = Fields::default();
         match format.draft {
             Some(Draft::Draft11) => {
-                let every = entries.len() == self.policies.len() && entries.iter().enumerate().all(|(i, e)| e.0 == i);
-                let policy = if every { self.all.clone() } else { self.joined(entries, Item::Policy) };
-                fields.policy = Some(policy);
-                fields.ratelimit = Some(self.joined(entries, Item::RateLimit));
+                if let ([(0, d)], [_]) = (entries, &*self.policies) {
+                    // A single limit (most layers): its item written at once.
+                    fields.policy = Some(self.all.clone());
+                    fields.ratelimit = Some(self.item(0, d));
+                } else {
+                    let every =
+                        entries.len() == self.policies.len() && entries.iter().enumerate().all(|(i, e)| e.0 == i);
+                    let policy = if every { self.all.clone() } else { self.joined(entries, Item::Policy) };
+                    fields.policy = Some(policy);
+                    fields.ratelimit = Some(self.joined(entries, Item::RateLimit));
+                }
                 self.tail(&combined, format.legacy, &mut fields);
             }
             Some(draft) => {
@@ -145,6 +153,27 @@ impl Heads {
     fn headers(&self, entries: &[(usize, Decision)], combined: Decision) -> Headers<'_> {
         Headers::from_parts(&self.policies, entries.iter().copied(), combined)
             .expect("the limiter's entries index its own policies")
+    }
+
+    /// Policy `i`'s `RateLimit` item for decision `d`.
+    #[inline]
+    fn item(&self, i: usize, d: &Decision) -> HeaderValue {
+        let name = self.quoted[i].as_bytes();
+        // The name, two labels of 3 bytes and two numbers of at most 15 digits.
+        if name.len() + 36 > 96 {
+            return self.joined(&[(i, *d)], Item::RateLimit);
+        }
+        let mut buf = [0u8; 96];
+        let mut at = name.len();
+        buf[..at].copy_from_slice(name);
+        let mut n = itoa::Buffer::new();
+        for (label, v) in [(b";r=", d.remaining), (b";t=", ceil_secs(d.reset_after))] {
+            buf[at..at + 3].copy_from_slice(label);
+            let digits = n.format(v.min(MAX_SF_INTEGER)).as_bytes();
+            buf[at + 3..at + 3 + digits.len()].copy_from_slice(digits);
+            at += 3 + digits.len();
+        }
+        value(&buf[..at])
     }
 
     /// One draft-11 item per entry, `, `-separated, formatted on the stack.
@@ -227,12 +256,40 @@ fn interned(text: String) -> &'static str {
     kept
 }
 
+/// How much of a thread's buffer for field values is allocated at once.
+const ARENA: usize = 4096;
+
+thread_local! {
+    /// Each thread's buffer the values it formats are cut from: a value
+    /// shares it (one count on it, no allocation of its own), and the
+    /// buffer is reused from its start once every value cut from it has
+    /// been dropped (or a fresh one allocated while some are still held).
+    static VALUES: std::cell::RefCell<bytes::BytesMut> = std::cell::RefCell::new(bytes::BytesMut::new());
+}
+
 /// A field value of quoted names, digits and punctuation.
 fn value(bytes: &[u8]) -> HeaderValue {
-    debug_assert!(HeaderValue::from_bytes(bytes).is_ok());
+    value_of(&[bytes])
+}
+
+/// A field value of quoted names, digits and punctuation: `pieces` joined.
+#[inline]
+fn value_of(pieces: &[&[u8]]) -> HeaderValue {
+    let len = pieces.iter().map(|p| p.len()).sum();
+    let shared = VALUES.with(|values| {
+        let mut values = values.borrow_mut();
+        if values.capacity() < len {
+            values.reserve(ARENA.max(len));
+        }
+        for piece in pieces {
+            values.extend_from_slice(piece);
+        }
+        values.split().freeze()
+    });
+    debug_assert!(HeaderValue::from_bytes(&shared).is_ok());
     // SAFETY: quoted names are printable ASCII (Policy::new checks it), the
     // rest digits and punctuation: all valid in a field value.
-    unsafe { HeaderValue::from_maybe_shared_unchecked(bytes::Bytes::copy_from_slice(bytes)) }
+    unsafe { HeaderValue::from_maybe_shared_unchecked(shared) }
 }
 
 /// A full key's answer: what formats a policy without a call.
@@ -359,16 +416,21 @@ pub struct RateLimitInfo {
     pub cost: u64,
 }
 
-pub(crate) fn add_fields(headers: &mut http::HeaderMap, fields: Fields) {
-    headers.reserve(fields.len());
-    if let Some(v) = fields.policy {
+/// Puts `fields` on a response (taking them), each replacing any the
+/// response had of that name.
+#[inline]
+pub(crate) fn add_fields(headers: &mut http::HeaderMap, fields: &mut Fields) {
+    if let Some(v) = fields.policy.take() {
         headers.insert(RATELIMIT_POLICY, v);
     }
-    if let Some(v) = fields.ratelimit {
+    if let Some(v) = fields.ratelimit.take() {
         headers.insert(RATELIMIT, v);
     }
-    for (name, value) in fields.more {
-        headers.insert(name, value);
+    if !fields.more.is_empty() {
+        headers.reserve(fields.more.len());
+        for (name, value) in fields.more.drain(..) {
+            headers.insert(name, value);
+        }
     }
 }
 
@@ -380,9 +442,9 @@ fn plain<B: From<String>>(status: StatusCode, body: String) -> Response<B> {
 }
 
 /// The default 429: the problem document, with the fields.
-pub(crate) fn too_many<RB: From<String>>(v: Verdict) -> Response<RB> {
+pub(crate) fn too_many<RB: From<String>>(mut v: Verdict) -> Response<RB> {
     let mut r = plain(StatusCode::TOO_MANY_REQUESTS, v.problem.unwrap_or_default());
-    add_fields(r.headers_mut(), v.fields);
+    add_fields(r.headers_mut(), &mut v.fields);
     r
 }
 
@@ -430,6 +492,23 @@ mod tests {
 
     fn core(h: &Headers<'_>, draft: Draft, legacy: bool) -> Vec<(String, String)> {
         h.fields_in(draft, legacy).into_iter().map(|(n, v)| (n.to_ascii_lowercase(), v)).collect()
+    }
+
+    /// Values cut from a thread's buffer stay whole while later ones are
+    /// written, whether held past a buffer's end or dropped for its reuse.
+    #[test]
+    fn values_from_the_shared_buffer_keep_their_text() {
+        let text = |i: usize| format!("\"p\";r={i};t={}", i % 7);
+        let held: Vec<(usize, HeaderValue)> = (0..10_000).map(|i| (i, value(text(i).as_bytes()))).collect();
+        for i in 0..10_000 {
+            // Dropped at once: the buffer is reused from its start.
+            assert_eq!(value(text(i).as_bytes()).as_bytes(), text(i).as_bytes());
+        }
+        let long = "x".repeat(3 * ARENA);
+        assert_eq!(value(long.as_bytes()).as_bytes(), long.as_bytes());
+        for (i, v) in &held {
+            assert_eq!(v.as_bytes(), text(*i).as_bytes());
+        }
     }
 
     #[test]

@@ -145,7 +145,7 @@ pub struct Single<A: Algorithm, C: Clock> {
 impl<A: Algorithm, C: Clock> sealed::Sealed for Single<A, C> {}
 
 impl<A: Algorithm, C: Clock + 'static> RateLimiter for Single<A, C> {
-    #[inline]
+    #[inline(always)]
     fn decide(&self, call: Call<'_>) -> Decided {
         let run = || -> Result<Verdict, DecideError> {
             let d = self.limiter.allow_n(one_key(call.keys)?, call.cost)?;

@@ -128,7 +128,7 @@ where
                     let mut result = ready!(fut.poll(cx));
                     let status = result.as_ref().ok().map(Response::status);
                     if let Ok(r) = &mut result {
-                        add_fields(r.headers_mut(), std::mem::take(fields));
+                        add_fields(r.headers_mut(), fields);
                     }
                     let Some(refund) = refund.take() else { return Poll::Ready(result) };
                     let config = refund.config.clone();
@@ -246,7 +246,7 @@ impl<S, L> RateLimit<S, L> {
                 let config = self.config.clone();
                 let fut = async move {
                     let c = &*config;
-                    let verdict = match judge(c, pending.await) {
+                    let mut verdict = match judge(c, pending.await) {
                         Judged::Pass(verdict) => verdict,
                         Judged::Unchecked => return inner.call(whole(h)).await,
                         other => return Ok(other.response(c)),
@@ -257,7 +257,7 @@ impl<S, L> RateLimit<S, L> {
                     let mut result = inner.call(whole(h)).await;
                     let status = result.as_ref().ok().map(Response::status);
                     if let Ok(r) = &mut result {
-                        add_fields(r.headers_mut(), verdict.fields);
+                        add_fields(r.headers_mut(), &mut verdict.fields);
                     }
                     if let Some(keys) = keys {
                         let refund = Refund { config: config.clone(), keys, cost, plan: verdict.plan };
@@ -391,11 +391,11 @@ fn keyless<L, RB: From<String>>(c: &Config<L>, extensions: &http::Extensions) ->
 
 /// The response to a denial: `on_deny`'s, or a 429 problem document; with
 /// the rate-limit fields either way.
-fn denial<L, RB: From<String>>(c: &Config<L>, verdict: Verdict) -> Response<RB> {
+fn denial<L, RB: From<String>>(c: &Config<L>, mut verdict: Verdict) -> Response<RB> {
     match &c.on_deny {
         Some(f) => {
             let mut r = f(&Outcome::of(&verdict)).map(RB::from);
-            add_fields(r.headers_mut(), verdict.fields);
+            add_fields(r.headers_mut(), &mut verdict.fields);
             r
         }
         None => too_many(verdict),

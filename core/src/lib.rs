@@ -99,6 +99,9 @@ pub use store::key::{ip_key, AsKey, BoundedKey, Ipv6Grouping, Key, StoredKey};
 #[cfg(ratomic_loom)]
 #[doc(hidden)]
 pub use store::shared::model as shared_model;
+#[cfg(ratomic_loom)]
+#[doc(hidden)]
+pub use store::stop::{at as __stop_at, stopped as __stopped, At as __StopAt};
 /// The epoch reclamation, for `tests/loom.rs`'s models of it and the
 /// `reclaim` benchmark; not part of the API.
 #[doc(hidden)]

@@ -13,11 +13,10 @@
 //!
 //! Inserts, and everything that frees or fills slots — evicting and
 //! forgetting keys, migrating to a new table — are done under a per-shard
-//! insert lock ([`ShardLock`], issue 39). An insert reads the table's
-//! version before its lock-free probe; under the lock, the same version
-//! means the probe's answer still holds (nothing was placed since), so it
-//! writes the key and publishes its state with plain stores: no claim, no
-//! scan for a racing copy (it also checks that the shard forgot no key
+//! insert lock ([`ShardLock`], issue 39). An insert whose lock-free probe
+//! found its key absent probes again under the lock, where that answer is
+//! final (nobody else places keys), and writes the key and publishes its
+//! state with plain stores: no claim, no check for a racing copy (it also checks that the shard forgot no key
 //! since it computed the states from what it remembers: see
 //! `Store::insert`). An insert that takes its table past 3/4 grows it
 //! before letting go of the lock: it forgets the idle keys in place, sizes
@@ -777,7 +776,6 @@ impl<S: StoredKey> Store<S> {
             // Before this run's first charge (see `Mark`); a run that goes
             // round again leaves its charges where they landed.
             let mark = if MARK { Mark(self.credits(shard, hash).load(Ordering::SeqCst)) } else { Mark::default() };
-            let version = t.version();
             match t.find(hash, probe, &guard) {
                 Find::Found(i) => {
                     let mut cells = Cells::new(t.states(i), mark);
@@ -805,14 +803,13 @@ impl<S: StoredKey> Store<S> {
                     }
                     table = shard.table.load(Ordering::Acquire, &guard);
                 }
-                Find::Absent { free } => {
+                Find::Absent { .. } => {
                     // While the table migrates, a key absent here may have moved on.
                     if let Some(next) = Self::absent_while_migrating(table, &guard) {
                         table = next;
                         continue;
                     }
-                    let at = (free, version);
-                    if let Some(r) = self.run_absent(shard, t, hash, probe, at, mark, now, retention, &mut op, &guard) {
+                    if let Some(r) = self.run_absent(shard, t, hash, probe, mark, now, retention, &mut op, &guard) {
                         return r;
                     }
                     table = shard.table.load(Ordering::Acquire, &guard);
@@ -852,7 +849,6 @@ impl<S: StoredKey> Store<S> {
         loop {
             // SAFETY: as in `update`.
             let t = unsafe { table.deref() };
-            let version = t.version();
             match t.find(hash, probe, &guard) {
                 Find::Found(i) => {
                     if let Some(states) = self.lock_key(t, i, probe, &guard) {
@@ -870,7 +866,7 @@ impl<S: StoredKey> Store<S> {
                     }
                     table = shard.table.load(Ordering::Acquire, &guard);
                 }
-                Find::Absent { free } => {
+                Find::Absent { .. } => {
                     if let Some(next) = Self::absent_while_migrating(table, &guard) {
                         table = next;
                         continue;
@@ -881,8 +877,7 @@ impl<S: StoredKey> Store<S> {
                     // Before the credited key can be published.
                     credits.fetch_add(1, Ordering::SeqCst);
                     let mark = Mark::default();
-                    let at = (free, version);
-                    if let Some(r) = self.run_absent(shard, t, hash, probe, at, mark, now, retention, &mut op, &guard) {
+                    if let Some(r) = self.run_absent(shard, t, hash, probe, mark, now, retention, &mut op, &guard) {
                         return Some(r);
                     }
                     table = shard.table.load(Ordering::Acquire, &guard);
@@ -942,7 +937,6 @@ impl<S: StoredKey> Store<S> {
         t: &Table<S>,
         hash: u64,
         probe: &S::Probe<'_>,
-        at: (Option<(usize, u64)>, u64),
         mark: Mark,
         now: u64,
         retention: &impl Retention,
@@ -958,24 +952,26 @@ impl<S: StoredKey> Store<S> {
         if !changed {
             return Some(r);
         }
-        match self.insert(shard, t, hash, probe, at, &words.0, Some(seen), now, retention, guard) {
+        match self.insert(shard, t, hash, probe, &words.0, Some(seen), now, retention, guard) {
             Next::Done => Some(r),
             Next::Retry => None,
         }
     }
 
-    /// Inserts a key found absent from `t` with `states` (`at`: the free
-    /// slot the probe found, and `t`'s version read before the probe):
-    /// computed from what the shard remembered of it when its summary had
+    /// Inserts a key found absent from `t` with `states`: computed from what the shard remembered of it when its summary had
     /// taken in `seen` forgets, if they were (a reset's fresh states are
     /// not). `Retry` when the caller must look again (the table was
     /// replaced, the key was placed meanwhile, the shard needed room first,
     /// or it has forgotten a key since).
     ///
     /// Under the shard's insert lock: the lock holder is the only thread
-    /// that places keys, so an unchanged version means the probe's answer
-    /// still holds (the key absent, the slot free), and the key is placed
-    /// with plain stores, no claim, no scan for a racing copy. Growth, when
+    /// that places keys, so its own probe, under the lock, is final (the
+    /// key absent, the slot free), and the key is placed with plain stores,
+    /// no claim, no check for a racing copy. (The lock-free probe before it
+    /// is not trusted: a key may have been placed since. A table version
+    /// read before it would spare this second probe, warm in the cache, at
+    /// the price of a load on every lookup; `rounds keys100k-u64` read
+    /// worse with it in 5 of 6 pairs, within the noise of a loaded machine.) Growth, when
     /// the insert takes the table past 3/4, is done here too, by this
     /// thread, before it lets go of the lock.
     #[allow(clippy::too_many_arguments)]
@@ -985,7 +981,6 @@ impl<S: StoredKey> Store<S> {
         t: &Table<S>,
         hash: u64,
         probe: &S::Probe<'_>,
-        at: (Option<(usize, u64)>, u64),
         states: &[u64; MAX_WIDTH],
         seen: Option<u64>,
         now: u64,
@@ -1006,14 +1001,9 @@ impl<S: StoredKey> Store<S> {
         {
             return Next::Retry;
         }
-        let (free, version) = at;
-        let free = if t.version() == version {
-            free
-        } else {
-            match t.find(hash, probe, guard) {
-                Find::Found(_) => return Next::Retry,
-                Find::Absent { free } => free,
-            }
+        let free = match t.find(hash, probe, guard) {
+            Find::Found(_) => return Next::Retry,
+            Find::Absent { free } => free,
         };
         // Room first: a chain must always end at an EMPTY slot, and the
         // bounds hold before the key comes in, not after.
@@ -1066,7 +1056,6 @@ impl<S: StoredKey> Store<S> {
         loop {
             // SAFETY: as in `update`.
             let t = unsafe { table.deref() };
-            let version = t.version();
             match t.find(hash, probe, &guard) {
                 Find::Found(i) => {
                     if self.lock_key(t, i, probe, &guard).is_some() {
@@ -1083,7 +1072,7 @@ impl<S: StoredKey> Store<S> {
                     }
                     table = shard.table.load(Ordering::Acquire, &guard);
                 }
-                Find::Absent { free } => {
+                Find::Absent { .. } => {
                     if let Some(next) = Self::absent_while_migrating(table, &guard) {
                         table = next;
                         continue;
@@ -1093,7 +1082,7 @@ impl<S: StoredKey> Store<S> {
                     }
                     // Before the fresh states can be published.
                     self.credits(shard, hash).fetch_add(1, Ordering::SeqCst);
-                    match self.insert(shard, t, hash, probe, (free, version), &pristine, None, now, retention, &guard) {
+                    match self.insert(shard, t, hash, probe, &pristine, None, now, retention, &guard) {
                         Next::Done => return,
                         Next::Retry => table = shard.table.load(Ordering::Acquire, &guard),
                     }
@@ -1435,8 +1424,6 @@ impl<S: StoredKey> Store<S> {
                 }
             }
         }
-        // An inserter that probed `to` while keys moved in sees it changed.
-        to.bump_version();
         shard.table.store(new, Ordering::Release);
         // SAFETY: replaced above; threads pinned now may still read it.
         unsafe { guard.defer_destroy(old) };

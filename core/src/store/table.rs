@@ -29,9 +29,9 @@
 //!   states after the first are written while the control word still reads
 //!   EMPTY or DEAD, which no lookup reads a key behind; then one release
 //!   store of the first state publishes them. No other thread writes a free
-//!   slot, so the holder needs no compare-and-swap to claim it, and no scan
-//!   for another copy of the key: it checked the key absent under the lock
-//!   (`Store::insert`), and nobody else inserts.
+//!   slot, so the holder needs no compare-and-swap to claim it, and no
+//!   check for a racing copy of the key: it probed for the key under the
+//!   lock (`Store::insert`), and nobody else inserts.
 //! - **Live**: the first word is a state. Operations CAS the state words
 //!   directly: a lookup of an existing key does only loads and the state's
 //!   CAS, and then re-reads the key to make sure the slot was not reused by
@@ -247,11 +247,6 @@ pub(crate) struct Table<S: StoredKey> {
     /// only. The store migrates before it passes 3/4 of the capacity, so a
     /// chain always ends at an EMPTY slot.
     pub(crate) used: Counter,
-    /// Bumped by the insert lock's holder after every key it places here
-    /// (and once after a migration fills the table): an inserter that read
-    /// it before its lock-free probe, and reads the same under the lock,
-    /// knows the key is still absent and the free slot still free.
-    version: AtomicU64,
     /// The table this one is migrating to, once it exists.
     pub(crate) next: epoch::Atomic<Table<S>>,
     _keys: PhantomData<S>,
@@ -262,29 +257,7 @@ impl<S: StoredKey> Table<S> {
     pub(crate) fn new(cap: usize, width: usize) -> Self {
         let stride = width + S::WORDS;
         let words = Words::new(cap, stride, EMPTY);
-        Table {
-            words,
-            cap,
-            width,
-            stride,
-            used: Counter::new(0),
-            version: AtomicU64::new(0),
-            next: epoch::Atomic::null(),
-            _keys: PhantomData,
-        }
-    }
-
-    /// The table's version: read before a probe whose absent key may be
-    /// inserted (see [`version`](Self::version)'s field).
-    #[inline(always)]
-    pub(crate) fn version(&self) -> u64 {
-        self.version.load(Ordering::Acquire)
-    }
-
-    /// Marks a change of the table's keys. Insert lock's holder only.
-    #[inline]
-    pub(crate) fn bump_version(&self) {
-        self.version.store(self.version.load(Ordering::Relaxed) + 1, Ordering::Release);
+        Table { words, cap, width, stride, used: Counter::new(0), next: epoch::Atomic::null(), _keys: PhantomData }
     }
 
     #[inline]
@@ -434,7 +407,6 @@ impl<S: StoredKey> Table<S> {
         // states after it. No lookup reads the key of an EMPTY or DEAD
         // slot, so the words written above were nobody's until now.
         words[0].store(states[0], Ordering::Release);
-        self.bump_version();
     }
 
     /// Locks live slot `i`, whose first state was read as `first`. False if

@@ -2,7 +2,8 @@
 //!
 //! A rate limiter that is fast and exact: each key's state is one
 //! `AtomicU64` changed by a compare-and-swap loop, with lazy refill, no
-//! background threads and no locks on the per-key path.
+//! background threads and no locks on the per-key path (a new key is
+//! added, and a table grown, under a short per-shard lock).
 //!
 //! - [`TokenBucket`]: a GCRA token bucket per key, with peek,
 //!   refund, reset, a live-key count and a bounded store that forgets full

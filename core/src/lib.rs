@@ -2,7 +2,8 @@
 //!
 //! A rate limiter that is fast and exact: each key's state is one
 //! `AtomicU64` changed by a compare-and-swap loop, with lazy refill, no
-//! background threads and no locks on the per-key path.
+//! background threads and no locks on the per-key path (a new key is
+//! added, and a table grown, under a short per-shard lock).
 //!
 //! - [`TokenBucket`]: a GCRA token bucket per key, with peek,
 //!   refund, reset, a live-key count and a bounded store that forgets full
@@ -101,6 +102,9 @@ pub use store::key::{ip_key, AsKey, BoundedKey, Ipv6Grouping, Key, StoredKey};
 #[cfg(ratomic_loom)]
 #[doc(hidden)]
 pub use store::shared::model as shared_model;
+#[cfg(ratomic_loom)]
+#[doc(hidden)]
+pub use store::stop::{at as __stop_at, stopped as __stopped, At as __StopAt};
 /// The epoch reclamation, for `tests/loom.rs`'s models of it and the
 /// `reclaim` benchmark; not part of the API.
 #[doc(hidden)]

@@ -11,21 +11,6 @@ pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 #[cfg(not(ratomic_loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 
-/// Where a protocol relies on the single total order of SeqCst operations —
-/// a thread's SeqCst write, then its SeqCst reads of *other* words, so that
-/// of two threads doing this crosswise at least one sees the other's write
-/// (an insert's claim, then its scan of the chain; a migration's `closed`,
-/// then its scan of the slots) — this stands for that order under loom,
-/// which treats SeqCst loads and stores as AcqRel and so explores outcomes
-/// the order forbids (tokio-rs/loom#180; it does model SeqCst fences). In
-/// production it is nothing: the operations themselves are SeqCst (on
-/// x86, a locked instruction, itself a full barrier).
-#[inline(always)]
-pub(crate) fn seq_cst_order() {
-    #[cfg(ratomic_loom)]
-    loom::sync::atomic::fence(Ordering::SeqCst);
-}
-
 /// A counter that steers heuristics only (when a shard is maintained, what
 /// `len` reports), never a protocol's correctness: std's atomic even under
 /// loom, so models do not explore every interleaving of its updates.

@@ -13,12 +13,10 @@
 //! the end check the epoch itself: no deferred free runs while a thread that
 //! read the object is still pinned, and each one does run once nobody is.
 //!
-//! loom treats SeqCst loads and stores as AcqRel (tokio-rs/loom#180), so it
-//! would explore outcomes that the single order of SeqCst operations rules
-//! out. Where a protocol relies on that order (an insert's claim, then its
-//! scan of the chain; a migration's `closed`, then its scan of the slots)
-//! the code has `sync::seq_cst_order()` there, a SeqCst fence under loom
-//! (which loom does model) and nothing in production.
+//! The in-memory store places keys, evicts and grows under a per-shard
+//! insert lock; lookups of stored keys never take it. The models of a
+//! thread stopped for good while it holds that lock (mid-insert, mid-growth:
+//! `__stop_at`) check that calls on the shard's other keys still finish.
 //!
 //! The store's protocols take many steps per call, so the models are as
 //! small as each property allows: the main thread is one of the racing
@@ -219,11 +217,10 @@ fn an_insert_into_a_reused_slot_meets_a_copy_published_beyond_it() {
     // X and K share a home slot, X in it. One thread inserts K, which goes
     // one slot on; the other forgets X (its slot DEAD) and inserts K too,
     // into the DEAD home slot if its probe passed the next one before the
-    // first thread claimed it. Its check must then look beyond its own slot
-    // (a check from a slot claimed EMPTY needs not: see `Table::verify`), or
-    // K is held twice. The race unfolds only with three preemptions; with
-    // loom's AcqRel reading of SeqCst it also failed at two (both claims
-    // missed by both scans), which is what `sync::seq_cst_order` is for.
+    // first thread placed K. K must not then be held twice: the second
+    // insert, under the shard's insert lock, sees the table's version moved
+    // since its probe and probes again. (The race of the lock-free store's
+    // inserts, which needed three preemptions to unfold.)
     let x = 1;
     let home = ratomic::__first_home_of;
     let k = (2..).find(|&k| home(k) == home(x)).unwrap();
@@ -431,6 +428,70 @@ fn two_inserts_of_one_key_racing_a_migration_land_once() {
         let theirs = other.join().unwrap();
         assert!(mine ^ theirs, "a new key of one token: exactly one call gets it ({mine}, {theirs})");
         assert_eq!(l.len(), 2, "one copy of the key (and the other key)");
+    });
+}
+
+/// An inserter stops for good in the middle of an insert (its key's words
+/// written, its state not published), holding the shard's insert lock:
+/// calls on the shard's other keys, each thread at its own clock reading,
+/// still finish, with exact results; the key it was inserting reads as
+/// absent. (Only other inserts into the shard wait for that lock.)
+#[test]
+fn an_inserter_stopped_mid_insert_blocks_no_call_on_another_key() {
+    model(|| {
+        let l = bucket::<u64>(3, 16);
+        assert!(allowed(&l, 1, 0) && allowed(&l, 2, 0));
+        let victim = {
+            let l = l.clone();
+            thread::spawn(move || {
+                ratomic::__stop_at(ratomic::__StopAt::Insert);
+                allowed(&l, 3, 0);
+                ratomic::__stopped()
+            })
+        };
+        assert!(allowed(&l, 1, 5));
+        assert!(allowed(&l, 2, 5));
+        let z = l.peek_at(&3, 0, 5).unwrap().remaining;
+        assert!(victim.join().unwrap(), "the victim stopped mid-insert");
+        assert_eq!(l.peek_at(&1, 0, 5).unwrap().remaining, 1, "key 1: both charges");
+        assert_eq!(l.peek_at(&2, 0, 5).unwrap().remaining, 1, "key 2: both charges");
+        assert_eq!(z, 3, "the stopped insert's key was never published");
+    });
+}
+
+/// A growth stops for good after it moved its first key (the inserter that
+/// grows holds the shard's insert lock): a call on the moved key follows the
+/// next table, a call on a key not moved yet stays in the old one, both
+/// finish, and each key holds exactly its charges.
+#[test]
+fn a_growth_stopped_mid_way_blocks_no_call_on_other_keys() {
+    let home = ratomic::__first_home_of;
+    // `first` in slot 0 (moved first), `last` in slot 7 (moved last), four
+    // more to fill the table of 8 to its growth point (6 keys: the 7th
+    // insert grows it).
+    let first = (1..).find(|&k| home(k) == 0).unwrap();
+    let last = (1..).find(|&k| home(k) == 7).unwrap();
+    let fillers: Vec<u64> = (1..).filter(|&k| k != first && k != last && (1..=5).contains(&home(k))).take(4).collect();
+    let new = (1..).find(|&k| k != first && k != last && !fillers.contains(&k) && home(k) == 6).unwrap();
+    model(move || {
+        let l = bucket::<u64>(3, 16);
+        for &k in [first, last].iter().chain(&fillers) {
+            assert!(allowed(&l, k, 0));
+        }
+        let victim = {
+            let l = l.clone();
+            thread::spawn(move || {
+                ratomic::__stop_at(ratomic::__StopAt::Migration);
+                allowed(&l, new, 0);
+                ratomic::__stopped()
+            })
+        };
+        assert!(allowed(&l, first, 5));
+        assert!(allowed(&l, last, 5));
+        assert!(victim.join().unwrap(), "the victim stopped mid-growth");
+        for k in [first, last] {
+            assert_eq!(l.peek_at(&k, 0, 5).unwrap().remaining, 1, "key {k}: both charges, one copy");
+        }
     });
 }
 

@@ -806,6 +806,12 @@ impl<'g, T> Shared<'g, T> {
         self.ptr.is_null()
     }
 
+    /// The address it points to (to compare with a reference).
+    #[inline(always)]
+    pub fn as_raw(&self) -> *const T {
+        self.ptr
+    }
+
     /// # Safety
     ///
     /// Not null, and not freed before the guard was pinned.

@@ -4,32 +4,34 @@
 //!
 //! # Design: no locks on the way to a key's state
 //!
-//! Each shard is an open-addressing table (`table.rs`) of atomic words, in
-//! which every change is a compare-and-swap; a slot's first state word is
-//! also its control word, so a call on a stored key — the hot path — does
-//! the probe's loads, the algorithm's CAS on the state and one re-read of
-//! the key (the slot may have been reused meanwhile: the call then runs
-//! again, and what it changed stays, see `cells.rs`). An insert claims a free
-//! slot with one CAS, writes the key, checks it is the key's only copy (and
-//! that the shard forgot no key since it computed the states from what it
-//! remembers: see `Store::insert`) and publishes the state with one more.
-//! No call takes a lock.
+//! Each shard is an open-addressing table (`table.rs`) of atomic words; a
+//! slot's first state word is also its control word, so a call on a stored
+//! key — the hot path — does the probe's loads, the algorithm's CAS on the
+//! state and one re-read of the key (the slot may have been reused
+//! meanwhile: the call then runs again, and what it changed stays, see
+//! `cells.rs`). It takes no lock.
 //!
-//! Three things are done by one thread at a time per shard (the shard's
-//! maintainer flag, taken with a CAS; an insert that finds it taken goes on
-//! if its table still has room): forgetting and evicting keys in place, and
-//! migrating to a new table. A migration first closes the old table (no
-//! key is published in it any more; new keys wait the length of one scan),
-//! forgets its idle keys in place, and sizes the new table for the keys
-//! left, reserving their room before any new key can reach it — so the new
-//! table never fills under the keys it adopts. It then freezes each slot of
-//! the old table (free slots marked so no insert can claim them; a live
-//! slot locked, its states captured and copied into the new table) while
-//! calls go on: a call that meets a frozen slot waits for that one slot,
-//! then follows the new table; new keys go to the new table as soon as it
-//! exists. Old tables and long keys' heap blocks are freed through an epoch
-//! (`epoch.rs`: a call pins its thread with a store, not a locked
+//! Inserts, and everything that frees or fills slots — evicting and
+//! forgetting keys, migrating to a new table — are done under a per-shard
+//! insert lock ([`ShardLock`], issue 39). An insert whose lock-free probe
+//! found its key absent probes again under the lock, where that answer is
+//! final (nobody else places keys), and writes the key and publishes its
+//! state with plain stores: no claim, no check for a racing copy (it also checks that the shard forgot no key
+//! since it computed the states from what it remembers: see
+//! `Store::insert`). An insert that takes its table past 3/4 grows it
+//! before letting go of the lock: it forgets the idle keys in place, sizes
+//! the new table for the keys left, sets the old table's `next` and moves
+//! each live slot (locked, its states captured, copied into the new table,
+//! marked MOVED) while calls go on — a call that meets its key being moved
+//! waits for that one slot, then follows `next` — and then makes the new
+//! table the shard's with one pointer store. Each key moves once per
+//! growth. Old tables and long keys' heap blocks are freed through an
+//! epoch (`epoch.rs`: a call pins its thread with a store, not a locked
 //! instruction), once no call that might read them is still running.
+//!
+//! A thread stopped while it holds the lock stops the shard's inserts,
+//! evictions and growth, never a call on a key the shard holds (but the one
+//! whose slot it may hold at that moment): see [`ShardLock`].
 //!
 //! Operations that *credit* a key (refunds, give-backs, resets) lock its
 //! slot instead (`update_locked`): a credit must not land on a slot reused
@@ -106,12 +108,12 @@ use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
 use crate::store::key::StoredKey;
-use crate::sync::{seq_cst_order, AtomicBool, AtomicU64, Backoff, Counter, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Backoff, Counter, Ordering};
 pub(crate) use cells::{Cells, Charge, Conflict, Frozen, Mark};
 #[cfg(all(target_os = "linux", not(ratomic_loom)))]
 pub(crate) use shared::SharedStore;
 use summary::Summary;
-use table::{Find, Table, BUSY, CLAIMED, DEAD, EMPTY, FIRST_MARKER, LOCKED, MOVED, MOVED_EMPTY};
+use table::{Find, Table, DEAD, EMPTY, FIRST_MARKER, LOCKED, MOVED};
 
 /// Most state words one key can have (the most limits one `Limiter` holds).
 pub(crate) const MAX_WIDTH: usize = 16;
@@ -535,13 +537,104 @@ struct Shard<S: StoredKey> {
     live: Counter,
     /// Bytes of keys stored outside their slots.
     key_bytes: Counter,
-    /// Set while one thread maintains the shard: evicts, migrates, forgets.
-    /// The summary's single writer.
-    maintaining: AtomicBool,
+    /// The shard's insert lock: held to place a key, to evict or forget
+    /// keys, and to migrate. Its holder is the summary's single writer.
+    /// Lookups of stored keys never take it (see [`ShardLock`]).
+    lock: AtomicBool,
     /// The credit counters of the shard's keys, by stripe (see [`Mark`]):
     /// bumped by every refund and reset, on a line of their own so they
     /// never disturb a lookup.
     credits: Padded<[AtomicU64; CREDIT_STRIPES]>,
+}
+
+/// A shard's insert lock, held (a spin on one flag, with [`Backoff`]) to
+/// place keys, evict, forget and migrate: never by a lookup of a stored key,
+/// nor by a call that changes one (those CAS its states; a credit locks its
+/// slot alone).
+///
+/// A thread stopped while it holds the lock (preempted for long, or
+/// SIGSTOPped with the process's other threads running on) stops the
+/// shard's inserts, evictions and growth until it runs again; calls on the
+/// keys the shard holds go on, a moved key included (migration sets the
+/// next table before it moves a key, and copies a key there before it marks
+/// its old slot). Only a call on the one key whose slot it holds at that
+/// moment waits (`tests/loom.rs`: an inserter stopped for good, at every
+/// point of an insert and of a growth).
+struct ShardLock<'s>(&'s AtomicBool);
+
+impl<'s> ShardLock<'s> {
+    #[inline]
+    fn take<S: StoredKey>(shard: &'s Shard<S>) -> Self {
+        let mut backoff = Backoff::new();
+        while shard.lock.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            backoff.snooze();
+        }
+        ShardLock(&shard.lock)
+    }
+
+    /// Lets go of the lock (as dropping it does).
+    #[inline]
+    fn release(self) {}
+
+    /// (Models only) the holder stopped for good: the lock stays taken.
+    #[cfg_attr(not(ratomic_loom), allow(dead_code))]
+    fn abandon(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for ShardLock<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// Hooks for the loom models of a thread that stops for good in the middle
+/// of an insert or a growth, holding the shard's insert lock: `here(at)`
+/// is true once, at `at`, in a thread that asked for it, and `stopped()`
+/// from then on (the thread then returns at once, touching nothing more).
+/// Outside loom both are constant `false`.
+pub mod stop {
+    /// Where a model's thread stops.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum At {
+        /// With the key's words written, before its state is published.
+        Insert,
+        /// A growth, after its first key moved.
+        Migration,
+    }
+
+    #[cfg(ratomic_loom)]
+    loom::thread_local! {
+        static PLAN: std::cell::Cell<(Option<At>, bool)> = std::cell::Cell::new((None, false));
+    }
+
+    /// (Models only) this thread stops for good when it reaches `at`.
+    #[cfg(ratomic_loom)]
+    pub fn at(at: At) {
+        PLAN.with(|p| p.set((Some(at), false)));
+    }
+
+    #[inline(always)]
+    pub(crate) fn here(_at: At) -> bool {
+        #[cfg(ratomic_loom)]
+        if PLAN.with(|p| p.get().0 == Some(_at)) {
+            PLAN.with(|p| p.set((None, true)));
+            return true;
+        }
+        false
+    }
+
+    /// Whether this thread stopped (see [`at`]).
+    #[inline(always)]
+    pub fn stopped() -> bool {
+        #[cfg(ratomic_loom)]
+        if PLAN.with(|p| p.get().1) {
+            return true;
+        }
+        false
+    }
 }
 
 /// Credit counters per shard (see [`Mark`]).
@@ -619,7 +712,7 @@ impl<S: StoredKey> Store<S> {
                     summary: Summary::new(width, options.eviction, retention),
                     live: Counter::new(0),
                     key_bytes: Counter::new(0),
-                    maintaining: AtomicBool::new(false),
+                    lock: AtomicBool::new(false),
                     credits: Padded(std::array::from_fn(|_| AtomicU64::new(0))),
                 })
             })
@@ -681,7 +774,6 @@ impl<S: StoredKey> Store<S> {
         let guard = epoch::pin();
         let shard = self.shard(hash);
         let mut table = shard.table.load(Ordering::Acquire, &guard);
-        let mut rechecked = std::ptr::null();
         loop {
             // SAFETY: tables are freed only through the epoch, and we are pinned.
             let t = unsafe { table.deref() };
@@ -715,14 +807,13 @@ impl<S: StoredKey> Store<S> {
                     }
                     table = shard.table.load(Ordering::Acquire, &guard);
                 }
-                Find::Absent { free } => {
-                    // While the table migrates, new keys go to the next one.
-                    if let Some(again) = Self::absent_while_migrating(table, &mut rechecked, &guard) {
-                        table = again;
+                Find::Absent { .. } => {
+                    // While the table migrates, a key absent here may have moved on.
+                    if let Some(next) = Self::absent_while_migrating(table, &guard) {
+                        table = next;
                         continue;
                     }
-                    if let Some(r) = self.run_absent(shard, t, hash, probe, free, mark, now, retention, &mut op, &guard)
-                    {
+                    if let Some(r) = self.run_absent(shard, t, hash, probe, mark, now, retention, &mut op, &guard) {
                         return r;
                     }
                     table = shard.table.load(Ordering::Acquire, &guard);
@@ -759,7 +850,6 @@ impl<S: StoredKey> Store<S> {
         let shard = self.shard(hash);
         let credits = self.credits(shard, hash);
         let mut table = shard.table.load(Ordering::Acquire, &guard);
-        let mut rechecked = std::ptr::null();
         loop {
             // SAFETY: as in `update`.
             let t = unsafe { table.deref() };
@@ -780,9 +870,9 @@ impl<S: StoredKey> Store<S> {
                     }
                     table = shard.table.load(Ordering::Acquire, &guard);
                 }
-                Find::Absent { free } => {
-                    if let Some(again) = Self::absent_while_migrating(table, &mut rechecked, &guard) {
-                        table = again;
+                Find::Absent { .. } => {
+                    if let Some(next) = Self::absent_while_migrating(table, &guard) {
+                        table = next;
                         continue;
                     }
                     if !credit.inserts() {
@@ -791,8 +881,7 @@ impl<S: StoredKey> Store<S> {
                     // Before the credited key can be published.
                     credits.fetch_add(1, Ordering::SeqCst);
                     let mark = Mark::default();
-                    if let Some(r) = self.run_absent(shard, t, hash, probe, free, mark, now, retention, &mut op, &guard)
-                    {
+                    if let Some(r) = self.run_absent(shard, t, hash, probe, mark, now, retention, &mut op, &guard) {
                         return Some(r);
                     }
                     table = shard.table.load(Ordering::Acquire, &guard);
@@ -823,40 +912,22 @@ impl<S: StoredKey> Store<S> {
     }
 
     /// After a probe of `table` found the key absent: `None` if the table
-    /// is not migrating (the key is absent); otherwise the table to look
-    /// in next — `table` itself once more, then the next table.
-    ///
-    /// Why once more: a probe that began before this thread saw the table
-    /// migrating may have passed a slot just before another thread claimed
-    /// it for the same key and published it there, before the table closed;
-    /// the migration then moves that copy into the next table, where this
-    /// thread, trusting its probe, would have inserted a second copy (each
-    /// granting the whole bucket: the over-grant of issue 35, item 2). The
-    /// second probe begins after this thread read `next`, so after the
-    /// table closed: no key is published in it any more, an inserter that
-    /// claimed a slot before it closed is waited for (`find` waits on
-    /// CLAIMED and on a settling copy of its key), and a copy already moved
-    /// is MOVED here and found in the next table. `rechecked` remembers the
-    /// table probed so (tables are not freed while the caller is pinned, so
-    /// its address names it).
+    /// is not migrating (the key is absent), else the table to look in
+    /// next. A migration sets `next` before it moves any key, and copies a
+    /// key there before it marks the key's old slot MOVED; places happen
+    /// under the insert lock, which the migration holds, so none lands in
+    /// `table` once `next` is set. A key placed after this probe passed its
+    /// slot is one this call may answer as absent (it was, when the probe
+    /// passed); an insert of it checks again under the lock.
     #[inline]
     fn absent_while_migrating<'g>(
         table: epoch::Shared<'g, Table<S>>,
-        rechecked: &mut *const Table<S>,
         guard: &'g epoch::Guard,
     ) -> Option<epoch::Shared<'g, Table<S>>> {
         // SAFETY: as in `update`.
         let t = unsafe { table.deref() };
-        let next = t.next.load(Ordering::SeqCst, guard);
-        if next.is_null() {
-            return None;
-        }
-        if std::ptr::eq(*rechecked, t) {
-            Some(next)
-        } else {
-            *rechecked = t;
-            Some(table)
-        }
+        let next = t.next.load(Ordering::Acquire, guard);
+        (!next.is_null()).then_some(next)
     }
 
     /// Runs `op` for a key absent from `t` (which is not migrating): on
@@ -870,7 +941,6 @@ impl<S: StoredKey> Store<S> {
         t: &Table<S>,
         hash: u64,
         probe: &S::Probe<'_>,
-        free: Option<(usize, u64)>,
         mark: Mark,
         now: u64,
         retention: &impl Retention,
@@ -886,18 +956,28 @@ impl<S: StoredKey> Store<S> {
         if !changed {
             return Some(r);
         }
-        match self.insert(shard, t, hash, probe, free, &words.0, Some(seen), now, retention, guard) {
+        match self.insert(shard, t, hash, probe, &words.0, Some(seen), now, retention, guard) {
             Next::Done => Some(r),
             Next::Retry => None,
         }
     }
 
-    /// Inserts a key absent from `t` with `states`: computed from what the
-    /// shard remembered of it when its summary had taken in `seen` forgets,
-    /// if they were (a reset's fresh states are not). `Retry` when the
-    /// caller must look again (another thread inserted the key or took the
-    /// slot, the table started migrating, the shard needed room first, or
-    /// it has forgotten a key since).
+    /// Inserts a key found absent from `t` with `states`: computed from what the shard remembered of it when its summary had
+    /// taken in `seen` forgets, if they were (a reset's fresh states are
+    /// not). `Retry` when the caller must look again (the table was
+    /// replaced, the key was placed meanwhile, the shard needed room first,
+    /// or it has forgotten a key since).
+    ///
+    /// Under the shard's insert lock: the lock holder is the only thread
+    /// that places keys, so its own probe, under the lock, is final (the
+    /// key absent, the slot free), and the key is placed with plain stores,
+    /// no claim, no check for a racing copy. (The lock-free probe before it
+    /// is not trusted: a key may have been placed since. A table version
+    /// read before it would spare this second probe, warm in the cache, at
+    /// the price of a load on every lookup; `rounds keys100k-u64` read
+    /// worse with it in 5 of 6 pairs, within the noise of a loaded machine.) Growth, when
+    /// the insert takes the table past 3/4, is done here too, by this
+    /// thread, before it lets go of the lock.
     #[allow(clippy::too_many_arguments)]
     fn insert(
         &self,
@@ -905,7 +985,6 @@ impl<S: StoredKey> Store<S> {
         t: &Table<S>,
         hash: u64,
         probe: &S::Probe<'_>,
-        free: Option<(usize, u64)>,
         states: &[u64; MAX_WIDTH],
         seen: Option<u64>,
         now: u64,
@@ -913,67 +992,53 @@ impl<S: StoredKey> Store<S> {
         guard: &epoch::Guard,
     ) -> Next {
         let bytes = S::probe_heap_bytes(probe);
+        let lock = ShardLock::take(shard);
+        // The states must not have been outdated by a forget since the
+        // summary was read: another copy of the key inserted after ours was
+        // computed, charged and forgotten left its charges in the summary,
+        // not in our states, and publishing them would grant those tokens
+        // twice. Forgets happen under this lock, and count themselves.
+        // (Comparing the key's summary itself instead of the count cost 11
+        // ns an insert: `rounds insert-u64`.)
+        if seen.is_some_and(|seen| shard.summary.changes() != seen)
+            || !std::ptr::eq(shard.table.load(Ordering::Acquire, guard).as_raw(), t)
+        {
+            return Next::Retry;
+        }
+        let free = match t.find(hash, probe, guard) {
+            Find::Found(_) => return Next::Retry,
+            Find::Absent { free } => free,
+        };
         // Room first: a chain must always end at an EMPTY slot, and the
         // bounds hold before the key comes in, not after.
         let full = t.used.load(Ordering::Relaxed) + 1 > t.capacity() * 7 / 8;
         let over = shard.live.load(Ordering::Relaxed) + 1 > self.max_per_shard
             || shard.key_bytes.load(Ordering::Relaxed) + bytes > self.max_bytes_per_shard;
-        if t.closed.load(Ordering::SeqCst) {
-            // A migration is sizing the next table: it appears in a moment.
-            Backoff::new().snooze();
-            return Next::Retry;
-        }
-        let free = free.filter(|_| !full && !over);
-        let reserved = matches!(free, Some((_, EMPTY))) && t.reserve();
-        let Some((i, from)) = free.filter(|&(_, from)| from == DEAD || reserved) else {
-            self.maintain(
-                shard,
-                now,
-                retention,
-                guard,
-                Trigger::Insert { bytes, must: full || free.is_none() || !reserved },
-            );
+        let Some((i, from)) = free.filter(|_| !full && !over) else {
+            self.maintain_locked(shard, now, retention, guard, Trigger::Insert { bytes });
+            lock.release();
             return Next::Retry;
         };
-        if !t.claim(i, from, probe, states, guard) {
-            if reserved {
-                t.unreserve(1);
-            }
-            return Next::Retry;
-        }
         // Counted before it is published: once published, the key may be
-        // forgotten (and uncounted) at once, and the counts must never
-        // go below zero.
+        // forgotten by a reset (and uncounted) at once, and the counts must
+        // never go below zero.
         shard.live.fetch_add(1, Ordering::Relaxed);
         if bytes > 0 {
             shard.key_bytes.fetch_add(bytes, Ordering::Relaxed);
         }
-        // A table that started migrating takes no new key (see `migrate`).
-        // Nor one whose states the shard's memory of it may have outdated:
-        // another copy of the key inserted after ours was computed, charged
-        // and forgotten before our check (its slot DEAD, so `verify` passed
-        // it) left its charges in the summary, not in our states, and
-        // publishing them would grant those tokens twice. So no forget may
-        // have happened since the summary was read (a forget counts itself
-        // before the slot turns DEAD, and `verify` read that slot or a later
-        // state of it). Once our copy is verified, no other copy can be
-        // published before it. Comparing the key's summary itself instead of
-        // the count cost 11 ns an insert (`rounds insert-u64`).
-        let published = t.verify(hash, probe, i, from, guard)
-            && !t.closed.load(Ordering::SeqCst)
-            && seen.is_none_or(|seen| shard.summary.changes() == seen)
-            && t.publish(i, states[0]);
-        if !published {
-            t.abandon(i, guard);
-            shard.live.fetch_sub(1, Ordering::Relaxed);
-            if bytes > 0 {
-                shard.key_bytes.fetch_sub(bytes, Ordering::Relaxed);
-            }
-            return Next::Retry;
+        t.place(i, from, probe, states, guard);
+        if stop::stopped() {
+            lock.abandon();
+            return Next::Done;
         }
         if t.used.load(Ordering::Relaxed) > t.capacity() * MAX_LOAD.0 / MAX_LOAD.1 {
-            self.maintain(shard, now, retention, guard, Trigger::Insert { bytes: 0, must: false });
+            self.maintain_locked(shard, now, retention, guard, Trigger::Insert { bytes: 0 });
+            if stop::stopped() {
+                lock.abandon();
+                return Next::Done;
+            }
         }
+        lock.release();
         Next::Done
     }
 
@@ -992,7 +1057,6 @@ impl<S: StoredKey> Store<S> {
             retention.idle_after(&initial[..self.width], now) > 0
         };
         let mut table = shard.table.load(Ordering::Acquire, &guard);
-        let mut rechecked = std::ptr::null();
         loop {
             // SAFETY: as in `update`.
             let t = unsafe { table.deref() };
@@ -1012,9 +1076,9 @@ impl<S: StoredKey> Store<S> {
                     }
                     table = shard.table.load(Ordering::Acquire, &guard);
                 }
-                Find::Absent { free } => {
-                    if let Some(again) = Self::absent_while_migrating(table, &mut rechecked, &guard) {
-                        table = again;
+                Find::Absent { .. } => {
+                    if let Some(next) = Self::absent_while_migrating(table, &guard) {
+                        table = next;
                         continue;
                     }
                     if !summary_matters() {
@@ -1022,7 +1086,7 @@ impl<S: StoredKey> Store<S> {
                     }
                     // Before the fresh states can be published.
                     self.credits(shard, hash).fetch_add(1, Ordering::SeqCst);
-                    match self.insert(shard, t, hash, probe, free, &pristine, None, now, retention, &guard) {
+                    match self.insert(shard, t, hash, probe, &pristine, None, now, retention, &guard) {
                         Next::Done => return,
                         Next::Retry => table = shard.table.load(Ordering::Acquire, &guard),
                     }
@@ -1061,15 +1125,12 @@ impl<S: StoredKey> Store<S> {
         let guard = epoch::pin();
         for s in self.shards.iter() {
             let shard = &s.0;
-            let mut backoff = Backoff::new();
-            while shard.maintaining.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
-                backoff.snooze();
-            }
+            let lock = ShardLock::take(shard);
             let table = shard.table.load(Ordering::Acquire, &guard);
             // SAFETY: as in `update`.
             let cap = unsafe { table.deref() }.capacity();
             self.migrate(shard, table, |_| cap, now, now, retention, &guard);
-            shard.maintaining.store(false, Ordering::Release);
+            lock.release();
         }
     }
 
@@ -1081,7 +1142,9 @@ impl<S: StoredKey> Store<S> {
             .iter()
             .map(|s| {
                 let before = s.0.live.load(Ordering::Relaxed);
-                self.maintain(&s.0, now, retention, &guard, Trigger::Gc);
+                let lock = ShardLock::take(&s.0);
+                self.maintain_locked(&s.0, now, retention, &guard, Trigger::Gc);
+                lock.release();
                 before.saturating_sub(s.0.live.load(Ordering::Relaxed))
             })
             .sum()
@@ -1091,31 +1154,25 @@ impl<S: StoredKey> Store<S> {
 /// What asked for maintenance.
 #[derive(Clone, Copy, Debug)]
 enum Trigger {
-    /// An insert: room for one more key of `bytes` long-key bytes; `must`
-    /// when the insert cannot proceed without it (it then waits for another
-    /// maintainer rather than skipping).
-    Insert { bytes: usize, must: bool },
+    /// An insert: room for one more key of `bytes` long-key bytes.
+    Insert { bytes: usize },
     /// `gc`: forget every full key and shrink a sparse table.
     Gc,
 }
 
 impl<S: StoredKey> Store<S> {
-    /// Maintains a shard, one thread at a time: evicts keys to respect the
+    /// Maintains a shard, under its insert lock: evicts keys to respect the
     /// bounds, then migrates to a new table if the current one is too full
     /// (dropping full keys on the way) or, on `gc`, to forget full keys and
-    /// shrink. An insert that does not need it skips it when another thread
-    /// is already at it.
-    fn maintain(&self, shard: &Shard<S>, now: u64, retention: &impl Retention, guard: &epoch::Guard, why: Trigger) {
-        let mut backoff = Backoff::new();
-        while shard.maintaining.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            match why {
-                Trigger::Insert { must: false, .. } => return,
-                _ => {
-                    // Wait for the other maintainer, then see what is left to do.
-                    backoff.snooze();
-                }
-            }
-        }
+    /// shrink.
+    fn maintain_locked(
+        &self,
+        shard: &Shard<S>,
+        now: u64,
+        retention: &impl Retention,
+        guard: &epoch::Guard,
+        why: Trigger,
+    ) {
         let table = shard.table.load(Ordering::Acquire, guard);
         // SAFETY: as in `update`; only the maintainer replaces it.
         let t = unsafe { table.deref() };
@@ -1214,7 +1271,6 @@ impl<S: StoredKey> Store<S> {
                 }
             }
         }
-        shard.maintaining.store(false, Ordering::Release);
     }
 
     /// Reads live slot `i`'s states into `out`; false if the slot is not live
@@ -1283,10 +1339,13 @@ impl<S: StoredKey> Store<S> {
     /// most how many keys will move; the table is made larger if it could
     /// not hold them), forgetting the keys already droppable at `since`
     /// (`now`, or earlier to keep keys that have been idle less than their
-    /// window; droppable then means droppable now), while other threads keep
-    /// working: each slot is locked, captured and moved on its own; lookups
-    /// of a key not moved yet still find it in `old`, and new keys go to the
-    /// new table from the moment it is announced. `old` is freed through
+    /// window; droppable then means droppable now), under the shard's
+    /// insert lock, while lookups go on: each live slot is locked, captured,
+    /// copied into the new table and marked MOVED on its own (a key moves
+    /// once per growth); lookups of a key not moved yet find it in `old`,
+    /// and of a moved key follow `old`'s `next`, set before the first move.
+    /// The shard's table becomes the new one with one pointer store at the
+    /// end; new keys wait for the lock until then. `old` is freed through
     /// the epoch.
     #[allow(clippy::too_many_arguments)]
     fn migrate(
@@ -1301,26 +1360,20 @@ impl<S: StoredKey> Store<S> {
     ) {
         // SAFETY: as in `update`.
         let from = unsafe { old.deref() };
-        // Close the old table first: no key is published in it from now on
-        // (an inserter checks `closed` after claiming its slot, and its
-        // claim is then seen by the count below, or it sees `closed` and
-        // gives the slot up). So the keys to move are at most the slots
-        // now live or settling, and the new table reserves room for all of
-        // them before any new key can reach it: it never fills up under the
-        // keys it adopts, however many new keys race the migration.
-        from.closed.store(true, Ordering::SeqCst);
-        seq_cst_order();
+        // No key is placed in the old table while the lock is held, so the
+        // keys to move are at most the slots live or locked now.
         let cells = (from.capacity() / 8).max(8).next_power_of_two().min(self.max_cells);
         let w = self.width;
         // One scan: keys that carry no information are forgotten in place,
-        // and every other slot that holds or may still publish a key is
-        // counted, so the new table is sized for the keys that will move.
+        // and every other slot that holds a key (live, or locked by a
+        // credit) is counted, so the new table is sized for the keys that
+        // will move.
         let mut bound = 0usize;
         // One buffer for both scans, written and read word by word in place.
         let mut buffer = [0u64; MAX_WIDTH];
         let states = &mut buffer[..w];
         for i in 0..from.capacity() {
-            if matches!(from.control(i), EMPTY | DEAD | MOVED | MOVED_EMPTY) {
+            if matches!(from.control(i), EMPTY | DEAD | MOVED) {
                 continue;
             }
             if Self::read_live(from, i, states)
@@ -1337,29 +1390,21 @@ impl<S: StoredKey> Store<S> {
         }
         let cap = size(bound);
         let cap = cap.max(if bound == 0 { 0 } else { (bound * 8).div_ceil(7) + 1 });
-        let table = Table::new(cap, self.width);
-        table.used.store(bound, Ordering::Relaxed); // published with the table, below
-        let new = epoch::Owned::new(table).into_shared(guard);
+        let new = epoch::Owned::new(Table::new(cap, self.width)).into_shared(guard);
         // SAFETY: just made; published below.
         let to = unsafe { new.deref() };
-        from.next.store(new, Ordering::SeqCst);
-        let mut adopted = 0;
+        // Before the first key moves: a lookup that finds its key MOVED, or
+        // absent, follows it (see `absent_while_migrating`).
+        from.next.store(new, Ordering::Release);
         for i in 0..from.capacity() {
             let mut backoff = Backoff::new();
             loop {
                 let c = from.control(i);
                 match c {
-                    // Free slots are frozen, so no insert claims them behind
-                    // the migration's back.
-                    EMPTY | DEAD => {
-                        if from.freeze_free(i, c, guard) {
-                            break;
-                        }
-                    }
-                    MOVED | MOVED_EMPTY => break,
-                    // An inserter settling (it will see the migration and
-                    // give the slot up, or publish first), or a reset: wait.
-                    CLAIMED | BUSY | LOCKED => backoff.snooze(),
+                    // Free slots stay as they are: nobody else places keys.
+                    EMPTY | DEAD | MOVED => break,
+                    // A credit or a reset holds the slot: wait.
+                    LOCKED => backoff.snooze(),
                     first => {
                         if !from.lock_into(i, first, states) {
                             continue;
@@ -1372,18 +1417,18 @@ impl<S: StoredKey> Store<S> {
                             S::retire(from.key(i), guard);
                             shard.live.fetch_sub(1, Ordering::Relaxed);
                         } else {
-                            adopted += to.adopt(hash, from.key(i), states) as usize;
+                            to.adopt(hash, from.key(i), states);
                         }
                         from.mark_moved(i);
+                        if stop::here(stop::At::Migration) {
+                            return;
+                        }
                         break;
                     }
                 }
             }
         }
-        // The reservations the moved keys did not use (full keys dropped on
-        // the way, inserts given up, keys adopted into DEAD slots).
-        to.unreserve(bound - adopted);
-        shard.table.store(new, Ordering::SeqCst);
+        shard.table.store(new, Ordering::Release);
         // SAFETY: replaced above; threads pinned now may still read it.
         unsafe { guard.defer_destroy(old) };
         // Seal the old table now rather than when this thread's bag of

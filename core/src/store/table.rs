@@ -1,5 +1,7 @@
 //! One shard's table: open addressing with linear probing over a region of
-//! atomic words, changed only by compare-and-swap.
+//! atomic words. Lookups of stored keys take no lock; inserts, forgets and
+//! migrations that free or fill slots are made by the holder of the shard's
+//! insert lock (`mod.rs`), one at a time.
 //!
 //! # Layout
 //!
@@ -16,56 +18,45 @@
 //! means the slot holds a live key, and *is* that key's first state:
 //!
 //! ```text
-//! EMPTY ─claim→ CLAIMED ─(key written)→ BUSY ─publish→ state ─lock→ LOCKED ─release→ DEAD
-//!                                        │                  ↑          │unlock            │
-//!                                        └─lost/abandon→ DEAD          └→ state   DEAD ─claim→ CLAIMED
-//! (while the table migrates: EMPTY → MOVED_EMPTY, DEAD → MOVED, state → LOCKED → MOVED)
+//! EMPTY ─place→ state ─lock→ LOCKED ─release→ DEAD ─place→ state
+//!                 ↑             │unlock
+//!                 └─────────────┘            (migration: LOCKED → MOVED)
 //! ```
 //!
 //! - **EMPTY** ends every probe chain; a slot is never made EMPTY again, so
 //!   a key is always found between its home and the first EMPTY.
-//! - **CLAIMED**: an inserter won the slot (one CAS) and writes the key and
-//!   the other state words. **BUSY**: the key is written; the inserter checks
-//!   that no other copy of the key exists before publishing. Nothing reads a
-//!   slot's states before it is published.
+//! - **place** (the insert lock's holder only): the key's words and the
+//!   states after the first are written while the control word still reads
+//!   EMPTY or DEAD, which no lookup reads a key behind; then one release
+//!   store of the first state publishes them. No other thread writes a free
+//!   slot, so the holder needs no compare-and-swap to claim it, and no
+//!   check for a racing copy of the key: it probed for the key under the
+//!   lock (`Store::insert`), and nobody else inserts.
 //! - **Live**: the first word is a state. Operations CAS the state words
 //!   directly: a lookup of an existing key does only loads and the state's
 //!   CAS, and then re-reads the key to make sure the slot was not reused by
 //!   another key meanwhile (see `cells.rs` for what happens if it was).
-//! - **LOCKED**: one thread took the slot to forget it or move it, by a CAS
-//!   from the state it read; it then captures the other words (each CAS to
-//!   `CAPTURED`, which makes every other CAS on it fail) and so holds the
-//!   key's final state. **DEAD**: forgotten; the slot does not end chains and
-//!   may be claimed by any key.
+//! - **LOCKED**: one thread took the slot to forget it, move it or credit
+//!   it, by a CAS from the state it read; it then captures the other words
+//!   (each CAS to `CAPTURED`, which makes every other CAS on it fail) and so
+//!   holds the key's final state. **DEAD**: forgotten; the slot does not end
+//!   chains and may be placed again.
+//! - **MOVED** (migration): the key is in the table's `next` table, copied
+//!   there before this store. Free slots are left as they are: once the
+//!   table has a `next`, a key absent here is looked for there, and inserts
+//!   wait for the lock, which the migrator holds until the shard's table
+//!   is the new one.
 //!
-//! # Uniqueness without a lock
-//!
-//! Two inserters of one key may claim two different free slots of its chain.
-//! Before publishing, each scans the chain for another copy: a published or
-//! locked copy wins over it (it abandons its slot, DEAD); between two BUSY
-//! copies the one earlier in the chain wins. The later one's owner meets the
-//! earlier copy in its own scan and gives up; an owner that scans past its
-//! own slot kills a later BUSY copy by CASing it BUSY → DEAD, which that
-//! copy's owner learns when its publishing CAS fails. Each claim precedes
-//! its owner's scan in the order of SeqCst operations, so of two inserters
-//! at least one sees the other's claim. A claimed slot's key is not
-//! readable yet, so scans wait for CLAIMED slots to become BUSY (a few
-//! stores away).
-//!
-//! How far a scan goes: an inserter that claimed an EMPTY slot stops at its
-//! own slot, one that reclaimed a DEAD slot goes on to the first EMPTY (see
-//! [`Table::verify`] for why the first needs no more).
-//!
-//! Waiting happens in three places only, each for one other thread's short,
-//! bounded step: a CLAIMED slot (its key being written), a BUSY copy of the
-//! same key (about to be published or abandoned), a LOCKED copy of the same
-//! key (being forgotten or moved). No lock is held across anything else.
+//! Waiting happens in one place on the way to a key: a LOCKED copy of that
+//! key (being forgotten, moved or credited: a few loads and stores away). A
+//! lookup never waits for an insert, nor for a lock holder stopped between
+//! two slots.
 
 use std::marker::PhantomData;
 
 use crate::store::epoch;
 use crate::store::key::StoredKey;
-use crate::sync::{seq_cst_order, AtomicBool, AtomicU64, Backoff, Counter, Ordering};
+use crate::sync::{AtomicU64, Backoff, Counter, Ordering};
 
 pub(crate) use super::cells::FIRST_MARKER;
 use super::MAX_WIDTH;
@@ -74,16 +65,10 @@ use super::MAX_WIDTH;
 pub(crate) const EMPTY: u64 = u64::MAX;
 /// Forgotten: free for any key, but does not end chains.
 pub(crate) const DEAD: u64 = u64::MAX - 1;
-/// An inserter owns the slot and is writing its key.
-pub(crate) const CLAIMED: u64 = u64::MAX - 2;
-/// The key is written; its inserter is checking it is the only copy.
-pub(crate) const BUSY: u64 = u64::MAX - 3;
-/// One thread holds the slot to forget or move it.
+/// One thread holds the slot to forget, move or credit it.
 pub(crate) const LOCKED: u64 = u64::MAX - 4;
-/// (Migration) the slot's key, if any, is now in the next table.
+/// (Migration) the slot's key is now in the next table.
 pub(crate) const MOVED: u64 = u64::MAX - 5;
-/// (Migration) the slot was empty: still ends chains.
-pub(crate) const MOVED_EMPTY: u64 = u64::MAX - 6;
 /// A state word taken by the thread that holds the slot.
 pub(crate) const CAPTURED: u64 = u64::MAX - 7;
 
@@ -258,15 +243,10 @@ pub(crate) struct Table<S: StoredKey> {
     cap: usize,
     width: usize,
     stride: usize,
-    /// Slots that are not EMPTY, plus the slots a migration into this
-    /// table has reserved for the keys it moves. Never above 7/8 of the
-    /// capacity (an insert reserves its EMPTY slot here before claiming it,
-    /// see [`reserve`](Self::reserve)), so a chain always ends at an EMPTY
-    /// slot; the store migrates when it passes 3/4.
+    /// Slots that are not EMPTY: written by the insert lock's holder
+    /// only. The store migrates before it passes 3/4 of the capacity, so a
+    /// chain always ends at an EMPTY slot.
     pub(crate) used: Counter,
-    /// Set when a migration begins: from then on no key is published here
-    /// (new keys wait for `next`, then go there).
-    pub(crate) closed: AtomicBool,
     /// The table this one is migrating to, once it exists.
     pub(crate) next: epoch::Atomic<Table<S>>,
     _keys: PhantomData<S>,
@@ -277,32 +257,7 @@ impl<S: StoredKey> Table<S> {
     pub(crate) fn new(cap: usize, width: usize) -> Self {
         let stride = width + S::WORDS;
         let words = Words::new(cap, stride, EMPTY);
-        Table {
-            words,
-            cap,
-            width,
-            stride,
-            used: Counter::new(0),
-            closed: AtomicBool::new(false),
-            next: epoch::Atomic::null(),
-            _keys: PhantomData,
-        }
-    }
-
-    /// Reserves one EMPTY slot for an insert: false (reserving nothing) if
-    /// that would take the table past 7/8 full. The reservation is exact —
-    /// no number of racing inserters takes the last EMPTY slots.
-    pub(crate) fn reserve(&self) -> bool {
-        if self.used.fetch_add(1, Ordering::SeqCst) < self.capacity() * 7 / 8 {
-            return true;
-        }
-        self.used.fetch_sub(1, Ordering::SeqCst);
-        false
-    }
-
-    /// Gives back a reservation that was not used.
-    pub(crate) fn unreserve(&self, n: usize) {
-        self.used.fetch_sub(n, Ordering::SeqCst);
+        Table { words, cap, width, stride, used: Counter::new(0), next: epoch::Atomic::null(), _keys: PhantomData }
     }
 
     #[inline]
@@ -385,28 +340,19 @@ impl<S: StoredKey> Table<S> {
                 loop {
                     match c {
                         EMPTY => return Find::Absent { free: free.or(Some((i, EMPTY))) },
-                        // Migration has passed the chain's end: not here.
-                        MOVED_EMPTY => return Find::Absent { free: None },
                         DEAD => {
                             if free.is_none() {
                                 free = Some((i, DEAD));
                             }
                         }
-                        // Its key may be ours: wait for it to be written.
-                        CLAIMED => {
+                        // Ours, being forgotten, moved or credited: wait.
+                        LOCKED if S::matches(slots.key(i), probe) => {
                             c = self.wait_change(i, c);
                             continue;
                         }
-                        // Ours, about to be published, abandoned, forgotten or
-                        // moved: wait.
-                        BUSY | LOCKED if S::matches(slots.key(i), probe) => {
-                            c = self.wait_change(i, c);
-                            continue;
-                        }
-                        // A key moved on or a free slot frozen (keep looking:
-                        // ours may not have been moved yet), or someone
-                        // else's settling slot.
-                        BUSY | LOCKED | CAPTURED | MOVED => {}
+                        // A key moved on (keep looking: ours may not have
+                        // been moved yet), or someone else's held slot.
+                        LOCKED | CAPTURED | MOVED => {}
                         _ => {
                             // A marker turned back into a state while we waited.
                             if S::matches(slots.key(i), probe) {
@@ -429,146 +375,38 @@ impl<S: StoredKey> Table<S> {
         S::matches(self.key(i), probe)
     }
 
-    /// Claims free slot `i` (whose control word was `from`: EMPTY, for
-    /// which the caller holds a [`reserve`](Self::reserve)ation, or DEAD)
-    /// and writes the key and the states after the first; the slot is then
-    /// BUSY, and the caller must [`verify`](Self::verify) and
-    /// [`publish`](Self::publish) or [`abandon`](Self::abandon) it.
-    /// Returns false if another thread took the slot first.
-    pub(crate) fn claim(
-        &self,
-        i: usize,
-        from: u64,
-        probe: &S::Probe<'_>,
-        states: &[u64],
-        guard: &epoch::Guard,
-    ) -> bool {
-        let word = &self.states(i)[0];
-        if word.compare_exchange(from, CLAIMED, Ordering::SeqCst, Ordering::SeqCst).is_err() {
-            return false;
-        }
-        // The claim comes before this inserter's scan of the chain in the
-        // SeqCst order (see below, and `verify`).
-        seq_cst_order();
-        let key = self.key(i);
+    /// Places the probe's key in free slot `i` (whose control word is
+    /// `from`: EMPTY or DEAD) with `states`, and publishes it. Only the
+    /// insert lock's holder calls this, having checked under the lock that
+    /// the key is absent and the slot free (see the module docs), and that
+    /// the table keeps an EMPTY slot after this one.
+    pub(crate) fn place(&self, i: usize, from: u64, probe: &S::Probe<'_>, states: &[u64], guard: &epoch::Guard) {
+        let slots = self.slots();
+        assert!(i < slots.cap);
+        debug_assert!(states[0] < FIRST_MARKER);
+        debug_assert_eq!(slots.control(i), from);
+        let key = slots.key(i);
         if from == DEAD {
-            // A slot given up by a losing inserter still owns its key.
+            // What a forgotten slot's words still own (nothing once
+            // released; retiring a cleared key does nothing).
             S::retire(key, guard);
+        } else {
+            self.used.fetch_add(1, Ordering::Relaxed);
         }
         S::store(key, probe);
-        let words = self.states(i);
-        for w in 1..self.width {
+        let words = slots.states(i);
+        for w in 1..slots.width {
             // Release: an operation whose CAS reads one of these states sees
             // the key written above (its check after the CAS relies on it).
             words[w].store(states[w], Ordering::Release);
         }
-        // Release, not SeqCst: whoever reads BUSY reads the key after it.
-        // No scan can miss this slot for want of a fence: the claim above is
-        // a SeqCst CAS, so a scan whose SeqCst loads follow its own claim
-        // reads CLAIMED or later here (and waits for BUSY), or this scan
-        // reads its slot. (A SeqCst store is an `xchg` on x86, which drains
-        // the store buffer: every insert paid it.)
-        word.store(BUSY, Ordering::Release);
-        true
-    }
-
-    /// Checks that the key BUSY in slot `mine` is its only copy (see the
-    /// module docs): true if it is (publish it), false if another copy wins
-    /// (abandon it). Loses to published, locked or earlier copies; kills
-    /// later BUSY ones when it scans past its own slot. The caller must also
-    /// check, after this, that the table has not started migrating.
-    ///
-    /// A slot claimed from EMPTY (`from`) is checked only up to itself: no
-    /// copy of the key that it must defer to or kill can lie beyond it. A
-    /// copy beyond it was claimed by an inserter whose probe passed `mine`
-    /// after our claim (it was EMPTY until then, and a slot never becomes
-    /// EMPTY again), so that inserter's own check, later still, meets our
-    /// copy before its own and gives its own up. A slot reclaimed from DEAD
-    /// has no such guarantee (the key may have been inserted further on
-    /// while the slot was another key's, then published there), so its
-    /// check runs to the chain's end. Beyond `mine` lies the rest of its
-    /// cluster, often most of the scan: stopping there took an insert's
-    /// check from 292 to 164 instructions (callgrind, 100k new `u64` keys),
-    /// and 155 ns inserts to 142 (`rounds insert-u64`).
-    pub(crate) fn verify(
-        &self,
-        hash: u64,
-        probe: &S::Probe<'_>,
-        mine: usize,
-        from: u64,
-        _guard: &epoch::Guard,
-    ) -> bool {
-        let slots = self.slots();
-        let mut i = self.home(hash);
-        let mut seen_mine = false;
-        for _ in 0..slots.cap {
-            if i == mine {
-                if from == EMPTY {
-                    return true;
-                }
-                seen_mine = true;
-            } else {
-                let mut c = slots.control(i);
-                // A live slot (the common case) is one compare away, as in
-                // `find`: the match below tested CLAIMED first, then jumped
-                // through a table (callgrind, `ops ratomic-insert-u64`).
-                if c < FIRST_MARKER {
-                    if S::matches(slots.key(i), probe) {
-                        return false; // a published copy wins
-                    }
-                    i = slots.next(i);
-                    continue;
-                }
-                loop {
-                    match c {
-                        EMPTY | MOVED_EMPTY => return true,
-                        DEAD | MOVED | CAPTURED => {}
-                        CLAIMED => {
-                            c = self.wait_change(i, c);
-                            continue;
-                        }
-                        BUSY if S::matches(slots.key(i), probe) => {
-                            if !seen_mine {
-                                return false; // an earlier copy wins
-                            }
-                            if let Err(now) =
-                                slots.first(i).compare_exchange(BUSY, DEAD, Ordering::SeqCst, Ordering::SeqCst)
-                            {
-                                c = now;
-                                continue;
-                            }
-                        }
-                        BUSY => {}
-                        LOCKED if S::matches(slots.key(i), probe) => return false,
-                        LOCKED => {}
-                        _ => {
-                            if S::matches(slots.key(i), probe) {
-                                return false; // a published copy wins
-                            }
-                        }
-                    }
-                    break;
-                }
-            }
-            i = slots.next(i);
+        if super::stop::here(super::stop::At::Insert) {
+            return;
         }
-        true
-    }
-
-    /// Publishes BUSY slot `i` with its first state. False if another
-    /// inserter killed it meanwhile (the slot is then DEAD).
-    pub(crate) fn publish(&self, i: usize, first: u64) -> bool {
-        debug_assert!(first < FIRST_MARKER);
-        self.states(i)[0].compare_exchange(BUSY, first, Ordering::SeqCst, Ordering::SeqCst).is_ok()
-    }
-
-    /// Gives up BUSY slot `i` (lost, or the table is migrating): DEAD, its
-    /// key retired. If another inserter killed it first, the slot is DEAD
-    /// already and keeps its key for the next claimant to retire.
-    pub(crate) fn abandon(&self, i: usize, guard: &epoch::Guard) {
-        if self.states(i)[0].compare_exchange(BUSY, LOCKED, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-            self.release(i, guard);
-        }
+        // Release: whoever reads the state reads the key and the other
+        // states after it. No lookup reads the key of an EMPTY or DEAD
+        // slot, so the words written above were nobody's until now.
+        words[0].store(states[0], Ordering::Release);
     }
 
     /// Locks live slot `i`, whose first state was read as `first`. False if
@@ -646,18 +484,16 @@ impl<S: StoredKey> Table<S> {
     /// (Migration) puts a key known to be unique — taken from slot `from`
     /// of the table this one replaces, with its states — into a free slot:
     /// the key's words move (with what they own), so the old slot must be
-    /// marked moved, not released. The migration reserved room for it (in
-    /// `used`); returns whether it took an EMPTY slot (a reservation used).
+    /// marked moved, not released. The insert lock's holder only: no other
+    /// thread writes a free slot, so the slot is taken with plain stores.
     #[inline]
-    pub(crate) fn adopt(&self, hash: u64, key: &[AtomicU64], states: &[u64]) -> bool {
+    pub(crate) fn adopt(&self, hash: u64, key: &[AtomicU64], states: &[u64]) {
         let slots = self.slots();
         let mut i = self.home(hash);
         loop {
             let word = slots.first(i);
-            let c = word.load(Ordering::SeqCst);
-            if (c == EMPTY || c == DEAD)
-                && word.compare_exchange(c, CLAIMED, Ordering::SeqCst, Ordering::SeqCst).is_ok()
-            {
+            let c = word.load(Ordering::Relaxed);
+            if c == EMPTY || c == DEAD {
                 // Acquire and release: a key word may be a heap block's
                 // address, whose bytes a reader of the new slot reads.
                 // (Both loops by index over lengths the compiler knows:
@@ -672,28 +508,15 @@ impl<S: StoredKey> Table<S> {
                 for w in 1..slots.width {
                     words[w].store(states[w], Ordering::Release);
                 }
-                // Release: a reader of the state reads the key above. No
-                // inserter can be verifying a copy of this key meanwhile:
-                // it reaches this table only after a probe of the old one
-                // that began once it was closed found no live copy (the
-                // slot read MOVED, stored after this: see the store's
-                // `absent_while_migrating`).
+                // Release: a reader of the state reads the key above.
                 word.store(states[0], Ordering::Release);
-                return c == EMPTY;
+                if c == EMPTY {
+                    self.used.fetch_add(1, Ordering::Relaxed);
+                }
+                return;
             }
             i = slots.next(i);
         }
-    }
-
-    /// Freezes free slot `i` for migration (EMPTY → MOVED_EMPTY, DEAD →
-    /// MOVED, retiring what a DEAD slot still owns). False if it was claimed.
-    pub(crate) fn freeze_free(&self, i: usize, from: u64, guard: &epoch::Guard) -> bool {
-        let to = if from == EMPTY { MOVED_EMPTY } else { MOVED };
-        let done = self.states(i)[0].compare_exchange(from, to, Ordering::SeqCst, Ordering::SeqCst).is_ok();
-        if done && from == DEAD {
-            S::retire(self.key(i), guard);
-        }
-        done
     }
 }
 
@@ -704,10 +527,10 @@ impl<S: StoredKey> Drop for Table<S> {
         }
         for i in 0..self.cap {
             let c = self.states(i)[0].load(Ordering::Relaxed);
-            // Slots that own a key: published, locked, busy, or given up by
-            // a losing inserter (DEAD with its key not yet retired: `free`
-            // of a cleared key does nothing). Moved slots' keys moved on.
-            let owns = c < FIRST_MARKER || matches!(c, LOCKED | BUSY | DEAD);
+            // Slots that own a key: published or locked (a DEAD slot's key
+            // is cleared when it is released: `free` of a cleared key does
+            // nothing). Moved slots' keys moved on.
+            let owns = c < FIRST_MARKER || matches!(c, LOCKED | DEAD);
             if owns {
                 // SAFETY: the table is dropped only when no thread can
                 // reach it (the epoch, or the store's own drop).

@@ -108,6 +108,8 @@ use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
 use crate::store::key::StoredKey;
+use crossbeam_utils::CachePadded;
+
 use crate::sync::{AtomicBool, AtomicU64, Backoff, Counter, Ordering};
 pub(crate) use cells::{Cells, Charge, Conflict, Frozen, Mark};
 #[cfg(all(target_os = "linux", not(ratomic_loom)))]
@@ -522,13 +524,6 @@ type Hasher = foldhash::fast::RandomState;
 #[cfg(ratomic_loom)]
 type Hasher = foldhash::fast::FixedState;
 
-/// Keeps each shard's counters on their own cache lines (two, for the
-/// adjacent-line prefetcher), so threads inserting into different shards do
-/// not contend. Lookups of existing keys touch no shard word but the table
-/// pointer, which only changes when the shard migrates.
-#[repr(align(128))]
-struct Padded<T>(T);
-
 struct Shard<S: StoredKey> {
     table: epoch::Atomic<Table<S>>,
     /// What the shard remembers of keys it no longer holds.
@@ -544,7 +539,7 @@ struct Shard<S: StoredKey> {
     /// The credit counters of the shard's keys, by stripe (see [`Mark`]):
     /// bumped by every refund and reset, on a line of their own so they
     /// never disturb a lookup.
-    credits: Padded<[AtomicU64; CREDIT_STRIPES]>,
+    credits: CachePadded<[AtomicU64; CREDIT_STRIPES]>,
 }
 
 /// A shard's insert lock, held (a spin on one flag, with [`Backoff`]) to
@@ -679,7 +674,12 @@ impl Credit {
 }
 
 pub(crate) struct Store<S: StoredKey> {
-    shards: Box<[Padded<Shard<S>>]>,
+    /// Each shard on cache lines of its own (crossbeam's `CachePadded`: two
+    /// lines on x86-64, for the adjacent-line prefetcher), so threads
+    /// inserting into different shards do not contend. Lookups of existing
+    /// keys touch no shard word but the table pointer, which only changes
+    /// when the shard migrates.
+    shards: Box<[CachePadded<Shard<S>>]>,
     mask: usize,
     hasher: Hasher,
     width: usize,
@@ -707,13 +707,13 @@ impl<S: StoredKey> Store<S> {
         let count = options.shard_count();
         let shards = (0..count)
             .map(|_| {
-                Padded(Shard {
+                CachePadded::new(Shard {
                     table: epoch::Atomic::new(Table::new(MIN_CAPACITY, width)),
                     summary: Summary::new(width, options.eviction, retention),
                     live: Counter::new(0),
                     key_bytes: Counter::new(0),
                     lock: AtomicBool::new(false),
-                    credits: Padded(std::array::from_fn(|_| AtomicU64::new(0))),
+                    credits: CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))),
                 })
             })
             .collect();
@@ -736,13 +736,13 @@ impl<S: StoredKey> Store<S> {
 
     #[inline]
     fn shard(&self, hash: u64) -> &Shard<S> {
-        &self.shards[hash as usize & self.mask].0
+        &self.shards[hash as usize & self.mask]
     }
 
     /// The credit counter of the keys hashed to `hash` in `shard`.
     #[inline]
     fn credits<'s>(&self, shard: &'s Shard<S>, hash: u64) -> &'s AtomicU64 {
-        &shard.credits.0[(hash >> (64 - CREDIT_STRIPES.trailing_zeros())) as usize]
+        &shard.credits[(hash >> (64 - CREDIT_STRIPES.trailing_zeros())) as usize]
     }
 
     /// Runs `op` on the key's state words and returns its result. `op` may
@@ -1097,7 +1097,7 @@ impl<S: StoredKey> Store<S> {
 
     /// Keys currently stored (including full buckets not yet forgotten).
     pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.0.live.load(Ordering::Relaxed)).sum()
+        self.shards.iter().map(|s| s.live.load(Ordering::Relaxed)).sum()
     }
 
     /// Bytes the store holds: every shard's table, the keys stored outside
@@ -1107,7 +1107,7 @@ impl<S: StoredKey> Store<S> {
         self.shards
             .iter()
             .map(|s| {
-                let shard = &s.0;
+                let shard: &Shard<S> = s;
                 let table = shard.table.load(Ordering::Acquire, &guard);
                 // SAFETY: as in `update`.
                 let cap = unsafe { table.deref() }.capacity();
@@ -1124,7 +1124,7 @@ impl<S: StoredKey> Store<S> {
     pub(crate) fn force_migration(&self, now: u64, retention: &impl Retention) {
         let guard = epoch::pin();
         for s in self.shards.iter() {
-            let shard = &s.0;
+            let shard: &Shard<S> = s;
             let lock = ShardLock::take(shard);
             let table = shard.table.load(Ordering::Acquire, &guard);
             // SAFETY: as in `update`.
@@ -1141,11 +1141,11 @@ impl<S: StoredKey> Store<S> {
         self.shards
             .iter()
             .map(|s| {
-                let before = s.0.live.load(Ordering::Relaxed);
-                let lock = ShardLock::take(&s.0);
-                self.maintain_locked(&s.0, now, retention, &guard, Trigger::Gc);
+                let before = s.live.load(Ordering::Relaxed);
+                let lock = ShardLock::take(s);
+                self.maintain_locked(s, now, retention, &guard, Trigger::Gc);
                 lock.release();
-                before.saturating_sub(s.0.live.load(Ordering::Relaxed))
+                before.saturating_sub(s.live.load(Ordering::Relaxed))
             })
             .sum()
     }
@@ -1501,7 +1501,7 @@ impl<S: StoredKey> Drop for Store<S> {
         unsafe {
             let guard = epoch::unprotected();
             for s in self.shards.iter() {
-                let table = s.0.table.load(Ordering::Relaxed, guard);
+                let table = s.table.load(Ordering::Relaxed, guard);
                 let next = table.deref().next.load(Ordering::Relaxed, guard);
                 if !next.is_null() {
                     drop(next.into_owned());
@@ -1644,7 +1644,7 @@ mod tests {
     #[test]
     fn evicting_a_key_that_is_not_idle_moves_the_credit_counter_and_forgetting_idle_keys_does_not() {
         let c = Collide::new();
-        let credits = || c.store.shards[0].0.credits.0.iter().map(|w| w.load(Ordering::Relaxed)).sum::<u64>();
+        let credits = || c.store.shards[0].credits.iter().map(|w| w.load(Ordering::Relaxed)).sum::<u64>();
         // 16 keys, each one token down at time 0: the shard is full of keys
         // that are not idle.
         for key in 100..116 {

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use napi::bindgen_prelude::*;
 use napi::sys;
 use ratomic::{Keyed, LimitSet, Limiter, Rule};
+use ratomic_redis::Driver;
 
 use crate::batch::{Requests, Unread};
 use crate::clock::FaceClock;
@@ -141,6 +142,20 @@ enum Out {
     Js,
 }
 
+/// What the hot path's `redisAllow` calls: a Redis limiter's driver, shared
+/// with its `NativeRedis` (its calls are `redis.rs`'s).
+#[derive(Clone)]
+pub struct Hot {
+    pub(crate) driver: Arc<Driver>,
+    pub(crate) multi: bool,
+}
+
+impl Tabled for Hot {
+    fn table(state: &EnvState) -> &std::cell::RefCell<Table<Self>> {
+        &state.redis
+    }
+}
+
 /// One JavaScript environment's hot-path state: its limiters and its output buffer.
 pub struct EnvState {
     out: Out,
@@ -152,7 +167,7 @@ pub struct EnvState {
     /// Direct buckets: keyless, so not a [`Target`]; see [`allow_direct_cb`].
     pub direct: RefCell<Table<DirectHandle>>,
     /// Redis-backed limiters (`ratomic/redis`): see `hot.rs`'s `redis_allow_cb`.
-    pub redis: RefCell<Table<crate::redis::Hot>>,
+    pub redis: RefCell<Table<Hot>>,
 }
 
 /// Output buffers released by environments that ended, for the next ones.

@@ -307,7 +307,8 @@ unsafe extern "C" fn allow_cb<T: Target>(env: sys::napi_env, info: sys::napi_cal
 }
 
 unsafe extern "C" fn redis_allow_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    use crate::redis::{Hot, HotStep};
+    use crate::env::Hot;
+    use crate::redis::HotStep;
     // SAFETY: env and info are the live arguments of this callback.
     unsafe {
         guard(env, || {

@@ -18,7 +18,7 @@ use ratomic_redis::{BatchStep, Call, Driver, Error as RedisError, FailurePolicy,
 use crate::batch;
 use crate::clock::{ms_to_ns, ns_to_ms};
 use crate::decision::{slot, OUT_LEN};
-use crate::env::{EnvState, Registered, Table, Tabled};
+use crate::env::{Hot, Registered};
 use crate::error::{whole, JsFailure, Res};
 use crate::headers::{self, DecisionIn, EntryIn};
 use crate::key::with_key;
@@ -754,20 +754,6 @@ impl NativeRedis {
             .finish_many(&batch.calls, Err(kind_error(&failure_.kind, failure_.message)))
             .map_err(|e| failure(e).into_napi(&env))?;
         Ok(self.answer(&ds))
-    }
-}
-
-/// What the hot path's `redisAllow` calls: a Redis limiter's driver, shared
-/// with its `NativeRedis`.
-#[derive(Clone)]
-pub struct Hot {
-    driver: Arc<Driver>,
-    multi: bool,
-}
-
-impl Tabled for Hot {
-    fn table(state: &EnvState) -> &std::cell::RefCell<Table<Self>> {
-        &state.redis
     }
 }
 

@@ -96,6 +96,7 @@ use std::time::{Duration, Instant};
 
 use ratomic::Decision;
 
+use crate::limits::{Entries, Grant};
 use crate::rules::RedisRule;
 
 /// Clocks of two hosts may drift apart by up to this much (parts per
@@ -145,15 +146,6 @@ pub enum Lease {
     /// Lease at most this many tokens at a time; a limiter with a window
     /// limit is refused (a window's count cannot be sliced exactly).
     Max(u64),
-}
-
-/// What a lease call brought back: the tokens leased beyond the call's
-/// own cost, the server's time, and each limit's lease end (server µs).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Grant {
-    pub(crate) taken: u64,
-    pub(crate) now: u64,
-    pub(crate) ends: Vec<u64>,
 }
 
 /// One key's lease, held here.
@@ -295,7 +287,7 @@ impl Leases {
         caller: Option<u64>,
         demand: u64,
         ask: bool,
-    ) -> Result<crate::limits::Entries, u64> {
+    ) -> Result<Entries, u64> {
         let mut shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         let Some(entry) = shard.get_mut(key) else { return Err(0) };
         let previous = std::mem::replace(&mut entry.last_call, local.max(1));
@@ -471,7 +463,7 @@ impl Held {
     }
 
     /// Grants `cost` from every limit's slice at local time `x`, or none.
-    fn take(&mut self, rules: &[(u64, u64)], cost: u64, x: u64) -> Option<crate::limits::Entries> {
+    fn take(&mut self, rules: &[(u64, u64)], cost: u64, x: u64) -> Option<Entries> {
         let (lo, hi) = self.server_time(x);
         let mut after = PerLimit::new();
         for (i, &(t, b)) in rules.iter().enumerate() {

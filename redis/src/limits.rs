@@ -232,14 +232,14 @@ impl Limits {
 
     /// Decodes the reply to a lease call: the call's decision, and the
     /// lease it brought (tokens, the server's time, each limit's end).
-    pub(crate) fn decode_lease(&self, reply: &[i64]) -> Result<(MultiDecision, crate::lease::Grant)> {
+    pub(crate) fn decode_lease(&self, reply: &[i64]) -> Result<(MultiDecision, Grant)> {
         let n = self.rules.len();
         let head = 1 + 5 * n;
         if reply.len() != head + 2 + n || reply[head..].iter().any(|&v| v < 0) {
             return Err(Error::Reply(format!("expected {} non-negative integers, got {reply:?}", head + 2 + n)));
         }
         let d = self.decode(&reply[..head])?;
-        let grant = crate::lease::Grant {
+        let grant = Grant {
             taken: reply[head] as u64,
             now: reply[head + 1] as u64,
             ends: reply[head + 2..].iter().map(|&v| v as u64).collect(),
@@ -390,6 +390,15 @@ impl MultiDecision {
     pub fn denied_by(&self) -> impl Iterator<Item = &str> {
         self.entries().filter(|(_, d)| !d.allowed).map(|(n, _)| n)
     }
+}
+
+/// What a lease call brought back: the tokens leased beyond the call's
+/// own cost, the server's time, and each limit's lease end (server µs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) taken: u64,
+    pub(crate) now: u64,
+    pub(crate) ends: Vec<u64>,
 }
 
 #[cfg(test)]

@@ -7,12 +7,10 @@ use std::time::{Duration, Instant};
 
 use http::{Method, Response, StatusCode};
 use ratomic::headers::Draft;
-use tower_layer::Layer;
 
 use crate::fields::{Format, Outcome};
 use crate::key::{KeyBy, Source};
 use crate::limiter::{IntoRateLimiter, RateLimiter};
-use crate::service::RateLimit;
 
 type CostFn = dyn Fn(&http::request::Parts) -> u64 + Send + Sync;
 type DenyFn = dyn Fn(&Outcome) -> Response<String> + Send + Sync;
@@ -138,7 +136,7 @@ pub(crate) struct Reports {
     pub(crate) untrusted_forwarded: Throttle,
 }
 
-/// The tower [`Layer`]: wraps a service so every request is rate limited.
+/// The tower [`Layer`](tower_layer::Layer): wraps a service so every request is rate limited.
 ///
 /// Per route, it is axum's `MethodRouter::layer` (or `Router::route_layer`)
 /// with a layer of its own: `.route("/login", post(login).layer(layer))`.
@@ -347,12 +345,5 @@ impl<L: RateLimiter> RateLimitLayer<L> {
     /// [`BackendFailure::Deny`], a 503).
     pub fn on_backend_failure(self, policy: BackendFailure) -> Self {
         self.edit(|c| c.on_backend_failure = policy)
-    }
-}
-
-impl<S, L> Layer<S> for RateLimitLayer<L> {
-    type Service = RateLimit<S, L>;
-    fn layer(&self, inner: S) -> RateLimit<S, L> {
-        RateLimit { inner, config: self.config.clone() }
     }
 }

@@ -9,9 +9,10 @@ use std::task::{ready, Context, Poll};
 
 use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
+use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::config::{BackendFailure, Config};
+use crate::config::{BackendFailure, Config, RateLimitLayer};
 use crate::fields::{add_fields, refusal, too_many, Fields, Outcome, RateLimitInfo, Verdict};
 use crate::key::{peer, Head, Retained};
 use crate::limiter::{Call, DecideError, Decided, Pending, RateLimiter, Refunded, SetUp};
@@ -20,6 +21,13 @@ use crate::limiter::{Call, DecideError, Decided, Pending, RateLimiter, Refunded,
 pub struct RateLimit<S, L> {
     pub(crate) inner: S,
     pub(crate) config: Arc<Config<L>>,
+}
+
+impl<S, L> Layer<S> for RateLimitLayer<L> {
+    type Service = RateLimit<S, L>;
+    fn layer(&self, inner: S) -> RateLimit<S, L> {
+        RateLimit { inner, config: self.config.clone() }
+    }
 }
 
 impl<S: Clone, L> Clone for RateLimit<S, L> {

@@ -14,7 +14,7 @@
 #                      # rustdoc, warnings as errors
 #   make lint-release  # the release workflow against GitHub's workflow schema
 #
-# Bounded settings keep CI short: 16 minutes from a clean clone on 2 quiet
+# Bounded settings keep CI short: 16 minutes from a clean clone on 2
 # cores (the README says how it was measured); raise them by hand for
 # deeper runs, e.g.
 #   make test-loom LOOM_MAX_PREEMPTIONS=3

@@ -5,13 +5,17 @@
 # target directory, builds the real `ratomic` binary, and runs pytest, which
 # starts `ratomic serve` on free 127.0.0.1 ports. Two redis-servers (redis/server.sh)
 # serve the Redis tests: one shared by two `ratomic serve`s, one that a test stops
-# (SIGSTOP) to lose the backend.
+# (SIGSTOP) to lose the backend; a throwaway PostgreSQL cluster (postgres/server.sh)
+# serves two `ratomic serve --postgres` sharing it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=redis/server.sh
 source redis/server.sh
-trap redis_stop_all EXIT
+# shellcheck source=postgres/server.sh
+source postgres/server.sh
+trap 'redis_stop_all; pg_stop_all' EXIT
 redis_install
+pg_install
 TARGET="${CARGO_TARGET_DIR:-$PWD/target}"
 VENV="$TARGET/serve-venv"
 PYTHON="${PYTHON:-python3}"
@@ -27,4 +31,6 @@ RATOMIC_TEST_REDIS_VICTIM_PORT=$(free_port)
 start_redis "$RATOMIC_TEST_REDIS_VICTIM_PORT"
 RATOMIC_TEST_REDIS_VICTIM_PID=${redis_pids[-1]}
 export RATOMIC_TEST_REDIS_PORT RATOMIC_TEST_REDIS_VICTIM_PORT RATOMIC_TEST_REDIS_VICTIM_PID
+pg_start "$(pg_free_port)"
+export RATOMIC_TEST_POSTGRES_URL=$PG_URL
 "$VENV/bin/python" -m pytest -q serve/tests/python "$@"

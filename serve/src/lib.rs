@@ -104,6 +104,24 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value_t = OnFailure::Error, requires = "redis")]
     pub redis_on_failure: OnFailure,
 
+    /// Keep the limiters' state in PostgreSQL (a postgresql:// URL or a key=value conninfo), shared by every
+    /// ratomic serve using the same database and prefix. The server must answer at start; the library creates
+    /// its table and functions if they are missing.
+    #[arg(long, value_name = "CONNINFO", conflicts_with_all = ["state_dir", "redis"])]
+    pub postgres: Option<String>,
+
+    /// Prefix of every row this server writes in PostgreSQL.
+    #[arg(long, value_name = "PREFIX", default_value = "ratomic-serve:", requires = "postgres")]
+    pub postgres_prefix: String,
+
+    /// The longest a PostgreSQL round trip may take, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 50, requires = "postgres")]
+    pub postgres_timeout_ms: u64,
+
+    /// What to answer when PostgreSQL fails, as --redis-on-failure.
+    #[arg(long, value_enum, default_value_t = OnFailure::Error, requires = "postgres")]
+    pub postgres_on_failure: OnFailure,
+
     /// Add the IETF RateLimit-Policy and RateLimit fields (and Retry-After) of the tightest descriptor to each
     /// response's response_headers_to_add, for Envoy to pass to the client.
     #[arg(long)]
@@ -166,6 +184,22 @@ pub fn main(args: ServeArgs) -> ExitCode {
                     OnFailure::Fallback => ratomic_redis::FailurePolicy::Fallback,
                 },
                 ..ratomic_redis::Options::default()
+            },
+        }),
+        postgres: args.postgres.clone().map(|conninfo| limiters::Postgres {
+            conninfo,
+            prefix: args.postgres_prefix.clone(),
+            options: ratomic_postgres::Options {
+                timeout: Duration::from_millis(args.postgres_timeout_ms.max(1)),
+                policy: match args.postgres_on_failure {
+                    OnFailure::Error => ratomic_postgres::FailurePolicy::ReturnError,
+                    OnFailure::FailOpen => ratomic_postgres::FailurePolicy::FailOpen,
+                    OnFailure::FailClosed => {
+                        ratomic_postgres::FailurePolicy::FailClosed { retry_after: Duration::from_secs(1) }
+                    }
+                    OnFailure::Fallback => ratomic_postgres::FailurePolicy::Fallback,
+                },
+                ..ratomic_postgres::Options::default()
             },
         }),
     };

@@ -36,9 +36,11 @@ pub enum RateLimiter {
     Bucket(TokenBucket),
     /// Any of them, its state in Redis or Valkey (`ratomic-redis`).
     Redis(ratomic_redis::RedisLimiter),
+    /// Any of them, its state in PostgreSQL (`ratomic-postgres`).
+    Postgres(ratomic_postgres::PostgresLimiter),
 }
 
-/// A limiter could not decide: its backend (Redis) failed and the failure
+/// A limiter could not decide: its backend (Redis, PostgreSQL) failed and the failure
 /// policy is to report it. The text is for the operator's log only.
 #[derive(Debug)]
 pub struct BackendError(pub String);
@@ -51,6 +53,12 @@ impl From<ratomic::Error> for BackendError {
 
 impl From<ratomic_redis::Error> for BackendError {
     fn from(e: ratomic_redis::Error) -> Self {
+        BackendError(e.to_string())
+    }
+}
+
+impl From<ratomic_postgres::Error> for BackendError {
+    fn from(e: ratomic_postgres::Error) -> Self {
         BackendError(e.to_string())
     }
 }
@@ -74,6 +82,7 @@ impl RateLimiter {
             RateLimiter::Sliding(l) => l.allow_n(key, cost)?,
             RateLimiter::Bucket(l) => l.allow_n(key, cost)?,
             RateLimiter::Redis(l) => l.allow_n(key, cost).await?.decision,
+            RateLimiter::Postgres(l) => l.allow_n(key, cost).await?.decision,
         })
     }
 
@@ -84,6 +93,7 @@ impl RateLimiter {
             RateLimiter::Sliding(l) => l.peek_n(key, cost)?,
             RateLimiter::Bucket(l) => l.peek_n(key, cost)?,
             RateLimiter::Redis(l) => l.peek(key, cost).await?.decision,
+            RateLimiter::Postgres(l) => l.peek(key, cost).await?.decision,
         })
     }
 
@@ -93,7 +103,12 @@ impl RateLimiter {
             RateLimiter::Fixed(l) => l.refund(key, tokens)?,
             RateLimiter::Sliding(l) => l.refund(key, tokens)?,
             RateLimiter::Bucket(l) => l.refund(key, tokens)?,
-            RateLimiter::Redis(l) => l.refund(key, tokens).await?,
+            RateLimiter::Redis(l) => {
+                l.refund(key, tokens).await?;
+            }
+            RateLimiter::Postgres(l) => {
+                l.refund(key, tokens).await?;
+            }
         }
         Ok(())
     }
@@ -111,6 +126,19 @@ pub struct Storage {
     pub state_dir: Option<std::path::PathBuf>,
     /// Redis or Valkey, if the state lives there.
     pub redis: Option<Redis>,
+    /// PostgreSQL, if the state lives there.
+    pub postgres: Option<Postgres>,
+}
+
+/// Where in PostgreSQL the state lives, and what to do when it fails.
+#[derive(Clone, Debug)]
+pub struct Postgres {
+    /// A `postgresql://` URL or a `key=value` conninfo.
+    pub conninfo: String,
+    /// Prefix of every row's key space (each rate adds its own part).
+    pub prefix: String,
+    /// Timeout, failure policy, breaker, connections.
+    pub options: ratomic_postgres::Options,
 }
 
 /// Where in Redis the state lives, and what to do when it fails.
@@ -134,6 +162,13 @@ impl Storage {
         options: &Options,
         name: &str,
     ) -> Result<RateLimiter, BackendError> {
+        if let Some(pg) = &self.postgres {
+            let limits = ratomic_postgres::Limits::single(rule_of(algorithm, rate).map_err(BackendError)?)?
+                .with_prefix(format!("{}{name}", pg.prefix))?;
+            return Ok(RateLimiter::Postgres(
+                ratomic_postgres::PostgresLimiter::connect(&pg.conninfo, limits, pg.options).await?,
+            ));
+        }
         let Some(redis) = &self.redis else {
             return Ok(RateLimiter::from_rate(algorithm, rate, self.options(options, name))?);
         };
@@ -149,18 +184,16 @@ impl Storage {
     /// largest limit depends on the window; Redis allows less than memory).
     /// For Redis, the limits to connect with.
     pub fn check(&self, algorithm: Algorithm, rate: Rate) -> Result<Option<ratomic_redis::Limits>, String> {
+        if self.postgres.is_some() {
+            let rule = rule_of(algorithm, rate)?;
+            return ratomic_postgres::Limits::single(rule).map(|_| None).map_err(|e| e.to_string());
+        }
         if self.redis.is_none() {
             return RateLimiter::from_rate(algorithm, rate, Options::default().max_keys(1))
                 .map(|_| None)
                 .map_err(|e| e.to_string());
         }
-        let rule = match algorithm {
-            Algorithm::FixedWindow => ratomic::Rule::fixed_window(rate),
-            Algorithm::SlidingWindow => ratomic::Rule::sliding_window(rate),
-            Algorithm::TokenBucket => ratomic::Quota::from_rate(rate).map(ratomic::Rule::token_bucket),
-        }
-        .map_err(|e| e.to_string())?;
-        ratomic_redis::Limits::single(rule).map(Some).map_err(|e| e.to_string())
+        ratomic_redis::Limits::single(rule_of(algorithm, rate)?).map(Some).map_err(|e| e.to_string())
     }
 
     /// `options` for the limiter named `name` (a file name's stem).
@@ -170,6 +203,16 @@ impl Storage {
             None => options.clone(),
         }
     }
+}
+
+/// `algorithm`'s rule for `rate`.
+fn rule_of(algorithm: Algorithm, rate: Rate) -> Result<ratomic::Rule, String> {
+    match algorithm {
+        Algorithm::FixedWindow => ratomic::Rule::fixed_window(rate),
+        Algorithm::SlidingWindow => ratomic::Rule::sliding_window(rate),
+        Algorithm::TokenBucket => ratomic::Quota::from_rate(rate).map(ratomic::Rule::token_bucket),
+    }
+    .map_err(|e| e.to_string())
 }
 
 /// The stem of a rate's shared file: the algorithm and the rate.

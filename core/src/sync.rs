@@ -16,15 +16,21 @@ pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 /// loom, so models do not explore every interleaving of its updates.
 pub(crate) type Counter = std::sync::atomic::AtomicUsize;
 
-/// One step of a wait for another thread's short, bounded step (an insert
-/// publishing its key, a slot being moved): a pause, and every so often a
-/// yield, so a preempted owner gets the CPU back. Under loom, a yield, so
-/// the model checker runs the owner.
-pub(crate) struct Backoff(#[cfg_attr(ratomic_loom, allow(dead_code))] u32);
+/// One step of a wait for another thread's short, bounded step (a key
+/// being forgotten or moved, a shard's insert lock, a credit in progress):
+/// crossbeam's exponential backoff — a few pauses, growing, then a yield,
+/// so a preempted owner gets the CPU back. Under loom, a yield, so the
+/// model checker runs the owner (crossbeam's own loom support needs
+/// `--cfg crossbeam_loom`, which would also switch the crossbeam-epoch the
+/// benches use).
+pub(crate) struct Backoff(#[cfg(not(ratomic_loom))] crossbeam_utils::Backoff);
 
 impl Backoff {
     pub(crate) fn new() -> Self {
-        Backoff(0)
+        Backoff(
+            #[cfg(not(ratomic_loom))]
+            crossbeam_utils::Backoff::new(),
+        )
     }
 
     #[inline]
@@ -32,13 +38,6 @@ impl Backoff {
         #[cfg(ratomic_loom)]
         loom::thread::yield_now();
         #[cfg(not(ratomic_loom))]
-        {
-            self.0 = self.0.wrapping_add(1);
-            if self.0 % 64 == 0 {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
-        }
+        self.0.snooze();
     }
 }

@@ -11,6 +11,8 @@
 //!   configuration that does not load is logged and the old one serves on.
 //! - SIGTERM or SIGINT: no new connections; calls in flight are answered,
 //!   then the process exits.
+//! - Connections are bounded per listener, HTTP/1 heads must arrive within
+//!   a timeout, gRPC calls per connection are capped ([`conn`]).
 //!
 //! The `ratomic` command runs it as `ratomic serve` (its default `serve`
 //! feature).
@@ -18,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod conn;
 pub mod engine;
 pub mod grpc;
 pub mod http;
@@ -78,6 +81,20 @@ pub struct ServeArgs {
     /// Largest request message accepted, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = 64 * 1024, value_parser = clap::value_parser!(u64).range(1024..=(16 << 20)))]
     pub max_request_bytes: u64,
+
+    /// Most connections each listener (gRPC, HTTP) holds open at once; one more is closed as soon as it is
+    /// accepted, and counted (ratomic_serve_connections_refused_total).
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_connections: u64,
+
+    /// Most gRPC calls at once on one HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS).
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_streams: u32,
+
+    /// How long an HTTP/1 request's head may take to arrive, in milliseconds; a kept-alive connection with no
+    /// request for that long is closed too.
+    #[arg(long, value_name = "MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout_ms: u64,
 
     /// Keep the limiters' state in shared files in DIR (one per rate), shared by every `ratomic serve` of this
     /// host given the same DIR; without it, state is in memory. Use a directory only the service's user can
@@ -248,7 +265,7 @@ async fn serve(
     let ready = Arc::new(AtomicBool::new(true));
     let rls = grpc::Rls::new(engine.clone(), args.response_headers, answered.clone(), metrics.clone());
     let service = RateLimitServiceServer::new(rls).max_decoding_message_size(args.max_request_bytes as usize);
-    let http = Arc::new(http::Http::new(args.algorithm, http_options, storage, metrics, ready.clone()));
+    let http = Arc::new(http::Http::new(args.algorithm, http_options, storage, metrics.clone(), ready.clone()));
 
     tokio::spawn(watch(args.config.clone(), engine.clone(), args.watch_interval_ms));
 
@@ -270,14 +287,22 @@ async fn serve(
         let _ = rx.wait_for(|stop| *stop).await;
     };
     tracing::info!(grpc = %addr, http = %http_addr, algorithm = ?args.algorithm, "listening");
-    let grpc = tonic::transport::Server::builder().add_service(service).serve_with_incoming_shutdown(
-        tokio_stream::wrappers::TcpListenerStream::new(listener),
-        stopped(stop_rx.clone()),
+    let max_connections = usize::try_from(args.max_connections).unwrap_or(usize::MAX);
+    let grpc_gate = conn::Gate::new(metrics::Listener::Grpc, max_connections, metrics.clone());
+    let http_gate = conn::Gate::new(metrics::Listener::Http, max_connections, metrics.clone());
+    let grpc = tonic::transport::Server::builder()
+        .max_concurrent_streams(args.max_streams)
+        .add_service(service)
+        .serve_with_incoming_shutdown(conn::incoming(listener, grpc_gate), stopped(stop_rx.clone()));
+    let http = conn::serve_http(
+        http_listener,
+        http_gate,
+        http::router(http),
+        Duration::from_millis(args.header_timeout_ms),
+        stopped(stop_rx),
     );
-    let http = axum::serve(http_listener, http::router(http)).with_graceful_shutdown(stopped(stop_rx));
-    let (g, h) = tokio::join!(grpc, http);
+    let (g, ()) = tokio::join!(grpc, http);
     g.map_err(|e| format!("gRPC server: {e}"))?;
-    h.map_err(|e| format!("HTTP server: {e}"))?;
     tracing::info!(answered = answered.load(Ordering::Relaxed), "stopped");
     Ok(())
 }

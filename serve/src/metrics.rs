@@ -44,6 +44,25 @@ pub enum Api {
     Http = 1,
 }
 
+/// Which listener a connection came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listener {
+    /// The gRPC listener (`--grpc-listen`).
+    Grpc = 0,
+    /// The HTTP listener (`--http-listen`).
+    Http = 1,
+}
+
+impl Listener {
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Listener::Grpc => "grpc",
+            Listener::Http => "http",
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Histogram {
     buckets: [AtomicU64; BUCKETS.len()],
@@ -59,6 +78,10 @@ pub struct Metrics {
     backend_errors: AtomicU64,
     bad_requests: [AtomicU64; 2],
     latency: [Histogram; 2],
+    // Per listener: open now, the bound, refused past the bound.
+    connections: [AtomicU64; 2],
+    max_connections: [AtomicU64; 2],
+    refused: [AtomicU64; 2],
 }
 
 impl Metrics {
@@ -84,6 +107,26 @@ impl Metrics {
     /// Counts a refused request.
     pub fn bad_request(&self, api: Api) {
         self.bad_requests[api as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records `listener`'s bound on open connections.
+    pub fn connection_bound(&self, listener: Listener, max: usize) {
+        self.max_connections[listener as usize].store(max as u64, Ordering::Relaxed);
+    }
+
+    /// Counts a connection accepted on `listener`.
+    pub fn connection_opened(&self, listener: Listener) {
+        self.connections[listener as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection of `listener` closed.
+    pub fn connection_closed(&self, listener: Listener) {
+        self.connections[listener as usize].fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection closed at once: `listener` had its most open.
+    pub fn connection_refused(&self, listener: Listener) {
+        self.refused[listener as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records one request's latency.
@@ -134,6 +177,29 @@ impl Metrics {
         for (api, name) in [(Api::Grpc, "grpc"), (Api::Http, "http")] {
             let n = self.bad_requests[api as usize].load(Ordering::Relaxed);
             let _ = writeln!(out, "ratomic_serve_bad_requests_total{{api=\"{name}\"}} {n}");
+        }
+        let listeners = [Listener::Grpc, Listener::Http];
+        out.push_str("# HELP ratomic_serve_connections Connections open now, by listener.\n");
+        out.push_str("# TYPE ratomic_serve_connections gauge\n");
+        for l in listeners {
+            let n = self.connections[l as usize].load(Ordering::Relaxed);
+            let _ = writeln!(out, "ratomic_serve_connections{{listener=\"{}\"}} {n}", l.label());
+        }
+        out.push_str(
+            "# HELP ratomic_serve_max_connections The most connections a listener holds open (--max-connections).\n",
+        );
+        out.push_str("# TYPE ratomic_serve_max_connections gauge\n");
+        for l in listeners {
+            let n = self.max_connections[l as usize].load(Ordering::Relaxed);
+            let _ = writeln!(out, "ratomic_serve_max_connections{{listener=\"{}\"}} {n}", l.label());
+        }
+        out.push_str(
+            "# HELP ratomic_serve_connections_refused_total Connections closed at once: the listener had its most open.\n",
+        );
+        out.push_str("# TYPE ratomic_serve_connections_refused_total counter\n");
+        for l in listeners {
+            let n = self.refused[l as usize].load(Ordering::Relaxed);
+            let _ = writeln!(out, "ratomic_serve_connections_refused_total{{listener=\"{}\"}} {n}", l.label());
         }
         out.push_str("# HELP ratomic_serve_request_duration_seconds Time to decide a request.\n");
         out.push_str("# TYPE ratomic_serve_request_duration_seconds histogram\n");

@@ -21,6 +21,7 @@ use ratomic::{Decision, Options};
 
 use crate::config::{Config, Limit, Match, Rule, Unit};
 use crate::limiters::{self, Algorithm, BackendError, Limiters, RateLimiter, Storage};
+use crate::metrics::Metrics;
 
 /// Bounds on what one request may carry.
 #[derive(Clone, Copy, Debug)]
@@ -113,6 +114,7 @@ pub struct Engine {
     options: Options,
     storage: Storage,
     bounds: Bounds,
+    metrics: Arc<Metrics>,
 }
 
 impl Engine {
@@ -123,10 +125,18 @@ impl Engine {
         options: Options,
         storage: Storage,
         bounds: Bounds,
+        metrics: Arc<Metrics>,
     ) -> Result<Engine, BackendError> {
         let options = options.max_key_len(bounds.max_key_len);
         let limiters = limiters::build(&config.rates(), None, algorithm, &options, &storage).await?;
-        Ok(Engine { state: RwLock::new(Arc::new(State { config, limiters })), algorithm, options, storage, bounds })
+        Ok(Engine {
+            state: RwLock::new(Arc::new(State { config, limiters })),
+            algorithm,
+            options,
+            storage,
+            bounds,
+            metrics,
+        })
     }
 
     /// Replaces the configuration; the limiters of the rates it keeps keep
@@ -136,7 +146,34 @@ impl Engine {
         let limiters =
             limiters::build(&config.rates(), Some(&old.limiters), self.algorithm, &self.options, &self.storage).await?;
         *self.state.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(State { config, limiters });
+        // A rate the new configuration drops: its leased tokens go back to
+        // Redis now rather than when their time passes.
+        let now = self.snapshot();
+        for (rate, limiter) in &old.limiters {
+            if !now.limiters.contains_key(rate) {
+                if let Err(BackendError(e)) = limiter.give_back().await {
+                    tracing::warn!(error = %e, "the leases of a dropped rate were not given back; they end with their time");
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Gives back the unused tokens of every lease the current limiters
+    /// hold (at shutdown); how many limits took tokens back. A failure is
+    /// logged: those tokens come back when their time passes.
+    pub async fn give_back(&self) -> usize {
+        let state = self.snapshot();
+        let mut back = 0;
+        for limiter in state.limiters.values() {
+            match limiter.give_back().await {
+                Ok(n) => back += n,
+                Err(BackendError(e)) => {
+                    tracing::warn!(error = %e, "leases not given back; they end with their time");
+                }
+            }
+        }
+        back
     }
 
     /// The current state.
@@ -242,7 +279,12 @@ impl Engine {
                             ..d
                         })
                     } else {
-                        limiter.allow(key, d.hits).await
+                        limiter.allow(key, d.hits).await.map(|(decision, leased)| {
+                            if leased {
+                                self.metrics.lease_decision();
+                            }
+                            decision
+                        })
                     };
                     match result {
                         Ok(decision) => {
@@ -319,8 +361,15 @@ mod tests {
     fn engine(yaml: &str) -> Engine {
         let (d, n) = crate::config::parse(Path::new("t.yaml"), yaml).unwrap();
         let config = Config { domains: [(d, n)].into() };
-        block_on(Engine::new(config, Algorithm::FixedWindow, Options::default(), Storage::default(), Bounds::default()))
-            .unwrap()
+        block_on(Engine::new(
+            config,
+            Algorithm::FixedWindow,
+            Options::default(),
+            Storage::default(),
+            Bounds::default(),
+            Arc::default(),
+        ))
+        .unwrap()
     }
 
     /// In memory every future is ready at once: a current-thread runtime runs it.

@@ -57,6 +57,23 @@ impl Http {
     }
 }
 
+impl Http {
+    /// Gives back the unused tokens of the HTTP API's leases (at shutdown);
+    /// how many limits took tokens back. Failures are logged.
+    pub async fn give_back(&self) -> usize {
+        let limiters: Vec<Arc<RateLimiter>> =
+            self.limiters.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        let mut back = 0;
+        for l in limiters {
+            match l.give_back().await {
+                Ok(n) => back += n,
+                Err(BackendError(e)) => tracing::warn!(error = %e, "leases not given back; they end with their time"),
+            }
+        }
+        back
+    }
+}
+
 /// The routes.
 pub fn router(http: Arc<Http>) -> Router {
     Router::new()
@@ -179,7 +196,12 @@ async fn decide(http: &Http, body: &[u8]) -> Response {
         }
     };
     let d = match limiter.allow(req.identifier.as_bytes(), req.cost).await {
-        Ok(d) => d,
+        Ok((d, leased)) => {
+            if leased {
+                http.metrics.lease_decision();
+            }
+            d
+        }
         Err(BackendError(e)) => {
             tracing::error!(error = %e, "HTTP decision failed");
             http.metrics.backend_error();

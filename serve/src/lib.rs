@@ -121,6 +121,13 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value_t = OnFailure::Error, requires = "redis")]
     pub redis_on_failure: OnFailure,
 
+    /// Lease hot descriptors' tokens from Redis (off, auto, or the most tokens a lease takes): a call then also
+    /// takes a slice of the descriptor's tokens, which this server grants in memory until spent or their time
+    /// passes; exact across every server (token buckets only: --algorithm token-bucket; auto leases nothing
+    /// for windows, a number is refused with them). Leases are given back at shutdown and when a reload drops a rate.
+    #[arg(long, value_name = "off|auto|N", default_value = "off", value_parser = lease_arg, requires = "redis")]
+    pub redis_lease: ratomic_redis::Lease,
+
     /// Keep the limiters' state in PostgreSQL (a postgresql:// URL or a key=value conninfo), shared by every
     /// ratomic serve using the same database and prefix. The server must answer at start; the library creates
     /// its table and functions if they are missing.
@@ -147,6 +154,17 @@ pub struct ServeArgs {
     /// How often the configuration files are checked for changes, in milliseconds (0: only on SIGHUP).
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub watch_interval_ms: u64,
+}
+
+fn lease_arg(s: &str) -> Result<ratomic_redis::Lease, String> {
+    match s.trim() {
+        "off" => Ok(ratomic_redis::Lease::Off),
+        "auto" => Ok(ratomic_redis::Lease::Auto),
+        n => match n.parse::<u64>() {
+            Ok(n) if n >= 1 => Ok(ratomic_redis::Lease::Max(n)),
+            _ => Err(format!("{s:?} must be off, auto or the most tokens a lease takes (a whole number >= 1)")),
+        },
+    }
 }
 
 /// What to answer when Redis fails.
@@ -200,6 +218,7 @@ pub fn main(args: ServeArgs) -> ExitCode {
                     }
                     OnFailure::Fallback => ratomic_redis::FailurePolicy::Fallback,
                 },
+                lease: args.redis_lease,
                 ..ratomic_redis::Options::default()
             },
         }),
@@ -227,7 +246,15 @@ pub fn main(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let engine = match runtime.block_on(Engine::new(config, args.algorithm, options, storage.clone(), bounds)) {
+    let metrics = Arc::new(metrics::Metrics::default());
+    let engine = match runtime.block_on(Engine::new(
+        config,
+        args.algorithm,
+        options,
+        storage.clone(),
+        bounds,
+        metrics.clone(),
+    )) {
         Ok(e) => Arc::new(e),
         Err(limiters::BackendError(e)) => {
             eprintln!("error: {e}");
@@ -237,7 +264,7 @@ pub fn main(args: ServeArgs) -> ExitCode {
     let http_options = Options::default()
         .max_keys(usize::try_from(args.max_keys).unwrap_or(usize::MAX))
         .max_key_len(args.max_key_len as usize);
-    match runtime.block_on(serve(args, engine, http_options, storage)) {
+    match runtime.block_on(serve(args, engine, http_options, storage, metrics)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -251,6 +278,7 @@ async fn serve(
     engine: Arc<Engine>,
     http_options: Options,
     storage: limiters::Storage,
+    metrics: Arc<metrics::Metrics>,
 ) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(args.grpc_listen)
         .await
@@ -261,11 +289,11 @@ async fn serve(
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let http_addr = http_listener.local_addr().map_err(|e| e.to_string())?;
     let answered = Arc::new(AtomicU64::new(0));
-    let metrics = Arc::new(metrics::Metrics::default());
     let ready = Arc::new(AtomicBool::new(true));
     let rls = grpc::Rls::new(engine.clone(), args.response_headers, answered.clone(), metrics.clone());
     let service = RateLimitServiceServer::new(rls).max_decoding_message_size(args.max_request_bytes as usize);
     let http = Arc::new(http::Http::new(args.algorithm, http_options, storage, metrics.clone(), ready.clone()));
+    let http_api = http.clone();
 
     tokio::spawn(watch(args.config.clone(), engine.clone(), args.watch_interval_ms));
 
@@ -302,6 +330,12 @@ async fn serve(
         stopped(stop_rx),
     );
     let (g, ()) = tokio::join!(grpc, http);
+    // Tokens leased and not spent go back to Redis for the other servers
+    // (whatever happened to the listeners).
+    let back = engine.give_back().await + http_api.give_back().await;
+    if back > 0 {
+        tracing::info!(limits = back, "leases given back");
+    }
     g.map_err(|e| format!("gRPC server: {e}"))?;
     tracing::info!(answered = answered.load(Ordering::Relaxed), "stopped");
     Ok(())

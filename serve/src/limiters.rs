@@ -75,15 +75,28 @@ impl RateLimiter {
         })
     }
 
-    /// Takes `cost` from `key`'s budget; a denial is a decision.
-    pub async fn allow(&self, key: &[u8], cost: u64) -> Result<Decision, BackendError> {
+    /// Takes `cost` from `key`'s budget; a denial is a decision. With it,
+    /// whether it was answered from a lease (Redis's tokens granted here).
+    pub async fn allow(&self, key: &[u8], cost: u64) -> Result<(Decision, bool), BackendError> {
         Ok(match self {
-            RateLimiter::Fixed(l) => l.allow_n(key, cost)?,
-            RateLimiter::Sliding(l) => l.allow_n(key, cost)?,
-            RateLimiter::Bucket(l) => l.allow_n(key, cost)?,
-            RateLimiter::Redis(l) => l.allow_n(key, cost).await?.decision,
-            RateLimiter::Postgres(l) => l.allow_n(key, cost).await?.decision,
+            RateLimiter::Fixed(l) => (l.allow_n(key, cost)?, false),
+            RateLimiter::Sliding(l) => (l.allow_n(key, cost)?, false),
+            RateLimiter::Bucket(l) => (l.allow_n(key, cost)?, false),
+            RateLimiter::Redis(l) => {
+                let d = l.allow_n(key, cost).await?;
+                (d.decision, d.source == ratomic_redis::Source::Lease)
+            }
+            RateLimiter::Postgres(l) => (l.allow_n(key, cost).await?.decision, false),
         })
+    }
+
+    /// Gives the unused tokens of this limiter's leases back to Redis; how
+    /// many limits took tokens back (0 for other limiters).
+    pub async fn give_back(&self) -> Result<usize, BackendError> {
+        match self {
+            RateLimiter::Redis(l) => Ok(l.give_back().await?),
+            _ => Ok(0),
+        }
     }
 
     /// What `allow` would answer, changing nothing.

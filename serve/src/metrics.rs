@@ -76,6 +76,7 @@ pub struct Metrics {
     // domain → rule → [allowed, denied, shadow_denied]
     decisions: Mutex<HashMap<String, HashMap<String, [u64; 3]>>>,
     backend_errors: AtomicU64,
+    lease_decisions: AtomicU64,
     bad_requests: [AtomicU64; 2],
     latency: [Histogram; 2],
     // Per listener: open now, the bound, refused past the bound.
@@ -102,6 +103,11 @@ impl Metrics {
     /// Counts an error of the state's backend.
     pub fn backend_error(&self) {
         self.backend_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a descriptor decided from a lease (tokens leased from Redis, granted here).
+    pub fn lease_decision(&self) {
+        self.lease_decisions.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a refused request.
@@ -172,6 +178,11 @@ impl Metrics {
         out.push_str("# HELP ratomic_serve_backend_errors_total Errors of the state's backend.\n");
         out.push_str("# TYPE ratomic_serve_backend_errors_total counter\n");
         let _ = writeln!(out, "ratomic_serve_backend_errors_total {}", self.backend_errors.load(Ordering::Relaxed));
+        out.push_str(
+            "# HELP ratomic_serve_lease_decisions_total Descriptor decisions answered from tokens leased from Redis.\n",
+        );
+        out.push_str("# TYPE ratomic_serve_lease_decisions_total counter\n");
+        let _ = writeln!(out, "ratomic_serve_lease_decisions_total {}", self.lease_decisions.load(Ordering::Relaxed));
         out.push_str("# HELP ratomic_serve_bad_requests_total Requests refused as invalid.\n");
         out.push_str("# TYPE ratomic_serve_bad_requests_total counter\n");
         for (api, name) in [(Api::Grpc, "grpc"), (Api::Http, "http")] {

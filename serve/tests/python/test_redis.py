@@ -3,6 +3,7 @@ lost backend is answered by the configured policy."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -104,3 +105,57 @@ def test_a_lost_backend_is_answered_by_the_configured_policy(serve):
             assert time.monotonic() < end, "Redis never came back"
             time.sleep(0.05)
     assert r.overall_code == OK
+
+
+def lease_decisions(s):
+    with urllib.request.urlopen(s.http + "/metrics", timeout=DEADLINE) as m:
+        text = m.read().decode()
+    return int(re.search(r"^ratomic_serve_lease_decisions_total (\d+)$", text, re.M).group(1))
+
+
+def test_two_servers_leasing_from_one_redis_never_exceed_the_limit_together(serve):
+    limit, lease = 250, 8
+    yaml = f"domain: hot\ndescriptors:\n  - key: tenant\n    rate_limit: {{unit: year, requests_per_unit: {limit}}}\n"
+    flags = (*redis_flags(PORT), "--redis-timeout-ms", "30000", "--algorithm", "token-bucket", "--redis-lease", str(lease))
+    a = serve(yaml, *flags, name="a.yaml")
+    b = serve(yaml, *flags, name="b.yaml")
+    here = os.path.dirname(__file__)
+    calls, inflight = 400, 64
+    procs = [
+        subprocess.Popen(
+            [sys.executable, os.path.join(here, "hot_worker.py"), s.addr, str(calls), str(inflight)],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=here,
+        )
+        for s in (a, b, a, b)
+    ]
+    ok = 0
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        o, v, err = map(int, out.split())
+        assert err == 0 and o + v == calls
+        ok += o
+    # Never more than the limit; at most one lease per server withheld at the end.
+    assert limit - 2 * lease <= ok <= limit, f"{ok} grants through two leasing servers for a limit of {limit}"
+    assert lease_decisions(a) + lease_decisions(b) > 0, "the servers answered nothing from a lease"
+
+
+def test_a_server_gives_its_leases_back_at_shutdown(serve):
+    limit = 100
+    yaml = f"domain: app\ndescriptors:\n  - key: user\n    rate_limit: {{unit: year, requests_per_unit: {limit}}}\n"
+    flags = (*redis_flags(PORT), "--redis-timeout-ms", "30000", "--algorithm", "token-bucket")
+    a = serve(yaml, *flags, "--redis-lease", "8", name="a.yaml")
+    req = request("app", descriptor(("user", "u")))
+    granted = 0
+    while lease_decisions(a) == 0:  # a hot key takes a lease on its second call within a second
+        assert granted < 50, "no lease taken"
+        assert a.call(req).overall_code == OK
+        granted += 1
+    a.stop()
+    assert re.search(r"leases given back limits=1", a.text()), a.text()
+    # Another server (no lease) sees every token a did not grant: nothing is withheld.
+    b = serve(yaml, *flags, name="b.yaml")
+    r = b.call(req)
+    assert r.overall_code == OK and r.statuses[0].limit_remaining == limit - granted - 1

@@ -124,8 +124,9 @@ const SHARDS: usize = 16;
 /// every process, whatever the interleaving); what it costs:
 ///
 /// - tokens a process holds are not available to the others until it
-///   spends them, gives them back (the backend limiter's `give_back`, which
-///   a limiter also runs when it is closed), or their time passes: at most `processes × max` tokens of a key at
+///   spends them, gives them back (the backend limiter's `give_back`; the
+///   C, Python and Node faces also do it when a limiter is freed or
+///   closed), or their time passes: at most `processes × max` tokens of a key at
 ///   once, and a lease never takes more than half of what the bucket has
 ///   left, so near the limit the fleet grants fewer than the bucket allows,
 ///   never more;

@@ -622,16 +622,31 @@ fn check_token_bucket(what: &str, stamps: &mut [u64], burst: u64, t: u64) {
 
 struct LeaseRun {
     /// Each grant's stamp (µs on the host's monotonic clock; 0 at the
-    /// server's time).
-    stamps: Vec<u64>,
+    /// server's time), by key.
+    stamps: std::collections::HashMap<String, Vec<u64>>,
     local: u64,
     trips: u64,
 }
 
+impl LeaseRun {
+    fn granted(&self) -> usize {
+        self.stamps.values().map(Vec::len).sum()
+    }
+
+    /// Every key's grants, checked in every interval.
+    fn check(&mut self, what: &str, burst: u64, t: u64) {
+        for (key, stamps) in &mut self.stamps {
+            check_token_bucket(&format!("{what}, key {key}"), stamps, burst, t);
+        }
+    }
+}
+
 /// `processes` real processes (`pg_lease_worker`) of `threads` threads,
-/// `calls` calls each, leases on, on one hot key of a bucket of `burst`
-/// refilling `per_sec` a second; `mode` `caller` stamps every call with the
-/// host's monotonic clock, `server` calls at the server's time.
+/// `calls` calls each, leases on, on a bucket of `burst` refilling `per_sec`
+/// a second: on one hot key, or on `keys` keys picked at random; `mode`
+/// `caller` stamps every call with the host's monotonic clock, `server`
+/// calls at the server's time.
+#[allow(clippy::too_many_arguments)]
 fn lease_race(
     prefix: &str,
     mode: &str,
@@ -640,24 +655,26 @@ fn lease_race(
     calls: u64,
     burst: u64,
     per_sec: u64,
+    keys: Option<u64>,
 ) -> LeaseRun {
     let workers: Vec<_> = (0..processes)
         .map(|_| {
-            std::process::Command::new(env!("CARGO_BIN_EXE_pg_lease_worker"))
-                .args([support::url(), prefix.to_owned(), mode.to_owned()])
-                .args([threads, calls, burst, per_sec].map(|v| v.to_string()))
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_pg_lease_worker"));
+            cmd.args([support::url(), prefix.to_owned(), mode.to_owned()]);
+            cmd.args([threads, calls, burst, per_sec].map(|v| v.to_string()));
+            if let Some(keys) = keys {
+                cmd.arg(keys.to_string());
+            }
+            cmd.stdout(std::process::Stdio::piped()).spawn().unwrap()
         })
         .collect();
-    let mut run = LeaseRun { stamps: Vec::new(), local: 0, trips: 0 };
+    let mut run = LeaseRun { stamps: Default::default(), local: 0, trips: 0 };
     for w in workers {
         let out = w.wait_with_output().unwrap();
         assert!(out.status.success(), "a worker failed: {}", out.status);
         for line in String::from_utf8(out.stdout).unwrap().lines() {
             match line.split(' ').collect::<Vec<_>>()[..] {
-                ["G", "hot", stamp] => run.stamps.push(stamp.parse().unwrap()),
+                ["G", key, stamp] => run.stamps.entry(key.to_owned()).or_default().push(stamp.parse().unwrap()),
                 ["S", local, trips, errors] => {
                     assert_eq!(errors, "0", "no call failed");
                     run.local += local.parse::<u64>().unwrap();
@@ -678,9 +695,21 @@ fn lease_race(
 fn leases_from_four_processes_never_over_grant_in_any_interval() {
     // 50 tokens, 2,000 a second (T = 500 µs: a lease of 2 covers 1 ms, a
     // few of a loaded host's round trips, so keys stay warm and lease).
-    let mut run = lease_race(&support::prefix("lease-caller"), "caller", 4, 4, 2_000, 50, 2_000);
-    assert!(run.stamps.len() > 50, "granted more than the burst over time: {}", run.stamps.len());
-    check_token_bucket("four processes, leases", &mut run.stamps, 50, 500);
+    let mut run = lease_race(&support::prefix("lease-caller"), "caller", 4, 4, 2_000, 50, 2_000, None);
+    assert!(run.granted() > 50, "granted more than the burst over time: {}", run.granted());
+    run.check("four processes, leases", 50, 500);
+    assert!(run.local > 0, "some calls were answered from a lease ({} local, {} round trips)", run.local, run.trips);
+}
+
+/// Four processes of two threads on 50 keys (each call picks one at
+/// random), leases on, every call stamped with the host's monotonic clock:
+/// every key's grants conform to its bucket in every interval.
+#[test]
+fn leases_from_four_processes_on_fifty_keys_never_over_grant() {
+    // 5 tokens, 100 a second (T = 10 ms) per key.
+    let mut run = lease_race(&support::prefix("lease-keys"), "caller", 4, 2, 2_000, 5, 100, Some(50));
+    assert_eq!(run.stamps.len(), 50, "every key was granted");
+    run.check("four processes, 50 keys, leases", 5, 10_000);
     assert!(run.local > 0, "some calls were answered from a lease ({} local, {} round trips)", run.local, run.trips);
 }
 
@@ -698,10 +727,10 @@ fn server_us() -> u64 {
 #[test]
 fn leases_at_the_server_s_time_never_over_grant_over_a_run() {
     let start = server_us();
-    let run = lease_race(&support::prefix("lease-server"), "server", 4, 4, 2_000, 50, 2_000);
+    let run = lease_race(&support::prefix("lease-server"), "server", 4, 4, 2_000, 50, 2_000, None);
     let elapsed = server_us() - start;
     let most = 50 + elapsed / 500;
-    assert!(run.stamps.len() as u64 <= most, "{} granted in {elapsed} µs, at most {most}", run.stamps.len());
+    assert!(run.granted() as u64 <= most, "{} granted in {elapsed} µs, at most {most}", run.granted());
     assert!(run.local > 0, "some calls were answered from a lease ({} local, {} round trips)", run.local, run.trips);
 }
 

@@ -48,9 +48,6 @@ test-rust:
 test-loom:
 	RUSTFLAGS="--cfg ratomic_loom" LOOM_MAX_PREEMPTIONS=$(LOOM_MAX_PREEMPTIONS) CARGO_TARGET_DIR=target/loom \
 		$(CARGO) test -p ratomic --release --test loom
-	# A lease's local half (redis/src/lease.rs): spend, renewal, give-back.
-	RUSTFLAGS="--cfg ratomic_loom" LOOM_MAX_PREEMPTIONS=$(LOOM_MAX_PREEMPTIONS) CARGO_TARGET_DIR=target/loom \
-		$(CARGO) test -p ratomic-redis --no-default-features --release --lib loom_model
 
 test-ffi:
 	bash ffi-c/run-tests.sh

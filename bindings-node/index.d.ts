@@ -236,6 +236,24 @@ export declare class NativePostgres {
   finishChange(refund: boolean, reply?: Array<string> | undefined | null, failed?: PostgresFailure | undefined | null): void
   /** Starts a batch: its answers (nothing to run) or the batch to run. */
   beginMany(requests: unknown, nowMs?: number | undefined | null): Array<number> | NativePostgresBatch
+  /** The most tokens a lease takes, or null when this limiter leases none. */
+  get leaseMax(): number | null
+  /** Keys holding a lease now. */
+  get leasesHeld(): number
+  /** The statement of a give-back. */
+  get giveBackStatement(): string
+  /**
+   * Takes every lease held: each give-back's parameters (run
+   * `giveBackStatement` with each, then `finishGiveBack`).
+   */
+  beginGiveBacks(): Array<Array<string | Buffer | Array<string | Buffer> | null>>
+  /** Ends a give-back: how many limits took tokens back. */
+  finishGiveBack(reply?: Array<string> | undefined | null, failed?: PostgresFailure | undefined | null): number
+  /**
+   * Gives `tokens` back to this process's lease of `key` if it can (no
+   * statement needed): whether it did.
+   */
+  refundLease(key: unknown, tokens: number): boolean
   /** Ends a batch with the row's value, or how it failed. */
   finishMany(batch: NativePostgresBatch, reply?: Array<string> | undefined | null, failed?: PostgresFailure | undefined | null): Array<number>
 }
@@ -252,6 +270,11 @@ export declare class NativePostgresCall {
   get answer(): Array<number> | null
   /** The statement's parameters (64-bit numbers as text, so none is rounded). */
   get params(): Array<string | Buffer | Array<string | Buffer> | null>
+  /**
+   * The statement to run: `ratomic_v1_lease` when the call asks for a
+   * lease, else `ratomic_v1_call`.
+   */
+  get statement(): string
 }
 
 /**
@@ -575,6 +598,10 @@ export interface PostgresOptions {
   breakerCooldownMs?: number
   /** The longest key in bytes (default 1024). */
   maxKeyLen?: number
+  /** `"off"` (the default), `"auto"`, or the most tokens a lease takes. */
+  lease?: string | number
+  /** Keys whose leases are kept (default 10,000). */
+  leaseKeys?: number
 }
 
 /** How sending a call failed. */

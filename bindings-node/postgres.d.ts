@@ -2,7 +2,7 @@
 import type { Decision, MultiDecision, AcquireOptions } from './ratomic'
 
 /** Who answered a call on PostgreSQL. */
-export type PostgresSource = 'postgres' | 'deny_cache' | 'policy' | 'fallback'
+export type PostgresSource = 'postgres' | 'deny_cache' | 'policy' | 'fallback' | 'lease'
 
 /** A pg Pool or Client: anything with `query(text, values)`. A Client must not be inside a transaction. */
 export interface PostgresClient {
@@ -27,6 +27,10 @@ export interface PostgresOptions {
   breakerCooldownMs?: number
   /** The longest key in bytes (default 1024). */
   maxKeyLen?: number
+  /** Leased tokens: `"off"` (default), `"auto"` or the most tokens a lease takes (token buckets only). */
+  lease?: 'off' | 'auto' | number
+  /** Keys whose leases are kept (default 10,000). */
+  leaseKeys?: number
 }
 
 /** What every PostgreSQL-backed limiter offers; every call is one statement (a Promise). */
@@ -46,6 +50,12 @@ export declare class PostgresBase<D = Decision> {
   readonly prefix: string
   readonly limit: number
   readonly breakerOpen: boolean
+  /** Gives back the unused tokens of every lease this limiter holds; how many limits took tokens back. */
+  giveBack(): Promise<number>
+  /** The most tokens a lease takes, or null when this limiter leases none. */
+  readonly lease: number | null
+  /** Keys this process holds a lease on now. */
+  readonly leasesHeld: number
 }
 
 export declare class PostgresTokenBucket extends PostgresBase<Decision> {

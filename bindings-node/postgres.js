@@ -18,6 +18,7 @@ const {
 
 const OPTIONS = [
   'client', 'prefix', 'onError', 'denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'maxKeyLen',
+  'lease', 'leaseKeys',
 ]
 const OP_ALLOW = 0
 const OP_PEEK = 1
@@ -49,6 +50,32 @@ const nameOf = (sql) => {
 async function run(client, sql, params) {
   const res = await client.query({ name: nameOf(sql), text: sql, values: params })
   return res.rows.length === 1 ? res.rows[0].r : null
+}
+
+// Limiters holding leases, given back (best effort) when the event loop
+// empties, as ratomic/redis does. Weak: a limiter dropped is forgotten.
+const leasing = new Set()
+const forget = new FinalizationRegistry((ref) => leasing.delete(ref))
+let hooked = false
+
+function giveBackAtExit() {
+  // The loop is empty: a limiter holding leases sends its give-backs; their
+  // replies bring the loop back here once, with nothing held. A closed
+  // client rejects at once: its leases come back when their time passes.
+  for (const ref of leasing) {
+    const l = ref.deref()
+    if (l !== undefined && l.leasesHeld > 0) l.giveBack().catch(() => {})
+  }
+}
+
+function watchAtExit(limiter) {
+  const ref = new WeakRef(limiter)
+  leasing.add(ref)
+  forget.register(limiter, ref)
+  if (!hooked) {
+    hooked = true
+    process.on('beforeExit', giveBackAtExit)
+  }
 }
 
 /** The SQL that creates ratomic's table (`UNLOGGED` if asked) and functions. Safe to run again. */
@@ -100,11 +127,15 @@ class PostgresBase {
     if (native.onError !== undefined && typeof native.onError !== 'string') {
       throw typeError(`onError must be "raise", "allow", "deny" or "fallback", got ${describe(native.onError)}`)
     }
-    for (const k of ['denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'maxKeyLen']) {
+    for (const k of ['denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'maxKeyLen', 'leaseKeys']) {
       if (native[k] !== undefined && typeof native[k] !== 'number') throw typeError(`${k} must be a number, got ${describe(native[k])}`)
+    }
+    if (native.lease !== undefined && typeof native.lease !== 'string' && typeof native.lease !== 'number') {
+      throw typeError(`lease must be "off", "auto" or the most tokens a lease may take, got ${describe(native.lease)}`)
     }
     this.#native = new NativePostgres(rules, native)
     this.#sources = this.#native.sources
+    if (this.#native.leaseMax !== null) watchAtExit(this)
     const names = this.#native.names
     this.#decode = isLimiter ? (allowed, a, at) => multi(allowed, a, at, names) : single
   }
@@ -123,7 +154,7 @@ class PostgresBase {
     let reply = null
     let failed = null
     try {
-      reply = await run(this.#client, this.#native.statement, call.params)
+      reply = await run(this.#client, call.statement, call.params)
     } catch (e) {
       failed = failureOf(e)
       try {
@@ -187,8 +218,9 @@ class PostgresBase {
     return this.#decide(OP_PEEK, key, cost, nowMs)
   }
 
-  /** Gives `tokens` back to every limit on `key` (never above full). */
+  /** Gives `tokens` back to every limit on `key` (never above full); into this process's own lease of `key` first, if it can take them. */
   async refund(key, tokens) {
+    if (this.#native.refundLease(key, tokens)) return
     return this.#change(this.#native.beginRefund(key, tokens, undefined), true)
   }
 
@@ -236,6 +268,44 @@ class PostgresBase {
   /** Whether the circuit breaker is open. */
   get breakerOpen() {
     return this.#native.breakerOpen
+  }
+
+  /**
+   * Gives back the unused tokens of every lease this limiter holds, so other processes can have
+   * them now rather than when their time passes; resolves with how many limits took tokens back.
+   * Also tried when the event loop empties. Later calls take new leases.
+   */
+  async giveBack() {
+    const native = this.#native
+    let back = 0
+    for (const params of native.beginGiveBacks()) {
+      let reply = null
+      let failed = null
+      let cause
+      try {
+        reply = await run(this.#client, native.giveBackStatement, params)
+      } catch (e) {
+        failed = failureOf(e)
+        cause = e
+      }
+      try {
+        back += native.finishGiveBack(reply, failed)
+      } catch (err) {
+        if (cause !== undefined) err.cause = cause
+        throw err
+      }
+    }
+    return back
+  }
+
+  /** The most tokens a lease takes (`lease: 'auto'`: an eighth of the smallest burst), or null when this limiter leases none. */
+  get lease() {
+    return this.#native.leaseMax
+  }
+
+  /** Keys this process holds a lease on now. */
+  get leasesHeld() {
+    return this.#native.leasesHeld
   }
 }
 

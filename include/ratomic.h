@@ -295,8 +295,10 @@ typedef uint32_t ratomic_redis_policy;
 #endif // __cplusplus
 
 /**
- * Whether a Redis-backed limiter leases tokens: a hot key's call then also
- * takes a slice of the key's tokens from Redis, which this process grants
+ * Whether a Redis- or PostgreSQL-backed limiter leases tokens (the
+ * `lease` field of `ratomic_redis_options` and `ratomic_postgres_options`):
+ * a hot key's call then also takes a slice of the key's tokens from the
+ * server, which this process grants
  * in memory until they are spent or their time passes. Exact over every
  * process (never more than burst + rate × time per key and limit); the
  * price is tokens idle in leases: at most processes × the largest lease per
@@ -693,6 +695,19 @@ typedef struct {
    * a server crash empties it, and replicas do not have it).
    */
   uint32_t unlogged;
+  /**
+   * A `ratomic_redis_lease` value (0: `RATOMIC_REDIS_LEASE_OFF`): the
+   * same leased tokens as on Redis (`ratomic_postgres_*` limiters take
+   * a hot key's slice with `ratomic_v1_lease` and grant from it in
+   * memory, exactly fleet-wide); `ratomic_limiter_free` gives a
+   * limiter's unused leased tokens back.
+   */
+  uint32_t lease;
+  /**
+   * With `RATOMIC_REDIS_LEASE_MAX`, the most tokens a lease takes (at
+   * least 1); 0 otherwise.
+   */
+  uint64_t lease_max;
 } ratomic_postgres_options;
 
 /**

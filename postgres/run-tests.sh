@@ -62,6 +62,12 @@ if [[ $# -eq 0 ]]; then
         [[ ${calls:-0} -gt 0 ]] || { cat "$pg_work/bench.txt" >&2; echo "bench --postgres made no call" >&2; exit 1; }
         echo "ok: ratomic bench --postgres --batch $batch: $calls calls"
     done
+    # With leases on one hot key: most calls answered in memory.
+    "$ratomic" bench --postgres "$RATOMIC_POSTGRES_URL" --seconds 0.3 --threads 2 --keys 1 --rate 100000/s --lease auto >"$pg_work/bench.txt"
+    grep -q "backend .*PostgreSQL: .*(leases, auto)" "$pg_work/bench.txt"
+    calls=$(sed -n 's/^  \([0-9,]*\) calls in all.*/\1/p' "$pg_work/bench.txt" | tr -d ,)
+    [[ ${calls:-0} -gt 0 ]] || { cat "$pg_work/bench.txt" >&2; echo "bench --postgres --lease auto made no call" >&2; exit 1; }
+    echo "ok: ratomic bench --postgres --lease auto: $calls calls"
     left=$("$pg_bin/psql" "$RATOMIC_POSTGRES_URL" -Atc "SELECT count(*) FROM ratomic_v1_state WHERE prefix LIKE 'ratomic-bench:%'")
     [[ $left -eq 0 ]] || { echo "bench --postgres left $left rows behind" >&2; exit 1; }
 fi

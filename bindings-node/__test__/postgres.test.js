@@ -115,3 +115,30 @@ test('the schema is printable and unlogged on request; the base class is not con
   assert.match(schema(true), /CREATE UNLOGGED TABLE IF NOT EXISTS ratomic_v1_state/)
   assert.throws(() => new PostgresBase([], {}, false), TypeError)
 })
+
+test('leases answer a hot key here, leave their slots alone under refunds and resets elsewhere, and go back', async () => {
+  // 40 tokens, 40 an hour: nothing refills during the test. `auto`: leases
+  // of at most 40 / 8 = 5 tokens; a warm key's first is 2.
+  const p = prefix()
+  const a = new PostgresTokenBucket(40, 40 / 3600, { client: pool, prefix: p, lease: 'auto' })
+  const other = new PostgresTokenBucket(40, 40 / 3600, { client: pool, prefix: p })
+  assert.equal(a.lease, 5)
+  assert.equal((await a.allow('k')).source, 'postgres') // a key seen once takes no lease
+  assert.equal((await a.allow('k')).source, 'postgres') // a warm key: this statement took a lease of 2
+  assert.equal(a.leasesHeld, 1)
+  assert.equal((await other.peek('k', 0)).remaining, 36)
+  await other.refund('k', 5)
+  await other.reset('k')
+  assert.equal((await other.peek('k', 0)).remaining, 36, 'refunds and resets elsewhere leave the lease alone')
+  const d = await a.allow('k')
+  assert.deepEqual([d.source, d.allowed, d.remaining], ['lease', true, 37]) // the fleet's 36, plus 1 still leased
+  assert.equal(await a.giveBack(), 1)
+  assert.equal(a.leasesHeld, 0)
+  assert.equal((await other.peek('k', 0)).remaining, 37)
+})
+
+test('bad lease options are clear errors', () => {
+  assert.throws(() => new PostgresFixedWindow(10, 1000, { client: pool, lease: 4 }), /token bucket/)
+  assert.throws(() => new PostgresTokenBucket(10, 1, { client: pool, lease: 'sometimes' }), /lease/)
+  assert.equal(new PostgresFixedWindow(10, 1000, { client: pool, lease: 'auto' }).lease, null)
+})

@@ -27,9 +27,13 @@ const CALL: &str =
 const MANY: &str = "SELECT ratomic_v1_many($1::text, $2::text, $3::bytea[], $4::bigint[], $5::bigint, $6::text, \
                     $7::bigint[], $8::bigint[]) AS r";
 const GC: &str = "SELECT ratomic_v1_gc($1::text, $2::bigint, $3::int) AS r";
+const LEASE: &str = "SELECT ratomic_v1_lease($1::text, $2::bytea, $3::bigint, $4::bigint, $5::bigint, $6::text, \
+                     $7::bigint[], $8::bigint[]) AS r";
+const GIVE_BACK: &str =
+    "SELECT ratomic_v1_give_back($1::text, $2::bytea, $3::bigint, $4::text, $5::bigint[], $6::bigint[]) AS r";
 
 /// Who answers, in the order of the code an answer starts with.
-const SOURCES: [&str; 4] = ["postgres", "deny_cache", "policy", "fallback"];
+const SOURCES: [&str; 5] = ["postgres", "deny_cache", "policy", "fallback", "lease"];
 
 /// How a PostgreSQL-backed limiter behaves (every field optional).
 #[napi(object)]
@@ -49,6 +53,10 @@ pub struct PostgresOptions {
     pub breaker_cooldown_ms: Option<f64>,
     /// The longest key in bytes (default 1024).
     pub max_key_len: Option<f64>,
+    /// `"off"` (the default), `"auto"`, or the most tokens a lease takes.
+    pub lease: Option<Either<String, f64>>,
+    /// Keys whose leases are kept (default 10,000).
+    pub lease_keys: Option<f64>,
 }
 
 /// How running a statement failed.
@@ -107,6 +115,17 @@ impl NativePostgresCall {
     pub fn params(&self) -> Vec<JsParam> {
         self.params.iter().map(Param::js).collect()
     }
+
+    /// The statement to run: `ratomic_v1_lease` when the call asks for a
+    /// lease, else `ratomic_v1_call`.
+    #[napi(getter)]
+    pub fn statement(&self) -> &'static str {
+        if self.call.as_ref().is_some_and(|c| c.lease() > 0) {
+            LEASE
+        } else {
+            CALL
+        }
+    }
 }
 
 /// One batch to run (`manyStatement` with `params`).
@@ -164,6 +183,7 @@ fn source(s: ratomic_postgres::Source) -> f64 {
         ratomic_postgres::Source::Postgres => 0.0,
         ratomic_postgres::Source::DenyCache => 1.0,
         ratomic_postgres::Source::Fallback => 3.0,
+        ratomic_postgres::Source::Lease => 4.0,
         _ => 2.0,
     }
 }
@@ -202,6 +222,18 @@ impl NativePostgres {
 
     fn params(&self, call: &Call) -> Vec<Param> {
         let l = self.driver.limits();
+        if call.lease() > 0 {
+            return vec![
+                Param::Text(l.prefix().to_owned()),
+                Param::Bytes(call.key().to_vec()),
+                call.at_us().map_or(Param::Null, |t| Param::Text(t.to_string())),
+                Param::Text(call.amount().to_string()),
+                Param::Text(call.lease_size().to_string()),
+                Param::Text(l.kinds().to_owned()),
+                texts(l.p1()),
+                texts(l.p2()),
+            ];
+        }
         vec![
             Param::Text(call.op().code().to_owned()),
             Param::Text(l.prefix().to_owned()),
@@ -282,9 +314,12 @@ impl NativePostgres {
                 breaker_cooldown: ms("breakerCooldownMs", o.breaker_cooldown_ms, 1000.0)?,
                 deny_cache: usize::try_from(whole("denyCache", o.deny_cache.unwrap_or(10_000.0), 0)?)
                     .unwrap_or(usize::MAX),
+                lease: crate::redis::lease_of(o.lease)?,
+                lease_keys: usize::try_from(whole("leaseKeys", o.lease_keys.unwrap_or(10_000.0), 1)?)
+                    .unwrap_or(usize::MAX),
                 ..Options::default()
             };
-            Ok(NativePostgres { driver: Driver::new(limits, options), multi })
+            Ok(NativePostgres { driver: Driver::try_new(limits, options).map_err(failure)?, multi })
         };
         build().map_err(|e| e.into_napi(&env))
     }
@@ -466,6 +501,70 @@ impl NativePostgres {
                     Ok(Either::B(NativePostgresBatch { batch: b, params }))
                 }
             }
+        };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
+    /// The most tokens a lease takes, or null when this limiter leases none.
+    #[napi(getter)]
+    pub fn lease_max(&self) -> Option<f64> {
+        self.driver.lease_max().map(|n| n as f64)
+    }
+
+    /// Keys holding a lease now.
+    #[napi(getter)]
+    pub fn leases_held(&self) -> u32 {
+        u32::try_from(self.driver.leases_held()).unwrap_or(u32::MAX)
+    }
+
+    /// The statement of a give-back.
+    #[napi(getter)]
+    pub fn give_back_statement(&self) -> &'static str {
+        GIVE_BACK
+    }
+
+    /// Takes every lease held: each give-back's parameters (run
+    /// `giveBackStatement` with each, then `finishGiveBack`).
+    #[napi(ts_return_type = "Array<Array<string | Buffer | Array<string | Buffer> | null>>")]
+    pub fn begin_give_backs(&self) -> Vec<Vec<JsParam>> {
+        let l = self.driver.limits();
+        self.driver
+            .begin_give_backs()
+            .into_iter()
+            .map(|g| {
+                [
+                    Param::Text(l.prefix().to_owned()),
+                    Param::Bytes(g.key().to_vec()),
+                    Param::Null,
+                    Param::Text(l.kinds().to_owned()),
+                    texts(g.ends()),
+                    texts(g.next()),
+                ]
+                .iter()
+                .map(Param::js)
+                .collect()
+            })
+            .collect()
+    }
+
+    /// Ends a give-back: how many limits took tokens back.
+    #[napi]
+    pub fn finish_give_back(
+        &self,
+        env: Env,
+        reply: Option<Vec<String>>,
+        failed: Option<PostgresFailure>,
+    ) -> Result<u32> {
+        self.driver.finish_give_back(outcome(reply, failed)).map(|n| n as u32).map_err(|e| failure(e).into_napi(&env))
+    }
+
+    /// Gives `tokens` back to this process's lease of `key` if it can (no
+    /// statement needed): whether it did.
+    #[napi]
+    pub fn refund_lease(&self, env: Env, key: Unknown<'_>, tokens: f64) -> Result<bool> {
+        let run = || -> Res<bool> {
+            let tokens = whole("tokens", tokens, 0)?;
+            self.key(&env, &key, |k| self.driver.refund_lease(k, tokens))
         };
         run().map_err(|e| e.into_napi(&env))
     }

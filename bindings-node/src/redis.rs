@@ -193,7 +193,7 @@ fn push(out: &mut Vec<f64>, d: &ratomic_redis::MultiDecision, multi: bool) {
 
 /// `lease`: `"off"`, `"auto"` or the most tokens a lease takes (a whole
 /// number >= 1).
-fn lease_of(v: Option<Either<String, f64>>) -> Res<Lease> {
+pub(crate) fn lease_of(v: Option<Either<String, f64>>) -> Res<Lease> {
     const HELP: &str = "lease must be \"off\", \"auto\" or the most tokens a lease may take (a whole number >= 1)";
     match v {
         None => Ok(Lease::Off),

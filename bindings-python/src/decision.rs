@@ -24,7 +24,8 @@ pub enum Source {
     Policy,
     /// The local deny cache of Redis denials.
     DenyCache,
-    /// A lease: tokens this process took from Redis earlier, granted here.
+    /// A lease: tokens this process took from Redis or PostgreSQL earlier,
+    /// granted here.
     Lease,
 }
 
@@ -60,6 +61,7 @@ impl From<ratomic_postgres::Source> for Source {
             ratomic_postgres::Source::Postgres => Source::Postgres,
             ratomic_postgres::Source::Fallback => Source::Fallback,
             ratomic_postgres::Source::DenyCache => Source::DenyCache,
+            ratomic_postgres::Source::Lease => Source::Lease,
             _ => Source::Policy,
         }
     }

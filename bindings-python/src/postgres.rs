@@ -29,6 +29,10 @@ const CALL: &str = "SELECT ratomic_v1_call(%s::text, %s::text, %s::bytea, %s::bi
 const MANY: &str = "SELECT ratomic_v1_many(%s::text, %s::text, %s::bytea[], %s::bigint[], %s::bigint, %s::text, \
                     %s::bigint[], %s::bigint[])";
 const GC: &str = "SELECT ratomic_v1_gc(%s::text, %s::bigint, %s::int)";
+const LEASE: &str = "SELECT ratomic_v1_lease(%s::text, %s::bytea, %s::bigint, %s::bigint, %s::bigint, %s::text, \
+                     %s::bigint[], %s::bigint[])";
+const GIVE_BACK: &str =
+    "SELECT ratomic_v1_give_back(%s::text, %s::bytea, %s::bigint, %s::text, %s::bigint[], %s::bigint[])";
 
 /// One statement to run: `cursor.execute(driver.statement, call.params)`.
 #[pyclass(frozen, module = "ratomic._ratomic", name = "_PostgresCall")]
@@ -43,6 +47,17 @@ impl PostgresCall {
     #[getter]
     fn params(&self, py: Python<'_>) -> Py<PyTuple> {
         self.params.clone_ref(py)
+    }
+
+    /// The statement to run: `ratomic_v1_lease` when the call asks for a
+    /// lease, else `ratomic_v1_call` (psycopg placeholders).
+    #[getter]
+    fn statement(&self) -> &'static str {
+        if self.call.lease() > 0 {
+            LEASE
+        } else {
+            CALL
+        }
     }
 }
 
@@ -80,6 +95,21 @@ impl PostgresDriver {
 
     fn wrap(&self, py: Python<'_>, call: Call) -> PyResult<Py<PyAny>> {
         let (prefix, kinds, p1, p2) = self.tail();
+        if call.lease() > 0 {
+            let params = (
+                prefix,
+                PyBytes::new(py, call.key()),
+                call.at_us(),
+                call.amount(),
+                call.lease_size(),
+                kinds,
+                p1.to_vec(),
+                p2.to_vec(),
+            )
+                .into_pyobject(py)?
+                .unbind();
+            return Ok(Py::new(py, PostgresCall { call, params })?.into_any());
+        }
         let params = (
             call.op().code(),
             prefix,
@@ -158,7 +188,7 @@ impl PostgresDriver {
     /// else `{name: rule}` or `(name, rule)` pairs. `on_error`: `"raise"`,
     /// `"allow"`, `"deny"` or `"fallback"`.
     #[new]
-    #[pyo3(signature = (limits, *, multi, prefix, on_error, deny_retry_after, deny_cache, breaker_threshold, breaker_cooldown, breaker_failure_time, max_key_len))]
+    #[pyo3(signature = (limits, *, multi, prefix, on_error, deny_retry_after, deny_cache, breaker_threshold, breaker_cooldown, breaker_failure_time, max_key_len, lease, lease_keys))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -172,7 +202,11 @@ impl PostgresDriver {
         breaker_cooldown: &Bound<'_, PyAny>,
         breaker_failure_time: &Bound<'_, PyAny>,
         max_key_len: &Bound<'_, PyAny>,
+        lease: &Bound<'_, PyAny>,
+        lease_keys: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
+        let lease = crate::redis::lease_arg(lease)?;
+        let lease_keys = size(lease_keys, "lease_keys", 1)?;
         let deny_cache = size(deny_cache, "deny_cache", 0)?;
         let max_key_len = size(max_key_len, "max_key_len", 0)?;
         let breaker_threshold = u32::try_from(whole(breaker_threshold, "breaker_threshold")?)
@@ -209,10 +243,13 @@ impl PostgresDriver {
             breaker_cooldown: seconds(breaker_cooldown, "breaker_cooldown")?,
             breaker_failure_time: seconds(breaker_failure_time, "breaker_failure_time")?,
             deny_cache,
+            lease,
+            lease_keys,
             ..Options::default()
         };
         let names = make_names(py, limits.names());
-        Ok(PostgresDriver { driver: Driver::new(limits, options), names, multi, rules })
+        let driver = Driver::try_new(limits, options).map_err(|e| pg_error(py, e, None))?;
+        Ok(PostgresDriver { driver, names, multi, rules })
     }
 
     /// The statement of one call (psycopg placeholders).
@@ -390,6 +427,51 @@ impl PostgresDriver {
             .finish_many(&batch.batch, outcome(reply, kind))
             .map_err(|e| pg_error(py, e, kind.map(|_| reply)))?;
         ds.iter().map(|d| self.answer(py, d)).collect()
+    }
+
+    /// The largest lease this driver takes, or None if it takes none.
+    #[getter]
+    fn lease_max(&self) -> Option<u64> {
+        self.driver.lease_max()
+    }
+
+    /// Keys holding a lease now.
+    #[getter]
+    fn leases_held(&self) -> usize {
+        self.driver.leases_held()
+    }
+
+    /// The statement of a give-back (psycopg placeholders).
+    #[getter]
+    fn give_back_statement(&self) -> &'static str {
+        GIVE_BACK
+    }
+
+    /// Takes every lease held: the parameters of each give-back to run
+    /// (then `finish_give_back` with each reply).
+    fn begin_give_backs(&self, py: Python<'_>) -> PyResult<Vec<Py<PyTuple>>> {
+        let (prefix, kinds, _, _) = self.tail();
+        self.driver
+            .begin_give_backs()
+            .into_iter()
+            .map(|g| {
+                let params =
+                    (prefix, PyBytes::new(py, g.key()), None::<i64>, kinds, g.ends().to_vec(), g.next().to_vec());
+                Ok(params.into_pyobject(py)?.unbind())
+            })
+            .collect()
+    }
+
+    /// Ends a give-back: how many limits took tokens back.
+    #[pyo3(signature = (reply, kind=None))]
+    fn finish_give_back(&self, py: Python<'_>, reply: &Bound<'_, PyAny>, kind: Option<&str>) -> PyResult<usize> {
+        self.driver.finish_give_back(outcome(reply, kind)).map_err(|e| pg_error(py, e, kind.map(|_| reply)))
+    }
+
+    /// Gives `tokens` back to this process's lease of `key` if it can
+    /// (no statement needed): whether it did.
+    fn refund_lease(&self, key: &Bound<'_, PyAny>, tokens: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Ok(self.driver.refund_lease(key_bytes(key)?, whole(tokens, "tokens")?))
     }
 
     /// The `BackendError` for a client failure outside a decision (a gc).

@@ -52,7 +52,7 @@ impl RedisCall {
 
 /// `lease=`: `"off"`, `"auto"` or the most tokens a lease takes (a whole
 /// number >= 1).
-fn lease_arg(value: &Bound<'_, PyAny>) -> PyResult<Lease> {
+pub(crate) fn lease_arg(value: &Bound<'_, PyAny>) -> PyResult<Lease> {
     let py = value.py();
     let help = "lease must be \"off\", \"auto\" or the most tokens a lease may take (an int >= 1)";
     if let Ok(s) = value.extract::<&str>() {

@@ -178,3 +178,41 @@ def test_a_pool_and_the_asyncio_faces(url, prefix) -> None:
 def test_the_schema_is_printable_and_unlogged_on_request() -> None:
     assert "CREATE TABLE IF NOT EXISTS ratomic_v1_state" in schema()
     assert "CREATE UNLOGGED TABLE IF NOT EXISTS ratomic_v1_state" in schema(unlogged=True)
+
+
+def test_leases_answer_a_hot_key_here_and_go_back(conn, prefix) -> None:
+    # 40 tokens, 40 an hour: nothing refills during the test. `auto`: leases
+    # of at most 40 / 8 = 5 tokens; a warm key's first is 2.
+    a = PostgresTokenBucket(40, 40 / 3600, client=conn, prefix=prefix, lease="auto")
+    other = PostgresTokenBucket(40, 40 / 3600, client=conn, prefix=prefix)
+    assert a.allow("k").source == "postgres"  # a key seen once takes no lease
+    assert a.allow("k").source == "postgres"  # a warm key: this statement took a lease of 2
+    assert a.leases_held == 1
+    assert other.peek("k", 0).remaining == 36
+    other.refund("k", 5)
+    other.reset("k")
+    assert other.peek("k", 0).remaining == 36  # refunds and resets elsewhere leave the lease's slots alone
+    d = a.allow("k")
+    assert d.source == "lease" and d.allowed and d.remaining == 37  # the fleet's 36, plus 1 still leased
+    assert a.give_back() == 1
+    assert (a.leases_held, other.peek("k", 0).remaining) == (0, 37)
+
+
+def test_leases_from_asyncio_and_bad_lease_options(url, prefix) -> None:
+    async def main() -> None:
+        aconn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        a = PostgresTokenBucket(40, 40 / 3600, client=aconn, prefix=prefix, lease=4)
+        assert (await a.allow("k")).source == "postgres"
+        await a.allow("k")  # takes a lease of 2
+        assert a.leases_held == 1
+        assert await a.give_back() == 1
+        assert a.leases_held == 0
+        await aconn.close()
+
+    asyncio.run(main())
+    with psycopg.connect(url, autocommit=True) as c:
+        with pytest.raises(ratomic.InvalidArgumentError, match="token bucket"):
+            PostgresFixedWindow("10/s", client=c, prefix=prefix, lease=4)
+        with pytest.raises(ratomic.InvalidArgumentError, match="lease"):
+            PostgresTokenBucket("10/s", client=c, prefix=prefix, lease="sometimes")
+        assert PostgresFixedWindow("10/s", client=c, prefix=prefix, lease="auto").leases_held == 0

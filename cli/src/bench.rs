@@ -37,7 +37,8 @@ pub struct BenchConfig {
     pub postgres: Option<String>,
     /// Requests per call: 1 is `allow`, more is `allow_many` (one pipeline on Redis).
     pub batch: usize,
-    /// Whether the Redis limiter leases tokens (see `ratomic_redis::Lease`).
+    /// Whether the Redis or PostgreSQL limiter leases tokens (see
+    /// `ratomic::backend::Lease`, which both re-export).
     pub lease: ratomic_redis::Lease,
 }
 
@@ -98,7 +99,7 @@ pub fn run(config: &BenchConfig) -> Result<Vec<BenchResult>, String> {
                 return Ok(BenchResult { algo, limits, per_thread, allowed, denied, elapsed });
             }
             if let Some(url) = &config.postgres {
-                let remote = PostgresDecide::connect(url, lane, &limits, config.threads)?;
+                let remote = PostgresDecide::connect(url, lane, &limits, config.threads, config.lease)?;
                 let (per_thread, allowed, denied, elapsed) = measure(config, duration, algo, &remote);
                 remote.clean_up();
                 return Ok(BenchResult { algo, limits, per_thread, allowed, denied, elapsed });
@@ -182,7 +183,13 @@ impl Decide for RedisDecide {
 struct PostgresDecide(ratomic_postgres::BlockingPostgresLimiter);
 
 impl PostgresDecide {
-    fn connect(conninfo: &str, lane: usize, limits: &[Limit], threads: usize) -> Result<Self, String> {
+    fn connect(
+        conninfo: &str,
+        lane: usize,
+        limits: &[Limit],
+        threads: usize,
+        lease: ratomic_postgres::Lease,
+    ) -> Result<Self, String> {
         let run = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
         let rules = ratomic_postgres::Limits::new(limits.iter().map(|l| (l.name.clone(), l.rule)))
             .and_then(|l| l.with_prefix(format!("ratomic-bench:{}:{run}:{lane}", std::process::id())))
@@ -191,6 +198,7 @@ impl PostgresDecide {
             timeout: Duration::from_secs(5),
             deny_cache: 0,
             connections: threads.clamp(1, 16),
+            lease,
             ..ratomic_postgres::Options::default()
         };
         ratomic_postgres::BlockingPostgresLimiter::connect(conninfo, rules, options)
@@ -201,6 +209,7 @@ impl PostgresDecide {
     /// Removes the run's rows (all of them: far in the future, every key
     /// is full again).
     fn clean_up(&self) {
+        let _ = self.0.give_back();
         let _ = self.0.gc_at(ratomic::MAX_TIME);
     }
 }
@@ -348,6 +357,11 @@ pub fn render(config: &BenchConfig, results: &[BenchResult]) -> String {
             "one statement per call".to_owned()
         } else {
             format!("allow_many of {} per statement", config.batch)
+        };
+        let how = match config.lease {
+            ratomic_postgres::Lease::Off => how,
+            ratomic_postgres::Lease::Max(n) => format!("{how} (leases of up to {n} tokens)"),
+            _ => format!("{how} (leases, auto)"),
         };
         out.push_str(&format!(
             "  {:<15} PostgreSQL: {how}, server time, deny cache off, {} connection{}\n\n",

@@ -138,6 +138,7 @@ pub struct SimulateArgs {
 
 /// Flags of `ratomic bench`.
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("backend").args(["redis", "postgres"])))]
 pub struct BenchArgs {
     /// Worker threads [default: the number of CPUs].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
@@ -175,8 +176,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub batch: usize,
 
-    /// With --redis: lease a hot key's tokens (off, auto, or the most tokens a lease takes).
-    #[arg(long, value_name = "off|auto|N", default_value = "off", value_parser = lease_arg, requires = "redis")]
+    /// With --redis or --postgres: lease a hot key's tokens (off, auto, or the most tokens a lease takes).
+    #[arg(long, value_name = "off|auto|N", default_value = "off", value_parser = lease_arg, requires = "backend")]
     pub lease: ratomic_redis::Lease,
 }
 

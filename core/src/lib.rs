@@ -35,8 +35,8 @@
 //! memory and in a shared file, with its keys and epoch reclamation, which
 //! knows nothing of the algorithms; `limit/`, the limiters built on both
 //! (keyed, direct, several limits on a key, stacks, per-call quotas); and
-//! `headers` for HTTP; `backend` holds the circuit breaker and deny cache
-//! the backend crates (Redis, PostgreSQL) share.
+//! `headers` for HTTP; `backend` holds the circuit breaker, deny cache
+//! and lease engine the backend crates (Redis, PostgreSQL) share.
 //!
 //! ```
 //! use std::time::Duration;

@@ -1200,3 +1200,114 @@ mod epoch {
         });
     }
 }
+
+/// A loom model of the local half of a lease: spending racing a renewal (a
+/// new lease arriving for the key) racing a give-back (`drain`), each
+/// thread with its own `now` (core's `backend::lease`, which the Redis and
+/// PostgreSQL backends share).
+///
+/// The leases are on the caller's timeline, where a grant's slot is known
+/// exactly from its decision (the server's timeline only widens the window
+/// a slot must fit in; the locking and the bookkeeping raced here are the
+/// same). Asserted over every interleaving: no slot is granted twice, every
+/// granted slot lies in a lease that arrived, no slot is both granted and
+/// given back, and no lease gives back or grants more than it held.
+mod lease_model {
+    use loom::sync::Arc;
+    use loom::thread;
+    use ratomic::backend::{Grant, Lease, Leases};
+    use ratomic::Decision;
+
+    /// 10 µs a token, a burst of 100.
+    const T: u64 = 10;
+    const B: u64 = 100;
+
+    /// The slot a grant at caller time `x` took: its end, from `remaining`
+    /// (`x` and every lease's slots are multiples of `T`).
+    fn slot_end(x: u64, d: &Decision) -> u64 {
+        x + B * T - d.remaining * T
+    }
+
+    /// Lease `taken` tokens ending at `end` on the caller's timeline, read
+    /// at caller time `now`.
+    fn arrive(l: &Leases, now: u64, taken: u64, end: u64) {
+        l.arrived(b"k", now, now, true, Some(Grant { taken, now, ends: vec![end] }), true);
+    }
+
+    #[test]
+    fn spend_racing_renewal_racing_give_back_never_spends_a_slot_twice() {
+        let mut builder = loom::model::Builder::new();
+        builder.max_branches = 1_000_000;
+        builder.check(|| {
+            let rules = [Some((T, B))];
+            let l = Arc::new(Leases::new(&rules, Lease::Max(8), 16).unwrap().unwrap());
+            // Lease A: 3 slots ending at 1_030 (slots ending 1_010, 1_020,
+            // 1_030), arrived at 1_000. Lease B (the renewal): 2 slots ending
+            // at 1_050, arrived at 1_030.
+            let (a_end, a_size, b_end, b_size) = (1_030, 3, 1_050, 2);
+            arrive(&l, 1_000, a_size, a_end);
+            let spender = {
+                let l = l.clone();
+                thread::spawn(move || {
+                    // Its own clock: calls at 1_000 and 1_010.
+                    let mut spent = Vec::new();
+                    for x in [1_000, 1_010] {
+                        if let Ok(d) = l.grant(b"k", 1, 0, Some(x), 0, false) {
+                            assert!(d[0].allowed);
+                            spent.push(slot_end(x, &d[0]));
+                        }
+                    }
+                    spent
+                })
+            };
+            let renewer = {
+                let l = l.clone();
+                thread::spawn(move || arrive(&l, 1_030, b_size, b_end))
+            };
+            // This thread gives back (a close), then spends at its own time.
+            let mut given = l.drain();
+            let mut spent = Vec::new();
+            if let Ok(d) = l.grant(b"k", 1, 0, Some(1_020), 0, false) {
+                spent.push(slot_end(1_020, &d[0]));
+            }
+            spent.extend(spender.join().unwrap());
+            renewer.join().unwrap();
+            given.extend(l.drain()); // what is left goes back at exit
+
+            let lease_of = |end: u64| -> (u64, u64) {
+                // (first slot end, last slot end) of the lease a slot is in
+                if end > a_end - a_size * T && end <= a_end {
+                    (a_end - a_size * T + T, a_end)
+                } else if end > b_end - b_size * T && end <= b_end {
+                    (b_end - b_size * T + T, b_end)
+                } else {
+                    panic!("slot ending {end} is in no lease: {spent:?}")
+                }
+            };
+            let mut sorted = spent.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(sorted.len(), spent.len(), "a slot granted twice: {spent:?}");
+            for &s in &spent {
+                lease_of(s);
+            }
+            for u in &given {
+                assert_eq!(u.key, b"k");
+                let (end, next) = (u.ends[0], u.next[0]);
+                assert!(end == a_end || end == b_end, "a give-back of no lease: {u:?}");
+                let size = if end == a_end { a_size } else { b_size };
+                assert!(next >= end - size * T && next < end, "{u:?}");
+                // The give-back frees the slots [next, end): none of them
+                // was granted.
+                for &s in &spent {
+                    assert!(!(s > next && s <= end), "slot ending {s} granted and given back ({u:?})");
+                }
+            }
+            // Each lease given back at most once.
+            let mut ends: Vec<u64> = given.iter().map(|u| u.ends[0]).collect();
+            ends.sort_unstable();
+            ends.dedup();
+            assert_eq!(ends.len(), given.len(), "a lease given back twice: {given:?}");
+        });
+    }
+}

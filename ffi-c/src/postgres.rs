@@ -48,6 +48,15 @@ pub struct ratomic_postgres_options {
     /// Non-zero: the migration creates the table `UNLOGGED` (faster writes;
     /// a server crash empties it, and replicas do not have it).
     pub unlogged: u32,
+    /// A `ratomic_redis_lease` value (0: `RATOMIC_REDIS_LEASE_OFF`): the
+    /// same leased tokens as on Redis (`ratomic_postgres_*` limiters take
+    /// a hot key's slice with `ratomic_v1_lease` and grant from it in
+    /// memory, exactly fleet-wide); `ratomic_limiter_free` gives a
+    /// limiter's unused leased tokens back.
+    pub lease: u32,
+    /// With `RATOMIC_REDIS_LEASE_MAX`, the most tokens a lease takes (at
+    /// least 1); 0 otherwise.
+    pub lease_max: u64,
 }
 
 /// The limits and the client options from C's arguments, then the handle.
@@ -84,6 +93,7 @@ unsafe fn make(
             client.connections = o.connections as usize;
         }
         client.migrate = o.no_migrate == 0;
+        client.lease = crate::redis::lease_of(o.lease, o.lease_max)?;
         client.unlogged = o.unlogged != 0;
         let retry = if o.fail_closed_retry_ns == 0 {
             Duration::from_secs(1)

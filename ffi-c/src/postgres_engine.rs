@@ -18,6 +18,17 @@ pub(crate) struct PostgresEngine {
     pub(crate) clock: MonotonicClock,
 }
 
+impl Drop for PostgresEngine {
+    /// `ratomic_limiter_free`: the leases' unused tokens go back (one
+    /// statement per key held, each bounded by the timeout; a failure
+    /// leaves them to come back when their time passes).
+    fn drop(&mut self) {
+        if self.limiter.inner().driver().leases_held() > 0 {
+            let _ = self.limiter.give_back();
+        }
+    }
+}
+
 impl PostgresEngine {
     pub(crate) fn limits(&self) -> &Limits {
         self.limiter.inner().limits()

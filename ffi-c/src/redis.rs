@@ -32,8 +32,10 @@ pub enum ratomic_redis_policy {
     RATOMIC_REDIS_FALLBACK = 3,
 }
 
-/// Whether a Redis-backed limiter leases tokens: a hot key's call then also
-/// takes a slice of the key's tokens from Redis, which this process grants
+/// Whether a Redis- or PostgreSQL-backed limiter leases tokens (the
+/// `lease` field of `ratomic_redis_options` and `ratomic_postgres_options`):
+/// a hot key's call then also takes a slice of the key's tokens from the
+/// server, which this process grants
 /// in memory until they are spent or their time passes. Exact over every
 /// process (never more than burst + rate × time per key and limit); the
 /// price is tokens idle in leases: at most processes × the largest lease per
@@ -144,7 +146,7 @@ unsafe fn make(
 }
 
 /// The options' `lease` and `lease_max`.
-fn lease_of(lease: u32, max: u64) -> Result<Lease, Failure> {
+pub(crate) fn lease_of(lease: u32, max: u64) -> Result<Lease, Failure> {
     use ratomic_redis_lease::*;
     let invalid = |reason: &'static str| {
         Failure::Core(ratomic_core::Error::InvalidArgument {

@@ -138,6 +138,56 @@ static void bad_conninfo_and_options_are_clear_errors(void) {
     CHECK(l == NULL);
 }
 
+/* Leases: a hot key's slice of tokens, given back by ratomic_limiter_free. */
+static void leases_are_given_back_on_free(void) {
+    char p[96];
+    ratomic_postgres_options o = opts("lease", p, sizeof p);
+    ratomic_postgres_options plain = o;
+    o.lease = RATOMIC_REDIS_LEASE_AUTO; /* 40 / 8 = 5 at most; a key's first lease is 2 */
+    ratomic_limiter *l = NULL, *other = NULL;
+    /* 40 an hour: nothing refills during the test. */
+    CHECK_OK(ratomic_postgres_token_bucket_new(url, 40, 40.0 / 3600.0, &o, &l));
+    CHECK_OK(ratomic_postgres_token_bucket_new(url, 40, 40.0 / 3600.0, &plain, &other));
+    ratomic_decision d;
+    CHECK_OK(ratomic_allow(l, KEY("k"), 1, &d));
+    CHECK_OK(ratomic_allow(l, KEY("k"), 1, &d)); /* a warm key: takes a lease of 2 */
+    CHECK_OK(ratomic_peek(other, KEY("k"), 0, &d));
+    CHECK(d.remaining == 36);
+    CHECK_OK(ratomic_allow(l, KEY("k"), 1, &d)); /* from the lease */
+    CHECK(d.allowed && d.remaining == 37);       /* the fleet's 36 at its round trip, plus 1 still leased */
+    CHECK_OK(ratomic_reset(other, KEY("k")));
+    CHECK_OK(ratomic_peek(other, KEY("k"), 0, &d));
+    CHECK(d.remaining == 36); /* a reset elsewhere keeps what the lease holds */
+    ratomic_limiter_free(l);
+    CHECK_OK(ratomic_peek(other, KEY("k"), 0, &d));
+    CHECK(d.remaining == 37); /* the lease's unused token came back */
+    ratomic_limiter_free(other);
+}
+
+static void bad_lease_options_are_clear_errors(void) {
+    ratomic_limiter *l = NULL;
+    ratomic_postgres_options o;
+    memset(&o, 0, sizeof o);
+    o.lease = 7;
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_postgres_token_bucket_new(url, 10, 1.0, &o, &l));
+    CHECK(last_error_has("RATOMIC_REDIS_LEASE_MAX (2)"));
+    o.lease = RATOMIC_REDIS_LEASE_MAX;
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_postgres_token_bucket_new(url, 10, 1.0, &o, &l));
+    CHECK(last_error_has("at least 1"));
+    o.lease = RATOMIC_REDIS_LEASE_AUTO;
+    o.lease_max = 4;
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_postgres_token_bucket_new(url, 10, 1.0, &o, &l));
+    CHECK(last_error_has("only with lease = RATOMIC_REDIS_LEASE_MAX"));
+    o.lease = RATOMIC_REDIS_LEASE_MAX;
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_postgres_fixed_window_new(url, 10, 1000000000ull, &o, &l));
+    CHECK(last_error_has("token bucket"));
+    CHECK(l == NULL);
+    o.lease = RATOMIC_REDIS_LEASE_AUTO;
+    o.lease_max = 0;
+    CHECK_OK(ratomic_postgres_fixed_window_new(url, 10, 1000000000ull, &o, &l)); /* auto: a window leases nothing */
+    ratomic_limiter_free(l);
+}
+
 int main(void) {
     url = getenv("RATOMIC_POSTGRES_URL");
     if (url == NULL) {
@@ -148,5 +198,7 @@ int main(void) {
     explicit_times_decide_as_in_memory();
     multi_limits_say_who_denied();
     bad_conninfo_and_options_are_clear_errors();
+    leases_are_given_back_on_free();
+    bad_lease_options_are_clear_errors();
     return finish("test_postgres");
 }

@@ -51,6 +51,8 @@ struct Conn {
     call: Statement,
     many: Statement,
     gc: Statement,
+    lease: Statement,
+    give_back: Statement,
 }
 
 impl std::fmt::Debug for PostgresLimiter {
@@ -68,7 +70,9 @@ impl PostgresLimiter {
     /// creates the table and functions unless [`Options::migrate`] is off,
     /// and opens the other connections as calls need them. The first
     /// connection must succeed: a server that is down when this is called
-    /// is an error, whatever the policy.
+    /// is an error, whatever the policy. Options that cannot apply to the
+    /// limits (an explicit [`Lease::Max`](crate::Lease::Max) with a window
+    /// limit) are an [`Error::Invalid`], before any connection.
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -95,8 +99,11 @@ impl PostgresLimiter {
             config.connect_timeout(options.timeout.max(Duration::from_secs(1)));
         }
         let n = options.connections.max(1);
-        let inner =
-            Inner { driver: Driver::new(limits, options), config, slots: (0..n).map(|_| Slot::default()).collect() };
+        let inner = Inner {
+            driver: Driver::try_new(limits, options)?,
+            config,
+            slots: (0..n).map(|_| Slot::default()).collect(),
+        };
         let first = tokio::time::timeout(options.timeout.max(Duration::from_secs(1)) * 4, inner.open(options.migrate))
             .await
             .map_err(|_| Error::Timeout)??;
@@ -112,6 +119,38 @@ impl PostgresLimiter {
     /// The rules and prefix.
     pub fn limits(&self) -> &Limits {
         self.inner.driver.limits()
+    }
+
+    /// Gives back the unused tokens of every lease this limiter holds (see
+    /// [`Lease`](crate::Lease)); call it when the limiter is done with, so
+    /// that other processes can have them at once rather than when their
+    /// time passes. Calls made afterwards take new leases. Returns how many
+    /// limits took tokens back (a lease after which the server granted
+    /// anything on its key cannot be taken back: its tokens return as
+    /// their time passes).
+    pub async fn give_back(&self) -> Result<usize> {
+        let mut back = 0;
+        for g in self.inner.driver.begin_give_backs() {
+            let reply = self
+                .timed(async {
+                    let (l, g) = (self.limits(), &g);
+                    let row = self
+                        .inner
+                        .with_conn(|conn| async move {
+                            conn.client
+                                .query_one(
+                                    &conn.give_back,
+                                    &[&l.prefix(), &g.key(), &None::<i64>, &l.kinds(), &g.ends(), &g.next()],
+                                )
+                                .await
+                        })
+                        .await?;
+                    row.try_get::<_, Vec<i64>>(0).map_err(|e| Error::Reply(e.to_string()))
+                })
+                .await;
+            back += self.inner.driver.finish_give_back(reply)?;
+        }
+        Ok(back)
     }
 
     /// Whether the circuit breaker is open: calls answer by the failure
@@ -253,6 +292,10 @@ impl PostgresLimiter {
     }
 
     async fn refund_inner(&self, key: &[u8], tokens: u64, now: Option<u64>) -> Result<usize> {
+        if now.is_none() && self.inner.driver.refund_lease(key, tokens) {
+            // The lease's own slots, freed here: every limit took them.
+            return Ok(self.limits().rules().len());
+        }
         let call = self.inner.driver.begin_refund(key, tokens, now)?;
         let reply = self.timed(self.inner.query(&call)).await;
         self.inner.driver.finish_refund(reply)
@@ -344,7 +387,7 @@ impl Inner {
     }
 
     /// Opens a connection: the statement timeout, the migration if asked,
-    /// the three statements prepared.
+    /// the statements prepared.
     async fn open(&self, migrate: bool) -> Result<Arc<Conn>> {
         let (client, connection) = self.config.connect(NoTls).await.map_err(map_err)?;
         tokio::spawn(async move {
@@ -357,16 +400,39 @@ impl Inner {
         if migrate {
             client.batch_execute(&schema::migration(options.unlogged)).await.map_err(map_err)?;
         }
-        let (call, many, gc) =
-            tokio::try_join!(client.prepare(schema::CALL), client.prepare(schema::MANY), client.prepare(schema::GC))
-                .map_err(map_err)?;
-        Ok(Arc::new(Conn { client, call, many, gc }))
+        let (call, many, gc, lease, give_back) = tokio::try_join!(
+            client.prepare(schema::CALL),
+            client.prepare(schema::MANY),
+            client.prepare(schema::GC),
+            client.prepare(schema::LEASE),
+            client.prepare(schema::GIVE_BACK)
+        )
+        .map_err(map_err)?;
+        Ok(Arc::new(Conn { client, call, many, gc, lease, give_back }))
     }
 
     async fn query(&self, call: &crate::driver::Call) -> Result<Vec<i64>> {
         let l = self.driver.limits();
         let row = self
             .with_conn(|conn| async move {
+                if call.lease() > 0 {
+                    return conn
+                        .client
+                        .query_one(
+                            &conn.lease,
+                            &[
+                                &l.prefix(),
+                                &call.key(),
+                                &call.at_us(),
+                                &call.amount(),
+                                &call.lease_size(),
+                                &l.kinds(),
+                                &l.p1(),
+                                &l.p2(),
+                            ],
+                        )
+                        .await;
+                }
                 conn.client
                     .query_one(
                         &conn.call,
@@ -486,6 +552,11 @@ impl BlockingPostgresLimiter {
     /// See [`PostgresLimiter::acquire`].
     pub fn acquire(&self, key: impl AsRef<[u8]>, cost: u64, deadline: Duration) -> Result<Option<MultiDecision>> {
         self.runtime.block_on(self.inner.acquire(key, cost, deadline))
+    }
+
+    /// See [`PostgresLimiter::give_back`].
+    pub fn give_back(&self) -> Result<usize> {
+        self.runtime.block_on(self.inner.give_back())
     }
 
     /// See [`PostgresLimiter::gc`].

@@ -32,7 +32,7 @@ use ratomic::Decision;
 
 use crate::error::{Error, Result};
 use crate::limits::{Limits, MultiDecision, Op};
-use ratomic::backend::{Breaker, DenyCache};
+use ratomic::backend::{Breaker, DenyCache, Lease, Leases};
 
 /// What a limiter answers when the server fails (a refused connection, a
 /// timeout, a server error). Chosen by the caller: there is no hidden
@@ -93,6 +93,18 @@ pub struct Options {
     /// Whether that migration makes the table `UNLOGGED` (default false;
     /// see [`schema`](crate::schema) for the trade).
     pub unlogged: bool,
+    /// Whether calls lease tokens, so that most of a hot key's calls are
+    /// answered in memory (default [`Lease::Off`]; [`Lease::Auto`] leases
+    /// where exact, i.e. when every limit is a token bucket). Exact
+    /// fleet-wide, as on Redis (the same engine, core's
+    /// `ratomic::backend::lease`); the price is that tokens a process holds
+    /// are not available to the others meanwhile, so near the limit the
+    /// fleet may grant fewer than the bucket allows (see [`Lease`]).
+    pub lease: Lease,
+    /// Keys whose leases (and recent round trips, which size them) are kept
+    /// (default 10,000). A lease dropped to make room is not given back:
+    /// its tokens return to the fleet as their time passes.
+    pub lease_keys: usize,
 }
 
 impl Default for Options {
@@ -107,6 +119,8 @@ impl Default for Options {
             connections: 4,
             migrate: true,
             unlogged: false,
+            lease: Lease::Off,
+            lease_keys: 10_000,
         }
     }
 }
@@ -119,6 +133,7 @@ pub struct Driver {
     fallback: Option<ratomic::Limiter>,
     breaker: Breaker,
     denials: DenyCache,
+    leases: Option<Leases>,
 }
 
 /// One statement to send: [`schema::CALL`](crate::schema::CALL) with
@@ -131,8 +146,11 @@ pub struct Call {
     cost: u64,
     now: Option<u64>,
     at_us: Option<i64>,
-    /// When it was made: a failure's time counts towards the breaker.
+    /// When it was made: a failure's time counts towards the breaker, and a
+    /// lease's bound on the server's time starts here (before the send).
     started: Instant,
+    /// Tokens it asks to lease beyond its cost (0: none).
+    lease: u64,
 }
 
 impl Call {
@@ -154,6 +172,45 @@ impl Call {
     /// The cost, or the tokens of a refund (`$5`), capped at `i64::MAX`.
     pub fn amount(&self) -> i64 {
         i64::try_from(self.cost).unwrap_or(i64::MAX)
+    }
+
+    /// The tokens it asks to lease beyond its cost (0: none). When above
+    /// 0, send [`schema::LEASE`](crate::schema::LEASE) (with this as `$5`)
+    /// instead of [`schema::CALL`](crate::schema::CALL).
+    pub fn lease(&self) -> u64 {
+        self.lease
+    }
+
+    /// [`lease`](Self::lease) as the statement's `$5`.
+    pub fn lease_size(&self) -> i64 {
+        i64::try_from(self.lease).unwrap_or(i64::MAX)
+    }
+}
+
+/// A give-back of one lease's unused tokens to send:
+/// [`schema::GIVE_BACK`](crate::schema::GIVE_BACK) with the prefix,
+/// `key()`, the time (NULL: the server's), the kinds, `ends()` and `next()`.
+#[derive(Clone, Debug)]
+pub struct GiveBack {
+    key: Vec<u8>,
+    ends: Vec<i64>,
+    next: Vec<i64>,
+}
+
+impl GiveBack {
+    /// The user's key (`$2`, bytea).
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// Each limit's lease end, server µs (`$5`, bigint[]).
+    pub fn ends(&self) -> &[i64] {
+        &self.ends
+    }
+
+    /// Each limit's first slot the lease did not grant, server µs (`$6`, bigint[]).
+    pub fn next(&self) -> &[i64] {
+        &self.next
     }
 }
 
@@ -217,19 +274,48 @@ pub enum BatchStep {
 
 impl Driver {
     /// A driver for `limits` with `options`.
+    ///
+    /// # Panics
+    /// If the options cannot apply to these limits (an explicit
+    /// [`Lease::Max`] with a window limit): [`try_new`](Self::try_new) says
+    /// so as an error.
     pub fn new(limits: Limits, options: Options) -> Self {
+        Self::try_new(limits, options).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A driver for `limits` with `options`, or why the options cannot
+    /// apply to them (an explicit [`Lease::Max`] with a window limit).
+    pub fn try_new(limits: Limits, options: Options) -> Result<Self> {
+        let leases = Leases::new(&limits.buckets(), options.lease, options.lease_keys).map_err(|reason| {
+            Error::Invalid(ratomic::Error::InvalidArgument {
+                name: "lease",
+                value: format!("{:?}", options.lease),
+                reason: reason.into(),
+            })
+        })?;
         let fallback = (options.policy == FailurePolicy::Fallback).then(|| {
             let rules = limits.names().map(str::to_owned).zip(limits.core_rules().iter().copied());
             // The same rules were accepted by the in-memory engine already.
             ratomic::Limiter::new(rules).expect("rules accepted by Limits::new")
         });
-        Driver {
+        Ok(Driver {
             breaker: Breaker::new(options.breaker_threshold, options.breaker_cooldown, options.breaker_failure_time),
             denials: DenyCache::new(options.deny_cache),
             limits,
             options,
             fallback,
-        }
+            leases,
+        })
+    }
+
+    /// The largest lease this driver takes, or `None` if it takes none.
+    pub fn lease_max(&self) -> Option<u64> {
+        self.leases.as_ref().map(Leases::max)
+    }
+
+    /// Keys holding a lease now.
+    pub fn leases_held(&self) -> usize {
+        self.leases.as_ref().map_or(0, Leases::held)
     }
 
     /// The rules and prefix.
@@ -259,16 +345,36 @@ impl Driver {
                 reason: "refunds start with begin_refund, resets with begin_reset".into(),
             }));
         }
-        let call = self.call(op, key, cost, now)?;
-        if now.is_none() && op == Op::Allow {
-            if let Some(d) = self.denials.get(key, cost) {
-                return Ok(Step::Answer(self.limits.cached_decision(d)));
+        let mut call = self.call(op, key, cost, now)?;
+        // The lease first: its slots are this process's whatever the server
+        // answered others since (a cached denial included).
+        if let (Some(leases), Op::Allow, true) = (&self.leases, op, cost > 0) {
+            let caller = call.at_us.map(|us| us as u64);
+            match leases.grant(key, cost, leases.local_us(), caller, 0, true) {
+                Ok(entries) => return Ok(Step::Answer(self.limits.lease_decision(entries))),
+                Err(size) => call.lease = size,
             }
         }
-        if self.breaker.is_open() {
-            return self.on_failure(Error::Connection("the circuit breaker is open".into()), &call).map(Step::Answer);
+        let local = if now.is_none() && op == Op::Allow {
+            self.denials.get(key, cost).map(|d| Ok(self.limits.cached_decision(d)))
+        } else {
+            None
+        };
+        let local = local.or_else(|| {
+            self.breaker
+                .is_open()
+                .then(|| self.on_failure(Error::Connection("the circuit breaker is open".into()), &call))
+        });
+        match local {
+            Some(answer) => {
+                if call.lease > 0 {
+                    // Asked for, never sent: the key may ask again.
+                    self.leases.as_ref().expect("asked for a lease").failed(key);
+                }
+                answer.map(Step::Answer)
+            }
+            None => Ok(Step::Send(call)),
         }
-        Ok(Step::Send(call))
     }
 
     /// Ends a call [`begin`](Self::begin) asked to send, with the row's
@@ -282,20 +388,79 @@ impl Driver {
 
     /// [`finish`](Self::finish) of a call that took `spent` (towards
     /// [`Options::breaker_failure_time`]).
+    ///
+    /// A lease the call brought is kept only if it was made (its
+    /// [`begin`](Self::begin)) before it was sent, as the `Call` records;
+    /// `spent` is no such bound and is not used for it.
     pub fn finish_after(&self, call: &Call, reply: Result<Vec<i64>>, spent: Duration) -> Result<MultiDecision> {
-        match reply.and_then(|r| self.limits.decode(&r)) {
-            Ok(d) => {
+        let received = Instant::now();
+        let leased = self.leases.as_ref().filter(|_| call.op == Op::Allow);
+        let n = self.limits.rules().len();
+        let decoded = reply.and_then(|r| {
+            if leased.is_some() && r.len() == 1 + 5 * n + 2 + n {
+                self.limits.decode_lease(&r).map(|(d, g)| (d, Some(g)))
+            } else {
+                self.limits.decode(&r).map(|d| (d, None))
+            }
+        });
+        match decoded {
+            Ok((d, grant)) => {
                 self.breaker.success();
                 if call.now.is_none() && call.op == Op::Allow {
                     self.denials.insert(&call.key, call.cost, d.decision);
                 }
+                if let Some(leases) = leased {
+                    let asked = call.lease > 0;
+                    let (sent, x) = (leases.local_us_at(call.started), leases.local_us_at(received));
+                    let grant = grant.filter(|_| asked && d.allowed());
+                    leases.arrived(&call.key, sent, x, call.now.is_some(), grant, asked);
+                }
                 Ok(d)
             }
-            Err(e) if e.is_backend() => {
+            Err(e) => {
+                if let Some(leases) = leased {
+                    leases.failed(&call.key);
+                }
+                if !e.is_backend() {
+                    return Err(e);
+                }
                 self.breaker.failure(spent);
                 self.on_failure(e, call)
             }
-            Err(e) => Err(e),
+        }
+    }
+
+    /// Takes every lease this driver holds and returns the give-backs of
+    /// their unused tokens (send each, [`schema::GIVE_BACK`](crate::schema::GIVE_BACK),
+    /// and hand its reply to [`finish_give_back`](Self::finish_give_back)):
+    /// for a limiter that is closing. Calls after this take new leases.
+    pub fn begin_give_backs(&self) -> Vec<GiveBack> {
+        let Some(leases) = &self.leases else { return Vec::new() };
+        let us = |v: Vec<u64>| v.into_iter().map(|x| i64::try_from(x).unwrap_or(i64::MAX)).collect();
+        leases.drain().into_iter().map(|u| GiveBack { key: u.key, ends: us(u.ends), next: us(u.next) }).collect()
+    }
+
+    /// Ends a give-back: how many limits took their tokens back (0 when
+    /// other calls were granted after the lease, whose slots it cannot take
+    /// back).
+    pub fn finish_give_back(&self, reply: Result<Vec<i64>>) -> Result<usize> {
+        match reply? {
+            r if r.len() == 1 && r[0] >= 0 && r[0] as usize <= self.limits.rules().len() => Ok(r[0] as usize),
+            r => Err(Error::Reply(format!("expected the number of limits given back, got {r:?}"))),
+        }
+    }
+
+    /// Gives `tokens` back to this process's lease of `key`, if it holds one
+    /// that granted at least that many of its slots, still ahead: then no
+    /// round trip is needed (returns true). Otherwise nothing changed:
+    /// refund through the server ([`begin_refund`](Self::begin_refund)),
+    /// which never takes back slots a lease holds.
+    pub fn refund_lease(&self, key: &[u8], tokens: u64) -> bool {
+        match &self.leases {
+            Some(leases) if tokens > 0 && self.limits.check(key, 0).is_ok() => {
+                leases.refund(key, tokens, leases.local_us())
+            }
+            _ => false,
         }
     }
 
@@ -314,7 +479,9 @@ impl Driver {
         self.limits.decode_refund(&reply?)
     }
 
-    /// Starts forgetting `key` (every limit full again).
+    /// Starts forgetting `key` (every limit full again, but for the slots
+    /// leases still hold: a token bucket stays at the end of its latest
+    /// lease until that time).
     pub fn begin_reset(&self, key: &[u8]) -> Result<Call> {
         let call = self.call(Op::Reset, key, 0, None)?;
         self.denials.forget(key);
@@ -381,7 +548,7 @@ impl Driver {
     fn call(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<Call> {
         self.limits.check(key, cost)?;
         let at_us = self.limits.at_us(now)?;
-        Ok(Call { op, key: key.to_vec(), cost, now, at_us, started: Instant::now() })
+        Ok(Call { op, key: key.to_vec(), cost, now, at_us, started: Instant::now(), lease: 0 })
     }
 
     fn on_failure(&self, e: Error, call: &Call) -> Result<MultiDecision> {

@@ -15,6 +15,12 @@
 //!   A denial or a peek writes nothing.
 //! - Arithmetic in whole microseconds in `bigint`, never floating point;
 //!   see [`rules`] for what that rounds next to the in-memory nanoseconds.
+//! - Leased tokens ([`Lease`], opt-in), as on Redis: a call may also take a
+//!   slice of a hot key's tokens ([`schema::LEASE`]), which this process
+//!   then grants in memory, exactly fleet-wide (the slice's emission slots
+//!   are no one else's, and each is granted only at a time the bucket
+//!   could have granted it); the price is tokens idle in a lease, at most
+//!   one lease per key and process.
 //! - Rows of keys that are full again are removed by [`gc`](PostgresLimiter::gc)
 //!   (or a task you start with [`spawn_gc`](PostgresLimiter::spawn_gc)),
 //!   never by a thread you did not ask for. A removed row answers as a
@@ -51,9 +57,12 @@ pub mod schema;
 #[cfg(feature = "client")]
 mod client;
 
-pub use driver::{Batch, BatchStep, Call, Driver, FailurePolicy, Options, Step};
+pub use driver::{Batch, BatchStep, Call, Driver, FailurePolicy, GiveBack, Options, Step};
 pub use error::{Error, Result};
 pub use limits::{Limits, MultiDecision, Op, Source, DEFAULT_PREFIX, SINGLE};
+/// Leases are core's (`ratomic::backend::lease`), shared with the Redis
+/// backend: the same engine, sizes and exactness argument.
+pub use ratomic::backend::{Lease, DRIFT_PPM};
 pub use rules::PgRule;
 
 #[cfg(feature = "client")]

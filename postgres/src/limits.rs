@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ratomic::backend::Grant;
 use ratomic::{check_time, Decision, Rule};
 
 use crate::error::{Error, Result};
@@ -200,6 +201,41 @@ impl Limits {
         Ok(MultiDecision { decision: combined, entries, names: self.names.clone(), source: Source::Postgres })
     }
 
+    /// Decodes the reply to a lease call ([`schema::LEASE`](crate::schema::LEASE)):
+    /// the call's decision, and the lease it brought (tokens, the server's
+    /// time, each limit's end).
+    pub fn decode_lease(&self, reply: &[i64]) -> Result<(MultiDecision, Grant)> {
+        let n = self.rules.len();
+        let head = 1 + 5 * n;
+        if reply.len() != head + 2 + n || reply[head..].iter().any(|&v| v < 0) {
+            return Err(Error::Reply(format!("expected {} non-negative integers, got {reply:?}", head + 2 + n)));
+        }
+        let d = self.decode(&reply[..head])?;
+        let grant = Grant {
+            taken: reply[head] as u64,
+            now: reply[head + 1] as u64,
+            ends: reply[head + 2..].iter().map(|&v| v as u64).collect(),
+        };
+        Ok((d, grant))
+    }
+
+    /// A decision answered from a lease: each limit's answer.
+    pub(crate) fn lease_decision(&self, entries: Entries) -> MultiDecision {
+        MultiDecision { decision: combine(&entries), entries, names: self.names.clone(), source: Source::Lease }
+    }
+
+    /// Each limit as the lease engine takes it: `Some((T µs, burst))` for a
+    /// token bucket, `None` for a window.
+    pub(crate) fn buckets(&self) -> Vec<Option<(u64, u64)>> {
+        self.rules
+            .iter()
+            .map(|r| match *r {
+                PgRule::TokenBucket { interval_us, capacity } => Some((interval_us, capacity)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Decodes the reply to a batch of `count` calls: their replies, one
     /// after the other.
     pub fn decode_many(&self, reply: &[i64], count: usize) -> Result<Vec<MultiDecision>> {
@@ -294,7 +330,7 @@ pub struct MultiDecision {
 }
 
 /// Each limit's decision, in order (one inline: a single rule allocates nothing).
-pub(crate) type Entries = smallvec::SmallVec<[Decision; 1]>;
+pub(crate) type Entries = ratomic::backend::Answers;
 
 /// Who answered a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -310,6 +346,11 @@ pub enum Source {
     /// The local deny cache: the server denied this key and cost, and its
     /// `retry_after` has not ended.
     DenyCache,
+    /// A lease: tokens this process took from the server earlier, granted
+    /// here (see [`Lease`](crate::Lease)). Its `remaining` is what the
+    /// fleet had left at the lease's round trip plus what the lease still
+    /// holds.
+    Lease,
 }
 
 impl MultiDecision {

@@ -1,6 +1,7 @@
-//! The SQL a limiter needs: one table and three functions, version 1
+//! The SQL a limiter needs: one table and five functions, version 1
 //! (`ratomic_v1_state`, `ratomic_v1_call`, `ratomic_v1_many`,
-//! `ratomic_v1_gc`).
+//! `ratomic_v1_gc`, and for leased tokens `ratomic_v1_lease` and
+//! `ratomic_v1_give_back`).
 //!
 //! The crate's client runs [`sql`] when it connects (unless
 //! [`Options::migrate`](crate::Options::migrate) is off), in one
@@ -48,6 +49,20 @@ pub fn migration(unlogged: bool) -> String {
 /// time in µs or NULL, `$5` amount, `$6` kinds, `$7`/`$8` the rules'
 /// parameters (bigint[]). Its one row's one column is a bigint[].
 pub const CALL: &str = "SELECT ratomic_v1_call($1, $2, $3, $4, $5, $6, $7, $8)";
+
+/// The statement of a call that also leases tokens (see
+/// [`Lease`](crate::Lease)): `$1` prefix, `$2` key, `$3` time in µs or
+/// NULL, `$4` cost, `$5` the most tokens to lease beyond it, `$6` kinds
+/// (all `g`), `$7`/`$8` the rules' parameters. Its one column is a
+/// bigint[]: the call's reply, then the tokens leased, the server's time
+/// and each limit's lease end.
+pub const LEASE: &str = "SELECT ratomic_v1_lease($1, $2, $3, $4, $5, $6, $7, $8)";
+
+/// The statement of a give-back of a lease's unused tokens: `$1` prefix,
+/// `$2` key, `$3` time in µs or NULL, `$4` kinds, `$5` each limit's lease
+/// end and `$6` first unused slot (bigint[]). Its one column is a
+/// bigint[]: `[limits given back]`.
+pub const GIVE_BACK: &str = "SELECT ratomic_v1_give_back($1, $2, $3, $4, $5, $6)";
 
 /// The statement of a batch: as [`CALL`] with `$3` the keys (bytea[]) and
 /// `$4` the amounts (bigint[]), `$5` the time.

@@ -596,3 +596,556 @@ fn refund_and_reset_give_tokens_back() {
         assert_eq!(l.peek("k", 0).await.unwrap().decision.remaining, 5);
     });
 }
+
+// ---------------------------------------------------------------- leases
+
+/// Every interval of a key's grant stamps (µs, one timeline) holds at most
+/// B + (b − a)/T of them: the token bucket's conformance bound.
+fn check_token_bucket(what: &str, stamps: &mut [u64], burst: u64, t: u64) {
+    stamps.sort_unstable();
+    let n = stamps.len();
+    let t = i128::from(t);
+    // suffix[i] = max over j ≥ i of ((j + 1)·T − t_j).
+    let mut suffix = vec![i128::MIN; n + 1];
+    for j in (0..n).rev() {
+        suffix[j] = suffix[j + 1].max((j as i128 + 1) * t - i128::from(stamps[j]));
+    }
+    for i in 0..n {
+        let worst = suffix[i] - i as i128 * t + i128::from(stamps[i]); // (count)·T − (t_j − t_i)
+        assert!(
+            worst <= i128::from(burst) * t,
+            "{what}: more than B + (b − a)/T granted in an interval from {}",
+            stamps[i]
+        );
+    }
+}
+
+struct LeaseRun {
+    /// Each grant's stamp (µs on the host's monotonic clock; 0 at the
+    /// server's time), by key.
+    stamps: std::collections::HashMap<String, Vec<u64>>,
+    local: u64,
+    trips: u64,
+}
+
+impl LeaseRun {
+    fn granted(&self) -> usize {
+        self.stamps.values().map(Vec::len).sum()
+    }
+
+    /// Every key's grants, checked in every interval.
+    fn check(&mut self, what: &str, burst: u64, t: u64) {
+        for (key, stamps) in &mut self.stamps {
+            check_token_bucket(&format!("{what}, key {key}"), stamps, burst, t);
+        }
+    }
+}
+
+/// `processes` real processes (`pg_lease_worker`) of `threads` threads,
+/// `calls` calls each, leases on, on a bucket of `burst` refilling `per_sec`
+/// a second: on one hot key, or on `keys` keys picked at random; `mode`
+/// `caller` stamps every call with the host's monotonic clock, `server`
+/// calls at the server's time.
+#[allow(clippy::too_many_arguments)]
+fn lease_race(
+    prefix: &str,
+    mode: &str,
+    processes: usize,
+    threads: u64,
+    calls: u64,
+    burst: u64,
+    per_sec: u64,
+    keys: Option<u64>,
+) -> LeaseRun {
+    let workers: Vec<_> = (0..processes)
+        .map(|_| {
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_pg_lease_worker"));
+            cmd.args([support::url(), prefix.to_owned(), mode.to_owned()]);
+            cmd.args([threads, calls, burst, per_sec].map(|v| v.to_string()));
+            if let Some(keys) = keys {
+                cmd.arg(keys.to_string());
+            }
+            cmd.stdout(std::process::Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    let mut run = LeaseRun { stamps: Default::default(), local: 0, trips: 0 };
+    for w in workers {
+        let out = w.wait_with_output().unwrap();
+        assert!(out.status.success(), "a worker failed: {}", out.status);
+        for line in String::from_utf8(out.stdout).unwrap().lines() {
+            match line.split(' ').collect::<Vec<_>>()[..] {
+                ["G", key, stamp] => run.stamps.entry(key.to_owned()).or_default().push(stamp.parse().unwrap()),
+                ["S", local, trips, errors] => {
+                    assert_eq!(errors, "0", "no call failed");
+                    run.local += local.parse::<u64>().unwrap();
+                    run.trips += trips.parse::<u64>().unwrap();
+                }
+                _ => panic!("unexpected worker output {line:?}"),
+            }
+        }
+    }
+    run
+}
+
+/// Four processes of four threads each on one hot key, leases on, every
+/// call stamped with the host's monotonic clock (one timeline for all of
+/// them): every grant counted, the grants conform to the bucket in every
+/// interval, exactly; and many calls are answered from leases.
+#[test]
+fn leases_from_four_processes_never_over_grant_in_any_interval() {
+    // 50 tokens, 2,000 a second (T = 500 µs: a lease of 2 covers 1 ms, a
+    // few of a loaded host's round trips, so keys stay warm and lease).
+    let mut run = lease_race(&support::prefix("lease-caller"), "caller", 4, 4, 2_000, 50, 2_000, None);
+    assert!(run.granted() > 50, "granted more than the burst over time: {}", run.granted());
+    run.check("four processes, leases", 50, 500);
+    assert!(run.local > 0, "some calls were answered from a lease ({} local, {} round trips)", run.local, run.trips);
+}
+
+/// Four processes of two threads on 50 keys (each call picks one at
+/// random), leases on, every call stamped with the host's monotonic clock:
+/// every key's grants conform to its bucket in every interval.
+#[test]
+fn leases_from_four_processes_on_fifty_keys_never_over_grant() {
+    // 5 tokens, 100 a second (T = 10 ms) per key.
+    let mut run = lease_race(&support::prefix("lease-keys"), "caller", 4, 2, 2_000, 5, 100, Some(50));
+    assert_eq!(run.stamps.len(), 50, "every key was granted");
+    run.check("four processes, 50 keys, leases", 5, 10_000);
+    assert!(run.local > 0, "some calls were answered from a lease ({} local, {} round trips)", run.local, run.trips);
+}
+
+/// The server's clock_timestamp(), µs.
+fn server_us() -> u64 {
+    block(async {
+        let c = support::plain(&support::url()).await;
+        let row = c.query_one("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint", &[]).await.unwrap();
+        row.get::<_, i64>(0) as u64
+    })
+}
+
+/// Leases at the server's time: over the whole run, the fleet is granted at
+/// most B + (elapsed)/T, elapsed read from the server before and after.
+#[test]
+fn leases_at_the_server_s_time_never_over_grant_over_a_run() {
+    let start = server_us();
+    let run = lease_race(&support::prefix("lease-server"), "server", 4, 4, 2_000, 50, 2_000, None);
+    let elapsed = server_us() - start;
+    let most = 50 + elapsed / 500;
+    assert!(run.granted() as u64 <= most, "{} granted in {elapsed} µs, at most {most}", run.granted());
+    assert!(run.local > 0, "some calls were answered from a lease ({} local, {} round trips)", run.local, run.trips);
+}
+
+fn leasing(name: &str, rule: Rule) -> PostgresLimiter {
+    limiter_with(name, &[("limit", rule)], Options { lease: ratomic_postgres::Lease::Auto, ..options() })
+}
+
+/// A lease's unused tokens go back with `give_back`; while it is held, a
+/// refund or a reset through another limiter never frees the slots it
+/// holds; and a peek or a limiter without leases see the fleet's state.
+#[test]
+fn leases_are_given_back_and_refunds_and_resets_leave_their_slots_alone() {
+    // 40 tokens, one an hour: nothing refills during the test. Leases of at
+    // most 40 / 8 = 5 tokens.
+    let rule = Rule::token_bucket(Quota::new(40, 1.0 / 3600.0).unwrap());
+    let a = leasing("lease-give", rule);
+    let other = block(PostgresLimiter::connect(&support::url(), a.limits().clone(), options())).unwrap();
+    let remaining = || block(other.peek("k", 0)).unwrap().decision.remaining;
+    assert_eq!(block(a.allow("k")).unwrap().source, Source::Postgres, "a key seen once takes no lease");
+    let d = block(a.allow("k")).unwrap();
+    assert_eq!(d.source, Source::Postgres);
+    // The second call took a lease of 2 (a key's first lease; half of the
+    // 38 left would allow 19): the fleet has 36 left.
+    assert_eq!(remaining(), 36);
+    assert_eq!(a.driver().leases_held(), 1);
+    // A refund elsewhere cannot move the bucket back into the lease.
+    block(other.refund("k", 5)).unwrap();
+    assert_eq!(remaining(), 36, "a refund stops at the lease's end");
+    // Nor can a reset.
+    block(other.reset("k")).unwrap();
+    assert_eq!(remaining(), 36, "a reset keeps what the leases hold");
+    // One of the lease's tokens is granted locally; the other goes back.
+    assert_eq!(block(a.allow("k")).unwrap().source, Source::Lease);
+    assert_eq!(block(a.give_back()).unwrap(), 1);
+    assert_eq!(remaining(), 37);
+    assert_eq!(a.driver().leases_held(), 0);
+    // A lease given back when someone has been granted since cannot be.
+    let _ = block(a.allow("k")).unwrap(); // takes a lease again
+    assert_eq!(a.driver().leases_held(), 1);
+    let left = remaining();
+    assert!(block(other.allow("k")).unwrap().allowed());
+    assert_eq!(block(a.give_back()).unwrap(), 0, "a slot granted after the lease: nothing to give back");
+    assert_eq!(remaining(), left - 1);
+    // The plain allow above took the one-limit fast path: it kept the
+    // fence, so a refund still stops at the lease's end.
+    block(other.refund("k", 40)).unwrap();
+    assert_eq!(remaining(), left, "the fence survives a plain allow");
+}
+
+/// An explicit lease size with a window limit is refused at construction;
+/// `Lease::Auto` takes no lease there.
+#[test]
+fn leases_are_refused_for_windows_when_asked_for_explicitly() {
+    let window = [("w", Rule::fixed_window(Rate::parse("10/s").unwrap()).unwrap())];
+    let limits = Limits::new(window).unwrap();
+    let err = block(PostgresLimiter::connect(
+        &support::url(),
+        limits.clone(),
+        Options { lease: ratomic_postgres::Lease::Max(4), ..options() },
+    ))
+    .unwrap_err();
+    assert!(err.to_string().contains("token bucket"), "{err}");
+    let auto = limiter_with("lease-window", &window, Options { lease: ratomic_postgres::Lease::Auto, ..options() });
+    assert_eq!(auto.driver().lease_max(), None);
+}
+
+#[derive(Debug, Default)]
+struct Idle {
+    /// Grants the idle processes made before going idle.
+    workers: u64,
+    /// Leases they hold.
+    held: u64,
+    /// Tokens the rest of the fleet could then take, all at once.
+    rest: u64,
+    /// Limits the idle processes' give-backs returned tokens to, and the
+    /// tokens the rest could take after them.
+    given_back: u64,
+    rest_after: u64,
+}
+
+/// `processes` real processes of two threads, `calls` calls each, take
+/// leases (`Lease::Max(max)`, or `Lease::Auto` for `None`) on one hot key of
+/// a bucket of `burst` that refills one token an hour (nothing refills and
+/// no slot passes during the test: every token is accounted for), then go
+/// idle holding them. The rest of the fleet takes every token it can; the
+/// idle processes give their leases back (`give_first`: before that); the
+/// rest takes again.
+fn idle_leases(processes: usize, calls: u64, burst: u64, max: Option<u64>, give_first: bool) -> Idle {
+    use std::io::{BufRead, BufReader, Write};
+    let prefix = support::prefix("idle-lease");
+    let mode = max.map_or_else(|| "idle".to_owned(), |m| format!("idle:{m}"));
+    let mut workers: Vec<_> = (0..processes)
+        .map(|_| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_pg_lease_worker"))
+                .args([
+                    &support::url(),
+                    &prefix,
+                    &mode,
+                    "2",
+                    &calls.to_string(),
+                    &burst.to_string(),
+                    "0.0002777777777777778",
+                ])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut outs: Vec<_> = workers.iter_mut().map(|w| BufReader::new(w.stdout.take().unwrap()).lines()).collect();
+    let mut idle = Idle::default();
+    for out in &mut outs {
+        loop {
+            let line = out.next().expect("the worker goes idle").unwrap();
+            match line.split(' ').collect::<Vec<_>>()[..] {
+                ["G", ..] => idle.workers += 1,
+                ["S", ..] => {}
+                ["I", held] => {
+                    idle.held += held.parse::<u64>().unwrap();
+                    break;
+                }
+                _ => panic!("unexpected worker output {line:?}"),
+            }
+        }
+    }
+    type Lines = std::io::Lines<BufReader<std::process::ChildStdout>>;
+    let give = |workers: &mut [std::process::Child], outs: &mut [Lines]| {
+        let mut back = 0;
+        for (w, out) in workers.iter_mut().zip(outs.iter_mut()) {
+            writeln!(w.stdin.as_mut().unwrap(), "give").unwrap();
+            let line = out.next().expect("the worker answers").unwrap();
+            back += line.strip_prefix("B ").expect("B <given back>").parse::<u64>().unwrap();
+        }
+        back
+    };
+    let take_all = || {
+        // A limiter of its own each time: its deny cache would answer the
+        // second round from the first one's denial.
+        let rule = Rule::token_bucket(Quota::new(burst, 1.0 / 3600.0).unwrap());
+        let limits = Limits::single(rule).unwrap().with_prefix(prefix.as_str()).unwrap();
+        let rest = block(PostgresLimiter::connect(&support::url(), limits, options())).unwrap();
+        let mut n = 0;
+        while block(rest.allow("hot")).unwrap().allowed() {
+            n += 1;
+        }
+        n
+    };
+    if give_first {
+        idle.given_back = give(&mut workers, &mut outs);
+        idle.rest = take_all();
+    } else {
+        idle.rest = take_all();
+        idle.given_back = give(&mut workers, &mut outs);
+        idle.rest_after = take_all();
+    }
+    for mut w in workers {
+        drop(w.stdin.take()); // end of input: the worker exits
+        assert!(w.wait().unwrap().success());
+    }
+    idle
+}
+
+/// The price of leases, measured: processes that took leases on a hot key
+/// and went idle withhold from the rest of the fleet at most `processes ×
+/// max` tokens (`max` an eighth of the burst under `Lease::Auto`), and the
+/// fleet together is never granted more than the bucket holds. A give-back
+/// returns a lease's unused tokens only while nothing was granted on the
+/// key after it: given back before the rest takes, the last lease comes
+/// back; after, none does.
+#[test]
+fn idle_leases_withhold_at_most_processes_times_the_largest_lease() {
+    let (processes, burst) = (4u64, 4_000u64);
+    for (max, bound) in [(None, processes * (burst / 8)), (Some(50), processes * 50)] {
+        for give_first in [false, true] {
+            let run = idle_leases(processes as usize, 150, burst, max, give_first);
+            let withheld = burst - run.workers - run.rest;
+            eprintln!(
+                "idle leases: {processes} processes, burst {burst}, lease {}, give-back {}: {} granted to them, \
+                 {} leases held, {} tokens withheld from the rest (bound {bound}), {} limits given back, \
+                 {} more to the rest after",
+                max.map_or_else(|| "auto".to_owned(), |m| m.to_string()),
+                if give_first { "first" } else { "after" },
+                run.workers,
+                run.held,
+                withheld,
+                run.given_back,
+                run.rest_after,
+            );
+            assert!(run.held <= processes, "at most one lease per key and process: {run:?}");
+            assert!(run.workers + run.rest + run.rest_after <= burst, "over-granted: {run:?}");
+            assert!(withheld <= bound, "{withheld} tokens withheld, more than {bound}: {run:?}");
+            if !give_first {
+                assert!(withheld > 0, "the idle processes held leases: {run:?}");
+                assert_eq!((run.given_back, run.rest_after), (0, 0), "nothing comes back after the rest took: {run:?}");
+            }
+        }
+    }
+}
+
+// ------------------------------------------- the lease SQL, slot by slot
+
+/// A step of the lease SQL model: at the model's time, on one key.
+#[derive(Clone, Debug)]
+enum LeaseStep {
+    Advance(u64),
+    /// ratomic_v1_call allow of this cost.
+    Allow(u64),
+    /// ratomic_v1_lease of this cost, asking for this many tokens.
+    Lease(u64, u64),
+    /// ratomic_v1_give_back of the n-th lease taken (modulo), as if it had
+    /// granted this many of its tokens.
+    Give(usize, u64),
+    /// ratomic_v1_call refund of this many tokens.
+    Refund(u64),
+    /// ratomic_v1_call reset.
+    Reset,
+}
+
+fn lease_steps() -> impl Strategy<Value = Vec<LeaseStep>> {
+    prop::collection::vec(
+        prop_oneof![
+            2 => (0u64..4_000).prop_map(LeaseStep::Advance),
+            3 => (1u64..3).prop_map(LeaseStep::Allow),
+            4 => ((0u64..3), (0u64..6)).prop_map(|(c, k)| LeaseStep::Lease(c, k)),
+            2 => ((0usize..8), (0u64..6)).prop_map(|(i, u)| LeaseStep::Give(i, u)),
+            1 => (1u64..12).prop_map(LeaseStep::Refund),
+            1 => Just(LeaseStep::Reset),
+        ],
+        1..40,
+    )
+}
+
+/// Who holds a slot range.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Holder {
+    /// A call's own cost.
+    Call,
+    /// The n-th lease's tokens.
+    Lease(usize),
+}
+
+/// Runs `steps` through the SQL functions directly (explicit times) on a
+/// key of the token buckets `rules` ((T µs, burst) each), and checks every
+/// slot the server hands out against every slot it handed out before: no
+/// slot is ever granted twice. Each limit's TAT is read before and after
+/// every step (a peek of cost 0); where it went back (a refund, a reset, a
+/// give-back), the slots it freed must be no lease's (for a give-back:
+/// only that lease's, and only those it did not use), and are free again.
+fn lease_model(rules: &[(i64, i64)], steps: &[LeaseStep]) -> Result<(), TestCaseError> {
+    let n = rules.len();
+    let kinds = "g".repeat(n);
+    let (p1, p2): (Vec<i64>, Vec<i64>) = rules.iter().copied().unzip();
+    let prefix = support::prefix("lease-sql");
+    block(async {
+        let c = support::plain(&support::url()).await;
+        let mut now: i64 = 1_000_000_000;
+        // Per limit: the slot ranges held, and by whom.
+        let mut held: Vec<Vec<(i64, i64, Holder)>> = vec![Vec::new(); n];
+        // Each lease taken: its ends and size.
+        let mut leases: Vec<(Vec<i64>, i64)> = Vec::new();
+        let call = |op: &'static str, at: i64, amount: i64| {
+            let (c, prefix, kinds, p1, p2) = (&c, &prefix, &kinds, &p1, &p2);
+            async move {
+                let row = c
+                    .query_one(
+                        "SELECT ratomic_v1_call($1, $2, $3, $4, $5, $6, $7, $8)",
+                        &[&op, prefix, &&b"k"[..], &at, &amount, kinds, p1, p2],
+                    )
+                    .await
+                    .unwrap();
+                row.get::<_, Vec<i64>>(0)
+            }
+        };
+        // Each limit's TAT at `at` (at least `at`).
+        let tats = |at: i64| {
+            let call = &call;
+            async move {
+                let r = call("p", at, 0).await;
+                (0..n).map(|i| at + r[5 * i + 5]).collect::<Vec<i64>>()
+            }
+        };
+        let grant = |held: &mut Vec<Vec<(i64, i64, Holder)>>, i: usize, a: i64, b: i64, who: Holder| {
+            if a < b {
+                for &(x, y, w) in &held[i] {
+                    prop_assert!(b <= x || y <= a, "limit {i}: [{a}, {b}) for {who:?} overlaps [{x}, {y}) of {w:?}");
+                }
+                held[i].push((a, b, who));
+            }
+            Ok(())
+        };
+        for step in steps {
+            let before = tats(now).await;
+            let mut given: Option<(usize, Vec<i64>)> = None;
+            match *step {
+                LeaseStep::Advance(us) => now += us as i64,
+                LeaseStep::Allow(cost) => {
+                    let r = call("a", now, cost as i64).await;
+                    if r[0] == 1 {
+                        for i in 0..n {
+                            let end = now + r[5 * i + 5];
+                            grant(&mut held, i, end - cost as i64 * p1[i], end, Holder::Call)?;
+                        }
+                    }
+                }
+                LeaseStep::Lease(cost, size) => {
+                    let r = c
+                        .query_one(
+                            "SELECT ratomic_v1_lease($1, $2, $3, $4, $5, $6, $7, $8)",
+                            &[&prefix, &&b"k"[..], &now, &(cost as i64), &(size as i64), &kinds, &p1, &p2],
+                        )
+                        .await
+                        .unwrap()
+                        .get::<_, Vec<i64>>(0);
+                    prop_assert_eq!(r.len(), 1 + 5 * n + 2 + n);
+                    let (taken, server_now) = (r[1 + 5 * n], r[2 + 5 * n]);
+                    prop_assert_eq!(server_now, now, "the function's time is the one given");
+                    if r[0] == 1 {
+                        prop_assert!(taken <= size as i64);
+                        let ends = r[3 + 5 * n..].to_vec();
+                        let id = leases.len();
+                        for i in 0..n {
+                            let start = ends[i] - taken * p1[i];
+                            grant(&mut held, i, start - cost as i64 * p1[i], start, Holder::Call)?;
+                            grant(&mut held, i, start, ends[i], Holder::Lease(id))?;
+                            // Never more than the burst ahead of now.
+                            prop_assert!(ends[i] - now <= p1[i] * p2[i], "limit {i}: a lease beyond the burst");
+                        }
+                        leases.push((ends, taken));
+                    } else {
+                        prop_assert_eq!(taken, 0, "a denial leases nothing");
+                    }
+                }
+                LeaseStep::Give(which, used) if !leases.is_empty() => {
+                    let id = which % leases.len();
+                    let (ends, taken) = leases[id].clone();
+                    let used = (used as i64).min(taken);
+                    let next: Vec<i64> = (0..n).map(|i| ends[i] - (taken - used) * p1[i]).collect();
+                    let r = c
+                        .query_one(
+                            "SELECT ratomic_v1_give_back($1, $2, $3, $4, $5, $6)",
+                            &[&prefix, &&b"k"[..], &now, &kinds, &ends, &next],
+                        )
+                        .await
+                        .unwrap()
+                        .get::<_, Vec<i64>>(0);
+                    prop_assert!(r.len() == 1 && (0..=n as i64).contains(&r[0]), "{r:?}");
+                    given = Some((id, next));
+                }
+                LeaseStep::Give(..) => {}
+                LeaseStep::Refund(tokens) => {
+                    let _ = call("r", now, tokens as i64).await;
+                }
+                LeaseStep::Reset => {
+                    let _ = call("x", now, 0).await;
+                }
+            }
+            let after = tats(now).await;
+            for i in 0..n {
+                if matches!(step, LeaseStep::Advance(_)) {
+                    continue;
+                }
+                if after[i] >= before[i] {
+                    continue;
+                }
+                // Slots [after, before) went back to the bucket.
+                let (a, b) = (after[i], before[i]);
+                prop_assert!(
+                    matches!(step, LeaseStep::Give(..) | LeaseStep::Refund(_) | LeaseStep::Reset),
+                    "limit {i}: {step:?} moved the TAT back from {b} to {a}"
+                );
+                match &given {
+                    Some((id, next)) => {
+                        let end = leases[*id].0[i];
+                        prop_assert!(
+                            a >= next[i] && b == end,
+                            "limit {i}: gave back [{a}, {b}), lease {id} ends {end}, its unused slots start at {}",
+                            next[i]
+                        );
+                    }
+                    None => {
+                        for &(x, y, w) in &held[i] {
+                            if let Holder::Lease(id) = w {
+                                prop_assert!(
+                                    b <= x || y <= a,
+                                    "limit {i}: {step:?} freed [{a}, {b}), slots of lease {id} [{x}, {y})"
+                                );
+                            }
+                        }
+                    }
+                }
+                // Free again: trim every range held in [a, b).
+                let mut kept = Vec::new();
+                for &(x, y, w) in &held[i] {
+                    if x < a {
+                        kept.push((x, y.min(a), w));
+                    }
+                    if y > b {
+                        kept.push((x.max(b), y, w));
+                    }
+                }
+                held[i] = kept;
+            }
+        }
+        Ok(())
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// The lease SQL never grants a slot twice: one token bucket (the
+    /// plain allows take the one-limit fast path) and two.
+    #[test]
+    fn the_lease_sql_never_grants_a_slot_twice(steps in lease_steps(), two in any::<bool>()) {
+        let rules: &[(i64, i64)] = if two { &[(1_000, 10), (3_000, 6)] } else { &[(1_000, 10)] };
+        lease_model(rules, &steps)?;
+    }
+}

@@ -26,7 +26,7 @@
 -- the next k slots after the call's own: the range [end − k·T, end), the
 -- TAT moved to `end`. The process that holds it grants from that range
 -- alone, so no slot is granted twice, and a slot is used only at a time it
--- could have been granted at here (see ratomic-redis's lease.rs for the
+-- could have been granted at here (see ratomic's core/src/backend/lease.rs for the
 -- bound). The end of the latest lease is kept as the limit's fence
 -- ('L' .. field): a refund or a reset never moves the TAT back below it,
 -- which would hand out again slots a process holds; a give-back moves it

@@ -29,9 +29,10 @@ use std::time::{Duration, Instant};
 use ratomic::Decision;
 
 use crate::error::{Error, Result};
-use crate::lease::{Lease, Leases};
 use crate::limits::{Limits, MultiDecision, Op};
+use crate::rules::RedisRule;
 use ratomic::backend::{Breaker, DenyCache};
+use ratomic::backend::{Lease, Leases};
 
 /// What a limiter answers when Redis fails (a refused connection, a timeout,
 /// a server error). Chosen by the caller: there is no hidden default beyond
@@ -207,7 +208,15 @@ impl Driver {
     /// A driver for `limits` with `options`, or why the options cannot
     /// apply to them (an explicit [`Lease::Max`] with a window limit).
     pub fn try_new(limits: Limits, options: Options) -> Result<Self> {
-        let leases = Leases::new(limits.rules(), options.lease, options.lease_keys).map_err(|reason| {
+        let buckets: Vec<Option<(u64, u64)>> = limits
+            .rules()
+            .iter()
+            .map(|r| match *r {
+                RedisRule::TokenBucket { interval_us, capacity } => Some((interval_us, capacity)),
+                _ => None,
+            })
+            .collect();
+        let leases = Leases::new(&buckets, options.lease, options.lease_keys).map_err(|reason| {
             Error::Invalid(ratomic::Error::InvalidArgument {
                 name: "lease",
                 value: format!("{:?}", options.lease),

@@ -47,7 +47,6 @@
 mod driver;
 mod error;
 pub mod keys;
-mod lease;
 mod limits;
 pub mod rules;
 pub mod script;
@@ -57,8 +56,10 @@ mod client;
 
 pub use driver::{BatchStep, Call, Driver, FailurePolicy, Options, Step};
 pub use error::{Error, Result};
-pub use lease::{Lease, DRIFT_PPM};
 pub use limits::{Limits, MultiDecision, Op, Source, SINGLE};
+/// Leases are core's (`ratomic::backend::lease`), shared with the
+/// PostgreSQL backend: the same engine, sizes and exactness argument.
+pub use ratomic::backend::{Lease, DRIFT_PPM};
 pub use rules::RedisRule;
 
 #[cfg(feature = "client")]

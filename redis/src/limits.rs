@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ratomic::backend::Grant;
 use ratomic::{check_time, Decision, Rule};
 
 use crate::error::{Error, Result};
@@ -347,7 +348,7 @@ pub struct MultiDecision {
 }
 
 /// Each limit's decision, in order (one inline: a single rule allocates nothing).
-pub(crate) type Entries = smallvec::SmallVec<[Decision; 1]>;
+pub(crate) type Entries = ratomic::backend::Answers;
 
 /// Who answered a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -390,15 +391,6 @@ impl MultiDecision {
     pub fn denied_by(&self) -> impl Iterator<Item = &str> {
         self.entries().filter(|(_, d)| !d.allowed).map(|(n, _)| n)
     }
-}
-
-/// What a lease call brought back: the tokens leased beyond the call's
-/// own cost, the server's time, and each limit's lease end (server µs).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Grant {
-    pub(crate) taken: u64,
-    pub(crate) now: u64,
-    pub(crate) ends: Vec<u64>,
 }
 
 #[cfg(test)]

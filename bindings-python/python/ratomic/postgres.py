@@ -22,7 +22,11 @@ connection, runs one statement and gives it back, committed); with a
 methods are coroutines (``await limiter.allow(key)``). The classes answer
 with the same :class:`~ratomic.Decision` / :class:`~ratomic.MultiDecision`
 as the in-memory limiters, whose ``source`` says who answered:
-``"postgres"``, ``"deny_cache"``, ``"policy"`` or ``"fallback"``.
+``"postgres"``, ``"deny_cache"``, ``"policy"``, ``"fallback"`` or
+``"lease"`` (with ``lease="auto"``: a hot key's slice of tokens taken in
+the same statement, ``ratomic_v1_lease``, and granted here in memory,
+exactly fleet-wide, as with ``ratomic.redis``; :meth:`give_back` returns
+what is left).
 
 The table and functions are created by :func:`migrate` (run it once, or let
 a DBA run the SQL :func:`schema` returns). This module only moves bytes:
@@ -35,7 +39,9 @@ breaker and the failure policy are ratomic's Rust engine (the crate
 from __future__ import annotations
 
 import asyncio
+import logging
 import typing as _t
+import weakref
 from collections.abc import Iterable, Mapping
 
 from ratomic._ratomic import (
@@ -72,6 +78,8 @@ __all__ = [
 
 _Key = _t.Union[str, bytes]
 _Request = _t.Union[_Key, tuple[_Key, int]]
+
+logger = logging.getLogger("ratomic.postgres")
 
 #: The advisory lock the migration holds (the Rust client's too).
 _MIGRATION_LOCK = 0x7261746F6D696331
@@ -192,6 +200,8 @@ class _PostgresBase:
         breaker_cooldown: float = 1.0,
         breaker_failure_time: float = 1.0,
         max_key_len: int = 1024,
+        lease: _t.Union[str, int] = "off",
+        lease_keys: int = 10_000,
     ) -> None:
         self._async = _is_async(client)
         _check_autocommit(client)
@@ -211,7 +221,14 @@ class _PostgresBase:
             breaker_cooldown=breaker_cooldown,
             breaker_failure_time=breaker_failure_time,
             max_key_len=max_key_len,
+            lease=lease,
+            lease_keys=lease_keys,
         )
+        if not self._async and self._driver.lease_max is not None:
+            # When the limiter is collected (or at exit) the leases still
+            # held go back, quietly: a closed client leaves them to come back
+            # when their time passes.
+            weakref.finalize(self, _give_back_quietly, client, self._driver)
 
     # ---- I/O: one statement, its one value ---------------------------------
 
@@ -266,9 +283,7 @@ class _PostgresBase:
         step = self._driver.begin(op, key, cost, now)
         if not isinstance(step, _PostgresCall):
             return self._answer_now(step)
-        return self._round_trip(
-            self._driver.statement, step.params, lambda v, kind: self._driver.finish(step, v, kind)
-        )
+        return self._round_trip(step.statement, step.params, lambda v, kind: self._driver.finish(step, v, kind))
 
     def allow(self, key: _Key, cost: int = 1) -> _t.Any:
         """Consumes ``cost`` if every limit allows it, at the server's clock."""
@@ -287,7 +302,10 @@ class _PostgresBase:
         return self._decide("peek", key, cost, now)
 
     def refund(self, key: _Key, tokens: int) -> _t.Any:
-        """Gives ``tokens`` back to every limit on ``key`` (never above full)."""
+        """Gives ``tokens`` back to every limit on ``key`` (never above full);
+        into this process's own lease of ``key`` first, if it can take them."""
+        if self._driver.refund_lease(key, tokens):
+            return self._answer_now(None)
         call = self._driver.begin_refund(key, tokens)
         return self._round_trip(self._driver.statement, call.params, self._driver.finish_refund)
 
@@ -393,6 +411,64 @@ class _PostgresBase:
         failure policy without reaching the server."""
         return bool(self._driver.breaker_open)
 
+    # ---- leases --------------------------------------------------------------
+
+    @property
+    def leases_held(self) -> int:
+        """Keys holding a lease now."""
+        return int(self._driver.leases_held)
+
+    def give_back(self) -> _t.Any:
+        """Gives back the unused tokens of every lease this limiter holds, so
+        that other processes can have them now rather than when their time
+        passes: how many limits took tokens back (a lease after which the
+        server granted anything on its key cannot be). Calls made afterwards
+        take new leases. A coroutine for an async client; a blocking limiter
+        also does it when it is collected or at exit."""
+        if self._async:
+            return self._agive_back()
+        return _give_back(self._client, self._driver)
+
+    async def _agive_back(self) -> int:
+        back = 0
+        for params in self._driver.begin_give_backs():
+            try:
+                value = await self._arun(self._driver.give_back_statement, params)
+            except Exception as e:
+                kind = _kind(e)
+                if kind is None:
+                    raise
+                self._driver.finish_give_back(e, kind)  # raises BackendError
+                continue
+            back += self._driver.finish_give_back(value)
+        return back
+
+
+def _give_back(client: _t.Any, driver: _PostgresDriver) -> int:
+    """Runs every lease's give-back: how many limits took tokens back."""
+    back = 0
+    for params in driver.begin_give_backs():
+        try:
+            with _connection(client) as conn:
+                row = conn.execute(driver.give_back_statement, params).fetchone()
+        except Exception as e:
+            kind = _kind(e)
+            if kind is None:
+                raise
+            driver.finish_give_back(e, kind)  # raises BackendError
+            continue
+        back += driver.finish_give_back(None if row is None else row[0])
+    return back
+
+
+def _give_back_quietly(client: _t.Any, driver: _PostgresDriver) -> None:
+    """The give-back when a limiter is collected or at exit: never raises
+    (the leases then come back when their time passes)."""
+    try:
+        _give_back(client, driver)
+    except Exception as e:  # noqa: BLE001 - nothing can act on it here
+        logger.debug("ratomic.postgres: leases not given back: %s", e)
+
 
 _OPTIONS_DOC = """
 
@@ -401,7 +477,9 @@ _OPTIONS_DOC = """
 ``prefix`` (default ``"ratomic"``), ``on_error`` (``"raise"``, ``"allow"``,
 ``"deny"`` with ``deny_retry_after`` seconds, or ``"fallback"``: a local
 in-memory limiter of the same rules), ``deny_cache``, ``breaker_threshold``,
-``breaker_cooldown``, ``breaker_failure_time``, ``max_key_len``. Bound each
+``breaker_cooldown``, ``breaker_failure_time``, ``max_key_len``, ``lease``
+(``"off"``, ``"auto"`` or the most tokens a lease takes; token buckets
+only) and ``lease_keys``. Bound each
 call with the connection's ``statement_timeout``.
 """
 

@@ -1,10 +1,17 @@
-//! Leased tokens: a slice of a key's token buckets taken from Redis in one
-//! script call and granted here, in memory, until it is spent or its time
-//! has passed — exactly, fleet-wide.
+//! Leased tokens: a slice of a key's token buckets taken from a shared
+//! backend (Redis, PostgreSQL) in the same call as a decision and granted
+//! here, in memory, until it is spent or its time has passed — exactly,
+//! fleet-wide. This is the backend-independent half: which keys lease and
+//! how much, the bound on the server's time, the grants from a lease, and
+//! the bookkeeping of what to give back. Each backend crate sends the lease
+//! call and the give-back in its own protocol (the Redis script's `l` and
+//! `g` operations, PostgreSQL's `ratomic_v1_lease` and
+//! `ratomic_v1_give_back`), and both keep the same rules on the server:
+//! the proof below holds for either.
 //!
 //! # Why it is exact
 //!
-//! A token bucket's state on Redis is its TAT: the end of the emission
+//! A token bucket's state on the server is its TAT: the end of the emission
 //! slots granted so far, one slot of `T` µs per token. A grant of a token
 //! at time `t` takes a slot starting in `[t, t + (B − 1)·T]` (GCRA: the
 //! slot starts at `max(TAT, t)`, and it is granted only if that is at most
@@ -13,11 +20,11 @@
 //! `B + (b − a)/T`: the conformance bound, over every process.
 //!
 //! A lease of `k` tokens is the next `k` slots after the call's own, the
-//! range `[end − k·T, end)`, and the script moves the TAT to `end`: no one
+//! range `[end − k·T, end)`, and the server moves the TAT to `end`: no one
 //! else is granted those slots. Here, a call at time `t` takes the next slot
 //! of the range at or after `t` (`start = max(next, t)`) if it fits in the
 //! range and is at most `(B − 1)·T` ahead of `t` — the same two conditions
-//! as on Redis, on slots no one else has. So the bound holds for the fleet
+//! as on the server, on slots no one else has. So the bound holds for the fleet
 //! whatever the interleaving; a slot whose time passes unused is lost, as a
 //! full bucket's refill is.
 //!
@@ -39,7 +46,8 @@
 //! # What it costs
 //!
 //! Tokens leased to a process are unavailable to the others until it spends
-//! them, gives them back ([`Driver::begin_give_backs`](crate::Driver::begin_give_backs)), or
+//! them, gives them back ([`Leases::drain`], sent by the backend's
+//! `begin_give_backs`), or
 //! their slots' time passes: at most one lease per key and process, so at
 //! most `processes × max` tokens of a key are held at once, per limit
 //! (`max` the lease's largest size, [`Lease`]: under `Auto`, an eighth of
@@ -94,10 +102,7 @@ use std::sync::Mutex;
 use smallvec::SmallVec;
 use std::time::{Duration, Instant};
 
-use ratomic::Decision;
-
-use crate::limits::{Entries, Grant};
-use crate::rules::RedisRule;
+use crate::decision::Decision;
 
 /// Clocks of two hosts may drift apart by up to this much (parts per
 /// million) while a lease is held: NTP slews a clock by at most 500 ppm, so
@@ -110,29 +115,29 @@ const WARM: u64 = 1_000_000;
 /// Shards of the table of keys (each behind its own lock).
 const SHARDS: usize = 16;
 
-/// Whether a Redis-backed limiter leases tokens.
+/// Whether a limiter on a shared backend (Redis, PostgreSQL) leases tokens.
 ///
-/// Under a lease, a process takes a slice of a key's tokens from Redis in
-/// the same script call as a decision and grants the next calls on that key
+/// Under a lease, a process takes a slice of a key's tokens from the server
+/// in the same call as a decision and grants the next calls on that key
 /// from it, in memory, until it is spent or its time has passed. Exact
 /// fleet-wide (never more than burst + rate·time per key and limit, over
 /// every process, whatever the interleaving); what it costs:
 ///
 /// - tokens a process holds are not available to the others until it
-///   spends them, gives them back ([`RedisLimiter::give_back`](crate::RedisLimiter::give_back)),
-///   or their time passes: at most `processes × max` tokens of a key at
+///   spends them, gives them back (the backend limiter's `give_back`; the
+///   C, Python and Node faces also do it when a limiter is freed or
+///   closed), or their time passes: at most `processes × max` tokens of a key at
 ///   once, and a lease never takes more than half of what the bucket has
 ///   left, so near the limit the fleet grants fewer than the bucket allows,
 ///   never more;
-/// - a decision answered from a lease ([`Source::Lease`](crate::Source::Lease))
-///   says what the fleet had left at the lease's round trip plus what the
+/// - a decision answered from a lease (the backend's `Source::Lease`) says what the fleet had left at the lease's round trip plus what the
 ///   lease still holds;
 /// - the server's time is known here within the lease's round trip (plus
 ///   [`DRIFT_PPM`]), and slots whose time may have passed are skipped.
 ///
 /// A key seen once takes no lease. Only token buckets lease (a window's
 /// count cannot be sliced exactly); a batch (`allow_many`) and a `peek`
-/// always go to Redis.
+/// always go to the server.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Lease {
@@ -146,6 +151,23 @@ pub enum Lease {
     /// Lease at most this many tokens at a time; a limiter with a window
     /// limit is refused (a window's count cannot be sliced exactly).
     Max(u64),
+}
+
+/// Each limit's answer to a call granted from a lease, in the limiter's
+/// order (one inline: a single rule allocates nothing).
+pub type Answers = SmallVec<[Decision; 1]>;
+
+/// What a lease call brought back from the server: the tokens leased beyond
+/// the call's own cost, the server's time (µs) when it decided, and each
+/// limit's lease end (server µs: the bucket's TAT after the call).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// Tokens leased (0: none).
+    pub taken: u64,
+    /// The server's time of the decision, µs.
+    pub now: u64,
+    /// Per limit, the lease's end, µs.
+    pub ends: Vec<u64>,
 }
 
 /// One key's lease, held here.
@@ -197,17 +219,21 @@ type Shard = Mutex<HashMap<Box<[u8]>, Entry, foldhash::fast::RandomState>>;
 type PerLimit = SmallVec<[u64; 4]>;
 
 /// A give-back to send: the key, and per limit its lease's end and first
-/// unused slot.
+/// unused slot. The server takes the slots `[next, end)` back only while
+/// the bucket's TAT (and the fence of its latest lease) is still `end`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Unused {
-    pub(crate) key: Vec<u8>,
-    pub(crate) ends: Vec<u64>,
-    pub(crate) next: Vec<u64>,
+pub struct Unused {
+    /// The user's key.
+    pub key: Vec<u8>,
+    /// Per limit, the lease's end (server µs).
+    pub ends: Vec<u64>,
+    /// Per limit, the first slot not granted (server µs).
+    pub next: Vec<u64>,
 }
 
 /// The leases of one limiter, by key.
 #[derive(Debug)]
-pub(crate) struct Leases {
+pub struct Leases {
     /// `T` µs and `B` of each limit (all token buckets).
     rules: Box<[(u64, u64)]>,
     /// The fastest limit's `T` (at least 1 µs).
@@ -220,17 +246,13 @@ pub(crate) struct Leases {
 }
 
 impl Leases {
-    /// Leases for `rules` under `mode`, keeping at most `keys` keys (at
-    /// least one per shard); `None` when the limiter takes none. `Err` names
-    /// why an explicit `Lease::Max` cannot be honoured.
-    pub(crate) fn new(rules: &[RedisRule], mode: Lease, keys: usize) -> Result<Option<Self>, String> {
-        let buckets: Option<Vec<(u64, u64)>> = rules
-            .iter()
-            .map(|r| match *r {
-                RedisRule::TokenBucket { interval_us, capacity } => Some((interval_us, capacity)),
-                _ => None,
-            })
-            .collect();
+    /// Leases for a limiter's limits under `mode`, keeping at most `keys`
+    /// keys (at least one per shard); `None` when the limiter takes none.
+    /// Each limit is `Some((T, B))` for a token bucket (`T` µs a token, a
+    /// burst of `B`), `None` for any other kind. `Err` names why an
+    /// explicit `Lease::Max` cannot be honoured.
+    pub fn new(limits: &[Option<(u64, u64)>], mode: Lease, keys: usize) -> Result<Option<Self>, String> {
+        let buckets: Option<Vec<(u64, u64)>> = limits.iter().copied().collect();
         let max = match (mode, &buckets) {
             (Lease::Off, _) | (Lease::Auto, None) | (Lease::Max(0), _) => return Ok(None),
             (Lease::Max(_), None) => {
@@ -254,16 +276,17 @@ impl Leases {
     }
 
     /// The largest lease.
-    pub(crate) fn max(&self) -> u64 {
+    pub fn max(&self) -> u64 {
         self.max
     }
 
     /// Local µs since this table was made.
-    pub(crate) fn local_us(&self) -> u64 {
+    pub fn local_us(&self) -> u64 {
         self.local_us_at(Instant::now())
     }
 
-    pub(crate) fn local_us_at(&self, at: Instant) -> u64 {
+    /// Local µs from this table's making to `at` (0 if earlier).
+    pub fn local_us_at(&self, at: Instant) -> u64 {
         u64::try_from(at.saturating_duration_since(self.base).as_micros()).unwrap_or(u64::MAX)
     }
 
@@ -279,7 +302,7 @@ impl Leases {
     /// (at least `demand`, the tokens other calls on the key wait for, when
     /// it asks for one at all; never with `ask` false: 0, and nothing marks
     /// a lease on its way).
-    pub(crate) fn grant(
+    pub fn grant(
         &self,
         key: &[u8],
         cost: u64,
@@ -287,7 +310,7 @@ impl Leases {
         caller: Option<u64>,
         demand: u64,
         ask: bool,
-    ) -> Result<Entries, u64> {
+    ) -> Result<Answers, u64> {
         let mut shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         let Some(entry) = shard.get_mut(key) else { return Err(0) };
         let previous = std::mem::replace(&mut entry.last_call, local.max(1));
@@ -341,7 +364,7 @@ impl Leases {
     }
 
     /// A call on `key` failed: whatever lease it asked for is not coming.
-    pub(crate) fn failed(&self, key: &[u8]) {
+    pub fn failed(&self, key: &[u8]) {
         let mut shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = shard.get_mut(key) {
             entry.asking = 0;
@@ -354,7 +377,7 @@ impl Leases {
     /// time the caller gave, on the caller's timeline).
     /// `lease_reply`: the reply was a lease call's (kept or not, the lease
     /// asked for is no longer on its way).
-    pub(crate) fn arrived(&self, key: &[u8], sent: u64, x: u64, caller: bool, grant: Option<Grant>, lease_reply: bool) {
+    pub fn arrived(&self, key: &[u8], sent: u64, x: u64, caller: bool, grant: Option<Grant>, lease_reply: bool) {
         let mut shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         if !shard.contains_key(key) && shard.len() >= self.per_shard {
             // Full: make room. A lease dropped here is not given back; its
@@ -396,7 +419,7 @@ impl Leases {
     /// one whose last granted slots can take them all: those slots are free
     /// again (every limit's `tokens` slots, all still ahead of the server's
     /// time and within the lease). Whether it did; if not, nothing changed.
-    pub(crate) fn refund(&self, key: &[u8], tokens: u64, x: u64) -> bool {
+    pub fn refund(&self, key: &[u8], tokens: u64, x: u64) -> bool {
         let mut shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         let Some(held) = shard.get_mut(key).and_then(|e| e.held.as_mut()).filter(|h| !h.caller) else {
             return false;
@@ -422,7 +445,7 @@ impl Leases {
     }
 
     /// Takes every lease held (none is used afterwards): what to give back.
-    pub(crate) fn drain(&self) -> Vec<Unused> {
+    pub fn drain(&self) -> Vec<Unused> {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             let mut shard = shard.lock().unwrap_or_else(|e| e.into_inner());
@@ -438,7 +461,7 @@ impl Leases {
     }
 
     /// Leases held now (tests, stats).
-    pub(crate) fn held(&self) -> usize {
+    pub fn held(&self) -> usize {
         self.shards
             .iter()
             .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).values().filter(|e| e.held.is_some()).count())
@@ -463,7 +486,7 @@ impl Held {
     }
 
     /// Grants `cost` from every limit's slice at local time `x`, or none.
-    fn take(&mut self, rules: &[(u64, u64)], cost: u64, x: u64) -> Option<Entries> {
+    fn take(&mut self, rules: &[(u64, u64)], cost: u64, x: u64) -> Option<Answers> {
         let (lo, hi) = self.server_time(x);
         let mut after = PerLimit::new();
         for (i, &(t, b)) in rules.iter().enumerate() {
@@ -499,8 +522,8 @@ impl Held {
 mod tests {
     use super::*;
 
-    fn bucket(t: u64, b: u64) -> RedisRule {
-        RedisRule::TokenBucket { interval_us: t, capacity: b }
+    fn bucket(t: u64, b: u64) -> Option<(u64, u64)> {
+        Some((t, b))
     }
 
     fn leases(max: u64) -> Leases {
@@ -660,7 +683,7 @@ mod tests {
 
     #[test]
     fn windows_are_refused_under_an_explicit_max_and_skipped_under_auto() {
-        let window = RedisRule::FixedWindow { window_us: 1_000_000, limit: 10 };
+        let window = None; // a fixed window of 10 a second, say
         assert!(Leases::new(&[bucket(1_000, 100), window], Lease::Max(4), 10).unwrap_err().contains("token bucket"));
         assert!(Leases::new(&[window], Lease::Auto, 10).unwrap().is_none());
         assert!(Leases::new(&[bucket(1_000, 100)], Lease::Off, 10).unwrap().is_none());
@@ -687,122 +710,10 @@ mod tests {
         assert_eq!(back, vec![Unused { key: b"k".to_vec(), ends: vec![16_000], next: vec![14_000] }]);
         assert_eq!(l.held(), 0);
         assert!(!l.refund(b"k", 1, 111));
-        // A lease that can no longer grant is dropped: its refunds go to Redis.
+        // A lease that can no longer grant is dropped: its refunds go to the server.
         l.arrived(b"k", 100, 110, false, Some(Grant { taken: 1, now: 5_000, ends: vec![7_000] }), true);
         assert!(l.grant(b"k", 1, 111, None, 0, true).is_ok());
         assert!(l.grant(b"k", 1, 111, None, 0, true).is_err());
         assert!(!l.refund(b"k", 1, 111));
-    }
-}
-
-/// A loom model of the local half of a lease: spending racing a renewal (a
-/// new lease arriving for the key) racing a give-back (`drain`), each
-/// thread with its own `now`. Run with
-/// `RUSTFLAGS="--cfg ratomic_loom" cargo test -p ratomic-redis --no-default-features --release --lib loom`
-/// (`make test-loom`).
-///
-/// The leases are on the caller's timeline, where a grant's slot is known
-/// exactly from its decision (the server's timeline only widens the window
-/// a slot must fit in; the locking and the bookkeeping raced here are the
-/// same). Asserted over every interleaving: no slot is granted twice, every
-/// granted slot lies in a lease that arrived, no slot is both granted and
-/// given back, and no lease gives back or grants more than it held.
-#[cfg(all(test, ratomic_loom))]
-mod loom_model {
-    use super::*;
-    use loom::sync::Arc;
-    use loom::thread;
-
-    /// 10 µs a token, a burst of 100.
-    const T: u64 = 10;
-    const B: u64 = 100;
-
-    /// The slot a grant at caller time `x` took: its end, from `remaining`
-    /// (`x` and every lease's slots are multiples of `T`).
-    fn slot_end(x: u64, d: &Decision) -> u64 {
-        x + B * T - d.remaining * T
-    }
-
-    /// Lease `taken` tokens ending at `end` on the caller's timeline, read
-    /// at caller time `now`.
-    fn arrive(l: &Leases, now: u64, taken: u64, end: u64) {
-        l.arrived(b"k", now, now, true, Some(Grant { taken, now, ends: vec![end] }), true);
-    }
-
-    #[test]
-    fn spend_racing_renewal_racing_give_back_never_spends_a_slot_twice() {
-        let mut builder = loom::model::Builder::new();
-        builder.max_branches = 1_000_000;
-        builder.check(|| {
-            let rules = [RedisRule::TokenBucket { interval_us: T, capacity: B }];
-            let l = Arc::new(Leases::new(&rules, Lease::Max(8), 16).unwrap().unwrap());
-            // Lease A: 3 slots ending at 1_030 (slots ending 1_010, 1_020,
-            // 1_030), arrived at 1_000. Lease B (the renewal): 2 slots ending
-            // at 1_050, arrived at 1_030.
-            let (a_end, a_size, b_end, b_size) = (1_030, 3, 1_050, 2);
-            arrive(&l, 1_000, a_size, a_end);
-            let spender = {
-                let l = l.clone();
-                thread::spawn(move || {
-                    // Its own clock: calls at 1_000 and 1_010.
-                    let mut spent = Vec::new();
-                    for x in [1_000, 1_010] {
-                        if let Ok(d) = l.grant(b"k", 1, 0, Some(x), 0, false) {
-                            assert!(d[0].allowed);
-                            spent.push(slot_end(x, &d[0]));
-                        }
-                    }
-                    spent
-                })
-            };
-            let renewer = {
-                let l = l.clone();
-                thread::spawn(move || arrive(&l, 1_030, b_size, b_end))
-            };
-            // This thread gives back (a close), then spends at its own time.
-            let mut given = l.drain();
-            let mut spent = Vec::new();
-            if let Ok(d) = l.grant(b"k", 1, 0, Some(1_020), 0, false) {
-                spent.push(slot_end(1_020, &d[0]));
-            }
-            spent.extend(spender.join().unwrap());
-            renewer.join().unwrap();
-            given.extend(l.drain()); // what is left goes back at exit
-
-            let lease_of = |end: u64| -> (u64, u64) {
-                // (first slot end, last slot end) of the lease a slot is in
-                if end > a_end - a_size * T && end <= a_end {
-                    (a_end - a_size * T + T, a_end)
-                } else if end > b_end - b_size * T && end <= b_end {
-                    (b_end - b_size * T + T, b_end)
-                } else {
-                    panic!("slot ending {end} is in no lease: {spent:?}")
-                }
-            };
-            let mut sorted = spent.clone();
-            sorted.sort_unstable();
-            sorted.dedup();
-            assert_eq!(sorted.len(), spent.len(), "a slot granted twice: {spent:?}");
-            for &s in &spent {
-                lease_of(s);
-            }
-            for u in &given {
-                assert_eq!(u.key, b"k");
-                let (end, next) = (u.ends[0], u.next[0]);
-                assert!(end == a_end || end == b_end, "a give-back of no lease: {u:?}");
-                let size = if end == a_end { a_size } else { b_size };
-                assert!(next >= end - size * T && next < end, "{u:?}");
-                // The give-back frees the slots [next, end): none of them
-                // was granted.
-                for &s in &spent {
-                    assert!(!(s > next && s <= end), "slot ending {s} granted and given back ({u:?})");
-                }
-            }
-            // Each lease given back at most once.
-            let mut ends: Vec<u64> = given.iter().map(|u| u.ends[0]).collect();
-            ends.sort_unstable();
-            ends.dedup();
-            assert_eq!(ends.len(), given.len(), "a lease given back twice: {given:?}");
-        });
     }
 }

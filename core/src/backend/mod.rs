@@ -1,7 +1,10 @@
-//! What keeps a limiter's traffic off a backend (Redis, PostgreSQL) that
-//! cannot help: the circuit breaker (a failing server is not called for a
-//! cool-down) and the local deny cache (a key the server denied is answered
-//! here until its retry_after). The backend crates share them from here.
+//! What the backend crates (Redis, PostgreSQL) share: what keeps a
+//! limiter's traffic off a backend that cannot help — the circuit breaker
+//! (a failing server is not called for a cool-down) and the local deny
+//! cache (a key the server denied is answered here until its retry_after)
+//! — and what keeps it off a backend that need not be asked: leased tokens
+//! ([`lease`]: a slice of a hot key's token buckets granted in memory,
+//! exactly fleet-wide).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -9,6 +12,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::decision::Decision;
+
+pub mod lease;
+pub use lease::{Answers, Grant, Lease, Leases, Unused, DRIFT_PPM};
 
 /// Opens after `threshold` backend failures in a row, or once failures in a
 /// row have taken `failure_time` in all (a client whose calls stall for

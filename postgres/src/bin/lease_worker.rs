@@ -1,0 +1,131 @@
+//! A process of the server tests' lease races (built only with the
+//! `server-tests` feature):
+//!
+//! `pg_lease_worker URL PREFIX MODE THREADS CALLS BURST PER_SEC [KEYS]`
+//!
+//! calls `allow` CALLS times from each of THREADS threads, on a token bucket
+//! of BURST refilling PER_SEC a second, leases on: on key "hot", or with
+//! KEYS, on keys "k0" … "k<KEYS-1>", each call picking one at random. MODE
+//! `caller` stamps every call with `CLOCK_MONOTONIC` (one timeline for every
+//! process of the host: the grants can be checked exactly); `server` calls
+//! at the server's time. Prints a line `G <key> <µs>` per grant as it is
+//! made (the stamp in `caller` mode, 0 otherwise; flushed, so a process
+//! killed mid-run leaves its grants behind), then `S <answered from a
+//! lease> <round trips> <errors>`. A call that fails (the server is down or
+//! restarting) is counted and the thread goes on. Gives its leases back at
+//! the end.
+//!
+//! MODE `idle` or `idle:<n>` (leases of at most n tokens, `Lease::Max(n)`;
+//! `Lease::Auto` otherwise) calls at the server's time, then, instead of
+//! giving its leases back, prints `S …` and `I <leases held>` and goes idle
+//! holding them: it reads stdin, and gives them back on a line `give`
+//! (printing `B <limits given back>`), then exits on end of input. PER_SEC
+//! may be a fraction (e.g. 0.001).
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use ratomic::{Clock, MonotonicClock, Quota, Rule};
+use ratomic_postgres::{BlockingPostgresLimiter, Lease, Limits, Options, Source};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (url, prefix, mode, threads, calls, burst, per_sec, keys) = match &args[..] {
+        [_, url, prefix, mode, threads, calls, burst, per_sec] => {
+            (url, prefix, mode, threads, calls, burst, per_sec, None)
+        }
+        [_, url, prefix, mode, threads, calls, burst, per_sec, keys] => {
+            (url, prefix, mode, threads, calls, burst, per_sec, Some(keys))
+        }
+        _ => {
+            eprintln!("usage: pg_lease_worker URL PREFIX caller|server THREADS CALLS BURST PER_SEC [KEYS]");
+            std::process::exit(2);
+        }
+    };
+    let n = |s: &str| s.parse::<u64>().expect("a number");
+    let keys = keys.map(|k| n(k));
+    let caller = mode == "caller";
+    let idle = mode.strip_prefix("idle");
+    let lease = match idle {
+        Some(max) if !max.is_empty() => Lease::Max(n(max.trim_start_matches(':'))),
+        _ => Lease::Auto,
+    };
+    let per_sec = per_sec.parse::<f64>().expect("a rate");
+    let rule = Rule::token_bucket(Quota::new(n(burst), per_sec).expect("a valid quota"));
+    let limits = Limits::single(rule).and_then(|l| l.with_prefix(prefix.as_str())).expect("valid limits");
+    let options = Options { timeout: Duration::from_secs(5), lease, ..Options::default() };
+    let limiter = BlockingPostgresLimiter::connect(url, limits, options).expect("connected");
+    let clock = MonotonicClock::new();
+    let (local, trips, errors) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let out = Mutex::new(std::io::stdout());
+    std::thread::scope(|s| {
+        for thread in 0..n(threads) {
+            let (limiter, clock, out) = (&limiter, &clock, &out);
+            let (local, trips, errors) = (&local, &trips, &errors);
+            s.spawn(move || {
+                // xorshift64*, seeded per process and thread.
+                let mut seed = (u64::from(std::process::id()) << 16 | thread) | 1;
+                let mut pick = move |k: u64| {
+                    seed ^= seed >> 12;
+                    seed ^= seed << 25;
+                    seed ^= seed >> 27;
+                    seed.wrapping_mul(0x2545_f491_4f6c_dd1d) % k
+                };
+                for _ in 0..n(calls) {
+                    let key = keys.map_or_else(|| "hot".to_owned(), |k| format!("k{}", pick(k)));
+                    let (d, stamp) = if caller {
+                        let now = clock.now();
+                        (limiter.allow_at(&key, 1, now), now / 1000)
+                    } else {
+                        (limiter.allow_n(&key, 1), 0)
+                    };
+                    let d = match d {
+                        Ok(d) => d,
+                        Err(_) => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            std::thread::sleep(Duration::from_millis(1)); // the server is restarting
+                            continue;
+                        }
+                    };
+                    match d.source {
+                        Source::Lease => local.fetch_add(1, Ordering::Relaxed),
+                        _ => trips.fetch_add(1, Ordering::Relaxed),
+                    };
+                    if d.allowed() {
+                        let mut out = out.lock().unwrap();
+                        writeln!(out, "G {key} {stamp}").unwrap();
+                        out.flush().unwrap();
+                    }
+                }
+            });
+        }
+    });
+    if idle.is_some() {
+        // Idle, holding whatever leases it has: the others see what they
+        // cost until told to give them back.
+        println!(
+            "S {} {} {}",
+            local.load(Ordering::Relaxed),
+            trips.load(Ordering::Relaxed),
+            errors.load(Ordering::Relaxed)
+        );
+        println!("I {}", limiter.inner().driver().leases_held());
+        std::io::stdout().flush().unwrap();
+        for line in std::io::stdin().lines() {
+            if line.unwrap().trim() == "give" {
+                println!("B {}", limiter.give_back().expect("given back"));
+                std::io::stdout().flush().unwrap();
+            }
+        }
+        return;
+    }
+    let _ = limiter.give_back();
+    println!(
+        "S {} {} {}",
+        local.load(Ordering::Relaxed),
+        trips.load(Ordering::Relaxed),
+        errors.load(Ordering::Relaxed)
+    );
+}

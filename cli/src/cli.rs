@@ -177,19 +177,8 @@ pub struct BenchArgs {
     pub batch: usize,
 
     /// With --redis or --postgres: lease a hot key's tokens (off, auto, or the most tokens a lease takes).
-    #[arg(long, value_name = "off|auto|N", default_value = "off", value_parser = lease_arg, requires = "backend")]
-    pub lease: ratomic_redis::Lease,
-}
-
-fn lease_arg(s: &str) -> Result<ratomic_redis::Lease, String> {
-    match s.trim() {
-        "off" => Ok(ratomic_redis::Lease::Off),
-        "auto" => Ok(ratomic_redis::Lease::Auto),
-        n => match n.parse::<u64>() {
-            Ok(n) if n >= 1 => Ok(ratomic_redis::Lease::Max(n)),
-            _ => Err(format!("{s:?} must be off, auto or the most tokens a lease takes (a whole number >= 1)")),
-        },
-    }
+    #[arg(long, value_name = "off|auto|N", default_value = "off", requires = "backend")]
+    pub lease: ratomic::backend::Lease,
 }
 
 fn positive_number(s: &str) -> Result<f64, String> {

@@ -125,8 +125,8 @@ pub struct ServeArgs {
     /// takes a slice of the descriptor's tokens, which this server grants in memory until spent or their time
     /// passes; exact across every server (token buckets only: --algorithm token-bucket; auto leases nothing
     /// for windows, a number is refused with them). Leases are given back at shutdown and when a reload drops a rate.
-    #[arg(long, value_name = "off|auto|N", default_value = "off", value_parser = lease_arg, requires = "redis")]
-    pub redis_lease: ratomic_redis::Lease,
+    #[arg(long, value_name = "off|auto|N", default_value = "off", requires = "redis")]
+    pub redis_lease: ratomic::backend::Lease,
 
     /// Keep the limiters' state in PostgreSQL (a postgresql:// URL or a key=value conninfo), shared by every
     /// ratomic serve using the same database and prefix. The server must answer at start; the library creates
@@ -146,6 +146,10 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value_t = OnFailure::Error, requires = "postgres")]
     pub postgres_on_failure: OnFailure,
 
+    /// Lease hot descriptors' tokens from PostgreSQL, as --redis-lease.
+    #[arg(long, value_name = "off|auto|N", default_value = "off", requires = "postgres")]
+    pub postgres_lease: ratomic::backend::Lease,
+
     /// Add the IETF RateLimit-Policy and RateLimit fields (and Retry-After) of the tightest descriptor to each
     /// response's response_headers_to_add, for Envoy to pass to the client.
     #[arg(long)]
@@ -154,17 +158,6 @@ pub struct ServeArgs {
     /// How often the configuration files are checked for changes, in milliseconds (0: only on SIGHUP).
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub watch_interval_ms: u64,
-}
-
-fn lease_arg(s: &str) -> Result<ratomic_redis::Lease, String> {
-    match s.trim() {
-        "off" => Ok(ratomic_redis::Lease::Off),
-        "auto" => Ok(ratomic_redis::Lease::Auto),
-        n => match n.parse::<u64>() {
-            Ok(n) if n >= 1 => Ok(ratomic_redis::Lease::Max(n)),
-            _ => Err(format!("{s:?} must be off, auto or the most tokens a lease takes (a whole number >= 1)")),
-        },
-    }
 }
 
 /// What to answer when Redis fails.
@@ -235,6 +228,7 @@ pub fn main(args: ServeArgs) -> ExitCode {
                     }
                     OnFailure::Fallback => ratomic_postgres::FailurePolicy::Fallback,
                 },
+                lease: args.postgres_lease,
                 ..ratomic_postgres::Options::default()
             },
         }),
@@ -330,7 +324,7 @@ async fn serve(
         stopped(stop_rx),
     );
     let (g, ()) = tokio::join!(grpc, http);
-    // Tokens leased and not spent go back to Redis for the other servers
+    // Tokens leased and not spent go back to the backend for the other servers
     // (whatever happened to the listeners).
     let back = engine.give_back().await + http_api.give_back().await;
     if back > 0 {

@@ -76,7 +76,7 @@ impl RateLimiter {
     }
 
     /// Takes `cost` from `key`'s budget; a denial is a decision. With it,
-    /// whether it was answered from a lease (Redis's tokens granted here).
+    /// whether it was answered from a lease (the backend's tokens granted here).
     pub async fn allow(&self, key: &[u8], cost: u64) -> Result<(Decision, bool), BackendError> {
         Ok(match self {
             RateLimiter::Fixed(l) => (l.allow_n(key, cost)?, false),
@@ -86,15 +86,19 @@ impl RateLimiter {
                 let d = l.allow_n(key, cost).await?;
                 (d.decision, d.source == ratomic_redis::Source::Lease)
             }
-            RateLimiter::Postgres(l) => (l.allow_n(key, cost).await?.decision, false),
+            RateLimiter::Postgres(l) => {
+                let d = l.allow_n(key, cost).await?;
+                (d.decision, d.source == ratomic_postgres::Source::Lease)
+            }
         })
     }
 
-    /// Gives the unused tokens of this limiter's leases back to Redis; how
-    /// many limits took tokens back (0 for other limiters).
+    /// Gives the unused tokens of this limiter's leases back to Redis or
+    /// PostgreSQL; how many limits took tokens back (0 in memory).
     pub async fn give_back(&self) -> Result<usize, BackendError> {
         match self {
             RateLimiter::Redis(l) => Ok(l.give_back().await?),
+            RateLimiter::Postgres(l) => Ok(l.give_back().await?),
             _ => Ok(0),
         }
     }

@@ -105,7 +105,7 @@ impl Metrics {
         self.backend_errors.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts a descriptor decided from a lease (tokens leased from Redis, granted here).
+    /// Counts a descriptor decided from a lease (tokens leased from Redis or PostgreSQL, granted here).
     pub fn lease_decision(&self) {
         self.lease_decisions.fetch_add(1, Ordering::Relaxed);
     }
@@ -179,7 +179,7 @@ impl Metrics {
         out.push_str("# TYPE ratomic_serve_backend_errors_total counter\n");
         let _ = writeln!(out, "ratomic_serve_backend_errors_total {}", self.backend_errors.load(Ordering::Relaxed));
         out.push_str(
-            "# HELP ratomic_serve_lease_decisions_total Descriptor decisions answered from tokens leased from Redis.\n",
+            "# HELP ratomic_serve_lease_decisions_total Descriptor decisions answered from tokens leased from Redis or PostgreSQL.\n",
         );
         out.push_str("# TYPE ratomic_serve_lease_decisions_total counter\n");
         let _ = writeln!(out, "ratomic_serve_lease_decisions_total {}", self.lease_decisions.load(Ordering::Relaxed));

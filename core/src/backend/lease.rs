@@ -153,6 +153,23 @@ pub enum Lease {
     Max(u64),
 }
 
+impl std::str::FromStr for Lease {
+    type Err = String;
+
+    /// `off`, `auto`, or the most tokens a lease takes (a whole number
+    /// >= 1), as the command line and configuration files write it.
+    fn from_str(s: &str) -> Result<Lease, String> {
+        match s.trim() {
+            "off" => Ok(Lease::Off),
+            "auto" => Ok(Lease::Auto),
+            n => match n.parse::<u64>() {
+                Ok(n) if n >= 1 => Ok(Lease::Max(n)),
+                _ => Err(format!("{s:?} must be off, auto or the most tokens a lease takes (a whole number >= 1)")),
+            },
+        }
+    }
+}
+
 /// Each limit's answer to a call granted from a lease, in the limiter's
 /// order (one inline: a single rule allocates nothing).
 pub type Answers = SmallVec<[Decision; 1]>;
@@ -607,6 +624,17 @@ mod tests {
         l.arrived(b"k", 0, 1, false, Some(Grant { taken: 2, now: 0, ends: vec![3_000, 30_000] }), true);
         assert!(l.grant(b"k", 2, 1, None, 0, true).is_ok());
         assert!(l.grant(b"k", 1, 1, None, 0, true).is_err());
+    }
+
+    #[test]
+    fn a_lease_is_read_as_the_command_line_writes_it() {
+        assert_eq!("off".parse::<Lease>(), Ok(Lease::Off));
+        assert_eq!(" auto ".parse::<Lease>(), Ok(Lease::Auto));
+        assert_eq!("16".parse::<Lease>(), Ok(Lease::Max(16)));
+        for bad in ["0", "-1", "always", "", "1.5"] {
+            let e = bad.parse::<Lease>().unwrap_err();
+            assert!(e.contains("must be off, auto or the most tokens a lease takes"), "{bad}: {e}");
+        }
     }
 
     #[test]

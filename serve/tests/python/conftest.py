@@ -10,7 +10,9 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
+import urllib.request
 
 import grpc
 import pytest
@@ -95,6 +97,37 @@ class Server:
                 self.proc.wait()
         if self.proc is not None:
             self.log.close()
+
+
+def hot_grants(servers, calls=400, inflight=64):
+    """Runs one hot_worker.py process per server in `servers` (a server may
+    appear twice), each making `calls` calls with `inflight` in flight on
+    the `hot` domain's one descriptor; the grants of all of them."""
+    here = os.path.dirname(__file__)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, os.path.join(here, "hot_worker.py"), s.addr, str(calls), str(inflight)],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=here,
+        )
+        for s in servers
+    ]
+    ok = 0
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        o, v, err = map(int, out.split())
+        assert err == 0 and o + v == calls
+        ok += o
+    return ok
+
+
+def lease_decisions(s):
+    """The server's count of decisions answered from a lease (/metrics)."""
+    with urllib.request.urlopen(s.http + "/metrics", timeout=DEADLINE) as m:
+        text = m.read().decode()
+    return int(re.search(r"^ratomic_serve_lease_decisions_total (\d+)$", text, re.M).group(1))
 
 
 @pytest.fixture

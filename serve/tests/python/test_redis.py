@@ -5,8 +5,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -15,7 +13,7 @@ import uuid
 import grpc
 import pytest
 
-from conftest import DEADLINE, OK, OVER_LIMIT, descriptor, request
+from conftest import DEADLINE, OK, OVER_LIMIT, descriptor, hot_grants, lease_decisions, request
 
 PORT = os.environ.get("RATOMIC_TEST_REDIS_PORT")
 VICTIM_PORT = os.environ.get("RATOMIC_TEST_REDIS_VICTIM_PORT")
@@ -35,24 +33,7 @@ def test_two_servers_sharing_one_redis_never_exceed_the_limit_together(serve):
     flags = (*redis_flags(PORT), "--redis-timeout-ms", "30000")
     a = serve(yaml, *flags, name="a.yaml")
     b = serve(yaml, *flags, name="b.yaml")
-    here = os.path.dirname(__file__)
-    calls, inflight = 400, 64
-    procs = [
-        subprocess.Popen(
-            [sys.executable, os.path.join(here, "hot_worker.py"), s.addr, str(calls), str(inflight)],
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=here,
-        )
-        for s in (a, b, a, b)
-    ]
-    ok = 0
-    for p in procs:
-        out, _ = p.communicate(timeout=120)
-        assert p.returncode == 0
-        o, v, err = map(int, out.split())
-        assert err == 0 and o + v == calls
-        ok += o
+    ok = hot_grants((a, b, a, b))
     assert ok == limit, f"{ok} grants through two servers for a limit of {limit}"
 
 
@@ -107,11 +88,6 @@ def test_a_lost_backend_is_answered_by_the_configured_policy(serve):
     assert r.overall_code == OK
 
 
-def lease_decisions(s):
-    with urllib.request.urlopen(s.http + "/metrics", timeout=DEADLINE) as m:
-        text = m.read().decode()
-    return int(re.search(r"^ratomic_serve_lease_decisions_total (\d+)$", text, re.M).group(1))
-
 
 def test_two_servers_leasing_from_one_redis_never_exceed_the_limit_together(serve):
     limit, lease = 250, 8
@@ -119,24 +95,7 @@ def test_two_servers_leasing_from_one_redis_never_exceed_the_limit_together(serv
     flags = (*redis_flags(PORT), "--redis-timeout-ms", "30000", "--algorithm", "token-bucket", "--redis-lease", str(lease))
     a = serve(yaml, *flags, name="a.yaml")
     b = serve(yaml, *flags, name="b.yaml")
-    here = os.path.dirname(__file__)
-    calls, inflight = 400, 64
-    procs = [
-        subprocess.Popen(
-            [sys.executable, os.path.join(here, "hot_worker.py"), s.addr, str(calls), str(inflight)],
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=here,
-        )
-        for s in (a, b, a, b)
-    ]
-    ok = 0
-    for p in procs:
-        out, _ = p.communicate(timeout=120)
-        assert p.returncode == 0
-        o, v, err = map(int, out.split())
-        assert err == 0 and o + v == calls
-        ok += o
+    ok = hot_grants((a, b, a, b))
     # Never more than the limit; at most one lease per server withheld at the end.
     assert limit - 2 * lease <= ok <= limit, f"{ok} grants through two leasing servers for a limit of {limit}"
     assert lease_decisions(a) + lease_decisions(b) > 0, "the servers answered nothing from a lease"

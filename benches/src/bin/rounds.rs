@@ -26,6 +26,11 @@
 //!   per thread. Other: governor.
 //! - `keys1m-str16`, `keys100k-u64`: every key already present, visited in
 //!   random order. Other: governor.
+//! - `keys100k-u64-manual`: `keys100k-u64` with time held still (ratomic
+//!   `ManualClock`, governor `FakeRelativeClock`): the stores alone.
+//!   `keys100k-clock-ratomic`, `-governor`, `-quanta`: each crate on its
+//!   default clock (and ratomic on quanta's reading) ÷ the same crate on its
+//!   fixed clock: the clock read's share of a lookup (issue 39).
 //! - `keys100k-returning`: 100k keys each back under its limit (its bucket
 //!   full again) when the cycle returns to it. Other: governor.
 //! - `direct-allow`, `direct-deny` (and `-manual`): one unkeyed bucket,

@@ -26,6 +26,11 @@
 //!   per thread. Other: governor.
 //! - `keys1m-str16`, `keys100k-u64`: every key already present, visited in
 //!   random order. Other: governor.
+//! - `keys100k-u64-manual`: `keys100k-u64` with time held still (ratomic
+//!   `ManualClock`, governor `FakeRelativeClock`): the stores alone.
+//!   `keys100k-clock-ratomic`, `-governor`, `-quanta`: each crate on its
+//!   default clock (and ratomic on quanta's reading) ÷ the same crate on its
+//!   fixed clock: the clock read's share of a lookup (issue 39).
 //! - `keys100k-returning`: 100k keys each back under its limit (its bucket
 //!   full again) when the cycle returns to it. Other: governor.
 //! - `direct-allow`, `direct-deny` (and `-manual`): one unkeyed bucket,
@@ -223,7 +228,7 @@ fn inserts<K: Sync, R, G>(
 /// `keys*`: every key present in both limiters, visited in random order.
 fn present<K, R, G>(
     cfg: &Config,
-    name: &'static str,
+    (name, other, target): (&'static str, &'static str, f64),
     keys: &[K],
     (r, call_r): (&R, impl Fn(&R, &K) -> bool),
     (g, call_g): (&G, impl Fn(&G, &K) -> bool),
@@ -234,8 +239,8 @@ fn present<K, R, G>(
     let row = compare(
         cfg,
         name,
-        "governor",
-        0.6,
+        other,
+        target,
         1,
         looping(|| call_r(r, rc.next_key())),
         looping(|| call_g(g, gc.next_key())),
@@ -296,7 +301,7 @@ fn keys1m_str16(cfg: &Config) -> Row {
     let g = RateLimiter::dashmap(governor_huge());
     let row = present(
         cfg,
-        "keys1m-str16",
+        ("keys1m-str16", "governor", 0.6),
         &keys,
         (&r, |l: &TokenBucket, k: &String| l.allow(k.as_str()).expect("valid call").allowed),
         (&g, |l: &governor::DefaultKeyedRateLimiter<String>, k: &String| l.check_key(k).is_ok()),
@@ -311,13 +316,80 @@ fn keys100k_u64(cfg: &Config) -> Row {
     let g = RateLimiter::dashmap(governor_huge());
     let row = present(
         cfg,
-        "keys100k-u64",
+        ("keys100k-u64", "governor", 0.6),
         &keys,
         (&r, |l: &TokenBucket<u64>, k: &u64| l.allow(k).allowed),
         (&g, |l: &governor::DefaultKeyedRateLimiter<u64>, k: &u64| l.check_key(k).is_ok()),
     );
     assert_eq!(r.len(), keys.len(), "every key stayed in ratomic's store");
     row
+}
+
+/// `keys100k-u64-manual`, `keys100k-clock-ratomic`, `keys100k-clock-governor`
+/// (issue 39's breakdown): the `keys100k-u64` lookup with the clock taken
+/// out. `-manual` is ratomic on `ManualClock` against governor on
+/// `FakeRelativeClock` (time never moves: the store alone); the `-clock`
+/// rows are each crate on its default clock ÷ the same crate on its fixed
+/// clock, so `ratio - 1` is the clock read's share of that crate's call.
+/// `keys100k-clock-quanta`: ratomic on a clock that is governor's (quanta's
+/// TSC reading scaled to ns) ÷ ratomic on `ManualClock`: whether the gap is
+/// in `MonotonicClock`'s reading or in how the lookup waits on it.
+struct QuantaNs(quanta::Clock, quanta::Instant);
+
+impl Clock for QuantaNs {
+    #[inline]
+    fn now(&self) -> u64 {
+        (self.0.now() - self.1).as_nanos() as u64
+    }
+}
+
+fn keys100k_clock(cfg: &Config, which: &'static str) -> Row {
+    let keys = u64_keys(100_000, 1);
+    let rm = TokenBucket::builder(ratomic_huge()).keys::<u64>().clock(ManualClock::new()).build().expect("limiter");
+    let gm = RateLimiter::dashmap_with_clock(governor_huge(), FakeRelativeClock::default());
+    let r_manual = |l: &TokenBucket<u64, ManualClock>, k: &u64| l.allow(k).allowed;
+    type FakeKeyed = governor::RateLimiter<
+        u64,
+        governor::state::keyed::DashMapStateStore<u64>,
+        FakeRelativeClock,
+        governor::middleware::NoOpMiddleware<governor::nanos::Nanos>,
+    >;
+    let g_fake = |l: &FakeKeyed, k: &u64| l.check_key(k).is_ok();
+    match which {
+        "manual" => present(cfg, ("keys100k-u64-manual", "governor", 0.6), &keys, (&rm, r_manual), (&gm, g_fake)),
+        "quanta" => {
+            let q = quanta::Clock::new();
+            let q0 = q.now();
+            let r = TokenBucket::builder(ratomic_huge()).keys::<u64>().clock(QuantaNs(q, q0)).build().expect("limiter");
+            present(
+                cfg,
+                ("keys100k-clock-quanta", "ratomic on ManualClock", f64::INFINITY),
+                &keys,
+                (&r, |l: &TokenBucket<u64, QuantaNs>, k: &u64| l.allow(k).allowed),
+                (&rm, r_manual),
+            )
+        }
+        "ratomic" => {
+            let r = TokenBucket::builder(ratomic_huge()).keys::<u64>().build().expect("limiter");
+            present(
+                cfg,
+                ("keys100k-clock-ratomic", "ratomic on ManualClock", f64::INFINITY),
+                &keys,
+                (&r, |l: &TokenBucket<u64>, k: &u64| l.allow(k).allowed),
+                (&rm, r_manual),
+            )
+        }
+        _ => {
+            let g = RateLimiter::dashmap(governor_huge());
+            present(
+                cfg,
+                ("keys100k-clock-governor", "governor on FakeRelativeClock", f64::INFINITY),
+                &keys,
+                (&g, |l: &governor::DefaultKeyedRateLimiter<u64>, k: &u64| l.check_key(k).is_ok()),
+                (&gm, g_fake),
+            )
+        }
+    }
 }
 
 /// `keys100k-returning`: 100k u64 keys each under its limit, so that its
@@ -334,7 +406,7 @@ fn keys100k_returning(cfg: &Config) -> Row {
     let g = RateLimiter::dashmap(gq);
     present(
         cfg,
-        "keys100k-returning",
+        ("keys100k-returning", "governor", 0.6),
         &keys,
         (&r, |l: &TokenBucket<u64>, k: &u64| l.allow(k).allowed),
         (&g, |l: &governor::DefaultKeyedRateLimiter<u64>, k: &u64| l.check_key(k).is_ok()),
@@ -546,13 +618,17 @@ fn main() {
     let started = Instant::now();
 
     type Scenario = (&'static str, fn(&Config) -> Row);
-    let scenarios: [Scenario; 16] = [
+    let scenarios: [Scenario; 20] = [
         ("insert-u64", insert_u64),
         ("insert-str16", insert_str16),
         ("2threads-hot", two_threads_hot),
         ("keys1m-str16", keys1m_str16),
         ("keys100k-u64", keys100k_u64),
         ("keys100k-returning", keys100k_returning),
+        ("keys100k-u64-manual", |c| keys100k_clock(c, "manual")),
+        ("keys100k-clock-ratomic", |c| keys100k_clock(c, "ratomic")),
+        ("keys100k-clock-governor", |c| keys100k_clock(c, "governor")),
+        ("keys100k-clock-quanta", |c| keys100k_clock(c, "quanta")),
         ("direct-allow", |c| direct(c, false, false)),
         ("direct-deny", |c| direct(c, true, false)),
         ("direct-allow-manual", |c| direct(c, false, true)),

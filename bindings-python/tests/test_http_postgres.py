@@ -230,3 +230,26 @@ def test_headers_match_the_in_memory_limiters(url: str, prefix: str) -> None:
             multi.headers(pairs[0][0].allow("x"))
         with pytest.raises(ratomic.InvalidArgumentError, match="invalid draft"):
             multi.headers(got_m, draft="draft-9")  # type: ignore[arg-type]
+
+
+def test_on_error_limiter_answers_asyncio_calls_when_the_connection_breaks(url: str, prefix: str) -> None:
+    import asyncio
+
+    async def main() -> None:
+        aconn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        local = ratomic.TokenBucket(2, 1 / 60)
+        limiter = PostgresTokenBucket("5/min", client=aconn, prefix=prefix, breaker_threshold=0, on_error=local)
+        assert (await limiter.allow("k")).source == "postgres"
+        await aconn.close()
+        d = await limiter.allow("k")
+        assert (d.allowed, d.remaining, d.source) == (True, 1, "fallback")
+        assert (await limiter.peek("k")).source == "fallback"
+        many = await limiter.allow_many(["k", "k"])
+        assert [(m.allowed, m.source) for m in many] == [(True, "fallback"), (False, "fallback")]
+        multi_conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        multi = PostgresLimiter({"a": "1/h"}, client=multi_conn, prefix=prefix, on_error=ratomic.Limiter({"a": "1/h"}))
+        await multi_conn.close()
+        md = await multi.allow("k")
+        assert (list(md.entries), md.source) == (["a"], "fallback")
+
+    asyncio.run(main())

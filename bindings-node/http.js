@@ -687,7 +687,7 @@ function checkSource(g, req, d) {
  * What the request is left (`req.rateLimit` by default): express-rate-limit's
  * fields (`limit`, `used`, `remaining`, `resetTime`, `key`) and the
  * decision's own (`allowed`, `retryAfterMs`, `resetAfterMs`; a multi-limit
- * decision's `entries` and `deniedBy`; a Redis decision's `source`).
+ * decision's `entries` and `deniedBy`; a Redis or PostgreSQL decision's `source`).
  * `resetTime` is made when first read (a Date a request is garbage most
  * requests never look at), and JSON has it as a field.
  */

@@ -71,12 +71,12 @@ test-serve:
 # features included (the Redis server tests, the tower layer's Redis
 # support): each extra invocation with other features re-checked the crates
 # whose features changed, and each `cargo doc -p` its dependencies.
-LINT_FEATURES = ratomic-redis/server-tests,ratomic-postgres/server-tests,ratomic-tower/redis
+LINT_FEATURES = ratomic-redis/server-tests,ratomic-postgres/server-tests,ratomic-tower/redis,ratomic-tower/postgres
 
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --features $(LINT_FEATURES) -- -D warnings
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic -p ratomic-redis -p ratomic-postgres -p ratomic-tower --features ratomic-tower/redis
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p ratomic -p ratomic-redis -p ratomic-postgres -p ratomic-tower --features ratomic-tower/redis,ratomic-tower/postgres
 
 lint-release:
 	bash scripts/check-release.sh

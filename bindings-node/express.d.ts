@@ -5,6 +5,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { BaseLimiter, DirectTokenBucket, HeaderDraft, Key, NamedDecision, Quotas, QuotaSpec, Stack } from './ratomic'
 import type { RedisBase, Source } from './redis'
+import type { PostgresBase, PostgresSource } from './postgres'
 
 declare namespace rateLimit {
   /** A value, or a function of the request giving it (a promise of it, too). */
@@ -20,15 +21,16 @@ declare namespace rateLimit {
    */
   interface RateLimitOptions<Req = IncomingMessage, Res = ServerResponse> {
     /**
-     * Any ratomic limiter, in memory or on Redis (`ratomic/redis`, awaited; a Redis failure under
-     * `onError: "raise"` is a backend failure: see `passOnStoreError`); default: a `FixedWindow` of
+     * Any ratomic limiter, in memory, on Redis (`ratomic/redis`) or in PostgreSQL
+     * (`ratomic/postgres`), the last two awaited (a backend failure under `onError: "raise"`:
+     * see `passOnStoreError`); default: a `FixedWindow` of
      * `limit` per `windowMs`. A `Stack` gives every member the request's key (or `keyGenerator`'s
      * one key per member) and writes one header item per member; a stack with a `Limiter` member,
      * which has no single header policy, is a TypeError here. A `DirectTokenBucket` limits every
      * request together: no key is made (a `keyGenerator` with it is a TypeError). `Quotas` takes
      * each request's `quota`.
      */
-    limiter?: BaseLimiter<any> | DirectTokenBucket | Stack | Quotas | RedisBase<any>
+    limiter?: BaseLimiter<any> | DirectTokenBucket | Stack | Quotas | RedisBase<any> | PostgresBase<any>
     /**
      * Requests per window per client when no `limiter` is given (default 5); a rate string that
      * names its window too (`'10/second'`, `'100 per 15 minutes'`; then no `windowMs`); or a function
@@ -155,12 +157,12 @@ declare namespace rateLimit {
     allowed: boolean
     retryAfterMs: number
     resetAfterMs: number
-    /** A multi-limit decision's entries (a `Limiter`, a `Stack`, a `RedisLimiter`). */
+    /** A multi-limit decision's entries (a `Limiter`, a `Stack`, a `RedisLimiter`, a `PostgresLimiter`). */
     entries?: NamedDecision[]
     /** The limits that denied. */
     deniedBy?: string[]
-    /** A Redis decision's source. */
-    source?: Source
+    /** A Redis or PostgreSQL decision's source. */
+    source?: Source | PostgresSource
   }
 
   /** @deprecated the name of {@link RateLimitInfo} before express-rate-limit's fields. */

@@ -52,7 +52,7 @@ const OPTIONS = [...PEER, ...OWN]
 
 // @fastify/rate-limit's options that ratomic does not take, and what to use.
 const REFUSED = {
-  store: "store is @fastify/rate-limit's: ratomic keeps the counts in its limiter. Pass limiter: a ratomic limiter (in memory, a sharedFile one, or one of 'ratomic/redis')",
+  store: "store is @fastify/rate-limit's: ratomic keeps the counts in its limiter. Pass limiter: a ratomic limiter (in memory, a sharedFile one, or one of 'ratomic/redis' or 'ratomic/postgres')",
   redis: "redis: pass limiter: new RedisFixedWindow(max, timeWindowMs, { client }) from 'ratomic/redis' (ioredis or node-redis)",
   nameSpace: "nameSpace: give the Redis limiter of 'ratomic/redis' its prefix option",
   ban:

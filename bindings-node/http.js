@@ -20,6 +20,7 @@ const net = require('node:net')
 const ratomic = require('./ratomic.js')
 const { BaseLimiter, DirectTokenBucket, FixedWindow, Limiter, Stack, Quotas, PROBLEM_CONTENT_TYPE } = ratomic
 const { RedisBase, RedisLimiter, RedisTokenBucket, RedisFixedWindow } = require('./redis.js')
+const { PostgresBase, PostgresLimiter, PostgresTokenBucket, PostgresFixedWindow } = require('./postgres.js')
 const { membersOf } = ratomic[Symbol.for('ratomic.internals')]
 
 // Milliseconds between two console.warn lines of one kind of failure by the
@@ -388,8 +389,10 @@ const STACK = 3 // Stack: allow(keys, cost), entries
 const DIRECT = 4 // DirectTokenBucket: allow(cost)
 const QUOTAS = 5 // Quotas: allow(key, quota, cost)
 const DYNAMIC = 6 // a FixedWindow per limit a function returns
-const REDIS = 7 // RedisTokenBucket, RedisFixedWindow, RedisSlidingWindow: awaited
-const REDIS_MULTI = 8 // RedisLimiter: awaited, entries
+// A limiter whose state is in a shared backend (ratomic/redis, ratomic/postgres):
+// the same calls as an in-memory one, awaited, its decisions with a source.
+const REMOTE = 7 // Redis/Postgres TokenBucket, FixedWindow, SlidingWindow: awaited
+const REMOTE_MULTI = 8 // RedisLimiter, PostgresLimiter: awaited, entries
 
 function kindOf(limiter) {
   if (limiter instanceof Limiter) return MULTI
@@ -397,8 +400,8 @@ function kindOf(limiter) {
   if (limiter instanceof Stack) return STACK
   if (limiter instanceof DirectTokenBucket) return DIRECT
   if (limiter instanceof Quotas) return QUOTAS
-  if (limiter instanceof RedisLimiter) return REDIS_MULTI
-  if (limiter instanceof RedisBase) return REDIS
+  if (limiter instanceof RedisLimiter || limiter instanceof PostgresLimiter) return REMOTE_MULTI
+  if (limiter instanceof RedisBase || limiter instanceof PostgresBase) return REMOTE
   return 0
 }
 
@@ -434,7 +437,7 @@ function gate(s) {
     kind = kindOf(limiter)
     if (kind === 0) {
       throw typeError(
-        'limiter must be a ratomic TokenBucket, FixedWindow, SlidingWindow, Limiter, DirectTokenBucket, Stack or Quotas, or one of ratomic/redis (RedisTokenBucket, RedisFixedWindow, RedisSlidingWindow, RedisLimiter)'
+        'limiter must be a ratomic TokenBucket, FixedWindow, SlidingWindow, Limiter, DirectTokenBucket, Stack or Quotas, or one of ratomic/redis (RedisTokenBucket, RedisFixedWindow, RedisSlidingWindow, RedisLimiter) or ratomic/postgres (PostgresTokenBucket, PostgresFixedWindow, PostgresSlidingWindow, PostgresLimiter)'
       )
     }
   }
@@ -446,7 +449,7 @@ function gate(s) {
   if (keyless && s.keyGenerator !== undefined) {
     throw typeError('keyGenerator has no use with a DirectTokenBucket, one bucket for every request (for per-client limits too, use a Stack)')
   }
-  const multi = kind === MULTI || kind === STACK || kind === REDIS_MULTI
+  const multi = kind === MULTI || kind === STACK || kind === REMOTE_MULTI
   const names = multi ? limiter.names : null
   if (kind === STACK) {
     // A Limiter member has no single header policy: refused now, not on every request.
@@ -465,7 +468,7 @@ function gate(s) {
     keyless,
     // A stack's members: each gets the request's one key, unless it has one per member.
     members: kind === STACK ? names.length : 0,
-    async: kind === REDIS || kind === REDIS_MULTI,
+    async: kind === REMOTE || kind === REMOTE_MULTI,
     name,
     nameFn: typeof s.name === 'function' ? s.name : null,
     keyGenerator: s.keyGenerator === undefined ? null : s.keyGenerator,
@@ -615,8 +618,8 @@ function take(g, limiter, key, quota, cost) {
     case KEYED:
     case MULTI:
     case DYNAMIC:
-    case REDIS:
-    case REDIS_MULTI:
+    case REMOTE:
+    case REMOTE_MULTI:
       return one ? limiter.allow(key) : limiter.allow(key, cost)
     case STACK:
       // One key is every member's; an array is one per member (a wrong length is the stack's RangeError).
@@ -684,7 +687,7 @@ function checkSource(g, req, d) {
  * What the request is left (`req.rateLimit` by default): express-rate-limit's
  * fields (`limit`, `used`, `remaining`, `resetTime`, `key`) and the
  * decision's own (`allowed`, `retryAfterMs`, `resetAfterMs`; a multi-limit
- * decision's `entries` and `deniedBy`; a Redis decision's `source`).
+ * decision's `entries` and `deniedBy`; a Redis or PostgreSQL decision's `source`).
  * `resetTime` is made when first read (a Date a request is garbage most
  * requests never look at), and JSON has it as a field.
  */
@@ -780,13 +783,13 @@ function refundPlan(g) {
       return { now: null, windows: [] }
     case DYNAMIC:
       return { now: 'limiter', windows: 'limiter' }
-    case REDIS:
-      if (l instanceof RedisTokenBucket) return { now: null, windows: [] }
-      if (l instanceof RedisFixedWindow) return { now: 'local', windows: 'decision' }
+    case REMOTE:
+      if (l instanceof RedisTokenBucket || l instanceof PostgresTokenBucket) return { now: null, windows: [] }
+      if (l instanceof RedisFixedWindow || l instanceof PostgresFixedWindow) return { now: 'local', windows: 'decision' }
       break
   }
   throw typeError(
-    `${g.face}: skipSuccessfulRequests and skipFailedRequests give a request's tokens back when its response is in, which a ${l.constructor.name} cannot do exactly (it does not say when the window the request was counted in ends): use a RedisTokenBucket or a RedisFixedWindow, or an in-memory limiter`
+    `${g.face}: skipSuccessfulRequests and skipFailedRequests give a request's tokens back when its response is in, which a ${l.constructor.name} cannot do exactly (it does not say when the window the request was counted in ends): use a RedisTokenBucket, RedisFixedWindow, PostgresTokenBucket or PostgresFixedWindow, or an in-memory limiter`
   )
 }
 
@@ -794,7 +797,7 @@ function refundPlan(g) {
 // was counted in end (Infinity: no window), in the time `now` reads.
 function refundDeadline(g, limiter, d, before) {
   const plan = g.refundPlan
-  if (plan.windows === 'decision') return before + d.resetAfterMs // a RedisFixedWindow: until the window's end, from before the call
+  if (plan.windows === 'decision') return before + d.resetAfterMs // a Redis or Postgres FixedWindow: until the window's end, from before the call
   const windows = plan.windows === 'limiter' ? [limiter.rule.windowMs] : plan.windows
   let end = Infinity
   // Windows are aligned to the limiter's clock: the one holding `before`
@@ -950,5 +953,5 @@ module.exports = {
   typeError,
   PROBLEMS,
   PROBLEM_CONTENT_TYPE,
-  KINDS: { KEYED, MULTI, STACK, DIRECT, QUOTAS, DYNAMIC, REDIS, REDIS_MULTI },
+  KINDS: { KEYED, MULTI, STACK, DIRECT, QUOTAS, DYNAMIC, REMOTE, REMOTE_MULTI },
 }

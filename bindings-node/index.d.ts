@@ -210,6 +210,22 @@ export declare class NativePostgres {
   get sources(): Array<string>
   /** The limits' names, in order (`["limit"]` for a single rule). */
   get names(): Array<string>
+  /**
+   * The rule with its units (`"fixed window 5 per 1m"`), or a limiter's
+   * named rules, as `NativeRedis` describes them.
+   */
+  get description(): string
+  /**
+   * The HTTP header fields for a decision of this limiter, as
+   * `Name: value\r
+  ` lines (see `NativeRedis::headers`).
+   */
+  headers(decision: DecisionIn, entries: Array<EntryIn> | undefined | null, name: string, format: number): string
+  /**
+   * The RFC 9457 problem document for a 429 answering the decision, or
+   * null when it was allowed.
+   */
+  problem(decision: DecisionIn, entries: Array<EntryIn> | undefined | null, name: string): string | null
   /** The largest cost a call may ask. */
   get limit(): number
   /** The row prefix. */

@@ -1,22 +1,59 @@
-// PostgreSQL-backed limiters through your own `pg` Pool: `require('ratomic/postgres')`.
-import type { Decision, MultiDecision, AcquireOptions } from './ratomic'
+// Types of `ratomic/postgres`: the limiters of `ratomic`, with their state
+// in PostgreSQL, reached through your own `pg` Pool (or Client).
+import type {
+  AcquireOptions,
+  Decision,
+  FixedWindow,
+  HeaderOptions,
+  Key,
+  Limiter,
+  LimitsString,
+  MultiDecision,
+  Rule,
+  SlidingWindow,
+  TokenBucket,
+} from './ratomic'
 
-/** Who answered a call on PostgreSQL. */
-export type PostgresSource = 'postgres' | 'deny_cache' | 'policy' | 'fallback' | 'lease'
+/**
+ * Who answered a call: `'postgres'` (the server), `'deny_cache'` (a denial PostgreSQL gave
+ * earlier whose wait has not ended), `'lease'` (tokens this process leased from PostgreSQL,
+ * granted here), `'policy'` (`onError: 'allow'` or `'deny'`) or `'fallback'` (`onError:
+ * 'fallback'`, or the in-memory limiter given as `onError`).
+ */
+export type PostgresSource = 'postgres' | 'deny_cache' | 'lease' | 'policy' | 'fallback'
 
-/** A pg Pool or Client: anything with `query(text, values)`. A Client must not be inside a transaction. */
-export interface PostgresClient {
-  query(text: string, values?: unknown[]): Promise<{ rows: any[] }>
+/** A {@link Decision}, plus who gave it. */
+export interface PostgresDecision extends Decision {
+  /** Who answered. */
+  source: PostgresSource
 }
 
-/** Options every class takes. */
-export interface PostgresOptions {
+/** A {@link MultiDecision}, plus who gave it. */
+export interface PostgresMultiDecision extends MultiDecision {
+  /** Who answered. */
+  source: PostgresSource
+}
+
+/** A pg Pool or Client: anything with `query`. A Client must not be inside a transaction. */
+export interface PostgresClient {
+  /** Runs one statement (pg's `query`, with a config object or text and values). */
+  query(config: any, values?: unknown[]): Promise<{ rows: any[] }>
+}
+
+/** The options of every PostgreSQL class; `Local` is the in-memory limiter `onError` may fall back to. */
+export interface PostgresOptions<Local = TokenBucket | FixedWindow | SlidingWindow> {
   /** The pg Pool (or Client) the statements run through. Required. */
   client: PostgresClient
   /** Where the rows live (default `"ratomic"`). */
   prefix?: string
-  /** What a failure answers: `"raise"` (default), `"allow"`, `"deny"` or `"fallback"` (a local in-memory limiter). */
-  onError?: 'raise' | 'allow' | 'deny' | 'fallback'
+  /**
+   * What a call answers when PostgreSQL fails: `'raise'` (the default: the promise rejects with
+   * an Error whose code is `ERR_RATOMIC_BACKEND`, the client's error as its `cause`), `'allow'`,
+   * `'deny'` (a denial with `retryAfterMs` = `denyRetryAfterMs`), `'fallback'` (a local
+   * in-memory limiter of the same rules, made for you), or an in-memory limiter of yours to
+   * decide instead (as `ratomic/redis`'s `onError`).
+   */
+  onError?: 'raise' | 'allow' | 'deny' | 'fallback' | Local
   /** The `retryAfterMs` of an `onError: "deny"` denial (default 1000). */
   denyRetryAfterMs?: number
   /** Keys whose denial is answered locally until its retryAfter (default 10,000; 0: off). */
@@ -33,22 +70,43 @@ export interface PostgresOptions {
   leaseKeys?: number
 }
 
-/** What every PostgreSQL-backed limiter offers; every call is one statement (a Promise). */
-export declare class PostgresBase<D = Decision> {
-  allow(key: string | Buffer, cost?: number): Promise<D & { source: PostgresSource }>
-  allowAt(key: string | Buffer, nowMs: number, cost?: number): Promise<D & { source: PostgresSource }>
-  peek(key: string | Buffer, cost?: number): Promise<D & { source: PostgresSource }>
-  peekAt(key: string | Buffer, nowMs: number, cost?: number): Promise<D & { source: PostgresSource }>
-  refund(key: string | Buffer, tokens: number): Promise<void>
-  refundAt(key: string | Buffer, nowMs: number, tokens: number): Promise<void>
-  reset(key: string | Buffer): Promise<void>
-  allowMany(requests: Array<string | Buffer | [string | Buffer, number]>): Promise<Array<D & { source: PostgresSource }>>
-  allowManyAt(requests: Array<string | Buffer | [string | Buffer, number]>, nowMs: number): Promise<Array<D & { source: PostgresSource }>>
-  acquire(key: string | Buffer, cost?: number, options?: AcquireOptions): Promise<D & { source: PostgresSource }>
+/**
+ * What every PostgreSQL-backed limiter offers (exported for `instanceof` checks; not
+ * constructible). Every call is one statement and returns a Promise; calls without `At` use
+ * the server's clock, `*At` forms take yours.
+ */
+export declare abstract class PostgresBase<D extends PostgresDecision = PostgresDecision> {
+  /** Use PostgresTokenBucket, PostgresFixedWindow, PostgresSlidingWindow or PostgresLimiter. */
+  protected constructor()
+  /** Consumes `cost` (default 1) if every limit allows it, at the server's clock. */
+  allow(key: Key, cost?: number): Promise<D>
+  /** As `allow` at `nowMs` (milliseconds on your clock). */
+  allowAt(key: Key, nowMs: number, cost?: number): Promise<D>
+  /** What `allow` would answer, changing nothing. */
+  peek(key: Key, cost?: number): Promise<D>
+  /** As `peek` at `nowMs`. */
+  peekAt(key: Key, nowMs: number, cost?: number): Promise<D>
+  /** Gives `tokens` back to every limit on `key` (never above full). A failure rejects (`ERR_RATOMIC_BACKEND`) whatever `onError` says. */
+  refund(key: Key, tokens: number): Promise<void>
+  /** As `refund` at `nowMs`. */
+  refundAt(key: Key, nowMs: number, tokens: number): Promise<void>
+  /** Forgets `key`: every limit is full again. */
+  reset(key: Key): Promise<void>
+  /** Decides every request (a key, or `[key, cost]`) in one statement, in order. */
+  allowMany(requests: Array<Key | [Key, number?]>): Promise<D[]>
+  /** As `allowMany`, every request at `nowMs`. */
+  allowManyAt(requests: Array<Key | [Key, number?]>, nowMs: number): Promise<D[]>
+  /** Waits until `key` grants `cost` (options: `timeoutMs`, `signal`), as the in-memory `acquire`. */
+  acquire(key: Key, cost?: number, options?: AcquireOptions): Promise<D>
   /** Removes this prefix's rows that are full again (at the server's time, or `nowMs`); how many. */
   gc(nowMs?: number): Promise<number>
+  /** The pg Pool (or Client) the statements run through. */
+  readonly client: PostgresClient
+  /** The row prefix. */
   readonly prefix: string
+  /** The largest cost a call may ask (the smallest limit). */
   readonly limit: number
+  /** Whether the circuit breaker is open: calls are answered by `onError` without a round trip. */
   readonly breakerOpen: boolean
   /** Gives back the unused tokens of every lease this limiter holds; how many limits took tokens back. */
   giveBack(): Promise<number>
@@ -56,29 +114,67 @@ export declare class PostgresBase<D = Decision> {
   readonly lease: number | null
   /** Keys this process holds a lease on now. */
   readonly leasesHeld: number
+  /**
+   * The HTTP header fields for `decision` (one this limiter returned), as the in-memory
+   * limiters format them: `RateLimit-Policy`, `RateLimit`, `Retry-After` on a denial, and the
+   * legacy `X-RateLimit-*` fields with `legacy: true`.
+   */
+  headers(decision: Decision, options?: HeaderOptions): Array<[string, string]>
+  /** The RFC 9457 problem document for a 429 answering `decision`; null when it was allowed. */
+  problem(decision: Decision, options?: { name?: string }): string | null
+  /**
+   * The class, the rule(s) with their units and the prefix: `PostgresFixedWindow { fixed window
+   * 5 per 1m, prefix: "ratomic" }`; `util.inspect` shows the same.
+   */
+  toString(): string
 }
 
-export declare class PostgresTokenBucket extends PostgresBase<Decision> {
+/** A token bucket (GCRA) per key, in PostgreSQL: the arguments of {@link TokenBucket}, plus the options. */
+export declare class PostgresTokenBucket extends PostgresBase {
+  /**
+   * @param capacity burst size, a whole number >= 1
+   * @param refillPerSec tokens per second (finite, > 0)
+   */
   constructor(capacity: number, refillPerSec: number, options: PostgresOptions)
+  /** From a rate string: `'10/s'` is a burst of 10 refilled over a second; `burst` overrides the capacity. */
   constructor(rate: string, options: PostgresOptions & { burst?: number })
 }
 
-export declare class PostgresFixedWindow extends PostgresBase<Decision> {
+/** A fixed window per key, in PostgreSQL: the arguments of {@link FixedWindow}, plus the options. */
+export declare class PostgresFixedWindow extends PostgresBase {
+  /**
+   * @param limit the most calls a window allows, a whole number >= 1
+   * @param windowMs the window's length in milliseconds (> 0)
+   */
   constructor(limit: number, windowMs: number, options: PostgresOptions)
+  /** From a rate string such as `'100/min'`. */
   constructor(rate: string, options: PostgresOptions)
 }
 
-export declare class PostgresSlidingWindow extends PostgresBase<Decision> {
+/** A sliding window per key, in PostgreSQL: the arguments of {@link SlidingWindow}, plus the options. */
+export declare class PostgresSlidingWindow extends PostgresBase {
+  /**
+   * @param limit the most calls a window allows, a whole number >= 1
+   * @param windowMs the window's length in milliseconds (> 0)
+   */
   constructor(limit: number, windowMs: number, options: PostgresOptions)
+  /** From a rate string such as `'100/min'`. */
   constructor(rate: string, options: PostgresOptions)
 }
 
-export declare class PostgresLimiter extends PostgresBase<MultiDecision> {
-  constructor(limits: string | Record<string, unknown> | Array<[string, unknown]>, options: PostgresOptions)
+/** Several named limits on each key, all or nothing, in PostgreSQL (one row per key): the arguments of {@link Limiter}. */
+export declare class PostgresLimiter extends PostgresBase<PostgresMultiDecision> {
+  /** @param limits `{ name: rule }`, `[{ name, ...rule }]`, or a string such as `'10/second;1000/day'` */
+  constructor(limits: Record<string, Rule> | Array<Exclude<Rule, string> & { name: string }> | LimitsString, options: PostgresOptions<Limiter>)
+  /** The limits' names, in order. */
   readonly names: string[]
+  /** The header fields for `decision`: one `RateLimit-Policy` and `RateLimit` item per limit the call was subject to. */
+  headers(decision: MultiDecision, options?: Omit<HeaderOptions, 'name'>): Array<[string, string]>
+  /** The problem document for a 429 answering `decision`, naming who denied; null when allowed. */
+  problem(decision: MultiDecision): string | null
 }
 
-/** The SQL that creates ratomic's table (`UNLOGGED` if asked) and functions. */
+/** The SQL that creates ratomic's table (`UNLOGGED` if asked) and functions. Safe to run again. */
 export declare function schema(unlogged?: boolean): string
-/** Runs `schema()` through the pool in one transaction, under an advisory lock. */
+/** Runs `schema()` through `client` (a pg Pool or Client) in one transaction, under the advisory lock the other faces take too. */
 export declare function migrate(client: PostgresClient, options?: { unlogged?: boolean }): Promise<void>

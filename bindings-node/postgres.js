@@ -11,9 +11,11 @@
 
 const ratomic = require('./ratomic.js')
 const { NativePostgres } = require('./native.js')
+const { inspect } = require('node:util')
 
 const {
   typeError, describe, readOptions, tokenBucketRule, windowArgs, limitRules, decodeAll, single, multi, acquire, realSleep,
+  headerOptions, pairs, decisionArg, entriesArg,
 } = ratomic[Symbol.for('ratomic.internals')]
 
 const OPTIONS = [
@@ -112,6 +114,9 @@ class PostgresBase {
   #client
   #decode
   #sources
+  #multi
+  // The in-memory limiter onError falls back to (undefined: none).
+  #local
 
   constructor(rules, o, isLimiter) {
     if (new.target === PostgresBase) throw typeError('PostgresBase is not constructible: use PostgresTokenBucket, PostgresFixedWindow, PostgresSlidingWindow or PostgresLimiter')
@@ -125,7 +130,15 @@ class PostgresBase {
     }
     if (native.prefix !== undefined && typeof native.prefix !== 'string') throw typeError(`prefix must be a string, got ${describe(native.prefix)}`)
     if (native.onError !== undefined && typeof native.onError !== 'string') {
-      throw typeError(`onError must be "raise", "allow", "deny" or "fallback", got ${describe(native.onError)}`)
+      // An in-memory limiter of the same shape to fall back to (as ratomic/redis's onError).
+      const want = isLimiter ? ratomic.Limiter : ratomic.BaseLimiter
+      if (!(native.onError instanceof want) || (!isLimiter && native.onError instanceof ratomic.Limiter)) {
+        throw typeError(
+          `onError must be "raise", "allow", "deny", "fallback" or ${isLimiter ? 'a ratomic Limiter' : 'an in-memory TokenBucket, FixedWindow or SlidingWindow'} to fall back to, got ${describe(native.onError)}`
+        )
+      }
+      this.#local = native.onError
+      native.onError = 'raise'
     }
     for (const k of ['denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'maxKeyLen', 'leaseKeys']) {
       if (native[k] !== undefined && typeof native[k] !== 'number') throw typeError(`${k} must be a number, got ${describe(native[k])}`)
@@ -137,6 +150,7 @@ class PostgresBase {
     this.#sources = this.#native.sources
     if (this.#native.leaseMax !== null) watchAtExit(this)
     const names = this.#native.names
+    this.#multi = isLimiter
     this.#decode = isLimiter ? (allowed, a, at) => multi(allowed, a, at, names) : single
   }
 
@@ -198,24 +212,37 @@ class PostgresBase {
     return this.#answers(this.#native.finishMany(step, reply, failed))
   }
 
+  // `promise`, or, when it rejects because PostgreSQL failed and onError is
+  // an in-memory limiter, that limiter's answer (op null: a batch).
+  #guard(promise, op, key, cost) {
+    if (this.#local === undefined) return promise
+    return promise.catch((err) => {
+      if (err.code !== 'ERR_RATOMIC_BACKEND') throw err
+      if (op === null) return this.#local.allowMany(key).map((d) => ({ ...d, source: 'fallback' }))
+      const d = op === OP_PEEK ? this.#local.peek(key, cost) : this.#local.allow(key, cost)
+      d.source = 'fallback'
+      return d
+    })
+  }
+
   /** Consumes `cost` if every limit allows it, at the server's clock: a Promise of the decision. */
   allow(key, cost = 1) {
-    return this.#decide(OP_ALLOW, key, cost, undefined)
+    return this.#guard(this.#decide(OP_ALLOW, key, cost, undefined), OP_ALLOW, key, cost)
   }
 
   /** As `allow` at `nowMs` (milliseconds on your clock). */
   allowAt(key, nowMs, cost = 1) {
-    return this.#decide(OP_ALLOW, key, cost, nowMs)
+    return this.#guard(this.#decide(OP_ALLOW, key, cost, nowMs), OP_ALLOW, key, cost)
   }
 
   /** What `allow` would answer, changing nothing. */
   peek(key, cost = 1) {
-    return this.#decide(OP_PEEK, key, cost, undefined)
+    return this.#guard(this.#decide(OP_PEEK, key, cost, undefined), OP_PEEK, key, cost)
   }
 
   /** As `peek` at `nowMs`. */
   peekAt(key, nowMs, cost = 1) {
-    return this.#decide(OP_PEEK, key, cost, nowMs)
+    return this.#guard(this.#decide(OP_PEEK, key, cost, nowMs), OP_PEEK, key, cost)
   }
 
   /** Gives `tokens` back to every limit on `key` (never above full); into this process's own lease of `key` first, if it can take them. */
@@ -236,12 +263,12 @@ class PostgresBase {
 
   /** Decides every request (a key, or `[key, cost]`) in one statement, in order. */
   allowMany(requests) {
-    return this.#many(requests, undefined)
+    return this.#guard(this.#many(requests, undefined), null, requests)
   }
 
   /** As `allowMany`, every request at `nowMs`. */
   allowManyAt(requests, nowMs) {
-    return this.#many(requests, nowMs)
+    return this.#guard(this.#many(requests, nowMs), null, requests)
   }
 
   /** Waits until `key` grants `cost` (options: `timeoutMs`, `signal`), as the in-memory `acquire`. */
@@ -253,6 +280,11 @@ class PostgresBase {
   async gc(nowMs) {
     const r = await run(this.#client, this.#native.gcStatement, [this.#native.prefix, this.#native.atUs(nowMs), 10000])
     return Number(r)
+  }
+
+  /** The pg Pool (or Client) the statements run through. */
+  get client() {
+    return this.#client
   }
 
   /** The row prefix. */
@@ -306,6 +338,34 @@ class PostgresBase {
   /** Keys this process holds a lease on now. */
   get leasesHeld() {
     return this.#native.leasesHeld
+  }
+
+  /**
+   * The HTTP header fields for one of this limiter's decisions, as
+   * `[name, value]` pairs, formatted as the in-memory limiters' `headers()`
+   * (`options.name` names a single rule's limit; a `PostgresLimiter`'s limits
+   * are named already).
+   */
+  headers(decision, options) {
+    const o = headerOptions(options, this.#multi ? ['legacy', 'draft'] : ['name', 'legacy', 'draft'])
+    const d = decisionArg(decision)
+    return pairs(this.#native.headers(d, this.#multi ? entriesArg(d) : undefined, o.name, o.format))
+  }
+
+  /** The RFC 9457 problem document (JSON) for a 429 answering `decision`, or null when it was allowed. */
+  problem(decision, options) {
+    const o = headerOptions(options, this.#multi ? [] : ['name'])
+    const d = decisionArg(decision)
+    return this.#native.problem(d, this.#multi ? entriesArg(d) : undefined, o.name)
+  }
+
+  /** The class, the rule(s) with their units and the prefix: `PostgresFixedWindow { fixed window 5 per 1m, prefix: "ratomic" }`. */
+  toString() {
+    return `${this.constructor.name} { ${this.#native.description}, prefix: ${JSON.stringify(this.#native.prefix)} }`
+  }
+
+  [inspect.custom]() {
+    return this.toString()
   }
 }
 

@@ -28,6 +28,8 @@ export RATOMIC_PG_BIN=$pg_bin RATOMIC_PG_USER=$pg_user
 echo "== postgres on $RATOMIC_POSTGRES_URL"
 
 cargo test -p ratomic-postgres --features server-tests --test server -- "$@"
+# The tower layer on PostgreSQL-backed limiters (ratomic-tower's `postgres` feature).
+cargo test -p ratomic-tower --features postgres --test postgres -- "$@"
 
 # `ratomic simulate --postgres` prints what the in-memory run prints, but for
 # the line that says how long the run took and where it was decided.

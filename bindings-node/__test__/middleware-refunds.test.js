@@ -207,3 +207,36 @@ test('Redis limiters: a RedisTokenBucket and a RedisFixedWindow refund; a RedisS
     await redis.stop()
   }
 })
+
+test('Postgres limiters: a PostgresTokenBucket and a PostgresFixedWindow refund; a PostgresSlidingWindow is refused at set-up', async (t) => {
+  // The PostgreSQL that run-tests.sh starts (RATOMIC_POSTGRES_URL).
+  const url = process.env.RATOMIC_POSTGRES_URL
+  assert.ok(url, 'RATOMIC_POSTGRES_URL: run with bindings-node/run-tests.sh (it starts a server)')
+  const { Pool } = require('pg')
+  const { PostgresTokenBucket, PostgresFixedWindow, PostgresSlidingWindow, migrate } = require('ratomic/postgres')
+  const client = new Pool({ connectionString: url, max: 8 })
+  try {
+    await migrate(client)
+    const run = `refunds-${process.pid}-${Date.now()}-`
+    let n = 0
+    for (const framework of Object.keys(FRAMEWORKS)) {
+      for (const [kind, make] of Object.entries({
+        PostgresTokenBucket: (prefix) => new PostgresTokenBucket('10/min', { client, prefix }),
+        PostgresFixedWindow: (prefix) => new PostgresFixedWindow(10, 3_600_000, { client, prefix }),
+      })) {
+        await t.test(`${framework}, ${kind}`, async () => {
+          for (const mode of ['skipFailedRequests', 'skipSuccessfulRequests']) {
+            const limiter = make(`${run}${n++}`)
+            await refunds(framework, { options: { limiter }, remaining: async () => (await limiter.peek(IP, 0)).remaining }, mode)
+          }
+        })
+      }
+      assert.throws(() => rateLimit({ limiter: new PostgresSlidingWindow(10, 60_000, { client }), skipFailedRequests: true }), {
+        name: 'TypeError',
+        message: /PostgresFixedWindow/,
+      })
+    }
+  } finally {
+    await client.end()
+  }
+})

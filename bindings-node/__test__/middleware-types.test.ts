@@ -8,6 +8,7 @@ import ratomicFastify = require('ratomic/fastify')
 import type { FastifyRateLimitOptions } from 'ratomic/fastify'
 import { DirectTokenBucket, Quotas, Stack, TokenBucket } from 'ratomic'
 import { RedisLimiter, RedisTokenBucket } from 'ratomic/redis'
+import { PostgresLimiter, PostgresSlidingWindow, PostgresTokenBucket } from 'ratomic/postgres'
 
 test('typings: the middleware factories', () => {
   const options: RateLimitOptions = { limiter: new TokenBucket('5/s'), name: 'api', legacyHeaders: true, ipv6Subnet: 56 }
@@ -18,6 +19,13 @@ test('typings: the middleware factories', () => {
   // A Redis limiter fits `limiter` too (types only here; middleware-redis.test.js runs them).
   const onRedis = (limiter: RedisTokenBucket | RedisLimiter): RateLimitOptions => ({ limiter, passOnStoreError: true })
   assert.equal(typeof onRedis, 'function')
+  // A Postgres limiter too, in both frameworks (middleware-postgres.test.js runs them); its source is typed.
+  const onPostgres = (limiter: PostgresTokenBucket | PostgresSlidingWindow | PostgresLimiter): RateLimitOptions => ({ limiter, passOnStoreError: true })
+  assert.equal(typeof onPostgres, 'function')
+  const onPostgresFastify = (limiter: PostgresTokenBucket | PostgresLimiter): FastifyRateLimitOptions => ({ limiter })
+  assert.equal(typeof onPostgresFastify, 'function')
+  const fromPostgres = (info: RateLimitInfo): boolean => info.source === 'postgres'
+  assert.equal(typeof fromPostgres, 'function')
   // What a client is not told goes to onLimiterError, with a code and the status sent.
   const seen: string[] = []
   const logged: RateLimitOptions = { onLimiterError: (e, req) => seen.push(`${e.code} ${e.status} ${req.url}`) }

@@ -142,3 +142,27 @@ test('bad lease options are clear errors', () => {
   assert.throws(() => new PostgresTokenBucket(10, 1, { client: pool, lease: 'sometimes' }), /lease/)
   assert.equal(new PostgresFixedWindow(10, 1000, { client: pool, lease: 'auto' }).lease, null)
 })
+
+test('onError: an in-memory limiter decides every call while the server cannot be reached', async () => {
+  const dead = new Pool({ host: '127.0.0.1', port: 1, connectionTimeoutMillis: 1000 })
+  try {
+    const local = new ratomic.TokenBucket(2, 1 / 60)
+    const pg = new PostgresTokenBucket('5/h', { client: dead, breakerThreshold: 0, onError: local })
+    assert.deepEqual([(await pg.peek('k')).remaining, (await pg.peek('k')).source], [1, 'fallback'])
+    const d = await pg.allow('k')
+    assert.deepEqual([d.allowed, d.remaining, d.limit, d.source], [true, 1, 2, 'fallback'])
+    const many = await pg.allowMany(['k', 'k'])
+    assert.deepEqual(many.map((m) => [m.allowed, m.source]), [[true, 'fallback'], [false, 'fallback']])
+    assert.equal(local.peek('k', 0).remaining, 0, 'the calls went to the local limiter')
+    // A Limiter falls back to a Limiter; a refund still fails (nothing to give back to).
+    const multi = new PostgresLimiter({ a: '1/h' }, { client: dead, onError: new ratomic.Limiter({ a: '1/h' }) })
+    assert.deepEqual((await multi.allow('k')).entries.map((e) => e.name), ['a'])
+    await assert.rejects(pg.refund('k', 1), (e) => e.code === 'ERR_RATOMIC_BACKEND')
+    assert.throws(() => new PostgresTokenBucket('5/h', { client: dead, onError: new ratomic.Limiter({ a: '1/h' }) }), TypeError)
+    assert.throws(() => new PostgresLimiter({ a: '1/h' }, { client: dead, onError: local }), TypeError)
+    // The string policies still work.
+    assert.equal((await new PostgresTokenBucket('5/h', { client: dead, onError: 'fallback' }).allow('k')).source, 'fallback')
+  } finally {
+    await dead.end()
+  }
+})

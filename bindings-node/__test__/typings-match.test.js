@@ -16,6 +16,7 @@ const ratomic = require('..')
 const FACES = [
   { dts: 'ratomic.d.ts', module: ratomic, typings: 'typings.test.ts', specifier: 'ratomic' },
   { dts: 'redis.d.ts', module: require('../redis.js'), typings: 'redis-types.test.ts', specifier: 'ratomic/redis' },
+  { dts: 'postgres.d.ts', module: require('../postgres.js'), typings: 'postgres-types.test.ts', specifier: 'ratomic/postgres' },
 ]
 
 function program(face = FACES[0]) {
@@ -40,6 +41,11 @@ function declarations(dts) {
     if (ts.isVariableStatement(s)) {
       // `export declare const NAME`: a value, with no members.
       for (const d of s.declarationList.declarations) out.set(d.name.text, { node: s, kind: 'const', members: new Map(), bases: [] })
+      continue
+    }
+    if (ts.isFunctionDeclaration(s) && s.name) {
+      // `export declare function NAME` (each overload a statement): a function, with no members.
+      out.set(s.name.text, { node: s, kind: 'function', members: new Map(), bases: [] })
       continue
     }
     if (!s.name) continue
@@ -85,8 +91,13 @@ for (const face of FACES) {
     const decls = declarations(program(face).dts)
     const classes = [...decls].filter(([, d]) => d.kind === 'class').map(([n]) => n)
     const consts = [...decls].filter(([, d]) => d.kind === 'const').map(([n]) => n)
-    assert.deepEqual([...classes, ...consts].sort(), Object.keys(ratomic).sort())
+    const functions = [...decls].filter(([, d]) => d.kind === 'function').map(([n]) => n)
+    assert.deepEqual([...classes, ...consts, ...functions].sort(), Object.keys(ratomic).sort())
     for (const name of consts) assert.equal(typeof ratomic[name], 'string', `${name} is a constant`)
+    for (const name of functions) {
+      assert.equal(typeof ratomic[name], 'function', `${name} is a function`)
+      assert.equal(/^class\b/.test(Function.prototype.toString.call(ratomic[name])), false, `${name} is declared a function but is a class`)
+    }
     for (const name of classes) {
       const declared = declaredMembers(decls, name)
       const runtime = runtimeMembers(ratomic[name])

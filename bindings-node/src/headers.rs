@@ -126,6 +126,42 @@ pub fn with_multi<'a, T>(
     with_policies(&policies, "limit", "limiter", combined, entries, f)
 }
 
+/// `f` of the headers of a decision of a limiter in a shared backend
+/// (`ratomic/redis`, `ratomic/postgres`) of `rules` as given: a single
+/// rule's, its limit named `name`, or, for named limits (`multi`, named
+/// `names`), one with its `entries`. `class` names the limiter whose
+/// decisions carry entries, for the error when they are missing.
+#[allow(clippy::too_many_arguments)]
+pub fn with_backend<'a, T>(
+    multi: bool,
+    names: impl Iterator<Item = &'a str>,
+    rules: &[Rule],
+    class: &str,
+    d: &DecisionIn,
+    entries: Option<Vec<EntryIn>>,
+    name: &str,
+    f: impl FnOnce(&Headers<'_>) -> T,
+) -> Res<T> {
+    match (multi, entries) {
+        (false, _) => with_single(name, &rules[0], d, f),
+        (true, Some(entries)) => with_multi(names, rules, d, &entries, f),
+        (true, None) => Err(JsFailure::type_error(
+            "ERR_RATOMIC_INVALID_ARGUMENT",
+            format!("decision must be a {class} decision (with entries)"),
+        )),
+    }
+}
+
+/// The rule of a shared backend's limiter with its units, as core prints
+/// it (`"fixed window 5 per 1m"`), or its named rules (`"burst": token
+/// bucket 5 per 1s, ...`).
+pub fn describe_backend<'a>(multi: bool, names: impl Iterator<Item = &'a str>, rules: &[Rule]) -> String {
+    if !multi {
+        return rules[0].to_string();
+    }
+    names.zip(rules).map(|(name, rule)| format!("{name:?}: {rule}")).collect::<Vec<_>>().join(", ")
+}
+
 /// `f` of the headers of a decision with entries (a `Limiter`'s or a
 /// `Stack`'s) under `policies`, one per limit or member and named as they
 /// are: each entry is matched to its policy by name. `part` / `whole` name

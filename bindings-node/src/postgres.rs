@@ -18,6 +18,7 @@ use ratomic_postgres::{Batch, BatchStep, Call, Driver, Error as PgError, Failure
 use crate::batch;
 use crate::clock::{ms_to_ns, ns_to_ms};
 use crate::error::{whole, JsFailure, Res};
+use crate::headers::{self, DecisionIn, EntryIn};
 use crate::key::with_key;
 use crate::rule::{rule, RuleSpec};
 
@@ -149,6 +150,8 @@ impl NativePostgresBatch {
 pub struct NativePostgres {
     driver: Driver,
     multi: bool,
+    /// The rules as given (the header fields' policies, as for Redis).
+    rules: Vec<ratomic::Rule>,
 }
 
 fn failure(e: PgError) -> JsFailure {
@@ -251,6 +254,17 @@ impl NativePostgres {
         NativePostgresCall { call: Some(call), answer: None, params }
     }
 
+    fn with_headers<T>(
+        &self,
+        d: &DecisionIn,
+        entries: Option<Vec<EntryIn>>,
+        name: &str,
+        f: impl FnOnce(&ratomic::headers::Headers<'_>) -> T,
+    ) -> Res<T> {
+        let names = self.driver.limits().names();
+        headers::with_backend(self.multi, names, &self.rules, "PostgresLimiter", d, entries, name, f)
+    }
+
     fn key<R>(&self, env: &Env, key: &Unknown<'_>, f: impl FnOnce(&[u8]) -> R) -> Res<R> {
         let max = self.driver.limits().max_key_len();
         // SAFETY: env and key are live values of the call in progress.
@@ -319,7 +333,7 @@ impl NativePostgres {
                     .unwrap_or(usize::MAX),
                 ..Options::default()
             };
-            Ok(NativePostgres { driver: Driver::try_new(limits, options).map_err(failure)?, multi })
+            Ok(NativePostgres { driver: Driver::try_new(limits, options).map_err(failure)?, multi, rules: parsed })
         };
         build().map_err(|e| e.into_napi(&env))
     }
@@ -358,6 +372,40 @@ impl NativePostgres {
     #[napi(getter)]
     pub fn names(&self) -> Vec<String> {
         self.driver.limits().names().map(str::to_owned).collect()
+    }
+
+    /// The rule with its units (`"fixed window 5 per 1m"`), or a limiter's
+    /// named rules, as `NativeRedis` describes them.
+    #[napi(getter)]
+    pub fn description(&self) -> String {
+        headers::describe_backend(self.multi, self.driver.limits().names(), &self.rules)
+    }
+
+    /// The HTTP header fields for a decision of this limiter, as
+    /// `Name: value\r\n` lines (see `NativeRedis::headers`).
+    #[napi]
+    pub fn headers(
+        &self,
+        env: Env,
+        decision: DecisionIn,
+        entries: Option<Vec<EntryIn>>,
+        name: String,
+        format: u32,
+    ) -> Result<String> {
+        self.with_headers(&decision, entries, &name, headers::fields(format)).map_err(|e| e.into_napi(&env))
+    }
+
+    /// The RFC 9457 problem document for a 429 answering the decision, or
+    /// null when it was allowed.
+    #[napi]
+    pub fn problem(
+        &self,
+        env: Env,
+        decision: DecisionIn,
+        entries: Option<Vec<EntryIn>>,
+        name: String,
+    ) -> Result<Option<String>> {
+        self.with_headers(&decision, entries, &name, headers::problem).map_err(|e| e.into_napi(&env))
     }
 
     /// The largest cost a call may ask.

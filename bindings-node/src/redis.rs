@@ -278,14 +278,16 @@ impl NativeRedis {
         name: &str,
         f: impl FnOnce(&ratomic::headers::Headers<'_>) -> T,
     ) -> Res<T> {
-        match (self.multi, entries) {
-            (false, _) => headers::with_single(name, &self.rules[0], d, f),
-            (true, Some(entries)) => headers::with_multi(self.driver.limits().names(), &self.rules, d, &entries, f),
-            (true, None) => Err(JsFailure::type_error(
-                "ERR_RATOMIC_INVALID_ARGUMENT",
-                "decision must be a RedisLimiter decision (with entries)",
-            )),
-        }
+        headers::with_backend(
+            self.multi,
+            self.driver.limits().names(),
+            &self.rules,
+            "RedisLimiter",
+            d,
+            entries,
+            name,
+            f,
+        )
     }
 
     fn key<R>(&self, env: &Env, key: &Unknown<'_>, f: impl FnOnce(&[u8]) -> R) -> Res<R> {
@@ -408,11 +410,7 @@ impl NativeRedis {
     /// 1m"`), or a limiter's named rules (`"burst": token bucket 5 per 1s, ...`).
     #[napi(getter)]
     pub fn description(&self) -> String {
-        if !self.multi {
-            return self.rules[0].to_string();
-        }
-        let names = self.driver.limits().names();
-        names.zip(&self.rules).map(|(name, rule)| format!("{name:?}: {rule}")).collect::<Vec<_>>().join(", ")
+        headers::describe_backend(self.multi, self.driver.limits().names(), &self.rules)
     }
 
     /// The key prefix.

@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use ratomic::headers::{Draft, Headers, Policy};
 use ratomic::{Algorithm, Decision, Rule};
 
-use crate::decision::MultiDecision;
+use crate::decision::{self, MultiDecision, Source};
 use crate::error::{invalid_argument, CoreResultExt};
 
 /// `(name, value)` pairs, in the order a response should carry them.
@@ -65,6 +65,44 @@ pub fn with_multi<'a, T>(
 ) -> PyResult<T> {
     let policies = names.zip(rules).map(|(n, r)| Policy::of(n, r)).collect::<ratomic::Result<Vec<_>>>().py_err(py)?;
     with_policies(py, &policies, d, f)
+}
+
+/// `f` of the headers of a decision of a limiter in a shared backend
+/// (`ratomic.redis`, `ratomic.postgres`) of `rules` as given: a
+/// `MultiDecision` of named limits `names` (`multi`), else a `Decision` of
+/// the one rule, its limit named `name`.
+pub fn with_backend<'a, T>(
+    py: Python<'_>,
+    multi: bool,
+    names: impl Iterator<Item = &'a str>,
+    rules: &[Rule],
+    decision: &Bound<'_, PyAny>,
+    name: &str,
+    f: impl FnOnce(&Headers<'_>) -> T,
+) -> PyResult<T> {
+    if multi {
+        let d = decision.cast::<MultiDecision>()?.borrow();
+        with_multi(py, names, rules, &d, f)
+    } else {
+        let d = decision.cast::<decision::Decision>()?.borrow();
+        with_single(py, name, &rules[0], d.0, f)
+    }
+}
+
+/// Checks `name` as the name of a single rule's limit in the header fields
+/// (a middleware's set-up, before any request).
+pub fn check_name(py: Python<'_>, rule: &Rule, name: &str) -> PyResult<()> {
+    Policy::of(name, rule).py_err(py).map(drop)
+}
+
+/// A local limiter's decision (a backend's `on_error` limiter), marked as
+/// the fallback's.
+pub fn fallback(py: Python<'_>, decision: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    if let Ok(d) = decision.cast::<decision::Decision>() {
+        return Ok(Py::new(py, decision::Decision(d.get().0, Source::Fallback))?.into_any());
+    }
+    let d = decision.cast::<MultiDecision>()?;
+    Ok(Py::new(py, d.get().with_source(Source::Fallback))?.into_any())
 }
 
 /// `f` of the headers of a multi-limit decision whose entries index

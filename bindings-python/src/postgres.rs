@@ -17,6 +17,7 @@ use crate::clock::{seconds_to_nanos, time_to_nanos};
 use crate::decision::{make_names, Decision, MultiDecision, Names};
 use crate::error::py_float_repr;
 use crate::error::{core_error, invalid_argument, Exceptions};
+use crate::headers::{self, Fields};
 use crate::key::{key_bytes, not_whole, number, size, whole, Cost};
 use crate::keyed::{batch, keys_of};
 use crate::limiter::limits_arg;
@@ -279,6 +280,37 @@ impl PostgresDriver {
     /// `now` (seconds) as the statements' `at_us`, checked; None stays None.
     fn at_us(&self, py: Python<'_>, now: Option<f64>) -> PyResult<Option<i64>> {
         self.driver.limits().at_us(now_of(py, now)?).map_err(|e| pg_error(py, e, None))
+    }
+
+    /// HTTP fields for `decision` as `ratomic.redis`'s driver gives them
+    /// (the same code): `name` names a single rule's limit.
+    #[pyo3(signature = (decision, name, legacy, *, draft = "draft-11"))]
+    fn headers(
+        &self,
+        py: Python<'_>,
+        decision: &Bound<'_, PyAny>,
+        name: &str,
+        legacy: bool,
+        draft: &str,
+    ) -> PyResult<Fields> {
+        let names = self.driver.limits().names();
+        headers::with_backend(py, self.multi, names, &self.rules, decision, name, headers::fields(py, draft, legacy)?)
+    }
+
+    /// The RFC 9457 problem document for a 429 answering `decision`, or None.
+    fn problem(&self, py: Python<'_>, decision: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<String>> {
+        let names = self.driver.limits().names();
+        headers::with_backend(py, self.multi, names, &self.rules, decision, name, headers::problem)
+    }
+
+    /// Checks `name` as the name of a single rule's limit in the header fields.
+    fn check_name(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        headers::check_name(py, &self.rules[0], name)
+    }
+
+    /// A local limiter's decision (the `on_error` limiter), marked as the fallback's.
+    fn fallback(&self, py: Python<'_>, decision: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        headers::fallback(py, decision)
     }
 
     /// The limits' rules, in order.

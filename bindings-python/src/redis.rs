@@ -13,9 +13,9 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 use ratomic_redis::{BatchStep, Call, Driver, Error as RedisError, FailurePolicy, Lease, Limits, Op, Options, Step};
 
 use crate::clock::{seconds_to_nanos, time_to_nanos};
-use crate::decision::{make_names, Decision, MultiDecision, Names, Source};
+use crate::decision::{make_names, Decision, MultiDecision, Names};
 use crate::error::py_float_repr;
-use crate::error::{core_error, invalid_argument, CoreResultExt, Exceptions};
+use crate::error::{core_error, invalid_argument, Exceptions};
 use crate::headers::{self, Fields};
 use crate::key::{key_bytes, not_whole, number, size, whole, Cost};
 use crate::keyed::{batch, keys_of};
@@ -115,13 +115,7 @@ impl RedisDriver {
         name: &str,
         f: impl FnOnce(&ratomic::headers::Headers<'_>) -> T,
     ) -> PyResult<T> {
-        if self.multi {
-            let d = decision.cast::<MultiDecision>()?.borrow();
-            headers::with_multi(py, self.driver.limits().names(), &self.rules, &d, f)
-        } else {
-            let d = decision.cast::<Decision>()?.borrow();
-            headers::with_single(py, name, &self.rules[0], d.0, f)
-        }
+        headers::with_backend(py, self.multi, self.driver.limits().names(), &self.rules, decision, name, f)
     }
 
     fn step(&self, py: Python<'_>, step: Step) -> PyResult<Py<PyAny>> {
@@ -277,7 +271,7 @@ impl RedisDriver {
     /// Checks `name` as the name of a single rule's limit in the header
     /// fields (a middleware's set-up, before any request).
     fn check_name(&self, py: Python<'_>, name: &str) -> PyResult<()> {
-        ratomic::headers::Policy::of(name, &self.rules[0]).py_err(py).map(drop)
+        headers::check_name(py, &self.rules[0], name)
     }
 
     /// The script's source, for `SCRIPT LOAD` after a `NOSCRIPT` answer.
@@ -509,10 +503,6 @@ impl RedisDriver {
 
     /// A local limiter's decision, marked as the fallback's.
     fn fallback(&self, py: Python<'_>, decision: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        if let Ok(d) = decision.cast::<Decision>() {
-            return Ok(Py::new(py, Decision(d.get().0, Source::Fallback))?.into_any());
-        }
-        let d = decision.cast::<MultiDecision>()?;
-        Ok(Py::new(py, d.get().with_source(Source::Fallback))?.into_any())
+        headers::fallback(py, decision)
     }
 }

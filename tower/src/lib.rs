@@ -65,7 +65,8 @@
 //! without blocking. With the `redis` feature, a
 //! `ratomic_redis::RedisLimiter` stands behind the layer too: its decision
 //! is awaited (one `EVALSHA`, or its deny cache, breaker and failure
-//! policy).
+//! policy); with the `postgres` feature, a
+//! `ratomic_postgres::PostgresLimiter` the same way (one statement).
 //!
 //! ## Coming from tower_governor
 //!
@@ -109,8 +110,9 @@
 //! balancer) gives each its own count, so a per-IP limit of 5 per minute
 //! lets through 5 per minute *per process*. Build the limiter with
 //! `.shared_file(path)` for the processes of one host, or put a
-//! `ratomic_redis::RedisLimiter` behind the layer (`redis` feature) for a
-//! fleet.
+//! `ratomic_redis::RedisLimiter` (`redis` feature) or a
+//! `ratomic_postgres::PostgresLimiter` (`postgres` feature) behind the
+//! layer for a fleet.
 
 #![warn(missing_docs)]
 
@@ -118,14 +120,20 @@ mod config;
 mod fields;
 mod key;
 mod limiter;
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod remote;
 mod service;
 
 pub use config::{BackendFailure, RateLimitLayer};
 pub use fields::{Outcome, RateLimitInfo};
 pub use key::{client_key, peer_key, ClientIp, KeyBy, ProxyHeader};
 pub use limiter::{IntoRateLimiter, Multi, Plans, RateLimiter, Single, StackOf};
+#[cfg(feature = "postgres")]
+pub use postgres::Postgres;
 pub use ratomic::headers::Draft;
 #[cfg(feature = "redis")]
 pub use redis::Redis;

@@ -3,12 +3,11 @@
 
 use std::sync::Arc;
 
-use ratomic::headers::Policy;
-
 use crate::config::Throttle;
 use crate::fields::{Entries, Heads};
 use crate::key::Keys;
-use crate::limiter::{sealed, Call, DecideError, Decided, IntoRateLimiter, RateLimiter, Refunded};
+use crate::limiter::{sealed, Call, Decided, IntoRateLimiter, RateLimiter, Refunded};
+use crate::remote::{self, owned};
 
 /// A Redis-backed limiter with its policies: one named after the layer's
 /// `name` when it holds a single rule (`Limits::single`), else one per
@@ -23,25 +22,12 @@ pub struct Redis<C> {
 }
 
 fn heads(limits: &ratomic_redis::Limits, single_name: &str) -> ratomic::Result<Arc<Heads>> {
-    let single = is_single(limits);
-    let policies = limits
-        .names()
-        .zip(limits.core_rules())
-        .map(|(n, r)| Policy::of(if single { single_name } else { n }, r))
-        .collect::<ratomic::Result<Vec<_>>>()?;
-    Ok(Arc::new(Heads::new(policies)?))
-}
-
-fn is_single(limits: &ratomic_redis::Limits) -> bool {
-    let mut names = limits.names();
-    matches!((names.next(), names.next()), (Some(ratomic_redis::SINGLE), None))
-}
-
-fn owned(keys: Keys<'_>) -> Result<Vec<u8>, DecideError> {
-    match keys {
-        Keys::One(k) => Ok(k.to_vec()),
-        Keys::Each(_) => Err("per-member keys need a Stack behind the layer".into()),
-    }
+    remote::heads(
+        limits.names(),
+        limits.core_rules(),
+        remote::is_single(limits.names(), ratomic_redis::SINGLE),
+        single_name,
+    )
 }
 
 impl<C> sealed::Sealed for Redis<C> {}
@@ -60,14 +46,7 @@ where
         Decided::Later(Box::pin(async move {
             let d = limiter.allow_n(&key, cost).await?;
             if matches!(d.source, ratomic_redis::Source::Policy | ratomic_redis::Source::Fallback) {
-                if let Some(more) = by_policy.due() {
-                    tracing::warn!(
-                        target: "ratomic_tower",
-                        source = ?d.source,
-                        more,
-                        "the limiter's Redis is failing; its own failure policy answers"
-                    );
-                }
+                remote::report_policy(&by_policy, "Redis", &d.source);
             }
             let entries: Entries = d.entries().enumerate().map(|(i, (_, e))| (i, e)).collect();
             Ok(heads.verdict(&entries, d.decision, format))
@@ -98,7 +77,7 @@ where
     type Limiter = Redis<C>;
     fn into_rate_limiter(self) -> ratomic::Result<Redis<C>> {
         let heads = heads(self.limits(), "default")?;
-        let single = is_single(self.limits());
+        let single = remote::is_single(self.limits().names(), ratomic_redis::SINGLE);
         Ok(Redis { limiter: self, heads, single, by_policy: Arc::default() })
     }
 }

@@ -317,11 +317,15 @@ impl Judged {
     }
 }
 
-/// Whether a limiter's error is a failure of its backend (Redis down or too
-/// slow) rather than of the request.
+/// Whether a limiter's error is a failure of its backend (Redis or
+/// PostgreSQL down or too slow) rather than of the request.
 fn is_backend(e: &DecideError) -> bool {
     #[cfg(feature = "redis")]
     if let Some(e) = e.downcast_ref::<ratomic_redis::Error>() {
+        return e.is_backend();
+    }
+    #[cfg(feature = "postgres")]
+    if let Some(e) = e.downcast_ref::<ratomic_postgres::Error>() {
         return e.is_backend();
     }
     e.is::<std::io::Error>()

@@ -34,12 +34,14 @@ from ratomic._ratomic import (
 
 if TYPE_CHECKING:
     from ratomic._ratomic import _Draft
+    from ratomic.postgres import _PostgresBase
     from ratomic.redis import _RedisBase
 
 #: Any limiter a middleware can use: in memory (or a shared file), a
-#: ``Stack`` of them, or on Redis (``ratomic.redis``; an asyncio client
-#: under ASGI and FastAPI, a blocking one under WSGI).
-AnyLimiter = Union[Keyed, Limiter, DirectTokenBucket, Stack, Quotas, "_RedisBase[Any, Any]"]
+#: ``Stack`` of them, or in a shared backend (``ratomic.redis``,
+#: ``ratomic.postgres``; an asyncio client under ASGI and FastAPI, a
+#: blocking one under WSGI).
+AnyLimiter = Union[Keyed, Limiter, DirectTokenBucket, Stack, Quotas, "_RedisBase[Any, Any]", "_PostgresBase"]
 
 #: A quota for a ``ratomic.Quotas``: a rate string or a ``Rule.token_bucket``.
 QuotaLike = Union[str, Rule]
@@ -258,11 +260,48 @@ def forwarded_for(lines: Sequence[str | bytes]) -> str | None:
     return ", ".join(v.decode("latin-1") if isinstance(v, bytes) else v for v in lines)
 
 
-def _redis_limiter(limiter: object) -> Any:
-    """``limiter`` if it is one of ``ratomic.redis``'s (the module is loaded
-    if one was ever made; this one never imports it, nor redis-py)."""
-    module = sys.modules.get("ratomic.redis")
-    return limiter if module is not None and isinstance(limiter, module._RedisBase) else None
+#: The shared backends' modules: (module, base class, multi-limit class,
+#: the source of a decision the backend itself gave, the asyncio client's
+#: name, the blocking client's name).
+_BACKENDS = (
+    ("ratomic.redis", "_RedisBase", "RedisLimiter", "redis", "a redis.asyncio client", "a blocking redis.Redis client"),
+    (
+        "ratomic.postgres",
+        "_PostgresBase",
+        "PostgresLimiter",
+        "postgres",
+        "a psycopg.AsyncConnection or psycopg_pool.AsyncConnectionPool",
+        "a blocking psycopg.Connection or psycopg_pool.ConnectionPool",
+    ),
+)
+
+
+class _Remote:
+    """A limiter whose state is in a shared backend (``ratomic.redis``,
+    ``ratomic.postgres``): the same calls as an in-memory one, awaited on an
+    asyncio client, its decisions with a ``source``."""
+
+    __slots__ = ("limiter", "multi", "source", "async_client", "sync_client", "name")
+
+    def __init__(self, limiter: Any, multi: bool, source: str, async_client: str, sync_client: str) -> None:
+        self.limiter = limiter
+        self.multi = multi
+        #: The source of a decision the backend gave (one a refund can go back to).
+        self.source = source
+        self.async_client = async_client
+        self.sync_client = sync_client
+        self.name = type(limiter).__module__
+
+
+def _remote_limiter(limiter: object) -> _Remote | None:
+    """``limiter`` as a :class:`_Remote` if it is one of ``ratomic.redis``'s
+    or ``ratomic.postgres``'s (a module is loaded if one of its limiters
+    was ever made; this one never imports them, nor their clients)."""
+    for module_name, base, multi, source, async_client, sync_client in _BACKENDS:
+        module = sys.modules.get(module_name)
+        if module is not None and isinstance(limiter, getattr(module, base)):
+            return _Remote(limiter, isinstance(limiter, getattr(module, multi)), source, async_client, sync_client)
+    return None
 
 
 def _check_callable(param: str, value: Any) -> None:
@@ -320,18 +359,19 @@ class Policy:
         skip_failed_requests: bool = False,
         request_was_successful: Callable[[int], bool] | None = None,
     ) -> None:
-        redis = _redis_limiter(limiter)
-        if redis is None and not isinstance(limiter, (Keyed, Limiter, DirectTokenBucket, Stack, Quotas)):
+        remote = _remote_limiter(limiter)
+        if remote is None and not isinstance(limiter, (Keyed, Limiter, DirectTokenBucket, Stack, Quotas)):
             raise ArgumentTypeError(
                 f"limiter must be a ratomic TokenBucket, FixedWindow, SlidingWindow, Limiter, "
-                f"DirectTokenBucket, Stack or Quotas, or one of ratomic.redis, not {type(limiter).__name__}"
+                f"DirectTokenBucket, Stack or Quotas, or one of ratomic.redis or ratomic.postgres, "
+                f"not {type(limiter).__name__}"
             )
-        if redis is not None and redis._async != (server == "async"):
+        if remote is not None and remote.limiter._async != (server == "async"):
             raise ArgumentTypeError(
-                "an ASGI app needs a Redis limiter on a redis.asyncio client (a blocking call would stall "
-                "the event loop)"
+                f"an ASGI app needs a {remote.name} limiter on {remote.async_client} (a blocking call would "
+                "stall the event loop)"
                 if server == "async"
-                else "a WSGI app needs a Redis limiter on a blocking redis.Redis client, not an asyncio one"
+                else f"a WSGI app needs a {remote.name} limiter on {remote.sync_client}, not an asyncio one"
             )
         for param, value, top in (("trusted_proxies", trusted_proxies, None), ("ipv6_prefix", ipv6_prefix, 128)):
             if isinstance(value, bool) or not isinstance(value, int):
@@ -403,12 +443,12 @@ class Policy:
             stack_keys = self._stack_keys
             allow = lambda key, cost, sel: lim.allow(stack_keys(key), cost)  # noqa: E731
             refund = lambda key, cost, sel: lim.refund(stack_keys(key), cost)  # noqa: E731
-        elif redis is not None:
-            self.multi = isinstance(redis, sys.modules["ratomic.redis"].RedisLimiter)
+        elif remote is not None:
+            self.multi = remote.multi
             # Each limit's name, or the one rule's: one no header can carry
             # is an error now, not on every request.
-            for n in redis.names if self.multi else (name,):
-                redis._driver.check_name(n)
+            for n in remote.limiter.names if self.multi else (name,):
+                remote.limiter._driver.check_name(n)
             allow = lambda key, cost, sel: lim.allow(_one_key(key), cost)  # noqa: E731
             refund = lambda key, cost, sel: lim.refund(key, cost)  # noqa: E731
         elif isinstance(limiter, DirectTokenBucket):
@@ -466,10 +506,12 @@ class Policy:
         if isinstance(limiter, (Keyed, DirectTokenBucket, Limiter, Stack)):
             self._native = _HttpFields(limiter, name=name, draft=draft_, legacy=legacy, standard=standard, asgi=raw)
         self._retry_1: list[Any] = [(b"retry-after", b"1")] if raw else [("Retry-After", "1")]
-        #: Whether decisions are awaited (a Redis limiter on an asyncio client).
-        self.awaits = redis is not None and redis._async
-        #: Whether a refund must check who answered (Redis, or its fallback).
-        self.redis = redis is not None
+        #: Whether decisions are awaited (a Redis or PostgreSQL limiter on an asyncio client).
+        self.awaits = remote is not None and remote.limiter._async
+        #: Whether a refund must check who answered (the backend, or its fallback).
+        self.remote = remote is not None
+        #: The source of a decision the backend itself gave (None: in memory).
+        self.remote_source = None if remote is None else remote.source
         #: Whether a request needs no key (one bucket for everyone).
         self.keyless = isinstance(limiter, DirectTokenBucket)
         self.limiter = limiter
@@ -625,16 +667,16 @@ class Policy:
             fields = [f for f in fields if not f[0].startswith("RateLimit")]
         if self.raw:
             fields = raw_headers(fields)
-        if self.redis:
+        if self.remote:
             source = d.source
             if source in ("policy", "fallback"):
-                # A Redis limiter answered by its own on_error: Redis is failing.
+                # A Redis or PostgreSQL limiter answered by its own on_error: its backend is failing.
                 self.reporter.report(
                     "backend-policy",
                     logging.WARNING,
                     f"{self.face}: the limiter's backend is failing; its own on_error answers (source={source!r})",
                 )
-            if d and self.keep_charge and cost and source == "redis":
+            if d and self.keep_charge and cost and source == self.remote_source:
                 return Outcome(True, fields, None, 200, d, (key, cost, sel))
         elif d:
             if self.keep_charge and cost:

@@ -111,8 +111,10 @@ class RateLimitMiddleware(_http._Switchable):
     """Limits the HTTP requests reaching ``app`` with ``limiter``: any
     in-memory ratomic limiter (a shared-file one too), a ``ratomic.Stack``
     of them, a ``ratomic.Quotas`` (with ``quota=``), or one of
-    ``ratomic.redis`` on a ``redis.asyncio`` client (its decisions are
-    awaited; a Redis failure under its ``on_error="raise"`` is a limiter
+    ``ratomic.redis`` on a ``redis.asyncio`` client or of
+    ``ratomic.postgres`` on a ``psycopg.AsyncConnection`` or
+    ``psycopg_pool.AsyncConnectionPool`` (their decisions are awaited; a
+    backend failure under the limiter's ``on_error="raise"`` is a limiter
     error, below).
 
     The key is the client's address (``scope["client"]``; an IPv6 address

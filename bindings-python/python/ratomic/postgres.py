@@ -47,7 +47,11 @@ from collections.abc import Iterable, Mapping
 from ratomic._ratomic import (
     ArgumentTypeError,
     BackendError,
+    Decision,
     InvalidArgumentError,
+    Keyed,
+    Limiter,
+    MultiDecision,
     Rule,
     _PostgresBatch,
     _PostgresCall,
@@ -78,6 +82,11 @@ __all__ = [
 
 _Key = _t.Union[str, bytes]
 _Request = _t.Union[_Key, tuple[_Key, int]]
+#: What a failure answers: a policy, or an in-memory limiter to decide instead.
+_OnError = _t.Union[_t.Literal["raise", "allow", "deny", "fallback"], Keyed, Limiter]
+
+if _t.TYPE_CHECKING:
+    from ratomic._ratomic import _Draft
 
 logger = logging.getLogger("ratomic.postgres")
 
@@ -193,7 +202,7 @@ class _PostgresBase:
         multi: bool,
         client: _t.Any,
         prefix: str = "ratomic",
-        on_error: str = "raise",
+        on_error: _OnError = "raise",
         deny_retry_after: float = 1.0,
         deny_cache: int = 10_000,
         breaker_threshold: int = 5,
@@ -206,15 +215,24 @@ class _PostgresBase:
         self._async = _is_async(client)
         _check_autocommit(client)
         self._client = client
-        if not isinstance(on_error, str):
+        #: The in-memory limiter a failure falls back to (as ratomic.redis's on_error), else None.
+        self._local: Keyed | Limiter | None = None
+        policy = "raise"
+        if isinstance(on_error, str):
+            policy = on_error
+        elif isinstance(on_error, Limiter if multi else Keyed):
+            self._local = on_error
+        else:
+            want = "a ratomic.Limiter" if multi else "an in-memory ratomic limiter (TokenBucket, FixedWindow, ...)"
             raise ArgumentTypeError(
-                f'on_error must be "raise", "allow", "deny" or "fallback", not {type(on_error).__name__}'
+                f'on_error must be "raise", "allow", "deny", "fallback" or {want} to fall back to, '
+                f"not {type(on_error).__name__}"
             )
         self._driver = _PostgresDriver(
             limits,
             multi=multi,
             prefix=prefix,
-            on_error=on_error,
+            on_error=policy,
             deny_retry_after=deny_retry_after,
             deny_cache=deny_cache,
             breaker_threshold=breaker_threshold,
@@ -287,19 +305,19 @@ class _PostgresBase:
 
     def allow(self, key: _Key, cost: int = 1) -> _t.Any:
         """Consumes ``cost`` if every limit allows it, at the server's clock."""
-        return self._decide("allow", key, cost, None)
+        return self._guarded("allow", key, cost, None)
 
     def allow_at(self, key: _Key, now: float, cost: int = 1) -> _t.Any:
         """As :meth:`allow` at ``now`` (seconds on your clock)."""
-        return self._decide("allow", key, cost, now)
+        return self._guarded("allow", key, cost, now)
 
     def peek(self, key: _Key, cost: int = 1) -> _t.Any:
         """What :meth:`allow` would answer, changing nothing."""
-        return self._decide("peek", key, cost, None)
+        return self._guarded("peek", key, cost, None)
 
     def peek_at(self, key: _Key, now: float, cost: int = 1) -> _t.Any:
         """As :meth:`peek` at ``now``."""
-        return self._decide("peek", key, cost, now)
+        return self._guarded("peek", key, cost, now)
 
     def refund(self, key: _Key, tokens: int) -> _t.Any:
         """Gives ``tokens`` back to every limit on ``key`` (never above full);
@@ -331,11 +349,62 @@ class _PostgresBase:
         """Decides every request (a key, or ``(key, cost)``) in one statement,
         in order, at one reading of the server's clock. Every request is
         checked first; an invalid one fails the whole batch with its index."""
-        return self._many(requests, None)
+        return self._guarded_many(requests, None)
 
     def allow_many_at(self, requests: Iterable[_Request], now: float) -> _t.Any:
         """As :meth:`allow_many`, every request at ``now``."""
-        return self._many(requests, now)
+        return self._guarded_many(requests, now)
+
+    # ---- the in-memory fallback (on_error=<a limiter>) -------------------------
+
+    def _fallback(self, op: str, key: _Key, cost: int) -> _t.Any:
+        local = _t.cast(_t.Any, self._local)
+        d = local.peek(key, cost) if op == "peek" else local.allow(key, cost)
+        return self._driver.fallback(d)
+
+    def _guarded(self, op: str, key: _Key, cost: int, now: float | None) -> _t.Any:
+        """:meth:`_decide`, or, when PostgreSQL fails and ``on_error`` is an
+        in-memory limiter, that limiter's answer."""
+        if self._local is None:
+            return self._decide(op, key, cost, now)
+        try:
+            pending = self._decide(op, key, cost, now)
+        except BackendError:
+            return self._answer_now(self._fallback(op, key, cost))
+        if not self._async:
+            return pending
+
+        async def settle() -> _t.Any:
+            try:
+                return await pending
+            except BackendError:
+                return self._fallback(op, key, cost)
+
+        return settle()
+
+    def _guarded_many(self, requests: Iterable[_Request], now: float | None) -> _t.Any:
+        if self._local is None:
+            return self._many(requests, now)
+        requests = list(requests)  # read once: the fallback may need them again
+        local = _t.cast(_t.Any, self._local)
+
+        def fall_back() -> list[_t.Any]:
+            return [self._driver.fallback(d) for d in local.allow_many(requests)]
+
+        try:
+            pending = self._many(requests, now)
+        except BackendError:
+            return self._answer_now(fall_back())
+        if not self._async:
+            return pending
+
+        async def settle() -> _t.Any:
+            try:
+                return await pending
+            except BackendError:
+                return fall_back()
+
+        return settle()
 
     def gc(self) -> _t.Any:
         """Removes this prefix's rows that are full again at the server's
@@ -369,7 +438,7 @@ class _PostgresBase:
 
         end = None if timeout is None else time.monotonic() + timeout
         while True:
-            d = self._decide("allow", key, cost, None)
+            d = self._guarded("allow", key, cost, None)
             if d.allowed:
                 return d
             wake = time.monotonic() + d.retry_after
@@ -381,7 +450,7 @@ class _PostgresBase:
         loop = asyncio.get_running_loop()
         end = None if timeout is None else loop.time() + timeout
         while True:
-            d = await self._decide("allow", key, cost, None)
+            d = await self._guarded("allow", key, cost, None)
             if d.allowed:
                 return d
             if end is not None and loop.time() + d.retry_after > end:
@@ -443,6 +512,17 @@ class _PostgresBase:
             back += self._driver.finish_give_back(value)
         return back
 
+    def __repr__(self) -> str:
+        """``PostgresTokenBucket(token bucket 10 per 1s, prefix='api', client=blocking)``:
+        the rules with their units, as the in-memory limiters print them."""
+        mode = "asyncio" if self._async else "blocking"
+        rules = self._driver.rules
+        if isinstance(self, PostgresLimiter):
+            shown = "{" + ", ".join(f'"{n}": {r}' for n, r in zip(self._driver.names, rules)) + "}"
+        else:
+            shown = str(rules[0])
+        return f"{type(self).__name__}({shown}, prefix={self.prefix!r}, client={mode})"
+
 
 def _give_back(client: _t.Any, driver: _PostgresDriver) -> int:
     """Runs every lease's give-back: how many limits took tokens back."""
@@ -470,13 +550,34 @@ def _give_back_quietly(client: _t.Any, driver: _PostgresDriver) -> None:
         logger.debug("ratomic.postgres: leases not given back: %s", e)
 
 
+class _SingleRule(_PostgresBase):
+    """A limiter of one rule: its header fields name the limit."""
+
+    def headers(
+        self, decision: Decision, *, name: str = "default", legacy: bool = False, draft: _Draft = "draft-11"
+    ) -> list[tuple[str, str]]:
+        """HTTP fields for ``decision`` (one this limiter answered), as
+        :meth:`ratomic.TokenBucket.headers` gives them: ``RateLimit-Policy``
+        and ``RateLimit`` (the limit named ``name``), ``Retry-After`` on a
+        denial, and ``X-RateLimit-*`` with ``legacy``; the standard fields
+        as ``draft`` writes them (``"draft-11"``, ``"draft-8"``,
+        ``"draft-7"`` or ``"draft-6"``)."""
+        return self._driver.headers(decision, name, legacy, draft=draft)
+
+    def problem(self, decision: Decision, *, name: str = "default") -> str | None:
+        """The RFC 9457 problem document (JSON) for a 429 answering
+        ``decision``; None when it was allowed."""
+        return self._driver.problem(decision, name)
+
+
 _OPTIONS_DOC = """
 
 ``client``: a ``psycopg.Connection`` in autocommit mode or a
 ``psycopg_pool.ConnectionPool`` (blocking), or their asyncio twins. Options:
 ``prefix`` (default ``"ratomic"``), ``on_error`` (``"raise"``, ``"allow"``,
-``"deny"`` with ``deny_retry_after`` seconds, or ``"fallback"``: a local
-in-memory limiter of the same rules), ``deny_cache``, ``breaker_threshold``,
+``"deny"`` with ``deny_retry_after`` seconds, ``"fallback"``: a local
+in-memory limiter of the same rules, or an in-memory limiter of yours to
+decide instead, as ``ratomic.redis``'s), ``deny_cache``, ``breaker_threshold``,
 ``breaker_cooldown``, ``breaker_failure_time``, ``max_key_len``, ``lease``
 (``"off"``, ``"auto"`` or the most tokens a lease takes; token buckets
 only) and ``lease_keys``. Bound each
@@ -484,7 +585,7 @@ call with the connection's ``statement_timeout``.
 """
 
 
-class PostgresTokenBucket(_PostgresBase):
+class PostgresTokenBucket(_SingleRule):
     """A token bucket (GCRA) per key, in PostgreSQL: ``capacity`` tokens,
     ``refill_per_sec`` a second, or a rate string such as ``"10/s"``. Same
     arguments and answers as :class:`ratomic.TokenBucket`."""
@@ -497,7 +598,7 @@ class PostgresTokenBucket(_PostgresBase):
         super().__init__(Rule.token_bucket(capacity, refill_per_sec), multi=False, client=client, **options)
 
 
-class PostgresFixedWindow(_PostgresBase):
+class PostgresFixedWindow(_SingleRule):
     """A fixed window per key, in PostgreSQL: as :class:`ratomic.FixedWindow`."""
 
     __doc__ = (__doc__ or "") + _OPTIONS_DOC
@@ -508,7 +609,7 @@ class PostgresFixedWindow(_PostgresBase):
         super().__init__(Rule.fixed_window(limit, window_secs), multi=False, client=client, **options)
 
 
-class PostgresSlidingWindow(_PostgresBase):
+class PostgresSlidingWindow(_SingleRule):
     """A sliding window per key, in PostgreSQL: as :class:`ratomic.SlidingWindow`."""
 
     __doc__ = (__doc__ or "") + _OPTIONS_DOC
@@ -540,3 +641,15 @@ class PostgresLimiter(_PostgresBase):
         """The limits' names, in order."""
         return tuple(self._driver.names)
 
+    def headers(
+        self, decision: MultiDecision, *, legacy: bool = False, draft: _Draft = "draft-11"
+    ) -> list[tuple[str, str]]:
+        """HTTP fields for ``decision``, as :meth:`ratomic.Limiter.headers`:
+        one ``RateLimit-Policy``/``RateLimit`` item per limit the call was
+        subject to (in ``draft``'s form)."""
+        return self._driver.headers(decision, "default", legacy, draft=draft)
+
+    def problem(self, decision: MultiDecision) -> str | None:
+        """The RFC 9457 problem document naming the limits that denied;
+        None when it was allowed."""
+        return self._driver.problem(decision, "default")

@@ -284,7 +284,7 @@ class _Group:
 
 
 def _is_limiter(value: object) -> bool:
-    return _http._redis_limiter(value) is not None or isinstance(
+    return _http._remote_limiter(value) is not None or isinstance(
         value,
         (ratomic.Keyed, ratomic.Limiter, ratomic.DirectTokenBucket, ratomic.Stack, ratomic.Quotas),
     )

@@ -71,7 +71,8 @@ def _with_fields(headers: list[tuple[str, str]], fields: list[tuple[str, str]]) 
 class RateLimitMiddleware(_http._Switchable):
     """Limits the requests reaching ``app`` with ``limiter``: the WSGI twin
     of :class:`ratomic.asgi.RateLimitMiddleware` (same options; a
-    ``ratomic.redis`` limiter here has a blocking ``redis.Redis``). The key is
+    ``ratomic.redis`` limiter here has a blocking ``redis.Redis``, a
+    ``ratomic.postgres`` one a blocking psycopg connection or pool). The key is
     ``environ["REMOTE_ADDR"]`` (grouped as IPv6 /64), or ``key(environ)``;
     ``HTTP_X_FORWARDED_FOR`` only with ``trusted_proxies`` > 0. A
     ``ratomic.Stack`` takes one key for every member, or ``key(environ)``
@@ -280,7 +281,7 @@ def rate_limit(
 ) -> Callable[[_View], _View]:
     """A decorator limiting one Flask or Django view (Flask-Limiter's
     ``@limiter.limit``, django-ratelimit's ``@ratelimit``, over any ratomic
-    limiter; a Redis one with a blocking client). Options as
+    limiter; a Redis or PostgreSQL one with a blocking client). Options as
     :class:`RateLimitMiddleware`'s, but ``key``, ``cost``, ``skip``,
     ``quota``, ``limits`` and ``on_deny`` get the framework's request
     (Flask's ``flask.request``, Django's ``HttpRequest``), and

@@ -6,6 +6,9 @@
 #
 #   pg_install; port=$(pg_free_port); pg_start "$port"   # then $PG_URL
 
+# shellcheck source=scripts/free-port.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/free-port.sh"
+
 pg_clusters=()
 pg_work=$(mktemp -d)
 pg_bin=""
@@ -42,15 +45,9 @@ pg_as() {
     if [[ -n $pg_user ]]; then runuser -u "$pg_user" -- "$@"; else "$@"; fi
 }
 
-# A port nothing listens on (bash's /dev/tcp connects or fails at once).
+# A free loopback port below the ephemeral range (scripts/free-port.sh).
 pg_free_port() {
-    local port
-    for _ in $(seq 1 200); do
-        port=$((20000 + RANDOM % 30000))
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then echo "$port"; return; fi
-    done
-    echo "no free port found" >&2
-    return 1
+    loopback_free_port
 }
 
 # Starts a cluster on 127.0.0.1:$1 (trust authentication on loopback only,

@@ -3,6 +3,9 @@
 # ports, starts servers without persistence, and stops what it started.
 # The caller calls redis_stop_all in its EXIT trap.
 
+# shellcheck source=scripts/free-port.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/free-port.sh"
+
 redis_pids=()
 redis_work=$(mktemp -d)
 
@@ -15,15 +18,9 @@ redis_install() {
     fi
 }
 
-# A port nothing listens on (bash's /dev/tcp connects or fails at once).
+# A free loopback port below the ephemeral range (scripts/free-port.sh).
 free_port() {
-    local port
-    for _ in $(seq 1 200); do
-        port=$((20000 + RANDOM % 30000))
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then echo "$port"; return; fi
-    done
-    echo "no free port found" >&2
-    return 1
+    loopback_free_port
 }
 
 start_redis() { # port [extra args…]

@@ -159,6 +159,13 @@ impl Call {
         self.op
     }
 
+    /// Whether it may go in one statement with others
+    /// ([`Driver::coalesce`]): an `Allow` at the server's time that asks
+    /// for no lease.
+    pub fn coalescible(&self) -> bool {
+        self.op == Op::Allow && self.now.is_none() && self.lease == 0
+    }
+
     /// The user's key (`$3`, bytea).
     pub fn key(&self) -> &[u8] {
         &self.key
@@ -542,6 +549,84 @@ impl Driver {
                 batch.calls.iter().map(|c| self.on_failure(e.clone(), c)).collect()
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// Calls begun apart, sent together: for a face that coalesces the
+    /// calls in flight at the same time, the [`Step::Send`] calls that came
+    /// while a statement was out become one batch statement
+    /// ([`schema::MANY`](crate::schema::MANY) with op `a`, the batch's
+    /// `keys()`, `amounts()` and `at_us()`), fewer statements for the same
+    /// decisions. Each call must be [`coalescible`](Call::coalescible);
+    /// those that are not are refused here (an [`Error::Invalid`]), so a
+    /// face's slip cannot send an explicit time, a peek or a lease ask as a
+    /// plain allow at the server's time.
+    ///
+    /// The batch decides its calls in key order at one reading of the
+    /// server's clock, each as it would have been alone at that time:
+    /// every call was made before the statement was sent and is answered
+    /// after it ran, so that time lies within each call. End it with
+    /// [`finish_coalesced`](Self::finish_coalesced).
+    pub fn coalesce(&self, calls: Vec<Call>) -> Result<Batch> {
+        if let Some(c) = calls.iter().find(|c| !c.coalescible()) {
+            return Err(Error::Invalid(ratomic::Error::InvalidArgument {
+                name: "calls",
+                value: format!("{:?} at {:?}, lease {}", c.op, c.now, c.lease),
+                reason: "only allows at the server's time that ask for no lease go in one statement".into(),
+            }));
+        }
+        Ok(Batch { calls, at_us: None, started: Instant::now() })
+    }
+
+    /// Ends a batch made by [`coalesce`](Self::coalesce): each call's
+    /// answer, in order, exactly as [`finish`](Self::finish) would give it
+    /// for that call with its part of the reply (each decision goes to the
+    /// deny cache). A failed statement (or a reply of the wrong length)
+    /// counts once towards the breaker, as a batch does, and the failure
+    /// policy answers each call.
+    pub fn finish_coalesced(&self, batch: &Batch, reply: Result<Vec<i64>>) -> Vec<Result<MultiDecision>> {
+        let spent = batch.started.elapsed();
+        let size = 1 + 5 * self.limits.rules().len();
+        let reply = reply.and_then(|r| {
+            if r.len() == size * batch.calls.len() {
+                Ok(r)
+            } else {
+                Err(Error::Reply(format!(
+                    "expected {} integers for {} calls, got {}",
+                    size * batch.calls.len(),
+                    batch.calls.len(),
+                    r.len()
+                )))
+            }
+        });
+        match reply {
+            Ok(r) => batch
+                .calls
+                .iter()
+                .zip(r.chunks_exact(size))
+                .map(|(c, part)| self.finish_after(c, Ok(part.to_vec()), spent))
+                .collect(),
+            Err(e) => {
+                // One statement failed: one failure towards the breaker
+                // (as a batch's), the policy answers each call.
+                if e.is_backend() {
+                    self.breaker.failure(spent);
+                }
+                batch
+                    .calls
+                    .iter()
+                    .map(|c| {
+                        if let Some(leases) = &self.leases {
+                            leases.failed(&c.key);
+                        }
+                        if e.is_backend() {
+                            self.on_failure(e.clone(), c)
+                        } else {
+                            Err(e.clone())
+                        }
+                    })
+                    .collect()
+            }
         }
     }
 

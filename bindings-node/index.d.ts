@@ -240,6 +240,32 @@ export declare class NativePostgres {
    */
   begin(op: number, key: unknown, cost: number, nowMs?: number | undefined | null): NativePostgresCall
   /**
+   * `begin` of an allow at the server's time, for a limiter that leases
+   * nothing: the answer, or the call to run — whose parameters are not
+   * made here: they are `['a', prefix, key bytes, null, cost as text,
+   * ...callParams]`, which JavaScript puts together from the key it
+   * holds (a call a native getter and its copies less).
+   */
+  beginAllow(key: unknown, cost: number): Array<number> | NativePostgresCall
+  /**
+   * The parameters every call of this limiter ends with: kinds and the
+   * rules' two parameter arrays as PostgreSQL array literals (see
+   * `beginAllow`).
+   */
+  get callParams(): Array<string>
+  /**
+   * Calls that waited while this limiter's statements were out, as one
+   * batch statement (`manyStatement` with the batch's `params`): each
+   * must be `coalescible`.
+   */
+  coalesce(calls: Array<NativePostgresCall>): NativePostgresBatch
+  /**
+   * Ends a `coalesce`d batch with the row's value or how the statement
+   * failed: per call, in order, its answer (`[source, ...decision]`) or,
+   * when the failure policy raises, the error's message.
+   */
+  finishCoalesced(batch: NativePostgresBatch, reply?: Array<string> | undefined | null, failed?: PostgresFailure | undefined | null): Array<Array<number> | string>
+  /**
    * Ends a call with the row's value (the bigint[] as `pg` gives it: text),
    * or how it failed: `[source, ...decision]`.
    */
@@ -286,6 +312,12 @@ export declare class NativePostgresCall {
   get answer(): Array<number> | null
   /** The statement's parameters (64-bit numbers as text, so none is rounded). */
   get params(): Array<string | Buffer | Array<string | Buffer> | null>
+  /**
+   * Whether it may wait for others and go with them in one statement
+   * (`NativePostgres.coalesce`): an allow at the server's time that
+   * asks for no lease.
+   */
+  get coalescible(): boolean
   /**
    * The statement to run: `ratomic_v1_lease` when the call asks for a
    * lease, else `ratomic_v1_call`.

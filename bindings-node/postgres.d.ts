@@ -68,12 +68,22 @@ export interface PostgresOptions<Local = TokenBucket | FixedWindow | SlidingWind
   lease?: 'off' | 'auto' | number
   /** Keys whose leases are kept (default 10,000). */
   leaseKeys?: number
+  /**
+   * The most statements this limiter has out at once (default: a pg Pool's `max`, 10 unless
+   * set; 1 for a Client). Past it, an `allow` at the server's clock waits, and the next
+   * statement to end sends every waiting call (up to 256) as one batch statement, each decided
+   * as it would have been alone at that statement's time: fewer statements for the same
+   * decisions under load. Calls alone go one statement each; peeks, `*At` calls, refunds,
+   * resets and lease asks always go on their own.
+   */
+  maxInFlight?: number
 }
 
 /**
  * What every PostgreSQL-backed limiter offers (exported for `instanceof` checks; not
- * constructible). Every call is one statement and returns a Promise; calls without `At` use
- * the server's clock, `*At` forms take yours.
+ * constructible). Every call returns a Promise and is one statement, or shares one with the
+ * allows in flight beside it (see `maxInFlight`); calls without `At` use the server's clock,
+ * `*At` forms take yours.
  */
 export declare abstract class PostgresBase<D extends PostgresDecision = PostgresDecision> {
   /** Use PostgresTokenBucket, PostgresFixedWindow, PostgresSlidingWindow or PostgresLimiter. */

@@ -20,8 +20,12 @@ const {
 
 const OPTIONS = [
   'client', 'prefix', 'onError', 'denyRetryAfterMs', 'denyCache', 'breakerThreshold', 'breakerCooldownMs', 'maxKeyLen',
-  'lease', 'leaseKeys',
+  'lease', 'leaseKeys', 'maxInFlight',
 ]
+// Options read here, not by the native driver.
+const JS_ONLY = new Set(['client', 'maxInFlight'])
+// The most calls one coalesced statement carries.
+const MAX_BATCH = 256
 const OP_ALLOW = 0
 const OP_PEEK = 1
 // The advisory lock the migration holds (the Rust client's too).
@@ -52,6 +56,24 @@ const nameOf = (sql) => {
 async function run(client, sql, params) {
   const res = await client.query({ name: nameOf(sql), text: sql, values: params })
   return res.rows.length === 1 ? res.rows[0].r : null
+}
+
+// A failure the driver's policy raised for one call of a coalesced batch,
+// as the native calls throw it.
+function backendError(message, cause) {
+  const err = new Error(message)
+  err.code = 'ERR_RATOMIC_BACKEND'
+  if (cause !== undefined) err.cause = cause
+  return err
+}
+
+// How many statements a limiter keeps out at once by default: as many as
+// the pool has connections (pg's Pool: options.max, 10 unless set); one
+// for a Client, which runs its queries one at a time anyway.
+function defaultInFlight(client) {
+  const max = client.options !== undefined && client.options !== null ? client.options.max : undefined
+  if (typeof client.totalCount === 'number') return Number.isInteger(max) && max > 0 ? max : 10
+  return 1
 }
 
 // Limiters holding leases, given back (best effort) when the event loop
@@ -117,6 +139,17 @@ class PostgresBase {
   #multi
   // The in-memory limiter onError falls back to (undefined: none).
   #local
+  // Calls in flight at once share statements: while #maxInFlight
+  // statements are out, an allow at the server's time waits in #queue, and
+  // the next statement to end sends every waiting call (up to MAX_BATCH) as
+  // one batch statement, each decided as it would have been alone.
+  #inFlight = 0
+  #maxInFlight
+  #queue = []
+  // Allows at the server's time are begun by beginAllow, their parameters
+  // put together here from [prefix, kinds, p1, p2, statement] (null: the
+  // limiter leases, every call goes by begin).
+  #fastParams = null
 
   constructor(rules, o, isLimiter) {
     if (new.target === PostgresBase) throw typeError('PostgresBase is not constructible: use PostgresTokenBucket, PostgresFixedWindow, PostgresSlidingWindow or PostgresLimiter')
@@ -125,9 +158,13 @@ class PostgresBase {
     }
     this.#client = o.client
     const native = {}
-    for (const k of OPTIONS.slice(1)) {
-      if (o[k] !== undefined) native[k] = o[k]
+    for (const k of OPTIONS) {
+      if (o[k] !== undefined && !JS_ONLY.has(k)) native[k] = o[k]
     }
+    if (o.maxInFlight !== undefined && !(Number.isInteger(o.maxInFlight) && o.maxInFlight >= 1)) {
+      throw typeError(`maxInFlight must be a whole number of statements >= 1, got ${describe(o.maxInFlight)}`)
+    }
+    this.#maxInFlight = o.maxInFlight === undefined ? defaultInFlight(o.client) : o.maxInFlight
     if (native.prefix !== undefined && typeof native.prefix !== 'string') throw typeError(`prefix must be a string, got ${describe(native.prefix)}`)
     if (native.onError !== undefined && typeof native.onError !== 'string') {
       // An in-memory limiter of the same shape to fall back to (as ratomic/redis's onError).
@@ -149,6 +186,7 @@ class PostgresBase {
     this.#native = new NativePostgres(rules, native)
     this.#sources = this.#native.sources
     if (this.#native.leaseMax !== null) watchAtExit(this)
+    else this.#fastParams = [this.#native.prefix, ...this.#native.callParams, this.#native.statement]
     const names = this.#native.names
     this.#multi = isLimiter
     this.#decode = isLimiter ? (allowed, a, at) => multi(allowed, a, at, names) : single
@@ -162,13 +200,31 @@ class PostgresBase {
   }
 
   async #decide(op, key, cost, atMs) {
-    const call = this.#native.begin(op, key, cost, atMs)
-    const answer = call.answer
-    if (answer !== null && answer !== undefined) return this.#answers(answer)[0]
+    const fast = this.#fastParams
+    let call
+    let statement
+    let params
+    if (fast !== null && op === OP_ALLOW && atMs === undefined && (typeof key === 'string' || Buffer.isBuffer(key))) {
+      // The common call: begun with no parameters made natively.
+      const r = this.#native.beginAllow(key, cost)
+      if (Array.isArray(r)) return this.#answers(r)[0]
+      call = r
+      if (this.#inFlight >= this.#maxInFlight) return this.#wait(call)
+      statement = fast[4]
+      params = ['a', fast[0], typeof key === 'string' ? Buffer.from(key, 'utf8') : key, null, String(cost), fast[1], fast[2], fast[3]]
+    } else {
+      call = this.#native.begin(op, key, cost, atMs)
+      const answer = call.answer
+      if (answer !== null && answer !== undefined) return this.#answers(answer)[0]
+      if (this.#inFlight >= this.#maxInFlight && call.coalescible) return this.#wait(call)
+      statement = call.statement
+      params = call.params
+    }
     let reply = null
     let failed = null
+    this.#inFlight++
     try {
-      reply = await run(this.#client, call.statement, call.params)
+      reply = await run(this.#client, statement, params)
     } catch (e) {
       failed = failureOf(e)
       try {
@@ -177,8 +233,50 @@ class PostgresBase {
         err.cause = e
         throw err
       }
+    } finally {
+      this.#inFlight--
+      if (this.#queue.length > 0) this.#drain()
     }
     return this.#answers(this.#native.finish(call, reply, null))[0]
+  }
+
+  // A call that waits for the next statement to end (see #queue).
+  #wait(call) {
+    return new Promise((resolve, reject) => {
+      this.#queue.push({ call, resolve, reject })
+    })
+  }
+
+  // Sends the waiting calls, a batch statement at a time, while there are
+  // some and a statement may go out.
+  async #drain() {
+    while (this.#queue.length > 0 && this.#inFlight < this.#maxInFlight) {
+      const waiting = this.#queue.splice(0, MAX_BATCH)
+      this.#inFlight++
+      try {
+        const batch = this.#native.coalesce(waiting.map((w) => w.call))
+        let reply = null
+        let failed = null
+        let cause
+        try {
+          reply = await run(this.#client, this.#native.manyStatement, batch.params)
+        } catch (e) {
+          failed = failureOf(e)
+          cause = e
+        }
+        const out = this.#native.finishCoalesced(batch, reply, failed)
+        for (let i = 0; i < waiting.length; i++) {
+          const r = out[i]
+          if (typeof r === 'string') waiting[i].reject(backendError(r, cause))
+          else waiting[i].resolve(this.#answers(r)[0])
+        }
+      } catch (err) {
+        // Nothing above should throw; if it does, nobody waits for ever.
+        for (const w of waiting) w.reject(err)
+      } finally {
+        this.#inFlight--
+      }
+    }
   }
 
   async #change(call, refund) {

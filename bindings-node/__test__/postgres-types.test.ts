@@ -73,7 +73,7 @@ test('typings: ratomic/postgres through a pg Pool', async () => {
 
     // Leases: off by default; 'auto' or a size; giveBack() returns what is unused.
     assert.equal(tb.lease, null)
-    const leasing = new PostgresTokenBucket(80, 10, { client, prefix: `${prefix}-lease`, lease: 'auto', leaseKeys: 100 })
+    const leasing = new PostgresTokenBucket(80, 10, { client, prefix: `${prefix}-lease`, lease: 'auto', leaseKeys: 100, maxInFlight: 2 })
     const max: number | null = leasing.lease
     assert.equal(max, 10)
     await leasing.allow('k')

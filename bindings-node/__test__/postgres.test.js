@@ -166,3 +166,74 @@ test('onError: an in-memory limiter decides every call while the server cannot b
     await dead.end()
   }
 })
+
+// A pg Pool that counts the statements sent through it.
+function counting(target) {
+  const c = { statements: 0, query: (...a) => { c.statements++; return target.query(...a) } }
+  return c
+}
+
+test('calls in flight at once share statements and stay exact: 400 at once on two keys of a bucket of 50 grant exactly 50 each', async () => {
+  const client = counting(pool)
+  const pg = new PostgresTokenBucket(50, 50 / 3600, { client, prefix: prefix(), maxInFlight: 2, denyCache: 0 })
+  const keys = ['hot', Buffer.from([0, 0xff, 7])]
+  const got = await Promise.all(Array.from({ length: 400 }, (_, i) => pg.allow(keys[i % 2])))
+  for (const [j, key] of keys.entries()) {
+    const mine = got.filter((_, i) => i % 2 === j)
+    const allowed = mine.filter((d) => d.allowed)
+    assert.equal(allowed.length, 50, `exactly the burst on ${key}`)
+    // Each grant left a different number of tokens: 49 down to 0, once each.
+    assert.deepEqual(allowed.map((d) => d.remaining).sort((a, b) => a - b), Array.from({ length: 50 }, (_, i) => i))
+    for (const d of mine.filter((d) => !d.allowed)) {
+      assert.deepEqual([d.remaining, d.limit, d.source], [0, 50, 'postgres'])
+      assert.ok(d.retryAfterMs > 0 && d.retryAfterMs <= 72000, `retry after ${d.retryAfterMs} ms`)
+    }
+  }
+  assert.ok(client.statements < 40, `400 calls went in ${client.statements} statements, not one each`)
+  assert.ok(client.statements >= 2)
+})
+
+test('calls alone go one statement each, and maxInFlight is checked', async () => {
+  const client = counting(pool)
+  const pg = new PostgresTokenBucket(5, 1, { client, prefix: prefix() })
+  for (let i = 0; i < 3; i++) assert.equal((await pg.allow('k')).remaining, 4 - i)
+  assert.equal(client.statements, 3)
+  for (const bad of [0, 1.5, -1, '2', null]) {
+    assert.throws(() => new PostgresTokenBucket(5, 1, { client: pool, maxInFlight: bad }), (e) => e instanceof TypeError && /maxInFlight/.test(e.message))
+  }
+})
+
+test('a statement that times out with calls waiting: every call gets the policy, none hangs', async () => {
+  // One connection holds the key's row locked; the limiter's statements wait for it until their statement_timeout.
+  const p = prefix()
+  const slow = new Pool({ connectionString: url, max: 2, statement_timeout: 200 })
+  const holder = await pool.connect()
+  try {
+    const seed = new PostgresTokenBucket(100, 1, { client: pool, prefix: p })
+    await seed.allow('k') // the row exists
+    await holder.query('BEGIN')
+    await holder.query('SELECT 1 FROM ratomic_v1_state WHERE prefix = $1 FOR UPDATE', [p])
+    const make = (onError) => new PostgresTokenBucket(100, 1, { client: slow, prefix: p, onError, breakerThreshold: 0, maxInFlight: 1 })
+    const denying = await Promise.all(Array.from({ length: 20 }, () => make('deny').allow('k')))
+    // (each limiter its own queue: a shared one below)
+    const one = make('deny')
+    const queued = await Promise.all(Array.from({ length: 20 }, () => one.allow('k')))
+    for (const d of [...denying, ...queued]) assert.deepEqual([d.allowed, d.source], [false, 'policy'])
+    const raising = make('raise')
+    const outcomes = await Promise.allSettled(Array.from({ length: 20 }, () => raising.allow('k')))
+    for (const o of outcomes) {
+      assert.equal(o.status, 'rejected')
+      assert.equal(o.reason.code, 'ERR_RATOMIC_BACKEND')
+      assert.match(o.reason.message, /timed out|timeout/i)
+    }
+    const local = new ratomic.TokenBucket(5, 1 / 3600)
+    const falling = make(local)
+    const fb = await Promise.all(Array.from({ length: 20 }, () => falling.allow('k')))
+    assert.ok(fb.every((d) => d.source === 'fallback'))
+    assert.equal(fb.filter((d) => d.allowed).length, 5, 'the local limiter decided each call once')
+  } finally {
+    await holder.query('ROLLBACK').catch(() => {})
+    holder.release()
+    await slow.end()
+  }
+})

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use napi::bindgen_prelude::{Either, Unknown};
+use napi::bindgen_prelude::{ClassInstance, Either, Unknown};
 use napi::{Env, JsValue, Result};
 use napi_derive::napi;
 
@@ -115,6 +115,14 @@ impl NativePostgresCall {
     #[napi(getter, ts_return_type = "Array<string | Buffer | Array<string | Buffer> | null>")]
     pub fn params(&self) -> Vec<JsParam> {
         self.params.iter().map(Param::js).collect()
+    }
+
+    /// Whether it may wait for others and go with them in one statement
+    /// (`NativePostgres.coalesce`): an allow at the server's time that
+    /// asks for no lease.
+    #[napi(getter)]
+    pub fn coalescible(&self) -> bool {
+        self.call.as_ref().is_some_and(Call::coalescible)
     }
 
     /// The statement to run: `ratomic_v1_lease` when the call asks for a
@@ -243,6 +251,21 @@ impl NativePostgres {
             Param::Bytes(call.key().to_vec()),
             call.at_us().map_or(Param::Null, |t| Param::Text(t.to_string())),
             Param::Text(call.amount().to_string()),
+            Param::Text(l.kinds().to_owned()),
+            texts(l.p1()),
+            texts(l.p2()),
+        ]
+    }
+
+    /// The parameters of a batch statement (`MANY`).
+    fn many_params(&self, b: &Batch) -> Vec<Param> {
+        let l = self.driver.limits();
+        vec![
+            Param::Text("a".to_owned()),
+            Param::Text(l.prefix().to_owned()),
+            Param::ByteArrays(b.keys().into_iter().map(<[u8]>::to_vec).collect()),
+            texts(&b.amounts()),
+            b.at_us().map_or(Param::Null, |t| Param::Text(t.to_string())),
             Param::Text(l.kinds().to_owned()),
             texts(l.p1()),
             texts(l.p2()),
@@ -460,6 +483,80 @@ impl NativePostgres {
         run().map_err(|e| e.into_napi(&env))
     }
 
+    /// `begin` of an allow at the server's time, for a limiter that leases
+    /// nothing: the answer, or the call to run — whose parameters are not
+    /// made here: they are `['a', prefix, key bytes, null, cost as text,
+    /// ...callParams]`, which JavaScript puts together from the key it
+    /// holds (a call a native getter and its copies less).
+    #[napi]
+    pub fn begin_allow(&self, env: Env, key: Unknown<'_>, cost: f64) -> Result<Either<Vec<f64>, NativePostgresCall>> {
+        let run = || -> Res<_> {
+            let cost = crate::error::cost(cost)?;
+            Ok(match self.key(&env, &key, |k| self.driver.begin(Op::Allow, k, cost, None))?.map_err(failure)? {
+                Step::Answer(d) => Either::A(self.answer(&[d])),
+                Step::Send(call) => {
+                    Either::B(NativePostgresCall { call: Some(call), answer: None, params: Vec::new() })
+                }
+            })
+        };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
+    /// The parameters every call of this limiter ends with: kinds and the
+    /// rules' two parameter arrays as PostgreSQL array literals (see
+    /// `beginAllow`).
+    #[napi(getter)]
+    pub fn call_params(&self) -> Vec<String> {
+        let l = self.driver.limits();
+        let literal = |v: &[i64]| format!("{{{}}}", v.iter().map(i64::to_string).collect::<Vec<_>>().join(","));
+        vec![l.kinds().to_owned(), literal(l.p1()), literal(l.p2())]
+    }
+
+    /// Calls that waited while this limiter's statements were out, as one
+    /// batch statement (`manyStatement` with the batch's `params`): each
+    /// must be `coalescible`.
+    #[napi]
+    pub fn coalesce(&self, env: Env, calls: Vec<ClassInstance<'_, NativePostgresCall>>) -> Result<NativePostgresBatch> {
+        let run = || -> Res<_> {
+            let mut taken = Vec::with_capacity(calls.len());
+            for c in &calls {
+                match &c.call {
+                    Some(call) => taken.push(call.clone()),
+                    None => {
+                        return Err(JsFailure::type_error(
+                            "ERR_RATOMIC_INVALID_ARGUMENT",
+                            "coalesce: a call answered without a statement has nothing to send",
+                        ))
+                    }
+                }
+            }
+            let b = self.driver.coalesce(taken).map_err(failure)?;
+            let params = self.many_params(&b);
+            Ok(NativePostgresBatch { batch: b, params })
+        };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
+    /// Ends a `coalesce`d batch with the row's value or how the statement
+    /// failed: per call, in order, its answer (`[source, ...decision]`) or,
+    /// when the failure policy raises, the error's message.
+    #[napi]
+    pub fn finish_coalesced(
+        &self,
+        batch: &NativePostgresBatch,
+        reply: Option<Vec<String>>,
+        failed: Option<PostgresFailure>,
+    ) -> Vec<Either<Vec<f64>, String>> {
+        self.driver
+            .finish_coalesced(&batch.batch, outcome(reply, failed))
+            .into_iter()
+            .map(|r| match r {
+                Ok(d) => Either::A(self.answer(&[d])),
+                Err(e) => Either::B(e.to_string()),
+            })
+            .collect()
+    }
+
     /// Ends a call with the row's value (the bigint[] as `pg` gives it: text),
     /// or how it failed: `[source, ...decision]`.
     #[napi]
@@ -535,17 +632,7 @@ impl NativePostgres {
             match self.driver.begin_many(requests.pairs(), now).map_err(failure)? {
                 BatchStep::Answer(ds) => Ok(Either::A(self.answer(&ds))),
                 BatchStep::Send(b) => {
-                    let l = self.driver.limits();
-                    let params = vec![
-                        Param::Text("a".to_owned()),
-                        Param::Text(l.prefix().to_owned()),
-                        Param::ByteArrays(b.keys().into_iter().map(<[u8]>::to_vec).collect()),
-                        texts(&b.amounts()),
-                        b.at_us().map_or(Param::Null, |t| Param::Text(t.to_string())),
-                        Param::Text(l.kinds().to_owned()),
-                        texts(l.p1()),
-                        texts(l.p2()),
-                    ];
+                    let params = self.many_params(&b);
                     Ok(Either::B(NativePostgresBatch { batch: b, params }))
                 }
             }

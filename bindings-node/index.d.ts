@@ -242,15 +242,17 @@ export declare class NativePostgres {
   /**
    * `begin` of an allow at the server's time, for a limiter that leases
    * nothing: the answer, or the call to run — whose parameters are not
-   * made here: they are `['a', prefix, key bytes, null, cost as text,
-   * ...callParams]`, which JavaScript puts together from the key it
-   * holds (a call a native getter and its copies less).
+   * made here: JavaScript puts them together from the key it holds and
+   * `callParams` (a native getter and its copies less a call).
    */
   beginAllow(key: unknown, cost: number): Array<number> | NativePostgresCall
   /**
-   * The parameters every call of this limiter ends with: kinds and the
-   * rules' two parameter arrays as PostgreSQL array literals (see
-   * `beginAllow`).
+   * How an allow `beginAllow` starts is sent: `[statement, ...tail]`.
+   * One token bucket: `ratomic_v1_allow` with `[prefix, key bytes,
+   * null, cost as text, ...tail]`, the tail the rule's two parameters;
+   * other limits: `ratomic_v1_call` with `['a', prefix, key bytes, null,
+   * cost as text, ...tail]`, the tail the kinds and the two parameter
+   * arrays as PostgreSQL array literals.
    */
   get callParams(): Array<string>
   /**
@@ -320,7 +322,8 @@ export declare class NativePostgresCall {
   get coalescible(): boolean
   /**
    * The statement to run: `ratomic_v1_lease` when the call asks for a
-   * lease, else `ratomic_v1_call`.
+   * lease, `ratomic_v1_allow` for an allow on one token bucket, else
+   * `ratomic_v1_call`.
    */
   get statement(): string
 }

@@ -147,8 +147,8 @@ class PostgresBase {
   #maxInFlight
   #queue = []
   // Allows at the server's time are begun by beginAllow, their parameters
-  // put together here from [prefix, kinds, p1, p2, statement] (null: the
-  // limiter leases, every call goes by begin).
+  // put together here from [prefix, statement, ...tail] (see the native
+  // callParams; null: the limiter leases, every call goes by begin).
   #fastParams = null
 
   constructor(rules, o, isLimiter) {
@@ -186,7 +186,7 @@ class PostgresBase {
     this.#native = new NativePostgres(rules, native)
     this.#sources = this.#native.sources
     if (this.#native.leaseMax !== null) watchAtExit(this)
-    else this.#fastParams = [this.#native.prefix, ...this.#native.callParams, this.#native.statement]
+    else this.#fastParams = [this.#native.prefix, ...this.#native.callParams]
     const names = this.#native.names
     this.#multi = isLimiter
     this.#decode = isLimiter ? (allowed, a, at) => multi(allowed, a, at, names) : single
@@ -210,8 +210,11 @@ class PostgresBase {
       if (Array.isArray(r)) return this.#answers(r)[0]
       call = r
       if (this.#inFlight >= this.#maxInFlight) return this.#wait(call)
-      statement = fast[4]
-      params = ['a', fast[0], typeof key === 'string' ? Buffer.from(key, 'utf8') : key, null, String(cost), fast[1], fast[2], fast[3]]
+      statement = fast[1]
+      const bytes = typeof key === 'string' ? Buffer.from(key, 'utf8') : key
+      params = fast.length === 4
+        ? [fast[0], bytes, null, String(cost), fast[2], fast[3]] // ratomic_v1_allow: one token bucket
+        : ['a', fast[0], bytes, null, String(cost), fast[2], fast[3], fast[4]]
     } else {
       call = this.#native.begin(op, key, cost, atMs)
       const answer = call.answer

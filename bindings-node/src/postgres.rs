@@ -13,7 +13,9 @@ use napi::bindgen_prelude::{ClassInstance, Either, Unknown};
 use napi::{Env, JsValue, Result};
 use napi_derive::napi;
 
-use ratomic_postgres::{Batch, BatchStep, Call, Driver, Error as PgError, FailurePolicy, Limits, Op, Options, Step};
+use ratomic_postgres::{
+    Batch, BatchStep, Call, Driver, Error as PgError, FailurePolicy, Limits, Op, Options, Statement, Step,
+};
 
 use crate::batch;
 use crate::clock::{ms_to_ns, ns_to_ms};
@@ -28,6 +30,7 @@ const CALL: &str =
 const MANY: &str = "SELECT ratomic_v1_many($1::text, $2::text, $3::bytea[], $4::bigint[], $5::bigint, $6::text, \
                     $7::bigint[], $8::bigint[]) AS r";
 const GC: &str = "SELECT ratomic_v1_gc($1::text, $2::bigint, $3::int) AS r";
+const ALLOW: &str = "SELECT ratomic_v1_allow($1::text, $2::bytea, $3::bigint, $4::bigint, $5::bigint, $6::bigint) AS r";
 const LEASE: &str = "SELECT ratomic_v1_lease($1::text, $2::bytea, $3::bigint, $4::bigint, $5::bigint, $6::text, \
                      $7::bigint[], $8::bigint[]) AS r";
 const GIVE_BACK: &str =
@@ -126,13 +129,14 @@ impl NativePostgresCall {
     }
 
     /// The statement to run: `ratomic_v1_lease` when the call asks for a
-    /// lease, else `ratomic_v1_call`.
+    /// lease, `ratomic_v1_allow` for an allow on one token bucket, else
+    /// `ratomic_v1_call`.
     #[napi(getter)]
     pub fn statement(&self) -> &'static str {
-        if self.call.as_ref().is_some_and(|c| c.lease() > 0) {
-            LEASE
-        } else {
-            CALL
+        match self.call.as_ref().map(Call::statement) {
+            Some(Statement::Lease) => LEASE,
+            Some(Statement::Allow) => ALLOW,
+            _ => CALL,
         }
     }
 }
@@ -233,6 +237,16 @@ impl NativePostgres {
 
     fn params(&self, call: &Call) -> Vec<Param> {
         let l = self.driver.limits();
+        if call.statement() == Statement::Allow {
+            return vec![
+                Param::Text(l.prefix().to_owned()),
+                Param::Bytes(call.key().to_vec()),
+                call.at_us().map_or(Param::Null, |t| Param::Text(t.to_string())),
+                Param::Text(call.amount().to_string()),
+                Param::Text(l.p1()[0].to_string()),
+                Param::Text(l.p2()[0].to_string()),
+            ];
+        }
         if call.lease() > 0 {
             return vec![
                 Param::Text(l.prefix().to_owned()),
@@ -485,9 +499,8 @@ impl NativePostgres {
 
     /// `begin` of an allow at the server's time, for a limiter that leases
     /// nothing: the answer, or the call to run — whose parameters are not
-    /// made here: they are `['a', prefix, key bytes, null, cost as text,
-    /// ...callParams]`, which JavaScript puts together from the key it
-    /// holds (a call a native getter and its copies less).
+    /// made here: JavaScript puts them together from the key it holds and
+    /// `callParams` (a native getter and its copies less a call).
     #[napi]
     pub fn begin_allow(&self, env: Env, key: Unknown<'_>, cost: f64) -> Result<Either<Vec<f64>, NativePostgresCall>> {
         let run = || -> Res<_> {
@@ -502,14 +515,20 @@ impl NativePostgres {
         run().map_err(|e| e.into_napi(&env))
     }
 
-    /// The parameters every call of this limiter ends with: kinds and the
-    /// rules' two parameter arrays as PostgreSQL array literals (see
-    /// `beginAllow`).
+    /// How an allow `beginAllow` starts is sent: `[statement, ...tail]`.
+    /// One token bucket: `ratomic_v1_allow` with `[prefix, key bytes,
+    /// null, cost as text, ...tail]`, the tail the rule's two parameters;
+    /// other limits: `ratomic_v1_call` with `['a', prefix, key bytes, null,
+    /// cost as text, ...tail]`, the tail the kinds and the two parameter
+    /// arrays as PostgreSQL array literals.
     #[napi(getter)]
     pub fn call_params(&self) -> Vec<String> {
         let l = self.driver.limits();
+        if l.kinds() == "g" {
+            return vec![ALLOW.to_owned(), l.p1()[0].to_string(), l.p2()[0].to_string()];
+        }
         let literal = |v: &[i64]| format!("{{{}}}", v.iter().map(i64::to_string).collect::<Vec<_>>().join(","));
-        vec![l.kinds().to_owned(), literal(l.p1()), literal(l.p2())]
+        vec![CALL.to_owned(), l.kinds().to_owned(), literal(l.p1()), literal(l.p2())]
     }
 
     /// Calls that waited while this limiter's statements were out, as one

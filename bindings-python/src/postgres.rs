@@ -11,7 +11,9 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use ratomic_postgres::{Batch, BatchStep, Call, Driver, Error as PgError, FailurePolicy, Limits, Op, Options, Step};
+use ratomic_postgres::{
+    Batch, BatchStep, Call, Driver, Error as PgError, FailurePolicy, Limits, Op, Options, Statement, Step,
+};
 
 use crate::clock::{seconds_to_nanos, time_to_nanos};
 use crate::decision::{make_names, Decision, MultiDecision, Names};
@@ -30,6 +32,7 @@ const CALL: &str = "SELECT ratomic_v1_call(%s::text, %s::text, %s::bytea, %s::bi
 const MANY: &str = "SELECT ratomic_v1_many(%s::text, %s::text, %s::bytea[], %s::bigint[], %s::bigint, %s::text, \
                     %s::bigint[], %s::bigint[])";
 const GC: &str = "SELECT ratomic_v1_gc(%s::text, %s::bigint, %s::int)";
+const ALLOW: &str = "SELECT ratomic_v1_allow(%s::text, %s::bytea, %s::bigint, %s::bigint, %s::bigint, %s::bigint)";
 const LEASE: &str = "SELECT ratomic_v1_lease(%s::text, %s::bytea, %s::bigint, %s::bigint, %s::bigint, %s::text, \
                      %s::bigint[], %s::bigint[])";
 const GIVE_BACK: &str =
@@ -44,20 +47,21 @@ pub struct PostgresCall {
 
 #[pymethods]
 impl PostgresCall {
-    /// The statement's eight parameters.
+    /// The statement's parameters (six for `ratomic_v1_allow`, else eight).
     #[getter]
     fn params(&self, py: Python<'_>) -> Py<PyTuple> {
         self.params.clone_ref(py)
     }
 
     /// The statement to run: `ratomic_v1_lease` when the call asks for a
-    /// lease, else `ratomic_v1_call` (psycopg placeholders).
+    /// lease, `ratomic_v1_allow` for an allow on one token bucket, else
+    /// `ratomic_v1_call` (psycopg placeholders).
     #[getter]
     fn statement(&self) -> &'static str {
-        if self.call.lease() > 0 {
-            LEASE
-        } else {
-            CALL
+        match self.call.statement() {
+            Statement::Lease => LEASE,
+            Statement::Allow => ALLOW,
+            Statement::Call => CALL,
         }
     }
 }
@@ -96,6 +100,12 @@ impl PostgresDriver {
 
     fn wrap(&self, py: Python<'_>, call: Call) -> PyResult<Py<PyAny>> {
         let (prefix, kinds, p1, p2) = self.tail();
+        if call.statement() == Statement::Allow {
+            let params = (prefix, PyBytes::new(py, call.key()), call.at_us(), call.amount(), p1[0], p2[0])
+                .into_pyobject(py)?
+                .unbind();
+            return Ok(Py::new(py, PostgresCall { call, params })?.into_any());
+        }
         if call.lease() > 0 {
             let params = (
                 prefix,

@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio_postgres::{Client, NoTls, Statement};
+use tokio_postgres::{Client, NoTls, Statement as Prepared};
 
-use crate::driver::{BatchStep, Driver, Options, Step};
+use crate::driver::{BatchStep, Driver, Options, Statement, Step};
 use crate::error::{Error, Result};
 use crate::limits::{Limits, MultiDecision, Op};
 use crate::schema;
@@ -48,11 +48,12 @@ struct Slot {
 
 struct Conn {
     client: Client,
-    call: Statement,
-    many: Statement,
-    gc: Statement,
-    lease: Statement,
-    give_back: Statement,
+    call: Prepared,
+    allow: Prepared,
+    many: Prepared,
+    gc: Prepared,
+    lease: Prepared,
+    give_back: Prepared,
 }
 
 impl std::fmt::Debug for PostgresLimiter {
@@ -400,21 +401,31 @@ impl Inner {
         if migrate {
             client.batch_execute(&schema::migration(options.unlogged)).await.map_err(map_err)?;
         }
-        let (call, many, gc, lease, give_back) = tokio::try_join!(
+        let (call, allow, many, gc, lease, give_back) = tokio::try_join!(
             client.prepare(schema::CALL),
+            client.prepare(schema::ALLOW),
             client.prepare(schema::MANY),
             client.prepare(schema::GC),
             client.prepare(schema::LEASE),
             client.prepare(schema::GIVE_BACK)
         )
         .map_err(map_err)?;
-        Ok(Arc::new(Conn { client, call, many, gc, lease, give_back }))
+        Ok(Arc::new(Conn { client, call, allow, many, gc, lease, give_back }))
     }
 
     async fn query(&self, call: &crate::driver::Call) -> Result<Vec<i64>> {
         let l = self.driver.limits();
         let row = self
             .with_conn(|conn| async move {
+                if call.statement() == Statement::Allow {
+                    return conn
+                        .client
+                        .query_one(
+                            &conn.allow,
+                            &[&l.prefix(), &call.key(), &call.at_us(), &call.amount(), &l.p1()[0], &l.p2()[0]],
+                        )
+                        .await;
+                }
                 if call.lease() > 0 {
                     return conn
                         .client

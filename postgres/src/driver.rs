@@ -151,12 +151,41 @@ pub struct Call {
     started: Instant,
     /// Tokens it asks to lease beyond its cost (0: none).
     lease: u64,
+    /// An allow on limits that are one token bucket.
+    one_bucket: bool,
+}
+
+/// Which statement a [`Call`] goes by ([`Call::statement`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Statement {
+    /// [`schema::CALL`](crate::schema::CALL): `op().code()`, the prefix,
+    /// `key()`, `at_us()`, `amount()`, the limits' kinds and parameters.
+    Call,
+    /// [`schema::ALLOW`](crate::schema::ALLOW), the common call (an allow
+    /// on one token bucket asking no lease): the prefix, `key()`,
+    /// `at_us()`, `amount()`, the rule's two parameters (`p1()[0]`,
+    /// `p2()[0]`) as scalars.
+    Allow,
+    /// [`schema::LEASE`](crate::schema::LEASE): the prefix, `key()`,
+    /// `at_us()`, `amount()`, `lease_size()`, the kinds and parameters.
+    Lease,
 }
 
 impl Call {
     /// What it asks (`$1` is `op().code()`).
     pub fn op(&self) -> Op {
         self.op
+    }
+
+    /// The statement it goes by, and so its parameters.
+    pub fn statement(&self) -> Statement {
+        if self.lease > 0 {
+            Statement::Lease
+        } else if self.one_bucket {
+            Statement::Allow
+        } else {
+            Statement::Call
+        }
     }
 
     /// Whether it may go in one statement with others
@@ -633,7 +662,8 @@ impl Driver {
     fn call(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<Call> {
         self.limits.check(key, cost)?;
         let at_us = self.limits.at_us(now)?;
-        Ok(Call { op, key: key.to_vec(), cost, now, at_us, started: Instant::now(), lease: 0 })
+        let one_bucket = op == Op::Allow && self.limits.kinds() == "g";
+        Ok(Call { op, key: key.to_vec(), cost, now, at_us, started: Instant::now(), lease: 0, one_bucket })
     }
 
     fn on_failure(&self, e: Error, call: &Call) -> Result<MultiDecision> {

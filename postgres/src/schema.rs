@@ -1,7 +1,7 @@
-//! The SQL a limiter needs: one table and five functions, version 1
-//! (`ratomic_v1_state`, `ratomic_v1_call`, `ratomic_v1_many`,
-//! `ratomic_v1_gc`, and for leased tokens `ratomic_v1_lease` and
-//! `ratomic_v1_give_back`).
+//! The SQL a limiter needs: one table and six functions, version 1
+//! (`ratomic_v1_state`, `ratomic_v1_call`, its common case
+//! `ratomic_v1_allow`, `ratomic_v1_many`, `ratomic_v1_gc`, and for leased
+//! tokens `ratomic_v1_lease` and `ratomic_v1_give_back`).
 //!
 //! The crate's client runs [`sql`] when it connects (unless
 //! [`Options::migrate`](crate::Options::migrate) is off), in one
@@ -14,7 +14,9 @@
 //! assert!(ratomic_postgres::schema::sql(true).contains("CREATE UNLOGGED TABLE"));
 //! ```
 //!
-//! Running it again is harmless (`IF NOT EXISTS`, `CREATE OR REPLACE`).
+//! Running it again is harmless (`IF NOT EXISTS`, `CREATE OR REPLACE`);
+//! a DBA who runs it by hand runs it again after upgrading the library (a
+//! newer library may call a function an older script did not create).
 //!
 //! **`UNLOGGED`** (`sql(true)`): the table skips the write-ahead log, so
 //! every decision that writes is cheaper; the price is that a crash of
@@ -49,6 +51,13 @@ pub fn migration(unlogged: bool) -> String {
 /// time in µs or NULL, `$5` amount, `$6` kinds, `$7`/`$8` the rules'
 /// parameters (bigint[]). Its one row's one column is a bigint[].
 pub const CALL: &str = "SELECT ratomic_v1_call($1, $2, $3, $4, $5, $6, $7, $8)";
+
+/// The statement of the common call, an allow on one token bucket that
+/// asks for no lease ([`Statement::Allow`](crate::Statement::Allow)): `$1`
+/// prefix, `$2` key, `$3` time in µs or NULL, `$4` amount, `$5` the
+/// emission interval in µs and `$6` the burst (the rule's `p1()[0]` and
+/// `p2()[0]`). Its one column is a bigint[], as [`CALL`]'s.
+pub const ALLOW: &str = "SELECT ratomic_v1_allow($1, $2, $3, $4, $5, $6)";
 
 /// The statement of a call that also leases tokens (see
 /// [`Lease`](crate::Lease)): `$1` prefix, `$2` key, `$3` time in µs or

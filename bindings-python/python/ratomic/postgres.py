@@ -12,7 +12,7 @@ shares every key's state::
     conn = psycopg.connect("postgresql://app@127.0.0.1/app", autocommit=True,
                            options="-c statement_timeout=100")
     limiter = PostgresTokenBucket("10/s", client=conn, prefix="api")
-    d = limiter.allow("user:42")          # one statement: SELECT ratomic_v1_call(...)
+    d = limiter.allow("user:42")          # one statement: SELECT ratomic_v1_allow(...)
     if not d:
         print(f"retry in {d.retry_after:.3f}s")
 

@@ -247,14 +247,25 @@ export declare class NativePostgres {
    */
   beginAllow(key: unknown, cost: number): Array<number> | NativePostgresCall
   /**
-   * How an allow `beginAllow` starts is sent: `[statement, ...tail]`.
-   * One token bucket: `ratomic_v1_allow` with `[prefix, key bytes,
-   * null, cost as text, ...tail]`, the tail the rule's two parameters;
-   * other limits: `ratomic_v1_call` with `['a', prefix, key bytes, null,
-   * cost as text, ...tail]`, the tail the kinds and the two parameter
-   * arrays as PostgreSQL array literals.
+   * How an allow `beginAllow` starts is sent: `[CALL statement, kinds,
+   * p1, p2]` — `ratomic_v1_call` with `['a', prefix, key bytes, null,
+   * cost as text, kinds, p1, p2]`, the rules' parameters as PostgreSQL
+   * array literals — then, for one token bucket, `[ALLOW statement, t,
+   * b]`: the upsert with `[prefix, key bytes, null, cost as text, t,
+   * b]`, which returns no row when it does not grant (then the call
+   * goes by `ratomic_v1_call`).
    */
   get callParams(): Array<string>
+  /**
+   * The same call by `ratomic_v1_call` (`statement` and `params`): sent
+   * when the common call's upsert returned no row.
+   */
+  general(call: NativePostgresCall): NativePostgresCall
+  /**
+   * The common call's statement: an upsert that returns no row when it
+   * does not grant.
+   */
+  get allowStatement(): string
   /**
    * Calls that waited while this limiter's statements were out, as one
    * batch statement (`manyStatement` with the batch's `params`): each

@@ -147,9 +147,11 @@ class PostgresBase {
   #maxInFlight
   #queue = []
   // Allows at the server's time are begun by beginAllow, their parameters
-  // put together here from [prefix, statement, ...tail] (see the native
+  // put together here from [prefix, ...callParams] (see the native
   // callParams; null: the limiter leases, every call goes by begin).
   #fastParams = null
+  // The common call's upsert (no row back: it did not grant).
+  #allowStatement
 
   constructor(rules, o, isLimiter) {
     if (new.target === PostgresBase) throw typeError('PostgresBase is not constructible: use PostgresTokenBucket, PostgresFixedWindow, PostgresSlidingWindow or PostgresLimiter')
@@ -187,6 +189,7 @@ class PostgresBase {
     this.#sources = this.#native.sources
     if (this.#native.leaseMax !== null) watchAtExit(this)
     else this.#fastParams = [this.#native.prefix, ...this.#native.callParams]
+    this.#allowStatement = this.#native.allowStatement
     const names = this.#native.names
     this.#multi = isLimiter
     this.#decode = isLimiter ? (allowed, a, at) => multi(allowed, a, at, names) : single
@@ -204,17 +207,25 @@ class PostgresBase {
     let call
     let statement
     let params
+    // [statement, params] of ratomic_v1_call when the upsert does not grant.
+    let fallback
     if (fast !== null && op === OP_ALLOW && atMs === undefined && (typeof key === 'string' || Buffer.isBuffer(key))) {
       // The common call: begun with no parameters made natively.
       const r = this.#native.beginAllow(key, cost)
       if (Array.isArray(r)) return this.#answers(r)[0]
       call = r
       if (this.#inFlight >= this.#maxInFlight) return this.#wait(call)
-      statement = fast[1]
       const bytes = typeof key === 'string' ? Buffer.from(key, 'utf8') : key
-      params = fast.length === 4
-        ? [fast[0], bytes, null, String(cost), fast[2], fast[3]] // ratomic_v1_allow: one token bucket
-        : ['a', fast[0], bytes, null, String(cost), fast[2], fast[3], fast[4]]
+      const general = ['a', fast[0], bytes, null, String(cost), fast[2], fast[3], fast[4]]
+      if (fast.length === 5) {
+        statement = fast[1]
+        params = general
+      } else {
+        // One token bucket: the upsert, then ratomic_v1_call if it did not grant.
+        statement = fast[5]
+        params = [fast[0], bytes, null, general[4], fast[6], fast[7]]
+        fallback = [fast[1], general]
+      }
     } else {
       call = this.#native.begin(op, key, cost, atMs)
       const answer = call.answer
@@ -228,6 +239,15 @@ class PostgresBase {
     this.#inFlight++
     try {
       reply = await run(this.#client, statement, params)
+      if (reply === null && statement === this.#allowStatement) {
+        // The common call's upsert did not grant (a denial: nothing was
+        // written): ratomic_v1_call decides, and answers every field.
+        if (fallback === undefined) {
+          call = this.#native.general(call)
+          fallback = [call.statement, call.params]
+        }
+        reply = await run(this.#client, fallback[0], fallback[1])
+      }
     } catch (e) {
       failed = failureOf(e)
       try {

@@ -237,3 +237,26 @@ test('a statement that times out with calls waiting: every call gets the policy,
     await slow.end()
   }
 })
+
+test('the common call: granted by one upsert; a denial writes nothing and is answered in full', async () => {
+  const p = prefix()
+  const client = counting(pool)
+  const pg = new PostgresTokenBucket(3, 3 / 3600, { client, prefix: p, denyCache: 0 })
+  const got = []
+  for (let i = 0; i < 3; i++) got.push(await pg.allow('k'))
+  assert.deepEqual(got.map((d) => [d.allowed, d.remaining, d.limit]), [[true, 2, 3], [true, 1, 3], [true, 0, 3]])
+  assert.equal(client.statements, 3, 'one statement per granted call')
+  const row = async () => (await pool.query('SELECT xmin::text AS x, state FROM ratomic_v1_state WHERE prefix = $1', [p])).rows[0]
+  const before = await row()
+  const denied = await pg.allow('k')
+  assert.deepEqual([denied.allowed, denied.remaining, denied.limit, denied.source], [false, 0, 3, 'postgres'])
+  // One token every 1,200 s: the next comes within that (and not much sooner: 3 were just taken).
+  assert.ok(denied.retryAfterMs > 1_100_000 && denied.retryAfterMs <= 1_200_000, `retry after ${denied.retryAfterMs} ms`)
+  assert.ok(denied.resetAfterMs > 3_500_000 && denied.resetAfterMs <= 3_600_000, `reset after ${denied.resetAfterMs} ms`)
+  assert.equal(client.statements, 5, 'the upsert, then ratomic_v1_call for the fields')
+  assert.deepEqual(await row(), before, 'the denial wrote nothing')
+  // A cost of 0 is not the upsert's either: ratomic_v1_call answers it, and writes nothing.
+  const zero = await pg.allow('k', 0)
+  assert.deepEqual([zero.allowed, zero.remaining], [true, 0])
+  assert.deepEqual(await row(), before)
+})

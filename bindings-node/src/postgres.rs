@@ -30,7 +30,8 @@ const CALL: &str =
 const MANY: &str = "SELECT ratomic_v1_many($1::text, $2::text, $3::bytea[], $4::bigint[], $5::bigint, $6::text, \
                     $7::bigint[], $8::bigint[]) AS r";
 const GC: &str = "SELECT ratomic_v1_gc($1::text, $2::bigint, $3::int) AS r";
-const ALLOW: &str = "SELECT ratomic_v1_allow($1::text, $2::bytea, $3::bigint, $4::bigint, $5::bigint, $6::bigint) AS r";
+/// Typed already, its one column named `r`.
+const ALLOW: &str = ratomic_postgres::schema::ALLOW;
 const LEASE: &str = "SELECT ratomic_v1_lease($1::text, $2::bytea, $3::bigint, $4::bigint, $5::bigint, $6::text, \
                      $7::bigint[], $8::bigint[]) AS r";
 const GIVE_BACK: &str =
@@ -515,20 +516,38 @@ impl NativePostgres {
         run().map_err(|e| e.into_napi(&env))
     }
 
-    /// How an allow `beginAllow` starts is sent: `[statement, ...tail]`.
-    /// One token bucket: `ratomic_v1_allow` with `[prefix, key bytes,
-    /// null, cost as text, ...tail]`, the tail the rule's two parameters;
-    /// other limits: `ratomic_v1_call` with `['a', prefix, key bytes, null,
-    /// cost as text, ...tail]`, the tail the kinds and the two parameter
-    /// arrays as PostgreSQL array literals.
+    /// How an allow `beginAllow` starts is sent: `[CALL statement, kinds,
+    /// p1, p2]` — `ratomic_v1_call` with `['a', prefix, key bytes, null,
+    /// cost as text, kinds, p1, p2]`, the rules' parameters as PostgreSQL
+    /// array literals — then, for one token bucket, `[ALLOW statement, t,
+    /// b]`: the upsert with `[prefix, key bytes, null, cost as text, t,
+    /// b]`, which returns no row when it does not grant (then the call
+    /// goes by `ratomic_v1_call`).
     #[napi(getter)]
     pub fn call_params(&self) -> Vec<String> {
         let l = self.driver.limits();
-        if l.kinds() == "g" {
-            return vec![ALLOW.to_owned(), l.p1()[0].to_string(), l.p2()[0].to_string()];
-        }
         let literal = |v: &[i64]| format!("{{{}}}", v.iter().map(i64::to_string).collect::<Vec<_>>().join(","));
-        vec![CALL.to_owned(), l.kinds().to_owned(), literal(l.p1()), literal(l.p2())]
+        let mut out = vec![CALL.to_owned(), l.kinds().to_owned(), literal(l.p1()), literal(l.p2())];
+        if l.kinds() == "g" {
+            out.extend([ALLOW.to_owned(), l.p1()[0].to_string(), l.p2()[0].to_string()]);
+        }
+        out
+    }
+
+    /// The same call by `ratomic_v1_call` (`statement` and `params`): sent
+    /// when the common call's upsert returned no row.
+    #[napi]
+    pub fn general(&self, call: &NativePostgresCall) -> NativePostgresCall {
+        let general = call.call.as_ref().map(Call::general);
+        let params = general.as_ref().map(|c| self.params(c)).unwrap_or_default();
+        NativePostgresCall { call: general, answer: call.answer.clone(), params }
+    }
+
+    /// The common call's statement: an upsert that returns no row when it
+    /// does not grant.
+    #[napi(getter)]
+    pub fn allow_statement(&self) -> &'static str {
+        ALLOW
     }
 
     /// Calls that waited while this limiter's statements were out, as one

@@ -32,7 +32,14 @@ const CALL: &str = "SELECT ratomic_v1_call(%s::text, %s::text, %s::bytea, %s::bi
 const MANY: &str = "SELECT ratomic_v1_many(%s::text, %s::text, %s::bytea[], %s::bigint[], %s::bigint, %s::text, \
                     %s::bigint[], %s::bigint[])";
 const GC: &str = "SELECT ratomic_v1_gc(%s::text, %s::bigint, %s::int)";
-const ALLOW: &str = "SELECT ratomic_v1_allow(%s::text, %s::bytea, %s::bigint, %s::bigint, %s::bigint, %s::bigint)";
+/// The common call's upsert ([`ratomic_postgres::schema::ALLOW`]) with
+/// psycopg's named placeholders (each of its parameters is read more than
+/// once): `p1` … `p6`.
+static ALLOW: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    (1..=6).fold(ratomic_postgres::schema::ALLOW.replace('%', "%%"), |sql, i| {
+        sql.replace(&format!("${i}"), &format!("%(p{i})s"))
+    })
+});
 const LEASE: &str = "SELECT ratomic_v1_lease(%s::text, %s::bytea, %s::bigint, %s::bigint, %s::bigint, %s::text, \
                      %s::bigint[], %s::bigint[])";
 const GIVE_BACK: &str =
@@ -42,27 +49,36 @@ const GIVE_BACK: &str =
 #[pyclass(frozen, module = "ratomic._ratomic", name = "_PostgresCall")]
 pub struct PostgresCall {
     call: Call,
-    params: Py<PyTuple>,
+    /// A tuple, or a dict for the upsert's named placeholders.
+    params: Py<PyAny>,
 }
 
 #[pymethods]
 impl PostgresCall {
     /// The statement's parameters (six for `ratomic_v1_allow`, else eight).
     #[getter]
-    fn params(&self, py: Python<'_>) -> Py<PyTuple> {
+    fn params(&self, py: Python<'_>) -> Py<PyAny> {
         self.params.clone_ref(py)
     }
 
     /// The statement to run: `ratomic_v1_lease` when the call asks for a
-    /// lease, `ratomic_v1_allow` for an allow on one token bucket, else
-    /// `ratomic_v1_call` (psycopg placeholders).
+    /// lease, the common call's upsert for an allow on one token bucket
+    /// (see `upsert`), else `ratomic_v1_call` (psycopg placeholders).
     #[getter]
     fn statement(&self) -> &'static str {
         match self.call.statement() {
             Statement::Lease => LEASE,
-            Statement::Allow => ALLOW,
+            Statement::Allow => ALLOW.as_str(),
             Statement::Call => CALL,
         }
+    }
+
+    /// Whether it goes by the common call's upsert, which returns no row
+    /// when it does not grant: then run `driver.general(call)` and finish
+    /// this call with that reply.
+    #[getter]
+    fn upsert(&self) -> bool {
+        self.call.statement() == Statement::Allow
     }
 }
 
@@ -101,10 +117,14 @@ impl PostgresDriver {
     fn wrap(&self, py: Python<'_>, call: Call) -> PyResult<Py<PyAny>> {
         let (prefix, kinds, p1, p2) = self.tail();
         if call.statement() == Statement::Allow {
-            let params = (prefix, PyBytes::new(py, call.key()), call.at_us(), call.amount(), p1[0], p2[0])
-                .into_pyobject(py)?
-                .unbind();
-            return Ok(Py::new(py, PostgresCall { call, params })?.into_any());
+            let params = pyo3::types::PyDict::new(py);
+            params.set_item("p1", prefix)?;
+            params.set_item("p2", PyBytes::new(py, call.key()))?;
+            params.set_item("p3", call.at_us())?;
+            params.set_item("p4", call.amount())?;
+            params.set_item("p5", p1[0])?;
+            params.set_item("p6", p2[0])?;
+            return Ok(Py::new(py, PostgresCall { call, params: params.into_any().unbind() })?.into_any());
         }
         if call.lease() > 0 {
             let params = (
@@ -118,6 +138,7 @@ impl PostgresDriver {
                 p2.to_vec(),
             )
                 .into_pyobject(py)?
+                .into_any()
                 .unbind();
             return Ok(Py::new(py, PostgresCall { call, params })?.into_any());
         }
@@ -133,7 +154,7 @@ impl PostgresDriver {
         )
             .into_pyobject(py)?
             .unbind();
-        Ok(Py::new(py, PostgresCall { call, params })?.into_any())
+        Ok(Py::new(py, PostgresCall { call, params: params.into_any() })?.into_any())
     }
 
     fn answer(&self, py: Python<'_>, d: &ratomic_postgres::MultiDecision) -> PyResult<Py<PyAny>> {
@@ -389,6 +410,12 @@ impl PostgresDriver {
         let d =
             self.driver.finish(&call.call, outcome(reply, kind)).map_err(|e| pg_error(py, e, kind.map(|_| reply)))?;
         self.answer(py, &d)
+    }
+
+    /// The same call by `ratomic_v1_call`: what runs when the common
+    /// call's upsert returned no row (it did not grant).
+    fn general(&self, py: Python<'_>, call: &PostgresCall) -> PyResult<Py<PyAny>> {
+        self.wrap(py, call.call.general())
     }
 
     /// Starts a refund: the `_PostgresCall` to run.

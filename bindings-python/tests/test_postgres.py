@@ -216,3 +216,47 @@ def test_leases_from_asyncio_and_bad_lease_options(url, prefix) -> None:
         with pytest.raises(ratomic.InvalidArgumentError, match="lease"):
             PostgresTokenBucket("10/s", client=c, prefix=prefix, lease="sometimes")
         assert PostgresFixedWindow("10/s", client=c, prefix=prefix, lease="auto").leases_held == 0
+
+
+def test_the_common_call_is_one_upsert_and_a_denial_writes_nothing(url, conn, prefix) -> None:
+    """A token bucket's allow is one statement (the upsert); a denial returns
+    no row from it, then ratomic_v1_call answers every field; nothing is
+    written by the denial, nor by a cost of 0 (blocking and asyncio)."""
+
+    def row(p: str) -> tuple[object, ...] | None:
+        return conn.execute("SELECT xmin::text, state FROM ratomic_v1_state WHERE prefix = %s", (p,)).fetchone()
+
+    executed: list[str] = []
+
+    class Counting(psycopg.Connection):  # type: ignore[type-arg]
+        """A connection that records every statement run through it."""
+
+        def execute(self, query, params=None, **kw):  # type: ignore[no-untyped-def,override]
+            executed.append(str(query))
+            return super().execute(query, params, **kw)
+
+    with Counting.connect(url, autocommit=True) as inner:
+        pg = PostgresTokenBucket(3, 3 / 3600, client=inner, prefix=prefix, deny_cache=0)
+        got = [pg.allow("k") for _ in range(3)]
+        assert [(d.allowed, d.remaining) for d in got] == [(True, 2), (True, 1), (True, 0)]
+        assert len(executed) == 3 and all(s.startswith("INSERT INTO ratomic_v1_state") for s in executed)
+        before = row(prefix)
+        d = pg.allow("k")
+        assert (d.allowed, d.remaining, d.limit, d.source) == (False, 0, 3, "postgres")
+        # One token every 1,200 s: the next within that, not much sooner (3 were just taken).
+        assert 1_100 < d.retry_after <= 1_200 and 3_500 < d.reset_after <= 3_600
+        assert len(executed) == 5 and "ratomic_v1_call" in executed[4]
+        assert row(prefix) == before, "the denial wrote nothing"
+        zero = pg.allow("k", 0)
+        assert (zero.allowed, zero.remaining) == (True, 0)
+        assert row(prefix) == before, "a cost of 0 wrote nothing"
+
+    async def main() -> None:
+        aconn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        a = PostgresTokenBucket(2, 2 / 3600, client=aconn, prefix=prefix + "-a", deny_cache=0)
+        got = [await a.allow("k") for _ in range(3)]
+        assert [(g.allowed, g.remaining) for g in got] == [(True, 1), (True, 0), (False, 0)]
+        assert 1_700 < got[2].retry_after <= 1_800
+        await aconn.close()
+
+    asyncio.run(main())

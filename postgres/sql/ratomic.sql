@@ -1,4 +1,4 @@
--- ratomic-postgres, schema version 1: one table and six functions.
+-- ratomic-postgres, schema version 1: one table and five functions.
 -- The library runs this (in one transaction, under an advisory lock) when a
 -- limiter connects, unless told not to; `ratomic_postgres::schema::sql()`
 -- prints it for a DBA to run instead. Safe to run again.
@@ -270,45 +270,6 @@ BEGIN
         IF FOUND THEN RETURN reply; END IF;
         -- Another call created the row meanwhile: decide again on it.
     END LOOP;
-END
-$fn$;
-
--- The common call on its own: one token bucket, allow, no lease. The same
--- upsert as ratomic_v1_call's fast path and the same reply, with the
--- rule's emission interval t (µs) and burst b as scalars: a client sends
--- six plain parameters rather than kinds and two arrays (their parsing and
--- the wider function's setup were a fifth of a call's time from Node). A
--- call the upsert does not grant (a denial, which writes nothing; a cost
--- of 0) is decided by ratomic_v1_call at its own reading of the clock, as
--- that function's fast path hands a denial to its general path.
-CREATE OR REPLACE FUNCTION ratomic_v1_allow(
-    pfx text, k bytea, at_us bigint, amount bigint, t bigint, b bigint
-) RETURNS bigint[] LANGUAGE plpgsql AS $fn$
-DECLARE
-    now_us bigint;
-    need   bigint;
-    tau    bigint;
-    tat    bigint;
-BEGIN
-    IF amount > 0 AND amount <= b AND t > 0 AND pfx IS NOT NULL AND k IS NOT NULL THEN
-        now_us := coalesce(at_us, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
-        need := amount * t;
-        tau := b * t;
-        INSERT INTO ratomic_v1_state AS s (prefix, key, kinds, state, full_at)
-            VALUES (pfx, k, 'g', ARRAY[now_us + need, 0, 0]::bigint[], now_us + need)
-            ON CONFLICT (prefix, key) DO UPDATE
-                SET kinds = 'g',
-                    state = ARRAY[greatest(CASE WHEN s.kinds = 'g' THEN s.state[1] ELSE 0 END, now_us) + need,
-                                  CASE WHEN s.kinds = 'g' THEN s.state[2] ELSE 0 END, 0],
-                    full_at = greatest(CASE WHEN s.kinds = 'g' THEN s.state[1] ELSE 0 END, now_us) + need
-                WHERE greatest(CASE WHEN s.kinds = 'g' THEN s.state[1] ELSE 0 END, now_us) + need - now_us <= tau
-            RETURNING s.state[1] INTO tat;
-        IF FOUND THEN
-            RETURN ARRAY[1, 1, CASE WHEN tat - now_us >= tau THEN 0 ELSE (tau - (tat - now_us)) / t END,
-                         b, 0, tat - now_us]::bigint[];
-        END IF;
-    END IF;
-    RETURN ratomic_v1_call('a', pfx, k, at_us, amount, 'g', ARRAY[t], ARRAY[b]);
 END
 $fn$;
 

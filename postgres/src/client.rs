@@ -418,13 +418,17 @@ impl Inner {
         let row = self
             .with_conn(|conn| async move {
                 if call.statement() == Statement::Allow {
-                    return conn
+                    let granted = conn
                         .client
-                        .query_one(
+                        .query_opt(
                             &conn.allow,
                             &[&l.prefix(), &call.key(), &call.at_us(), &call.amount(), &l.p1()[0], &l.p2()[0]],
                         )
-                        .await;
+                        .await?;
+                    if let Some(row) = granted {
+                        return Ok(row);
+                    }
+                    // Not granted by the upsert: ratomic_v1_call decides (see Statement::Allow).
                 }
                 if call.lease() > 0 {
                     return conn

@@ -164,7 +164,8 @@ pub enum Statement {
     /// [`schema::ALLOW`](crate::schema::ALLOW), the common call (an allow
     /// on one token bucket asking no lease): the prefix, `key()`,
     /// `at_us()`, `amount()`, the rule's two parameters (`p1()[0]`,
-    /// `p2()[0]`) as scalars.
+    /// `p2()[0]`) as scalars. No row back means it did not grant: send
+    /// [`Call::general`] and finish with its reply.
     Allow,
     /// [`schema::LEASE`](crate::schema::LEASE): the prefix, `key()`,
     /// `at_us()`, `amount()`, `lease_size()`, the kinds and parameters.
@@ -186,6 +187,14 @@ impl Call {
         } else {
             Statement::Call
         }
+    }
+
+    /// The same call by [`Statement::Call`] (`ratomic_v1_call`): what a
+    /// face sends when [`Statement::Allow`]'s upsert returned no row (it
+    /// did not grant; the function decides again, and answers a denial
+    /// with every field).
+    pub fn general(&self) -> Call {
+        Call { one_bucket: false, ..self.clone() }
     }
 
     /// Whether it may go in one statement with others

@@ -12,7 +12,7 @@ shares every key's state::
     conn = psycopg.connect("postgresql://app@127.0.0.1/app", autocommit=True,
                            options="-c statement_timeout=100")
     limiter = PostgresTokenBucket("10/s", client=conn, prefix="api")
-    d = limiter.allow("user:42")          # one statement: SELECT ratomic_v1_allow(...)
+    d = limiter.allow("user:42")          # one statement (an upsert of the key's row)
     if not d:
         print(f"retry in {d.retry_after:.3f}s")
 
@@ -301,7 +301,42 @@ class _PostgresBase:
         step = self._driver.begin(op, key, cost, now)
         if not isinstance(step, _PostgresCall):
             return self._answer_now(step)
+        if step.upsert:
+            return self._upsert(step)
         return self._round_trip(step.statement, step.params, lambda v, kind: self._driver.finish(step, v, kind))
+
+    def _upsert(self, step: _PostgresCall) -> _t.Any:
+        """The common call (an allow on one token bucket): one upsert, which
+        returns no row when it does not grant (a denial: nothing written);
+        then ``ratomic_v1_call`` decides and answers every field."""
+        driver = self._driver
+        if self._async:
+
+            async def go() -> _t.Any:
+                try:
+                    value = await self._arun(step.statement, step.params)
+                    if value is None:
+                        general = driver.general(step)
+                        value = await self._arun(general.statement, general.params)
+                except Exception as e:
+                    kind = _kind(e)
+                    if kind is None:
+                        raise
+                    return driver.finish(step, e, kind)
+                return driver.finish(step, value, None)
+
+            return go()
+        try:
+            value = self._run(step.statement, step.params)
+            if value is None:
+                general = driver.general(step)
+                value = self._run(general.statement, general.params)
+        except Exception as e:
+            kind = _kind(e)
+            if kind is None:
+                raise
+            return driver.finish(step, e, kind)
+        return driver.finish(step, value, None)
 
     def allow(self, key: _Key, cost: int = 1) -> _t.Any:
         """Consumes ``cost`` if every limit allows it, at the server's clock."""

@@ -241,11 +241,16 @@ export declare class NativePostgres {
   begin(op: number, key: unknown, cost: number, nowMs?: number | undefined | null): NativePostgresCall
   /**
    * `begin` of an allow at the server's time, for a limiter that leases
-   * nothing: the answer, or the call to run — whose parameters are not
-   * made here: JavaScript puts them together from the key it holds and
-   * `callParams` (a native getter and its copies less a call).
+   * nothing: the answer, or the id of the call to run (end it with
+   * `finishAllow`, or send it with others by `coalesce`) — whose
+   * parameters are not made here: JavaScript puts them together from
+   * the key it holds and `callParams`.
    */
-  beginAllow(key: unknown, cost: number): Array<number> | NativePostgresCall
+  beginAllow(key: unknown, cost: number): Array<number> | number
+  /** Ends the call `id` (from `beginAllow` or `park`) as `finish` does. */
+  finishAllow(id: number, reply?: string | undefined | null, failed?: PostgresFailure | undefined | null): Array<number>
+  /** Keeps a `coalescible` call begun by `begin` for `coalesce`: its id. */
+  park(call: NativePostgresCall): number
   /**
    * How an allow `beginAllow` starts is sent: `[CALL statement, kinds,
    * p1, p2]` — `ratomic_v1_call` with `['a', prefix, key bytes, null,
@@ -267,28 +272,28 @@ export declare class NativePostgres {
    */
   get allowStatement(): string
   /**
-   * Calls that waited while this limiter's statements were out, as one
-   * batch statement (`manyStatement` with the batch's `params`): each
-   * must be `coalescible`.
+   * Calls that waited while this limiter's statements were out (their
+   * ids, from `beginAllow` or `park`), as one batch statement
+   * (`manyStatement` with the batch's `params`).
    */
-  coalesce(calls: Array<NativePostgresCall>): NativePostgresBatch
+  coalesce(ids: Array<number>): NativePostgresBatch
   /**
    * Ends a `coalesce`d batch with the row's value or how the statement
    * failed: per call, in order, its answer (`[source, ...decision]`) or,
    * when the failure policy raises, the error's message.
    */
-  finishCoalesced(batch: NativePostgresBatch, reply?: Array<string> | undefined | null, failed?: PostgresFailure | undefined | null): Array<Array<number> | string>
+  finishCoalesced(batch: NativePostgresBatch, reply?: string | undefined | null, failed?: PostgresFailure | undefined | null): Array<Array<number> | string>
   /**
    * Ends a call with the row's value (the bigint[] as `pg` gives it: text),
    * or how it failed: `[source, ...decision]`.
    */
-  finish(call: NativePostgresCall, reply?: Array<string> | undefined | null, failed?: PostgresFailure | undefined | null): Array<number>
+  finish(call: NativePostgresCall, reply?: string | undefined | null, failed?: PostgresFailure | undefined | null): Array<number>
   /** Starts a refund of `tokens` on `key`. */
   beginRefund(key: unknown, tokens: number, nowMs?: number | undefined | null): NativePostgresCall
   /** Starts a reset of `key`. */
   beginReset(key: unknown): NativePostgresCall
   /** Ends a refund or a reset (`refund`: which). */
-  finishChange(refund: boolean, reply?: Array<string> | undefined | null, failed?: PostgresFailure | undefined | null): void
+  finishChange(refund: boolean, reply?: string | undefined | null, failed?: PostgresFailure | undefined | null): void
   /** Starts a batch: its answers (nothing to run) or the batch to run. */
   beginMany(requests: unknown, nowMs?: number | undefined | null): Array<number> | NativePostgresBatch
   /** The most tokens a lease takes, or null when this limiter leases none. */
@@ -303,14 +308,14 @@ export declare class NativePostgres {
    */
   beginGiveBacks(): Array<Array<string | Buffer | Array<string | Buffer> | null>>
   /** Ends a give-back: how many limits took tokens back. */
-  finishGiveBack(reply?: Array<string> | undefined | null, failed?: PostgresFailure | undefined | null): number
+  finishGiveBack(reply?: string | undefined | null, failed?: PostgresFailure | undefined | null): number
   /**
    * Gives `tokens` back to this process's lease of `key` if it can (no
    * statement needed): whether it did.
    */
   refundLease(key: unknown, tokens: number): boolean
   /** Ends a batch with the row's value, or how it failed. */
-  finishMany(batch: NativePostgresBatch, reply?: Array<string> | undefined | null, failed?: PostgresFailure | undefined | null): Array<number>
+  finishMany(batch: NativePostgresBatch, reply?: string | undefined | null, failed?: PostgresFailure | undefined | null): Array<number>
 }
 
 /** One batch to run (`manyStatement` with `params`). */

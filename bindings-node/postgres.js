@@ -52,10 +52,14 @@ const nameOf = (sql) => {
   return n
 }
 
-// The one value of the statement's one row (pg returns bigint[] as text).
+// Every column as the server's text (a bigint[] as `{1,2,3}`), parsed
+// natively rather than by pg's array parser.
+const RAW = { getTypeParser: () => String }
+
+// The one value of the statement's one row, as text; null when no row.
 async function run(client, sql, params) {
-  const res = await client.query({ name: nameOf(sql), text: sql, values: params })
-  return res.rows.length === 1 ? res.rows[0].r : null
+  const res = await client.query({ name: nameOf(sql), text: sql, values: params, rowMode: 'array', types: RAW })
+  return res.rows.length === 1 ? res.rows[0][0] : null
 }
 
 // A failure the driver's policy raised for one call of a coalesced batch,
@@ -204,6 +208,8 @@ class PostgresBase {
 
   async #decide(op, key, cost, atMs) {
     const fast = this.#fastParams
+    // A call begun by beginAllow has an id; one begun by begin is an object.
+    let id = -1
     let call
     let statement
     let params
@@ -212,9 +218,9 @@ class PostgresBase {
     if (fast !== null && op === OP_ALLOW && atMs === undefined && (typeof key === 'string' || Buffer.isBuffer(key))) {
       // The common call: begun with no parameters made natively.
       const r = this.#native.beginAllow(key, cost)
-      if (Array.isArray(r)) return this.#answers(r)[0]
-      call = r
-      if (this.#inFlight >= this.#maxInFlight) return this.#wait(call)
+      if (typeof r !== 'number') return this.#answers(r)[0]
+      id = r
+      if (this.#inFlight >= this.#maxInFlight) return this.#wait(id)
       const bytes = typeof key === 'string' ? Buffer.from(key, 'utf8') : key
       const general = ['a', fast[0], bytes, null, String(cost), fast[2], fast[3], fast[4]]
       if (fast.length === 5) {
@@ -230,7 +236,7 @@ class PostgresBase {
       call = this.#native.begin(op, key, cost, atMs)
       const answer = call.answer
       if (answer !== null && answer !== undefined) return this.#answers(answer)[0]
-      if (this.#inFlight >= this.#maxInFlight && call.coalescible) return this.#wait(call)
+      if (this.#inFlight >= this.#maxInFlight && call.coalescible) return this.#wait(this.#native.park(call))
       statement = call.statement
       params = call.params
     }
@@ -243,15 +249,15 @@ class PostgresBase {
         // The common call's upsert did not grant (a denial: nothing was
         // written): ratomic_v1_call decides, and answers every field.
         if (fallback === undefined) {
-          call = this.#native.general(call)
-          fallback = [call.statement, call.params]
+          const general = this.#native.general(call)
+          fallback = [general.statement, general.params]
         }
         reply = await run(this.#client, fallback[0], fallback[1])
       }
     } catch (e) {
       failed = failureOf(e)
       try {
-        return this.#answers(this.#native.finish(call, null, failed))[0]
+        return this.#answers(id >= 0 ? this.#native.finishAllow(id, null, failed) : this.#native.finish(call, null, failed))[0]
       } catch (err) {
         err.cause = e
         throw err
@@ -260,13 +266,13 @@ class PostgresBase {
       this.#inFlight--
       if (this.#queue.length > 0) this.#drain()
     }
-    return this.#answers(this.#native.finish(call, reply, null))[0]
+    return this.#answers(id >= 0 ? this.#native.finishAllow(id, reply, null) : this.#native.finish(call, reply, null))[0]
   }
 
-  // A call that waits for the next statement to end (see #queue).
-  #wait(call) {
+  // A call (its id) that waits for the next statement to end (see #queue).
+  #wait(id) {
     return new Promise((resolve, reject) => {
-      this.#queue.push({ call, resolve, reject })
+      this.#queue.push({ id, resolve, reject })
     })
   }
 
@@ -277,7 +283,7 @@ class PostgresBase {
       const waiting = this.#queue.splice(0, MAX_BATCH)
       this.#inFlight++
       try {
-        const batch = this.#native.coalesce(waiting.map((w) => w.call))
+        const batch = this.#native.coalesce(waiting.map((w) => w.id))
         let reply = null
         let failed = null
         let cause

@@ -8,15 +8,26 @@ const net = require('node:net')
 const os = require('node:os')
 const path = require('node:path')
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer()
-    s.once('error', reject)
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address()
-      s.close(() => resolve(port))
+// A free 127.0.0.1 port below the kernel's ephemeral range, as
+// scripts/free-port.sh picks them: a port in that range can be taken as the
+// local end of any outgoing connection (a test client's) between this check
+// and redis-server's bind, which then fails.
+async function freePort() {
+  let [low, high] = [32768, 60999]
+  try {
+    ;[low, high] = fs.readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number)
+  } catch {}
+  const pick = () => (low - 10000 >= 1000 ? 10000 + Math.floor(Math.random() * (low - 10000)) : high + 1 + Math.floor(Math.random() * (65535 - high)))
+  for (let i = 0; i < 200; i++) {
+    const port = pick()
+    const free = await new Promise((resolve) => {
+      const s = net.createServer()
+      s.once('error', () => resolve(false))
+      s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)))
     })
-  })
+    if (free) return port
+  }
+  throw new Error('no free loopback port below the ephemeral range')
 }
 
 // Resolves once the server answers PING with PONG.

@@ -11,9 +11,10 @@
 //!   [`schema::sql`]). It reads the server's `clock_timestamp()`; the
 //!   `*_at` forms pass the caller's time instead. Calls in flight at once
 //!   share statements in the crate's client ([`PostgresLimiter`]): plain
-//!   allows beyond one per connection wait for a statement to end and go
-//!   together, up to [`MAX_BATCH`], as one batch statement at one reading
-//!   of the server's clock, each answered as it would have been alone.
+//!   allows beyond one per two connections wait for a statement to end
+//!   and go together, up to [`MAX_BATCH`], as one batch statement at one
+//!   reading of the server's clock, each answered as it would have been
+//!   alone.
 //! - An allow locks the key's row (`SELECT … FOR UPDATE`, or the `INSERT`
 //!   of a new one): calls on one key serialize on it and never over-grant.
 //!   A denial or a peek writes nothing.

@@ -442,7 +442,7 @@ fn a_hundred_calls_at_once_share_statements_and_get_exactly_the_burst() {
 }
 
 /// A call alone goes alone, as one `ratomic_v1_call`; 64 tasks calling at
-/// once on 1,000 keys share statements (four connections: at most four
+/// once on 1,000 keys share statements (four connections: at most two
 /// statements of plain allows out, the rest waiting for one), and every
 /// call is charged exactly once to its key.
 #[test]

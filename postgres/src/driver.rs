@@ -85,7 +85,10 @@ pub struct Options {
     pub deny_cache: usize,
     /// Connections the crate's client opens (default 4). Each carries any
     /// number of calls at once (tokio-postgres pipelines them); more
-    /// connections let the server work on several at a time.
+    /// connections let the server work on several at a time. Half of them
+    /// (rounded up) is how many statements of plain allows the client has
+    /// out at once: the calls beyond wait and go together in one statement
+    /// (see [`PostgresLimiter`](crate::PostgresLimiter)).
     pub connections: usize,
     /// Whether the crate's client creates the table and functions when it
     /// connects (default true; see [`schema`](crate::schema)).

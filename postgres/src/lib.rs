@@ -9,7 +9,12 @@
 //! - One statement per decision: a PL/pgSQL function ([`schema`]), created
 //!   by a migration the client runs (or a DBA runs from
 //!   [`schema::sql`]). It reads the server's `clock_timestamp()`; the
-//!   `*_at` forms pass the caller's time instead.
+//!   `*_at` forms pass the caller's time instead. Calls in flight at once
+//!   share statements in the crate's client ([`PostgresLimiter`]): plain
+//!   allows beyond one per two connections wait for a statement to end
+//!   and go together, up to [`MAX_BATCH`], as one batch statement at one
+//!   reading of the server's clock, each answered as it would have been
+//!   alone.
 //! - An allow locks the key's row (`SELECT … FOR UPDATE`, or the `INSERT`
 //!   of a new one): calls on one key serialize on it and never over-grant.
 //!   A denial or a peek writes nothing.
@@ -66,7 +71,7 @@ pub use ratomic::backend::{Lease, DRIFT_PPM};
 pub use rules::PgRule;
 
 #[cfg(feature = "client")]
-pub use client::{BlockingPostgresLimiter, PostgresLimiter, GC_CHUNK};
+pub use client::{BlockingPostgresLimiter, PostgresLimiter, GC_CHUNK, MAX_BATCH};
 /// The `tokio_postgres` crate this one is built on.
 #[cfg(feature = "client")]
 pub use tokio_postgres;

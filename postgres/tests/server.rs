@@ -342,6 +342,322 @@ fn concurrent_batches_never_deadlock_and_never_over_grant() {
     }
 }
 
+// ------------------------------------------------------------ coalescing
+
+/// A cluster of the test's own that counts the statements it runs
+/// (pg_stat_statements, loaded at start), and the URL its limiters use
+/// (their connections named `app`, to tell them apart).
+fn counting_server(app: &str) -> (support::Server, String) {
+    let server = support::Server::start_with("-c shared_preload_libraries=pg_stat_statements");
+    let url = server.url();
+    block(async {
+        let c = support::plain(&url).await;
+        c.batch_execute("CREATE EXTENSION pg_stat_statements").await.unwrap();
+    });
+    let limiter_url = format!("{url}?application_name={app}");
+    (server, limiter_url)
+}
+
+/// The statements the server has run so far, counted by the server:
+/// `(ratomic_v1_call, ratomic_v1_many)`. Waits (polling, no time bound
+/// but the loop's) until no connection named `app` is running one, so that
+/// every statement that ended is counted.
+async fn statements(url: &str, app: &str) -> (i64, i64) {
+    let c = support::plain(url).await;
+    for i in 0.. {
+        assert!(i < 3000, "{app}'s statements did not end in 30 s");
+        let active: i64 = c
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state <> 'idle'", &[&app])
+            .await
+            .unwrap()
+            .get(0);
+        if active == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let row = c
+        .query_one(
+            "SELECT coalesce(sum(calls) FILTER (WHERE query LIKE 'SELECT ratomic_v1_call(%'), 0)::bigint,
+                    coalesce(sum(calls) FILTER (WHERE query LIKE 'SELECT ratomic_v1_many(%'), 0)::bigint
+             FROM pg_stat_statements",
+            &[],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// 100 calls at once (more than 64 in flight) on a bucket of 50 (one token
+/// an hour), on one limiter of two connections: they share statements
+/// (counted by the server: fewer than calls, some of them batches), exactly
+/// 50 pass, and every field of every answer is the one the bucket gives a
+/// call alone at its time.
+#[test]
+fn a_hundred_calls_at_once_share_statements_and_get_exactly_the_burst() {
+    let (server, url) = counting_server("coalesce_race");
+    let t = Duration::from_secs(3600); // one token an hour
+    let options = Options { connections: 2, deny_cache: 0, ..options() };
+    let (answers, (calls, many)) = block(async {
+        let limits = Limits::single(hourly_50()).unwrap();
+        let l = PostgresLimiter::connect(&url, limits, options).await.unwrap();
+        let tasks: Vec<_> = (0..100)
+            .map(|_| {
+                let l = l.clone();
+                tokio::spawn(async move { l.allow("shared").await.unwrap() })
+            })
+            .collect();
+        let mut answers = Vec::new();
+        for task in tasks {
+            answers.push(task.await.unwrap());
+        }
+        assert_eq!(l.peek("shared", 0).await.unwrap().decision.remaining, 0);
+        (answers, statements(&server.url(), "coalesce_race").await)
+    });
+    eprintln!("100 calls at once: {calls} ratomic_v1_call and {many} ratomic_v1_many statements");
+    assert!(many >= 1 && calls + many < 100, "{calls} single and {many} batch statements for 100 calls");
+    let mut remaining: Vec<u64> = Vec::new();
+    for a in &answers {
+        let d = a.decision;
+        assert_eq!((a.source, d.limit, a.entries().count()), (Source::Postgres, 50, 1), "{a:?}");
+        if d.allowed {
+            // Granted the (50 − remaining)th token at its time, a moment
+            // after the first grant: the bucket is full again that much
+            // later, within one emission interval.
+            assert_eq!(d.retry_after, Duration::ZERO, "{a:?}");
+            let taken = 50 - u32::try_from(d.remaining).unwrap();
+            assert!(d.reset_after <= t * taken && d.reset_after > t * (taken - 1), "{a:?}");
+            remaining.push(d.remaining);
+        } else {
+            // Denied with the bucket empty: the next token comes one
+            // interval after the first grant, the bucket is full 49
+            // intervals after that, both counted from the call's time.
+            assert_eq!(d.remaining, 0, "{a:?}");
+            assert!(d.retry_after > Duration::ZERO && d.retry_after <= t, "{a:?}");
+            assert_eq!(d.reset_after - d.retry_after, t * 49, "{a:?}");
+        }
+    }
+    remaining.sort_unstable();
+    assert_eq!(remaining, (0..50).collect::<Vec<u64>>(), "exactly 50 granted, each token once");
+}
+
+/// A call alone goes alone, as one `ratomic_v1_call`; 64 tasks calling at
+/// once on 1,000 keys share statements (four connections: at most two
+/// statements of plain allows out, the rest waiting for one), and every
+/// call is charged exactly once to its key.
+#[test]
+fn a_call_alone_goes_alone_and_calls_at_once_share_statements() {
+    let (server, url) = counting_server("coalesce_share");
+    let rule = Rule::token_bucket(Quota::new(100, 1.0 / 3600.0).unwrap());
+    let options = Options { connections: 4, ..options() };
+    block(async {
+        let l = PostgresLimiter::connect(&url, Limits::single(rule).unwrap(), options).await.unwrap();
+        for i in 0..20 {
+            assert_eq!(l.allow(format!("alone{i}")).await.unwrap().decision.remaining, 99);
+        }
+        assert_eq!(statements(&server.url(), "coalesce_share").await, (20, 0), "one ratomic_v1_call each");
+        let tasks: Vec<_> = (0..64u64)
+            .map(|task| {
+                let l = l.clone();
+                tokio::spawn(async move {
+                    let mut keys = Vec::new();
+                    for i in 0..20u64 {
+                        let key = (task * 7919 + i * 31) % 1000;
+                        let d = l.allow(format!("k{key}")).await.unwrap();
+                        assert!(d.allowed() && d.source == Source::Postgres, "{d:?}");
+                        keys.push(key);
+                    }
+                    keys
+                })
+            })
+            .collect();
+        let mut charged = vec![0u64; 1000];
+        for task in tasks {
+            for k in task.await.unwrap() {
+                charged[k as usize] += 1;
+            }
+        }
+        let (calls, many) = statements(&server.url(), "coalesce_share").await;
+        let (calls, many) = (calls - 20, many);
+        eprintln!("1,280 calls, 64 at once: {calls} ratomic_v1_call and {many} ratomic_v1_many statements");
+        assert!(many >= 1 && calls + many <= 1280 / 4, "{calls} single and {many} batch statements for 1,280 calls");
+        let peeks: Vec<(String, u64)> = (0..1000).map(|k| (format!("k{k}"), 0)).collect();
+        let now = l.allow_many(&peeks).await.unwrap();
+        for (k, d) in now.iter().enumerate() {
+            assert_eq!(d.decision.remaining, 100 - charged[k], "key k{k}");
+        }
+    });
+}
+
+/// Calls waiting while the statements carrying others are stuck behind a
+/// row lock; each stuck statement (a batch among them) is ended with
+/// pg_terminate_backend: every caller gets the policy's answer (fail
+/// closed, fail open, the error), none hangs, and nothing was charged.
+/// Then the same with the limiter's timeout ending them.
+#[test]
+fn calls_waiting_for_a_failed_batch_are_answered_by_the_policy() {
+    let policies = [
+        FailurePolicy::FailClosed { retry_after: Duration::from_secs(3) },
+        FailurePolicy::FailOpen,
+        FailurePolicy::ReturnError,
+    ];
+    for (n, policy) in policies.into_iter().enumerate() {
+        let name = support::prefix(&format!("killbatch{n}")).replace(':', "_");
+        let url = format!("{}?application_name={name}", support::url());
+        let options =
+            Options { policy, connections: 1, breaker_threshold: 0, timeout: Duration::from_secs(30), ..options() };
+        let limits = Limits::single(Rule::parse("5/h").unwrap()).unwrap().with_prefix(name.clone()).unwrap();
+        let l = block(PostgresLimiter::connect(&url, limits.clone(), options)).unwrap();
+        assert_eq!(block(l.allow("k")).unwrap().decision.remaining, 4);
+        let (answers, batches_killed) = block(async {
+            let mut c = support::plain(&support::url()).await;
+            let tx = c.transaction().await.unwrap();
+            tx.execute("SELECT 1 FROM ratomic_v1_state WHERE prefix = $1 FOR UPDATE", &[&name]).await.unwrap();
+            let tasks: Vec<_> = (0..20)
+                .map(|_| {
+                    let l = l.clone();
+                    tokio::spawn(async move { l.allow("k").await })
+                })
+                .collect();
+            let watch = support::plain(&support::url()).await;
+            let mut batches_killed = 0;
+            for i in 0.. {
+                assert!(i < 3000, "calls still unanswered after 30 s");
+                if tasks.iter().all(|t| t.is_finished()) {
+                    break;
+                }
+                let stuck = watch
+                    .query(
+                        "SELECT pid, query FROM pg_stat_activity
+                         WHERE application_name = $1 AND state = 'active' AND wait_event_type = 'Lock'",
+                        &[&name],
+                    )
+                    .await
+                    .unwrap();
+                for row in stuck {
+                    let (pid, query): (i32, String) = (row.get(0), row.get(1));
+                    watch.execute("SELECT pg_terminate_backend($1)", &[&pid]).await.unwrap();
+                    batches_killed += usize::from(query.contains("ratomic_v1_many"));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let mut answers = Vec::new();
+            for t in tasks {
+                answers.push(t.await.unwrap());
+            }
+            tx.commit().await.unwrap();
+            (answers, batches_killed)
+        });
+        assert!(batches_killed >= 1, "{policy:?}: no batch was out (the calls went one by one)");
+        for a in answers {
+            match policy {
+                FailurePolicy::ReturnError => assert!(a.as_ref().is_err_and(Error::is_backend), "{a:?}"),
+                FailurePolicy::FailOpen => {
+                    let a = a.unwrap();
+                    assert!(a.allowed() && a.source == Source::Policy, "{a:?}");
+                }
+                _ => {
+                    let a = a.unwrap();
+                    assert!(!a.allowed() && a.source == Source::Policy, "{a:?}");
+                    assert_eq!(a.decision.retry_after, Duration::from_secs(3));
+                }
+            }
+        }
+        let d = block(l.allow("k")).unwrap();
+        assert_eq!(
+            (d.source, d.decision.remaining),
+            (Source::Postgres, 3),
+            "{policy:?}: the killed calls charged nothing"
+        );
+    }
+    // The limiter's own timeout: the stuck call times out, then the batch
+    // of those that waited for it (by their own time, begun or not).
+    let name = support::prefix("timeoutbatch").replace(':', "_");
+    let url = format!("{}?application_name={name}", support::url());
+    let options = Options {
+        policy: FailurePolicy::FailClosed { retry_after: Duration::from_secs(3) },
+        connections: 1,
+        breaker_threshold: 0,
+        timeout: Duration::from_millis(300),
+        ..options()
+    };
+    let limits = Limits::single(Rule::parse("5/h").unwrap()).unwrap().with_prefix(name.clone()).unwrap();
+    let l = block(PostgresLimiter::connect(&url, limits, options)).unwrap();
+    assert_eq!(block(l.allow("k")).unwrap().decision.remaining, 4);
+    block(async {
+        let mut c = support::plain(&support::url()).await;
+        let tx = c.transaction().await.unwrap();
+        tx.execute("SELECT 1 FROM ratomic_v1_state WHERE prefix = $1 FOR UPDATE", &[&name]).await.unwrap();
+        let tasks: Vec<_> = (0..20)
+            .map(|_| {
+                let l = l.clone();
+                tokio::spawn(async move { l.allow("k").await.unwrap() })
+            })
+            .collect();
+        for t in tasks {
+            let a = t.await.unwrap();
+            assert!(!a.allowed() && a.source == Source::Policy, "{a:?}");
+        }
+        tx.commit().await.unwrap();
+    });
+}
+
+/// The call whose statement is out is dropped while others wait for it
+/// (its caller gave up): the others still go, in one batch, and are
+/// answered.
+#[test]
+fn a_dropped_call_does_not_strand_the_calls_waiting_for_it() {
+    let (server, url) = counting_server("coalesce_drop");
+    // One thread: the waiting calls have all run to their wait before the
+    // test's own next statement is answered.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let options = Options { connections: 1, ..options() };
+    rt.block_on(async {
+        let limits = Limits::single(Rule::parse("5/h").unwrap()).unwrap();
+        let l = PostgresLimiter::connect(&url, limits, options).await.unwrap();
+        assert_eq!(l.allow("k").await.unwrap().decision.remaining, 4);
+        let mut c = support::plain(&server.url()).await;
+        let tx = c.transaction().await.unwrap();
+        tx.execute("SELECT 1 FROM ratomic_v1_state WHERE key = 'k'::bytea FOR UPDATE", &[]).await.unwrap();
+        let stuck = {
+            let l = l.clone();
+            tokio::spawn(async move { l.allow("k").await })
+        };
+        let watch = support::plain(&server.url()).await;
+        for i in 0.. {
+            assert!(i < 3000, "the call did not reach the row lock in 30 s");
+            let n: i64 = watch
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'coalesce_drop' AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if n == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let waiting: Vec<_> = (0..19)
+            .map(|i| {
+                let l = l.clone();
+                tokio::spawn(async move { l.allow(format!("w{i}")).await.unwrap() })
+            })
+            .collect();
+        watch.execute("SELECT 1", &[]).await.unwrap(); // they all wait now
+        stuck.abort();
+        assert!(stuck.await.unwrap_err().is_cancelled());
+        tx.commit().await.unwrap();
+        for w in waiting {
+            let d = w.await.unwrap();
+            assert_eq!((d.source, d.decision.remaining), (Source::Postgres, 4), "{d:?}");
+        }
+        let (calls, many) = statements(&server.url(), "coalesce_drop").await;
+        assert_eq!((calls, many), (2, 1), "the first call, the dropped one, then the 19 in one batch");
+    });
+}
+
 // ------------------------------------------------- writes, peeks and gc
 
 #[test]

@@ -39,6 +39,7 @@ pub async fn plain(url: &str) -> tokio_postgres::Client {
 pub struct Server {
     pub port: u16,
     dir: PathBuf,
+    extra: String,
 }
 
 fn as_owner(program: &str) -> Command {
@@ -66,6 +67,12 @@ fn run(mut c: Command, what: &str) {
 
 impl Server {
     pub fn start() -> Server {
+        Server::start_with("")
+    }
+
+    /// A cluster started with these extra server options as well (`-c
+    /// name=value …`).
+    pub fn start_with(extra: &str) -> Server {
         static N: AtomicU64 = AtomicU64::new(0);
         let dir = std::env::temp_dir().join(format!(
             "ratomic-pg-{}-{}",
@@ -81,7 +88,7 @@ impl Server {
         let mut init = as_owner("initdb");
         init.args(["-D", dir.join("data").to_str().unwrap(), "-U", "postgres", "-A", "trust", "--no-sync"]);
         run(init, "initdb");
-        let s = Server { port: free_port(), dir };
+        let s = Server { port: free_port(), dir, extra: extra.to_owned() };
         s.restart();
         s
     }
@@ -101,9 +108,10 @@ impl Server {
     pub fn restart(&self) {
         let mut c = as_owner("pg_ctl");
         let opts = format!(
-            "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c fsync=off",
+            "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c fsync=off {}",
             self.port,
-            self.dir.display()
+            self.dir.display(),
+            self.extra
         );
         c.args(["-D", self.dir.join("data").to_str().unwrap(), "-l", self.dir.join("log").to_str().unwrap()]);
         c.args(["-w", "-t", "60", "-o", &opts, "start"]);

@@ -69,8 +69,8 @@ export interface PostgresOptions<Local = TokenBucket | FixedWindow | SlidingWind
   /** Keys whose leases are kept (default 10,000). */
   leaseKeys?: number
   /**
-   * The most statements this limiter has out at once (default: a pg Pool's `max`, 10 unless
-   * set; 1 for a Client). Past it, an `allow` at the server's clock waits, and the next
+   * The most statements this limiter has out at once (default: half a pg Pool's `max`, rounded
+   * up — 5 for pg's default of 10; 1 for a Client). Past it, an `allow` at the server's clock waits, and the next
    * statement to end sends every waiting call (up to 256) as one batch statement, each decided
    * as it would have been alone at that statement's time: fewer statements for the same
    * decisions under load. Calls alone go one statement each; peeks, `*At` calls, refunds,

@@ -28,6 +28,20 @@ the same statement, ``ratomic_v1_lease``, and granted here in memory,
 exactly fleet-wide, as with ``ratomic.redis``; :meth:`give_back` returns
 what is left).
 
+Calls in flight at once share statements: while ``max_in_flight``
+statements of decisions are out (by default a pool's ``max_size``; 1 for a
+connection, which runs one statement at a time anyway), an ``allow`` at the
+server's time waits, and the next statement to end sends every call waiting
+then (up to 256) as one ``ratomic_v1_many``, each decided as it would have
+been alone at that statement's reading of the server's clock. A blocking
+limiter's first waiting thread sends them; an asyncio limiter's, a task of
+its own. A call that finds a statement free goes at once, alone, as it
+would without this; peeks, the ``*_at`` forms, lease asks, refunds, resets
+and :meth:`allow_many` never wait. When the statement fails or times out,
+the failure policy answers each of its calls; a cancelled task or an
+interrupted thread leaves the others answered. A ``max_in_flight`` above the
+calls you make at once turns it off.
+
 The table and functions are created by :func:`migrate` (run it once, or let
 a DBA run the SQL :func:`schema` returns). This module only moves bytes:
 the SQL, the parameters, the decoding of rows, the deny cache, the circuit
@@ -806,8 +820,10 @@ in-memory limiter of the same rules, or an in-memory limiter of yours to
 decide instead, as ``ratomic.redis``'s), ``deny_cache``, ``breaker_threshold``,
 ``breaker_cooldown``, ``breaker_failure_time``, ``max_key_len``, ``lease``
 (``"off"``, ``"auto"`` or the most tokens a lease takes; token buckets
-only) and ``lease_keys``. Bound each
-call with the connection's ``statement_timeout``.
+only), ``lease_keys`` and ``max_in_flight`` (the most statements of
+decisions out at once before allows wait to share the next: default the
+pool's ``max_size``, 1 for a connection). Bound each call with the
+connection's ``statement_timeout``.
 """
 
 

@@ -405,24 +405,32 @@ class _PostgresBase:
             return self._answer_now(step)
         if self._async:
             return self._decide_async(step)
-        with self._lock:
-            if step.coalescible and self._in_flight >= self._max_in_flight:
-                me: _Waiting | None = _Waiting(step, threading.Event())
-                self._queue.append(_t.cast(_Waiting, me))
-            else:
-                self._in_flight += 1
-                me = None
+        me: _Waiting | None = None
+        held = False
+        try:
+            with self._lock:
+                if step.coalescible and self._in_flight >= self._max_in_flight:
+                    me = _Waiting(step, threading.Event())
+                    self._queue.append(me)
+                else:
+                    self._in_flight += 1
+                    held = True
+            if me is not None:
+                me.done.wait()
+        except BaseException:
+            # Interrupted (KeyboardInterrupt) before its statement: the
+            # slot it took, or its place in the queue, goes to the others.
+            if me is not None:
+                self._leave(me)
+            elif held:
+                self._release()
+            raise
         if me is None:
             try:
                 value, kind = self._outcome(step.statement, step.params)
             finally:
                 self._release()
             return self._driver.finish(step, value, kind)
-        try:
-            me.done.wait()
-        except BaseException:  # interrupted while waiting: no statement may wait on it
-            self._leave(me)
-            raise
         if me.lead:
             with self._lock:
                 batch = [me, *(self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH - 1)))]

@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg_pool
@@ -64,6 +65,31 @@ class CountingAsyncPool(psycopg_pool.AsyncConnectionPool):
     def connection(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         self.statements += 1
         return super().connection(*args, **kwargs)
+
+
+class Tally:
+    """One cell: its turns, and per setting the rates and statements seen."""
+
+    def __init__(self) -> None:
+        self.rates: dict[str, list[float]] = {s: [] for s in SETTINGS}
+        self.statements = dict.fromkeys(SETTINGS, 0)
+        self.calls = dict.fromkeys(SETTINGS, 0)
+
+    def turns(self) -> Iterator[str]:
+        """The settings in a new shuffled order each round."""
+        for _ in range(ROUNDS):
+            order = list(SETTINGS)
+            random.shuffle(order)
+            yield from order
+
+    def add(self, setting: str, calls: int, spent: float, statements: int) -> None:
+        self.rates[setting].append(calls / spent)
+        self.statements[setting] += statements
+        self.calls[setting] += calls
+
+    def result(self) -> dict[str, tuple[float, float]]:
+        """Per setting: the median rate, and statements per 1,000 decisions."""
+        return {s: (statistics.median(self.rates[s]), 1000 * self.statements[s] / self.calls[s]) for s in SETTINGS}
 
 
 def time_threads(lim: PostgresTokenBucket, keys: list[str], workers: int, seconds: float) -> tuple[int, float]:
@@ -115,21 +141,12 @@ def run(url: str, seconds: float) -> dict[tuple[str, int, str], dict[str, tuple[
         lims = {s: PostgresTokenBucket(10**9, 10**6, client=pool, prefix=f"b-{tag}", max_in_flight=m) for s, m in SETTINGS.items()}
         for workers in (1, 64):
             for kname, keys in KEYS.items():
-                rates: dict[str, list[float]] = {s: [] for s in SETTINGS}
-                stmts: dict[str, list[int]] = {s: [] for s in SETTINGS}
-                calls: dict[str, list[int]] = {s: [] for s in SETTINGS}
-                for _ in range(ROUNDS):
-                    order = list(SETTINGS)
-                    random.shuffle(order)
-                    for s in order:
-                        before = pool.statements
-                        n, spent = time_threads(lims[s], keys, workers, turn)
-                        rates[s].append(n / spent)
-                        stmts[s].append(pool.statements - before)
-                        calls[s].append(n)
-                out[("blocking", workers, kname)] = {
-                    s: (statistics.median(rates[s]), 1000 * sum(stmts[s]) / sum(calls[s])) for s in SETTINGS
-                }
+                tally = Tally()
+                for s in tally.turns():
+                    before = pool.statements
+                    n, spent = time_threads(lims[s], keys, workers, turn)
+                    tally.add(s, n, spent, pool.statements - before)
+                out[("blocking", workers, kname)] = tally.result()
 
     async def asyncio_cells() -> None:
         async with CountingAsyncPool(url, min_size=POOL, max_size=POOL, kwargs={"autocommit": True}) as apool:
@@ -139,21 +156,12 @@ def run(url: str, seconds: float) -> dict[tuple[str, int, str], dict[str, tuple[
             }
             for workers in (1, 64):
                 for kname, keys in KEYS.items():
-                    rates: dict[str, list[float]] = {s: [] for s in SETTINGS}
-                    stmts: dict[str, list[int]] = {s: [] for s in SETTINGS}
-                    calls: dict[str, list[int]] = {s: [] for s in SETTINGS}
-                    for _ in range(ROUNDS):
-                        order = list(SETTINGS)
-                        random.shuffle(order)
-                        for s in order:
-                            before = apool.statements
-                            n, spent = await time_tasks(alims[s], keys, workers, turn)
-                            rates[s].append(n / spent)
-                            stmts[s].append(apool.statements - before)
-                            calls[s].append(n)
-                    out[("asyncio", workers, kname)] = {
-                        s: (statistics.median(rates[s]), 1000 * sum(stmts[s]) / sum(calls[s])) for s in SETTINGS
-                    }
+                    tally = Tally()
+                    for s in tally.turns():
+                        before = apool.statements
+                        n, spent = await time_tasks(alims[s], keys, workers, turn)
+                        tally.add(s, n, spent, apool.statements - before)
+                    out[("asyncio", workers, kname)] = tally.result()
 
     asyncio.run(asyncio_cells())
     return out

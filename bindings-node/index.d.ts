@@ -338,7 +338,7 @@ export declare class NativePostgresCall {
   get coalescible(): boolean
   /**
    * The statement to run: `ratomic_v1_lease` when the call asks for a
-   * lease, `ratomic_v1_allow` for an allow on one token bucket, else
+   * lease, the common call's upsert for an allow on one token bucket, else
    * `ratomic_v1_call`.
    */
   get statement(): string

@@ -130,7 +130,7 @@ impl NativePostgresCall {
     }
 
     /// The statement to run: `ratomic_v1_lease` when the call asks for a
-    /// lease, `ratomic_v1_allow` for an allow on one token bucket, else
+    /// lease, the common call's upsert for an allow on one token bucket, else
     /// `ratomic_v1_call`.
     #[napi(getter)]
     pub fn statement(&self) -> &'static str {

@@ -80,6 +80,13 @@ impl PostgresCall {
     fn upsert(&self) -> bool {
         self.call.statement() == Statement::Allow
     }
+
+    /// Whether it may wait for others and go with them in one statement
+    /// (`driver.coalesce`): an allow at the server's time asking no lease.
+    #[getter]
+    fn coalescible(&self) -> bool {
+        self.call.coalescible()
+    }
 }
 
 /// One batch to run: `cursor.execute(driver.many_statement, batch.params)`.
@@ -155,6 +162,15 @@ impl PostgresDriver {
             .into_pyobject(py)?
             .unbind();
         Ok(Py::new(py, PostgresCall { call, params: params.into_any() })?.into_any())
+    }
+
+    /// A batch as the `_PostgresBatch` to run (`MANY` with op `a`).
+    fn wrap_batch(&self, py: Python<'_>, batch: Batch) -> PyResult<Py<PyAny>> {
+        let (prefix, kinds, p1, p2) = self.tail();
+        let keys: Vec<Bound<'_, PyBytes>> = batch.keys().into_iter().map(|k| PyBytes::new(py, k)).collect();
+        let params =
+            ("a", prefix, keys, batch.amounts(), batch.at_us(), kinds, p1.to_vec(), p2.to_vec()).into_pyobject(py)?;
+        Ok(Py::new(py, PostgresBatch { batch, params: params.unbind() })?.into_any())
     }
 
     fn answer(&self, py: Python<'_>, d: &ratomic_postgres::MultiDecision) -> PyResult<Py<PyAny>> {
@@ -472,13 +488,7 @@ impl PostgresDriver {
                 let out: Vec<Py<PyAny>> = ds.iter().map(|d| self.answer(py, d)).collect::<PyResult<_>>()?;
                 Ok(out.into_pyobject(py)?.into_any().unbind())
             }
-            BatchStep::Send(b) => {
-                let (prefix, kinds, p1, p2) = self.tail();
-                let keys: Vec<Bound<'_, PyBytes>> = b.keys().into_iter().map(|k| PyBytes::new(py, k)).collect();
-                let params =
-                    ("a", prefix, keys, b.amounts(), b.at_us(), kinds, p1.to_vec(), p2.to_vec()).into_pyobject(py)?;
-                Ok(Py::new(py, PostgresBatch { batch: b, params: params.unbind() })?.into_any())
-            }
+            BatchStep::Send(b) => self.wrap_batch(py, b),
         }
     }
 
@@ -496,6 +506,38 @@ impl PostgresDriver {
             .finish_many(&batch.batch, outcome(reply, kind))
             .map_err(|e| pg_error(py, e, kind.map(|_| reply)))?;
         ds.iter().map(|d| self.answer(py, d)).collect()
+    }
+
+    /// Calls that waited while this limiter's statements were out, as one
+    /// `_PostgresBatch` to run with `many_statement`: each must be
+    /// `coalescible` (an `InvalidArgumentError` otherwise).
+    fn coalesce(&self, py: Python<'_>, calls: Vec<Bound<'_, PostgresCall>>) -> PyResult<Py<PyAny>> {
+        let calls = calls.iter().map(|c| c.get().call.clone()).collect();
+        let batch = self.driver.coalesce(calls).map_err(|e| pg_error(py, e, None))?;
+        self.wrap_batch(py, batch)
+    }
+
+    /// Ends a `coalesce`d batch with the row's value, or (`kind` given) the
+    /// client's failure: per call, in order, its decision as `finish` would
+    /// give it (the policy's, on a failure), or the exception `finish`
+    /// would raise (`BackendError`, its `__cause__` the client's exception),
+    /// for the caller to raise.
+    #[pyo3(signature = (batch, reply, kind=None))]
+    fn finish_coalesced(
+        &self,
+        py: Python<'_>,
+        batch: &PostgresBatch,
+        reply: &Bound<'_, PyAny>,
+        kind: Option<&str>,
+    ) -> PyResult<Vec<Py<PyAny>>> {
+        self.driver
+            .finish_coalesced(&batch.batch, outcome(reply, kind))
+            .into_iter()
+            .map(|r| match r {
+                Ok(d) => self.answer(py, &d),
+                Err(e) => Ok(pg_error(py, e, kind.map(|_| reply)).into_value(py).into_any()),
+            })
+            .collect()
     }
 
     /// The largest lease this driver takes, or None if it takes none.

@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import signal
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -126,6 +129,18 @@ def test_bad_input_is_refused_before_any_statement(conn, prefix) -> None:
     # With the connection gone, a bad call is still the caller's error.
     with pytest.raises(ratomic.CostExceedsLimitError):
         pg.allow("k", 4)
+
+
+def test_max_in_flight_defaults_to_what_the_client_can_run_and_refuses_bad_values(url, conn) -> None:
+    assert PostgresTokenBucket("1/s", client=conn).max_in_flight == 1
+    with psycopg_pool.ConnectionPool(url, min_size=1, max_size=3, open=True) as pool:
+        assert PostgresTokenBucket("1/s", client=pool).max_in_flight == 3
+        assert PostgresTokenBucket("1/s", client=pool, max_in_flight=64).max_in_flight == 64
+    with pytest.raises(ratomic.InvalidArgumentError, match=">= 1"):
+        PostgresTokenBucket("1/s", client=conn, max_in_flight=0)
+    for bad in ("4", 2.0, True):
+        with pytest.raises(ratomic.ArgumentTypeError, match="max_in_flight must be"):
+            PostgresTokenBucket("1/s", client=conn, max_in_flight=bad)
 
 
 def test_a_connection_in_a_transaction_is_refused_with_what_to_do(url) -> None:
@@ -260,3 +275,331 @@ def test_the_common_call_is_one_upsert_and_a_denial_writes_nothing(url, conn, pr
         await aconn.close()
 
     asyncio.run(main())
+
+
+# ---- calls in flight at once share statements (issue 41) ---------------------
+#
+# The clients below count the statements honestly: each statement the
+# limiter runs takes one pool connection (or one execute on a connection).
+
+
+class CountingPool(psycopg_pool.ConnectionPool):
+    def __init__(self, *args, **kwargs) -> None:
+        self.statements = 0
+        self._count_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def connection(self, *args, **kwargs):  # type: ignore[override]
+        with self._count_lock:
+            self.statements += 1
+        return super().connection(*args, **kwargs)
+
+
+class CountingAsyncPool(psycopg_pool.AsyncConnectionPool):
+    def __init__(self, *args, **kwargs) -> None:
+        self.statements = 0
+        super().__init__(*args, **kwargs)
+
+    def connection(self, *args, **kwargs):  # type: ignore[override]
+        self.statements += 1
+        return super().connection(*args, **kwargs)
+
+
+class CountingConnection(psycopg.Connection):
+    statements = 0
+
+    def execute(self, *args, **kwargs):  # type: ignore[override]
+        self.statements += 1  # the limiter's calls on it run one at a time
+        return super().execute(*args, **kwargs)
+
+
+class CountingAsyncConnection(psycopg.AsyncConnection):
+    statements = 0
+
+    async def execute(self, *args, **kwargs):  # type: ignore[override]
+        self.statements += 1
+        return await super().execute(*args, **kwargs)
+
+
+HOUR_OF_50 = 3600 / 50  # seconds per token of "50/h": nothing refills during a test
+
+
+def check_bucket_of_50(ds: list[ratomic.Decision]) -> None:
+    """Exactly 50 granted, and every field of every decision as a bucket of
+    50 an hour answers. A batch reads
+    the server's clock once, before it waits for its rows (ratomic_v1_many),
+    so a call of a batch may be decided a moment before a call that went
+    alone and locked the row first: then its remaining count can be one
+    lower, or a denial's retry_after a moment, than they would have been
+    after it (never a token more granted)."""
+    granted = [d for d in ds if d.allowed]
+    remaining = sorted(d.remaining for d in granted)
+    assert len(granted) == 50, f"{len(granted)} granted"
+    assert all(r in (i - 1, i) for i, r in enumerate(remaining)), remaining
+    for d in granted:
+        assert (d.limit, d.retry_after, d.source) == (50, 0.0, "postgres"), d
+        # remaining: the whole tokens left at the decision's time (the
+        # bucket is full again after reset_after)
+        assert d.remaining == (50 * HOUR_OF_50 * 10**9 - d.reset_after_ns) // (HOUR_OF_50 * 10**9), d
+    for d in ds:
+        if not d.allowed:
+            # A denial waits for one token; full again 49 tokens' time after that.
+            assert (d.remaining, d.limit) == (0, 50) and d.source in ("postgres", "deny_cache"), d
+            assert 0 < d.retry_after < HOUR_OF_50 + 1 and d.reset_after < 3600 + 1, d
+            if d.source == "postgres":
+                assert d.reset_after_ns - d.retry_after_ns == 49 * HOUR_OF_50 * 10**9, d
+
+
+def test_threads_in_flight_at_once_share_statements(url, prefix) -> None:
+    # 64 threads x 4 calls on two keys of a bucket of 50 through a pool of
+    # 4: one statement per call would take at least 100 (the 50 grants of
+    # each key; the deny cache answers some denials without one).
+    with CountingPool(url, min_size=4, max_size=4, open=True, kwargs={"autocommit": True}) as pool:
+        pg = PostgresTokenBucket("50/h", client=pool, prefix=prefix)
+        start = threading.Barrier(64)
+        out: dict[str, list[ratomic.Decision]] = {"a": [], "b": []}
+
+        def run(i: int) -> None:
+            start.wait()
+            for j in range(4):
+                key = "ab"[(i + j) % 2]
+                out[key].append(pg.allow(key))  # list.append is atomic
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(64)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(out["a"]) == len(out["b"]) == 128
+        check_bucket_of_50(out["a"])
+        check_bucket_of_50(out["b"])
+        assert pool.statements < 100, f"{pool.statements} statements for 256 calls: they did not share"
+
+
+def test_asyncio_tasks_in_flight_at_once_share_statements(url, prefix) -> None:
+    async def main() -> None:
+        async with CountingAsyncPool(url, min_size=4, max_size=4, kwargs={"autocommit": True}) as pool:
+            pg = PostgresTokenBucket("50/h", client=pool, prefix=prefix)
+            keys = ["ab"[i % 2] for i in range(400)]
+            ds = await asyncio.gather(*(pg.allow(k) for k in keys))
+            check_bucket_of_50([d for d, k in zip(ds, keys) if k == "a"])
+            check_bucket_of_50([d for d, k in zip(ds, keys) if k == "b"])
+            # 4 go at once; the 396 that wait go in the next 2 statements
+            # (MAX_BATCH = 256 each), then the deny cache answers.
+            assert pool.statements < 40, f"{pool.statements} statements for 400 calls: they did not share"
+            # What does not coalesce still goes alone and right.
+            assert (await pg.peek("a", 0)).remaining == 0
+            assert [d.allowed for d in await pg.allow_many(["c", ("c", 50)])] == [True, False]
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("policy", ["deny", "allow", "raise", "fallback"])
+def test_a_statement_timeout_answers_every_waiting_thread_by_the_policy(url, prefix, policy) -> None:
+    # The key's row is held FOR UPDATE by another transaction: every
+    # statement on it ends by the limiter connection's statement_timeout.
+    on_error: object = ratomic.TokenBucket("50/h") if policy == "fallback" else policy
+    conn = CountingConnection.connect(url, autocommit=True, options="-c statement_timeout=200")
+    holder = psycopg.connect(url)
+    try:
+        pg = PostgresTokenBucket(
+            "50/h", client=conn, prefix=prefix, on_error=on_error, deny_retry_after=7.0, breaker_threshold=1000
+        )
+        assert pg.allow("k").allowed  # the row exists
+        holder.execute("SELECT 1 FROM ratomic_v1_state WHERE prefix = %s FOR UPDATE", (prefix,))
+        before = conn.statements
+        start = threading.Barrier(20)
+        answers: list[object] = []
+
+        def run() -> None:
+            start.wait()
+            try:
+                answers.append(pg.allow("k"))
+            except ratomic.BackendError as e:
+                answers.append(e)
+
+        threads = [threading.Thread(target=run) for _ in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in threads), "a caller still waits"
+        assert len(answers) == 20
+        if policy == "raise":
+            assert all(isinstance(a, ratomic.BackendError) for a in answers), answers
+            assert all(isinstance(a.__cause__, psycopg.errors.QueryCanceled) for a in answers)  # type: ignore[union-attr]
+        elif policy == "fallback":
+            assert sorted(a.remaining for a in answers) == list(range(30, 50))  # type: ignore[union-attr]
+            assert {a.source for a in answers} == {"fallback"}  # type: ignore[union-attr]
+        else:
+            want = (policy == "allow", "policy")
+            assert {(a.allowed, a.source) for a in answers} == {want}, answers  # type: ignore[union-attr]
+        # The 19 that waited behind the first went together: one timeout
+        # each statement, not one each call.
+        assert conn.statements - before < 10, f"{conn.statements - before} statements for 20 calls"
+    finally:
+        holder.rollback()
+        holder.close()
+        conn.close()
+    with psycopg.connect(url, autocommit=True) as c:
+        # Every call ended by the timeout: none took a token.
+        assert PostgresTokenBucket("50/h", client=c, prefix=prefix).peek("k", 0).remaining == 49
+
+
+def test_a_statement_timeout_answers_every_waiting_task(url, prefix) -> None:
+    async def main() -> None:
+        conn = await CountingAsyncConnection.connect(url, autocommit=True, options="-c statement_timeout=200")
+        holder = await psycopg.AsyncConnection.connect(url)
+        try:
+            pg = PostgresTokenBucket("50/h", client=conn, prefix=prefix, breaker_threshold=1000)
+            assert (await pg.allow("k")).allowed
+            await holder.execute("SELECT 1 FROM ratomic_v1_state WHERE prefix = %s FOR UPDATE", (prefix,))
+            before = conn.statements
+            answers = await asyncio.gather(*(pg.allow("k") for _ in range(20)), return_exceptions=True)
+            assert all(isinstance(a, ratomic.BackendError) for a in answers), answers
+            assert all(isinstance(a.__cause__, psycopg.errors.QueryCanceled) for a in answers)
+            assert conn.statements - before == 2, "the first call's statement, then one for the 19 that waited"
+        finally:
+            await holder.rollback()
+            await holder.close()
+            await conn.close()
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_task_leading_a_batch_strands_nobody(url, prefix) -> None:
+    async def main() -> None:
+        async with CountingAsyncPool(url, min_size=1, max_size=1, kwargs={"autocommit": True}) as pool:
+            pg = PostgresTokenBucket("50/h", client=pool, prefix=prefix)
+            assert (await pg.allow("k")).allowed  # the row exists: 49 left
+            holder = await psycopg.AsyncConnection.connect(url)
+            await holder.execute("SELECT 1 FROM ratomic_v1_state WHERE prefix = %s FOR UPDATE", (prefix,))
+            before = pool.statements
+            # The leader's statement is out (and waits for the row); the
+            # 20 after it wait for it to end, to go together.
+            leader = asyncio.ensure_future(pg.allow("k"))
+            await asyncio.sleep(0)
+            waiting = [asyncio.ensure_future(pg.allow("k")) for _ in range(20)]
+            await asyncio.sleep(0)
+            waiting[0].cancel()  # one that waits gives up too: it needs no decision
+            leader.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await leader
+            await holder.rollback()  # the row is free: the 19 go
+            await holder.close()
+            ds = await asyncio.wait_for(asyncio.gather(*waiting[1:]), timeout=60)
+            assert waiting[0].cancelled()
+            assert sorted(d.remaining for d in ds) == list(range(30, 49)) and all(d.allowed for d in ds)
+            assert pool.statements - before == 2, "the leader's statement, then one for the 19 that waited"
+            # Neither cancelled call took a token (the leader's statement was cancelled on the server).
+            assert (await pg.peek("k", 0)).remaining == 30
+
+    asyncio.run(main())
+
+
+def wait_for_lock(url: str, statement: str) -> None:
+    """Until a statement starting with ``statement`` waits for a row lock."""
+    with psycopg.connect(url, autocommit=True) as c:
+        for _ in range(6000):
+            row = c.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                (statement + "%",),
+            ).fetchone()
+            if row and row[0] > 0:
+                return
+            time.sleep(0.01)
+    raise AssertionError(f"no {statement} statement came to wait for its row")
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="needs the main thread")
+def test_an_interrupted_thread_leading_a_batch_strands_nobody(url, prefix) -> None:
+    # This thread leads a batch whose statement waits for a row another
+    # transaction holds, and is interrupted (SIGINT: KeyboardInterrupt)
+    # there; the five calls it carries are answered by the policy.
+    conn = psycopg.connect(url, autocommit=True, options="-c statement_timeout=20000")  # bounds a failing run
+    holders = [psycopg.connect(url), psycopg.connect(url)]
+    pg = PostgresTokenBucket("50/h", client=conn, prefix=prefix, on_error="deny", deny_retry_after=7.0)
+    try:
+        assert pg.allow("j").allowed and pg.allow("k").allowed  # both rows exist
+        for h, key in zip(holders, ("j", "k")):
+            h.execute("SELECT 1 FROM ratomic_v1_state WHERE prefix = %s AND key = %s FOR UPDATE", (prefix, key.encode()))
+        first: list[object] = []
+        carried: list[object] = []
+        a = threading.Thread(target=lambda: first.append(pg.allow("j")))
+        a.start()
+        wait_for_lock(url, "INSERT INTO ratomic_v1_state")  # the one statement out: the rest wait
+
+        def drive() -> None:
+            while not pg._queue:  # this thread waits first: it will lead
+                time.sleep(0.001)
+            others = [threading.Thread(target=lambda: carried.append(pg.allow("k"))) for _ in range(5)]
+            for t in others:
+                t.start()
+            while len(pg._queue) < 6:
+                time.sleep(0.001)
+            holders[0].commit()  # the statement out ends: this thread sends the six
+            wait_for_lock(url, "SELECT ratomic_v1_many")
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            for t in others:
+                t.join(timeout=60)
+
+        driver = threading.Thread(target=drive)
+        driver.start()
+        with pytest.raises(KeyboardInterrupt):
+            pg.allow("k")
+        driver.join(timeout=120)
+        a.join(timeout=60)
+        assert not driver.is_alive() and not a.is_alive()
+        assert [getattr(d, "source", d) for d in first] == ["postgres"]
+        assert [(d.allowed, d.source, d.retry_after) for d in carried] == [(False, "policy", 7.0)] * 5  # type: ignore[attr-defined]
+        holders[1].commit()
+        # The slot went back: the next call goes, and the cancelled batch took nothing.
+        d = pg.allow("k")
+        assert (d.allowed, d.remaining, d.source) == (True, 48, "postgres")
+    finally:
+        for h in holders:
+            h.close()
+        conn.close()
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="needs the main thread")
+def test_an_interrupted_thread_waiting_for_a_statement_strands_nobody(url, prefix) -> None:
+    # This thread waits first (it would lead the next batch) and is
+    # interrupted while it waits; the five that wait after it go without it.
+    conn = psycopg.connect(url, autocommit=True, options="-c statement_timeout=20000")  # bounds a failing run
+    holder = psycopg.connect(url)
+    pg = PostgresTokenBucket("50/h", client=conn, prefix=prefix)
+    try:
+        assert pg.allow("j").allowed and pg.allow("k").allowed
+        holder.execute("SELECT 1 FROM ratomic_v1_state WHERE prefix = %s AND key = %s FOR UPDATE", (prefix, b"j"))
+        first: list[object] = []
+        after: list[object] = []
+        a = threading.Thread(target=lambda: first.append(pg.allow("j")))
+        a.start()
+        wait_for_lock(url, "INSERT INTO ratomic_v1_state")
+        others = [threading.Thread(target=lambda: after.append(pg.allow("k"))) for _ in range(5)]
+
+        def drive() -> None:
+            while not pg._queue:  # this thread waits
+                time.sleep(0.001)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            for t in others:
+                t.start()
+            while len(pg._queue) < 5:
+                time.sleep(0.001)
+            holder.commit()  # the statement out ends: the five go
+            for t in others:
+                t.join(timeout=60)
+
+        driver = threading.Thread(target=drive)
+        driver.start()
+        with pytest.raises(KeyboardInterrupt):
+            pg.allow("k")
+        driver.join(timeout=120)
+        a.join(timeout=60)
+        assert not driver.is_alive() and not a.is_alive() and not any(t.is_alive() for t in others)
+        assert sorted(d.remaining for d in after) == [44, 45, 46, 47, 48]  # type: ignore[attr-defined]
+        assert pg.peek("k", 0).remaining == 44, "the interrupted call took no token"
+    finally:
+        holder.close()
+        conn.close()

@@ -28,6 +28,20 @@ the same statement, ``ratomic_v1_lease``, and granted here in memory,
 exactly fleet-wide, as with ``ratomic.redis``; :meth:`give_back` returns
 what is left).
 
+Calls in flight at once share statements: while ``max_in_flight``
+statements of decisions are out (by default a pool's ``max_size``; 1 for a
+connection, which runs one statement at a time anyway), an ``allow`` at the
+server's time waits, and the next statement to end sends every call waiting
+then (up to 256) as one ``ratomic_v1_many``, each decided as it would have
+been alone at that statement's reading of the server's clock. A blocking
+limiter's first waiting thread sends them; an asyncio limiter's, a task of
+its own. A call that finds a statement free goes at once, alone, as it
+would without this; peeks, the ``*_at`` forms, lease asks, refunds, resets
+and :meth:`allow_many` never wait. When the statement fails or times out,
+the failure policy answers each of its calls; a cancelled task or an
+interrupted thread leaves the others answered. A ``max_in_flight`` above the
+calls you make at once turns it off.
+
 The table and functions are created by :func:`migrate` (run it once, or let
 a DBA run the SQL :func:`schema` returns). This module only moves bytes:
 the SQL, the parameters, the decoding of rows, the deny cache, the circuit
@@ -39,10 +53,12 @@ breaker and the failure policy are ratomic's Rust engine (the crate
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import threading
 import typing as _t
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from ratomic._ratomic import (
     ArgumentTypeError,
@@ -190,6 +206,68 @@ def _check_autocommit(client: _t.Any) -> None:
         )
 
 
+#: The most waiting calls one statement carries (as ``ratomic.redis``'s round trips).
+MAX_BATCH = 256
+
+
+class _Waiting:
+    """An allow at the server's time waiting for one of the statements out
+    to end, then sent with the others waiting in one statement. ``done``
+    is a ``threading.Event`` (blocking) or an ``asyncio.Future``."""
+
+    __slots__ = ("call", "done", "error", "lead", "result")
+
+    def __init__(self, call: _PostgresCall, done: _t.Any) -> None:
+        self.call, self.done = call, done
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.lead = False  # blocking: woken to send the waiting calls itself
+
+    def settle(self, answer: object) -> None:
+        """Its answer from ``finish_coalesced``: a decision, or an exception to raise."""
+        if isinstance(answer, BaseException):
+            self.error = answer
+        else:
+            self.result = answer
+
+    def outcome(self) -> _t.Any:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+    def resolve(self, answer: object) -> None:
+        """asyncio: hands ``answer`` to the waiting task, if it still waits."""
+        if not self.done.done():
+            if isinstance(answer, BaseException):
+                self.done.set_exception(answer)
+            else:
+                self.done.set_result(answer)
+
+
+def _interruption(e: BaseException) -> ConnectionError:
+    """What a batch's other callers are told when the statement carrying
+    them was interrupted (the failure policy answers them)."""
+    return ConnectionError(f"the statement carrying this call was interrupted ({type(e).__name__}) before its reply")
+
+
+def _max_in_flight(client: _t.Any, value: object) -> int:
+    if value is None:
+        if _pool is not None and isinstance(client, (_pool.ConnectionPool, _pool.AsyncConnectionPool)):
+            return max(1, int(client.max_size))
+        return 1  # a connection runs one statement at a time
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentTypeError(
+            f"max_in_flight must be None (the pool's max_size; 1 for a connection) or a whole number of "
+            f"statements >= 1, not {type(value).__name__}: {value!r}"
+        )
+    if value < 1:
+        raise InvalidArgumentError(
+            f"invalid max_in_flight: {value!r} (must be a whole number of statements >= 1; a number above the "
+            "calls you make at once turns coalescing off)"
+        )
+    return value
+
+
 class _PostgresBase:
     """What the four classes share: the driver and the client."""
 
@@ -211,10 +289,19 @@ class _PostgresBase:
         max_key_len: int = 1024,
         lease: _t.Union[str, int] = "off",
         lease_keys: int = 10_000,
+        max_in_flight: int | None = None,
     ) -> None:
         self._async = _is_async(client)
         _check_autocommit(client)
         self._client = client
+        # Allows at the server's time in flight at once share statements
+        # (see _decide): at most _max_in_flight statements of decisions are
+        # out, and the calls that come meanwhile wait in _queue.
+        self._max_in_flight = _max_in_flight(client, max_in_flight)
+        self._in_flight = 0
+        self._queue: collections.deque[_Waiting] = collections.deque()
+        self._lock = threading.Lock()  # blocking: guards the three above
+        self._drainers: set[asyncio.Task[None]] = set()  # asyncio: the tasks sending waiting calls
         #: The in-memory limiter a failure falls back to (as ratomic.redis's on_error), else None.
         self._local: Keyed | Limiter | None = None
         policy = "raise"
@@ -261,30 +348,56 @@ class _PostgresBase:
             row = await cur.fetchone()
         return None if row is None else row[0]
 
+    def _outcome(self, sql: str, params: _t.Any) -> tuple[_t.Any, str | None]:
+        """Runs the statement: ``(its value, None)``, or ``(the client's
+        exception, how it failed)``; raises what is no backend failure."""
+        try:
+            return self._run(sql, params), None
+        except Exception as e:
+            kind = _kind(e)
+            if kind is None:
+                raise
+            return e, kind
+
+    async def _aoutcome(self, sql: str, params: _t.Any) -> tuple[_t.Any, str | None]:
+        """:meth:`_outcome` through an asyncio client."""
+        try:
+            return await self._arun(sql, params), None
+        except Exception as e:
+            kind = _kind(e)
+            if kind is None:
+                raise
+            return e, kind
+
+    def _call_outcome(self, call: _PostgresCall) -> tuple[_t.Any, str | None]:
+        """:meth:`_outcome` of one call. The common call (an allow on one
+        token bucket) is an upsert that returns no row when it does not
+        grant (a denial: nothing written); then ``ratomic_v1_call`` decides
+        and answers every field."""
+        value, kind = self._outcome(call.statement, call.params)
+        if kind is None and value is None and call.upsert:
+            general = self._driver.general(call)
+            value, kind = self._outcome(general.statement, general.params)
+        return value, kind
+
+    async def _acall_outcome(self, call: _PostgresCall) -> tuple[_t.Any, str | None]:
+        """:meth:`_call_outcome` through an asyncio client."""
+        value, kind = await self._aoutcome(call.statement, call.params)
+        if kind is None and value is None and call.upsert:
+            general = self._driver.general(call)
+            value, kind = await self._aoutcome(general.statement, general.params)
+        return value, kind
+
     def _round_trip(self, sql: str, params: _t.Any, finish: _t.Callable[..., _t.Any]) -> _t.Any:
         """Runs the statement and hands its value, or how it failed, to
         ``finish(value, kind)``; a coroutine for an async client."""
         if self._async:
 
             async def go() -> _t.Any:
-                try:
-                    value = await self._arun(sql, params)
-                except Exception as e:
-                    kind = _kind(e)
-                    if kind is None:
-                        raise
-                    return finish(e, kind)
-                return finish(value, None)
+                return finish(*await self._aoutcome(sql, params))
 
             return go()
-        try:
-            value = self._run(sql, params)
-        except Exception as e:
-            kind = _kind(e)
-            if kind is None:
-                raise
-            return finish(e, kind)
-        return finish(value, None)
+        return finish(*self._outcome(sql, params))
 
     def _answer_now(self, value: _t.Any) -> _t.Any:
         if not self._async:
@@ -297,46 +410,158 @@ class _PostgresBase:
 
     # ---- the operations ------------------------------------------------------
 
+    # Decisions in flight at once share statements: while _max_in_flight
+    # statements of decisions are out, an allow at the server's time
+    # (call.coalescible) waits in _queue, and the next statement to end
+    # sends every call waiting then (up to MAX_BATCH) as one
+    # ratomic_v1_many, each answered as it would have been alone
+    # (driver.finish_coalesced). A call that finds a statement free goes
+    # at once, by itself, as it always did.
+
     def _decide(self, op: str, key: _Key, cost: int, now: float | None) -> _t.Any:
         step = self._driver.begin(op, key, cost, now)
         if not isinstance(step, _PostgresCall):
             return self._answer_now(step)
-        if step.upsert:
-            return self._upsert(step)
-        return self._round_trip(step.statement, step.params, lambda v, kind: self._driver.finish(step, v, kind))
-
-    def _upsert(self, step: _PostgresCall) -> _t.Any:
-        """The common call (an allow on one token bucket): one upsert, which
-        returns no row when it does not grant (a denial: nothing written);
-        then ``ratomic_v1_call`` decides and answers every field."""
-        driver = self._driver
         if self._async:
-
-            async def go() -> _t.Any:
-                try:
-                    value = await self._arun(step.statement, step.params)
-                    if value is None:
-                        general = driver.general(step)
-                        value = await self._arun(general.statement, general.params)
-                except Exception as e:
-                    kind = _kind(e)
-                    if kind is None:
-                        raise
-                    return driver.finish(step, e, kind)
-                return driver.finish(step, value, None)
-
-            return go()
+            return self._decide_async(step)
+        me: _Waiting | None = None
+        held = False
         try:
-            value = self._run(step.statement, step.params)
-            if value is None:
-                general = driver.general(step)
-                value = self._run(general.statement, general.params)
-        except Exception as e:
-            kind = _kind(e)
-            if kind is None:
+            with self._lock:
+                if step.coalescible and self._in_flight >= self._max_in_flight:
+                    me = _Waiting(step, threading.Event())
+                    self._queue.append(me)
+                else:
+                    self._in_flight += 1
+                    held = True
+            if me is not None:
+                me.done.wait()
+        except BaseException:
+            # Interrupted (KeyboardInterrupt) before its statement: the
+            # slot it took, or its place in the queue, goes to the others.
+            if me is not None:
+                self._leave(me)
+            elif held:
+                self._release()
+            raise
+        if me is None:
+            try:
+                value, kind = self._call_outcome(step)
+            finally:
+                self._release()
+            return self._driver.finish(step, value, kind)
+        if me.lead:
+            with self._lock:
+                batch = [me, *(self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH - 1)))]
+            try:
+                self._send_waiting(batch, me)
+            finally:
+                self._release()
+        return me.outcome()
+
+    def _release(self) -> None:
+        """Blocking: a statement ended. Its slot goes to the first waiting
+        call, woken to send the calls waiting then (each thread sends at
+        most one statement for others: none serves them for ever), or is
+        free."""
+        with self._lock:
+            if self._queue:
+                nxt = self._queue.popleft()
+                nxt.lead = True
+                nxt.done.set()
+            else:
+                self._in_flight -= 1
+
+    def _leave(self, me: _Waiting) -> None:
+        """Blocking: ``me`` stops waiting (its thread was interrupted): out
+        of the queue, or, had it just been woken to send the next
+        statement, that slot goes on to the next waiting call."""
+        with self._lock:
+            if me in self._queue:
+                self._queue.remove(me)
+                return
+        if me.lead:
+            self._release()
+
+    def _send_waiting(self, batch: list[_Waiting], me: _Waiting) -> None:
+        """Blocking: sends ``batch`` (led by ``me``, this thread's call) as
+        one statement and answers every call in it, whatever happens."""
+        answers: Sequence[object] = []
+        try:
+            b = self._driver.coalesce([w.call for w in batch])
+            try:
+                value, kind = self._outcome(self._driver.many_statement, b.params)
+            except Exception:
+                raise  # not a backend failure: every caller's (below)
+            except BaseException as e:
+                # Interrupted in this thread: the statement's fate is
+                # unknown; the others are answered as by a failed one.
+                answers = self._driver.finish_coalesced(b, _interruption(e), "connection")
                 raise
-            return driver.finish(step, e, kind)
-        return driver.finish(step, value, None)
+            answers = self._driver.finish_coalesced(b, value, kind)
+        except Exception as e:
+            answers = [e] * len(batch)
+        finally:
+            for w, answer in zip(batch, answers or [BackendError("the statement was interrupted")] * len(batch)):
+                w.settle(answer)
+                if w is not me:
+                    w.done.set()
+
+    async def _decide_async(self, call: _PostgresCall) -> _t.Any:
+        if call.coalescible and self._in_flight >= self._max_in_flight:
+            w = _Waiting(call, asyncio.get_running_loop().create_future())
+            self._queue.append(w)
+            return await w.done
+        self._in_flight += 1
+        try:
+            value, kind = await self._acall_outcome(call)
+        finally:
+            self._in_flight -= 1
+            self._drain_soon()
+        return self._driver.finish(call, value, kind)
+
+    def _drain_soon(self) -> None:
+        """asyncio: if calls wait and a statement may go out, a task sends
+        them (no caller carries the others', nor can its cancellation
+        strand them)."""
+        if self._queue and self._in_flight < self._max_in_flight:
+            self._in_flight += 1
+            task = asyncio.ensure_future(self._drain())
+            self._drainers.add(task)
+            task.add_done_callback(self._drainers.discard)
+
+    async def _drain(self) -> None:
+        """asyncio: sends the waiting calls, one batch statement at a time,
+        while some wait; holds one slot (taken by :meth:`_drain_soon`)."""
+        batch: list[_Waiting] = []
+        try:
+            while self._queue:
+                taken = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
+                batch = [w for w in taken if not w.done.done()]  # a cancelled caller needs no decision
+                if not batch:
+                    continue
+                b = self._driver.coalesce([w.call for w in batch])
+                try:
+                    value, kind = await self._aoutcome(self._driver.many_statement, b.params)
+                except Exception as e:  # not a backend failure: every caller's
+                    answers: Sequence[object] = [e] * len(batch)
+                else:
+                    answers = self._driver.finish_coalesced(b, value, kind)
+                for w, answer in zip(batch, answers):
+                    w.resolve(answer)
+                batch = []
+        except BaseException as e:
+            # Cancelled (the loop is closing): nobody waits for ever; those
+            # of this statement and those waiting get the policy's answer.
+            rest = [w for w in [*batch, *self._queue] if not w.done.done()]
+            self._queue.clear()
+            if rest:
+                b = self._driver.coalesce([w.call for w in rest])
+                for w, answer in zip(rest, self._driver.finish_coalesced(b, _interruption(e), "connection")):
+                    w.resolve(answer)
+            raise
+        finally:
+            self._in_flight -= 1
 
     def allow(self, key: _Key, cost: int = 1) -> _t.Any:
         """Consumes ``cost`` if every limit allows it, at the server's clock."""
@@ -500,6 +725,13 @@ class _PostgresBase:
         return self._client
 
     @property
+    def max_in_flight(self) -> int:
+        """The most statements of decisions out at once; past it an allow
+        at the server's time waits and goes with the others waiting in the
+        next statement."""
+        return self._max_in_flight
+
+    @property
     def prefix(self) -> str:
         """The row prefix."""
         return str(self._driver.prefix)
@@ -615,8 +847,10 @@ in-memory limiter of the same rules, or an in-memory limiter of yours to
 decide instead, as ``ratomic.redis``'s), ``deny_cache``, ``breaker_threshold``,
 ``breaker_cooldown``, ``breaker_failure_time``, ``max_key_len``, ``lease``
 (``"off"``, ``"auto"`` or the most tokens a lease takes; token buckets
-only) and ``lease_keys``. Bound each
-call with the connection's ``statement_timeout``.
+only), ``lease_keys`` and ``max_in_flight`` (the most statements of
+decisions out at once before allows wait to share the next: default the
+pool's ``max_size``, 1 for a connection). Bound each call with the
+connection's ``statement_timeout``.
 """
 
 

@@ -1,6 +1,6 @@
 """Issue 41's coalescing, Python's half: ratomic.postgres with calls in
-flight at once sharing statements (the default ``max_in_flight``: the
-pool's ``max_size``) against the same limiter with ``max_in_flight`` large
+flight at once sharing statements (the default ``max_in_flight``: half the
+pool's ``max_size``, rounded up) against the same limiter with ``max_in_flight`` large
 enough to turn it off (every call its own statement). Run by hand (not a
 test), in the venv that run-tests.sh made, against a PostgreSQL whose URL
 is in RATOMIC_POSTGRES_URL (``source postgres/server.sh; pg_install;

@@ -29,8 +29,9 @@ exactly fleet-wide, as with ``ratomic.redis``; :meth:`give_back` returns
 what is left).
 
 Calls in flight at once share statements: while ``max_in_flight``
-statements of decisions are out (by default a pool's ``max_size``; 1 for a
-connection, which runs one statement at a time anyway), an ``allow`` at the
+statements of decisions are out (by default half a pool's ``max_size``,
+rounded up; 1 for a connection, which runs one statement at a time anyway),
+an ``allow`` at the
 server's time waits, and the next statement to end sends every call waiting
 then (up to 256) as one ``ratomic_v1_many``, each decided as it would have
 been alone at that statement's reading of the server's clock. A blocking
@@ -253,11 +254,13 @@ def _interruption(e: BaseException) -> ConnectionError:
 def _max_in_flight(client: _t.Any, value: object) -> int:
     if value is None:
         if _pool is not None and isinstance(client, (_pool.ConnectionPool, _pool.AsyncConnectionPool)):
-            return max(1, int(client.max_size))
+            # Half the pool, rounded up: at 64 in flight on a pool of 4, 2 out
+            # ran 1.03-1.22x 4 out (BENCHMARKS.md), as from Rust and Node.
+            return max(1, (int(client.max_size) + 1) // 2)
         return 1  # a connection runs one statement at a time
     if isinstance(value, bool) or not isinstance(value, int):
         raise ArgumentTypeError(
-            f"max_in_flight must be None (the pool's max_size; 1 for a connection) or a whole number of "
+            f"max_in_flight must be None (half the pool's max_size; 1 for a connection) or a whole number of "
             f"statements >= 1, not {type(value).__name__}: {value!r}"
         )
     if value < 1:
@@ -848,8 +851,8 @@ decide instead, as ``ratomic.redis``'s), ``deny_cache``, ``breaker_threshold``,
 ``breaker_cooldown``, ``breaker_failure_time``, ``max_key_len``, ``lease``
 (``"off"``, ``"auto"`` or the most tokens a lease takes; token buckets
 only), ``lease_keys`` and ``max_in_flight`` (the most statements of
-decisions out at once before allows wait to share the next: default the
-pool's ``max_size``, 1 for a connection). Bound each call with the
+decisions out at once before allows wait to share the next: default half
+the pool's ``max_size``, rounded up, 1 for a connection). Bound each call with the
 connection's ``statement_timeout``.
 """
 

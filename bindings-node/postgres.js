@@ -62,6 +62,16 @@ async function run(client, sql, params) {
   return res.rows.length === 1 ? res.rows[0][0] : null
 }
 
+// Runs the statement: its value (`reply`), or how it failed (`failed`, for
+// the driver) and the client's error (`cause`).
+async function attempt(client, sql, params) {
+  try {
+    return { reply: await run(client, sql, params), failed: null, cause: undefined }
+  } catch (e) {
+    return { reply: null, failed: failureOf(e), cause: e }
+  }
+}
+
 // A failure the driver's policy raised for one call of a coalesced batch,
 // as the native calls throw it.
 function backendError(message, cause) {
@@ -286,15 +296,7 @@ class PostgresBase {
       this.#inFlight++
       try {
         const batch = this.#native.coalesce(waiting.map((w) => w.id))
-        let reply = null
-        let failed = null
-        let cause
-        try {
-          reply = await run(this.#client, this.#native.manyStatement, batch.params)
-        } catch (e) {
-          failed = failureOf(e)
-          cause = e
-        }
+        const { reply, failed, cause } = await attempt(this.#client, this.#native.manyStatement, batch.params)
         const out = this.#native.finishCoalesced(batch, reply, failed)
         for (let i = 0; i < waiting.length; i++) {
           const r = out[i]
@@ -311,15 +313,7 @@ class PostgresBase {
   }
 
   async #change(call, refund) {
-    let reply = null
-    let failed = null
-    let cause
-    try {
-      reply = await run(this.#client, this.#native.statement, call.params)
-    } catch (e) {
-      failed = failureOf(e)
-      cause = e
-    }
+    const { reply, failed, cause } = await attempt(this.#client, this.#native.statement, call.params)
     try {
       this.#native.finishChange(refund, reply, failed)
     } catch (err) {
@@ -331,13 +325,7 @@ class PostgresBase {
   async #many(requests, atMs) {
     const step = this.#native.beginMany(requests, atMs)
     if (Array.isArray(step)) return this.#answers(step)
-    let reply = null
-    let failed = null
-    try {
-      reply = await run(this.#client, this.#native.manyStatement, step.params)
-    } catch (e) {
-      failed = failureOf(e)
-    }
+    const { reply, failed } = await attempt(this.#client, this.#native.manyStatement, step.params)
     return this.#answers(this.#native.finishMany(step, reply, failed))
   }
 
@@ -440,15 +428,7 @@ class PostgresBase {
     const native = this.#native
     let back = 0
     for (const params of native.beginGiveBacks()) {
-      let reply = null
-      let failed = null
-      let cause
-      try {
-        reply = await run(this.#client, native.giveBackStatement, params)
-      } catch (e) {
-        failed = failureOf(e)
-        cause = e
-      }
+      const { reply, failed, cause } = await attempt(this.#client, native.giveBackStatement, params)
       try {
         back += native.finishGiveBack(reply, failed)
       } catch (err) {

@@ -260,3 +260,20 @@ test('the common call: granted by one upsert; a denial writes nothing and is ans
   assert.deepEqual([zero.allowed, zero.remaining], [true, 0])
   assert.deepEqual(await row(), before)
 })
+
+test('a leasing limiter coalesces too: calls that ask no lease wait and share statements, exactly', async () => {
+  // lease 'auto': every call goes by the general begin (a warm key may ask
+  // for a lease); those that ask none wait past maxInFlight (park) and go
+  // together. 300 calls at once on 3 keys of a bucket of 40 an hour.
+  const client = counting(pool)
+  const pg = new PostgresTokenBucket(40, 40 / 3600, { client, prefix: prefix(), lease: 'auto', maxInFlight: 1, denyCache: 0 })
+  const keys = ['a', 'b', Buffer.from([0, 1])]
+  const got = await Promise.all(Array.from({ length: 300 }, (_, i) => pg.allow(keys[i % 3])))
+  for (const [j] of keys.entries()) {
+    const mine = got.filter((_, i) => i % 3 === j)
+    assert.equal(mine.filter((d) => d.allowed).length, 40, `exactly the burst on key ${j}`)
+    for (const d of mine.filter((d) => !d.allowed)) assert.equal(d.remaining, 0)
+  }
+  assert.ok(client.statements < 100, `300 calls went in ${client.statements} statements`)
+  await pg.giveBack()
+})

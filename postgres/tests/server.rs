@@ -963,7 +963,9 @@ impl LeaseRun {
 /// `calls` calls each, leases on, on a bucket of `burst` refilling `per_sec`
 /// a second: on one hot key, or on `keys` keys picked at random; `mode`
 /// `caller` stamps every call with the host's monotonic clock, `server`
-/// calls at the server's time.
+/// calls at the server's time. With `kill_after`, the first worker is
+/// SIGKILLed once it has printed that many grants (its leases neither spent
+/// nor given back; the grants it printed count).
 #[allow(clippy::too_many_arguments)]
 fn lease_race(
     prefix: &str,
@@ -974,8 +976,10 @@ fn lease_race(
     burst: u64,
     per_sec: u64,
     keys: Option<u64>,
+    kill_after: Option<usize>,
 ) -> LeaseRun {
-    let workers: Vec<_> = (0..processes)
+    use std::io::{BufRead, BufReader};
+    let mut workers: Vec<_> = (0..processes)
         .map(|_| {
             let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_pg_lease_worker"));
             cmd.args([support::url(), prefix.to_owned(), mode.to_owned()]);
@@ -986,11 +990,48 @@ fn lease_race(
             cmd.stdout(std::process::Stdio::piped()).spawn().unwrap()
         })
         .collect();
+    // Every worker's output read as it comes (none blocks on a full pipe);
+    // the first's reader says when it has printed `kill_after` grants.
+    let (reached, kill_point) = std::sync::mpsc::channel::<()>();
+    let readers: Vec<_> = workers
+        .iter_mut()
+        .enumerate()
+        .map(|(i, w)| {
+            let out = w.stdout.take().unwrap();
+            let reached = reached.clone();
+            std::thread::spawn(move || {
+                let mut lines = Vec::new();
+                let mut grants = 0;
+                for line in BufReader::new(out).lines() {
+                    let line = line.unwrap();
+                    if line.starts_with("G ") {
+                        grants += 1;
+                        if i == 0 && Some(grants) == kill_after {
+                            let _ = reached.send(());
+                        }
+                    }
+                    lines.push(line);
+                }
+                lines
+            })
+        })
+        .collect();
+    drop(reached);
+    let killing = kill_after.is_some();
+    if killing {
+        kill_point.recv().expect("the first worker printed enough grants to be killed");
+        workers[0].kill().unwrap();
+    }
     let mut run = LeaseRun { stamps: Default::default(), local: 0, trips: 0 };
-    for w in workers {
-        let out = w.wait_with_output().unwrap();
-        assert!(out.status.success(), "a worker failed: {}", out.status);
-        for line in String::from_utf8(out.stdout).unwrap().lines() {
+    for (i, (mut w, reader)) in workers.into_iter().zip(readers).enumerate() {
+        let status = w.wait().unwrap();
+        if i == 0 && killing {
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(status.signal(), Some(9), "the first worker was killed mid-run, not done: {status}");
+        } else {
+            assert!(status.success(), "worker {i} failed: {status}");
+        }
+        for line in reader.join().unwrap() {
             match line.split(' ').collect::<Vec<_>>()[..] {
                 ["G", key, stamp] => run.stamps.entry(key.to_owned()).or_default().push(stamp.parse().unwrap()),
                 ["S", local, trips, errors] => {
@@ -1013,10 +1054,21 @@ fn lease_race(
 fn leases_from_four_processes_never_over_grant_in_any_interval() {
     // 50 tokens, 2,000 a second (T = 500 µs: a lease of 2 covers 1 ms, a
     // few of a loaded host's round trips, so keys stay warm and lease).
-    let mut run = lease_race(&support::prefix("lease-caller"), "caller", 4, 4, 2_000, 50, 2_000, None);
+    let mut run = lease_race(&support::prefix("lease-caller"), "caller", 4, 4, 2_000, 50, 2_000, None, None);
     assert!(run.granted() > 50, "granted more than the burst over time: {}", run.granted());
     run.check("four processes, leases", 50, 500);
     assert!(run.local > 0, "some calls were answered from a lease ({} local, {} round trips)", run.local, run.trips);
+}
+
+/// The same with the first process killed (SIGKILL) mid-run, holding
+/// leases: the survivors and the grants the killed one made stay within
+/// the bound in every interval (its unspent leased slots are lost until
+/// their time passes, never granted twice).
+#[test]
+fn leases_with_a_process_killed_mid_run_never_over_grant() {
+    let mut run = lease_race(&support::prefix("lease-kill"), "caller", 4, 2, 2_000, 50, 2_000, None, Some(20));
+    assert!(run.granted() > 50, "granted more than the burst over time: {}", run.granted());
+    run.check("a process killed, leases", 50, 500);
 }
 
 /// Four processes of two threads on 50 keys (each call picks one at
@@ -1025,7 +1077,7 @@ fn leases_from_four_processes_never_over_grant_in_any_interval() {
 #[test]
 fn leases_from_four_processes_on_fifty_keys_never_over_grant() {
     // 5 tokens, 100 a second (T = 10 ms) per key.
-    let mut run = lease_race(&support::prefix("lease-keys"), "caller", 4, 2, 2_000, 5, 100, Some(50));
+    let mut run = lease_race(&support::prefix("lease-keys"), "caller", 4, 2, 2_000, 5, 100, Some(50), None);
     assert_eq!(run.stamps.len(), 50, "every key was granted");
     run.check("four processes, 50 keys, leases", 5, 10_000);
     assert!(run.local > 0, "some calls were answered from a lease ({} local, {} round trips)", run.local, run.trips);
@@ -1045,7 +1097,7 @@ fn server_us() -> u64 {
 #[test]
 fn leases_at_the_server_s_time_never_over_grant_over_a_run() {
     let start = server_us();
-    let run = lease_race(&support::prefix("lease-server"), "server", 4, 4, 2_000, 50, 2_000, None);
+    let run = lease_race(&support::prefix("lease-server"), "server", 4, 4, 2_000, 50, 2_000, None, None);
     let elapsed = server_us() - start;
     let most = 50 + elapsed / 500;
     assert!(run.granted() as u64 <= most, "{} granted in {elapsed} µs, at most {most}", run.granted());

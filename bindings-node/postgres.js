@@ -15,7 +15,7 @@ const { inspect } = require('node:util')
 
 const {
   typeError, describe, readOptions, tokenBucketRule, windowArgs, limitRules, decodeAll, single, multi, acquire, realSleep,
-  headerOptions, pairs, decisionArg, entriesArg,
+  backendHeaders, backendProblem,
 } = ratomic[Symbol.for('ratomic.internals')]
 
 const OPTIONS = [
@@ -225,8 +225,6 @@ class PostgresBase {
     let call
     let statement
     let params
-    // [statement, params] of ratomic_v1_call when the upsert does not grant.
-    let fallback
     if (fast !== null && op === OP_ALLOW && atMs === undefined && (typeof key === 'string' || Buffer.isBuffer(key))) {
       // The common call: begun with no parameters made natively.
       const r = this.#native.beginAllow(key, cost)
@@ -234,15 +232,13 @@ class PostgresBase {
       id = r
       if (this.#inFlight >= this.#maxInFlight) return this.#wait(id)
       const bytes = typeof key === 'string' ? Buffer.from(key, 'utf8') : key
-      const general = ['a', fast[0], bytes, null, String(cost), fast[2], fast[3], fast[4]]
       if (fast.length === 5) {
         statement = fast[1]
-        params = general
+        params = ['a', fast[0], bytes, null, String(cost), fast[2], fast[3], fast[4]]
       } else {
-        // One token bucket: the upsert, then ratomic_v1_call if it did not grant.
+        // One token bucket: the upsert (then ratomic_v1_call if it did not grant).
         statement = fast[5]
-        params = [fast[0], bytes, null, general[4], fast[6], fast[7]]
-        fallback = [fast[1], general]
+        params = [fast[0], bytes, null, String(cost), fast[6], fast[7]]
       }
     } else {
       call = this.#native.begin(op, key, cost, atMs)
@@ -260,11 +256,13 @@ class PostgresBase {
       if (reply === null && statement === this.#allowStatement) {
         // The common call's upsert did not grant (a denial: nothing was
         // written): ratomic_v1_call decides, and answers every field.
-        if (fallback === undefined) {
+        if (id >= 0) {
+          const f = this.#fastParams
+          reply = await run(this.#client, f[1], ['a', f[0], params[1], null, params[3], f[2], f[3], f[4]])
+        } else {
           const general = this.#native.general(call)
-          fallback = [general.statement, general.params]
+          reply = await run(this.#client, general.statement, general.params)
         }
-        reply = await run(this.#client, fallback[0], fallback[1])
       }
     } catch (e) {
       failed = failureOf(e)
@@ -456,16 +454,12 @@ class PostgresBase {
    * are named already).
    */
   headers(decision, options) {
-    const o = headerOptions(options, this.#multi ? ['legacy', 'draft'] : ['name', 'legacy', 'draft'])
-    const d = decisionArg(decision)
-    return pairs(this.#native.headers(d, this.#multi ? entriesArg(d) : undefined, o.name, o.format))
+    return backendHeaders(this.#native, this.#multi, decision, options)
   }
 
   /** The RFC 9457 problem document (JSON) for a 429 answering `decision`, or null when it was allowed. */
   problem(decision, options) {
-    const o = headerOptions(options, this.#multi ? [] : ['name'])
-    const d = decisionArg(decision)
-    return this.#native.problem(d, this.#multi ? entriesArg(d) : undefined, o.name)
+    return backendProblem(this.#native, this.#multi, decision, options)
   }
 
   /** The class, the rule(s) with their units and the prefix: `PostgresFixedWindow { fixed window 5 per 1m, prefix: "ratomic" }`. */

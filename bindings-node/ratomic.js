@@ -288,6 +288,21 @@ function singleProblem(native, decision, options) {
   return native.problem(d.allowed, d.remaining, d.limit, d.retryAfterMs, d.resetAfterMs, name)
 }
 
+// headers() / problem() of a Redis or PostgreSQL limiter, over its native
+// driver: a multi-limit one passes the decision's entries (its limits are
+// named already), a single-rule one takes `options.name`.
+function backendHeaders(native, multi, decision, options) {
+  const o = headerOptions(options, multi ? ['legacy', 'draft'] : ['name', 'legacy', 'draft'])
+  const d = decisionArg(decision)
+  return pairs(native.headers(d, multi ? entriesArg(d) : undefined, o.name, o.format))
+}
+
+function backendProblem(native, multi, decision, options) {
+  const o = headerOptions(options, multi ? [] : ['name'])
+  const d = decisionArg(decision)
+  return native.problem(d, multi ? entriesArg(d) : undefined, o.name)
+}
+
 // A Limiter's or a Stack's decision's entries, passed back to headers() / problem().
 function entriesArg(d) {
   if (!Array.isArray(d.entries)) throw typeError('decision must be a Limiter or Stack decision (with entries)')
@@ -1082,6 +1097,6 @@ module.exports = {
 Object.defineProperty(module.exports, Symbol.for('ratomic.internals'), {
   value: Object.freeze({
     typeError, rangeError, describe, readOptions, tokenBucketRule, windowArgs, limitRules, decodeAll, single, multi, acquire, realSleep,
-    headerOptions, pairs, decisionArg, entriesArg, membersOf,
+    headerOptions, pairs, decisionArg, entriesArg, membersOf, backendHeaders, backendProblem,
   }),
 })

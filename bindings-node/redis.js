@@ -18,7 +18,7 @@ const { inspect } = require('node:util')
 
 const {
   typeError, rangeError, describe, readOptions, tokenBucketRule, windowArgs, limitRules, decodeAll, single, multi, acquire, realSleep,
-  headerOptions, pairs, decisionArg, entriesArg,
+  backendHeaders, backendProblem,
 } = ratomic[Symbol.for('ratomic.internals')]
 
 const OPTIONS = [
@@ -708,16 +708,12 @@ class RedisBase {
    * are named already).
    */
   headers(decision, options) {
-    const o = headerOptions(options, this.#multi ? ['legacy', 'draft'] : ['name', 'legacy', 'draft'])
-    const d = decisionArg(decision)
-    return pairs(this.#native.headers(d, this.#multi ? entriesArg(d) : undefined, o.name, o.format))
+    return backendHeaders(this.#native, this.#multi, decision, options)
   }
 
   /** The RFC 9457 problem document (JSON) for a 429 answering `decision`, or null when it was allowed. */
   problem(decision, options) {
-    const o = headerOptions(options, this.#multi ? [] : ['name'])
-    const d = decisionArg(decision)
-    return this.#native.problem(d, this.#multi ? entriesArg(d) : undefined, o.name)
+    return backendProblem(this.#native, this.#multi, decision, options)
   }
 
   /** The class, the rule(s) with their units and the prefix: `RedisFixedWindow { fixed window 5 per 1m, prefix: "ratomic:" }`. */

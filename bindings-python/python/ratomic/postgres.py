@@ -625,37 +625,12 @@ class _PostgresBase:
         d = local.peek(key, cost) if op == "peek" else local.allow(key, cost)
         return self._driver.fallback(d)
 
-    def _guarded(self, op: str, key: _Key, cost: int, now: float | None) -> _t.Any:
-        """:meth:`_decide`, or, when PostgreSQL fails and ``on_error`` is an
-        in-memory limiter, that limiter's answer."""
-        if self._local is None:
-            return self._decide(op, key, cost, now)
+    def _or_local(self, start: _t.Callable[[], _t.Any], fall_back: _t.Callable[[], _t.Any]) -> _t.Any:
+        """``start()`` (a value, or a coroutine for an async client), or,
+        when PostgreSQL fails (``BackendError``), ``fall_back()``'s answer
+        from the in-memory limiter ``on_error`` named."""
         try:
-            pending = self._decide(op, key, cost, now)
-        except BackendError:
-            return self._answer_now(self._fallback(op, key, cost))
-        if not self._async:
-            return pending
-
-        async def settle() -> _t.Any:
-            try:
-                return await pending
-            except BackendError:
-                return self._fallback(op, key, cost)
-
-        return settle()
-
-    def _guarded_many(self, requests: Iterable[_Request], now: float | None) -> _t.Any:
-        if self._local is None:
-            return self._many(requests, now)
-        requests = list(requests)  # read once: the fallback may need them again
-        local = _t.cast(_t.Any, self._local)
-
-        def fall_back() -> list[_t.Any]:
-            return [self._driver.fallback(d) for d in local.allow_many(requests)]
-
-        try:
-            pending = self._many(requests, now)
+            pending = start()
         except BackendError:
             return self._answer_now(fall_back())
         if not self._async:
@@ -668,6 +643,22 @@ class _PostgresBase:
                 return fall_back()
 
         return settle()
+
+    def _guarded(self, op: str, key: _Key, cost: int, now: float | None) -> _t.Any:
+        """:meth:`_decide`, or, when PostgreSQL fails and ``on_error`` is an
+        in-memory limiter, that limiter's answer."""
+        if self._local is None:
+            return self._decide(op, key, cost, now)
+        return self._or_local(lambda: self._decide(op, key, cost, now), lambda: self._fallback(op, key, cost))
+
+    def _guarded_many(self, requests: Iterable[_Request], now: float | None) -> _t.Any:
+        if self._local is None:
+            return self._many(requests, now)
+        requests = list(requests)  # read once: the fallback may need them again
+        local = _t.cast(_t.Any, self._local)
+        return self._or_local(
+            lambda: self._many(requests, now), lambda: [self._driver.fallback(d) for d in local.allow_many(requests)]
+        )
 
     def gc(self) -> _t.Any:
         """Removes this prefix's rows that are full again at the server's

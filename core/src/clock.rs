@@ -428,6 +428,299 @@ impl Clock for CoarseClock {
     }
 }
 
+/// The cheapest clock: a reading kept in memory and moved forward by
+/// whoever refreshes it — your own loop calling [`refresh`](Self::refresh),
+/// or a thread you start with [`refresh_every`](Self::refresh_every). A
+/// limiter's call then reads time with one relaxed load, no system call and
+/// no TSC. Opt in where the clock read is most of a decision (a direct
+/// bucket, a hot key) and a resolution of your refresh interval is fine;
+/// the default stays [`MonotonicClock`].
+///
+/// # What it costs and what it changes
+///
+/// - A reading is one load of a shared word; a refresh is one
+///   [`MonotonicClock`] reading and one atomic maximum, so the readings of
+///   all clones never go back.
+/// - **Time moves only when refreshed.** Between refreshes it stands still,
+///   so a bucket refills in steps of `rate × interval`, and a caller that
+///   waits exactly `retry_after` may come back up to one interval too
+///   early. If nothing refreshes it (the thread was never started, or is
+///   starved), time stops: limiters on it stop refilling and deny once
+///   their tokens are spent. ratomic starts no thread unless you call
+///   [`refresh_every`](Self::refresh_every). A blocking `acquire` refreshes
+///   the clock as it sleeps; an async `acquire_with` sleeps on your
+///   runtime's timer, which does not, so give it a refreshed clock.
+/// - **Exactness holds in the clock's own time**: whatever the
+///   interleaving, a key never grants more than `burst + rate × t` over `t`
+///   of the clock's readings. A reading never leads the kernel's
+///   `CLOCK_MONOTONIC`; it lags it by how long ago the last refresh was (one
+///   interval, plus however long the refreshing thread waited to run). Over
+///   a span `d` of real time a key therefore grants at most
+///   `burst + rate × (d + lag)`, where `lag` is the clock's lag when the
+///   span began: `rate × interval` more than a perfect clock while the
+///   refresher keeps up (1 token for 1,000/s refreshed every millisecond).
+///   Where that matters, keep the default clock.
+/// - It reads the same timeline as [`MonotonicClock`] (its [`ClockId`] is
+///   [`ClockId::MONOTONIC`]): processes sharing a file may mix the two, and
+///   so may the members of a [`Stack`](crate::Stack). A cached reading is
+///   behind a fine one, which the engine treats as a call stamped a little
+///   earlier: it can only deny more, never grant more.
+///
+/// Clones share one reading: refresh any of them and every limiter built
+/// with a clone sees it.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratomic::{CachedClock, Clock, DirectTokenBucket, MonotonicClock, Quota};
+///
+/// let clock = CachedClock::new();
+/// // A thread that refreshes it every millisecond, until `refresher` is dropped.
+/// let refresher = clock.refresh_every(Duration::from_millis(1))?;
+/// let bucket = DirectTokenBucket::with_clock(Quota::parse("1000/s")?, clock.clone());
+/// assert!(bucket.allow().allowed);
+/// assert_eq!(clock.id(), MonotonicClock::new().id(), "one timeline");
+/// drop(refresher); // stops and joins the thread
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct CachedClock {
+    shared: Arc<CachedTime>,
+}
+
+/// The reading, on a cache line of its own: limiters on many threads read
+/// it while one thread writes it.
+#[derive(Debug)]
+#[repr(align(128))]
+struct CachedTime {
+    ns: AtomicU64,
+}
+
+impl CachedClock {
+    /// A clock holding the current [`MonotonicClock`] reading, which stays
+    /// until something refreshes it.
+    ///
+    /// ```
+    /// use ratomic::{CachedClock, Clock};
+    ///
+    /// let clock = CachedClock::new();
+    /// assert_eq!(clock.now(), clock.now(), "still until refreshed");
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    pub fn new() -> Self {
+        CachedClock { shared: Arc::new(CachedTime { ns: AtomicU64::new(MonotonicClock::new().now()) }) }
+    }
+
+    /// Moves the reading up to the current [`MonotonicClock`] time, and
+    /// returns the reading (never lower than before: refreshes from several
+    /// threads keep the latest). Call it from your own loop — once per event
+    /// loop turn, per accepted batch of requests — or let
+    /// [`refresh_every`](Self::refresh_every) do it.
+    ///
+    /// ```
+    /// use ratomic::{CachedClock, Clock, MonotonicClock};
+    ///
+    /// let clock = CachedClock::new();
+    /// let before = clock.now();
+    /// let t = clock.refresh();
+    /// assert!(before <= t && t == clock.now() && t <= MonotonicClock::new().now());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    pub fn refresh(&self) -> u64 {
+        let now = MonotonicClock::new().now();
+        self.shared.ns.fetch_max(now, Ordering::Relaxed).max(now)
+    }
+
+    /// Starts a thread (named `ratomic-clock`) that refreshes this clock
+    /// every `interval` until the returned [`Refresher`] is dropped; the
+    /// drop stops the thread and waits for it. The clock's resolution is
+    /// then `interval` (plus scheduling delay on a loaded machine).
+    ///
+    /// # Errors
+    ///
+    /// An error of kind [`InvalidInput`](std::io::ErrorKind::InvalidInput)
+    /// for an interval of zero or over an hour, or the operating system's
+    /// if the thread cannot be started.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::{CachedClock, Clock};
+    ///
+    /// let clock = CachedClock::new();
+    /// let refresher = clock.refresh_every(Duration::from_micros(500))?;
+    /// assert_eq!(refresher.interval(), Duration::from_micros(500));
+    /// assert!(clock.refresh_every(Duration::ZERO).is_err());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn refresh_every(&self, interval: Duration) -> std::io::Result<Refresher> {
+        if interval.is_zero() || interval > Duration::from_secs(3600) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("a CachedClock refresh interval of {interval:?}: give 1 ns to 1 hour (1 ms is typical)"),
+            ));
+        }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (clock, stopped) = (self.clone(), Arc::clone(&stop));
+        let thread = std::thread::Builder::new().name("ratomic-clock".into()).spawn(move || {
+            while !stopped.load(Ordering::Acquire) {
+                clock.refresh();
+                std::thread::park_timeout(interval);
+            }
+        })?;
+        Ok(Refresher { stop, thread: Some(thread), interval })
+    }
+}
+
+impl Default for CachedClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for CachedClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        self.shared.ns.load(Ordering::Relaxed)
+    }
+
+    /// Refreshes the clock, then sleeps the thread: a blocking `acquire`
+    /// waiting on a clock nothing else refreshes still wakes to a later
+    /// time.
+    fn sleep(&self, d: Duration) {
+        std::thread::sleep(d);
+        self.refresh();
+    }
+
+    /// The timeline of [`MonotonicClock`], read from memory.
+    fn id(&self) -> ClockId {
+        ClockId::MONOTONIC
+    }
+}
+
+/// The thread [`CachedClock::refresh_every`] started. Dropping it stops the
+/// thread and waits for it to end (at most one interval).
+#[derive(Debug)]
+#[must_use = "dropping the Refresher stops the thread that refreshes the clock"]
+pub struct Refresher {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    interval: Duration,
+}
+
+impl Refresher {
+    /// How often the thread refreshes the clock.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratomic::CachedClock;
+    ///
+    /// let refresher = CachedClock::new().refresh_every(Duration::from_millis(2))?;
+    /// assert_eq!(refresher.interval(), Duration::from_millis(2));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+}
+
+impl Drop for Refresher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod cached_tests {
+    use std::time::{Duration, Instant};
+
+    use super::{CachedClock, Clock, MonotonicClock};
+
+    /// The kernel's `CLOCK_MONOTONIC`, in nanoseconds.
+    fn kernel_now() -> u64 {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid, writable timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+
+    /// Four threads refreshing and reading one clock (through clones): no
+    /// reading leads the kernel's clock read after it, none goes back on a
+    /// thread, and a refresh never lowers the reading another thread made.
+    /// (Another thread's `MonotonicClock` reading may be a few hundred ns
+    /// behind a refresh, as readings of two threads on that clock are: each
+    /// extrapolates from its own anchor.)
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn readings_never_lead_the_kernel_and_never_go_back() {
+        let clock = CachedClock::new();
+        std::thread::scope(|s| {
+            for i in 0..4 {
+                let clock = clock.clone();
+                s.spawn(move || {
+                    let mut last = 0;
+                    for j in 0..100_000u32 {
+                        let t = if (i + j) % 3 == 0 { clock.refresh() } else { clock.now() };
+                        assert!(t <= kernel_now(), "reading {t} leads the kernel's clock");
+                        assert!(t >= last, "went back from {last} to {t}");
+                        last = t;
+                    }
+                });
+            }
+        });
+    }
+
+    /// Without a refresh, time stands still; `refresh_every`'s thread moves
+    /// it, and once the `Refresher` is dropped (its thread joined), it
+    /// stands still again.
+    #[test]
+    fn a_refresher_moves_time_until_dropped() {
+        let clock = CachedClock::new();
+        let start = clock.now();
+        let fine = MonotonicClock::new();
+        while fine.now() < start + 2_000_000 {
+            std::hint::spin_loop();
+        }
+        assert_eq!(clock.now(), start, "nothing refreshed it: time stood still");
+        let refresher = clock.refresh_every(Duration::from_micros(200)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while clock.now() == start {
+            assert!(Instant::now() < deadline, "the refresher never moved the clock");
+            std::thread::yield_now();
+        }
+        drop(refresher);
+        let stopped = clock.now();
+        let later = fine.now() + 2_000_000;
+        while fine.now() < later {
+            std::hint::spin_loop();
+        }
+        assert_eq!(clock.now(), stopped, "the thread ended with its Refresher");
+    }
+
+    #[test]
+    fn an_interval_of_zero_or_over_an_hour_is_refused() {
+        let clock = CachedClock::new();
+        for bad in [Duration::ZERO, Duration::from_secs(3601)] {
+            let e = clock.refresh_every(bad).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+            assert!(e.to_string().contains("1 ns to 1 hour"), "{e}");
+        }
+        assert!(clock.refresh_every(Duration::from_secs(3600)).is_ok());
+    }
+
+    /// A blocking `acquire` on a clock nothing refreshes still gets its
+    /// token: the clock's `sleep` refreshes it.
+    #[test]
+    fn acquire_on_a_clock_nothing_refreshes_still_ends() {
+        let clock = CachedClock::new();
+        let bucket = crate::DirectTokenBucket::with_clock(crate::Quota::parse("1000/s").unwrap(), clock);
+        while bucket.allow().allowed {}
+        assert!(bucket.acquire(1, None).unwrap().allowed);
+    }
+}
+
 mod source {
     use std::time::Instant;
 

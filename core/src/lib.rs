@@ -25,7 +25,8 @@
 //!   retry_after, reset_after. A denial is a value; errors ([`Error`]) are
 //!   for misuse and change no state.
 //! - Time comes from a [`Clock`] ([`MonotonicClock`] by default, the
-//!   cheaper [`CoarseClock`] if you opt in, [`ManualClock`] for tests) or
+//!   cheaper [`CoarseClock`] or the cheapest [`CachedClock`] if you opt in,
+//!   [`ManualClock`] for tests) or
 //!   from the caller, via the `*_at` methods.
 //!
 //! The source is laid out by layer (the whole map is `ARCHITECTURE.md` at
@@ -75,7 +76,9 @@ mod sync;
 pub use algorithm::gcra::Gcra;
 pub use algorithm::rule::{parse_limits, Rule};
 pub use algorithm::Algorithm;
-pub use clock::{check_time, Clock, ClockId, CoarseClock, ManualClock, MonotonicClock, MAX_TIME};
+pub use clock::{
+    check_time, CachedClock, Clock, ClockId, CoarseClock, ManualClock, MonotonicClock, Refresher, MAX_TIME,
+};
 pub use decision::Decision;
 #[doc(hidden)]
 pub use decision::Verdict;

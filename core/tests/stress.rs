@@ -745,10 +745,29 @@ fn check_coarse_grants(what: &str, grants: &[(u64, u64)], burst: u64, t: u64) {
 fn limiters_on_the_coarse_clock_never_over_grant_in_its_time() {
     use ratomic::CoarseClock;
     let clock = CoarseClock::new();
-    let (burst, t) = (20, 1_000_000); // 20 tokens, one a millisecond
-    let direct = DirectTokenBucket::with_clock(quota(burst, t), clock);
-    let keyed = TokenBucket::builder(quota(burst, t)).keys::<u64>().clock(clock).build().unwrap();
     let span = (clock.resolution().as_nanos() as u64 * 30).max(50_000_000) * scale();
+    limiters_on_a_cheap_clock_never_over_grant("CoarseClock", clock, span);
+}
+
+/// The same on the opt-in `CachedClock`, its thread refreshing it every
+/// millisecond while four threads call (and any of them may read a reading
+/// just replaced).
+#[test]
+fn limiters_on_the_cached_clock_never_over_grant_in_its_time() {
+    use ratomic::CachedClock;
+    let clock = CachedClock::new();
+    let _refresher = clock.refresh_every(Duration::from_millis(1)).unwrap();
+    limiters_on_a_cheap_clock_never_over_grant("CachedClock", clock, 50_000_000 * scale());
+}
+
+/// A direct bucket and a hot key on `clock`, four threads each for `span`
+/// of the clock's time: every grant's readings (before and after the call)
+/// recorded, and no interval of readings holds more grants than the bucket
+/// allows over it.
+fn limiters_on_a_cheap_clock_never_over_grant<C: Clock + Clone + 'static>(name: &str, clock: C, span: u64) {
+    let (burst, t) = (20, 1_000_000); // 20 tokens, one a millisecond
+    let direct = DirectTokenBucket::with_clock(quota(burst, t), clock.clone());
+    let keyed = TokenBucket::builder(quota(burst, t)).keys::<u64>().clock(clock.clone()).build().unwrap();
     let run = |call: &(dyn Fn() -> bool + Sync)| {
         let end = clock.now() + span;
         let all = Mutex::new(Vec::new());
@@ -773,8 +792,8 @@ fn limiters_on_the_coarse_clock_never_over_grant_in_its_time() {
     };
     let grants = run(&|| direct.allow().allowed);
     assert!(grants.len() as u64 > burst, "time moved: more than a burst was granted ({})", grants.len());
-    check_coarse_grants("direct bucket on CoarseClock", &grants, burst, t);
+    check_coarse_grants(&format!("direct bucket on {name}"), &grants, burst, t);
     let grants = run(&|| keyed.allow(&7).allowed);
     assert!(grants.len() as u64 > burst, "time moved: more than a burst was granted ({})", grants.len());
-    check_coarse_grants("hot key on CoarseClock", &grants, burst, t);
+    check_coarse_grants(&format!("hot key on {name}"), &grants, burst, t);
 }

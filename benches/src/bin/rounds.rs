@@ -38,6 +38,9 @@
 //! - `direct-allow-coarse`, `hot-coarse`: a direct bucket and one hot `u64`
 //!   key on ratomic's opt-in `CoarseClock` against governor on its default
 //!   clock (targets 0.5 and 0.6, issue 39).
+//! - `direct-allow-cached`, `hot-cached`: the same on ratomic's opt-in
+//!   `CachedClock`, with its thread refreshing it every millisecond while
+//!   the rounds run.
 //! - `floor`: `DirectTokenBucket::allow` on `MonotonicClock` against the
 //!   least any limiter on that clock can do: one `MonotonicClock::now` read
 //!   and one GCRA compare-and-swap on an `AtomicU64`, written inline here.
@@ -65,7 +68,9 @@ use std::time::{Duration, Instant};
 
 use governor::clock::FakeRelativeClock;
 use governor::RateLimiter;
-use ratomic::{Clock, CoarseClock, DirectTokenBucket, Limiter, ManualClock, MonotonicClock, Quota, Rule, TokenBucket};
+use ratomic::{
+    CachedClock, Clock, CoarseClock, DirectTokenBucket, Limiter, ManualClock, MonotonicClock, Quota, Rule, TokenBucket,
+};
 use ratomic_benches::{
     governor_deny, governor_huge, median, ratomic_deny, ratomic_huge, str_keys, time_inserts, two_threads, u64_keys,
     Cycle,
@@ -474,19 +479,33 @@ fn direct(cfg: &Config, deny: bool, manual: bool) -> Row {
 /// `CoarseClock` against governor on its default clock (a direct bucket,
 /// and one hot `u64` key of a keyed limiter), every call allowed.
 fn coarse(cfg: &Config, keyed: bool) -> Row {
+    let name = if keyed { "hot-coarse" } else { "direct-allow-coarse" };
+    cheap_clock(cfg, name, keyed, CoarseClock::new())
+}
+
+/// `direct-allow-cached` / `hot-cached`: the same on the opt-in
+/// `CachedClock`, refreshed every millisecond by its thread meanwhile.
+fn cached(cfg: &Config, keyed: bool) -> Row {
+    let name = if keyed { "hot-cached" } else { "direct-allow-cached" };
+    let clock = CachedClock::new();
+    let _refresher = clock.refresh_every(Duration::from_millis(1)).expect("the refresher thread");
+    cheap_clock(cfg, name, keyed, clock)
+}
+
+fn cheap_clock<C: Clock + 'static>(cfg: &Config, name: &'static str, keyed: bool, clock: C) -> Row {
     if keyed {
-        let r = TokenBucket::builder(ratomic_huge()).keys::<u64>().clock(CoarseClock::new()).build().expect("limiter");
+        let r = TokenBucket::builder(ratomic_huge()).keys::<u64>().clock(clock).build().expect("limiter");
         let g = RateLimiter::dashmap(governor_huge());
         let (rc, gc) = (|| r.allow(black_box(&7)).allowed, || g.check_key(black_box(&7)).is_ok());
         assert!(rc() && gc(), "the set-up is allowed");
-        let row = compare(cfg, "hot-coarse", "governor", 0.6, 1, looping(rc), looping(gc));
+        let row = compare(cfg, name, "governor", 0.6, 1, looping(rc), looping(gc));
         assert!(rc() && gc(), "every timed call was allowed");
         row
     } else {
-        let r = DirectTokenBucket::with_clock(ratomic_huge(), CoarseClock::new());
+        let r = DirectTokenBucket::with_clock(ratomic_huge(), clock);
         let g = RateLimiter::direct(governor_huge());
         let (rc, gc) = (|| r.allow().allowed, || g.check().is_ok());
-        let row = compare(cfg, "direct-allow-coarse", "governor", 0.5, 1, looping(rc), looping(gc));
+        let row = compare(cfg, name, "governor", 0.5, 1, looping(rc), looping(gc));
         assert!(rc() && gc(), "every timed call was allowed");
         row
     }
@@ -618,7 +637,7 @@ fn main() {
     let started = Instant::now();
 
     type Scenario = (&'static str, fn(&Config) -> Row);
-    let scenarios: [Scenario; 20] = [
+    let scenarios: [Scenario; 22] = [
         ("insert-u64", insert_u64),
         ("insert-str16", insert_str16),
         ("2threads-hot", two_threads_hot),
@@ -635,6 +654,8 @@ fn main() {
         ("direct-deny-manual", |c| direct(c, true, true)),
         ("direct-allow-coarse", |c| coarse(c, false)),
         ("hot-coarse", |c| coarse(c, true)),
+        ("direct-allow-cached", |c| cached(c, false)),
+        ("hot-cached", |c| cached(c, true)),
         ("floor", floor),
         ("limiter2-hot", |c| limiter2(c, "limiter2-hot", 1)),
         ("limiter2-100k", |c| limiter2(c, "limiter2-100k", 100_000)),

@@ -149,13 +149,9 @@ impl Engine {
         // A rate the new configuration drops: its leased tokens go back to
         // Redis now rather than when their time passes.
         let now = self.snapshot();
-        for (rate, limiter) in &old.limiters {
-            if !now.limiters.contains_key(rate) {
-                if let Err(BackendError(e)) = limiter.give_back().await {
-                    tracing::warn!(error = %e, "the leases of a dropped rate were not given back; they end with their time");
-                }
-            }
-        }
+        let dropped: Vec<Arc<RateLimiter>> =
+            old.limiters.iter().filter(|(rate, _)| !now.limiters.contains_key(*rate)).map(|(_, l)| l.clone()).collect();
+        RateLimiter::give_back_all(dropped).await;
         Ok(())
     }
 
@@ -163,17 +159,8 @@ impl Engine {
     /// hold (at shutdown); how many limits took tokens back. A failure is
     /// logged: those tokens come back when their time passes.
     pub async fn give_back(&self) -> usize {
-        let state = self.snapshot();
-        let mut back = 0;
-        for limiter in state.limiters.values() {
-            match limiter.give_back().await {
-                Ok(n) => back += n,
-                Err(BackendError(e)) => {
-                    tracing::warn!(error = %e, "leases not given back; they end with their time");
-                }
-            }
-        }
-        back
+        let limiters: Vec<Arc<RateLimiter>> = self.snapshot().limiters.values().cloned().collect();
+        RateLimiter::give_back_all(limiters).await
     }
 
     /// The current state.

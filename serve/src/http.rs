@@ -63,14 +63,7 @@ impl Http {
     pub async fn give_back(&self) -> usize {
         let limiters: Vec<Arc<RateLimiter>> =
             self.limiters.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
-        let mut back = 0;
-        for l in limiters {
-            match l.give_back().await {
-                Ok(n) => back += n,
-                Err(BackendError(e)) => tracing::warn!(error = %e, "leases not given back; they end with their time"),
-            }
-        }
-        back
+        RateLimiter::give_back_all(limiters).await
     }
 }
 

@@ -103,6 +103,21 @@ impl RateLimiter {
         }
     }
 
+    /// Gives back the unused tokens of every lease `limiters` hold (at
+    /// shutdown, or for rates a reload dropped); how many limits took
+    /// tokens back. A failure is logged: those tokens come back when their
+    /// time passes.
+    pub async fn give_back_all<L: AsRef<RateLimiter>>(limiters: impl IntoIterator<Item = L>) -> usize {
+        let mut back = 0;
+        for limiter in limiters {
+            match limiter.as_ref().give_back().await {
+                Ok(n) => back += n,
+                Err(BackendError(e)) => tracing::warn!(error = %e, "leases not given back; they end with their time"),
+            }
+        }
+        back
+    }
+
     /// What `allow` would answer, changing nothing.
     pub async fn peek(&self, key: &[u8], cost: u64) -> Result<Decision, BackendError> {
         Ok(match self {

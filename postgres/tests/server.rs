@@ -920,6 +920,14 @@ fn refund_and_reset_give_tokens_back() {
 /// Every interval of a key's grant stamps (µs, one timeline) holds at most
 /// B + (b − a)/T of them: the token bucket's conformance bound.
 fn check_token_bucket(what: &str, stamps: &mut [u64], burst: u64, t: u64) {
+    if let Some(from) = over_bound(stamps, burst, t) {
+        panic!("{what}: more than B + (b − a)/T granted in an interval from {from}");
+    }
+}
+
+/// The start of an interval of `stamps` (µs) that holds more than
+/// B + (b − a)/T of them, if any.
+fn over_bound(stamps: &mut [u64], burst: u64, t: u64) -> Option<u64> {
     stamps.sort_unstable();
     let n = stamps.len();
     let t = i128::from(t);
@@ -928,14 +936,8 @@ fn check_token_bucket(what: &str, stamps: &mut [u64], burst: u64, t: u64) {
     for j in (0..n).rev() {
         suffix[j] = suffix[j + 1].max((j as i128 + 1) * t - i128::from(stamps[j]));
     }
-    for i in 0..n {
-        let worst = suffix[i] - i as i128 * t + i128::from(stamps[i]); // (count)·T − (t_j − t_i)
-        assert!(
-            worst <= i128::from(burst) * t,
-            "{what}: more than B + (b − a)/T granted in an interval from {}",
-            stamps[i]
-        );
-    }
+    // (count)·T − (t_j − t_i) for the worst j ≥ i.
+    (0..n).find(|&i| suffix[i] - i as i128 * t + i128::from(stamps[i]) > i128::from(burst) * t).map(|i| stamps[i])
 }
 
 struct LeaseRun {
@@ -944,6 +946,11 @@ struct LeaseRun {
     stamps: std::collections::HashMap<String, Vec<u64>>,
     local: u64,
     trips: u64,
+    /// Calls answered by the failure policy (the server was down).
+    errors: u64,
+    /// With [`Midway::CrashServer`]: when the crash began and when the
+    /// server accepted connections again (µs, the workers' timeline).
+    crash: Option<(u64, u64)>,
 }
 
 impl LeaseRun {
@@ -959,15 +966,30 @@ impl LeaseRun {
     }
 }
 
+/// What happens to a lease race midway.
+enum Midway<'a> {
+    Nothing,
+    /// SIGKILL the first worker (once it has printed this many grants): its
+    /// leases are neither spent nor given back.
+    KillWorker(usize),
+    /// Crash the server (`pg_ctl stop -m immediate`: every server process
+    /// quits at once, nothing is flushed or checkpointed, and the next start
+    /// runs crash recovery) and start it again on the same data directory
+    /// and port; the workers' calls meanwhile are answered by their failure
+    /// policy and they go on (mode `restart:<policy>`). Once every worker
+    /// has connected and the workers have printed this many grants in all.
+    CrashServer(usize, &'a support::Server),
+}
+
 /// `processes` real processes (`pg_lease_worker`) of `threads` threads,
 /// `calls` calls each, leases on, on a bucket of `burst` refilling `per_sec`
 /// a second: on one hot key, or on `keys` keys picked at random; `mode`
 /// `caller` stamps every call with the host's monotonic clock, `server`
-/// calls at the server's time. With `kill_after`, the first worker is
-/// SIGKILLed once it has printed that many grants (its leases neither spent
-/// nor given back; the grants it printed count).
+/// calls at the server's time. `midway`: see [`Midway`] (a killed worker's
+/// grants count, as printed).
 #[allow(clippy::too_many_arguments)]
 fn lease_race(
+    url: &str,
     prefix: &str,
     mode: &str,
     processes: usize,
@@ -976,13 +998,13 @@ fn lease_race(
     burst: u64,
     per_sec: u64,
     keys: Option<u64>,
-    kill_after: Option<usize>,
+    midway: Midway<'_>,
 ) -> LeaseRun {
     use std::io::{BufRead, BufReader};
     let mut workers: Vec<_> = (0..processes)
         .map(|_| {
             let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_pg_lease_worker"));
-            cmd.args([support::url(), prefix.to_owned(), mode.to_owned()]);
+            cmd.args([url, prefix, mode]);
             cmd.args([threads, calls, burst, per_sec].map(|v| v.to_string()));
             if let Some(keys) = keys {
                 cmd.arg(keys.to_string());
@@ -991,14 +1013,22 @@ fn lease_race(
         })
         .collect();
     // Every worker's output read as it comes (none blocks on a full pipe);
-    // the first's reader says when it has printed `kill_after` grants.
-    let (reached, kill_point) = std::sync::mpsc::channel::<()>();
+    // the readers say when the first (KillWorker) or all (CrashServer) have
+    // printed enough grants, and each when its worker has connected (`R`,
+    // in mode `restart:…`).
+    let (first, all) = match midway {
+        Midway::Nothing => (None, None),
+        Midway::KillWorker(n) => (Some(n), None),
+        Midway::CrashServer(n, _) => (None, Some(n)),
+    };
+    let fleet = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (reached, midway_point) = std::sync::mpsc::channel::<()>();
     let readers: Vec<_> = workers
         .iter_mut()
         .enumerate()
         .map(|(i, w)| {
             let out = w.stdout.take().unwrap();
-            let reached = reached.clone();
+            let (reached, fleet) = (reached.clone(), fleet.clone());
             std::thread::spawn(move || {
                 let mut lines = Vec::new();
                 let mut grants = 0;
@@ -1006,9 +1036,13 @@ fn lease_race(
                     let line = line.unwrap();
                     if line.starts_with("G ") {
                         grants += 1;
-                        if i == 0 && Some(grants) == kill_after {
+                        let in_all = fleet.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                        if i == 0 && Some(grants) == first || Some(in_all) == all {
                             let _ = reached.send(());
                         }
+                    } else if line == "R" {
+                        let _ = reached.send(());
+                        continue;
                     }
                     lines.push(line);
                 }
@@ -1017,12 +1051,26 @@ fn lease_race(
         })
         .collect();
     drop(reached);
-    let killing = kill_after.is_some();
-    if killing {
-        kill_point.recv().expect("the first worker printed enough grants to be killed");
-        workers[0].kill().unwrap();
+    let mut run = LeaseRun { stamps: Default::default(), local: 0, trips: 0, errors: 0, crash: None };
+    let clock = ratomic::MonotonicClock::new();
+    let killing = matches!(midway, Midway::KillWorker(_));
+    match midway {
+        Midway::Nothing => {}
+        Midway::KillWorker(_) => {
+            midway_point.recv().expect("the first worker printed enough grants to be killed");
+            workers[0].kill().unwrap();
+        }
+        Midway::CrashServer(_, server) => {
+            // Every worker connected, and the fleet granted enough.
+            for _ in 0..=processes {
+                midway_point.recv().expect("the workers connected and printed enough grants");
+            }
+            let crashed = ratomic::Clock::now(&clock) / 1000;
+            server.stop();
+            server.restart();
+            run.crash = Some((crashed, ratomic::Clock::now(&clock) / 1000));
+        }
     }
-    let mut run = LeaseRun { stamps: Default::default(), local: 0, trips: 0 };
     for (i, (mut w, reader)) in workers.into_iter().zip(readers).enumerate() {
         let status = w.wait().unwrap();
         if i == 0 && killing {
@@ -1035,13 +1083,16 @@ fn lease_race(
             match line.split(' ').collect::<Vec<_>>()[..] {
                 ["G", key, stamp] => run.stamps.entry(key.to_owned()).or_default().push(stamp.parse().unwrap()),
                 ["S", local, trips, errors] => {
-                    assert_eq!(errors, "0", "no call failed");
                     run.local += local.parse::<u64>().unwrap();
                     run.trips += trips.parse::<u64>().unwrap();
+                    run.errors += errors.parse::<u64>().unwrap();
                 }
                 _ => panic!("unexpected worker output {line:?}"),
             }
         }
+    }
+    if run.crash.is_none() {
+        assert_eq!(run.errors, 0, "no call failed");
     }
     run
 }
@@ -1054,7 +1105,18 @@ fn lease_race(
 fn leases_from_four_processes_never_over_grant_in_any_interval() {
     // 50 tokens, 2,000 a second (T = 500 µs: a lease of 2 covers 1 ms, a
     // few of a loaded host's round trips, so keys stay warm and lease).
-    let mut run = lease_race(&support::prefix("lease-caller"), "caller", 4, 4, 2_000, 50, 2_000, None, None);
+    let mut run = lease_race(
+        &support::url(),
+        &support::prefix("lease-caller"),
+        "caller",
+        4,
+        4,
+        2_000,
+        50,
+        2_000,
+        None,
+        Midway::Nothing,
+    );
     assert!(run.granted() > 50, "granted more than the burst over time: {}", run.granted());
     run.check("four processes, leases", 50, 500);
     assert!(run.local > 0, "some calls were answered from a lease ({} local, {} round trips)", run.local, run.trips);
@@ -1066,7 +1128,18 @@ fn leases_from_four_processes_never_over_grant_in_any_interval() {
 /// their time passes, never granted twice).
 #[test]
 fn leases_with_a_process_killed_mid_run_never_over_grant() {
-    let mut run = lease_race(&support::prefix("lease-kill"), "caller", 4, 2, 2_000, 50, 2_000, None, Some(20));
+    let mut run = lease_race(
+        &support::url(),
+        &support::prefix("lease-kill"),
+        "caller",
+        4,
+        2,
+        2_000,
+        50,
+        2_000,
+        None,
+        Midway::KillWorker(20),
+    );
     assert!(run.granted() > 50, "granted more than the burst over time: {}", run.granted());
     run.check("a process killed, leases", 50, 500);
 }
@@ -1077,10 +1150,116 @@ fn leases_with_a_process_killed_mid_run_never_over_grant() {
 #[test]
 fn leases_from_four_processes_on_fifty_keys_never_over_grant() {
     // 5 tokens, 100 a second (T = 10 ms) per key.
-    let mut run = lease_race(&support::prefix("lease-keys"), "caller", 4, 2, 2_000, 5, 100, Some(50), None);
+    let mut run = lease_race(
+        &support::url(),
+        &support::prefix("lease-keys"),
+        "caller",
+        4,
+        2,
+        2_000,
+        5,
+        100,
+        Some(50),
+        Midway::Nothing,
+    );
     assert_eq!(run.stamps.len(), 50, "every key was granted");
     run.check("four processes, 50 keys, leases", 5, 10_000);
     assert!(run.local > 0, "some calls were answered from a lease ({} local, {} round trips)", run.local, run.trips);
+}
+
+/// A lease race across a server crash on a cluster of its own: four
+/// processes of two threads on three keys (each call picks one at random),
+/// leases on, every call stamped with the host's monotonic clock; the
+/// server is crashed and restarted once the workers have printed `after`
+/// grants. `policy` is the workers' failure policy (`closed`, `error`,
+/// `fallback`); the table is `UNLOGGED` if `unlogged`.
+fn crash_race(name: &str, policy: &str, unlogged: bool, burst: u64, per_sec: u64, after: usize) -> LeaseRun {
+    let server = support::Server::start();
+    let prefix = support::prefix(name);
+    // The table made (by the migration a limiter runs when it connects) as
+    // asked; the workers' own migrations find it there.
+    let limits = Limits::single(Rule::parse("1/s").unwrap()).unwrap();
+    drop(block(PostgresLimiter::connect(&server.url(), limits, Options { unlogged, ..options() })).unwrap());
+    let persistence: i8 = block(async {
+        let c = support::plain(&server.url()).await;
+        c.query_one("SELECT relpersistence FROM pg_class WHERE relname = 'ratomic_v1_state'", &[]).await.unwrap().get(0)
+    });
+    assert_eq!(persistence as u8, if unlogged { b'u' } else { b'p' });
+    let mode = format!("restart:{policy}");
+    let run = lease_race(
+        &server.url(),
+        &prefix,
+        &mode,
+        4,
+        2,
+        2_000,
+        burst,
+        per_sec,
+        Some(3),
+        Midway::CrashServer(after, &server),
+    );
+    let (crashed, back) = run.crash.unwrap();
+    assert!(run.errors > 0, "calls were answered by the policy while the server was down");
+    assert_eq!(run.stamps.len(), 3, "every key was granted");
+    assert!(run.stamps.values().flatten().any(|&s| s < crashed), "grants before the crash");
+    assert!(run.stamps.values().flatten().any(|&s| s > back), "grants after the restart");
+    run
+}
+
+/// The server crashes mid-run (`pg_ctl stop -m immediate`: no flush, no
+/// checkpoint; crash recovery on the next start) and comes back on the same
+/// data directory and port while four processes lease on three keys and
+/// fail closed meanwhile (the leases they hold still grant). Every decision
+/// the server answered was committed before its reply (the table is logged,
+/// `synchronous_commit` on), so the buckets and lease fences come back as
+/// answered for, and every key's grants — the leases' before, during and
+/// after the outage, the server's before and after — conform to B +
+/// (b − a)/T in every interval, exactly. The buckets take 5 s to refill
+/// from empty, longer than a restart: a server that forgot them would grant
+/// a full burst again and fail this (an `UNLOGGED` table does: see the next
+/// test).
+#[test]
+fn leases_across_a_postgres_restart_never_over_grant() {
+    // 100 tokens, 20 a second (T = 50 ms) per key; the crash while they
+    // drain, leases held.
+    let mut run = crash_race("lease-crash", "closed", false, 100, 20, 30);
+    run.check("three keys across a crash, fail closed", 100, 50_000);
+    assert!(run.local > 0, "some calls were answered from a lease ({} local, {} round trips)", run.local, run.trips);
+    // Falling back to a local limiter instead, each of the four processes
+    // grants on its own while the server is down, up to B + (b − a)/T of
+    // its own beside the fleet's: (1 + 4)·(B + (b − a)/T) in all, in any
+    // interval, the bound the README states for `Fallback`.
+    let mut run = crash_race("lease-crash-fallback", "fallback", false, 100, 20, 30);
+    run.check("three keys across a crash, local fallback", 5 * 100, 50_000 / 5);
+    assert!(
+        run.stamps.values_mut().any(|s| over_bound(s, 100, 50_000).is_some()),
+        "the local fallbacks granted beyond the exact bound (their price)"
+    );
+}
+
+/// The same with an `UNLOGGED` table: PostgreSQL empties it in crash
+/// recovery, so every bucket is full again while the leases taken before
+/// the crash may still be spent. The library does nothing about it (the
+/// documented price of `UNLOGGED`, in `schema` and the README): the exact
+/// bound fails, and what holds is one more burst per key per crash,
+/// 2·B + (b − a)/T in every interval (the slots granted before the crash,
+/// leased or not, all start before the crash + (B − 1)·T and never overlap;
+/// those granted after never overlap each other). Refilling in 100 s, the
+/// buckets are drained when the server comes back, so the fresh burst is
+/// over the exact bound on every key.
+#[test]
+fn leases_across_a_crash_with_an_unlogged_table_grant_at_most_one_burst_more() {
+    // 100 tokens, 1 a second (T = 1 s) per key; the crash once half the
+    // burst is granted.
+    let run = crash_race("lease-crash-unlogged", "closed", true, 100, 1, 150);
+    for (key, stamps) in run.stamps {
+        let mut stamps = stamps;
+        assert!(
+            over_bound(&mut stamps, 100, 1_000_000).is_some(),
+            "key {key}: an emptied table grants a full burst again, over B + (b − a)/T"
+        );
+        check_token_bucket(&format!("unlogged, key {key}"), &mut stamps, 200, 1_000_000);
+    }
 }
 
 /// The server's clock_timestamp(), µs.
@@ -1097,7 +1276,18 @@ fn server_us() -> u64 {
 #[test]
 fn leases_at_the_server_s_time_never_over_grant_over_a_run() {
     let start = server_us();
-    let run = lease_race(&support::prefix("lease-server"), "server", 4, 4, 2_000, 50, 2_000, None, None);
+    let run = lease_race(
+        &support::url(),
+        &support::prefix("lease-server"),
+        "server",
+        4,
+        4,
+        2_000,
+        50,
+        2_000,
+        None,
+        Midway::Nothing,
+    );
     let elapsed = server_us() - start;
     let most = 50 + elapsed / 500;
     assert!(run.granted() as u64 <= most, "{} granted in {elapsed} µs, at most {most}", run.granted());

@@ -15,6 +15,15 @@
 //! restarting) is counted and the thread goes on. Gives its leases back at
 //! the end.
 //!
+//! MODE `restart:<policy>` (`error`, `closed` or `fallback`: the limiter's
+//! failure policy `ReturnError`, `FailClosed` or `Fallback`) is `caller`
+//! for a run across a server crash: a call answered by the policy (an error,
+//! or `Source::Policy` / `Source::Fallback`) is counted as an error and does
+//! not count towards CALLS, so every thread goes on until the server is
+//! back and has answered CALLS calls (or leases have); a fallback grant is
+//! printed as a grant. Prints `R` once connected. A thread that sees only failures for 60 s gives up
+//! (exit status 3).
+//!
 //! MODE `idle` or `idle:<n>` (leases of at most n tokens, `Lease::Max(n)`;
 //! `Lease::Auto` otherwise) calls at the server's time, then, instead of
 //! giving its leases back, prints `S …` and `I <leases held>` and goes idle
@@ -28,7 +37,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use ratomic::{Clock, MonotonicClock, Quota, Rule};
-use ratomic_postgres::{BlockingPostgresLimiter, Lease, Limits, Options, Source};
+use ratomic_postgres::{BlockingPostgresLimiter, FailurePolicy, Lease, Limits, Options, Source};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -46,7 +55,17 @@ fn main() {
     };
     let n = |s: &str| s.parse::<u64>().expect("a number");
     let keys = keys.map(|k| n(k));
-    let caller = mode == "caller";
+    let restart = mode.strip_prefix("restart:");
+    let policy = match restart {
+        None | Some("error") => FailurePolicy::ReturnError,
+        Some("closed") => FailurePolicy::FailClosed { retry_after: Duration::from_secs(1) },
+        Some("fallback") => FailurePolicy::Fallback,
+        Some(other) => {
+            eprintln!("pg_lease_worker: unknown failure policy {other:?} (error, closed or fallback)");
+            std::process::exit(2);
+        }
+    };
+    let caller = mode == "caller" || restart.is_some();
     let idle = mode.strip_prefix("idle");
     let lease = match idle {
         Some(max) if !max.is_empty() => Lease::Max(n(max.trim_start_matches(':'))),
@@ -55,8 +74,13 @@ fn main() {
     let per_sec = per_sec.parse::<f64>().expect("a rate");
     let rule = Rule::token_bucket(Quota::new(n(burst), per_sec).expect("a valid quota"));
     let limits = Limits::single(rule).and_then(|l| l.with_prefix(prefix.as_str())).expect("valid limits");
-    let options = Options { timeout: Duration::from_secs(5), lease, ..Options::default() };
+    let options = Options { timeout: Duration::from_secs(5), lease, policy, ..Options::default() };
     let limiter = BlockingPostgresLimiter::connect(url, limits, options).expect("connected");
+    if restart.is_some() {
+        // Connected: the server may be crashed from now on.
+        println!("R");
+        std::io::stdout().flush().unwrap();
+    }
     let clock = MonotonicClock::new();
     let (local, trips, errors) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let out = Mutex::new(std::io::stdout());
@@ -73,7 +97,8 @@ fn main() {
                     seed ^= seed >> 27;
                     seed.wrapping_mul(0x2545_f491_4f6c_dd1d) % k
                 };
-                for _ in 0..n(calls) {
+                let (mut answered, mut failing_since) = (0, None);
+                while answered < n(calls) {
                     let key = keys.map_or_else(|| "hot".to_owned(), |k| format!("k{}", pick(k)));
                     let (d, stamp) = if caller {
                         let now = clock.now();
@@ -82,10 +107,32 @@ fn main() {
                         (limiter.allow_n(&key, 1), 0)
                     };
                     let d = match d {
-                        Ok(d) => d,
-                        Err(_) => {
+                        Err(_) if restart.is_none() => {
+                            answered += 1;
                             errors.fetch_add(1, Ordering::Relaxed);
                             std::thread::sleep(Duration::from_millis(1)); // the server is restarting
+                            continue;
+                        }
+                        Ok(d) if !matches!(d.source, Source::Policy | Source::Fallback) => {
+                            answered += 1;
+                            failing_since = None;
+                            d
+                        }
+                        // Answered by the failure policy: the server is down
+                        // or restarting. A fallback grant is a grant.
+                        failed => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            if failed.is_ok_and(|d| d.allowed()) {
+                                let mut out = out.lock().unwrap();
+                                writeln!(out, "G {key} {stamp}").unwrap();
+                                out.flush().unwrap();
+                            }
+                            let since = *failing_since.get_or_insert_with(std::time::Instant::now);
+                            if since.elapsed() > Duration::from_secs(60) {
+                                eprintln!("pg_lease_worker: the server has not answered for 60 s");
+                                std::process::exit(3);
+                            }
+                            std::thread::sleep(Duration::from_millis(1));
                             continue;
                         }
                     };

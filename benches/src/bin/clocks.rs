@@ -1,7 +1,8 @@
 //! What a clock reading costs, and how fine it is, for every time source a
 //! rate limiter could use: the figures behind ratomic's choice of
 //! `MonotonicClock` (`CLOCK_MONOTONIC`, read through the TSC where the kernel
-//! does) as its default, and what the opt-in `CoarseClock` saves.
+//! does) as its default, and what the opt-in `CoarseClock` and
+//! `CachedClock` save.
 //!
 //! For each source: nanoseconds per read (a tight loop of reads, the result
 //! kept alive with `black_box`), the observed resolution (the smallest
@@ -155,6 +156,15 @@ fn main() {
         || ratomic::Clock::now(&coarse),
         format!("CLOCK_MONOTONIC_COARSE: opt-in, steps of {:?}", coarse.resolution()),
     ));
+    let cached = ratomic::CachedClock::new();
+    let refresher = cached.refresh_every(Duration::from_millis(1)).expect("the refresher thread");
+    rows.push(row(
+        "ratomic CachedClock::now()",
+        || ratomic::Clock::now(&cached),
+        || ratomic::Clock::now(&cached),
+        "opt-in: a load of the reading its thread refreshes every 1 ms",
+    ));
+    drop(refresher);
     let manual = ratomic::ManualClock::new();
     rows.push(row(
         "ratomic ManualClock::now()",

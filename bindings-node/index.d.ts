@@ -762,6 +762,12 @@ export interface StoreOptions {
   maxKeyLen?: number
   /** Most bytes of keys longer than 23 bytes held at once (default 64 MiB). */
   maxKeyBytes?: number
+  /**
+   * Keys to make room for when the limiter is built (default 0; at most
+   * `maxKeys`): no table grows while they come, at the price of
+   * allocating their slots at once.
+   */
+  reserveKeys?: number
   /** What happens to keys evicted at `maxKeys`: `"fair"` (the default) or `"strict"`. */
   eviction?: string
   /**

@@ -55,6 +55,11 @@ export interface StoreOptions {
   /** Most bytes of keys longer than 23 bytes held at once (default 64 MiB). */
   maxKeyBytes?: number
   /**
+   * Keys to make room for when the limiter is built (default 0; at most `maxKeys`): no
+   * table grows while they come, at the price of allocating their slots at once.
+   */
+  reserveKeys?: number
+  /**
    * What happens to keys evicted to stay within `maxKeys`: `'fair'` (the default: another
    * key's churn never denies a call that would be allowed by itself; a bounded over-grant
    * is possible) or `'strict'` (never grants more than remembering every key would; under

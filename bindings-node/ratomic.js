@@ -199,7 +199,7 @@ function number(v, name) {
   return v
 }
 
-const STORE_OPTIONS = ['maxKeys', 'maxKeyLen', 'maxKeyBytes', 'eviction', 'sharedFile']
+const STORE_OPTIONS = ['maxKeys', 'maxKeyLen', 'maxKeyBytes', 'reserveKeys', 'eviction', 'sharedFile']
 
 function readOptions(options, allowed) {
   if (options === undefined || options === null) return {}
@@ -209,7 +209,7 @@ function readOptions(options, allowed) {
   for (const name of Object.keys(options)) {
     if (!allowed.includes(name)) throw typeError(`unknown option ${JSON.stringify(name)} (expected one of ${allowed.join(', ')})`)
   }
-  for (const name of ['maxKeys', 'maxKeyLen', 'maxKeyBytes', 'burst']) {
+  for (const name of ['maxKeys', 'maxKeyLen', 'maxKeyBytes', 'reserveKeys', 'burst']) {
     if (options[name] !== undefined) number(options[name], name)
   }
   if (options.eviction !== undefined && typeof options.eviction !== 'string') {

@@ -521,6 +521,17 @@ typedef struct {
    * `RATOMIC_INVALID_ARGUMENT`.
    */
   uint32_t clock_source;
+  /**
+   * Keys to make room for up front. 0 = none, the default: tables start
+   * small and grow as keys come, moving every key about twice (most of
+   * an insert's time while a limiter fills). Given the number of keys a
+   * limiter will hold, it places them without growing, at the price of
+   * allocating their slots (about 2 × `reserve_keys` of them) when it is
+   * built; the tables never shrink below it. At most `max_keys` (else
+   * `RATOMIC_INVALID_ARGUMENT`); a `shared_file` ignores it (its size is
+   * fixed by `max_keys`).
+   */
+  size_t reserve_keys;
 } ratomic_options;
 
 /**

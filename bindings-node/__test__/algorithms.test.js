@@ -231,6 +231,30 @@ test('a limiter\'s rule, limit, clock and store are readable', () => {
   assert.ok(tb.memoryBytes >= table + 60, `${tb.memoryBytes}`)
 })
 
+test('reserveKeys makes room up front: no table grows while the keys come, and decisions are the same', () => {
+  const clock = new ManualClock()
+  for (const make of [
+    (o) => new TokenBucket(3, 1, { clock, ...o }),
+    (o) => new FixedWindow(3, 1000, { clock, ...o }),
+    (o) => new SlidingWindow(3, 1000, { clock, ...o }),
+    (o) => new Limiter({ a: '3/s', b: '10/min' }, { clock, ...o }),
+  ]) {
+    const sized = make({ reserveKeys: 5000 })
+    const plain = make({})
+    const room = sized.memoryBytes
+    assert.ok(room > 10 * plain.memoryBytes, `${room} against ${plain.memoryBytes}`)
+    for (let k = 0; k < 5000; k++) {
+      for (let call = 0; call < 5; call++) {
+        const a = sized.allow(`k${k}`)
+        const b = plain.allow(`k${k}`)
+        assert.deepEqual([a.allowed, a.remaining], [b.allowed, b.remaining])
+      }
+    }
+    assert.equal(sized.size, 5000)
+    assert.equal(sized.memoryBytes, room, 'no table grew')
+  }
+})
+
 test('eviction and maxKeyBytes reach the store', () => {
   const clock = new ManualClock()
   for (const eviction of ['fair', 'strict']) {

@@ -184,7 +184,7 @@ test('bad constructor arguments throw what TokenBucket throws', () => {
     assert.ok(['TypeError', 'RangeError'].includes(mine.name), JSON.stringify(args))
   }
   // A keyed limiter's store options are not a direct bucket's.
-  for (const option of ['maxKeys', 'maxKeyLen', 'maxKeyBytes', 'eviction', 'sharedFile']) {
+  for (const option of ['maxKeys', 'maxKeyLen', 'maxKeyBytes', 'reserveKeys', 'eviction', 'sharedFile']) {
     assert.throws(() => new DirectTokenBucket(10, 1, { [option]: 1 }), { ...TYPE('ERR_RATOMIC_INVALID_ARGUMENT'), message: /unknown option/ })
   }
   assert.throws(() => DirectTokenBucket.fromRate(10), TypeError)

@@ -152,4 +152,11 @@ test('store options are checked: eviction, maxKeyBytes, maxKeys, maxKeyLen', () 
   assert.throws(() => new TokenBucket(1, 1, { maxKeyBytes: '1' }), { name: 'TypeError', message: /maxKeyBytes/ })
   assert.throws(() => new FixedWindow(1, 1000, { maxKeys: 0 }), { name: 'RangeError', message: /maxKeys/ })
   assert.throws(() => new SlidingWindow(1, 1000, { maxKeyLen: 0 }), { name: 'RangeError', message: /maxKeyLen/ })
+  assert.throws(() => new TokenBucket(1, 1, { reserveKeys: -1 }), { name: 'RangeError', message: /reserveKeys/ })
+  assert.throws(() => new TokenBucket(1, 1, { reserveKeys: '1' }), { name: 'TypeError', message: /reserveKeys/ })
+  assert.throws(() => new FixedWindow(1, 1000, { maxKeys: 100, reserveKeys: 101 }), {
+    name: 'RangeError',
+    code: 'ERR_RATOMIC_INVALID_ARGUMENT',
+    message: /invalid reserve_keys: 101 \(must be at most max_keys \(100\)/,
+  })
 })

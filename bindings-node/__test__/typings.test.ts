@@ -45,7 +45,7 @@ test('typings: the coarse clock', () => {
 
 test('typings: a token bucket, every operation', async () => {
   const clock: ManualClock = new ManualClock(0)
-  const options: LimiterOptions = { clock, maxKeys: 1000, maxKeyLen: 64, maxKeyBytes: 1 << 20, eviction: 'fair' }
+  const options: LimiterOptions = { clock, maxKeys: 1000, maxKeyLen: 64, maxKeyBytes: 1 << 20, reserveKeys: 500, eviction: 'fair' }
   const shared: LimiterOptions = { maxKeys: 1000, sharedFile: '/run/user/1000/myapp-limits.shm' }
   assert.equal(shared.sharedFile?.endsWith('.shm'), true)
   const tb = new TokenBucket(10, 5, options)

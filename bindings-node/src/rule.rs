@@ -52,6 +52,10 @@ pub struct StoreOptions {
     pub max_key_len: Option<f64>,
     /// Most bytes of keys longer than 23 bytes held at once (default 64 MiB).
     pub max_key_bytes: Option<f64>,
+    /// Keys to make room for when the limiter is built (default 0; at most
+    /// `maxKeys`): no table grows while they come, at the price of
+    /// allocating their slots at once.
+    pub reserve_keys: Option<f64>,
     /// What happens to keys evicted at `maxKeys`: `"fair"` (the default) or `"strict"`.
     pub eviction: Option<String>,
     /// A file through which the processes of this host that build the same
@@ -217,6 +221,9 @@ pub fn options(o: &StoreOptions) -> Res<Options> {
     if let Some(n) = o.max_key_bytes {
         options = options.max_key_bytes(size("maxKeyBytes", n, 0)?);
     }
+    if let Some(n) = o.reserve_keys {
+        options = options.reserve_keys(size("reserveKeys", n, 0)?);
+    }
     if let Some(path) = &o.shared_file {
         options = options.shared_file(path);
     }
@@ -293,9 +300,12 @@ pub fn describe(rules: &[RuleSpec], options: &StoreOptions) -> String {
         }
     };
     let mut s = rules.iter().map(rule).collect::<Vec<_>>().join(", ");
-    for (k, v) in
-        [("maxKeys", options.max_keys), ("maxKeyLen", options.max_key_len), ("maxKeyBytes", options.max_key_bytes)]
-    {
+    for (k, v) in [
+        ("maxKeys", options.max_keys),
+        ("maxKeyLen", options.max_key_len),
+        ("maxKeyBytes", options.max_key_bytes),
+        ("reserveKeys", options.reserve_keys),
+    ] {
         if let Some(v) = v {
             s.push_str(&format!(", {k} {v}"));
         }

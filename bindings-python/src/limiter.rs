@@ -148,7 +148,7 @@ impl Limiter {
     /// At most 16 limits.
     #[new]
     #[pyo3(signature = (
-        limits, *, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, eviction=None, shared_file=None,
+        limits, *, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, reserve_keys=None, eviction=None, shared_file=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -158,11 +158,12 @@ impl Limiter {
         max_keys: Option<&Bound<'_, PyAny>>,
         max_key_len: Option<&Bound<'_, PyAny>>,
         max_key_bytes: Option<&Bound<'_, PyAny>>,
+        reserve_keys: Option<&Bound<'_, PyAny>>,
         eviction: Option<&Bound<'_, PyAny>>,
         shared_file: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let time = Time::from_arg(clock)?;
-        let store = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction, shared_file };
+        let store = StoreArgs { max_keys, max_key_len, max_key_bytes, reserve_keys, eviction, shared_file };
         let mut builder = ratomic::Limiter::builder().options(store.options()?).clock(time);
         for (name, rule) in limits_arg(limits)? {
             builder = builder.limit(name, rule);

@@ -57,19 +57,22 @@ impl Quotas {
 
 #[pymethods]
 impl Quotas {
-    /// `Quotas(clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, eviction=None, shared_file=None)`.
+    /// `Quotas(clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, reserve_keys=None, eviction=None, shared_file=None)`.
     #[new]
-    #[pyo3(signature = (*, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, eviction=None, shared_file=None))]
+    #[pyo3(signature = (*, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, reserve_keys=None, eviction=None, shared_file=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         clock: Option<&Bound<'_, PyAny>>,
         max_keys: Option<&Bound<'_, PyAny>>,
         max_key_len: Option<&Bound<'_, PyAny>>,
         max_key_bytes: Option<&Bound<'_, PyAny>>,
+        reserve_keys: Option<&Bound<'_, PyAny>>,
         eviction: Option<&Bound<'_, PyAny>>,
         shared_file: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let options = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction, shared_file }.options()?;
+        let options =
+            StoreArgs { max_keys, max_key_len, max_key_bytes, reserve_keys, eviction, shared_file }.options()?;
         let inner = ratomic::Quotas::with_options(Time::from_arg(clock)?, options).py_err(py)?;
         Ok(Quotas { inner })
     }

@@ -26,7 +26,7 @@ impl SlidingWindow {
     /// seconds); or a rate string: `("100/min")`.
     #[new]
     #[pyo3(signature = (
-        limit, window_secs=None, *, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, eviction=None, shared_file=None,
+        limit, window_secs=None, *, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, reserve_keys=None, eviction=None, shared_file=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -37,12 +37,13 @@ impl SlidingWindow {
         max_keys: Option<&Bound<'_, PyAny>>,
         max_key_len: Option<&Bound<'_, PyAny>>,
         max_key_bytes: Option<&Bound<'_, PyAny>>,
+        reserve_keys: Option<&Bound<'_, PyAny>>,
         eviction: Option<&Bound<'_, PyAny>>,
         shared_file: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<(Self, Keyed)> {
         let rate = rate(limit, window_secs)?;
         let rule = Rule::sliding_window(rate).py_err(py)?;
-        let store = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction, shared_file };
+        let store = StoreArgs { max_keys, max_key_len, max_key_bytes, reserve_keys, eviction, shared_file };
         Ok((SlidingWindow { window: rate.period() }, Keyed::new(py, rule, clock, store.options()?)?))
     }
 

@@ -1,6 +1,6 @@
 //! How a keyed limiter stores its keys: core's `Options` from the keyword
 //! arguments every keyed limiter takes (`max_keys`, `max_key_len`,
-//! `max_key_bytes`, `eviction`, `shared_file`).
+//! `max_key_bytes`, `reserve_keys`, `eviction`, `shared_file`).
 
 use pyo3::prelude::*;
 use pyo3::types::PyString;
@@ -16,6 +16,8 @@ pub struct StoreArgs<'a, 'py> {
     pub max_keys: Option<&'a Bound<'py, PyAny>>,
     pub max_key_len: Option<&'a Bound<'py, PyAny>>,
     pub max_key_bytes: Option<&'a Bound<'py, PyAny>>,
+    /// Keys to make room for up front (see `ratomic::Options::reserve_keys`).
+    pub reserve_keys: Option<&'a Bound<'py, PyAny>>,
     pub eviction: Option<&'a Bound<'py, PyAny>>,
     /// A path (`str` or `os.PathLike`): the processes of this host that
     /// build the same limiter on it share its keys (see `ratomic::Options::shared_file`).
@@ -37,6 +39,9 @@ impl<'a, 'py> StoreArgs<'a, 'py> {
         }
         if let Some(n) = given(self.max_key_bytes) {
             o = o.max_key_bytes(size(n, "max_key_bytes", 0)?);
+        }
+        if let Some(n) = given(self.reserve_keys) {
+            o = o.reserve_keys(size(n, "reserve_keys", 0)?);
         }
         if let Some(e) = given(self.eviction) {
             o = o.eviction(eviction(e)?);

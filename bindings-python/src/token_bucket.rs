@@ -38,7 +38,7 @@ impl TokenBucket {
     /// `TokenBucket(50, "10/s")`: capacity 50, refilled at 10 a second.
     #[new]
     #[pyo3(signature = (
-        capacity, refill_per_sec=None, *, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None,
+        capacity, refill_per_sec=None, *, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, reserve_keys=None,
         eviction=None, shared_file=None,
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -50,10 +50,11 @@ impl TokenBucket {
         max_keys: Option<&Bound<'_, PyAny>>,
         max_key_len: Option<&Bound<'_, PyAny>>,
         max_key_bytes: Option<&Bound<'_, PyAny>>,
+        reserve_keys: Option<&Bound<'_, PyAny>>,
         eviction: Option<&Bound<'_, PyAny>>,
         shared_file: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<(Self, Keyed)> {
-        let store = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction, shared_file };
+        let store = StoreArgs { max_keys, max_key_len, max_key_bytes, reserve_keys, eviction, shared_file };
         Self::build(py, quota(capacity, refill_per_sec)?, clock, store)
     }
 
@@ -62,7 +63,7 @@ impl TokenBucket {
     /// the same refill rate.
     #[staticmethod]
     #[pyo3(signature = (
-        rate, *, burst=None, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, eviction=None, shared_file=None,
+        rate, *, burst=None, clock=None, max_keys=None, max_key_len=None, max_key_bytes=None, reserve_keys=None, eviction=None, shared_file=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn from_rate(
@@ -73,6 +74,7 @@ impl TokenBucket {
         max_keys: Option<&Bound<'_, PyAny>>,
         max_key_len: Option<&Bound<'_, PyAny>>,
         max_key_bytes: Option<&Bound<'_, PyAny>>,
+        reserve_keys: Option<&Bound<'_, PyAny>>,
         eviction: Option<&Bound<'_, PyAny>>,
         shared_file: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<Self>> {
@@ -80,7 +82,7 @@ impl TokenBucket {
         if let Some(b) = burst.filter(|b| !b.is_none()) {
             q = with_capacity(q, b, whole_from(b, "burst", 1)?, "burst")?;
         }
-        let store = StoreArgs { max_keys, max_key_len, max_key_bytes, eviction, shared_file };
+        let store = StoreArgs { max_keys, max_key_len, max_key_bytes, reserve_keys, eviction, shared_file };
         Py::new(py, Self::build(py, q, clock, store)?)
     }
 

@@ -83,6 +83,9 @@ def test_window_arguments(cls, args, exc, match):
         ({"max_key_len": "64"}, E.ArgumentTypeError),
         ({"max_key_bytes": -1}, E.InvalidArgumentError),
         ({"max_key_bytes": 1.0}, E.ArgumentTypeError),
+        ({"reserve_keys": -1}, E.InvalidArgumentError),
+        ({"reserve_keys": 1.0}, E.ArgumentTypeError),
+        ({"reserve_keys": 2_000, "max_keys": 1_000}, E.InvalidArgumentError),
         ({"eviction": "lru"}, E.InvalidArgumentError),
         ({"eviction": "Fair"}, E.InvalidArgumentError),
         ({"eviction": 1}, E.ArgumentTypeError),
@@ -194,7 +197,7 @@ def test_call_signatures(cls):
         cls.allow(ratomic.Limiter({"a": "1/s"}), "a")
 
 
-STORE_OPTIONS = {"max_keys": 1000, "max_key_len": 64, "max_key_bytes": 4096, "eviction": "strict"}
+STORE_OPTIONS = {"max_keys": 1000, "max_key_len": 64, "max_key_bytes": 4096, "reserve_keys": 500, "eviction": "strict"}
 
 
 @pytest.mark.parametrize(
@@ -211,7 +214,7 @@ STORE_OPTIONS = {"max_keys": 1000, "max_key_len": 64, "max_key_bytes": 4096, "ev
 def test_every_keyed_limiter_takes_the_store_options(make):
     lim = make(**STORE_OPTIONS)
     assert lim.max_key_len == 64 and lim.allow("k")
-    for name, bad in [("max_keys", 0), ("max_key_len", 0), ("eviction", "lru"), ("max_key_bytes", -1)]:
+    for name, bad in [("max_keys", 0), ("max_key_len", 0), ("eviction", "lru"), ("max_key_bytes", -1), ("reserve_keys", 1001)]:
         with pytest.raises(ratomic.InvalidArgumentError, match=name):
             make(**{**STORE_OPTIONS, name: bad})
     assert make(eviction="fair", max_key_bytes=None).allow("k")

@@ -114,3 +114,20 @@ def test_window_from_rate_string(cls):
     assert (w.limit, w.window_secs) == (1000, 900.0)
     w = cls(3, 0.25)
     assert (w.limit, w.window_secs) == (3, 0.25)
+
+
+def test_reserve_keys_makes_room_up_front(make, clock):
+    # Room for 5,000 keys allocated at once: filling it grows no table (the
+    # memory stays what it was), and every decision is a plain limiter's.
+    sized, plain = make(clock, reserve_keys=5_000), make(clock)
+    room = sized.memory_bytes()
+    assert room > 10 * plain.memory_bytes()
+    for k in range(5_000):
+        for _ in range(6):
+            a, b = sized.allow(f"k{k}"), plain.allow(f"k{k}")
+            assert (a.allowed, a.remaining) == (b.allowed, b.remaining)
+    assert len(sized) == 5_000 and sized.memory_bytes() == room
+    with pytest.raises(ratomic.InvalidArgumentError, match=r"reserve_keys: 101 \(must be at most max_keys \(100\)"):
+        make(clock, max_keys=100, reserve_keys=101)
+    with pytest.raises(ratomic.ArgumentTypeError):
+        make(clock, reserve_keys="many")

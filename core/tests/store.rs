@@ -304,3 +304,48 @@ fn a_call_stamped_before_a_gc_gets_the_answer_it_would_have_got() {
     assert!(!kept.allowed && !after_gc.allowed, "{after_gc:?}");
     assert!(after_gc.remaining <= kept.remaining && after_gc.retry_after >= kept.retry_after);
 }
+
+/// `reserve_keys`: the room asked for is allocated when the limiter is built,
+/// filling it grows no table (the memory stays what it was), every
+/// decision is the one a limiter without it makes, and `gc` of every key
+/// keeps the room (without `capacity` it frees the tables).
+#[test]
+fn reserve_keys_makes_room_up_front_and_keeps_it() {
+    let clock = ManualClock::new();
+    let build = |reserve: usize| {
+        TokenBucket::builder(Quota::new(3, 1.0).unwrap())
+            .keys::<u64>()
+            .clock(clock.clone())
+            .reserve_keys(reserve)
+            .build()
+            .unwrap()
+    };
+    let (sized, plain) = (build(20_000), build(0));
+    let room = sized.memory_bytes();
+    assert!(room >= 20_000 * 16, "room for 20,000 keys is allocated up front ({room} bytes)");
+    assert!(plain.memory_bytes() * 10 < room, "and not without reserve_keys ({} bytes)", plain.memory_bytes());
+    for round in 0..4 {
+        for k in 0..20_000u64 {
+            let (a, b) = (sized.allow(&k), plain.allow(&k));
+            assert_eq!(a, b, "key {k}, call {round}: the same decision either way");
+        }
+    }
+    assert_eq!(sized.len(), 20_000);
+    assert_eq!(sized.memory_bytes(), room, "no table grew while the keys came");
+    assert!(plain.memory_bytes() > plain.len() * 16, "the plain limiter grew to hold them");
+    clock.advance(Duration::from_secs(10)); // every key is full again
+    assert_eq!(sized.gc().unwrap(), 20_000);
+    assert_eq!(plain.gc().unwrap(), 20_000);
+    assert_eq!(sized.memory_bytes(), room, "gc keeps the room asked for");
+    assert!(plain.memory_bytes() * 10 < room, "and frees it without reserve_keys ({} bytes)", plain.memory_bytes());
+}
+
+#[test]
+fn reserve_keys_above_max_keys_are_refused() {
+    let e = TokenBucket::builder("5/s").max_keys(1_000).reserve_keys(1_001).build().unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid reserve_keys: 1001 (must be at most max_keys (1000): raise max_keys, or ask for fewer keys up front)"
+    );
+    assert!(TokenBucket::builder("5/s").max_keys(1_000).reserve_keys(1_000).build().is_ok());
+}

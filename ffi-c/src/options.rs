@@ -168,6 +168,15 @@ pub struct ratomic_options {
     /// together with a `clock` callback, or to an unknown value, it gives
     /// `RATOMIC_INVALID_ARGUMENT`.
     pub clock_source: u32,
+    /// Keys to make room for up front. 0 = none, the default: tables start
+    /// small and grow as keys come, moving every key about twice (most of
+    /// an insert's time while a limiter fills). Given the number of keys a
+    /// limiter will hold, it places them without growing, at the price of
+    /// allocating their slots (about 2 × `reserve_keys` of them) when it is
+    /// built; the tables never shrink below it. At most `max_keys` (else
+    /// `RATOMIC_INVALID_ARGUMENT`); a `shared_file` ignores it (its size is
+    /// fixed by `max_keys`).
+    pub reserve_keys: usize,
 }
 
 /// Where a limiter reads time: the library's monotonic clock or the
@@ -275,6 +284,9 @@ impl Resolved {
         }
         if o.max_key_bytes != 0 {
             options = options.max_key_bytes(o.max_key_bytes);
+        }
+        if o.reserve_keys != 0 {
+            options = options.reserve_keys(o.reserve_keys);
         }
         options = options.eviction(match o.eviction {
             e if e == ratomic_eviction::RATOMIC_EVICTION_FAIR as u32 => Eviction::Fair,

@@ -633,6 +633,37 @@ static void clock_source_chooses_the_coarse_clock_and_refuses_what_it_cannot_mea
     ratomic_limiter_free(fine);
 }
 
+/* Issue 39: reserve_keys makes room up front: a limiter given it decides as
+ * one without it, and a reserve_keys above max_keys is refused, saying why. */
+static void reserve_keys_makes_room_up_front_and_is_bounded_by_max_keys(void) {
+    ratomic_options o;
+    memset(&o, 0, sizeof o);
+    CHECK(o.reserve_keys == 0); /* zero is the default: no room up front */
+    o.reserve_keys = 5000;
+    o.max_keys = 10000;
+    ratomic_limiter *sized = NULL, *plain = NULL;
+    CHECK_OK(ratomic_token_bucket_new(2, 1.0 / 3600.0, &o, &sized));
+    CHECK_OK(ratomic_token_bucket_new(2, 1.0 / 3600.0, NULL, &plain));
+    for (uint64_t k = 0; k < 5000; k++) {
+        for (int call = 0; call < 3; call++) {
+            ratomic_decision a, b;
+            CHECK_OK(ratomic_allow(sized, (const uint8_t *)&k, sizeof k, 1, &a));
+            CHECK_OK(ratomic_allow(plain, (const uint8_t *)&k, sizeof k, 1, &b));
+            CHECK(a.allowed == b.allowed && a.remaining == b.remaining);
+            CHECK(a.allowed == (call < 2));
+        }
+    }
+    ratomic_limiter_free(sized);
+    ratomic_limiter_free(plain);
+
+    ratomic_limiter *l = NULL;
+    o.reserve_keys = 10001;
+    CHECK_RC(RATOMIC_INVALID_ARGUMENT, ratomic_token_bucket_new(2, 1.0, &o, &l));
+    CHECK(last_error_contains("reserve_keys"));
+    CHECK(last_error_contains("must be at most max_keys (10000)"));
+    CHECK(l == NULL);
+}
+
 int main(void) {
     batch_with_an_invalid_request_fails_whole_and_changes_nothing();
     multi_limit_batch_fails_whole_too();
@@ -648,5 +679,6 @@ int main(void) {
     max_key_bytes_bounds_the_bytes_of_long_keys();
     every_limit_reads_back_as_built();
     windows_refuse_limits_above_their_largest_and_say_which();
+    reserve_keys_makes_room_up_front_and_is_bounded_by_max_keys();
     return finish("test_contract");
 }

@@ -21,7 +21,9 @@
 //! Scenarios, with what "other" is:
 //! - `insert-u64`, `insert-str16`: 100k new keys (u64, 16-byte strings) into
 //!   an empty keyed limiter, growth included, building and dropping the
-//!   limiter excluded. Other: governor (`DashMap`).
+//!   limiter excluded. Other: governor (`DashMap`). `insert-*-reserved`:
+//!   the same into limiters given room for the 100k keys up front
+//!   (ratomic's `reserve_keys`; governor on a `DashMap::with_capacity`).
 //! - `2threads-hot`: two threads at once on one u64 key; wall time per call
 //!   per thread. Other: governor.
 //! - `keys1m-str16`, `keys100k-u64`: every key already present, visited in
@@ -279,6 +281,50 @@ fn insert_str16(cfg: &Config) -> Row {
         |l, k| l.allow(k.as_str()).expect("valid call").allowed,
         || RateLimiter::dashmap(governor_huge()),
         |l, k| l.check_key(k).is_ok(),
+    )
+}
+
+/// `insert-u64-reserved`, `insert-str16-reserved`: the same inserts into
+/// limiters given room for the 100k keys up front: ratomic's `reserve_keys`,
+/// governor on a `DashMap` made `with_capacity` (through `RateLimiter::new`).
+fn insert_u64_reserved(cfg: &Config) -> Row {
+    let keys = u64_keys(100_000, 3);
+    let n = keys.len();
+    let mut row = inserts(
+        cfg,
+        "insert-u64-reserved",
+        &keys,
+        || TokenBucket::builder(ratomic_huge()).keys::<u64>().reserve_keys(n).build().expect("limiter"),
+        |l, k| l.allow(k).allowed,
+        || -> governor::DefaultKeyedRateLimiter<u64> { governor_sized(n) },
+        |l, k| l.check_key(k).is_ok(),
+    );
+    row.other = "governor, pre-sized";
+    row
+}
+
+fn insert_str16_reserved(cfg: &Config) -> Row {
+    let keys = str_keys(100_000, 3);
+    let n = keys.len();
+    let mut row = inserts(
+        cfg,
+        "insert-str16-reserved",
+        &keys,
+        || TokenBucket::builder(ratomic_huge()).reserve_keys(n).build().expect("limiter"),
+        |l, k| l.allow(k.as_str()).expect("valid call").allowed,
+        || -> governor::DefaultKeyedRateLimiter<String> { governor_sized(n) },
+        |l, k| l.check_key(k).is_ok(),
+    );
+    row.other = "governor, pre-sized";
+    row
+}
+
+/// Governor's keyed limiter on a `DashMap` with room for `n` keys.
+fn governor_sized<K: std::hash::Hash + Eq + Clone>(n: usize) -> governor::DefaultKeyedRateLimiter<K> {
+    RateLimiter::new(
+        governor_huge(),
+        dashmap::DashMap::with_capacity_and_hasher(n, Default::default()),
+        governor::clock::DefaultClock::default(),
     )
 }
 
@@ -672,9 +718,11 @@ fn main() {
     let started = Instant::now();
 
     type Scenario = (&'static str, fn(&Config) -> Vec<Row>);
-    let scenarios: [Scenario; 22] = [
+    let scenarios: [Scenario; 24] = [
         ("insert-u64", |c| vec![insert_u64(c)]),
         ("insert-str16", |c| vec![insert_str16(c)]),
+        ("insert-u64-reserved", |c| vec![insert_u64_reserved(c)]),
+        ("insert-str16-reserved", |c| vec![insert_str16_reserved(c)]),
         ("2threads-hot", |c| vec![two_threads_hot(c)]),
         ("keys1m-str16", |c| vec![keys1m_str16(c)]),
         ("keys100k-u64", |c| vec![keys100k_u64(c)]),

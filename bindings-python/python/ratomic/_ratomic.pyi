@@ -291,6 +291,7 @@ class TokenBucket(Keyed):
         max_keys: int | None = None,
         max_key_len: int | None = None,
         max_key_bytes: int | None = None,
+        reserve_keys: int | None = None,
         eviction: _Eviction | None = None,
         shared_file: str | os.PathLike[str] | None = None,
     ) -> TokenBucket: ...
@@ -303,6 +304,7 @@ class TokenBucket(Keyed):
         max_keys: int | None = None,
         max_key_len: int | None = None,
         max_key_bytes: int | None = None,
+        reserve_keys: int | None = None,
         eviction: _Eviction | None = None,
         shared_file: str | os.PathLike[str] | None = None,
     ) -> TokenBucket: ...
@@ -325,6 +327,7 @@ class FixedWindow(Keyed):
         max_keys: int | None = None,
         max_key_len: int | None = None,
         max_key_bytes: int | None = None,
+        reserve_keys: int | None = None,
         eviction: _Eviction | None = None,
         shared_file: str | os.PathLike[str] | None = None,
     ) -> FixedWindow: ...
@@ -346,6 +349,7 @@ class SlidingWindow(Keyed):
         max_keys: int | None = None,
         max_key_len: int | None = None,
         max_key_bytes: int | None = None,
+        reserve_keys: int | None = None,
         eviction: _Eviction | None = None,
         shared_file: str | os.PathLike[str] | None = None,
     ) -> SlidingWindow: ...
@@ -413,6 +417,7 @@ class Limiter:
         max_keys: int | None = None,
         max_key_len: int | None = None,
         max_key_bytes: int | None = None,
+        reserve_keys: int | None = None,
         eviction: _Eviction | None = None,
         shared_file: str | os.PathLike[str] | None = None,
     ) -> Limiter: ...
@@ -425,6 +430,7 @@ class Limiter:
         max_keys: int | None = None,
         max_key_len: int | None = None,
         max_key_bytes: int | None = None,
+        reserve_keys: int | None = None,
         eviction: _Eviction | None = None,
         shared_file: str | os.PathLike[str] | None = None,
     ) -> Limiter: ...
@@ -437,6 +443,7 @@ class Limiter:
         max_keys: int | None = None,
         max_key_len: int | None = None,
         max_key_bytes: int | None = None,
+        reserve_keys: int | None = None,
         eviction: _Eviction | None = None,
         shared_file: str | os.PathLike[str] | None = None,
     ) -> Limiter: ...
@@ -479,6 +486,7 @@ class Quotas:
         max_keys: int | None = None,
         max_key_len: int | None = None,
         max_key_bytes: int | None = None,
+        reserve_keys: int | None = None,
         eviction: _Eviction | None = None,
         shared_file: str | os.PathLike[str] | None = None,
     ) -> Quotas: ...

@@ -372,6 +372,20 @@ impl<T, K: ?Sized + Key, C: Clock> Builder<T, K, C> {
         self
     }
 
+    /// See [`Options::reserve_keys`].
+    ///
+    /// ```
+    /// use ratomic::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder("5/s").keys::<u64>().reserve_keys(50_000).build()?;
+    /// assert!(limiter.allow(&7).allowed);
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    pub fn reserve_keys(mut self, n: usize) -> Self {
+        self.options.reserve_keys = n;
+        self
+    }
+
     /// See [`Options::max_key_len`].
     ///
     /// ```

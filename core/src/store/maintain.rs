@@ -82,7 +82,7 @@ impl<S: StoredKey> Store<S> {
         // drops or shrinks something. The new table holds the keys that
         // move at a load of 1/2.
         let used = t.used.load(Ordering::Relaxed);
-        let at_target = |keys: usize| (keys * TARGET_LOAD.1).div_ceil(TARGET_LOAD.0).max(MIN_CAPACITY);
+        let at_target = |keys: usize| at_target(keys).max(self.min_capacity);
         match why {
             // A rebuild for room never shrinks the table: keys that went
             // idle and come back (most clients of a per-IP limit) would
@@ -108,7 +108,9 @@ impl<S: StoredKey> Store<S> {
                 }
             }
             Trigger::Gc => {
-                let cap = if kept == 0 { 0 } else { at_target(kept) };
+                // An empty shard frees its table, unless `reserve_keys` asked
+                // for room up front (which stays).
+                let cap = if kept == 0 && self.min_capacity <= MIN_CAPACITY { 0 } else { at_target(kept) };
                 if idle > 0 || cap < t.capacity() {
                     self.migrate(shard, table, |_| cap, now, now, retention, guard);
                 }

@@ -151,6 +151,11 @@ const MAX_LOAD: (usize, usize) = (3, 4);
 const TARGET_LOAD: (usize, usize) = (1, 2);
 const MIN_CAPACITY: usize = 8;
 
+/// Slots for `keys` keys at the target load (at least [`MIN_CAPACITY`]).
+fn at_target(keys: usize) -> usize {
+    (keys * TARGET_LOAD.1).div_ceil(TARGET_LOAD.0).max(MIN_CAPACITY)
+}
+
 /// `d` in nanoseconds, saturating.
 pub(crate) fn nanos_of(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -355,6 +360,9 @@ pub(crate) struct Store<S: StoredKey> {
     hasher: Hasher,
     width: usize,
     max_per_shard: usize,
+    /// Slots a shard's table starts with and never shrinks below: room for
+    /// its share of [`Options::reserve_keys`] at the target load.
+    min_capacity: usize,
     max_bytes_per_shard: usize,
     /// Most summary cells a shard grows to (a power of two).
     max_cells: usize,
@@ -376,10 +384,11 @@ impl<S: StoredKey> Store<S> {
         // can take milliseconds) happens here, not in the first call.
         epoch::init();
         let count = options.shard_count();
+        let min_capacity = at_target(options.reserve_keys.div_ceil(count));
         let shards = (0..count)
             .map(|_| {
                 CachePadded::new(Shard {
-                    table: epoch::Atomic::new(Table::new(MIN_CAPACITY, width)),
+                    table: epoch::Atomic::new(Table::new(min_capacity, width)),
                     summary: Summary::new(width, options.eviction, retention),
                     live: Counter::new(0),
                     key_bytes: Counter::new(0),
@@ -395,6 +404,7 @@ impl<S: StoredKey> Store<S> {
             hasher: Hasher::default(),
             width,
             max_per_shard,
+            min_capacity,
             max_bytes_per_shard: (options.max_key_bytes / count).max(options.max_key_len),
             max_cells: (max_per_shard / 4).max(8).next_power_of_two(),
         })

@@ -122,6 +122,16 @@ pub struct Options {
     pub shards: Option<usize>,
     /// What happens to keys evicted to respect the bounds; see [`Eviction`].
     pub eviction: Eviction,
+    /// Keys to make room for up front (default 0: tables start small and
+    /// grow as keys come). A limiter given the number of keys it will hold
+    /// places them without growing its tables — growth moves every key
+    /// about twice, most of an insert's time while a limiter fills — at the
+    /// price of allocating their slots at once (two slots a key, as for the
+    /// keys it holds; see [`Options`]). The tables never shrink below it
+    /// (`gc` shrinks only what grew beyond). At most [`max_keys`](Self::max_keys);
+    /// a [shared file](Self::shared_file) ignores it (its size is fixed by
+    /// `max_keys`).
+    pub reserve_keys: usize,
     /// A file through which every process of the host that names it shares
     /// the limiter's keys (see [`shared_file`](Self::shared_file)); `None`
     /// (the default) keeps keys in this process.
@@ -139,6 +149,7 @@ impl Default for Options {
             max_key_bytes: 64 << 20,
             shards: None,
             eviction: Eviction::Fair,
+            reserve_keys: 0,
             shared_file: None,
             max_keys_given: false,
         }
@@ -292,6 +303,25 @@ impl Options {
         self
     }
 
+    /// Sets [`reserve_keys`](Self::reserve_keys).
+    ///
+    /// ```
+    /// use ratomic::{Options, TokenBucket};
+    ///
+    /// assert_eq!(Options::default().reserve_keys, 0);
+    /// let options = Options::default().reserve_keys(10_000);
+    /// let limiter = TokenBucket::builder("5/s").keys::<u64>().options(options).build()?;
+    /// for user in 0..10_000 {
+    ///     assert!(limiter.allow(&user).allowed); // no table grows on the way
+    /// }
+    /// assert!(TokenBucket::builder("5/s").max_keys(100).reserve_keys(101).build().is_err());
+    /// # Ok::<(), ratomic::Error>(())
+    /// ```
+    pub fn reserve_keys(mut self, n: usize) -> Self {
+        self.reserve_keys = n;
+        self
+    }
+
     /// Sets [`eviction`](Self::eviction).
     ///
     /// ```
@@ -311,6 +341,13 @@ impl Options {
         }
         if self.max_key_len == 0 || self.max_key_len > u32::MAX as usize {
             return Err(Error::invalid("max_key_len", self.max_key_len, "must be between 1 and 2^32 − 1"));
+        }
+        if self.reserve_keys > self.max_keys {
+            return Err(Error::invalid(
+                "reserve_keys",
+                self.reserve_keys,
+                format!("must be at most max_keys ({}): raise max_keys, or ask for fewer keys up front", self.max_keys),
+            ));
         }
         if let Some(s) = self.shards {
             if !s.is_power_of_two() || s > 1 << 16 {

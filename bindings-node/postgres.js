@@ -129,22 +129,23 @@ function watchAtExit(limiter) {
 // to drop (a Pool opens another for the next statement; a Client stays
 // closed); the calls go on by onError while the server cannot be reached.
 const CLIENT_ERROR = 'RATOMIC_POSTGRES_CLIENT_ERROR'
-// Milliseconds between two warnings (the first is written at once): a
-// server restart fails every idle connection of every pool at once.
+// Milliseconds between two warnings of one kind, a Pool's or a Client's
+// (the first is written at once): a server restart fails every idle
+// connection of every pool at once.
 const WARN_INTERVAL_MS = 60_000
 const watched = new WeakSet()
-let warnedAt = null
-let notWarned = 0
+// Per kind (a Pool's, a Client's): when it last warned, and how many it has not since.
+const warned = new Map()
 
 function warnClientError(isPool, err) {
   const now = performance.now()
-  if (warnedAt !== null && now - warnedAt < WARN_INTERVAL_MS) {
-    notWarned++
+  const last = warned.get(isPool)
+  if (last !== undefined && now - last.at < WARN_INTERVAL_MS) {
+    last.since++
     return
   }
-  warnedAt = now
-  const more = notWarned > 0 ? ` (${notWarned} more since the last warning)` : ''
-  notWarned = 0
+  const more = last !== undefined && last.since > 0 ? ` (${last.since} more since the last warning)` : ''
+  warned.set(isPool, { at: now, since: 0 })
   const what = String(err && err.message !== undefined ? err.message : err)
   const message = isPool
     ? `ratomic/postgres: an idle connection of the pg Pool failed (${what}); the Pool has dropped it and connects again for the next statement, and calls answer by onError while PostgreSQL cannot be reached. Add pool.on('error', …) to handle this yourself${more}`

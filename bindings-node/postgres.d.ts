@@ -42,7 +42,14 @@ export interface PostgresClient {
 
 /** The options of every PostgreSQL class; `Local` is the in-memory limiter `onError` may fall back to. */
 export interface PostgresOptions<Local = TokenBucket | FixedWindow | SlidingWindow> {
-  /** The pg Pool (or Client) the statements run through. Required. */
+  /**
+   * The pg Pool (or Client) the statements run through. Required. A Pool replaces a connection
+   * that fails; a Client does not reconnect (every call answers by `onError` once its connection
+   * has failed): use a Pool in production. If it has no `'error'` listener when the limiter is
+   * built, ratomic adds one, so an idle connection failing (a server restart,
+   * `pg_terminate_backend`) does not end the process: it warns (`process.emitWarning`, code
+   * `RATOMIC_POSTGRES_CLIENT_ERROR`) unless a listener of yours is there by then.
+   */
   client: PostgresClient
   /** Where the rows live (default `"ratomic"`). */
   prefix?: string

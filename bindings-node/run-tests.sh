@@ -21,6 +21,8 @@ pg_install
 trap 'redis_stop_all; pg_stop_all' EXIT
 pg_start "$(pg_free_port)"
 export RATOMIC_POSTGRES_URL=$PG_URL
+# For the tests that stop and start a cluster of their own (postgres-server.js).
+export RATOMIC_PG_BIN=$pg_bin RATOMIC_PG_USER=$pg_user
 
 echo "== npm ci"
 npm ci --no-audit --no-fund

@@ -88,4 +88,4 @@ async function startRedis() {
 // those tests check.
 const SLOW_MACHINE_MS = 10_000
 
-module.exports = { startRedis, SLOW_MACHINE_MS }
+module.exports = { startRedis, freePort, SLOW_MACHINE_MS }

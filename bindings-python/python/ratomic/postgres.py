@@ -17,7 +17,12 @@ shares every key's state::
         print(f"retry in {d.retry_after:.3f}s")
 
 A ``psycopg_pool.ConnectionPool`` works the same way (each call takes a
-connection, runs one statement and gives it back, committed); with a
+connection, runs one statement and gives it back, committed), and is what to
+use in production: it replaces a connection that dies (a server restart,
+``pg_terminate_backend``), while a single connection does not reconnect —
+every call on it answers by ``on_error`` from then on, and its
+:class:`BackendError` (and a warning on the ``ratomic.postgres`` logger,
+once per limiter) says so. With a
 ``psycopg.AsyncConnection`` or a ``psycopg_pool.AsyncConnectionPool`` the
 methods are coroutines (``await limiter.allow(key)``). The classes answer
 with the same :class:`~ratomic.Decision` / :class:`~ratomic.MultiDecision`
@@ -297,6 +302,7 @@ class _PostgresBase:
         self._async = _is_async(client)
         _check_autocommit(client)
         self._client = client
+        self._warned_closed = False  # see _closed
         # Allows at the server's time in flight at once share statements
         # (see _decide): at most _max_in_flight statements of decisions are
         # out, and the calls that come meanwhile wait in _queue.
@@ -360,7 +366,7 @@ class _PostgresBase:
             kind = _kind(e)
             if kind is None:
                 raise
-            return e, kind
+            return self._closed(e, kind), kind
 
     async def _aoutcome(self, sql: str, params: _t.Any) -> tuple[_t.Any, str | None]:
         """:meth:`_outcome` through an asyncio client."""
@@ -370,7 +376,31 @@ class _PostgresBase:
             kind = _kind(e)
             if kind is None:
                 raise
-            return e, kind
+            return self._closed(e, kind), kind
+
+    def _closed(self, e: Exception, kind: str) -> Exception:
+        """The failure as the driver gets it. A single connection whose
+        server connection failed (a restart, ``pg_terminate_backend``) is
+        closed for good: psycopg does not reconnect it, so every call
+        answers by ``on_error`` from then on. Its failure then says so and
+        names the fix (a pool, which replaces broken connections), logged
+        once per limiter as well for the policies that raise nothing; the
+        client's exception is its ``__cause__``."""
+        if kind != "connection" or not isinstance(self._client, (_pg.Connection, _pg.AsyncConnection)):
+            return e
+        if not self._client.closed:
+            return e
+        pool = "psycopg_pool.AsyncConnectionPool" if self._async else "psycopg_pool.ConnectionPool"
+        message = (
+            f"{e}; the psycopg connection is closed and does not reconnect: this limiter answers every call "
+            f"by on_error until it is built on a new connection. Give it a {pool}, which replaces broken connections"
+        )
+        if not self._warned_closed:
+            self._warned_closed = True
+            logger.warning("%s", message)
+        closed = _pg.OperationalError(message)
+        closed.__cause__ = e
+        return closed
 
     def _call_outcome(self, call: _PostgresCall) -> tuple[_t.Any, str | None]:
         """:meth:`_outcome` of one call. The common call (an allow on one

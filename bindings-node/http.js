@@ -210,8 +210,7 @@ function defaultKey(g, req, res, ip) {
 // X-Forwarded-For hop trusted (any client picks its own key). Each reported
 // once. `trustOf(req)` says what the framework trusts; asked only of the
 // first request that carries the header (it is set-up, the same for all).
-function checkForwarded(g, req, trustOf) {
-  const headers = req.headers
+function checkForwarded(g, req, trustOf, headers = req.headers) {
   if (g.forwardedChecked || headers === undefined) return
   const xff = headers['x-forwarded-for'] !== undefined
   if (!xff && headers.forwarded === undefined) return

@@ -269,9 +269,10 @@ function clientAddress(g, req) {
     const ip = req.ip
     if (ip !== undefined) return ip
   }
-  // As proxy-addr reads it (forwarded's getSocketAddr).
   const socket = req.socket
-  return socket ? socket.remoteAddress : req.connection && req.connection.remoteAddress
+  if (socket) return socket.remoteAddress
+  // Without a socket, Express's getter reads the connection (forwarded's getSocketAddr).
+  return ipMode === IP_EXPRESS && req.connection ? req.connection.remoteAddress : undefined
 }
 
 function setHeader(res, name, value) {

@@ -9,7 +9,7 @@ const express = require('express')
 const Fastify = require('fastify')
 const { rateLimit } = require('ratomic/express')
 const ratomicFastify = require('ratomic/fastify')
-const { TokenBucket, Limiter, ManualClock, PROBLEM_CONTENT_TYPE } = require('ratomic')
+const { TokenBucket, FixedWindow, Limiter, ManualClock, PROBLEM_CONTENT_TYPE } = require('ratomic')
 const { clientKey } = require('../http.js')
 
 async function listen(server) {
@@ -202,6 +202,34 @@ test('fastify: the plugin limits the routes of its scope', async () => {
     assert.equal(r.headers.get('ratelimit-policy'), '"api";q=2;w=60')
     await fetch(url)
     await checkDenial(await fetch(url), ['api'])
+  } finally {
+    await app.close()
+  }
+})
+
+// The common set-up reads a TokenBucket's, FixedWindow's or SlidingWindow's
+// numbers straight into request.rateLimit; a subclass with an allow of its
+// own is still asked through it.
+test("fastify: a limiter subclass's own allow is the one asked", async () => {
+  const seen = []
+  class Logged extends FixedWindow {
+    allow(key, cost) {
+      seen.push(key)
+      return super.allow(key, cost)
+    }
+  }
+  const app = Fastify()
+  await app.register(ratomicFastify, { limiter: new Logged(2, 60_000, { clock: new ManualClock() }) })
+  app.get('/', async (request) => ({ left: request.rateLimit.remaining, limit: request.rateLimit.limit, used: request.rateLimit.used }))
+  const url = await app.listen({ port: 0, host: '127.0.0.1' })
+  try {
+    const r = await fetch(url)
+    assert.deepEqual(await r.json(), { left: 1, limit: 2, used: 1 })
+    assert.equal(r.headers.get('ratelimit-remaining'), null) // draft 11's fields: RateLimit-Policy and RateLimit
+    assert.ok(r.headers.get('ratelimit').includes('r=1'))
+    await fetch(url)
+    assert.equal((await fetch(url)).status, 429)
+    assert.deepEqual(seen, ['127.0.0.1', '127.0.0.1', '127.0.0.1'])
   } finally {
     await app.close()
   }

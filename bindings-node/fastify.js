@@ -24,7 +24,8 @@ const {
   unjudged,
   keyMissing,
   checkSource,
-  RateLimitInfo,
+  infoOf,
+  decideInfo,
   arrangeRefund,
   timeBefore,
   defaultKey,
@@ -268,15 +269,16 @@ function limiterHook(r) {
       key = defaultKey(g, request, reply, request.ip)
       if (key === undefined) return refuse(reply, keyMissing(g, request, true), done)
     }
+    // The request's record is the decision the fields are written from.
     let d
     try {
-      d = take(g, g.limiter, key, g.quota, g.cost)
+      d = decideInfo(g, key)
     } catch (e) {
       return failed(request, reply, done, e)
     }
     const p = g.template
     writeFields(p, d, setHeader, reply, true)
-    request[prop] = new RateLimitInfo(d, key, Date.now())
+    request[prop] = d
     if (d.allowed) {
       if (r.onExceeding !== null) r.onExceeding(request, key)
       return done()
@@ -359,7 +361,7 @@ function limiterHook(r) {
     if (g.async) checkSource(g, request, d)
     const p = policyOf(g, limiter, g.name, quota)
     writeFields(p, d, setHeader, reply, true)
-    request[prop] = new RateLimitInfo(d, key, Date.now())
+    request[prop] = infoOf(d, key, Date.now())
     if (!d.allowed) return deny(request, reply, done, p, d, key, limiter)
     if (g.refund !== null) arrangeRefund(g, request, reply.raw, limiter, key, quota, cost, d, before, (req) => r.wasSuccessful(req, reply))
     if (r.onExceeding !== null) r.onExceeding(request, key)

@@ -21,7 +21,9 @@ const ratomic = require('./ratomic.js')
 const { BaseLimiter, DirectTokenBucket, FixedWindow, Limiter, Stack, Quotas, PROBLEM_CONTENT_TYPE } = ratomic
 const { RedisBase, RedisLimiter, RedisTokenBucket, RedisFixedWindow } = require('./redis.js')
 const { PostgresBase, PostgresLimiter, PostgresTokenBucket, PostgresFixedWindow } = require('./postgres.js')
-const { membersOf } = ratomic[Symbol.for('ratomic.internals')]
+const { membersOf, allowInto } = ratomic[Symbol.for('ratomic.internals')]
+// KeyedLimiter's allow: a limiter whose allow is a subclass's own is asked through it.
+const KEYED_ALLOW = Object.getPrototypeOf(FixedWindow.prototype).allow
 
 // Milliseconds between two console.warn lines of one kind of failure by the
 // default onLimiterError (the first is written at once): a dead Redis must
@@ -210,8 +212,7 @@ function defaultKey(g, req, res, ip) {
 // X-Forwarded-For hop trusted (any client picks its own key). Each reported
 // once. `trustOf(req)` says what the framework trusts; asked only of the
 // first request that carries the header (it is set-up, the same for all).
-function checkForwarded(g, req, trustOf) {
-  const headers = req.headers
+function checkForwarded(g, req, trustOf, headers = req.headers) {
   if (g.forwardedChecked || headers === undefined) return
   const xff = headers['x-forwarded-for'] !== undefined
   if (!xff && headers.forwarded === undefined) return
@@ -488,6 +489,8 @@ function gate(s) {
       allowed: new Set([...(draft === false ? STANDARD : []), ...(s.drop ? s.drop.allowed : [])]),
       denied: new Set([...(draft === false ? STANDARD : []), ...(s.drop ? s.drop.denied : [])]),
     },
+    // decideInfo's shortcut: a TokenBucket, FixedWindow or SlidingWindow answering with ratomic's own allow.
+    into: kind === KEYED && limiter.allow === KEYED_ALLOW,
     template: null,
     templates: new Map(),
     // Set-up mistakes already reported (each once).
@@ -694,18 +697,18 @@ function checkSource(g, req, d) {
 class RateLimitInfo {
   #resetAt
   #resetTime
-  constructor(d, key, now) {
-    this.limit = d.limit
-    this.used = d.limit - d.remaining
-    this.remaining = d.remaining
+  constructor(allowed, remaining, limit, retryAfterMs, resetAfterMs, entries, deniedBy, source, key, now) {
+    this.limit = limit
+    this.used = limit - remaining
+    this.remaining = remaining
     this.key = key
-    this.allowed = d.allowed
-    this.retryAfterMs = d.retryAfterMs
-    this.resetAfterMs = d.resetAfterMs
-    this.entries = d.entries
-    this.deniedBy = d.deniedBy
-    this.source = d.source
-    this.#resetAt = now + d.resetAfterMs
+    this.allowed = allowed
+    this.retryAfterMs = retryAfterMs
+    this.resetAfterMs = resetAfterMs
+    this.entries = entries
+    this.deniedBy = deniedBy
+    this.source = source
+    this.#resetAt = now + resetAfterMs
     this.#resetTime = undefined
   }
 
@@ -723,6 +726,27 @@ class RateLimitInfo {
   [Symbol.for('nodejs.util.inspect.custom')](depth, options, inspect) {
     return `RateLimitInfo ${inspect(this.toJSON(), options)}`
   }
+}
+
+/** What the request is left of decision `d` on `key`, made at `now` (Date.now()). */
+function infoOf(d, key, now) {
+  return new RateLimitInfo(d.allowed, d.remaining, d.limit, d.retryAfterMs, d.resetAfterMs, d.entries, d.deniedBy, d.source, key, now)
+}
+
+function singleInfo(allowed, remaining, limit, retryAfterMs, resetAfterMs, key) {
+  return new RateLimitInfo(allowed, remaining, limit, retryAfterMs, resetAfterMs, undefined, undefined, undefined, key, Date.now())
+}
+
+/**
+ * The common set-up's decision (an in-memory limiter, nothing per request)
+ * as the request's record at once: a TokenBucket's, FixedWindow's or
+ * SlidingWindow's numbers go straight into it, with no decision object
+ * besides (writeFields and problemBody read the record as the decision).
+ * Throws what the limiter throws.
+ */
+function decideInfo(g, key) {
+  if (g.into) return allowInto(g.limiter, key, g.cost, singleInfo)
+  return infoOf(take(g, g.limiter, key, g.quota, g.cost), key, Date.now())
 }
 
 // Leaves `info` on `req` as `req[prop]`. Express gives every request object
@@ -935,6 +959,8 @@ module.exports = {
   keyMissing,
   checkSource,
   RateLimitInfo,
+  infoOf,
+  decideInfo,
   leave,
   arrangeRefund,
   timeBefore,

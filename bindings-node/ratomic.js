@@ -373,6 +373,11 @@ async function acquire(attempt, sleep, options) {
 
 // The native handle of a limiter (for Stack); set in BaseLimiter's static block.
 let nativeOf
+// A single-rule limiter's allow(key, cost) handed to `build(allowed,
+// remaining, limit, retryAfterMs, resetAfterMs, key)` instead of made into a
+// decision object (for the middleware, whose request record is the
+// decision); set in KeyedLimiter's static block.
+let allowInto
 // A stack's members, in order (for the middleware); set in Stack's static block.
 let membersOf
 // The JavaScript clock a limiter was given (undefined: the monotonic clock).
@@ -462,13 +467,22 @@ class KeyedLimiter extends BaseLimiter {
   }
 
   allow(key, cost) {
+    const allowed = this.#allow(key, cost)
+    return { allowed, remaining: OUT[0], limit: OUT[1], retryAfterMs: OUT[2], resetAfterMs: OUT[3] }
+  }
+
+  // Whether allowed; the numbers in OUT.
+  #allow(key, cost) {
     // Pass only the arguments there are: the native side then converts nothing
     // but the key (cost 1 and the native clock are its defaults).
     const read = this.#read
-    const allowed = read !== null
+    return read !== null
       ? ALLOW_KEYED(this.#id, key, cost === undefined ? 1 : cost, readClock(read))
       : cost === undefined ? ALLOW_KEYED(this.#id, key) : ALLOW_KEYED(this.#id, key, cost)
-    return { allowed, remaining: OUT[0], limit: OUT[1], retryAfterMs: OUT[2], resetAfterMs: OUT[3] }
+  }
+
+  static {
+    allowInto = (limiter, key, cost, build) => build(limiter.#allow(key, cost === 1 ? undefined : cost), OUT[0], OUT[1], OUT[2], OUT[3], key)
   }
 
   #op(code, key, n) {
@@ -1097,6 +1111,6 @@ module.exports = {
 Object.defineProperty(module.exports, Symbol.for('ratomic.internals'), {
   value: Object.freeze({
     typeError, rangeError, describe, readOptions, tokenBucketRule, windowArgs, limitRules, decodeAll, single, multi, acquire, realSleep,
-    headerOptions, pairs, decisionArg, entriesArg, membersOf, backendHeaders, backendProblem,
+    headerOptions, pairs, decisionArg, entriesArg, membersOf, allowInto, backendHeaders, backendProblem,
   }),
 })

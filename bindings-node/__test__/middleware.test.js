@@ -9,7 +9,7 @@ const express = require('express')
 const Fastify = require('fastify')
 const { rateLimit } = require('ratomic/express')
 const ratomicFastify = require('ratomic/fastify')
-const { TokenBucket, Limiter, ManualClock, PROBLEM_CONTENT_TYPE } = require('ratomic')
+const { TokenBucket, FixedWindow, Limiter, ManualClock, PROBLEM_CONTENT_TYPE } = require('ratomic')
 const { clientKey } = require('../http.js')
 
 async function listen(server) {
@@ -124,6 +124,46 @@ test('express: limit/windowMs as in express-rate-limit, X-Forwarded-For only wit
   }
 })
 
+// The default key is req.ip as the app defines it: Express's own getter is
+// read directly when a request has no X-Forwarded-For (the socket's address,
+// whatever trust proxy says), but an app's own `ip` (on app.request, or set
+// on the request by an earlier middleware) is honoured as it was read before.
+test("express: an app's own req.ip keys the client, on app.request or on the request", async () => {
+  const byHeader = express()
+  Object.defineProperty(byHeader.request, 'ip', { configurable: true, get() { return this.get('x-client') || this.socket.remoteAddress } })
+  byHeader.use(rateLimit({ limit: 1, windowMs: 60_000 }))
+  byHeader.get('/', (req, res) => res.send(req.rateLimit.key))
+  const perRequest = express()
+  perRequest.use((req, res, next) => {
+    Object.defineProperty(req, 'ip', { value: req.get('x-client') })
+    next()
+  })
+  perRequest.use(rateLimit({ limit: 1, windowMs: 60_000 }))
+  perRequest.get('/', (req, res) => res.send(req.rateLimit.key))
+  const plain = express()
+  plain.use(rateLimit({ limit: 1, windowMs: 60_000 }))
+  plain.get('/', (req, res) => res.send(req.rateLimit.key))
+  const servers = [byHeader, perRequest, plain].map((a) => http.createServer(a))
+  const [u1, u2, u3] = await Promise.all(servers.map(listen))
+  try {
+    for (const url of [u1, u2]) {
+      const a = await fetch(url, { headers: { 'X-Client': '198.51.100.1' } })
+      assert.equal(a.status, 200)
+      assert.equal(await a.text(), '198.51.100.1')
+      const b = await fetch(url, { headers: { 'X-Client': '198.51.100.2' } })
+      assert.equal(b.status, 200, 'another client by the app\'s own ip')
+      assert.equal(await b.text(), '198.51.100.2')
+      assert.equal((await fetch(url, { headers: { 'X-Client': '198.51.100.1' } })).status, 429)
+    }
+    // Express's own ip, no proxy trusted: the socket's address, a header no new client.
+    const first = await fetch(u3, { headers: { 'X-Client': '198.51.100.1' } })
+    assert.equal(await first.text(), '127.0.0.1')
+    assert.equal((await fetch(u3, { headers: { 'X-Client': '198.51.100.2' } })).status, 429)
+  } finally {
+    for (const s of servers) s.close()
+  }
+})
+
 test('express: a multi-limit limiter lists every policy; handler, message, skip, errors', async () => {
   const clock = new ManualClock()
   const app = express()
@@ -162,6 +202,34 @@ test('fastify: the plugin limits the routes of its scope', async () => {
     assert.equal(r.headers.get('ratelimit-policy'), '"api";q=2;w=60')
     await fetch(url)
     await checkDenial(await fetch(url), ['api'])
+  } finally {
+    await app.close()
+  }
+})
+
+// The common set-up reads a TokenBucket's, FixedWindow's or SlidingWindow's
+// numbers straight into request.rateLimit; a subclass with an allow of its
+// own is still asked through it.
+test("fastify: a limiter subclass's own allow is the one asked", async () => {
+  const seen = []
+  class Logged extends FixedWindow {
+    allow(key, cost) {
+      seen.push(key)
+      return super.allow(key, cost)
+    }
+  }
+  const app = Fastify()
+  await app.register(ratomicFastify, { limiter: new Logged(2, 60_000, { clock: new ManualClock() }) })
+  app.get('/', async (request) => ({ left: request.rateLimit.remaining, limit: request.rateLimit.limit, used: request.rateLimit.used }))
+  const url = await app.listen({ port: 0, host: '127.0.0.1' })
+  try {
+    const r = await fetch(url)
+    assert.deepEqual(await r.json(), { left: 1, limit: 2, used: 1 })
+    assert.equal(r.headers.get('ratelimit-remaining'), null) // draft 11's fields: RateLimit-Policy and RateLimit
+    assert.ok(r.headers.get('ratelimit').includes('r=1'))
+    await fetch(url)
+    assert.equal((await fetch(url)).status, 429)
+    assert.deepEqual(seen, ['127.0.0.1', '127.0.0.1', '127.0.0.1'])
   } finally {
     await app.close()
   }

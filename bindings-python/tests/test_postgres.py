@@ -42,6 +42,16 @@ def url() -> str:
 
 
 @pytest.fixture
+def sigint() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in the main thread, as in a terminal:
+    a runner started in the background (`cmd &` in a script) inherits
+    SIGINT ignored, and Python then installs no handler of its own."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.fixture
 def conn(url: str) -> Iterator[psycopg.Connection]:
     c = psycopg.connect(url, autocommit=True)
     yield c
@@ -512,7 +522,7 @@ def wait_for_lock(url: str, statement: str) -> None:
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="needs the main thread")
-def test_an_interrupted_thread_leading_a_batch_strands_nobody(url, prefix) -> None:
+def test_an_interrupted_thread_leading_a_batch_strands_nobody(url, prefix, sigint) -> None:
     # This thread leads a batch whose statement waits for a row another
     # transaction holds, and is interrupted (SIGINT: KeyboardInterrupt)
     # there; the five calls it carries are answered by the policy.
@@ -563,7 +573,7 @@ def test_an_interrupted_thread_leading_a_batch_strands_nobody(url, prefix) -> No
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="needs the main thread")
-def test_an_interrupted_thread_waiting_for_a_statement_strands_nobody(url, prefix) -> None:
+def test_an_interrupted_thread_waiting_for_a_statement_strands_nobody(url, prefix, sigint) -> None:
     # This thread waits first (it would lead the next batch) and is
     # interrupted while it waits; the five that wait after it go without it.
     conn = psycopg.connect(url, autocommit=True, options="-c statement_timeout=20000")  # bounds a failing run

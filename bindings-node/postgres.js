@@ -12,6 +12,7 @@
 const ratomic = require('./ratomic.js')
 const { NativePostgres } = require('./native.js')
 const { inspect } = require('node:util')
+const { clientErrorWatcher } = require('./client-errors.js')
 
 const {
   typeError, describe, readOptions, tokenBucketRule, windowArgs, limitRules, decodeAll, single, multi, acquire, realSleep,
@@ -120,49 +121,18 @@ function watchAtExit(limiter) {
 
 // A pg Pool emits 'error' when one of its idle connections fails (the
 // server restarted, pg_terminate_backend, a cut network), a Client when its
-// connection fails between queries; an EventEmitter's 'error' with no
-// listener throws, and the process exits. So a limiter built on one that has
-// no 'error' listener adds one (once per client), which warns
-// (process.emitWarning, code RATOMIC_POSTGRES_CLIENT_ERROR) unless a
-// listener of the user's is there by then: it never replaces theirs, and
-// says nothing once they handle it. The failed connection is the driver's
-// to drop (a Pool opens another for the next statement; a Client stays
-// closed); the calls go on by onError while the server cannot be reached.
-const CLIENT_ERROR = 'RATOMIC_POSTGRES_CLIENT_ERROR'
-// Milliseconds between two warnings of one kind, a Pool's or a Client's
-// (the first is written at once): a server restart fails every idle
-// connection of every pool at once.
-const WARN_INTERVAL_MS = 60_000
-const watched = new WeakSet()
-// Per kind (a Pool's, a Client's): when it last warned, and how many it has not since.
-const warned = new Map()
-
-function warnClientError(isPool, err) {
-  const now = performance.now()
-  const last = warned.get(isPool)
-  if (last !== undefined && now - last.at < WARN_INTERVAL_MS) {
-    last.since++
-    return
-  }
-  const more = last !== undefined && last.since > 0 ? ` (${last.since} more since the last warning)` : ''
-  warned.set(isPool, { at: now, since: 0 })
-  const what = String(err && err.message !== undefined ? err.message : err)
-  const message = isPool
+// connection fails between queries: a limiter built on one that has no
+// 'error' listener adds one that warns (code RATOMIC_POSTGRES_CLIENT_ERROR)
+// until the user adds theirs (see client-errors.js). The failed connection
+// is the driver's to drop (a Pool opens another for the next statement; a
+// Client stays closed); the calls go on by onError while the server cannot
+// be reached. The kind is whether it is a Pool: a Pool's warning never hides
+// a Client's within the minute.
+const watchClientErrors = clientErrorWatcher('RATOMIC_POSTGRES_CLIENT_ERROR', (isPool, what, more) =>
+  isPool
     ? `ratomic/postgres: an idle connection of the pg Pool failed (${what}); the Pool has dropped it and connects again for the next statement, and calls answer by onError while PostgreSQL cannot be reached. Add pool.on('error', …) to handle this yourself${more}`
     : `ratomic/postgres: the pg Client's connection failed (${what}); a Client does not reconnect, so this limiter's calls answer by onError from now on: give the limiter a pg Pool, which replaces failed connections, or add client.on('error', …) to handle this yourself${more}`
-  process.emitWarning(message, { type: 'RatomicWarning', code: CLIENT_ERROR })
-}
-
-function watchClientErrors(client) {
-  if (typeof client.on !== 'function' || typeof client.listenerCount !== 'function' || watched.has(client)) return
-  if (client.listenerCount('error') > 0) return
-  watched.add(client)
-  const isPool = typeof client.totalCount === 'number'
-  client.on('error', (err) => {
-    // A listener added since is the user's: theirs to report.
-    if (client.listenerCount('error') === 1) warnClientError(isPool, err)
-  })
-}
+)
 
 /** The SQL that creates ratomic's table (`UNLOGGED` if asked) and functions. Safe to run again. */
 function schema(unlogged = false) {
@@ -256,7 +226,7 @@ class PostgresBase {
     this.#multi = isLimiter
     this.#decode = isLimiter ? (allowed, a, at) => multi(allowed, a, at, names) : single
     // Last: a constructor that throws has changed nothing.
-    watchClientErrors(o.client)
+    watchClientErrors(o.client, typeof o.client.totalCount === 'number')
   }
 
   #answers(answer) {

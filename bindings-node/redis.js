@@ -15,6 +15,7 @@ const { NativeRedis, hotPath } = require('./native.js')
 // The hot path's functions and output buffer, for this thread (see src/hot.rs).
 const HOT = hotPath()
 const { inspect } = require('node:util')
+const { clientErrorWatcher } = require('./client-errors.js')
 
 const {
   typeError, rangeError, describe, readOptions, tokenBucketRule, windowArgs, limitRules, decodeAll, single, multi, acquire, realSleep,
@@ -106,6 +107,7 @@ function transportOf(client) {
       // node-redis v4+ (a standalone client): commands issued in one tick go out in one pipeline.
       const send = (command, args) => client.sendCommand([command, ...args])
       return {
+        nodeRedis: true,
         send,
         del: (key) => client.sendCommand(['DEL', key]),
         many: (command, argsList) => Promise.allSettled(argsList.map((a) => send(command, a))),
@@ -116,6 +118,20 @@ function transportOf(client) {
     `client must be an ioredis client (new Redis() or new Redis.Cluster()) or a connected node-redis v4+ client (createClient()), got ${describe(client)}`
   )
 }
+
+// A node-redis client emits 'error' when its connection fails (the server
+// restarted or was killed, CLIENT KILL, a cut network) and again at each
+// reconnect that fails; an EventEmitter's 'error' with no listener throws,
+// and the process exits. So a limiter built on a node-redis client that has
+// no 'error' listener adds one that warns (code RATOMIC_REDIS_CLIENT_ERROR)
+// until the user adds theirs (see client-errors.js). The client reconnects
+// by itself; the calls go on by onError while Redis cannot be reached.
+// ioredis only logs an 'error' nobody listens to: left as it is.
+const watchClientErrors = clientErrorWatcher(
+  'RATOMIC_REDIS_CLIENT_ERROR',
+  (_, what, more) =>
+    `ratomic/redis: the node-redis client's connection failed (${what}); the client reconnects by itself, and calls answer by onError while Redis cannot be reached. Add client.on('error', …) to handle this yourself${more}`
+)
 
 // `promise`, or TIMED_OUT after `ms` (a timer of its own).
 function within(promise, ms) {
@@ -253,6 +269,8 @@ class RedisBase {
     this.#multi = isLimiter
     this.#decode = isLimiter ? (allowed, a, at) => multi(allowed, a, at, names) : single
     if (this.#native.leaseMax !== null) watchAtExit(this)
+    // Last: a constructor that throws has changed nothing.
+    if (this.#transport.nodeRedis === true) watchClientErrors(o.client, 'node-redis')
   }
 
   // An answer: [source code, ...decisions in decision.rs's layout].

@@ -48,12 +48,16 @@ function pong(port) {
   })
 }
 
-/** Starts one redis-server; `stop()` kills it (after SIGCONT, should a test have frozen it). */
-async function startRedis() {
+/**
+ * Starts one redis-server (on `port` if given: a test that killed one
+ * starts it again where its clients reconnect); `stop()` kills it (after
+ * SIGCONT, should a test have frozen it).
+ */
+async function startRedis(port) {
   if (spawnSync('redis-server', ['--version']).status !== 0) {
     throw new Error('redis-server is not installed (bindings-node/run-tests.sh installs it with apt)')
   }
-  const port = await freePort()
+  if (port === undefined) port = await freePort()
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ratomic-redis-'))
   const proc = spawn(
     'redis-server',

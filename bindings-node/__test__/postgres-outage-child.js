@@ -5,15 +5,11 @@
 //
 //   KIND: pool | client | pool-listener (the user's pool.on('error') before
 //   the limiter) | pool-listener-later (after it)
-const readline = require('node:readline')
 const { Pool, Client } = require('pg')
 const { PostgresTokenBucket } = require('../postgres')
 
 const { URL: url, APP: app, KIND: kind } = process.env
-const warnings = []
-process.on('warning', (w) => warnings.push({ code: w.code, message: w.message }))
-const userErrors = []
-const mine = (e) => userErrors.push(e.message)
+const { runChild, mine } = require('./outage-harness')
 
 async function main() {
   let client
@@ -31,7 +27,7 @@ async function main() {
   if (kind === 'pool-listener-later') client.on('error', mine)
   const ended = kind === 'client' ? new Promise((resolve) => client.once('end', resolve)) : null
 
-  const commands = {
+  return {
     async allow() {
       const d = await limiter.allow('k')
       return { allowed: d.allowed, source: d.source }
@@ -43,24 +39,11 @@ async function main() {
       else while (client.totalCount > 0) await new Promise((r) => setTimeout(r, 5))
       return {}
     },
-    async reports() {
-      return { warnings, userErrors }
-    },
     async quit() {
       await client.end()
       return {}
     },
   }
-  for await (const line of readline.createInterface({ input: process.stdin })) {
-    const reply = await commands[line]()
-    process.stdout.write(JSON.stringify(reply) + '\n')
-    if (line === 'quit') break
-  }
-  // Nothing left to read: the process ends once its connections are closed.
-  process.stdin.destroy()
 }
 
-main().catch((e) => {
-  process.stderr.write(`${e && e.stack}\n`)
-  process.exit(2)
-})
+runChild(main)

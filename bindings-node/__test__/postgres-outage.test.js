@@ -9,11 +9,8 @@
 // whole server (a cluster of this test's own) is stopped at once and
 // started again on the same port.
 const test = require('node:test')
+const { spawnChild } = require('./outage-harness')
 const assert = require('node:assert/strict')
-const crypto = require('node:crypto')
-const path = require('node:path')
-const readline = require('node:readline')
-const { spawn } = require('node:child_process')
 const { Pool } = require('pg')
 const { PostgresTokenBucket, PostgresLimiter, migrate } = require('../postgres')
 const { startPostgres } = require('./postgres-server.js')
@@ -29,26 +26,7 @@ const CODE = 'RATOMIC_POSTGRES_CLIENT_ERROR'
 // The child, and `send(command)`: its JSON reply, or a rejection saying how
 // it exited (its exit code, its stderr) if it exits first.
 function child(kind, childUrl) {
-  const app = 'ratomic-outage-' + crypto.randomBytes(6).toString('hex')
-  const proc = spawn(process.execPath, [path.join(__dirname, 'postgres-outage-child.js')], {
-    env: { ...process.env, URL: childUrl, APP: app, KIND: kind },
-    stdio: ['pipe', 'pipe', 'pipe'],
-  })
-  let stderr = ''
-  // Writing to a child that has exited: its exit is the answer (below).
-  proc.stdin.on('error', () => {})
-  proc.stderr.on('data', (b) => (stderr += b))
-  const lines = readline.createInterface({ input: proc.stdout })[Symbol.asyncIterator]()
-  const exited = new Promise((resolve) => proc.once('close', (code, signal) => resolve({ code, signal })))
-  const send = async (command) => {
-    proc.stdin.write(command + '\n')
-    const next = await Promise.race([lines.next(), exited])
-    if (next.done === false) return JSON.parse(next.value)
-    // Its output ended: it has exited, or is about to.
-    const { code, signal } = await exited
-    throw new Error(`the child exited (code ${code}, signal ${signal}) on "${command}":\n${stderr}`)
-  }
-  return { app, proc, send, exited, stderr: () => stderr }
+  return spawnChild('postgres-outage-child.js', { URL: childUrl, KIND: kind })
 }
 
 // Terminates every backend of `app` from the admin connection; how many.

@@ -7,16 +7,12 @@
 //   KIND: node-redis | ioredis | node-redis-listener (the user's
 //   client.on('error') before the limiter) | node-redis-listener-later
 //   (after it)
-const readline = require('node:readline')
 const { createClient } = require('redis')
 const { Redis } = require('ioredis')
 const { RedisTokenBucket } = require('../redis')
 
 const { PORT: port, APP: app, KIND: kind } = process.env
-const warnings = []
-process.on('warning', (w) => warnings.push({ code: w.code, message: w.message }))
-const userErrors = []
-const mine = (e) => userErrors.push(e.message)
+const { runChild, mine } = require('./outage-harness')
 
 async function main() {
   let client
@@ -40,7 +36,7 @@ async function main() {
   let drops = 0
   client.on(kind === 'ioredis' ? 'close' : 'reconnecting', () => drops++)
 
-  const commands = {
+  return {
     async allow() {
       const d = await limiter.allow('k')
       return { allowed: d.allowed, source: d.source }
@@ -55,24 +51,12 @@ async function main() {
       while (!isOpen()) await new Promise((r) => setTimeout(r, 5))
       return {}
     },
-    async reports() {
-      return { warnings, userErrors }
-    },
     async quit() {
       if (kind === 'ioredis') client.disconnect()
       else client.destroy()
       return {}
     },
   }
-  for await (const line of readline.createInterface({ input: process.stdin })) {
-    const reply = await commands[line]()
-    process.stdout.write(JSON.stringify(reply) + '\n')
-    if (line === 'quit') break
-  }
-  process.stdin.destroy()
 }
 
-main().catch((e) => {
-  process.stderr.write(`${e && e.stack}\n`)
-  process.exit(2)
-})
+runChild(main)

@@ -8,11 +8,8 @@
 // (CLIENT KILL), or the whole server (one of this test's own) is killed
 // with SIGKILL and started again on the same port.
 const test = require('node:test')
+const { spawnChild } = require('./outage-harness')
 const assert = require('node:assert/strict')
-const crypto = require('node:crypto')
-const path = require('node:path')
-const readline = require('node:readline')
-const { spawn } = require('node:child_process')
 const { createClient } = require('redis')
 const { Redis } = require('ioredis')
 const { RedisTokenBucket, RedisLimiter } = require('../redis')
@@ -23,24 +20,7 @@ const CODE = 'RATOMIC_REDIS_CLIENT_ERROR'
 // The child, and `send(command)`: its JSON reply, or a rejection saying how
 // it exited (its exit code, its stderr) if it exits first.
 function child(kind, port) {
-  const app = 'ratomic-outage-' + crypto.randomBytes(6).toString('hex')
-  const proc = spawn(process.execPath, [path.join(__dirname, 'redis-outage-child.js')], {
-    env: { ...process.env, PORT: String(port), APP: app, KIND: kind },
-    stdio: ['pipe', 'pipe', 'pipe'],
-  })
-  let stderr = ''
-  proc.stdin.on('error', () => {})
-  proc.stderr.on('data', (b) => (stderr += b))
-  const lines = readline.createInterface({ input: proc.stdout })[Symbol.asyncIterator]()
-  const exited = new Promise((resolve) => proc.once('close', (code, signal) => resolve({ code, signal })))
-  const send = async (command) => {
-    proc.stdin.write(command + '\n')
-    const next = await Promise.race([lines.next(), exited])
-    if (next.done === false) return JSON.parse(next.value)
-    const { code, signal } = await exited
-    throw new Error(`the child exited (code ${code}, signal ${signal}) on "${command}":\n${stderr}`)
-  }
-  return { app, proc, send, exited, stderr: () => stderr }
+  return spawnChild('redis-outage-child.js', { PORT: String(port), KIND: kind })
 }
 
 // Kills the child's connection (found by its name) from another one.

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,6 +12,21 @@ import ratomic
 @pytest.fixture
 def clock() -> ratomic.ManualClock:
     return ratomic.ManualClock()
+
+
+@pytest.fixture(scope="module")
+def url() -> str:
+    """The PostgreSQL server run-tests.sh started, with ratomic's schema in
+    it (the PostgreSQL tests)."""
+    import psycopg  # the [postgres] extra: imported only by the PostgreSQL tests
+
+    from ratomic.postgres import migrate
+
+    url = os.environ.get("RATOMIC_POSTGRES_URL")
+    assert url, "RATOMIC_POSTGRES_URL: run these tests with bindings-python/run-tests.sh (it starts a server)"
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrate(conn)
+    return url
 
 
 @pytest.fixture(scope="module")

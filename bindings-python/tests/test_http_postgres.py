@@ -9,7 +9,6 @@ judge — never a 500."""
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
@@ -29,20 +28,10 @@ from ratomic.postgres import (  # noqa: E402
     PostgresLimiter,
     PostgresSlidingWindow,
     PostgresTokenBucket,
-    migrate,
 )
 from test_http import check_denial, get, hello, hello_wsgi, serve_asgi, serve_wsgi  # noqa: E402
 
 DRAFTS: tuple[Literal["draft-11", "draft-8", "draft-7", "draft-6"], ...] = ("draft-11", "draft-8", "draft-7", "draft-6")
-
-
-@pytest.fixture(scope="module")
-def url() -> str:
-    url = os.environ.get("RATOMIC_POSTGRES_URL")
-    assert url, "RATOMIC_POSTGRES_URL: run these tests with bindings-python/run-tests.sh (it starts a server)"
-    with psycopg.connect(url, autocommit=True) as conn:
-        migrate(conn)
-    return url
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ batches, misuse refused before any statement, the failure policy.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import signal
 import threading
@@ -27,18 +26,8 @@ from ratomic.postgres import (
     PostgresLimiter,
     PostgresSlidingWindow,
     PostgresTokenBucket,
-    migrate,
     schema,
 )
-
-
-@pytest.fixture(scope="module")
-def url() -> str:
-    url = os.environ.get("RATOMIC_POSTGRES_URL")
-    assert url, "RATOMIC_POSTGRES_URL: run these tests with bindings-python/run-tests.sh (it starts a server)"
-    with psycopg.connect(url, autocommit=True) as conn:
-        migrate(conn)
-    return url
 
 
 @pytest.fixture

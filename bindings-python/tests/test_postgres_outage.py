@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import uuid
 
 import psycopg
@@ -21,18 +20,9 @@ import psycopg_pool
 import pytest
 
 import ratomic
-from ratomic.postgres import PostgresTokenBucket, migrate
+from ratomic.postgres import PostgresTokenBucket
 
 FIX = "psycopg_pool.ConnectionPool"
-
-
-@pytest.fixture(scope="module")
-def url() -> str:
-    url = os.environ.get("RATOMIC_POSTGRES_URL")
-    assert url, "RATOMIC_POSTGRES_URL: run these tests with bindings-python/run-tests.sh (it starts a server)"
-    with psycopg.connect(url, autocommit=True) as conn:
-        migrate(conn)
-    return url
 
 
 @pytest.fixture

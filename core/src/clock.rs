@@ -638,14 +638,6 @@ mod cached_tests {
 
     use super::{CachedClock, Clock, MonotonicClock};
 
-    /// The kernel's `CLOCK_MONOTONIC`, in nanoseconds.
-    fn kernel_now() -> u64 {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: `ts` is a valid, writable timespec.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    }
-
     /// Four threads refreshing and reading one clock (through clones): no
     /// reading leads the kernel's clock read after it, none goes back on a
     /// thread, and a refresh never lowers the reading another thread made.
@@ -663,7 +655,8 @@ mod cached_tests {
                     let mut last = 0;
                     for j in 0..100_000u32 {
                         let t = if (i + j) % 3 == 0 { clock.refresh() } else { clock.now() };
-                        assert!(t <= kernel_now(), "reading {t} leads the kernel's clock");
+                        let kernel = super::source::instant_nanos(Instant::now()); // CLOCK_MONOTONIC on Linux
+                        assert!(t <= kernel, "reading {t} leads the kernel's clock");
                         assert!(t >= last, "went back from {last} to {t}");
                         last = t;
                     }
@@ -731,7 +724,7 @@ mod source {
     /// time. Elsewhere, nanoseconds since `epoch` (this process's first
     /// clock).
     #[inline]
-    fn instant_nanos(epoch: Instant) -> u64 {
+    pub(super) fn instant_nanos(epoch: Instant) -> u64 {
         #[cfg(target_os = "linux")]
         {
             let _ = epoch;

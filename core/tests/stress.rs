@@ -311,6 +311,14 @@ fn keys_forgotten_and_evicted_under_contention_never_over_grant() {
     forgotten_and_evicted(None, 20_000, |k| k);
 }
 
+/// The same in room made up front (`reserve_keys` = `max_keys`): the
+/// tables start at full size and `gc` never shrinks them, while keys are
+/// forgotten, evicted and rebuilt in place all the same.
+#[test]
+fn keys_forgotten_and_evicted_in_reserved_room_never_over_grant() {
+    forgotten_and_evicted_in(None, 16, 20_000, |k| k);
+}
+
 /// The in-memory and shared-file runs, two hundred times longer (release
 /// builds only: a second or two each; a debug build would take minutes). A
 /// key inserted from states computed before another copy of it was
@@ -360,6 +368,15 @@ fn forgotten_and_evicted<K: BoundedKey + Sync>(
     calls_each: u64,
     key_of: impl Fn(u64) -> K + Sync,
 ) {
+    forgotten_and_evicted_in(shared_file, 0, calls_each, key_of);
+}
+
+fn forgotten_and_evicted_in<K: BoundedKey + Sync>(
+    shared_file: Option<&std::path::Path>,
+    reserve_keys: usize,
+    calls_each: u64,
+    key_of: impl Fn(u64) -> K + Sync,
+) {
     // 48 keys through a store that holds 16 (strict eviction: never more
     // than remembering every key would grant), two limits on each key, a
     // worker that also runs gc, every call with its own clock reading: the
@@ -376,6 +393,7 @@ fn forgotten_and_evicted<K: BoundedKey + Sync>(
         .limit("b", Rule::token_bucket(quota(5, 100_000)))
         .shards(1)
         .max_keys(16)
+        .reserve_keys(reserve_keys)
         .eviction(ratomic::Eviction::Strict)
         .keys::<K>();
     let l = match shared_file {

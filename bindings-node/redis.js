@@ -31,9 +31,14 @@ const OP_PEEK = 1
 
 // The most decisions one coalesced round trip carries.
 const MAX_BATCH = 256
-// The most round trips a waiting call is held back for a lease on its way
-// to its key (then it goes to Redis itself).
-const MAX_DEFERS = 8
+// How many round trips a waiting call is held back for a lease on its way
+// to its key (then it goes to Redis itself): up to FREE_DEFERS whatever came
+// of them, then up to MAX_DEFERS while its key's leases keep answering calls
+// — a lease call granted in the last round trip, or a lease answering calls
+// in this one (as in Rust's client). A lease call that keeps being denied
+// holds no one long: the deny cache answers its waiters.
+const FREE_DEFERS = 8
+const MAX_DEFERS = 64
 
 // A Redis key (a string, or a Buffer when it is not UTF-8) as a Map key.
 const keyId = (rkey) => (typeof rkey === 'string' ? rkey : 'b:' + rkey.toString('hex'))
@@ -220,6 +225,8 @@ class RedisBase {
   // would have been alone (the server runs a pipeline's calls in order).
   #busy = false
   #queue = []
+  // Keys (keyId) whose lease call the last coalesced round trip granted.
+  #granted = new Set()
   // This limiter's id in the hot path's table (-1: none): see #decide.
   #hotId = -1
   // One timer for the round trips in flight (#flights: each one's deadline
@@ -471,11 +478,12 @@ class RedisBase {
     const send = []
     const later = []
     const leasing = new Set()
+    const progressed = this.#granted
     for (const w of batch) {
       const k = keyId(w.rkey)
       if (w.lease > 0) {
         leasing.add(k)
-      } else if (w.deferred < MAX_DEFERS && leasing.has(k)) {
+      } else if (leasing.has(k) && w.deferred < MAX_DEFERS && (w.deferred < FREE_DEFERS || progressed.has(k))) {
         w.deferred++
         later.push(w)
         continue
@@ -485,7 +493,9 @@ class RedisBase {
           const wanted = demand.get(k) - w.cost
           const hot = this.#hot(w.op, w.key, w.cost, w.atMs, wanted)
           if (typeof hot === 'number') {
-            w.resolve(this.#hotDecision(hot))
+            const d = this.#hotDecision(hot)
+            if (d.source === 'lease') progressed.add(k)
+            w.resolve(d)
             continue
           }
           rkey = hot ?? native.begin(w.op, w.key, w.cost, w.atMs, this.#io, wanted)
@@ -494,7 +504,9 @@ class RedisBase {
           continue
         }
         if (typeof rkey === 'number') {
-          w.resolve(this.#decision())
+          const d = this.#decision()
+          if (d.source === 'lease') progressed.add(k)
+          w.resolve(d)
           continue
         }
         const again = this.#call(w.op, w.key, w.cost, w.atMs, rkey)
@@ -523,14 +535,18 @@ class RedisBase {
         } catch (e) {
           failed = e
         }
+        const granted = new Set()
         for (let i = 0; i < send.length; i++) {
           const w = send[i]
           try {
-            w.resolve(this.#end(w, failed === undefined ? replies[i] : undefined, failed))
+            const d = this.#end(w, failed === undefined ? replies[i] : undefined, failed)
+            if (w.lease > 0 && d.allowed) granted.add(keyId(w.rkey))
+            w.resolve(d)
           } catch (err) {
             w.reject(err)
           }
         }
+        this.#granted = granted
         sent = []
       }
     } catch (err) {

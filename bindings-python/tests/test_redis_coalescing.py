@@ -96,20 +96,30 @@ def test_a_hundred_threads_on_a_default_blocking_client_share_round_trips(server
 
 
 def test_calls_waiting_for_a_lease_on_their_way_are_answered_from_it(server, prefix):
-    async def main() -> tuple[int, int, set[str]]:
+    async def main() -> tuple[int, int, int, set[str]]:
         client = aredis.Redis(port=server.port)
         l = RedisTokenBucket(500, 1 / 3600, client=client, prefix=prefix, lease="auto", timeout=10.0)
-        before = evalsha_calls(server)
+        assert (await l.peek("warm-up")).allowed  # connected, the script loaded
+        # One admin connection, already open: each INFO below is one read.
+        admin = redis.Redis(port=server.port)
+        reads = admin.info("stats")["total_reads_processed"]  # its own read counted
+        before = admin.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
         out = await asyncio.gather(*(l.allow("hot") for _ in range(1_000)))
-        after = evalsha_calls(server)
+        after = admin.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+        trips = admin.info("stats")["total_reads_processed"] - reads - 3  # less our three INFOs
+        admin.close()
         await l.aclose()
         await client.aclose()
-        return sum(bool(d) for d in out), after - before, {d.source for d in out}
+        return sum(bool(d) for d in out), after - before, trips, {d.source for d in out}
 
-    granted, scripts, sources = asyncio.run(main())
+    granted, scripts, trips, sources = asyncio.run(main())
     assert granted == 500
     assert "lease" in sources
     assert scripts < 100, f"{scripts} script calls for 1,000 decisions"
+    # One key: each round trip carries at most its one lease call — the
+    # waiters are answered by the lease or the deny cache, not sent one
+    # script call each once they have waited a few round trips.
+    assert scripts <= trips, f"{scripts} script calls in {trips} round trips on one key"
 
 
 def test_calls_waiting_for_a_round_trip_ask_for_no_lease_and_share_one_sized_for_them(server, prefix):

@@ -44,8 +44,10 @@ pub const MAX_BATCH: usize = 256;
 
 /// How many round trips a waiting call may be held back for a lease on its
 /// way to its key: up to `FREE_DEFERS` whatever came of them, then up to
-/// `MAX_DEFERS` while its key's leases keep answering calls (a lease that
-/// keeps coming back empty holds no one long).
+/// `MAX_DEFERS` while its key's leases keep answering calls — a lease call
+/// granted in the last round, or a lease answering calls in this one (a
+/// lease call that keeps being denied holds no one long: the deny cache
+/// answers its waiters).
 const FREE_DEFERS: u32 = 8;
 const MAX_DEFERS: u32 = 64;
 
@@ -353,6 +355,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
 
     /// Sends the waiting decisions, a batch at a time, until none is left.
     async fn drain(self) {
+        // Keys whose lease call in the previous round was granted: the
+        // key's leases are still answering calls, even one that brought no
+        // tokens beyond its own (the last of a bucket): its waiters are
+        // held for the next one (or the deny cache answers them), not sent
+        // one script call each.
+        let mut granted: HashSet<Vec<u8>> = HashSet::new();
         loop {
             let waiting: Vec<Waiting> = {
                 let mut state = self.flight.lock();
@@ -367,8 +375,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
             let mut txs = Vec::with_capacity(waiting.len());
             let mut later = Vec::new();
             let mut leasing: HashSet<Vec<u8>> = HashSet::new();
-            // Keys a lease answered a call of in this round.
-            let mut progressed: HashSet<Vec<u8>> = HashSet::new();
+            // Keys a lease answered a call of, in this round or the last.
+            let mut progressed = std::mem::take(&mut granted);
             // Tokens waiting per key: a lease asked for one of them is sized
             // to answer the others.
             let mut demand: HashMap<&[u8], u64> = HashMap::new();
@@ -427,7 +435,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
                     Ok(rs) => rs.get(i).cloned().ok_or_else(|| Error::Reply("a batch call got no reply".into())),
                     Err(e) => Err(e.clone()),
                 };
-                drop(tx.send(self.driver.finish(call, reply)));
+                let d = self.driver.finish(call, reply);
+                if call.lease() > 0 && d.as_ref().is_ok_and(MultiDecision::allowed) {
+                    granted.insert(call.key().to_vec());
+                }
+                drop(tx.send(d));
             }
         }
     }

@@ -309,10 +309,14 @@ async def _send_many_async(client: _t.Any, driver: _RedisDriver, calls: Sequence
 #: The most decisions one coalesced round trip carries.
 MAX_BATCH = 256
 
-# The most round trips a waiting call is held back for a lease on its way to
-# its key (then it goes to Redis itself): a lease that keeps coming back
-# empty does not hold it for ever.
-_MAX_DEFERS = 8
+# How many round trips a waiting call is held back for a lease on its way to
+# its key (then it goes to Redis itself): up to _FREE_DEFERS whatever came of
+# them, then up to _MAX_DEFERS while its key's leases keep answering calls —
+# a lease call granted in the last round trip, or a lease answering calls in
+# this one (as in Rust's client). A lease call that keeps being denied holds
+# no one long: the deny cache answers its waiters.
+_FREE_DEFERS = 8
+_MAX_DEFERS = 64
 
 
 class _Waiting:
@@ -344,14 +348,19 @@ class _Waiting:
 
 
 def _plan(
-    driver: _RedisDriver, waiting: Sequence[_Waiting], settle: _t.Callable[[_Waiting, object, BaseException | None], None]
+    driver: _RedisDriver,
+    waiting: Sequence[_Waiting],
+    settle: _t.Callable[[_Waiting, object, BaseException | None], None],
+    granted: set[bytes],
 ) -> tuple[list[_RedisCall], list[_Waiting], list[_Waiting]]:
     """Which of ``waiting`` go in this round trip: the calls to send, whose
     they are, and those held back for a lease this round trip brings their
     key. A call asking for a lease goes as it is (its key's one asker); the
     others begin (again) — a lease or a denial that came meanwhile may answer
     them here (``settle``) — asking, should they ask for a lease, for one
-    that covers the tokens the others on their key wait for."""
+    that covers the tokens the others on their key wait for. ``granted``:
+    the keys whose lease call the last round trip granted (see
+    ``_FREE_DEFERS``)."""
     keys = [w.key_id() for w in waiting]
     demand: dict[bytes, int] = {}
     for w, k in zip(waiting, keys):
@@ -360,10 +369,11 @@ def _plan(
     sent: list[_Waiting] = []
     later: list[_Waiting] = []
     leasing: set[bytes] = set()
+    progressed = set(granted)
     for w, k in zip(waiting, keys):
         if w.call is not None and w.call.lease:
             leasing.add(k)
-        elif w.deferred < _MAX_DEFERS and k in leasing:
+        elif k in leasing and w.deferred < _MAX_DEFERS and (w.deferred < _FREE_DEFERS or k in progressed):
             w.deferred += 1
             later.append(w)
             continue
@@ -374,6 +384,8 @@ def _plan(
                 settle(w, None, e)
                 continue
             if not isinstance(step, _RedisCall):
+                if getattr(step, "source", None) == "lease":
+                    progressed.add(k)
                 settle(w, step, None)
                 continue
             if step.lease:
@@ -390,9 +402,11 @@ def _settle_all(
     replies: Sequence[object] | None,
     error: BaseException | None,
     settle: _t.Callable[[_Waiting, object, BaseException | None], None],
-) -> None:
+) -> set[bytes]:
     """Ends every call of a round trip with its reply, or with how the
-    round trip failed (the policy answers each, or its error is theirs)."""
+    round trip failed (the policy answers each, or its error is theirs).
+    The keys whose lease call was granted (``_plan``'s ``granted``)."""
+    granted: set[bytes] = set()
     kind = None if error is None else _kind(error)
     for i, w in enumerate(sent):
         call = _t.cast(_RedisCall, w.call)  # every call sent was begun
@@ -406,7 +420,10 @@ def _settle_all(
         except Exception as e:
             settle(w, None, e)
         else:
+            if call.lease and d:
+                granted.add(call.key)
             settle(w, d, None)
+    return granted
 
 
 async def _within(aw: Awaitable[_T], seconds: float) -> _T:
@@ -448,6 +465,8 @@ class _RedisBase(_t.Generic[_M, _D]):
         self._queue: collections.deque[_Waiting] = collections.deque()
         self._lock = threading.Lock()
         self._drainer: asyncio.Task[None] | None = None
+        # Keys whose lease call the last round trip granted (see _plan).
+        self._granted: set[bytes] = set()
         policy = "raise"
         if isinstance(on_error, str):
             policy = on_error
@@ -798,7 +817,7 @@ class _RedisBase(_t.Generic[_M, _D]):
         else:
             # Or planned (alone too, if it waited for a round trip that
             # ended before it queued: begun now).
-            calls, sent, later = _plan(self._driver, batch or [me], settle)
+            calls, sent, later = _plan(self._driver, batch or [me], settle, self._granted)
             if later:
                 with self._lock:
                     self._queue.extendleft(reversed(later))
@@ -814,7 +833,7 @@ class _RedisBase(_t.Generic[_M, _D]):
                 error = None
             except Exception as e:
                 replies, error = None, e
-            _settle_all(self._driver, sent, replies, error, settle)
+            self._granted = _settle_all(self._driver, sent, replies, error, settle)
         except BaseException as e:  # interrupted: nobody of this round trip waits for ever
             for w in sent:
                 if w.result is None and w.error is None:
@@ -873,7 +892,9 @@ class _RedisBase(_t.Generic[_M, _D]):
             while self._queue:
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
                 # A caller that stopped waiting (cancelled) needs no decision.
-                calls, sent, later = _plan(self._driver, [w for w in batch if not w.done.done()], settle)
+                calls, sent, later = _plan(
+                    self._driver, [w for w in batch if not w.done.done()], settle, self._granted
+                )
                 self._queue.extendleft(reversed(later))
                 if not calls:
                     continue
@@ -884,7 +905,7 @@ class _RedisBase(_t.Generic[_M, _D]):
                     error = None
                 except Exception as e:
                     replies, error = None, e
-                _settle_all(self._driver, sent, replies, error, settle)
+                self._granted = _settle_all(self._driver, sent, replies, error, settle)
                 sent = []
         except BaseException as e:  # cancelled (the loop is closing): nobody waits for ever
             for w in [*sent, *self._queue]:

@@ -340,6 +340,30 @@ fn reserve_keys_makes_room_up_front_and_keeps_it() {
     assert!(plain.memory_bytes() * 10 < room, "and frees it without reserve_keys ({} bytes)", plain.memory_bytes());
 }
 
+/// The room `reserve_keys` makes is room for the keys as hashing spreads
+/// them over the shards, not as an even split: 640 keys on 64 shards put
+/// 10 in a shard on average and over 15 (room for 10 at a load of 1/2 grows
+/// past 3/4) in some shard of almost every limiter. Twenty limiters, each
+/// with its own hash seed: none grows a table while its keys come.
+#[test]
+fn reserved_room_holds_the_keys_as_hashing_spreads_them() {
+    for limiter in 0..20 {
+        // Byte keys: `u64` keys counted up spread more evenly than chance.
+        let sized = TokenBucket::builder(Quota::new(3, 1.0).unwrap())
+            .clock(ManualClock::new())
+            .shards(64)
+            .reserve_keys(640)
+            .build()
+            .unwrap();
+        let room = sized.memory_bytes();
+        for k in 0..640 {
+            assert!(sized.allow(format!("user:{k}").as_bytes()).unwrap().allowed);
+        }
+        assert_eq!(sized.len(), 640);
+        assert_eq!(sized.memory_bytes(), room, "limiter {limiter}: a table grew before 640 keys came");
+    }
+}
+
 #[test]
 fn reserve_keys_above_max_keys_are_refused() {
     let e = TokenBucket::builder("5/s").max_keys(1_000).reserve_keys(1_001).build().unwrap_err();

@@ -172,7 +172,8 @@ pub struct ratomic_options {
     /// small and grow as keys come, moving every key about twice (most of
     /// an insert's time while a limiter fills). Given the number of keys a
     /// limiter will hold, it places them without growing, at the price of
-    /// allocating their slots (about 2 × `reserve_keys` of them) when it is
+    /// allocating their slots (2 × `reserve_keys` of them, more when few
+    /// keys fall to each shard: a margin for their chance spread) when it is
     /// built; the tables never shrink below it. At most `max_keys` (else
     /// `RATOMIC_INVALID_ARGUMENT`); a `shared_file` ignores it (its size is
     /// fixed by `max_keys`).

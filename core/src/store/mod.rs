@@ -156,6 +156,24 @@ fn at_target(keys: usize) -> usize {
     (keys * TARGET_LOAD.1).div_ceil(TARGET_LOAD.0).max(MIN_CAPACITY)
 }
 
+/// Each shard's first (and smallest) table when `reserve` keys are to come,
+/// spread over `shards` by their hashes (at most `per_shard` a shard: more
+/// are evicted, never placed). A shard gets `m = reserve / shards` of them on
+/// average but more or fewer by chance (a standard deviation of about
+/// `√m`), so its table holds `m + 7·√m` below [`MAX_LOAD`] — and at least
+/// `m` at [`TARGET_LOAD`]. Growing before `reserve` keys have come is then
+/// a 7-sigma event (under 10⁻¹¹ a shard); with room for `m` alone at 3/4 it
+/// was about 1.5-sigma short of that for small `m` (reserve 5,000 on 64
+/// shards: one store in 2,000 grew a table).
+fn reserved_capacity(reserve: usize, shards: usize, per_shard: usize) -> usize {
+    if reserve == 0 {
+        return MIN_CAPACITY;
+    }
+    let mean = reserve.div_ceil(shards);
+    let high = (mean + 7 * mean.isqrt() + 1).min(per_shard.max(mean));
+    at_target(mean).max((high * MAX_LOAD.1).div_ceil(MAX_LOAD.0) + 1)
+}
+
 /// `d` in nanoseconds, saturating.
 pub(crate) fn nanos_of(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -384,7 +402,7 @@ impl<S: StoredKey> Store<S> {
         // can take milliseconds) happens here, not in the first call.
         epoch::init();
         let count = options.shard_count();
-        let min_capacity = at_target(options.reserve_keys.div_ceil(count));
+        let min_capacity = reserved_capacity(options.reserve_keys, count, options.max_keys.div_ceil(count));
         let shards = (0..count)
             .map(|_| {
                 CachePadded::new(Shard {

@@ -127,7 +127,10 @@ pub struct Options {
     /// places them without growing its tables — growth moves every key
     /// about twice, most of an insert's time while a limiter fills — at the
     /// price of allocating their slots at once (two slots a key, as for the
-    /// keys it holds; see [`Options`]). The tables never shrink below it
+    /// keys it holds; see [`Options`]) — and a margin for the keys' chance
+    /// spread over the shards, so that no shard grows before its share has
+    /// come (up to 7·√ of a shard's share more; it shows only when a shard's
+    /// share is under about 200 keys). The tables never shrink below it
     /// (`gc` shrinks only what grew beyond). At most [`max_keys`](Self::max_keys);
     /// a [shared file](Self::shared_file) ignores it (its size is fixed by
     /// `max_keys`).

@@ -37,12 +37,19 @@
 //! the crash and what it grants after each conform on their own; tested:
 //! the exact bound fails and this one holds). The library does not detect
 //! the reset. The same bound, and the same loss, hold for a logged table
-//! whose server runs `synchronous_commit = off` (a crash loses the commits
-//! of up to three `wal_writer_delay`s; seen over-granting when the same
-//! test's server ran with it) or fails over to an asynchronous replica
-//! (what it had not received is lost): for exactness across a crash, keep
-//! the table logged and its commits durable. Choosing it on an existing
-//! table is `ALTER TABLE ratomic_v1_state SET UNLOGGED`.
+//! whose commits are not durable — `synchronous_commit = off` (a crash
+//! loses the commits of up to three `wal_writer_delay`s; seen
+//! over-granting when the same test's server ran with it) — or whose
+//! server fails over to an asynchronous replica (what it had not received
+//! is lost): for exactness across a crash, keep the table logged and its
+//! commits durable. The crate's client does the latter on its own sessions
+//! (a server default of `off` is raised to `local` there, unless
+//! `Options::unlogged`; tested: the crash test on a server running `off`
+//! stays exact); the Python and Node faces run on the caller's
+//! connections and change none of their settings — there, set it for the
+//! role (`ALTER ROLE app SET synchronous_commit = local`). Choosing
+//! `UNLOGGED` on an existing table is `ALTER TABLE ratomic_v1_state SET
+//! UNLOGGED`.
 
 /// The schema's source, with the table logged.
 pub const SOURCE: &str = include_str!("../sql/ratomic.sql");

@@ -20,21 +20,22 @@ const WARN_INTERVAL_MS = 60_000
  * its warnings have `code` and the text `messageOf(kind, what, more)`
  * (`what`: the error's message, `more`: how many were not written since the
  * last one, as a sentence's end, or ''), at most one a minute per kind.
+ * `now` reads the time in milliseconds (tests give their own).
  */
-function clientErrorWatcher(code, messageOf) {
+function clientErrorWatcher(code, messageOf, now = () => performance.now()) {
   const watched = new WeakSet()
   // Per kind: when it last warned, and how many it has not since.
   const warned = new Map()
 
   function warn(kind, err) {
-    const now = performance.now()
+    const at = now()
     const last = warned.get(kind)
-    if (last !== undefined && now - last.at < WARN_INTERVAL_MS) {
+    if (last !== undefined && at - last.at < WARN_INTERVAL_MS) {
       last.since++
       return
     }
     const more = last !== undefined && last.since > 0 ? ` (${last.since} more since the last warning)` : ''
-    warned.set(kind, { at: now, since: 0 })
+    warned.set(kind, { at, since: 0 })
     const what = String(err && err.message !== undefined ? err.message : err)
     process.emitWarning(messageOf(kind, what, more), { type: 'RatomicWarning', code })
   }
@@ -50,4 +51,4 @@ function clientErrorWatcher(code, messageOf) {
   }
 }
 
-module.exports = { clientErrorWatcher }
+module.exports = { clientErrorWatcher, WARN_INTERVAL_MS }

@@ -39,6 +39,7 @@ function spawnChild(script, env) {
 const warnings = []
 const userErrors = []
 const mine = (e) => userErrors.push(e.message)
+const reports = () => ({ warnings, userErrors })
 
 // (Child) Runs `main`, which builds its client and limiter and returns its
 // commands; answers the commands read on stdin (plus `reports`: the
@@ -47,7 +48,7 @@ const mine = (e) => userErrors.push(e.message)
 function runChild(main) {
   process.on('warning', (w) => warnings.push({ code: w.code, message: w.message }))
   const serve = async () => {
-    const commands = { ...(await main()), reports: async () => ({ warnings, userErrors }) }
+    const commands = { ...(await main()), reports: async () => reports() }
     for await (const line of readline.createInterface({ input: process.stdin })) {
       const reply = await commands[line]()
       process.stdout.write(JSON.stringify(reply) + '\n')
@@ -62,4 +63,4 @@ function runChild(main) {
   })
 }
 
-module.exports = { spawnChild, runChild, mine }
+module.exports = { spawnChild, runChild, mine, reports }

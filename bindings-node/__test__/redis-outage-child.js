@@ -6,18 +6,24 @@
 //
 //   KIND: node-redis | ioredis | node-redis-listener (the user's
 //   client.on('error') before the limiter) | node-redis-listener-later
-//   (after it)
-const { createClient } = require('redis')
+//   (after it) | node-redis-pool (a createClientPool of one connection,
+//   which re-emits its clients' 'error')
+const { createClient, createClientPool } = require('redis')
 const { Redis } = require('ioredis')
 const { RedisTokenBucket } = require('../redis')
 
 const { PORT: port, APP: app, KIND: kind } = process.env
-const { runChild, mine } = require('./outage-harness')
+const { runChild, mine, reports } = require('./outage-harness')
 
 async function main() {
   let client
   if (kind === 'ioredis') {
     client = new Redis({ port: Number(port), host: '127.0.0.1', lazyConnect: true })
+    await client.connect()
+  } else if (kind === 'node-redis-pool') {
+    // One connection, so that CLIENT SETNAME names the one the test kills.
+    const options = { url: `redis://127.0.0.1:${port}`, socket: { reconnectStrategy: () => 20 } }
+    client = createClientPool(options, { minimum: 1, maximum: 1 })
     await client.connect()
   } else {
     // A fixed, short wait between reconnects: the test waits for them.
@@ -34,7 +40,7 @@ async function main() {
   // Connections lost so far: counted, not polled, as a client may be back
   // before the test asks.
   let drops = 0
-  client.on(kind === 'ioredis' ? 'close' : 'reconnecting', () => drops++)
+  if (kind !== 'node-redis-pool') client.on(kind === 'ioredis' ? 'close' : 'reconnecting', () => drops++)
 
   return {
     async allow() {
@@ -42,13 +48,18 @@ async function main() {
       return { allowed: d.allowed, source: d.source }
     },
     // Waits until the client has seen its connection go.
+    // (A pool passes on no 'reconnecting': its re-emitted 'error', which
+    // ratomic's listener turns into a warning, is the sign.)
     async dropped() {
-      while (drops === 0) await new Promise((r) => setTimeout(r, 5))
+      const seen = () => (kind === 'node-redis-pool' ? reports().warnings.length > 0 : drops > 0)
+      while (!seen()) await new Promise((r) => setTimeout(r, 5))
       return {}
     },
-    // Waits until the client is connected again.
+    // Waits until the client is connected again (a pool: until its
+    // connection answers a PING, which waits out the reconnect).
     async ready() {
-      while (!isOpen()) await new Promise((r) => setTimeout(r, 5))
+      if (kind === 'node-redis-pool') await client.sendCommand(['PING'])
+      else while (!isOpen()) await new Promise((r) => setTimeout(r, 5))
       return {}
     },
     async quit() {

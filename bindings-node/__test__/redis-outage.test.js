@@ -90,6 +90,27 @@ for (const kind of ['node-redis', 'ioredis']) {
   })
 }
 
+test("node-redis createClientPool: it passes on its connection's 'error'; the process lives on and the next call reaches Redis", async () => {
+  const server = await startRedis()
+  const c = child('node-redis-pool', server.port)
+  try {
+    assert.deepEqual(await c.send('allow'), ok)
+    await killConnection(server.port, c.app)
+    await c.send('dropped')
+    await c.send('ready')
+    assert.deepEqual(await c.send('allow'), ok)
+    const { warnings, userErrors } = await c.send('reports')
+    assert.deepEqual(userErrors, [])
+    assert.equal(warnings[0].code, CODE)
+    assert.match(warnings[0].message, /Socket closed unexpectedly/)
+    await c.send('quit')
+    assert.deepEqual(await c.exited, { code: 0, signal: null })
+  } finally {
+    c.proc.kill('SIGKILL')
+    await server.stop()
+  }
+})
+
 for (const kind of ['node-redis-listener', 'node-redis-listener-later']) {
   const when = kind === 'node-redis-listener' ? 'before' : 'after'
   test(`a listener the user added to the node-redis client ${when} building the limiter gets the error, and ratomic says nothing`, async () => {

@@ -111,6 +111,19 @@ def test_calls_at_the_server_time_answer_from_postgres_then_the_deny_cache(conn,
     assert not pg.acquire("k", 1, timeout=0).allowed, "an hour's wait is past the timeout"
 
 
+def test_a_decision_raises_synchronous_commit_for_its_own_transaction_only(conn, prefix) -> None:
+    # The test cluster runs synchronous_commit = off (fast, not durable). The
+    # statements that take tokens commit durably there (local, for their own
+    # transaction: the crash test in postgres/tests/server.rs pins that
+    # nothing answered is lost) and leave the session's setting as it was.
+    show = lambda: conn.execute("SHOW synchronous_commit").fetchone()[0]  # noqa: E731
+    assert show() == "off"
+    pg = PostgresTokenBucket("5/h", client=conn, prefix=prefix)
+    assert pg.allow("k").allowed  # the plain upsert
+    assert pg.allow_at("j", 1.0).allowed  # ratomic_v1_call (a key of its own: an earlier time)
+    assert show() == "off"
+
+
 def test_bad_input_is_refused_before_any_statement(conn, prefix) -> None:
     pg = PostgresTokenBucket(3, 1.0, client=conn, prefix=prefix)
     with pytest.raises(ratomic.CostExceedsLimitError):

@@ -7,6 +7,16 @@
 -- but the one reading of clock_timestamp(). The arithmetic is the in-memory
 -- engine's (GCRA, fixed and sliding windows, several limits all or
 -- nothing), and the parity tests hold it to that engine on explicit times.
+--
+-- A decision answered is a decision kept: the statements that take tokens
+-- (ratomic_v1_call, ratomic_v1_lease, and the client's plain upsert) commit
+-- durably even where the server's default is synchronous_commit = off,
+-- which answers before the commit is flushed (a crash would lose decisions
+-- already answered, and the buckets come back fuller than they were). They
+-- raise it to local for their own transaction (set_config(..., true), as
+-- SET LOCAL: inside a caller's transaction, for that transaction), and
+-- leave any other setting as it is. A transaction that wrote no WAL (an
+-- UNLOGGED table's) is committed without a flush whatever the setting.
 
 CREATE /*UNLOGGED*/ TABLE IF NOT EXISTS ratomic_v1_state (
     prefix  text   NOT NULL,
@@ -61,6 +71,11 @@ DECLARE
     ok boolean; rem bigint; retry bigint; rst bigint; rem0 bigint; rst0 bigint;
     zero_rem bigint[]; zero_rst bigint[];
 BEGIN
+    -- Durable commits (see the note at the top): raised from off for this
+    -- transaction only, never lowered.
+    IF current_setting('synchronous_commit') = 'off' THEN
+        PERFORM set_config('synchronous_commit', 'local', true);
+    END IF;
     IF op IS NULL OR op NOT IN ('a', 'p', 'r', 'x') OR pfx IS NULL OR k IS NULL OR amount IS NULL OR amount < 0
        OR n = 0 OR cardinality(p1) <> n OR cardinality(p2) <> n THEN
         RAISE EXCEPTION 'ratomic_v1_call: bad arguments (op %, amount %, kinds %)', op, amount, kinds
@@ -313,6 +328,11 @@ DECLARE
     i int;
     t bigint; b bigint; tau bigint; tat bigint; d bigint; need bigint; aft bigint; spare bigint;
 BEGIN
+    -- Durable commits (see the note at the top): raised from off for this
+    -- transaction only, never lowered.
+    IF current_setting('synchronous_commit') = 'off' THEN
+        PERFORM set_config('synchronous_commit', 'local', true);
+    END IF;
     IF kinds IS NULL OR pfx IS NULL OR k IS NULL OR amount IS NULL OR amount < 0 OR size IS NULL OR size < 0 OR n = 0
        OR kinds IS DISTINCT FROM repeat('g', n) OR cardinality(p1) <> n OR cardinality(p2) <> n THEN
         RAISE EXCEPTION 'ratomic_v1_lease: bad arguments (amount %, size %, kinds %): only token buckets lease',

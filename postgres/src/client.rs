@@ -615,20 +615,7 @@ impl Inner {
         });
         let options = self.driver.options();
         let ms = options.timeout.as_millis().max(1);
-        // Durable commits on a logged table: a server whose default is
-        // `synchronous_commit = off` answers before the commit is on disk,
-        // and a crash then loses decisions it answered — the buckets come
-        // back fuller than they were (one burst per key per crash more, as
-        // an emptied UNLOGGED table grants). Raised to `local` (the commit
-        // flushed here, no wait for replicas) on this session only, never
-        // lowered: a server set to `on` or `remote_apply` keeps its own.
-        let durable = if options.unlogged {
-            ""
-        } else {
-            "; SELECT set_config('synchronous_commit', 'local', false) \
-             WHERE current_setting('synchronous_commit') = 'off'"
-        };
-        client.batch_execute(&format!("SET statement_timeout = {ms}{durable}")).await.map_err(map_err)?;
+        client.batch_execute(&format!("SET statement_timeout = {ms}")).await.map_err(map_err)?;
         if migrate {
             client.batch_execute(&schema::migration(options.unlogged)).await.map_err(map_err)?;
         }

@@ -94,11 +94,7 @@ pub struct Options {
     /// connects (default true; see [`schema`](crate::schema)).
     pub migrate: bool,
     /// Whether that migration makes the table `UNLOGGED` (default false;
-    /// see [`schema`](crate::schema) for the trade). While it is false, the
-    /// crate's client also keeps its own commits durable: on a server whose
-    /// default is `synchronous_commit = off` (a crash loses commits it
-    /// already answered) its sessions run with `local`; a stronger setting
-    /// is left as it is.
+    /// see [`schema`](crate::schema) for the trade).
     pub unlogged: bool,
     /// Whether calls lease tokens, so that most of a hot key's calls are
     /// answered in memory (default [`Lease::Off`]; [`Lease::Auto`] leases

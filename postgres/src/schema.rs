@@ -42,14 +42,14 @@
 //! over-granting when the same test's server ran with it) — or whose
 //! server fails over to an asynchronous replica (what it had not received
 //! is lost): for exactness across a crash, keep the table logged and its
-//! commits durable. The crate's client does the latter on its own sessions
-//! (a server default of `off` is raised to `local` there, unless
-//! `Options::unlogged`; tested: the crash test on a server running `off`
-//! stays exact); the Python and Node faces run on the caller's
-//! connections and change none of their settings — there, set it for the
-//! role (`ALTER ROLE app SET synchronous_commit = local`). Choosing
-//! `UNLOGGED` on an existing table is `ALTER TABLE ratomic_v1_state SET
-//! UNLOGGED`.
+//! commits durable. The statements that take tokens see to the latter in
+//! every face: where the server's default is `off`, they raise it to
+//! `local` for their own transaction (as `SET LOCAL`; inside a caller's
+//! transaction, for that transaction) and leave any other setting alone
+//! (tested: the crash test on a server running `off` stays exact; an
+//! UNLOGGED table's transactions write no WAL and are never flushed, so it
+//! costs them nothing). Choosing `UNLOGGED` on an existing table is `ALTER
+//! TABLE ratomic_v1_state SET UNLOGGED`.
 
 /// The schema's source, with the table logged.
 pub const SOURCE: &str = include_str!("../sql/ratomic.sql");
@@ -110,6 +110,10 @@ pub const ALLOW: &str = concat!(
     allow_now!(),
     " + $4::bigint * $5::bigint ",
     "WHERE $4::bigint >= 1 AND $4::bigint <= $6::bigint AND $5::bigint >= 1 ",
+    // Durable commits (see the schema's source): off is raised to local for
+    // this statement's transaction; any other setting is left as it is.
+    "AND (current_setting('synchronous_commit') <> 'off' ",
+    "OR set_config('synchronous_commit', 'local', true) IS NOT NULL) ",
     "ON CONFLICT (prefix, key) DO UPDATE SET kinds = 'g', ",
     "state = ARRAY[greatest(CASE WHEN s.kinds = 'g' THEN s.state[1] ELSE 0 END, ",
     allow_now!(),

@@ -1251,9 +1251,9 @@ fn leases_across_a_postgres_restart_never_over_grant() {
 /// The same on a server whose commits are not durable by default
 /// (`synchronous_commit = off`: it answers before the commit is flushed, and
 /// a crash loses up to three `wal_writer_delay`s of answered decisions — the
-/// buckets come back fuller than they were). The crate's client raises it to
-/// `local` on its own sessions, so the run stays exact; without that it was
-/// seen over-granting here.
+/// buckets come back fuller than they were). The statements that take
+/// tokens raise it to `local` for their own transactions, so the run stays
+/// exact; without that it was seen over-granting here.
 #[test]
 fn leases_across_a_crash_of_a_server_without_durable_commits_never_over_grant() {
     let server = support::Server::start_with("-c synchronous_commit=off");

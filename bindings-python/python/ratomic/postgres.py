@@ -480,9 +480,11 @@ class _PostgresBase:
         if me is None:
             try:
                 value, kind = self._call_outcome(step)
+                # Finished before its slot goes on: a failure has opened the
+                # breaker by the time the calls waiting are looked at.
+                return self._driver.finish(step, value, kind)
             finally:
                 self._release()
-            return self._driver.finish(step, value, kind)
         if me.lead:
             with self._lock:
                 batch = [me, *(self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH - 1)))]
@@ -521,6 +523,12 @@ class _PostgresBase:
         one statement and answers every call in it, whatever happens."""
         answers: Sequence[object] = []
         try:
+            # The breaker opened while they waited (a statement out failed):
+            # the policy answers them now, not another wait on a dead server.
+            early = self._driver.answer_if_open([w.call for w in batch])
+            if early is not None:
+                answers = early
+                return
             b = self._driver.coalesce([w.call for w in batch])
             try:
                 value, kind = self._outcome(self._driver.many_statement, b.params)
@@ -573,13 +581,17 @@ class _PostgresBase:
                 batch = [w for w in taken if not w.done.done()]  # a cancelled caller needs no decision
                 if not batch:
                     continue
-                b = self._driver.coalesce([w.call for w in batch])
-                try:
-                    value, kind = await self._aoutcome(self._driver.many_statement, b.params)
-                except Exception as e:  # not a backend failure: every caller's
-                    answers: Sequence[object] = [e] * len(batch)
+                early = self._driver.answer_if_open([w.call for w in batch])  # see _send_waiting
+                if early is not None:
+                    answers: Sequence[object] = early
                 else:
-                    answers = self._driver.finish_coalesced(b, value, kind)
+                    b = self._driver.coalesce([w.call for w in batch])
+                    try:
+                        value, kind = await self._aoutcome(self._driver.many_statement, b.params)
+                    except Exception as e:  # not a backend failure: every caller's
+                        answers = [e] * len(batch)
+                    else:
+                        answers = self._driver.finish_coalesced(b, value, kind)
                 for w, answer in zip(batch, answers):
                     w.resolve(answer)
                 batch = []

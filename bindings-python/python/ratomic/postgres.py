@@ -22,7 +22,10 @@ use in production: it replaces a connection that dies (a server restart,
 ``pg_terminate_backend``), while a single connection does not reconnect —
 every call on it answers by ``on_error`` from then on, and its
 :class:`BackendError` (and a warning on the ``ratomic.postgres`` logger,
-once per limiter) says so. With a
+once per limiter) says so. While the server cannot be reached, a call on
+a pool waits for a connection up to the pool's ``timeout`` (psycopg_pool's
+default: 30 s) before ``on_error`` answers it: give the pool the
+``timeout`` a decision may cost. With a
 ``psycopg.AsyncConnection`` or a ``psycopg_pool.AsyncConnectionPool`` the
 methods are coroutines (``await limiter.allow(key)``). The classes answer
 with the same :class:`~ratomic.Decision` / :class:`~ratomic.MultiDecision`
@@ -44,7 +47,8 @@ limiter's first waiting thread sends them; an asyncio limiter's, a task of
 its own. A call that finds a statement free goes at once, alone, as it
 would without this; peeks, the ``*_at`` forms, lease asks, refunds, resets
 and :meth:`allow_many` never wait. When the statement fails or times out,
-the failure policy answers each of its calls; a cancelled task or an
+the failure policy answers each of its calls, and, if that opened the
+circuit breaker, the calls still waiting (not sent); a cancelled task or an
 interrupted thread leaves the others answered. A ``max_in_flight`` above the
 calls you make at once turns it off.
 

@@ -43,6 +43,9 @@ redis_install
 pg_install
 pg_start "$(pg_free_port)"
 export RATOMIC_POSTGRES_URL=$PG_URL
+# tests/test_postgres_restart.py crashes and restarts a cluster of its own
+# (tests/postgres_cluster.py): these binaries, as this user.
+export RATOMIC_PG_BIN=$pg_bin RATOMIC_PG_USER=$pg_user
 
 echo "==> fresh venv in $venv ($("$python" --version))"
 rm -rf "$venv" "$wheels"

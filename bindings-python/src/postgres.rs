@@ -517,6 +517,23 @@ impl PostgresDriver {
         self.wrap_batch(py, batch)
     }
 
+    /// The failure policy's answers (as `finish_coalesced` gives them) to
+    /// calls that waited while this limiter's statements were out, if the
+    /// circuit breaker opened meanwhile: then they are not sent. None: send
+    /// them (`coalesce`).
+    fn answer_if_open(&self, py: Python<'_>, calls: Vec<Bound<'_, PostgresCall>>) -> PyResult<Option<Vec<Py<PyAny>>>> {
+        let calls: Vec<Call> = calls.iter().map(|c| c.get().call.clone()).collect();
+        let Some(answers) = self.driver.answer_if_open(&calls) else { return Ok(None) };
+        answers
+            .into_iter()
+            .map(|r| match r {
+                Ok(d) => self.answer(py, &d),
+                Err(e) => Ok(pg_error(py, e, None).into_value(py).into_any()),
+            })
+            .collect::<PyResult<Vec<_>>>()
+            .map(Some)
+    }
+
     /// Ends a `coalesce`d batch with the row's value, or (`kind` given) the
     /// client's failure: per call, in order, its decision as `finish` would
     /// give it (the policy's, on a failure), or the exception `finish`

@@ -619,6 +619,23 @@ impl Driver {
         Ok(Batch { calls, at_us: None, started: Instant::now() })
     }
 
+    /// The failure policy's answers to calls that waited to be coalesced,
+    /// if the circuit breaker opened while they waited (a statement out
+    /// meanwhile failed: the server crashed, say): they are not sent, as a
+    /// call begun now would not be, rather than each waiting out another
+    /// timeout on a server known to be down. `None`: the breaker is closed,
+    /// [`coalesce`](Self::coalesce) and send them. Under
+    /// [`FailurePolicy::ReturnError`] each answer is the error, as
+    /// [`begin`](Self::begin)'s while the breaker is open.
+    pub fn answer_if_open(&self, calls: &[Call]) -> Option<Vec<Result<MultiDecision>>> {
+        if !self.breaker.is_open() {
+            return None;
+        }
+        let e = Error::Connection("the circuit breaker is open".into());
+        // Coalescible calls ask no lease: nothing to tell the leases.
+        Some(calls.iter().map(|c| self.on_failure(e.clone(), c)).collect())
+    }
+
     /// Ends a batch made by [`coalesce`](Self::coalesce): each call's
     /// answer, in order, exactly as [`finish`](Self::finish) would give it
     /// for that call with its part of the reply (each decision goes to the
@@ -768,6 +785,30 @@ mod tests {
         assert!(!d.breaker_open(), "threshold 0: no breaker");
         let call = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
         assert!(matches!(d.finish(&call, Ok(vec![1, 2])), Err(Error::Reply(_))), "an undecodable reply is a failure");
+    }
+
+    #[test]
+    fn calls_that_waited_while_the_breaker_opened_are_answered_without_a_statement() {
+        let d = driver(FailurePolicy::FailClosed { retry_after: Duration::from_secs(3) }, 1);
+        let out = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        let waiting: Vec<Call> = (0..3).map(|_| send(d.begin(Op::Allow, b"k", 1, None).unwrap())).collect();
+        assert!(d.answer_if_open(&waiting).is_none(), "a closed breaker: send them");
+        let a = d.finish(&out, Err(Error::Connection("server closed the connection".into()))).unwrap();
+        assert_eq!(a.source, Source::Policy);
+        assert!(d.breaker_open());
+        let answers = d.answer_if_open(&waiting).expect("the breaker opened while they waited");
+        assert_eq!(answers.len(), 3);
+        for a in answers {
+            let a = a.unwrap();
+            assert!(!a.allowed() && a.source == Source::Policy);
+            assert_eq!(a.decision.retry_after, Duration::from_secs(3));
+        }
+        let d = driver(FailurePolicy::ReturnError, 1);
+        let out = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
+        let waiting = vec![send(d.begin(Op::Allow, b"k", 1, None).unwrap())];
+        let _ = d.finish(&out, Err(Error::Timeout));
+        let answers = d.answer_if_open(&waiting).expect("open");
+        assert!(matches!(answers[0], Err(Error::Connection(_))), "{answers:?}");
     }
 
     #[test]

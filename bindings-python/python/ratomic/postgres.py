@@ -22,7 +22,10 @@ use in production: it replaces a connection that dies (a server restart,
 ``pg_terminate_backend``), while a single connection does not reconnect —
 every call on it answers by ``on_error`` from then on, and its
 :class:`BackendError` (and a warning on the ``ratomic.postgres`` logger,
-once per limiter) says so. With a
+once per limiter) says so. While the server cannot be reached, a call on
+a pool waits for a connection up to the pool's ``timeout`` (psycopg_pool's
+default: 30 s) before ``on_error`` answers it: give the pool the
+``timeout`` a decision may cost. With a
 ``psycopg.AsyncConnection`` or a ``psycopg_pool.AsyncConnectionPool`` the
 methods are coroutines (``await limiter.allow(key)``). The classes answer
 with the same :class:`~ratomic.Decision` / :class:`~ratomic.MultiDecision`
@@ -44,7 +47,8 @@ limiter's first waiting thread sends them; an asyncio limiter's, a task of
 its own. A call that finds a statement free goes at once, alone, as it
 would without this; peeks, the ``*_at`` forms, lease asks, refunds, resets
 and :meth:`allow_many` never wait. When the statement fails or times out,
-the failure policy answers each of its calls; a cancelled task or an
+the failure policy answers each of its calls, and, if that opened the
+circuit breaker, the calls still waiting (not sent); a cancelled task or an
 interrupted thread leaves the others answered. A ``max_in_flight`` above the
 calls you make at once turns it off.
 
@@ -480,9 +484,11 @@ class _PostgresBase:
         if me is None:
             try:
                 value, kind = self._call_outcome(step)
+                # Finished before its slot goes on: a failure has opened the
+                # breaker by the time the calls waiting are looked at.
+                return self._driver.finish(step, value, kind)
             finally:
                 self._release()
-            return self._driver.finish(step, value, kind)
         if me.lead:
             with self._lock:
                 batch = [me, *(self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH - 1)))]
@@ -521,6 +527,12 @@ class _PostgresBase:
         one statement and answers every call in it, whatever happens."""
         answers: Sequence[object] = []
         try:
+            # The breaker opened while they waited (a statement out failed):
+            # the policy answers them now, not another wait on a dead server.
+            early = self._driver.answer_if_open([w.call for w in batch])
+            if early is not None:
+                answers = early
+                return
             b = self._driver.coalesce([w.call for w in batch])
             try:
                 value, kind = self._outcome(self._driver.many_statement, b.params)
@@ -573,13 +585,17 @@ class _PostgresBase:
                 batch = [w for w in taken if not w.done.done()]  # a cancelled caller needs no decision
                 if not batch:
                     continue
-                b = self._driver.coalesce([w.call for w in batch])
-                try:
-                    value, kind = await self._aoutcome(self._driver.many_statement, b.params)
-                except Exception as e:  # not a backend failure: every caller's
-                    answers: Sequence[object] = [e] * len(batch)
+                early = self._driver.answer_if_open([w.call for w in batch])  # see _send_waiting
+                if early is not None:
+                    answers: Sequence[object] = early
                 else:
-                    answers = self._driver.finish_coalesced(b, value, kind)
+                    b = self._driver.coalesce([w.call for w in batch])
+                    try:
+                        value, kind = await self._aoutcome(self._driver.many_statement, b.params)
+                    except Exception as e:  # not a backend failure: every caller's
+                        answers = [e] * len(batch)
+                    else:
+                        answers = self._driver.finish_coalesced(b, value, kind)
                 for w, answer in zip(batch, answers):
                     w.resolve(answer)
                 batch = []

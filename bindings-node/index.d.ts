@@ -278,6 +278,15 @@ export declare class NativePostgres {
    */
   coalesce(ids: Array<number>): NativePostgresBatch
   /**
+   * The failure policy's answers to calls that waited while this
+   * limiter's statements were out (their ids), if the circuit breaker
+   * opened meanwhile (a statement out failed: the server crashed, say):
+   * then they are not sent, as a call begun now would not be, and their
+   * ids are done with; each answer as `finishCoalesced` gives it. `null`:
+   * the breaker is closed, `coalesce` and send them.
+   */
+  answerIfOpen(ids: Array<number>): Array<Array<number> | string> | null
+  /**
    * Ends a `coalesce`d batch with the row's value or how the statement
    * failed: per call, in order, its answer (`[source, ...decision]`) or,
    * when the failure policy raises, the error's message.

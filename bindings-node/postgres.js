@@ -311,9 +311,17 @@ class PostgresBase {
       const waiting = this.#queue.splice(0, MAX_BATCH)
       this.#inFlight++
       try {
-        const batch = this.#native.coalesce(waiting.map((w) => w.id))
-        const { reply, failed, cause } = await attempt(this.#client, this.#native.manyStatement, batch.params)
-        const out = this.#native.finishCoalesced(batch, reply, failed)
+        const ids = waiting.map((w) => w.id)
+        // The breaker opened while they waited (a statement out failed):
+        // the policy answers them now, not another wait on a dead server.
+        let out = this.#native.answerIfOpen(ids)
+        let cause
+        if (out === null) {
+          const batch = this.#native.coalesce(ids)
+          const sent = await attempt(this.#client, this.#native.manyStatement, batch.params)
+          cause = sent.cause
+          out = this.#native.finishCoalesced(batch, sent.reply, sent.failed)
+        }
         for (let i = 0; i < waiting.length; i++) {
           const r = out[i]
           if (typeof r === 'string') waiting[i].reject(backendError(r, cause))

@@ -143,3 +143,54 @@ test('one listener per client, added once a limiter is built (not by a construct
     await theirs.end()
   }
 })
+
+// Polls `ready` (a state another session reaches) for at most a minute.
+async function waitUntil(what, ready) {
+  for (let i = 0; i < 1200; i++) {
+    if (await ready()) return
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  assert.fail(`never: ${what}`)
+}
+
+test("calls waiting behind a statement whose connection dies are answered by the breaker it opened, not sent", async () => {
+  // One statement out (maxInFlight 1), blocked on a row lock another
+  // session holds; three allows wait to share the next. Its connection dies
+  // (pg_terminate_backend of that backend only), which opens the breaker
+  // (breakerThreshold 1): the three are answered by the policy then, as a
+  // call made then would be, instead of being sent (on a crashed server
+  // each would wait out another timeout; here the Pool's other connection
+  // would carry them and the lock is gone, so the server would grant them).
+  const app = 'ratomic-breaker-' + Math.random().toString(16).slice(2, 10)
+  const pool = new Pool({ connectionString: url, max: 2, application_name: app })
+  pool.on('error', () => {}) // the terminated connection's: expected
+  // The lock's own connection (admin's one is for watching).
+  const lockPool = new Pool({ connectionString: url, max: 1 })
+  const locker = await lockPool.connect()
+  const waits = async () =>
+    (await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", [app])).rows[0].n
+  try {
+    const pg = new PostgresTokenBucket('100/h', { client: pool, prefix: app, onError: 'deny', breakerThreshold: 1, denyCache: 0, maxInFlight: 1 })
+    assert.equal((await pg.allow('k')).source, 'postgres')
+    await locker.query('BEGIN')
+    await locker.query('SELECT 1 FROM ratomic_v1_state WHERE prefix = $1 FOR UPDATE', [app])
+    const first = pg.allow('k')
+    await waitUntil('the first statement waits for the lock', async () => (await waits()) === 1)
+    const rest = [pg.allow('k'), pg.allow('k'), pg.allow('k')]
+    const { rows } = await admin.query(
+      "SELECT count(*) FILTER (WHERE t)::int AS n FROM (SELECT pg_terminate_backend(pid) AS t FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock') s",
+      [app]
+    )
+    assert.equal(rows[0].n, 1)
+    const d0 = await first
+    await locker.query('ROLLBACK') // the lock goes: a statement sent now would be answered
+    assert.deepEqual([d0.allowed, d0.source], [false, 'policy'])
+    for (const d of await Promise.all(rest)) assert.deepEqual([d.allowed, d.source], [false, 'policy'])
+    const check = new PostgresTokenBucket('100/h', { client: admin, prefix: app })
+    assert.equal((await check.peek('k', 0)).remaining, 99, 'none of them reached the server')
+  } finally {
+    locker.release()
+    await lockPool.end()
+    await pool.end()
+  }
+})

@@ -192,6 +192,17 @@ impl Pending {
         }
     }
 
+    /// A copy of call `id`, left in flight.
+    fn get(&self, id: u32) -> Res<Call> {
+        match self.calls.get(id as usize).and_then(Option::as_ref) {
+            Some(call) => Ok(call.clone()),
+            None => Err(JsFailure::type_error(
+                "ERR_RATOMIC_INVALID_ARGUMENT",
+                format!("no call {id} in flight: each call begun is finished once"),
+            )),
+        }
+    }
+
     fn take(&mut self, id: u32) -> Res<Call> {
         match self.calls.get_mut(id as usize).and_then(Option::take) {
             Some(call) => {
@@ -642,6 +653,41 @@ impl NativePostgres {
             let b = self.driver.coalesce(calls).map_err(failure)?;
             let params = self.many_params(&b);
             Ok(NativePostgresBatch { batch: b, params })
+        };
+        run().map_err(|e| e.into_napi(&env))
+    }
+
+    /// The failure policy's answers to calls that waited while this
+    /// limiter's statements were out (their ids), if the circuit breaker
+    /// opened meanwhile (a statement out failed: the server crashed, say):
+    /// then they are not sent, as a call begun now would not be, and their
+    /// ids are done with; each answer as `finishCoalesced` gives it. `null`:
+    /// the breaker is closed, `coalesce` and send them.
+    #[napi]
+    #[allow(clippy::type_complexity)] // napi's typings need the type spelt out, not an alias
+    pub fn answer_if_open(&self, env: Env, ids: Vec<u32>) -> Result<Option<Vec<Either<Vec<f64>, String>>>> {
+        let run = || -> Res<_> {
+            if !self.driver.breaker_open() {
+                return Ok(None);
+            }
+            let calls = {
+                let pending = self.pending();
+                ids.iter().map(|&id| pending.get(id)).collect::<Res<Vec<_>>>()?
+            };
+            let Some(answers) = self.driver.answer_if_open(&calls) else { return Ok(None) };
+            let mut pending = self.pending();
+            for &id in &ids {
+                pending.take(id)?;
+            }
+            Ok(Some(
+                answers
+                    .into_iter()
+                    .map(|r| match r {
+                        Ok(d) => Either::A(self.answer(&[d])),
+                        Err(e) => Either::B(e.to_string()),
+                    })
+                    .collect(),
+            ))
         };
         run().map_err(|e| e.into_napi(&env))
     }

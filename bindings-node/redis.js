@@ -478,7 +478,7 @@ class RedisBase {
     const send = []
     const later = []
     const leasing = new Set()
-    const progressed = this.#granted
+    const progressed = new Set(this.#granted)
     for (const w of batch) {
       const k = keyId(w.rkey)
       if (w.lease > 0) {

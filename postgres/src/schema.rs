@@ -46,10 +46,11 @@
 //! every face: where the server's default is `off`, they raise it to
 //! `local` for their own transaction (as `SET LOCAL`; inside a caller's
 //! transaction, for that transaction) and leave any other setting alone
-//! (tested: the crash test on a server running `off` stays exact; an
-//! UNLOGGED table's transactions write no WAL and are never flushed, so it
-//! costs them nothing). Choosing `UNLOGGED` on an existing table is `ALTER
-//! TABLE ratomic_v1_state SET UNLOGGED`.
+//! (tested: the crash test on a server running `off` stays exact). On an
+//! UNLOGGED table it changes nothing: PostgreSQL commits a transaction
+//! that wrote no WAL without a flush, whatever the setting. Choosing
+//! `UNLOGGED` on an existing table is `ALTER TABLE ratomic_v1_state SET
+//! UNLOGGED`.
 
 /// The schema's source, with the table logged.
 pub const SOURCE: &str = include_str!("../sql/ratomic.sql");

@@ -355,7 +355,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
 
     /// Sends the waiting decisions, a batch at a time, until none is left.
     async fn drain(self) {
-        // Keys whose lease call in the previous round was granted: the
+        // Keys whose lease call in the last round that sent calls was granted: the
         // key's leases are still answering calls, even one that brought no
         // tokens beyond its own (the last of a bucket): its waiters are
         // held for the next one (or the deny cache answers them), not sent
@@ -376,7 +376,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
             let mut later = Vec::new();
             let mut leasing: HashSet<Vec<u8>> = HashSet::new();
             // Keys a lease answered a call of, in this round or the last.
-            let mut progressed = std::mem::take(&mut granted);
+            let mut progressed = granted.clone();
             // Tokens waiting per key: a lease asked for one of them is sized
             // to answer the others.
             let mut demand: HashMap<&[u8], u64> = HashMap::new();
@@ -430,6 +430,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLimiter<C> {
                 continue;
             }
             let replies = self.timed(self.pipeline(&calls)).await;
+            granted.clear();
             for (i, (call, tx)) in calls.iter().zip(txs).enumerate() {
                 let reply = match &replies {
                     Ok(rs) => rs.get(i).cloned().ok_or_else(|| Error::Reply("a batch call got no reply".into())),

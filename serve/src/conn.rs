@@ -12,6 +12,8 @@
 //!   (the server's `SETTINGS_MAX_CONCURRENT_STREAMS`).
 //! - Every accepted socket gets `TCP_NODELAY`: a decision is a small
 //!   reply, not to be held back for the next one.
+//! - HTTP/2 connections survive h2's graceful shutdown whatever the client
+//!   sends after the GOAWAY ([`crate::goaway`]).
 
 use std::future::Future;
 use std::io;
@@ -29,6 +31,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::goaway::Guarded;
 use crate::metrics::{Listener, Metrics};
 
 /// The bound on one listener's open connections.
@@ -67,7 +70,7 @@ impl Gate {
                     let _ = stream.set_nodelay(true);
                     self.metrics.connection_opened(self.listener);
                     return Counted {
-                        io: stream,
+                        io: Guarded::new(stream),
                         _open: Open { _permit: permit, listener: self.listener, metrics: self.metrics.clone() },
                     };
                 }
@@ -106,7 +109,7 @@ impl Drop for Open {
 /// An accepted connection, counted while it is open.
 #[derive(Debug)]
 pub struct Counted {
-    io: TcpStream,
+    io: Guarded<TcpStream>,
     _open: Open,
 }
 
@@ -146,7 +149,7 @@ impl tonic::transport::server::Connected for Counted {
     type ConnectInfo = <TcpStream as tonic::transport::server::Connected>::ConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
+        self.io.get_ref().connect_info()
     }
 }
 

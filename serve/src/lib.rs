@@ -22,6 +22,7 @@
 pub mod config;
 pub mod conn;
 pub mod engine;
+pub mod goaway;
 pub mod grpc;
 pub mod http;
 pub mod limiters;

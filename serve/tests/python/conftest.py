@@ -3,7 +3,8 @@
 The binary is $RATOMIC_BIN (run-tests.sh builds it). Each server listens on
 127.0.0.1 port 0 and the tests read the port from its log, so no port is
 guessed. Waits are on the server's log lines (bounded by a generous
-deadline), never on the clock.
+deadline), never on the clock. RATOMIC_TEST_LOG sets the servers' log filter
+(`info` by default; `info,h2=debug` shows every HTTP/2 frame).
 """
 
 import os
@@ -54,7 +55,7 @@ class Server:
             [os.environ["RATOMIC_BIN"], "serve", "--config", str(self.config), "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", *self.flags],
             stdout=self.log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "RATOMIC_LOG": "info"},
+            env={**os.environ, "RATOMIC_LOG": os.environ.get("RATOMIC_TEST_LOG", "info")},
         )
         m = self.wait_for(r"listening grpc=(\S+) http=(\S+)")
         self.addr = m.group(1)

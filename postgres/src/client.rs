@@ -374,8 +374,11 @@ impl PostgresLimiter {
                 // meanwhile go together.
                 let turn = Turn(Some(self.inner.clone()));
                 let reply = self.timed(self.inner.query(&call)).await;
+                // The reply goes to the breaker before the turn passes on:
+                // a failure that opens it answers the waiting calls too.
+                let answer = self.inner.driver.finish(&call, reply);
                 drop(turn);
-                self.inner.driver.finish(&call, reply)
+                answer
             }
             Some(rx) => match rx.await {
                 Ok(answer) => answer,
@@ -473,13 +476,22 @@ async fn drain(mut turn: Drain) {
             answer(&inner, calls, txs, Err(Error::Timeout));
         }
         let Some(due) = taken.iter().map(|w| w.due).min() else { continue };
-        if taken.len() == 1 {
-            let w = taken.into_iter().next().expect("one");
-            let reply = inner.until(due, inner.query(&w.call)).await;
-            drop(w.tx.send(inner.driver.finish(&w.call, reply)));
+        let (mut calls, mut txs): (Vec<Call>, Vec<_>) = taken.into_iter().map(|w| (w.call, w.tx)).unzip();
+        // The statement they waited for failed and opened the breaker: the
+        // server is down, and calls begun now are answered by the policy at
+        // once. So are these, rather than each waiting out its timeout.
+        if let Some(answers) = inner.driver.answer_if_open(&calls) {
+            for (tx, answer) in txs.into_iter().zip(answers) {
+                drop(tx.send(answer));
+            }
             continue;
         }
-        let (calls, txs): (Vec<Call>, Vec<_>) = taken.into_iter().map(|w| (w.call, w.tx)).unzip();
+        if calls.len() == 1 {
+            let (call, tx) = (calls.remove(0), txs.remove(0));
+            let reply = inner.until(due, inner.query(&call)).await;
+            drop(tx.send(inner.driver.finish(&call, reply)));
+            continue;
+        }
         match inner.driver.coalesce(calls) {
             Ok(batch) => {
                 let reply = inner.until(due, inner.query_many(&batch)).await;

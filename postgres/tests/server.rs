@@ -604,6 +604,74 @@ fn calls_waiting_for_a_failed_batch_are_answered_by_the_policy() {
     });
 }
 
+/// The statement out fails and opens the breaker (the server died, say)
+/// while calls wait to go after it: they are answered by the policy, as a
+/// call begun then would be, and none is sent to wait out its own timeout.
+#[test]
+fn calls_waiting_when_the_breaker_opens_are_answered_without_a_statement() {
+    let name = support::prefix("waitopen").replace(':', "_");
+    let url = format!("{}?application_name={name}", support::url());
+    let options = Options {
+        policy: FailurePolicy::FailClosed { retry_after: Duration::from_secs(3) },
+        connections: 1,
+        breaker_threshold: 1,
+        breaker_cooldown: Duration::from_secs(600),
+        timeout: Duration::from_secs(60),
+        ..options()
+    };
+    let limits = Limits::single(Rule::parse("5/h").unwrap()).unwrap().with_prefix(name.clone()).unwrap();
+    // One thread: the waiting calls have all run to their wait before the
+    // test's own next statement is answered.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let l = PostgresLimiter::connect(&url, limits, options).await.unwrap();
+        assert_eq!(l.allow("k").await.unwrap().decision.remaining, 4);
+        let mut c = support::plain(&support::url()).await;
+        let tx = c.transaction().await.unwrap();
+        tx.execute("SELECT 1 FROM ratomic_v1_state WHERE prefix = $1 FOR UPDATE", &[&name]).await.unwrap();
+        let stuck = {
+            let l = l.clone();
+            tokio::spawn(async move { l.allow("k").await.unwrap() })
+        };
+        let watch = support::plain(&support::url()).await;
+        let blocked = "SELECT pid FROM pg_stat_activity
+                       WHERE application_name = $1 AND state = 'active' AND wait_event_type = 'Lock'";
+        let pid: i32 = loop {
+            if let Some(row) = watch.query_opt(blocked, &[&name]).await.unwrap() {
+                break row.get(0);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let waiting: Vec<_> = (0..19)
+            .map(|_| {
+                let l = l.clone();
+                tokio::spawn(async move { l.allow("k").await.unwrap() })
+            })
+            .collect();
+        watch.execute("SELECT 1", &[]).await.unwrap(); // they all wait now
+        watch.execute("SELECT pg_terminate_backend($1)", &[&pid]).await.unwrap();
+        let d = stuck.await.unwrap();
+        assert!(!d.allowed() && d.source == Source::Policy, "{d:?}");
+        assert!(l.breaker_open());
+        // Until every waiting call is answered, no statement of theirs may
+        // reach the row lock (without the breaker's answer the 19 went as one
+        // batch and waited there for their 60 s).
+        while !waiting.iter().all(|w| w.is_finished()) {
+            for row in watch.query(blocked, &[&name]).await.unwrap() {
+                let other: i32 = row.get(0);
+                assert_eq!(other, pid, "a waiting call was sent to the server after the breaker opened");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for w in waiting {
+            let d = w.await.unwrap();
+            assert!(!d.allowed() && d.source == Source::Policy, "{d:?}");
+            assert_eq!(d.decision.retry_after, Duration::from_secs(3));
+        }
+        tx.commit().await.unwrap();
+    });
+}
+
 /// The call whose statement is out is dropped while others wait for it
 /// (its caller gave up): the others still go, in one batch, and are
 /// answered.

@@ -97,11 +97,10 @@ pub struct Guarded<IO> {
     outbound: Outbound,
     out_header: [u8; HEADER],
     out_payload: [u8; 8],
-    /// A GOAWAY was written.
-    going_away: bool,
     /// The payload of the PING written after a GOAWAY.
     shutdown_ping: Option<[u8; 8]>,
-    /// Streams above this are not served: WINDOW_UPDATEs for them go.
+    /// Streams above this are not served: WINDOW_UPDATEs for them go. Set
+    /// by the first GOAWAY written (so `Some` once the server goes away).
     bound: Option<u32>,
 }
 
@@ -119,7 +118,6 @@ impl<IO> Guarded<IO> {
             outbound: Outbound::Header(0),
             out_header: [0; HEADER],
             out_payload: [0; 8],
-            going_away: false,
             shutdown_ping: None,
             bound: None,
         }
@@ -164,10 +162,10 @@ impl<IO> Guarded<IO> {
                     bytes = &bytes[k..];
                     if want > 0 && seen < want && seen + take == want {
                         if kind == GOAWAY {
-                            self.going_away = true;
                             let id = &self.out_payload[..4];
                             self.lower_bound(u32::from_be_bytes([id[0], id[1], id[2], id[3]]) & 0x7fff_ffff);
-                        } else if self.going_away {
+                        } else if self.bound.is_some() {
+                            // A PING after a GOAWAY (which set the bound).
                             self.shutdown_ping = Some(self.out_payload);
                         }
                     }

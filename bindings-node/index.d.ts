@@ -255,10 +255,10 @@ export declare class NativePostgres {
    * How an allow `beginAllow` starts is sent: `[CALL statement, kinds,
    * p1, p2]` — `ratomic_v1_call` with `['a', prefix, key bytes, null,
    * cost as text, kinds, p1, p2]`, the rules' parameters as PostgreSQL
-   * array literals — then, for one token bucket, `[ALLOW statement, t,
-   * b]`: the upsert with `[prefix, key bytes, null, cost as text, t,
-   * b]`, which returns no row when it does not grant (then the call
-   * goes by `ratomic_v1_call`).
+   * array literals — then, for one token bucket, `[ALLOW statement, T,
+   * τ]` (µs, as text): the upsert with `[prefix, key bytes, null, cost ×
+   * T as text, τ]`, which answers the bucket's reset when it grants and
+   * no row when it does not (then the call goes by `ratomic_v1_call`).
    */
   get callParams(): Array<string>
   /**

@@ -63,6 +63,14 @@ async function run(client, sql, params) {
   return res.rows.length === 1 ? res.rows[0][0] : null
 }
 
+// The common call's upsert's $4: cost × T µs, as text. Exact: the product
+// stays below 2^61 (the cost is at most the capacity), past a double's
+// whole numbers, so a large one is made with BigInt.
+function increment(cost, interval, intervalText) {
+  const n = cost * interval
+  return Number.isSafeInteger(n) ? String(n) : String(BigInt(cost) * BigInt(intervalText))
+}
+
 // Runs the statement: its value (`reply`), or how it failed (`failed`, for
 // the driver) and the client's error (`cause`).
 async function attempt(client, sql, params) {
@@ -182,6 +190,8 @@ class PostgresBase {
   // put together here from [prefix, ...callParams] (see the native
   // callParams; null: the limiter leases, every call goes by begin).
   #fastParams = null
+  // One token bucket's T in µs (callParams' text, as a number).
+  #fastInterval = 0
   // The common call's upsert (no row back: it did not grant).
   #allowStatement
 
@@ -220,7 +230,10 @@ class PostgresBase {
     this.#native = new NativePostgres(rules, native)
     this.#sources = this.#native.sources
     if (this.#native.leaseMax !== null) watchAtExit(this)
-    else this.#fastParams = [this.#native.prefix, ...this.#native.callParams]
+    else {
+      this.#fastParams = [this.#native.prefix, ...this.#native.callParams]
+      if (this.#fastParams.length > 5) this.#fastInterval = Number(this.#fastParams[6])
+    }
     this.#allowStatement = this.#native.allowStatement
     const names = this.#native.names
     this.#multi = isLimiter
@@ -256,7 +269,7 @@ class PostgresBase {
       } else {
         // One token bucket: the upsert (then ratomic_v1_call if it did not grant).
         statement = fast[5]
-        params = [fast[0], bytes, null, String(cost), fast[6], fast[7]]
+        params = [fast[0], bytes, null, increment(cost, this.#fastInterval, fast[6]), fast[7]]
       }
     } else {
       call = this.#native.begin(op, key, cost, atMs)
@@ -276,7 +289,7 @@ class PostgresBase {
         // written): ratomic_v1_call decides, and answers every field.
         if (id >= 0) {
           const f = this.#fastParams
-          reply = await run(this.#client, f[1], ['a', f[0], params[1], null, params[3], f[2], f[3], f[4]])
+          reply = await run(this.#client, f[1], ['a', f[0], params[1], null, String(cost), f[2], f[3], f[4]])
         } else {
           const general = this.#native.general(call)
           reply = await run(this.#client, general.statement, general.params)

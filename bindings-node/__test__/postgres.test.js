@@ -277,3 +277,27 @@ test('a leasing limiter coalesces too: calls that ask no lease wait and share st
   assert.ok(client.statements < 100, `300 calls went in ${client.statements} statements`)
   await pg.giveBack()
 })
+
+test('the upsert is sent cost × T exactly, past the whole numbers a double holds', async () => {
+  // One token every 9,100,000,000,000,001 µs (~288 years): cost × T is odd
+  // and above 2^53, where a JavaScript number would round it.
+  const sent = []
+  const client = { query: (q, ...rest) => { sent.push(q.values); return pool.query(q, ...rest) } }
+  const t = '9100000000000001'
+  for (const pg of [
+    new PostgresTokenBucket(1, 1e6 / Number(t), { client, prefix: prefix(), maxInFlight: 1, denyCache: 0 }),
+    new PostgresLimiter({ only: `1/${t}us` }, { client, prefix: prefix(), maxInFlight: 1, denyCache: 0 }),
+  ]) {
+    sent.length = 0
+    const d = await pg.allow('k')
+    assert.deepEqual([d.allowed, d.remaining, d.limit], [true, 0, 1])
+    const upsert = sent.find((v) => v.length === 5)
+    assert.ok(upsert, 'an allow on one token bucket goes by the upsert')
+    const interval = upsert[4] // τ = capacity × T = T
+    assert.equal(upsert[3], interval, 'the increment of a cost of 1 is T, to the µs')
+    if (pg instanceof PostgresLimiter) assert.equal(interval, t)
+    // The bucket is empty for ~288 years: the reply's reset is T (in ms, within a rounding).
+    assert.ok(Math.abs(d.resetAfterMs - Number(interval) / 1000) < 1, `reset after ${d.resetAfterMs} ms`)
+    assert.equal((await pg.allow('k')).allowed, false)
+  }
+})

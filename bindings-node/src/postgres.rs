@@ -234,6 +234,11 @@ fn outcome(reply: Option<String>, failed: Option<PostgresFailure>) -> std::resul
         });
     }
     let text = reply.ok_or_else(|| PgError::Reply("expected an array of integers from ratomic_v1_call".into()))?;
+    // The common call's upsert answers one bigint (its reset, which the
+    // driver makes a reply of).
+    if let Ok(reset) = text.parse::<i64>() {
+        return Ok(vec![reset]);
+    }
     // The bigint[] in PostgreSQL's text form, as the server sent it: `{1,-2,3}`.
     let inner = text
         .strip_prefix('{')
@@ -293,14 +298,13 @@ impl NativePostgres {
 
     fn params(&self, call: &Call) -> Vec<Param> {
         let l = self.driver.limits();
-        if call.statement() == Statement::Allow {
+        if let (Statement::Allow, Some((_, tau))) = (call.statement(), l.one_bucket()) {
             return vec![
                 Param::Text(l.prefix().to_owned()),
                 Param::Bytes(call.key().to_vec()),
                 call.at_us().map_or(Param::Null, |t| Param::Text(t.to_string())),
-                Param::Text(call.amount().to_string()),
-                Param::Text(l.p1()[0].to_string()),
-                Param::Text(l.p2()[0].to_string()),
+                Param::Text(call.increment().to_string()),
+                Param::Text(tau.to_string()),
             ];
         }
         if call.lease() > 0 {
@@ -609,17 +613,17 @@ impl NativePostgres {
     /// How an allow `beginAllow` starts is sent: `[CALL statement, kinds,
     /// p1, p2]` — `ratomic_v1_call` with `['a', prefix, key bytes, null,
     /// cost as text, kinds, p1, p2]`, the rules' parameters as PostgreSQL
-    /// array literals — then, for one token bucket, `[ALLOW statement, t,
-    /// b]`: the upsert with `[prefix, key bytes, null, cost as text, t,
-    /// b]`, which returns no row when it does not grant (then the call
-    /// goes by `ratomic_v1_call`).
+    /// array literals — then, for one token bucket, `[ALLOW statement, T,
+    /// τ]` (µs, as text): the upsert with `[prefix, key bytes, null, cost ×
+    /// T as text, τ]`, which answers the bucket's reset when it grants and
+    /// no row when it does not (then the call goes by `ratomic_v1_call`).
     #[napi(getter)]
     pub fn call_params(&self) -> Vec<String> {
         let l = self.driver.limits();
         let literal = |v: &[i64]| format!("{{{}}}", v.iter().map(i64::to_string).collect::<Vec<_>>().join(","));
         let mut out = vec![CALL.to_owned(), l.kinds().to_owned(), literal(l.p1()), literal(l.p2())];
-        if l.kinds() == "g" {
-            out.extend([ALLOW.to_owned(), l.p1()[0].to_string(), l.p2()[0].to_string()]);
+        if let Some((t, tau)) = l.one_bucket() {
+            out.extend([ALLOW.to_owned(), t.to_string(), tau.to_string()]);
         }
         out
     }

@@ -34,9 +34,9 @@ const MANY: &str = "SELECT ratomic_v1_many(%s::text, %s::text, %s::bytea[], %s::
 const GC: &str = "SELECT ratomic_v1_gc(%s::text, %s::bigint, %s::int)";
 /// The common call's upsert ([`ratomic_postgres::schema::ALLOW`]) with
 /// psycopg's named placeholders (each of its parameters is read more than
-/// once): `p1` … `p6`.
+/// once): `p1` … `p5`.
 static ALLOW: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    (1..=6).fold(ratomic_postgres::schema::ALLOW.replace('%', "%%"), |sql, i| {
+    (1..=5).fold(ratomic_postgres::schema::ALLOW.replace('%', "%%"), |sql, i| {
         sql.replace(&format!("${i}"), &format!("%(p{i})s"))
     })
 });
@@ -55,7 +55,8 @@ pub struct PostgresCall {
 
 #[pymethods]
 impl PostgresCall {
-    /// The statement's parameters (six for `ratomic_v1_allow`, else eight).
+    /// The statement's parameters (five, by name, for the common call's
+    /// upsert, else a tuple of eight).
     #[getter]
     fn params(&self, py: Python<'_>) -> Py<PyAny> {
         self.params.clone_ref(py)
@@ -123,14 +124,13 @@ impl PostgresDriver {
 
     fn wrap(&self, py: Python<'_>, call: Call) -> PyResult<Py<PyAny>> {
         let (prefix, kinds, p1, p2) = self.tail();
-        if call.statement() == Statement::Allow {
+        if let (Statement::Allow, Some((_, tau))) = (call.statement(), self.driver.limits().one_bucket()) {
             let params = pyo3::types::PyDict::new(py);
             params.set_item("p1", prefix)?;
             params.set_item("p2", PyBytes::new(py, call.key()))?;
             params.set_item("p3", call.at_us())?;
-            params.set_item("p4", call.amount())?;
-            params.set_item("p5", p1[0])?;
-            params.set_item("p6", p2[0])?;
+            params.set_item("p4", call.increment())?;
+            params.set_item("p5", tau)?;
             return Ok(Py::new(py, PostgresCall { call, params: params.into_any().unbind() })?.into_any());
         }
         if call.lease() > 0 {
@@ -209,7 +209,12 @@ fn failure(kind: &str, error: &Bound<'_, PyAny>) -> PgError {
     }
 }
 
+/// A statement's value: a list of integers, or the common call's upsert's
+/// one integer (its reset, which the driver makes a reply of).
 fn reply_of(reply: &Bound<'_, PyAny>) -> Result<Vec<i64>, PgError> {
+    if let Ok(reset) = reply.extract::<i64>() {
+        return Ok(vec![reset]);
+    }
     reply.extract::<Vec<i64>>().map_err(|_| {
         PgError::Reply(format!(
             "expected a list of integers from ratomic_v1_call, got {}",

@@ -266,7 +266,7 @@ def test_the_common_call_is_one_upsert_and_a_denial_writes_nothing(url, conn, pr
         pg = PostgresTokenBucket(3, 3 / 3600, client=inner, prefix=prefix, deny_cache=0)
         got = [pg.allow("k") for _ in range(3)]
         assert [(d.allowed, d.remaining) for d in got] == [(True, 2), (True, 1), (True, 0)]
-        assert len(executed) == 3 and all(s.startswith("INSERT INTO ratomic_v1_state") for s in executed)
+        assert len(executed) == 3 and all(s.startswith("WITH t AS (SELECT coalesce(") for s in executed)
         before = row(prefix)
         d = pg.allow("k")
         assert (d.allowed, d.remaining, d.limit, d.source) == (False, 0, 3, "postgres")
@@ -539,7 +539,7 @@ def test_an_interrupted_thread_leading_a_batch_strands_nobody(url, prefix, sigin
         carried: list[object] = []
         a = threading.Thread(target=lambda: first.append(pg.allow("j")))
         a.start()
-        wait_for_lock(url, "INSERT INTO ratomic_v1_state")  # the one statement out: the rest wait
+        wait_for_lock(url, "WITH t AS (SELECT coalesce(")  # the one statement out: the rest wait
 
         def drive() -> None:
             while not pg._queue:  # this thread waits first: it will lead
@@ -588,7 +588,7 @@ def test_an_interrupted_thread_waiting_for_a_statement_strands_nobody(url, prefi
         after: list[object] = []
         a = threading.Thread(target=lambda: first.append(pg.allow("j")))
         a.start()
-        wait_for_lock(url, "INSERT INTO ratomic_v1_state")
+        wait_for_lock(url, "WITH t AS (SELECT coalesce(")
         others = [threading.Thread(target=lambda: after.append(pg.allow("k"))) for _ in range(5)]
 
         def drive() -> None:

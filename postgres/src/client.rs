@@ -645,18 +645,15 @@ impl Inner {
 
     async fn query(&self, call: &crate::driver::Call) -> Result<Vec<i64>> {
         let l = self.driver.limits();
-        let row = self
+        let (row, upsert) = self
             .with_conn(|conn| async move {
-                if call.statement() == Statement::Allow {
+                if let (Statement::Allow, Some((_, tau))) = (call.statement(), l.one_bucket()) {
                     let granted = conn
                         .client
-                        .query_opt(
-                            &conn.allow,
-                            &[&l.prefix(), &call.key(), &call.at_us(), &call.amount(), &l.p1()[0], &l.p2()[0]],
-                        )
+                        .query_opt(&conn.allow, &[&l.prefix(), &call.key(), &call.at_us(), &call.increment(), &tau])
                         .await?;
                     if let Some(row) = granted {
-                        return Ok(row);
+                        return Ok((row, true));
                     }
                     // Not granted by the upsert: ratomic_v1_call decides (see Statement::Allow).
                 }
@@ -676,7 +673,8 @@ impl Inner {
                                 &l.p2(),
                             ],
                         )
-                        .await;
+                        .await
+                        .map(|row| (row, false));
                 }
                 conn.client
                     .query_one(
@@ -693,8 +691,13 @@ impl Inner {
                         ],
                     )
                     .await
+                    .map(|row| (row, false))
             })
             .await?;
+        if upsert {
+            // The reset after a grant: the driver makes the rest of the reply.
+            return row.try_get::<_, i64>(0).map(|r| vec![r]).map_err(|e| Error::Reply(e.to_string()));
+        }
         row.try_get::<_, Vec<i64>>(0).map_err(|e| Error::Reply(e.to_string()))
     }
 }

@@ -156,6 +156,9 @@ pub struct Call {
     lease: u64,
     /// An allow on limits that are one token bucket.
     one_bucket: bool,
+    /// For such an allow: cost × T, µs (below 2^61: the cost is at most the
+    /// capacity, and capacity × T is checked when the rule is made).
+    increment: i64,
 }
 
 /// Which statement a [`Call`] goes by ([`Call::statement`]).
@@ -166,9 +169,11 @@ pub enum Statement {
     Call,
     /// [`schema::ALLOW`](crate::schema::ALLOW), the common call (an allow
     /// on one token bucket asking no lease): the prefix, `key()`,
-    /// `at_us()`, `amount()`, the rule's two parameters (`p1()[0]`,
-    /// `p2()[0]`) as scalars. No row back means it did not grant: send
-    /// [`Call::general`] and finish with its reply.
+    /// `at_us()`, [`increment()`](Call::increment) and τ (the second of
+    /// [`Limits::one_bucket`](crate::Limits::one_bucket)). Its row's one
+    /// `bigint` is the reply to finish with (as a one-integer reply); no
+    /// row back means it did not grant: send [`Call::general`] and finish
+    /// with its reply.
     Allow,
     /// [`schema::LEASE`](crate::schema::LEASE): the prefix, `key()`,
     /// `at_us()`, `amount()`, `lease_size()`, the kinds and parameters.
@@ -220,6 +225,12 @@ impl Call {
     /// The cost, or the tokens of a refund (`$5`), capped at `i64::MAX`.
     pub fn amount(&self) -> i64 {
         i64::try_from(self.cost).unwrap_or(i64::MAX)
+    }
+
+    /// [`Statement::Allow`]'s `$4`: the cost × the bucket's emission
+    /// interval, µs (0 for a call that goes by another statement).
+    pub fn increment(&self) -> i64 {
+        self.increment
     }
 
     /// The tokens it asks to lease beyond its cost (0: none). When above
@@ -447,6 +458,9 @@ impl Driver {
         let decoded = reply.and_then(|r| {
             if leased.is_some() && r.len() == 1 + 5 * n + 2 + n {
                 self.limits.decode_lease(&r).map(|(d, g)| (d, Some(g)))
+            } else if call.one_bucket && r.len() == 1 {
+                // Statement::Allow's reply (the general one is 1 + 5 long).
+                self.limits.decode_allow(&r).map(|d| (d, None))
             } else {
                 self.limits.decode(&r).map(|d| (d, None))
             }
@@ -691,8 +705,20 @@ impl Driver {
     fn call(&self, op: Op, key: &[u8], cost: u64, now: Option<u64>) -> Result<Call> {
         self.limits.check(key, cost)?;
         let at_us = self.limits.at_us(now)?;
-        let one_bucket = op == Op::Allow && self.limits.kinds() == "g";
-        Ok(Call { op, key: key.to_vec(), cost, now, at_us, started: Instant::now(), lease: 0, one_bucket })
+        let bucket = if op == Op::Allow { self.limits.one_bucket() } else { None };
+        // check() held the cost to the capacity: cost × T ≤ τ < 2^61.
+        let increment = bucket.map_or(0, |(t, _)| cost as i64 * t);
+        Ok(Call {
+            op,
+            key: key.to_vec(),
+            cost,
+            now,
+            at_us,
+            started: Instant::now(),
+            lease: 0,
+            one_bucket: bucket.is_some(),
+            increment,
+        })
     }
 
     fn on_failure(&self, e: Error, call: &Call) -> Result<MultiDecision> {

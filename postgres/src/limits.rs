@@ -201,6 +201,37 @@ impl Limits {
         Ok(MultiDecision { decision: combined, entries, names: self.names.clone(), source: Source::Postgres })
     }
 
+    /// The one token bucket these limits are, as [`schema::ALLOW`](crate::schema::ALLOW)
+    /// takes it: `(T µs, τ = capacity × T µs)`; `None` for any other rules.
+    /// τ is below 2^61 (checked when the rule was made), and so is `cost ×
+    /// T` for every cost [`check`](Self::check) accepts.
+    pub fn one_bucket(&self) -> Option<(i64, i64)> {
+        match *self.rules {
+            [PgRule::TokenBucket { interval_us, capacity }] => {
+                Some((interval_us as i64, (capacity * interval_us) as i64))
+            }
+            _ => None,
+        }
+    }
+
+    /// Decodes the reply of [`schema::ALLOW`](crate::schema::ALLOW) when it
+    /// granted `cost`: its one integer, the bucket's reset after the call
+    /// (µs), from which every field follows, as `ratomic_v1_call` computes
+    /// them — remaining `(τ − reset) / T` (none when `reset ≥ τ`), the
+    /// capacity as the limit, no wait. `Err` if the limits are not one token
+    /// bucket or the reset cannot follow a grant.
+    pub fn decode_allow(&self, reply: &[i64]) -> Result<MultiDecision> {
+        let (Some((t, tau)), [reset]) = (self.one_bucket(), reply) else {
+            return Err(Error::Reply(format!("expected the reset of one token bucket, got {reply:?}")));
+        };
+        // A grant leaves the TAT at least one interval past now, and at
+        // most τ past it.
+        if *reset < t || *reset > tau {
+            return Err(Error::Reply(format!("a grant's reset must lie in [{t}, {tau}] µs, got {reset}")));
+        }
+        self.decode(&[1, 1, (tau - reset) / t, self.p2[0], 0, *reset])
+    }
+
     /// Decodes the reply to a lease call ([`schema::LEASE`](crate::schema::LEASE)):
     /// the call's decision, and the lease it brought (tokens, the server's
     /// time, each limit's end).
@@ -397,6 +428,25 @@ mod tests {
         assert_eq!(l.p2(), [10, 1000]);
         assert_eq!(l.at_us(Some(5_000_999)).unwrap(), Some(5000));
         assert_eq!(l.at_us(None).unwrap(), None);
+    }
+
+    #[test]
+    fn the_upserts_reset_is_the_whole_reply_of_a_grant() {
+        // 10/s: T = 100 ms, capacity 10, τ = 1 s.
+        let l = Limits::single(Rule::parse("10/s").unwrap()).unwrap();
+        assert_eq!(l.one_bucket(), Some((100_000, 1_000_000)));
+        assert_eq!(two().one_bucket(), None);
+        // As ratomic_v1_call answers: [1, 1, remaining, capacity, 0, reset].
+        for (reset, remaining) in [(100_000, 9), (150_000, 8), (999_999, 0), (1_000_000, 0)] {
+            let want = l.decode(&[1, 1, remaining, 10, 0, reset]).unwrap();
+            let got = l.decode_allow(&[reset]).unwrap();
+            assert_eq!((got.decision, got.source), (want.decision, want.source), "reset {reset}");
+        }
+        // No grant leaves a reset outside [T, τ]; the general reply is not one integer.
+        for bad in [&[99_999][..], &[1_000_001], &[-1], &[], &[1, 1]] {
+            assert!(matches!(l.decode_allow(bad), Err(Error::Reply(_))), "{bad:?}");
+        }
+        assert!(matches!(two().decode_allow(&[100_000]), Err(Error::Reply(_))));
     }
 
     #[test]

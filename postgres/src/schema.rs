@@ -90,50 +90,61 @@ macro_rules! allow_now {
     };
 }
 
+/// The bucket's TAT as the row holds it, for a row written under other
+/// kinds of rules: none (a full key).
+macro_rules! allow_tat {
+    () => {
+        "CASE WHEN s.kinds = 'g' THEN s.state[1] ELSE 0 END"
+    };
+}
+
 /// The statement of the common call, an allow on one token bucket that
 /// asks for no lease ([`Statement::Allow`](crate::Statement::Allow)): the
 /// upsert at the heart of [`CALL`], sent as it is, with `$1` prefix, `$2`
-/// key, `$3` time in µs or NULL, `$4` amount, `$5` the emission interval in
-/// µs and `$6` the burst (the rule's `p1()[0]` and `p2()[0]`). A call it
-/// grants is one row whose one column is a bigint[], as [`CALL`]'s reply;
+/// key, `$3` time in µs or NULL, `$4` the increment (cost × the emission
+/// interval T, µs) and `$5` τ (capacity × T, µs): the parameters
+/// [`Limits::one_bucket`](crate::Limits::one_bucket) and
+/// [`Call::increment`](crate::Call::increment) give. A call it grants is
+/// one row of one `bigint`, the bucket's reset after the call in µs, from
+/// which every field follows ([`Limits::decode_allow`](crate::Limits::decode_allow));
 /// a call it does not grant — a denial, a cost of 0 — writes nothing and
 /// returns **no row**: send [`Call::general`](crate::Call::general)'s
 /// statement ([`CALL`]) and finish the call with that reply (it decides at
-/// its own reading of the clock). A PL/pgSQL call costs the server more
-/// than this statement alone (from Node, one call ~125 µs against ~105 µs,
-/// a bare `SELECT 1` ~78 µs), and denials are the rarer call (the deny
+/// its own reading of the clock). Denials are the rarer call (the deny
 /// cache answers their repeats).
+///
+/// Its shape is the server's cost of a decision (pgbench, one connection,
+/// each shape ÷ a hand-written GCRA upsert in the same run, see
+/// BENCHMARKS.md): the clock is read once for the row and once for the
+/// reply (the update finds it as `excluded.full_at − $4`: each
+/// `extract(epoch …)` is numeric arithmetic), the products are the
+/// client's, and the reply is one integer rather than an array built on
+/// the server.
 pub const ALLOW: &str = concat!(
+    "WITH t AS (SELECT ",
+    allow_now!(),
+    " AS now) ",
     "INSERT INTO ratomic_v1_state AS s (prefix, key, kinds, state, full_at) ",
-    "SELECT $1::text, $2::bytea, 'g', ARRAY[",
-    allow_now!(),
-    " + $4::bigint * $5::bigint, 0, 0], ",
-    allow_now!(),
-    " + $4::bigint * $5::bigint ",
-    "WHERE $4::bigint >= 1 AND $4::bigint <= $6::bigint AND $5::bigint >= 1 ",
+    "SELECT $1::text, $2::bytea, 'g', ARRAY[t.now + $4::bigint, 0, 0], t.now + $4::bigint FROM t ",
+    "WHERE $4::bigint >= 1 AND $4::bigint <= $5::bigint ",
     // Durable commits (see the schema's source): off is raised to local for
     // this statement's transaction; any other setting is left as it is.
     "AND (current_setting('synchronous_commit') <> 'off' ",
     "OR set_config('synchronous_commit', 'local', true) IS NOT NULL) ",
+    // excluded.full_at is now + $4: the time the row would have had.
     "ON CONFLICT (prefix, key) DO UPDATE SET kinds = 'g', ",
-    "state = ARRAY[greatest(CASE WHEN s.kinds = 'g' THEN s.state[1] ELSE 0 END, ",
-    allow_now!(),
-    ") + $4::bigint * $5::bigint, CASE WHEN s.kinds = 'g' THEN s.state[2] ELSE 0 END, 0], ",
-    "full_at = greatest(CASE WHEN s.kinds = 'g' THEN s.state[1] ELSE 0 END, ",
-    allow_now!(),
-    ") + $4::bigint * $5::bigint ",
-    "WHERE greatest(CASE WHEN s.kinds = 'g' THEN s.state[1] ELSE 0 END, ",
-    allow_now!(),
-    ") + $4::bigint * $5::bigint - ",
-    allow_now!(),
-    " <= $6::bigint * $5::bigint ",
-    "RETURNING ARRAY[1, 1, CASE WHEN s.state[1] - ",
-    allow_now!(),
-    " >= $6::bigint * $5::bigint THEN 0 ELSE ($6::bigint * $5::bigint - (s.state[1] - ",
-    allow_now!(),
-    ")) / $5::bigint END, $6::bigint, 0, s.state[1] - ",
-    allow_now!(),
-    "]::bigint[] AS r"
+    "state = ARRAY[greatest(",
+    allow_tat!(),
+    ", excluded.full_at - $4::bigint) + $4::bigint, CASE WHEN s.kinds = 'g' THEN s.state[2] ELSE 0 END, 0], ",
+    "full_at = greatest(",
+    allow_tat!(),
+    ", excluded.full_at - $4::bigint) + $4::bigint ",
+    "WHERE greatest(",
+    allow_tat!(),
+    ", excluded.full_at - $4::bigint) + $4::bigint - (excluded.full_at - $4::bigint) <= $5::bigint ",
+    // full_at is the new TAT (the only limit's).
+    "RETURNING s.full_at - ",
+    allow_now!()
 );
 
 /// The statement of a call that also leases tokens (see

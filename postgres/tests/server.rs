@@ -383,7 +383,7 @@ async fn statements(url: &str, app: &str) -> (i64, i64) {
     let row = c
         .query_one(
             "SELECT coalesce(sum(calls) FILTER (WHERE query LIKE 'SELECT ratomic_v1_call(%'
-                                                   OR query LIKE 'INSERT INTO ratomic_v1_state %'), 0)::bigint,
+                                                   OR query LIKE 'WITH t AS (SELECT coalesce(%'), 0)::bigint,
                     coalesce(sum(calls) FILTER (WHERE query LIKE 'SELECT ratomic_v1_many(%'), 0)::bigint
              FROM pg_stat_statements",
             &[],

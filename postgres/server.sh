@@ -52,6 +52,8 @@ pg_free_port() {
 
 # Starts a cluster on 127.0.0.1:$1 (trust authentication on loopback only,
 # no fsync: a test cluster) and sets PG_URL to its database "postgres".
+# PG_SYNCHRONOUS_COMMIT sets the server's synchronous_commit (default off;
+# PostgreSQL's own default is on).
 pg_start() { # port
     local port=$1 dir="$pg_work/$1"
     mkdir -p "$dir"
@@ -60,7 +62,7 @@ pg_start() { # port
         { cat "$dir/initdb.log" >&2; return 1; }
     pg_as "$pg_bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w -t 60 \
         -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$dir -c fsync=off \
-            -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" start >/dev/null ||
+            -c synchronous_commit=${PG_SYNCHRONOUS_COMMIT:-off} -c full_page_writes=off -c max_connections=200" start >/dev/null ||
         { cat "$dir/log" >&2; return 1; }
     pg_clusters+=("$dir")
     PG_URL="postgresql://postgres@127.0.0.1:$port/postgres"

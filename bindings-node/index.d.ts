@@ -274,18 +274,13 @@ export declare class NativePostgres {
   /**
    * Calls that waited while this limiter's statements were out (their
    * ids, from `beginAllow` or `park`), as one batch statement
-   * (`manyStatement` with the batch's `params`).
+   * (`manyStatement` with the batch's `params`). If the circuit breaker
+   * opened while they waited (a statement out failed: the server
+   * crashed, say), nothing is to be sent: their answers by the failure
+   * policy instead, each as `finishCoalesced` gives it. Either way their
+   * ids are done with.
    */
-  coalesce(ids: Array<number>): NativePostgresBatch
-  /**
-   * The failure policy's answers to calls that waited while this
-   * limiter's statements were out (their ids), if the circuit breaker
-   * opened meanwhile (a statement out failed: the server crashed, say):
-   * then they are not sent, as a call begun now would not be, and their
-   * ids are done with; each answer as `finishCoalesced` gives it. `null`:
-   * the breaker is closed, `coalesce` and send them.
-   */
-  answerIfOpen(ids: Array<number>): Array<Array<number> | string> | null
+  coalesce(ids: Array<number>): Array<Array<number> | string> | NativePostgresBatch
   /**
    * Ends a `coalesce`d batch with the row's value or how the statement
    * failed: per call, in order, its answer (`[source, ...decision]`) or,

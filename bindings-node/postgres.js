@@ -324,13 +324,13 @@ class PostgresBase {
       const waiting = this.#queue.splice(0, MAX_BATCH)
       this.#inFlight++
       try {
-        const ids = waiting.map((w) => w.id)
-        // The breaker opened while they waited (a statement out failed):
-        // the policy answers them now, not another wait on a dead server.
-        let out = this.#native.answerIfOpen(ids)
+        const batch = this.#native.coalesce(waiting.map((w) => w.id))
+        // An array: the breaker opened while they waited (a statement out
+        // failed), and the policy answers them, not another wait on a dead
+        // server.
+        let out = batch
         let cause
-        if (out === null) {
-          const batch = this.#native.coalesce(ids)
+        if (!Array.isArray(batch)) {
           const sent = await attempt(this.#client, this.#native.manyStatement, batch.params)
           cause = sent.cause
           out = this.#native.finishCoalesced(batch, sent.reply, sent.failed)

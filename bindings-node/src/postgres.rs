@@ -14,7 +14,7 @@ use napi::{Env, JsValue, Result};
 use napi_derive::napi;
 
 use ratomic_postgres::{
-    Batch, BatchStep, Call, Driver, Error as PgError, FailurePolicy, Limits, Op, Options, Statement, Step,
+    Batch, BatchStep, Call, Coalesced, Driver, Error as PgError, FailurePolicy, Limits, Op, Options, Statement, Step,
 };
 
 use crate::batch;
@@ -189,17 +189,6 @@ impl Pending {
                 self.calls.push(Some(call));
                 u32::try_from(self.calls.len() - 1).expect("fewer than 2^32 calls in flight")
             }
-        }
-    }
-
-    /// A copy of call `id`, left in flight.
-    fn get(&self, id: u32) -> Res<Call> {
-        match self.calls.get(id as usize).and_then(Option::as_ref) {
-            Some(call) => Ok(call.clone()),
-            None => Err(JsFailure::type_error(
-                "ERR_RATOMIC_INVALID_ARGUMENT",
-                format!("no call {id} in flight: each call begun is finished once"),
-            )),
         }
     }
 
@@ -646,52 +635,38 @@ impl NativePostgres {
 
     /// Calls that waited while this limiter's statements were out (their
     /// ids, from `beginAllow` or `park`), as one batch statement
-    /// (`manyStatement` with the batch's `params`).
+    /// (`manyStatement` with the batch's `params`). If the circuit breaker
+    /// opened while they waited (a statement out failed: the server
+    /// crashed, say), nothing is to be sent: their answers by the failure
+    /// policy instead, each as `finishCoalesced` gives it. Either way their
+    /// ids are done with.
     #[napi]
-    pub fn coalesce(&self, env: Env, ids: Vec<u32>) -> Result<NativePostgresBatch> {
+    #[allow(clippy::type_complexity)] // napi's typings need the type spelt out, not an alias
+    pub fn coalesce(
+        &self,
+        env: Env,
+        ids: Vec<u32>,
+    ) -> Result<Either<Vec<Either<Vec<f64>, String>>, NativePostgresBatch>> {
         let run = || -> Res<_> {
             let calls = {
                 let mut pending = self.pending();
                 ids.iter().map(|&id| pending.take(id)).collect::<Res<Vec<_>>>()?
             };
-            let b = self.driver.coalesce(calls).map_err(failure)?;
-            let params = self.many_params(&b);
-            Ok(NativePostgresBatch { batch: b, params })
-        };
-        run().map_err(|e| e.into_napi(&env))
-    }
-
-    /// The failure policy's answers to calls that waited while this
-    /// limiter's statements were out (their ids), if the circuit breaker
-    /// opened meanwhile (a statement out failed: the server crashed, say):
-    /// then they are not sent, as a call begun now would not be, and their
-    /// ids are done with; each answer as `finishCoalesced` gives it. `null`:
-    /// the breaker is closed, `coalesce` and send them.
-    #[napi]
-    #[allow(clippy::type_complexity)] // napi's typings need the type spelt out, not an alias
-    pub fn answer_if_open(&self, env: Env, ids: Vec<u32>) -> Result<Option<Vec<Either<Vec<f64>, String>>>> {
-        let run = || -> Res<_> {
-            if !self.driver.breaker_open() {
-                return Ok(None);
-            }
-            let calls = {
-                let pending = self.pending();
-                ids.iter().map(|&id| pending.get(id)).collect::<Res<Vec<_>>>()?
-            };
-            let Some(answers) = self.driver.answer_if_open(&calls) else { return Ok(None) };
-            let mut pending = self.pending();
-            for &id in &ids {
-                pending.take(id)?;
-            }
-            Ok(Some(
-                answers
-                    .into_iter()
-                    .map(|r| match r {
-                        Ok(d) => Either::A(self.answer(&[d])),
-                        Err(e) => Either::B(e.to_string()),
-                    })
-                    .collect(),
-            ))
+            Ok(match self.driver.coalesce(calls).map_err(failure)? {
+                Coalesced::Send(b) => {
+                    let params = self.many_params(&b);
+                    Either::B(NativePostgresBatch { batch: b, params })
+                }
+                Coalesced::Answered(answers) => Either::A(
+                    answers
+                        .into_iter()
+                        .map(|r| match r {
+                            Ok(d) => Either::A(self.answer(&[d])),
+                            Err(e) => Either::B(e.to_string()),
+                        })
+                        .collect(),
+                ),
+            })
         };
         run().map_err(|e| e.into_napi(&env))
     }

@@ -9,10 +9,10 @@
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use ratomic_postgres::{
-    Batch, BatchStep, Call, Driver, Error as PgError, FailurePolicy, Limits, Op, Options, Statement, Step,
+    Batch, BatchStep, Call, Coalesced, Driver, Error as PgError, FailurePolicy, Limits, Op, Options, Statement, Step,
 };
 
 use crate::clock::{seconds_to_nanos, time_to_nanos};
@@ -515,28 +515,25 @@ impl PostgresDriver {
 
     /// Calls that waited while this limiter's statements were out, as one
     /// `_PostgresBatch` to run with `many_statement`: each must be
-    /// `coalescible` (an `InvalidArgumentError` otherwise).
+    /// `coalescible` (an `InvalidArgumentError` otherwise). If the circuit
+    /// breaker opened while they waited (a statement out failed), nothing
+    /// is to be sent: a list of their answers by the failure policy instead,
+    /// each as `finish_coalesced` gives it.
     fn coalesce(&self, py: Python<'_>, calls: Vec<Bound<'_, PostgresCall>>) -> PyResult<Py<PyAny>> {
         let calls = calls.iter().map(|c| c.get().call.clone()).collect();
-        let batch = self.driver.coalesce(calls).map_err(|e| pg_error(py, e, None))?;
-        self.wrap_batch(py, batch)
-    }
-
-    /// The failure policy's answers (as `finish_coalesced` gives them) to
-    /// calls that waited while this limiter's statements were out, if the
-    /// circuit breaker opened meanwhile: then they are not sent. None: send
-    /// them (`coalesce`).
-    fn answer_if_open(&self, py: Python<'_>, calls: Vec<Bound<'_, PostgresCall>>) -> PyResult<Option<Vec<Py<PyAny>>>> {
-        let calls: Vec<Call> = calls.iter().map(|c| c.get().call.clone()).collect();
-        let Some(answers) = self.driver.answer_if_open(&calls) else { return Ok(None) };
-        answers
-            .into_iter()
-            .map(|r| match r {
-                Ok(d) => self.answer(py, &d),
-                Err(e) => Ok(pg_error(py, e, None).into_value(py).into_any()),
-            })
-            .collect::<PyResult<Vec<_>>>()
-            .map(Some)
+        match self.driver.coalesce(calls).map_err(|e| pg_error(py, e, None))? {
+            Coalesced::Send(batch) => self.wrap_batch(py, batch),
+            Coalesced::Answered(answers) => {
+                let answers = answers
+                    .into_iter()
+                    .map(|r| match r {
+                        Ok(d) => self.answer(py, &d),
+                        Err(e) => Ok(pg_error(py, e, None).into_value(py).into_any()),
+                    })
+                    .collect::<PyResult<Vec<_>>>()?;
+                Ok(PyList::new(py, answers)?.into_any().unbind())
+            }
+        }
     }
 
     /// Ends a `coalesce`d batch with the row's value, or (`kind` given) the

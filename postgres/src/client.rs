@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use tokio_postgres::{Client, NoTls, Statement as Prepared};
 
-use crate::driver::{Batch, BatchStep, Call, Driver, Options, Statement, Step};
+use crate::driver::{Batch, BatchStep, Call, Coalesced, Driver, Options, Statement, Step};
 use crate::error::{Error, Result};
 use crate::limits::{Limits, MultiDecision, Op};
 use crate::schema;
@@ -476,31 +476,35 @@ async fn drain(mut turn: Drain) {
             answer(&inner, calls, txs, Err(Error::Timeout));
         }
         let Some(due) = taken.iter().map(|w| w.due).min() else { continue };
-        let (mut calls, mut txs): (Vec<Call>, Vec<_>) = taken.into_iter().map(|w| (w.call, w.tx)).unzip();
-        // The statement they waited for failed and opened the breaker: the
-        // server is down, and calls begun now are answered by the policy at
-        // once. So are these, rather than each waiting out its timeout.
-        if let Some(answers) = inner.driver.answer_if_open(&calls) {
-            for (tx, answer) in txs.into_iter().zip(answers) {
-                drop(tx.send(answer));
+        let (calls, mut txs): (Vec<Call>, Vec<_>) = taken.into_iter().map(|w| (w.call, w.tx)).unzip();
+        let batch = match inner.driver.coalesce(calls) {
+            Ok(Coalesced::Send(batch)) => batch,
+            // The statement they waited for failed and opened the breaker:
+            // the server is down, and calls begun now are answered by the
+            // policy at once. So are these, rather than each waiting out
+            // its timeout.
+            Ok(Coalesced::Answered(answers)) => {
+                for (tx, answer) in txs.into_iter().zip(answers) {
+                    drop(tx.send(answer));
+                }
+                continue;
             }
-            continue;
-        }
-        if calls.len() == 1 {
-            let (call, tx) = (calls.remove(0), txs.remove(0));
+            // Only coalescible calls wait: not reached.
+            Err(e) => {
+                txs.into_iter().for_each(|tx| drop(tx.send(Err(e.clone()))));
+                continue;
+            }
+        };
+        if batch.len() == 1 {
+            // One call alone goes by its own statement (the plain upsert).
+            let (call, tx) = (batch.into_calls().remove(0), txs.remove(0));
             let reply = inner.until(due, inner.query(&call)).await;
             drop(tx.send(inner.driver.finish(&call, reply)));
             continue;
         }
-        match inner.driver.coalesce(calls) {
-            Ok(batch) => {
-                let reply = inner.until(due, inner.query_many(&batch)).await;
-                for (tx, answer) in txs.into_iter().zip(inner.driver.finish_coalesced(&batch, reply)) {
-                    drop(tx.send(answer));
-                }
-            }
-            // Only coalescible calls wait: not reached.
-            Err(e) => txs.into_iter().for_each(|tx| drop(tx.send(Err(e.clone())))),
+        let reply = inner.until(due, inner.query_many(&batch)).await;
+        for (tx, answer) in txs.into_iter().zip(inner.driver.finish_coalesced(&batch, reply)) {
+            drop(tx.send(answer));
         }
     }
 }
@@ -512,13 +516,13 @@ fn answer(
     txs: Vec<tokio::sync::oneshot::Sender<Result<MultiDecision>>>,
     reply: Result<Vec<i64>>,
 ) {
-    match inner.driver.coalesce(calls) {
-        Ok(batch) => {
-            for (tx, answer) in txs.into_iter().zip(inner.driver.finish_coalesced(&batch, reply)) {
-                drop(tx.send(answer));
-            }
-        }
-        Err(e) => txs.into_iter().for_each(|tx| drop(tx.send(Err(e.clone())))),
+    let answers = match inner.driver.coalesce(calls) {
+        Ok(Coalesced::Send(batch)) => inner.driver.finish_coalesced(&batch, reply),
+        Ok(Coalesced::Answered(answers)) => answers,
+        Err(e) => vec![Err(e); txs.len()],
+    };
+    for (tx, answer) in txs.into_iter().zip(answers) {
+        drop(tx.send(answer));
     }
 }
 

@@ -282,7 +282,25 @@ pub struct Batch {
     started: Instant,
 }
 
+/// What [`Driver::coalesce`] made of calls that waited.
+#[derive(Debug)]
+pub enum Coalesced {
+    /// The breaker opened while they waited: each call's answer by the
+    /// failure policy, in order. Send nothing.
+    Answered(Vec<Result<MultiDecision>>),
+    /// Send this batch and end it with
+    /// [`finish_coalesced`](Driver::finish_coalesced).
+    Send(Batch),
+}
+
 impl Batch {
+    /// Its calls, in order: a face that sends a batch of one as that call
+    /// alone ([`Statement::Allow`] is cheaper than a batch statement) ends
+    /// it with [`finish`](Driver::finish).
+    pub fn into_calls(self) -> Vec<Call> {
+        self.calls
+    }
+
     /// The keys, in request order (`$3`, bytea[]).
     pub fn keys(&self) -> Vec<&[u8]> {
         self.calls.iter().map(|c| &c.key[..]).collect()
@@ -617,12 +635,20 @@ impl Driver {
     /// face's slip cannot send an explicit time, a peek or a lease ask as a
     /// plain allow at the server's time.
     ///
-    /// The batch decides its calls in key order at one reading of the
+    /// If the circuit breaker opened while they waited (a statement out
+    /// meanwhile failed: the server crashed, say), nothing is to be sent:
+    /// [`Coalesced::Answered`] holds the failure policy's answers, as a
+    /// call begun now would get, rather than each waiting out another
+    /// timeout on a server known to be down. Under
+    /// [`FailurePolicy::ReturnError`] each answer is the error, as
+    /// [`begin`](Self::begin)'s while the breaker is open.
+    ///
+    /// A batch decides its calls in key order at one reading of the
     /// server's clock, each as it would have been alone at that time:
     /// every call was made before the statement was sent and is answered
     /// after it ran, so that time lies within each call. End it with
     /// [`finish_coalesced`](Self::finish_coalesced).
-    pub fn coalesce(&self, calls: Vec<Call>) -> Result<Batch> {
+    pub fn coalesce(&self, calls: Vec<Call>) -> Result<Coalesced> {
         if let Some(c) = calls.iter().find(|c| !c.coalescible()) {
             return Err(Error::Invalid(ratomic::Error::InvalidArgument {
                 name: "calls",
@@ -630,24 +656,12 @@ impl Driver {
                 reason: "only allows at the server's time that ask for no lease go in one statement".into(),
             }));
         }
-        Ok(Batch { calls, at_us: None, started: Instant::now() })
-    }
-
-    /// The failure policy's answers to calls that waited to be coalesced,
-    /// if the circuit breaker opened while they waited (a statement out
-    /// meanwhile failed: the server crashed, say): they are not sent, as a
-    /// call begun now would not be, rather than each waiting out another
-    /// timeout on a server known to be down. `None`: the breaker is closed,
-    /// [`coalesce`](Self::coalesce) and send them. Under
-    /// [`FailurePolicy::ReturnError`] each answer is the error, as
-    /// [`begin`](Self::begin)'s while the breaker is open.
-    pub fn answer_if_open(&self, calls: &[Call]) -> Option<Vec<Result<MultiDecision>>> {
-        if !self.breaker.is_open() {
-            return None;
+        if self.breaker.is_open() {
+            let e = Error::Connection("the circuit breaker is open".into());
+            // Coalescible calls ask no lease: nothing to tell the leases.
+            return Ok(Coalesced::Answered(calls.iter().map(|c| self.on_failure(e.clone(), c)).collect()));
         }
-        let e = Error::Connection("the circuit breaker is open".into());
-        // Coalescible calls ask no lease: nothing to tell the leases.
-        Some(calls.iter().map(|c| self.on_failure(e.clone(), c)).collect())
+        Ok(Coalesced::Send(Batch { calls, at_us: None, started: Instant::now() }))
     }
 
     /// Ends a batch made by [`coalesce`](Self::coalesce): each call's
@@ -815,14 +829,25 @@ mod tests {
 
     #[test]
     fn calls_that_waited_while_the_breaker_opened_are_answered_without_a_statement() {
+        let answered = |c: Result<Coalesced>| match c.unwrap() {
+            Coalesced::Answered(a) => a,
+            Coalesced::Send(_) => panic!("the open breaker let waiting calls through"),
+        };
         let d = driver(FailurePolicy::FailClosed { retry_after: Duration::from_secs(3) }, 1);
         let out = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
         let waiting: Vec<Call> = (0..3).map(|_| send(d.begin(Op::Allow, b"k", 1, None).unwrap())).collect();
-        assert!(d.answer_if_open(&waiting).is_none(), "a closed breaker: send them");
+        match d.coalesce(waiting.clone()).unwrap() {
+            Coalesced::Send(b) => assert_eq!(b.len(), 3, "a closed breaker: send them"),
+            Coalesced::Answered(_) => panic!("answered with the breaker closed"),
+        }
+        // A call that may not wait (its own time, a peek) is refused, never sent as a plain allow.
+        for c in [d.begin(Op::Allow, b"k", 1, Some(5_000)), d.begin(Op::Peek, b"k", 1, None)] {
+            assert!(matches!(d.coalesce(vec![send(c.unwrap())]), Err(Error::Invalid(_))));
+        }
         let a = d.finish(&out, Err(Error::Connection("server closed the connection".into()))).unwrap();
         assert_eq!(a.source, Source::Policy);
         assert!(d.breaker_open());
-        let answers = d.answer_if_open(&waiting).expect("the breaker opened while they waited");
+        let answers = answered(d.coalesce(waiting));
         assert_eq!(answers.len(), 3);
         for a in answers {
             let a = a.unwrap();
@@ -833,7 +858,7 @@ mod tests {
         let out = send(d.begin(Op::Allow, b"k", 1, None).unwrap());
         let waiting = vec![send(d.begin(Op::Allow, b"k", 1, None).unwrap())];
         let _ = d.finish(&out, Err(Error::Timeout));
-        let answers = d.answer_if_open(&waiting).expect("open");
+        let answers = answered(d.coalesce(waiting));
         assert!(matches!(answers[0], Err(Error::Connection(_))), "{answers:?}");
     }
 

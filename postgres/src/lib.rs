@@ -62,7 +62,7 @@ pub mod schema;
 #[cfg(feature = "client")]
 mod client;
 
-pub use driver::{Batch, BatchStep, Call, Driver, FailurePolicy, GiveBack, Options, Statement, Step};
+pub use driver::{Batch, BatchStep, Call, Coalesced, Driver, FailurePolicy, GiveBack, Options, Statement, Step};
 pub use error::{Error, Result};
 pub use limits::{Limits, MultiDecision, Op, Source, DEFAULT_PREFIX, SINGLE};
 /// Leases are core's (`ratomic::backend::lease`), shared with the Redis

@@ -527,13 +527,13 @@ class _PostgresBase:
         one statement and answers every call in it, whatever happens."""
         answers: Sequence[object] = []
         try:
-            # The breaker opened while they waited (a statement out failed):
-            # the policy answers them now, not another wait on a dead server.
-            early = self._driver.answer_if_open([w.call for w in batch])
-            if early is not None:
-                answers = early
-                return
             b = self._driver.coalesce([w.call for w in batch])
+            if isinstance(b, list):
+                # The breaker opened while they waited (a statement out
+                # failed): the policy's answers, not another wait on a dead
+                # server.
+                answers = b
+                return
             try:
                 value, kind = self._outcome(self._driver.many_statement, b.params)
             except Exception:
@@ -585,11 +585,10 @@ class _PostgresBase:
                 batch = [w for w in taken if not w.done.done()]  # a cancelled caller needs no decision
                 if not batch:
                     continue
-                early = self._driver.answer_if_open([w.call for w in batch])  # see _send_waiting
-                if early is not None:
-                    answers: Sequence[object] = early
+                b = self._driver.coalesce([w.call for w in batch])
+                if isinstance(b, list):  # the breaker opened: see _send_waiting
+                    answers: Sequence[object] = b
                 else:
-                    b = self._driver.coalesce([w.call for w in batch])
                     try:
                         value, kind = await self._aoutcome(self._driver.many_statement, b.params)
                     except Exception as e:  # not a backend failure: every caller's
@@ -606,7 +605,9 @@ class _PostgresBase:
             self._queue.clear()
             if rest:
                 b = self._driver.coalesce([w.call for w in rest])
-                for w, answer in zip(rest, self._driver.finish_coalesced(b, _interruption(e), "connection")):
+                if not isinstance(b, list):  # a list: the breaker is open, the policy answered
+                    b = self._driver.finish_coalesced(b, _interruption(e), "connection")
+                for w, answer in zip(rest, b):
                     w.resolve(answer)
             raise
         finally:

@@ -30,8 +30,8 @@ from redis_server import Server  # noqa: E402
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 
 # The settings the README's Python example gives its client: one attempt of
-# at most 50 ms.
-DOCUMENTED = {"socket_timeout": 0.05, "socket_connect_timeout": 0.05, "retry": Retry(NoBackoff(), 0)}
+# at most 0.5 s.
+DOCUMENTED = {"socket_timeout": 0.5, "socket_connect_timeout": 0.5, "retry": Retry(NoBackoff(), 0)}
 
 
 def counting(sent: list[bytes]) -> type:
@@ -63,13 +63,17 @@ def prefix() -> str:
 
 def test_the_documented_client_makes_one_attempt_a_call_and_the_breaker_stops_them() -> None:
     readme = README.read_text()
-    assert "socket_timeout=0.05, socket_connect_timeout=0.05, retry=Retry(NoBackoff(), 0)" in readme
+    assert "socket_timeout=0.5, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)" in readme
     s = Server()
     sent: list[bytes] = []
     try:
         url = f"redis://127.0.0.1:{s.port}/0"
         client = redis.Redis.from_url(url, connection_class=counting(sent), **DOCUMENTED)
-        limiter = RedisTokenBucket("5/s", client=client, prefix=prefix(), on_error="deny", breaker_cooldown=3600)
+        # The breaker opens here by count alone: 5 failures of 0.5 s would
+        # also pass its default failure time (1 s in all) at the second.
+        limiter = RedisTokenBucket(
+            "5/s", client=client, prefix=prefix(), on_error="deny", breaker_cooldown=3600, breaker_failure_time=3600
+        )
         assert limiter.allow("k").source == "redis"
         sent.clear()
         os.kill(s.proc.pid, signal.SIGSTOP)

@@ -339,7 +339,7 @@ fn a_file_nobody_uses_is_made_anew_for_the_limiter_that_opens_it() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
-extern "C" {
+unsafe extern "C" {
     #[link_name = "geteuid"]
     fn libc_geteuid() -> u32;
 }

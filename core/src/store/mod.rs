@@ -429,7 +429,7 @@ impl<S: StoredKey> Store<S> {
     }
 
     #[inline]
-    pub(crate) fn hasher(&self) -> &impl BuildHasher {
+    pub(crate) fn hasher(&self) -> &(impl BuildHasher + use<S>) {
         &self.hasher
     }
 

@@ -173,7 +173,7 @@ pub(crate) fn kind(c: u64) -> u64 {
     c >> 61
 }
 #[inline]
-pub(crate) fn gen(c: u64) -> u64 {
+pub(crate) fn generation(c: u64) -> u64 {
     (c >> 32) & GEN_MASK
 }
 #[inline]
@@ -181,8 +181,8 @@ pub(crate) fn owner(c: u64) -> u32 {
     c as u32
 }
 #[inline]
-pub(crate) fn ctl(kind: u64, gen: u64, owner: u32) -> u64 {
-    (kind << 61) | ((gen & GEN_MASK) << 32) | u64::from(owner)
+pub(crate) fn ctl(kind: u64, generation: u64, owner: u32) -> u64 {
+    (kind << 61) | ((generation & GEN_MASK) << 32) | u64::from(owner)
 }
 
 /// Words from one credit counter to the next (a cache line each).
@@ -483,13 +483,13 @@ impl<'a> Table<'a> {
             return c;
         }
         let to = match kind(c) {
-            CLAIMED | BUSY => ctl(DEAD, gen(c) + 1, 0),
-            FORGET => ctl(LIVE, gen(c) + 1, 0),
+            CLAIMED | BUSY => ctl(DEAD, generation(c) + 1, 0),
+            FORGET => ctl(LIVE, generation(c) + 1, 0),
             HELD => {
                 // The dead holder may have been a refund or a reset that
                 // wrote and did not get to bump its counter: bump it.
                 self.credits(self.fp(i).load(Ordering::Relaxed)).fetch_add(1, Ordering::SeqCst);
-                ctl(LIVE, gen(c), 0)
+                ctl(LIVE, generation(c), 0)
             }
             _ => return c,
         };
@@ -519,7 +519,7 @@ impl<'a> Table<'a> {
                     FORGET if self.fp(i).load(Ordering::Relaxed) == fp => {
                         // Ours, being forgotten: cancel the forget (always
                         // safe: it has not touched the states) and use it.
-                        let to = ctl(LIVE, gen(c) + 1, 0);
+                        let to = ctl(LIVE, generation(c) + 1, 0);
                         c = match self.cas(i, c, to) {
                             Ok(()) => to,
                             Err(now) => now,
@@ -579,7 +579,7 @@ impl<'a> Table<'a> {
                     // Invariant 4.
                     let after = self.load(i);
                     match r {
-                        Ok(r) if gen(after) == gen(c) && matches!(kind(after), LIVE | HELD) => {
+                        Ok(r) if generation(after) == generation(c) && matches!(kind(after), LIVE | HELD) => {
                             if let Some(give_back) = cells.to_give_back() {
                                 // As in the in-memory store: the slot held the
                                 // key throughout; take the changes back held.
@@ -625,7 +625,7 @@ impl<'a> Table<'a> {
     fn wait_on_copy(&self, ctx: &Ctx<'_>, patience: &mut Patience, j: usize, c: u64) -> Result<(), Halt> {
         if patience.out(j, c, TAKE_OVER) {
             step!(ctx);
-            let _ = self.cas(j, c, ctl(DEAD, gen(c) + 1, 0));
+            let _ = self.cas(j, c, ctl(DEAD, generation(c) + 1, 0));
         }
         Ok(())
     }
@@ -664,13 +664,13 @@ impl<'a> Table<'a> {
                     }
                 }
                 Find::Found(i, c) => {
-                    let held = ctl(HELD, gen(c), ctx.me);
+                    let held = ctl(HELD, generation(c), ctx.me);
                     if self.cas(i, c, held).is_err() {
                         continue;
                     }
                     step!(ctx);
                     if credit.stale(self.credits(fp).load(Ordering::SeqCst)) {
-                        let _ = self.cas(i, held, ctl(LIVE, gen(c), 0));
+                        let _ = self.cas(i, held, ctl(LIVE, generation(c), 0));
                         return Ok(None);
                     }
                     let mut cells = Cells::new(self.states(i), Mark::default());
@@ -681,7 +681,7 @@ impl<'a> Table<'a> {
                         step!(ctx);
                     }
                     // Only we release a slot we hold while we live.
-                    let _ = self.cas(i, held, ctl(LIVE, gen(c), 0));
+                    let _ = self.cas(i, held, ctl(LIVE, generation(c), 0));
                     if let Ok(r) = r {
                         return Ok(Some(r));
                     }
@@ -759,7 +759,7 @@ impl<'a> Table<'a> {
             self.evict_window(ctx, fp, now, retention)?;
             return Ok(Insert::Retry);
         };
-        let g = gen(from);
+        let g = generation(from);
         let claimed = ctl(CLAIMED, g, ctx.me);
         if self.cas(i, from, claimed).is_err() {
             return Ok(Insert::Retry);
@@ -819,7 +819,7 @@ impl<'a> Table<'a> {
                                 return Ok(Check::Busy(i, c));
                             }
                             step!(ctx);
-                            if let Err(now) = self.cas(i, c, ctl(DEAD, gen(c) + 1, 0)) {
+                            if let Err(now) = self.cas(i, c, ctl(DEAD, generation(c) + 1, 0)) {
                                 c = now;
                                 continue;
                             }
@@ -866,7 +866,7 @@ impl<'a> Table<'a> {
         retention: &impl Retention,
         why: Why,
     ) -> Result<bool, Halt> {
-        let taken = ctl(FORGET, gen(c), ctx.me);
+        let taken = ctl(FORGET, generation(c), ctx.me);
         if self.cas(i, c, taken).is_err() {
             return Ok(false);
         }
@@ -877,7 +877,7 @@ impl<'a> Table<'a> {
         }
         let idle = retention.idle_after(&states[..self.width], now) == 0;
         if why == Why::Idle && !idle {
-            let _ = self.cas(i, taken, ctl(LIVE, gen(c), 0));
+            let _ = self.cas(i, taken, ctl(LIVE, generation(c), 0));
             return Ok(false);
         }
         if idle || self.strict {
@@ -889,7 +889,7 @@ impl<'a> Table<'a> {
             self.credits(self.fp(i).load(Ordering::Relaxed)).fetch_add(1, Ordering::SeqCst);
         }
         step!(ctx);
-        if self.cas(i, taken, ctl(DEAD, gen(c) + 1, 0)).is_ok() {
+        if self.cas(i, taken, ctl(DEAD, generation(c) + 1, 0)).is_ok() {
             self.r.live.fetch_sub(1, Ordering::Relaxed);
             return Ok(true);
         }

@@ -380,12 +380,14 @@ fn allow_many_is_one_pipeline_in_request_order() {
 
 #[test]
 fn acquire_waits_out_retry_after_within_its_deadline() {
-    // A token every 2 s on the server's clock: the second call's wait is far
-    // beyond its 1 ms deadline even on a loaded machine (a stall of 2 s
-    // between two round trips would be needed to refill it).
+    // A token an hour: the second call's wait is beyond its 1 ms deadline
+    // however long the machine stalls between the two.
+    let hourly = limiter("acquire-hourly", &[("limit", Rule::parse("1/h").unwrap())]);
+    assert!(block(hourly.acquire("k", 1, Duration::ZERO)).unwrap().is_some());
+    assert!(block(hourly.acquire("k", 1, Duration::from_millis(1))).unwrap().is_none(), "the wait is ~1 h");
+    // A token every 2 s: drained, then waited for within the deadline.
     let l = limiter("acquire", &[("limit", Rule::parse("1/2s").unwrap())]);
     assert!(block(l.acquire("k", 1, Duration::ZERO)).unwrap().is_some());
-    assert!(block(l.acquire("k", 1, Duration::from_millis(1))).unwrap().is_none(), "the wait is ~2 s");
     let d = block(l.acquire("k", 1, Duration::from_secs(10))).unwrap().expect("granted after waiting");
     assert!(d.allowed());
 }

@@ -11,7 +11,7 @@ const path = require('node:path')
 const { Redis } = require('ioredis')
 const { createClient } = require('redis')
 const { RedisTokenBucket, RedisFixedWindow, RedisLimiter } = require('../redis')
-const { startRedis } = require('./redis-server')
+const { startRedis, SLOW_MACHINE_MS } = require('./redis-server')
 
 // A process that should end at once is given this long before the test calls
 // it a hang (not a speed requirement).
@@ -20,6 +20,10 @@ const HANG_BOUND_MS = 60_000
 // 40 tokens, one an hour: nothing refills during a test. lease: 'auto' takes
 // at most 40 / 8 = 5; a key's first lease is 2.
 const FORTY = [40, 1 / 3600]
+
+// Each call may wait SLOW_MACHINE_MS for Redis: with the 50 ms default a
+// loaded machine's stall would be a timeout, and these tests check decisions.
+const PATIENT = { timeoutMs: SLOW_MACHINE_MS }
 
 let server
 const opened = []
@@ -77,8 +81,8 @@ for (const kind of Object.keys(CLIENTS)) {
   test(`${kind}: a hot key is answered from its lease; close() gives the rest back`, async () => {
     const c = await client(kind)
     const p = prefix()
-    const a = new RedisTokenBucket(...FORTY, { client: c, prefix: p, lease: 'auto' })
-    const other = new RedisTokenBucket(...FORTY, { client: c, prefix: p }) // no lease: sees the fleet's state
+    const a = new RedisTokenBucket(...FORTY, { client: c, prefix: p, lease: 'auto', ...PATIENT })
+    const other = new RedisTokenBucket(...FORTY, { client: c, prefix: p, ...PATIENT }) // no lease: sees the fleet's state
     const remaining = async () => (await other.peek('k', 0)).remaining
 
     assert.equal((await a.allow('k')).source, 'redis', 'a key seen once takes no lease')
@@ -111,7 +115,7 @@ const [port, prefix, how] = process.argv.slice(1)
 ;(async () => {
   const client = how === 'ioredis-closed' ? new Redis({ port: +port, host: '127.0.0.1' }) : createClient({ socket: { port: +port, host: '127.0.0.1' } })
   if (how !== 'ioredis-closed') await client.connect()
-  const a = new RedisTokenBucket(40, 1 / 3600, { client, prefix, lease: 'auto', timeoutMs: 5000 })
+  const a = new RedisTokenBucket(40, 1 / 3600, { client, prefix, lease: 'auto', timeoutMs: ${SLOW_MACHINE_MS} })
   await a.allow('k')
   await a.allow('k')
   console.log(a.leasesHeld)
@@ -129,13 +133,13 @@ function child(how, p) {
 test('when the event loop empties, a limiter still holding leases gives them back', async () => {
   const p = prefix()
   assert.equal(child('node-redis-unref', p), '1')
-  const other = new RedisTokenBucket(...FORTY, { client: await client('ioredis'), prefix: p })
+  const other = new RedisTokenBucket(...FORTY, { client: await client('ioredis'), prefix: p, ...PATIENT })
   assert.equal((await other.peek('k', 0)).remaining, 38, 'two granted; the lease came back as the process ended')
 })
 
 test('a process whose client is closed ends at once; its lease waits for its time to pass', async () => {
   const p = prefix()
   assert.equal(child('ioredis-closed', p), '1', 'the process ended (nothing kept it alive)')
-  const other = new RedisTokenBucket(...FORTY, { client: await client('ioredis'), prefix: p })
+  const other = new RedisTokenBucket(...FORTY, { client: await client('ioredis'), prefix: p, ...PATIENT })
   assert.equal((await other.peek('k', 0)).remaining, 36)
 })

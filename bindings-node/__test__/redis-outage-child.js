@@ -33,8 +33,11 @@ async function main() {
   }
   await (kind === 'ioredis' ? client.call('CLIENT', 'SETNAME', app) : client.sendCommand(['CLIENT', 'SETNAME', app]))
   // breakerThreshold 0: every call tries the server, so the first one after
-  // it is back reaches it. A long timeout: the reply, not the clock, ends a call.
-  const limiter = new RedisTokenBucket('1000/h', { client, prefix: app, onError: 'deny', breakerThreshold: 0, timeoutMs: 1000 })
+  // it is back reaches it. A long timeout: the reply, not the clock, ends a
+  // call that should reach Redis, even on a loaded machine (its stalls can
+  // pass 1 s). The calls made while the server is down
+  // wait in the client's offline queue for all of it: 5 s each, two a test.
+  const limiter = new RedisTokenBucket('1000/h', { client, prefix: app, onError: 'deny', breakerThreshold: 0, timeoutMs: 5000 })
   if (kind === 'node-redis-listener-later') client.on('error', mine)
   const isOpen = () => (kind === 'ioredis' ? client.status === 'ready' : client.isReady)
   // Connections lost so far: counted, not polled, as a client may be back

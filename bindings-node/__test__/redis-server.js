@@ -65,7 +65,9 @@ async function startRedis(port) {
     { stdio: 'ignore' }
   )
   const exited = new Promise((resolve) => proc.once('exit', resolve))
-  for (let i = 0; i < 500 && proc.exitCode === null; i++) {
+  // Up to 30 s: a loaded machine can take seconds to start a process.
+  const deadline = performance.now() + 30_000
+  while (performance.now() < deadline && proc.exitCode === null) {
     if (await pong(port)) {
       return {
         port,

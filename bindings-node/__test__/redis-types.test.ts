@@ -43,13 +43,13 @@ test('typings: ratomic/redis through ioredis and node-redis', async () => {
     const options: RedisOptions<TokenBucket> = {
       client: ioLike,
       prefix: `types-${process.pid}:`,
-      timeoutMs: 1000,
+      timeoutMs: 10_000, // generous: the calls below must reach Redis on a loaded machine
       onError: new TokenBucket('5/s'),
       denyRetryAfterMs: 500,
       denyCache: 100,
       breakerThreshold: 3,
       breakerCooldownMs: 2000,
-      breakerFailureTimeMs: 1000,
+      breakerFailureTimeMs: 10_000,
       maxKeyLen: 64,
     }
     const tb = new RedisTokenBucket(5, 1, options)

@@ -15,19 +15,24 @@ const { Redis } = require('ioredis')
 const { createClient } = require('redis')
 const ratomic = require('..')
 const { RedisBase, RedisTokenBucket, RedisFixedWindow, RedisSlidingWindow, RedisLimiter } = require('../redis')
-const { startRedis } = require('./redis-server')
+const { startRedis, SLOW_MACHINE_MS } = require('./redis-server')
 
 // What a call against a dead or frozen server may take before the test calls
 // it a hang. Not a speed requirement (timeoutMs is 100; a loaded machine may
 // take longer to run the timer): a call with no timeout would wait forever.
 const HANG_BOUND_MS = 30_000
 
+// Every limiter here that should hear from Redis waits up to SLOW_MACHINE_MS
+// for it: with the 50 ms default a loaded machine's stall would be a
+// timeout (the first call also waits for the connection). Only the tests of
+// failures keep short timeouts, which must fire once the server is gone.
+
 // ---- a child process racing on a bucket (see the 4-process test) -----------------
 
 if (process.env.RATOMIC_REDIS_CHILD) {
   const { port, prefix, calls } = JSON.parse(process.env.RATOMIC_REDIS_CHILD)
   const client = new Redis({ port, host: '127.0.0.1' })
-  const l = new RedisTokenBucket(50, 1 / 3600, { client, prefix, denyCache: 0, timeoutMs: 5000 })
+  const l = new RedisTokenBucket(50, 1 / 3600, { client, prefix, denyCache: 0, timeoutMs: SLOW_MACHINE_MS })
   process.once('message', async () => {
     const ds = await Promise.all(Array.from({ length: calls }, () => l.allow('hot')))
     process.send(ds.filter((d) => d.allowed).length, () => {
@@ -85,6 +90,16 @@ async function client(kind, port = server.port, extra) {
 
 const prefix = () => `t-${crypto.randomBytes(6).toString('hex')}:`
 
+// Before a test kills or stops the server: one call through `c` that waits
+// as long as a loaded machine needs, so the client is connected, the script
+// loaded, and the server seen to answer. The limiters under test keep their
+// short timeoutMs, which must fire once the server is gone; a first call of
+// their own could time out on a busy machine instead.
+async function answered(c, p) {
+  const patient = new RedisTokenBucket('5/s', { client: c, prefix: p, timeoutMs: SLOW_MACHINE_MS })
+  assert.equal((await patient.allow('warm-up')).source, 'redis')
+}
+
 // Every field of a decision, waits in whole µs rounded up: Redis computes in
 // whole µs (exact for these rules' buckets and windows; a sliding window's
 // exact wait is rounded up there, so a caller who waits it is never early).
@@ -95,7 +110,7 @@ const fields = (d) => [d.allowed, d.remaining, d.limit, up(d.retryAfterMs), up(d
 
 for (const kind of Object.keys(CLIENTS)) {
   test(`${kind}: a burst is granted, then denied with the exact wait`, async () => {
-    const l = new RedisTokenBucket(3, 1, { client: await client(kind), prefix: prefix() })
+    const l = new RedisTokenBucket(3, 1, { client: await client(kind), prefix: prefix(), timeoutMs: SLOW_MACHINE_MS })
     const ds = []
     for (let i = 0; i < 4; i++) ds.push(await l.allowAt('k', 10_000))
     assert.deepEqual(
@@ -117,7 +132,8 @@ for (const kind of Object.keys(CLIENTS)) {
   test(`${kind}: keys are independent; reset and refund give tokens back`, async () => {
     const c = await client(kind)
     const p = prefix()
-    const l = new RedisTokenBucket('2/s', { client: c, prefix: p })
+    // 2 an hour: no token comes back during the test, however slow the machine.
+    const l = new RedisTokenBucket('2/h', { client: c, prefix: p, timeoutMs: SLOW_MACHINE_MS })
     assert.equal((await l.allow('a', 2)).allowed, true)
     assert.equal((await l.allow('a')).allowed, false)
     assert.equal((await l.allow('b')).allowed, true, 'another key has its own bucket')
@@ -135,16 +151,16 @@ for (const kind of Object.keys(CLIENTS)) {
   test(`${kind}: windows and a two-limit limiter decide as documented`, async () => {
     const c = await client(kind)
     const p = prefix()
-    const fw = new RedisFixedWindow(2, 10_000, { client: c, prefix: p + 'fw:' })
+    const fw = new RedisFixedWindow(2, 10_000, { client: c, prefix: p + 'fw:', timeoutMs: SLOW_MACHINE_MS })
     const at = async (l, times) => {
       const out = []
       for (const t of times) out.push((await l.allowAt('k', t)).allowed)
       return out
     }
     assert.deepEqual(await at(fw, [0, 1000, 9000, 10_000]), [true, true, false, true])
-    const sw = new RedisSlidingWindow('2/10s', { client: c, prefix: p + 'sw:' })
+    const sw = new RedisSlidingWindow('2/10s', { client: c, prefix: p + 'sw:', timeoutMs: SLOW_MACHINE_MS })
     assert.deepEqual(await at(sw, [0, 1000, 12_000, 19_000]), [true, true, false, true])
-    const m = new RedisLimiter({ burst: '2/s', daily: { algorithm: 'fixedWindow', limit: 3, window: '1d' } }, { client: c, prefix: p + 'm:' })
+    const m = new RedisLimiter({ burst: '2/s', daily: { algorithm: 'fixedWindow', limit: 3, window: '1d' } }, { client: c, prefix: p + 'm:', timeoutMs: SLOW_MACHINE_MS })
     const ds = []
     for (const t of [0, 0, 0, 5000, 10_000]) ds.push(await m.allowAt('u', t))
     assert.deepEqual(
@@ -170,10 +186,15 @@ for (const kind of Object.keys(CLIENTS)) {
   })
 
   test(`${kind}: acquire waits out the denial, or resolves with it past timeoutMs`, async () => {
-    const l = new RedisTokenBucket(1, 50, { client: await client(kind), prefix: prefix() })
-    assert.equal((await l.allow('k')).allowed, true)
-    const denied = await l.acquire('k', 1, { timeoutMs: 0 })
+    const c = await client(kind)
+    // The denial on a bucket that refills once an hour: a stall between the
+    // two calls cannot refill it.
+    const hourly = new RedisTokenBucket(1, 1 / 3600, { client: c, prefix: prefix(), timeoutMs: SLOW_MACHINE_MS })
+    assert.equal((await hourly.allow('k')).allowed, true)
+    const denied = await hourly.acquire('k', 1, { timeoutMs: 0 })
     assert.ok(!denied.allowed && denied.retryAfterMs > 0, 'a wait past the timeout: the denial, nothing slept')
+    const l = new RedisTokenBucket(1, 50, { client: c, prefix: prefix(), timeoutMs: SLOW_MACHINE_MS })
+    assert.equal((await l.allow('k')).allowed, true)
     const d = await l.acquire('k')
     assert.equal(d.allowed, true, 'granted once the 20 ms refill has passed')
     const ac = new AbortController()
@@ -267,9 +288,9 @@ function* pairs(seed) {
 }
 
 const KINDS = {
-  tokenBucket: [(o) => new ratomic.TokenBucket(5, 10, o), (o) => new RedisTokenBucket(5, 10, o)],
-  fixedWindow: [(o) => new ratomic.FixedWindow(4, 2000, o), (o) => new RedisFixedWindow(4, 2000, o)],
-  slidingWindow: [(o) => new ratomic.SlidingWindow(6, 3000, o), (o) => new RedisSlidingWindow(6, 3000, o)],
+  tokenBucket: [(o) => new ratomic.TokenBucket(5, 10, o), (o) => new RedisTokenBucket(5, 10, { ...o, timeoutMs: SLOW_MACHINE_MS })],
+  fixedWindow: [(o) => new ratomic.FixedWindow(4, 2000, o), (o) => new RedisFixedWindow(4, 2000, { ...o, timeoutMs: SLOW_MACHINE_MS })],
+  slidingWindow: [(o) => new ratomic.SlidingWindow(6, 3000, o), (o) => new RedisSlidingWindow(6, 3000, { ...o, timeoutMs: SLOW_MACHINE_MS })],
 }
 
 for (const [name, [inMemory, onRedis]] of Object.entries(KINDS)) {
@@ -298,7 +319,7 @@ test('a limiter and its batches equal memory on the same times', async () => {
     for (const seed of [0, 1]) {
       const clock = new ratomic.ManualClock()
       const memory = new ratomic.Limiter(limits, { clock })
-      const redis = new RedisLimiter(limits, { client: c, prefix: prefix() })
+      const redis = new RedisLimiter(limits, { client: c, prefix: prefix(), timeoutMs: SLOW_MACHINE_MS })
       const r = rng(seed + 100)
       const multi = (d) => [...fields(d), d.deniedBy, d.entries.map((e) => [e.name, ...fields(e)])]
       for (const [op, key, cost, atMs] of pairs(seed)) {
@@ -322,7 +343,7 @@ test('a limiter and its batches equal memory on the same times', async () => {
 
 for (const kind of Object.keys(CLIENTS)) {
   test(`${kind}: 100 concurrent promises on a bucket of 50 get exactly 50`, async () => {
-    const l = new RedisTokenBucket(50, 1 / 3600, { client: await client(kind), prefix: prefix(), denyCache: 0, timeoutMs: 5000 })
+    const l = new RedisTokenBucket(50, 1 / 3600, { client: await client(kind), prefix: prefix(), denyCache: 0, timeoutMs: SLOW_MACHINE_MS })
     const ds = await Promise.all(Array.from({ length: 100 }, () => l.allow('hot')))
     assert.equal(ds.filter((d) => d.allowed).length, 50)
     const many = await l.allowMany(['hot', 'hot'])
@@ -363,7 +384,7 @@ for (const kind of Object.keys(CLIENTS)) {
   test(`${kind}: a server that forgot the script gets it again and nothing is charged twice`, async () => {
     const c = await client(kind)
     const flush = () => (kind === 'ioredis' ? c.script('FLUSH') : c.sendCommand(['SCRIPT', 'FLUSH']))
-    const l = new RedisTokenBucket(3, 1 / 3600, { client: c, prefix: prefix() })
+    const l = new RedisTokenBucket(3, 1 / 3600, { client: c, prefix: prefix(), timeoutMs: SLOW_MACHINE_MS })
     await flush()
     assert.equal((await l.allow('k')).remaining, 2)
     await flush()
@@ -378,7 +399,7 @@ for (const kind of Object.keys(CLIENTS)) {
 }
 
 test('denials are answered from the deny cache until their wait ends', async () => {
-  const l = new RedisTokenBucket(1, 1 / 3600, { client: await client('ioredis'), prefix: prefix() })
+  const l = new RedisTokenBucket(1, 1 / 3600, { client: await client('ioredis'), prefix: prefix(), timeoutMs: SLOW_MACHINE_MS })
   assert.equal((await l.allow('k')).source, 'redis')
   const first = await l.allow('k')
   assert.ok(!first.allowed && first.source === 'redis')
@@ -398,12 +419,13 @@ for (const kind of Object.keys(CLIENTS)) {
       const p = prefix()
       const deny = new RedisTokenBucket('5/s', { client: c, prefix: p, onError: 'deny', denyRetryAfterMs: 2000, breakerThreshold: 3 })
       const allow = new RedisTokenBucket('5/s', { client: c, prefix: p, onError: 'allow', breakerThreshold: 0 })
-      const local = new ratomic.TokenBucket('5/s')
+      // The local limiters refill hourly: their counts below cannot move during the test.
+      const local = new ratomic.TokenBucket('5/h')
       const fallback = new RedisTokenBucket('5/s', { client: c, prefix: p, onError: local })
       const strict = new RedisTokenBucket('5/s', { client: c, prefix: p, breakerThreshold: 0 })
-      const localLimiter = new ratomic.Limiter({ a: '3/s' })
+      const localLimiter = new ratomic.Limiter({ a: '3/h' })
       const limiter = new RedisLimiter({ a: '3/s' }, { client: c, prefix: p + 'm:', onError: localLimiter })
-      assert.equal((await deny.allow('k')).source, 'redis')
+      await answered(c, p)
       s.proc.kill('SIGKILL')
       await new Promise((r) => s.proc.once('exit', r))
       for (let i = 0; i < 5; i++) {
@@ -456,7 +478,7 @@ test('a stopped server: failures that took breakerFailureTimeMs open the breaker
       }
       const options = { breakerThreshold: 100, breakerCooldownMs: 3_600_000, breakerFailureTimeMs: 120, timeoutMs: 50 }
       const l = new RedisTokenBucket('5/s', { client: c, prefix: prefix(), onError: 'allow', ...options })
-      assert.equal((await l.allow('k')).source, 'redis')
+      await answered(c, prefix())
       sent = 0
       s.proc.kill('SIGSTOP') // accepts nothing, answers nothing
       try {
@@ -478,7 +500,7 @@ test('a frozen server times out within timeoutMs, for a call and for a batch', a
     for (const kind of Object.keys(CLIENTS)) {
       const c = await client(kind, s.port)
       const l = new RedisTokenBucket('5/s', { client: c, prefix: prefix(), onError: 'allow', breakerThreshold: 0, timeoutMs: 100 })
-      assert.equal((await l.allow('k')).source, 'redis')
+      await answered(c, prefix())
       s.proc.kill('SIGSTOP') // accepts nothing, answers nothing
       try {
         let t = performance.now()

@@ -50,14 +50,16 @@ class Server:
             stdout=subprocess.DEVNULL,
         )
         client = redis.Redis(port=self.port)
-        for _ in range(500):
+        # Up to 30 s: a loaded machine can take seconds to start a process.
+        deadline = time.monotonic() + 30
+        while True:
             try:
                 if client.ping():
                     break
             except redis.ConnectionError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server on port {self.port} did not start") from None
                 time.sleep(0.01)
-        else:
-            raise RuntimeError(f"redis-server on port {self.port} did not start")
         client.close()
 
     def stop(self) -> None:

@@ -44,8 +44,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 #: at once, and a dead pooled connection fails at its first use).
 POOL_TIMEOUT = 0.5
 #: The most a call may take meanwhile: the pool's timeout a few times over,
-#: plus seconds for a busy 2-core machine. A hang is far beyond it.
-CALL_BOUND = POOL_TIMEOUT * 4 + 5
+#: plus a busy 2-core machine's stalls (this VM's have lasted up to 9 s).
+#: A hang, or the pool's own default timeout (30 s), is beyond it.
+CALL_BOUND = POOL_TIMEOUT * 4 + 15
 #: The child must answer each command within this (else it hangs).
 COMMAND_BOUND = 120.0
 #: After the restart, tries (a quarter of a second apart) before a limiter

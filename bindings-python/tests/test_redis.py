@@ -241,7 +241,8 @@ def test_a_hundred_tasks_on_an_asyncio_client_get_exactly_fifty(server, prefix):
 def test_asyncio_clients_give_coroutines_with_every_operation(server, prefix):
     async def main() -> None:
         client = aredis.Redis(port=server.port)
-        l = RedisTokenBucket(2, 1.0, client=client, prefix=prefix, timeout=5.0)
+        # A token an hour: none comes back before the acquire's denial below.
+        l = RedisTokenBucket(2, 1 / 3600, client=client, prefix=prefix, timeout=5.0)
         assert (await l.allow_at("k", 1.0)).remaining == 1
         assert (await l.peek_at("k", 1.0)).remaining == 0
         await l.refund_at("k", 1.0, 1)
@@ -300,13 +301,15 @@ def test_a_server_that_forgot_the_script_gets_it_again_and_nothing_is_charged_tw
 def test_a_stopped_server_is_answered_by_the_policy_without_hanging(prefix):
     s = Server()
     try:
-        # The client's own retries are its owner's choice; none here.
-        client = redis.Redis(port=s.port, socket_timeout=0.2, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+        # The client's own retries are its owner's choice; none here. A dead
+        # server refuses at once, so the timeouts only bound a stall: the
+        # call before the kill must reach Redis however loaded the machine.
+        client = redis.Redis(port=s.port, socket_timeout=5, socket_connect_timeout=5, retry=Retry(NoBackoff(), 0))
         deny = RedisTokenBucket(
             "5/s", client=client, prefix=prefix, on_error="deny", deny_retry_after=2.0, breaker_threshold=3
         )
         allow = RedisTokenBucket("5/s", client=client, prefix=prefix, on_error="allow", breaker_threshold=0)
-        local = ratomic.TokenBucket("5/s")
+        local = ratomic.TokenBucket("5/h")  # hourly: its count below cannot refill meanwhile
         fallback = RedisTokenBucket("5/s", client=client, prefix=prefix, on_error=local)
         strict = RedisTokenBucket("5/s", client=client, prefix=prefix, breaker_threshold=0)
         assert deny.allow("k").source == "redis"
@@ -341,7 +344,9 @@ def test_a_stopped_server_is_answered_by_the_policy_without_hanging(prefix):
 def test_a_frozen_server_times_out_within_the_timeout(prefix):
     s = Server()
     try:
-        sync = redis.Redis(port=s.port, socket_timeout=0.2, retry=Retry(NoBackoff(), 0))
+        # Only the timeout ends a call to a stopped server (it costs this
+        # test that long); the call before the stop gets as long to answer.
+        sync = redis.Redis(port=s.port, socket_timeout=3, retry=Retry(NoBackoff(), 0))
         l = RedisTokenBucket("5/s", client=sync, prefix=prefix, on_error="allow", breaker_threshold=0)
         assert l.allow("k").source == "redis"
         os.kill(s.proc.pid, signal.SIGSTOP)  # accepts nothing, answers nothing

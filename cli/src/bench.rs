@@ -263,7 +263,10 @@ fn measure(
                     let rounds = if config.redis.is_some() || config.postgres.is_some() { 1 } else { BATCH };
                     let mut keys = vec![0u64; config.batch];
                     start_line.wait();
-                    while !stop.load(Ordering::Relaxed) {
+                    // At least one round before looking at the flag: a thread
+                    // the machine did not run before the stop (a stall of a
+                    // loaded machine can outlast a short run) still measures.
+                    loop {
                         for _ in 0..rounds {
                             if config.batch == 1 {
                                 allowed += u64::from(limiter.decide(rng.below(config.keys)));
@@ -273,6 +276,9 @@ fn measure(
                             }
                         }
                         calls += rounds * config.batch as u64;
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
                     }
                     (calls, allowed)
                 })

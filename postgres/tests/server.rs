@@ -31,6 +31,12 @@ fn options() -> Options {
     Options { timeout: Duration::from_secs(60), connections: 2, ..Options::default() }
 }
 
+/// For tests whose calls wait on a row lock until the limiter's timeout
+/// (and the connection's statement_timeout, the same) ends them: each such
+/// call costs this long, and the calls that should reach the server before
+/// and after get this long to do so on a loaded machine.
+const LOCKED_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// A limiter over `rules` under a fresh prefix on the shared server.
 fn limiter(name: &str, rules: &[(&str, Rule)]) -> PostgresLimiter {
     limiter_with(name, rules, options())
@@ -583,7 +589,7 @@ fn calls_waiting_for_a_failed_batch_are_answered_by_the_policy() {
         policy: FailurePolicy::FailClosed { retry_after: Duration::from_secs(3) },
         connections: 1,
         breaker_threshold: 0,
-        timeout: Duration::from_millis(300),
+        timeout: LOCKED_TIMEOUT,
         ..options()
     };
     let limits = Limits::single(Rule::parse("5/h").unwrap()).unwrap().with_prefix(name.clone()).unwrap();
@@ -828,7 +834,8 @@ fn a_stopped_server_is_answered_by_the_policy_and_recovered_from() {
         policy: FailurePolicy::Fallback,
         breaker_threshold: 2,
         breaker_cooldown: Duration::from_millis(50),
-        timeout: Duration::from_secs(2),
+        // options()' timeout: a stopped server refuses at once, and the
+        // calls before the stop must reach it however loaded the machine.
         ..options()
     };
     let limits = Limits::single(Rule::parse("5/h").unwrap()).unwrap();
@@ -918,8 +925,11 @@ fn a_statement_timeout_is_answered_by_the_policy_and_charges_nothing() {
     let url = format!("{}?application_name={name}", support::url());
     let options = Options {
         policy: FailurePolicy::FailClosed { retry_after: Duration::from_secs(1) },
-        timeout: Duration::from_millis(300),
+        timeout: LOCKED_TIMEOUT,
         connections: 1,
+        // The one timeout takes longer than the breaker's failure time: the
+        // breaker would answer the peek below.
+        breaker_threshold: 0,
         ..Options::default()
     };
     let limits = Limits::single(Rule::parse("5/h").unwrap()).unwrap().with_prefix(name.clone()).unwrap();

@@ -18,7 +18,10 @@ use ratomic_tower::{BackendFailure, KeyBy, RateLimitLayer};
 use support::{check_denial, check_generic, get, get_with, hello, serve, Logs};
 
 async fn limiter(url: &str, limits: Limits, policy: FailurePolicy) -> PostgresLimiter {
-    let options = Options { timeout: Duration::from_secs(2), policy, breaker_threshold: 0, ..Options::default() };
+    // A stopped server refuses a call at once: the timeout only bounds a
+    // stall, and a call that should reach the server must not time out on a
+    // loaded machine.
+    let options = Options { timeout: Duration::from_secs(10), policy, breaker_threshold: 0, ..Options::default() };
     PostgresLimiter::connect(url, limits, options).await.unwrap()
 }
 

@@ -39,8 +39,9 @@ def test_two_servers_sharing_one_redis_never_exceed_the_limit_together(serve):
 
 def test_a_lost_backend_is_answered_by_the_configured_policy(serve):
     yaml = "domain: app\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 100}\n"
-    # Long enough that a busy machine's round trip is not taken for a lost backend.
-    flags = (*redis_flags(VICTIM_PORT), "--redis-timeout-ms", "1000")
+    # Long enough that a busy machine's round trip (its stalls can pass 1 s)
+    # is not taken for a lost backend; each call to the stopped server costs it.
+    flags = (*redis_flags(VICTIM_PORT), "--redis-timeout-ms", "3000")
     servers = {
         policy: serve(yaml, *flags, "--redis-on-failure", policy, name=f"{policy}.yaml")
         for policy in ("error", "fail-open", "fail-closed", "fallback")

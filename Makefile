@@ -14,9 +14,9 @@
 #                      # rustdoc, warnings as errors
 #   make lint-release  # the release workflow against GitHub's workflow schema
 #
-# Bounded settings keep CI short: 16 minutes from a clean clone on 2
-# cores (the README says how it was measured); raise them by hand for
-# deeper runs, e.g.
+# Bounded settings keep the tests' own run short (CI took 41 minutes from a
+# clean clone on 2 cores, most of it compiling; the README says how it was
+# measured); raise them by hand for deeper runs, e.g.
 #   make test-loom LOOM_MAX_PREEMPTIONS=3
 #   make test-rust PROPTEST_CASES=20000 RATOMIC_STRESS_SCALE=20
 

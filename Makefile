@@ -70,8 +70,9 @@ test-serve:
 # One clippy run and one rustdoc run over everything, the optional
 # features included (the Redis server tests, the tower layer's Redis
 # support): each extra invocation with other features re-checked the crates
-# whose features changed, and each `cargo doc -p` its dependencies.
-LINT_FEATURES = ratomic-redis/server-tests,ratomic-postgres/server-tests,ratomic-tower/redis,ratomic-tower/postgres
+# whose features changed, and each `cargo doc -p` its dependencies. The
+# server suites build with the same union (scripts/test-builds.sh).
+LINT_FEATURES := $(shell sed -n 's/^server_features=//p' scripts/test-builds.sh)
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -27,14 +27,15 @@ export RATOMIC_POSTGRES_URL=$PG_URL
 export RATOMIC_PG_BIN=$pg_bin RATOMIC_PG_USER=$pg_user
 echo "== postgres on $RATOMIC_POSTGRES_URL"
 
-cargo test -p ratomic-postgres --features server-tests --test server -- "$@"
-# The tower layer on PostgreSQL-backed limiters (ratomic-tower's `postgres` feature).
-cargo test -p ratomic-tower --features postgres --test postgres -- "$@"
+# The server suite and the tower layer on PostgreSQL-backed limiters, in the
+# feature set the other server stages share (see the file sourced).
+source "$root/scripts/test-builds.sh"
+cargo test --features "$server_features" --test postgres_server --test postgres -- "$@"
 
 # `ratomic simulate --postgres` prints what the in-memory run prints, but for
 # the line that says how long the run took and where it was decided.
 if [[ $# -eq 0 ]]; then
-    cargo build -q -p ratomic-cli
+    build_debug_cli
     ratomic=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/debug/ratomic
     runs=(
         ""

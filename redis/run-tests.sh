@@ -46,14 +46,15 @@ RATOMIC_REDIS_CLUSTER=$(printf 'redis://%s/,' "${cluster[@]}")
 export RATOMIC_REDIS_CLUSTER=${RATOMIC_REDIS_CLUSTER%,}
 echo "== redis cluster on $RATOMIC_REDIS_CLUSTER"
 
-cargo test -p ratomic-redis --features server-tests --test server -- "$@"
-# The tower layer on Redis-backed limiters (ratomic-tower's `redis` feature).
-cargo test -p ratomic-tower --features redis --test redis -- "$@"
+# The server suite and the tower layer on Redis-backed limiters, in the
+# feature set the other server stages share (see the file sourced).
+source "$root/scripts/test-builds.sh"
+cargo test --features "$server_features" --test redis_server --test redis -- "$@"
 
 # `ratomic simulate --redis` prints what the in-memory run prints, but for
 # the line that says how long the run took and where it was decided.
 if [[ $# -eq 0 ]]; then
-    cargo build -q -p ratomic-cli
+    build_debug_cli
     ratomic=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/debug/ratomic
     runs=(
         ""

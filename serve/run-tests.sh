@@ -23,7 +23,8 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r serve/tests/python/requirements.txt
-cargo build -q -p ratomic-cli --bin ratomic
+source scripts/test-builds.sh
+build_debug_cli
 export RATOMIC_BIN="$TARGET/debug/ratomic"
 RATOMIC_TEST_REDIS_PORT=$(free_port)
 start_redis "$RATOMIC_TEST_REDIS_PORT"

@@ -94,4 +94,16 @@ async function startRedis(port) {
 // those tests check.
 const SLOW_MACHINE_MS = 10_000
 
-module.exports = { startRedis, freePort, SLOW_MACHINE_MS }
+// Before a test kills or stops the server: one call through `client` that
+// waits as long as a loaded machine needs, so the client is connected, the
+// script loaded, and the server seen to answer. The limiters under test keep
+// their short timeoutMs, which must fire once the server is gone; a first
+// call of their own could time out on a busy machine instead.
+async function answered(client, prefix) {
+  const { RedisTokenBucket } = require('../redis')
+  const patient = new RedisTokenBucket('5/s', { client, prefix, timeoutMs: SLOW_MACHINE_MS })
+  const d = await patient.allow('warm-up')
+  if (d.source !== 'redis') throw new Error(`the warm-up call was decided by ${d.source}, not by Redis`)
+}
+
+module.exports = { startRedis, freePort, answered, SLOW_MACHINE_MS }

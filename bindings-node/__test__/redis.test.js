@@ -15,7 +15,7 @@ const { Redis } = require('ioredis')
 const { createClient } = require('redis')
 const ratomic = require('..')
 const { RedisBase, RedisTokenBucket, RedisFixedWindow, RedisSlidingWindow, RedisLimiter } = require('../redis')
-const { startRedis, SLOW_MACHINE_MS } = require('./redis-server')
+const { startRedis, answered, SLOW_MACHINE_MS } = require('./redis-server')
 
 // What a call against a dead or frozen server may take before the test calls
 // it a hang. Not a speed requirement (timeoutMs is 100; a loaded machine may
@@ -89,16 +89,6 @@ async function client(kind, port = server.port, extra) {
 }
 
 const prefix = () => `t-${crypto.randomBytes(6).toString('hex')}:`
-
-// Before a test kills or stops the server: one call through `c` that waits
-// as long as a loaded machine needs, so the client is connected, the script
-// loaded, and the server seen to answer. The limiters under test keep their
-// short timeoutMs, which must fire once the server is gone; a first call of
-// their own could time out on a busy machine instead.
-async function answered(c, p) {
-  const patient = new RedisTokenBucket('5/s', { client: c, prefix: p, timeoutMs: SLOW_MACHINE_MS })
-  assert.equal((await patient.allow('warm-up')).source, 'redis')
-}
 
 // Every field of a decision, waits in whole µs rounded up: Redis computes in
 // whole µs (exact for these rules' buckets and windows; a sliding window's

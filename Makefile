@@ -30,20 +30,22 @@ export PROPTEST_CASES
 test: lint lint-release test-rust test-loom test-ffi test-python test-node test-redis test-postgres test-serve
 
 test-rust:
-	$(CARGO) test
-	$(CARGO) test -p ratomic --release --test stress
 	@# `cargo package` verifies each crate against the ones it has just packed (a
 	@# registry overlay in target/package), but a registry version being
 	@# immutable, it reuses what an earlier run left: the extraction under
 	@# $$CARGO_HOME/registry/src/<overlay>/<name>-<version>/ and the build of it
 	@# in the target directory. ratomic-tower would then be checked against an
-	@# old ratomic. Remove both for our crates first.
+	@# old ratomic. Remove both for our crates first. This runs before the
+	@# debug builds: the fingerprints removed include the workspace crates',
+	@# which every later debug build (the server stages') would then rebuild.
 	rm -rf "$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/*/ratomic-[0-9]* \
 		"$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/*/ratomic-redis-[0-9]* \
 		"$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/*/ratomic-postgres-[0-9]* \
 		"$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/*/ratomic-tower-[0-9]* \
 		"$${CARGO_TARGET_DIR:-target}"/debug/.fingerprint/ratomic-*
 	$(CARGO) package -q -p ratomic -p ratomic-redis -p ratomic-postgres -p ratomic-tower --allow-dirty
+	$(CARGO) test
+	$(CARGO) test -p ratomic --release --test stress
 
 test-loom:
 	RUSTFLAGS="--cfg ratomic_loom" LOOM_MAX_PREEMPTIONS=$(LOOM_MAX_PREEMPTIONS) CARGO_TARGET_DIR=target/loom \

@@ -22,8 +22,14 @@ done
 suites=0
 step() { printf '\n== %s\n' "$*"; }
 
-step "cargo build --release -p ratomic-ffi"
-cargo build --release -p ratomic-ffi
+# The library in the dev profile (debug assertions and overflow checks on),
+# built with the workspace's features: after `cargo test` (CI's test-rust)
+# only libratomic.{a,so} are left to link. `cargo build --release -p
+# ratomic-ffi` resolved its dependencies' features apart from the workspace
+# and built ~50 crates again, optimised (~3 minutes on 2 cores). release.yml
+# builds the release library from the same sources.
+step "cargo build --lib --tests (libratomic.{a,so}, dev profile, the workspace's features)"
+cargo build --lib --tests
 
 step "header drift: include/ratomic.h against a fresh cbindgen generation"
 cargo run --quiet -p ratomic-ffi-header -- --check
@@ -46,7 +52,7 @@ suites=$((suites + 1))
 
 target_dir=$(cargo metadata --format-version 1 --no-deps |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-lib="$target_dir/release"
+lib="$target_dir/debug"
 [[ -f "$lib/libratomic.a" && -f "$lib/libratomic.so" ]] || { echo "no libratomic in $lib" >&2; exit 1; }
 
 step "the shared library exports ratomic_* and nothing else"
@@ -66,13 +72,40 @@ san=(-fsanitize=address,undefined -fno-sanitize-recover=all)
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-c_tests=(api kinds contract course threads quotas stack headers shared direct messages)
-for t in "${c_tests[@]}"; do
-    step "C test_$t (ASan + UBSan)"
-    "$CC" "${cflags[@]}" "${san[@]}" "$here/tests/test_$t.c" "${libs[@]}" -o "$build/test_$t"
-    "$build/test_$t"
-    suites=$((suites + 1))
-done
+# Runs `FN NAME` for each NAME, two at a time (each one process; CI has two
+# cores), then prints each one's output under its step line (`TITLE`, with
+# NAME for %s), in order, and counts it. Fails, once all have run, if any did.
+two_at_a_time() {  # FN TITLE NAME...
+    local fn=$1 title=$2 i failed=()
+    shift 2
+    local names=("$@") codes=() pids=()
+    # shellcheck disable=SC2059
+    printf '\n== %s, two at a time (output follows, in order, once each has run)\n' "$(printf "$title" "{${names[*]}}")"
+    for i in "${!names[@]}"; do
+        if ((i >= 2)); then wait "${pids[i - 2]}" && codes[i - 2]=0 || codes[i - 2]=$?; fi
+        "$fn" "${names[i]}" >"$build/out.$fn.${names[i]}" 2>&1 &
+        pids[i]=$!
+    done
+    for i in "${!names[@]}"; do
+        [[ -n "${codes[i]:-}" ]] || { wait "${pids[i]}" && codes[i]=0 || codes[i]=$?; }
+        # shellcheck disable=SC2059 # the title is the format
+        step "$(printf "$title" "${names[i]}")"
+        cat "$build/out.$fn.${names[i]}"
+        if ((codes[i] != 0)); then
+            echo "FAILED (exit ${codes[i]})"
+            failed+=("${names[i]}")
+        else
+            suites=$((suites + 1))
+        fi
+    done
+    if ((${#failed[@]} > 0)); then echo "failed: ${failed[*]}" >&2; return 1; fi
+}
+
+asan_test() {  # NAME: tests/test_NAME.c, linked statically, under ASan + UBSan
+    "$CC" "${cflags[@]}" "${san[@]}" "$here/tests/test_$1.c" "${libs[@]}" -o "$build/test_$1"
+    "$build/test_$1"
+}
+two_at_a_time asan_test "C test_%s (ASan + UBSan)" api kinds contract course threads quotas stack headers shared direct messages
 
 step "the static-vs-shared bench (bench/static_vs_shared.c) builds and runs: 2 chunk pairs, no timing"
 "$CC" "${cflags[@]}" "$here/bench/static_vs_shared.c" "${libs[@]}" -o "$build/static_vs_shared"
@@ -112,21 +145,21 @@ printf '#include "ratomic.h"\nint main(void) { return RATOMIC_OK; }\n' > "$build
 suites=$((suites + 1))
 
 if command -v valgrind >/dev/null; then
-    step "valgrind, against the shared library"
     ln -sf "$lib/libratomic.so" "$build/libratomic.so.0.1"   # its SONAME
-    for t in api kinds contract course quotas stack headers shared direct messages; do
-        "$CC" "${cflags[@]}" "$here/tests/test_$t.c" -L"$lib" -lratomic -lpthread -lm -o "$build/vg_$t"
+    valgrind_test() {  # NAME: tests/test_NAME.c against libratomic.so
+        "$CC" "${cflags[@]}" "$here/tests/test_$1.c" -L"$lib" -lratomic -lpthread -lm -o "$build/vg_$1"
         LD_LIBRARY_PATH="$build" valgrind -q --error-exitcode=1 --leak-check=full \
-            --errors-for-leak-kinds=definite,indirect "$build/vg_$t"
-        suites=$((suites + 1))
-    done
+            --errors-for-leak-kinds=definite,indirect "$build/vg_$1"
+    }
+    two_at_a_time valgrind_test "valgrind: test_%s against the shared library" \
+        api kinds contract course quotas stack headers shared direct messages
 else
     step "valgrind not installed: the ASan + UBSan runs above are the memory checks"
 fi
 
 step "make install into a temporary prefix; build the README examples with pkg-config"
 prefix="$build/prefix"
-make -s -C "$here" install PREFIX="$prefix" >/dev/null
+make -s -C "$here" install PREFIX="$prefix" BUILT_DIR="$lib" >/dev/null
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 [[ "$(pkg-config --modversion ratomic)" == "$(sed -n 's/^#define RATOMIC_VERSION_STRING "\(.*\)"/\1/p' include/ratomic.h)" ]]
 # An example's block, and the ```text block after it (its output), from the
@@ -183,7 +216,11 @@ suites=$((suites + 1))
 
 step "the release tarball: staged as release.yml packs it, unpacked elsewhere, used with no Rust on PATH"
 # release.yml: make install PREFIX=/usr/local DESTDIR=stage; tar of include/ and lib/.
-make -s -C "$here" install PREFIX=/usr/local DESTDIR="$build/stage" >/dev/null
+make -s -C "$here" install PREFIX=/usr/local DESTDIR="$build/stage" BUILT_DIR="$lib" >/dev/null
+# The release's libraries carry no debug information (profile.release has
+# `debug = false`): neither does this copy of the dev build (~270 MB to pack
+# with it).
+find "$build/stage/usr/local/lib" -maxdepth 1 -type f -name 'libratomic.*' -exec strip --strip-debug {} +
 tar -C "$build/stage/usr/local" -czf "$build/libratomic.tar.gz" include lib
 mkdir -p "$build/unpacked/opt/ratomic"
 tar -C "$build/unpacked/opt/ratomic" -xzf "$build/libratomic.tar.gz"

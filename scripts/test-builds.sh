@@ -14,8 +14,12 @@
 # stages, which pick their suites by test-target name.
 server_features=ratomic-redis/server-tests,ratomic-postgres/server-tests,ratomic-tower/redis,ratomic-tower/postgres
 
-# The debug `ratomic` binary (target/debug/ratomic), built as `cargo test`
-# builds it for the CLI's own tests.
+# The debug `ratomic` binary (target/debug/ratomic), as plain `cargo test`
+# builds it: after `make test-rust` nothing is left to build (cargo links
+# target/debug/ratomic to that build again). Even a target filter changes
+# the resolution: `cargo test --no-run --test cli` built
+# prost, tonic's stack and ratomic-serve in a feature set of their own
+# (~70 s in the Redis stage); `--tests` selects as plain `cargo test` does.
 build_debug_cli() {
-    cargo test -q --no-run --test cli
+    cargo test -q --no-run --tests
 }

@@ -40,8 +40,8 @@ fn model<F: Fn() + Sync + Send + 'static>(f: F) {
 }
 
 /// A model with three threads that each walk a whole keyed call (two of them
-/// a multi-limit one): its state space grows fastest, so it runs with one
-/// preemption fewer than the others (at least one: a bound of one already
+/// a multi-limit one; the epoch's re-pin model has its own note): its state
+/// space grows fastest, so it runs with one preemption fewer than the others (at least one: a bound of one already
 /// finds the give-back race this model was written for, in well under a
 /// second; `LOOM_MAX_PREEMPTIONS=3` by hand explores it at two).
 fn heavy_model<F: Fn() + Sync + Send + 'static>(f: F) {
@@ -1145,9 +1145,18 @@ mod epoch {
     /// A reader that pins twice (its second pin may store an epoch read
     /// before an advance) and a second reader, against a retire: the stale
     /// pin holds the free back, never lets it through.
+    ///
+    /// Three threads each walking whole pins, an unlink and two advances:
+    /// at a bound of 2 this model took ~130 s alone (CI's loom stage
+    /// waited on it for two minutes), so it runs as a heavy model, 1 in CI
+    /// (~10 s), 2 with `LOOM_MAX_PREEMPTIONS=3`. The two mutations the
+    /// epoch's models were written against, an early free (a bag freed one
+    /// advance after its seal) and a reader's missing fence, are each found
+    /// by `no_free_runs_under_a_reader_that_saw_the_object` at CI's bound in
+    /// under a second (checked by hand on 2026-11-29).
     #[test]
     fn repinned_and_concurrent_readers_hold_the_free_back() {
-        model(|| {
+        super::heavy_model(|| {
             let freed = flag();
             let link = Arc::new(AtomicUsize::new(1));
             let readers: Vec<_> = (0..2)

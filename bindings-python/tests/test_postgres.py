@@ -503,10 +503,17 @@ def test_a_cancelled_task_leading_a_batch_strands_nobody(url, prefix) -> None:
             await holder.close()
             ds = await asyncio.wait_for(asyncio.gather(*waiting[1:]), timeout=60)
             assert waiting[0].cancelled()
-            assert sorted(d.remaining for d in ds) == list(range(30, 49)) and all(d.allowed for d in ds)
             assert pool.statements - before == 2, "the leader's statement, then one for the 19 that waited"
-            # Neither cancelled call took a token (the leader's statement was cancelled on the server).
-            assert (await pg.peek("k", 0)).remaining == 30
+            # The one that waited took nothing. Whether the leader's statement
+            # did depends on how soon the server saw its cancel: psycopg sends
+            # one, and if the statement has not ended in time it closes the
+            # connection ("query not terminated after cancellation"), and the
+            # statement may still run once the row is free (CI saw both). Either
+            # way nobody is stranded and nothing is over-granted: the 19 took the
+            # 19 tokens after the leader's, if it took one.
+            left = (await pg.peek("k", 0)).remaining
+            assert left in (29, 30), left
+            assert sorted(d.remaining for d in ds) == list(range(left, left + 19)) and all(d.allowed for d in ds)
 
     asyncio.run(main())
 

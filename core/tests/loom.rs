@@ -41,9 +41,10 @@ fn model<F: Fn() + Sync + Send + 'static>(f: F) {
 
 /// A model with three threads that each walk a whole keyed call (two of them
 /// a multi-limit one; the epoch's re-pin model has its own note): its state
-/// space grows fastest, so it runs with one preemption fewer than the others (at least one: a bound of one already
-/// finds the give-back race this model was written for, in well under a
-/// second; `LOOM_MAX_PREEMPTIONS=3` by hand explores it at two).
+/// space grows fastest, so it runs with one preemption fewer than the others
+/// (at least one: a bound of one already finds the give-back race this model
+/// was written for, in well under a second; `LOOM_MAX_PREEMPTIONS=3` by hand
+/// explores it at two).
 fn heavy_model<F: Fn() + Sync + Send + 'static>(f: F) {
     let mut builder = loom::model::Builder::new();
     builder.max_branches = 1_000_000;

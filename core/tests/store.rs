@@ -348,7 +348,6 @@ fn reserve_keys_makes_room_up_front_and_keeps_it() {
 #[test]
 fn reserved_room_holds_the_keys_as_hashing_spreads_them() {
     for limiter in 0..20 {
-        // Byte keys: `u64` keys counted up spread more evenly than chance.
         let sized = TokenBucket::builder(Quota::new(3, 1.0).unwrap())
             .clock(ManualClock::new())
             .shards(64)

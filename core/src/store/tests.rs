@@ -182,3 +182,32 @@ fn a_give_back_after_a_reset_or_refund_of_the_key_leaves_later_charges_alone() {
         assert_eq!(at_now(0).remaining, 2, "{credit}: the later call's charge stands");
     }
 }
+
+/// The store's hasher spreads `u64` keys counted up over the shards as
+/// chance would, whatever the process's seed: 20,000 keys on 64 shards put
+/// about 313 in each (a standard deviation near 18), so 470 in one is a
+/// 9-sigma event. foldhash's `fast` variant, hashing a `u64` with one folded
+/// multiply, does that for about one seed in a hundred (its low bits follow
+/// the seed's); the check that it does here shows the test can tell.
+#[test]
+fn u64_keys_counted_up_spread_over_the_shards_for_every_seed() {
+    use foldhash::SharedSeed;
+    let most_in_a_shard = |hash: &dyn Fn(u64) -> u64| {
+        let mut counts = [0u32; 64];
+        for k in 0..20_000u64 {
+            counts[(hash(k) & 63) as usize] += 1;
+        }
+        *counts.iter().max().unwrap()
+    };
+    let (mut fast_crowded, mut worst) = (0, 0);
+    for seed in 0..400u64 {
+        let shared: &'static SharedSeed = Box::leak(Box::new(SharedSeed::from_u64(seed)));
+        let per_hasher = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let ours = foldhash::quality::SeedableRandomState::with_seed(per_hasher, shared);
+        let fast = foldhash::fast::SeedableRandomState::with_seed(per_hasher, shared);
+        worst = worst.max(most_in_a_shard(&|k| ours.hash_one(k)));
+        fast_crowded += usize::from(most_in_a_shard(&|k| fast.hash_one(k)) >= 470);
+    }
+    assert!(worst < 470, "a seed put {worst} of 20,000 keys in one of 64 shards");
+    assert!(fast_crowded > 0, "the fast variant crowds a shard for some seed (the test can tell)");
+}

@@ -14,7 +14,7 @@ use crate::boundary::Failure;
 pub(crate) struct PostgresEngine {
     pub(crate) limiter: BlockingPostgresLimiter,
     /// What `ratomic_now` reads; the calls without `_at` use the server's
-    /// `clock_timestamp()`.
+    /// clock.
     pub(crate) clock: MonotonicClock,
 }
 

@@ -229,7 +229,7 @@ impl PostgresLimiter {
     }
 
     /// Consumes `cost` from every limit on `key` if all allow it, at the
-    /// server's `clock_timestamp()`.
+    /// server's clock (see [`schema::ALLOW`](crate::schema::ALLOW)).
     pub async fn allow_n(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<MultiDecision> {
         self.call(Op::Allow, key.as_ref(), cost, None).await
     }

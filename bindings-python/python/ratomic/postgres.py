@@ -49,7 +49,11 @@ would without this; peeks, the ``*_at`` forms, lease asks, refunds, resets
 and :meth:`allow_many` never wait. When the statement fails or times out,
 the failure policy answers each of its calls, and, if that opened the
 circuit breaker, the calls still waiting (not sent); a cancelled task or an
-interrupted thread leaves the others answered. A ``max_in_flight`` above the
+interrupted thread leaves the others answered. A call cancelled after its
+statement went out may still have taken its token (psycopg closes the
+connection when the server does not heed its cancel in time, and the
+statement then runs once the row is free): count it as granted. A
+``max_in_flight`` above the
 calls you make at once turns it off.
 
 The table and functions are created by :func:`migrate` (run it once, or let

@@ -52,9 +52,10 @@
 //! foldhash's `quality` variant, one more multiply than `fast`: the shard is
 //! chosen by the hash's low bits, and `fast` hashes a `u64` with a single
 //! folded multiply whose low bits, for keys counted up (user ids), follow
-//! the seed's: one process in about a hundred put over 1.5× the mean of
-//! 20,000 such keys in one of 64 shards (some, all of them), growing tables
-//! `reserve_keys` had sized and crowding one shard's lock and key bound.
+//! the seed's: about one seed in a hundred put over 1.5× the mean of
+//! 20,000 such keys in one of 64 shards (the worst of 200,000 simulated,
+//! 13,140), growing tables `reserve_keys` had sized and crowding one
+//! shard's lock and key bound.
 //!
 //! # Forgetting full buckets, losslessly
 //!

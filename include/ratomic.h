@@ -119,17 +119,18 @@ enum ratomic_result
    */
   RATOMIC_INVALID_REQUEST = 9,
   /**
-   * A Redis-backed limiter cannot reach its server: a bad URL, a refused
-   * or broken connection.
+   * A Redis- or PostgreSQL-backed limiter cannot reach its server: a bad
+   * URL or conninfo, a refused or broken connection.
    */
   RATOMIC_BACKEND_UNAVAILABLE = 10,
   /**
-   * A Redis-backed limiter's call took longer than its timeout.
+   * A Redis- or PostgreSQL-backed limiter's call took longer than its
+   * timeout.
    */
   RATOMIC_BACKEND_TIMEOUT = 11,
   /**
-   * A Redis-backed limiter's server answered an error, or something that
-   * is not Redis's answer.
+   * A Redis- or PostgreSQL-backed limiter's server answered an error, or
+   * something that is not its answer.
    */
   RATOMIC_BACKEND_ERROR = 12,
   /**
@@ -1953,7 +1954,8 @@ ratomic_result ratomic_peek_detailed_at(const ratomic_limiter *limiter,
  * @retval RATOMIC_KEY_TOO_LONG Above the limiter's `max_key_len`, checked before
  *     `key` is read.
  * @retval RATOMIC_INVALID_ARGUMENT The clock read past `RATOMIC_MAX_TIME`.
- * @retval RATOMIC_BACKEND_UNAVAILABLE A Redis-backed limiter (`ratomic_redis_*_new`) under
+ * @retval RATOMIC_BACKEND_UNAVAILABLE A Redis- or PostgreSQL-backed limiter
+ *     (`ratomic_redis_*_new`, `ratomic_postgres_*_new`) under
  *     `RATOMIC_REDIS_RETURN_ERROR` could not reach its server.
  * @retval RATOMIC_BACKEND_TIMEOUT The same, when the server did not answer within the timeout.
  * @retval RATOMIC_BACKEND_ERROR The same, when the server answered with an error.
@@ -2103,7 +2105,8 @@ ratomic_result ratomic_acquire(const ratomic_limiter *limiter,
  * @retval RATOMIC_NULL_ARGUMENT NULL: limiter, or key with a non-zero `key_len`.
  * @retval RATOMIC_KEY_TOO_LONG Above the limiter's `max_key_len`, checked before `key` is read.
  * @retval RATOMIC_INVALID_ARGUMENT The clock read past `RATOMIC_MAX_TIME`.
- * @retval RATOMIC_BACKEND_UNAVAILABLE A Redis-backed limiter (`ratomic_redis_*_new`) under
+ * @retval RATOMIC_BACKEND_UNAVAILABLE A Redis- or PostgreSQL-backed limiter
+ *     (`ratomic_redis_*_new`, `ratomic_postgres_*_new`) under
  *     `RATOMIC_REDIS_RETURN_ERROR` could not reach its server.
  * @retval RATOMIC_BACKEND_TIMEOUT The same, when the server did not answer within the timeout.
  * @retval RATOMIC_BACKEND_ERROR The same, when the server answered with an error.
@@ -2203,7 +2206,8 @@ ratomic_result ratomic_reset_at(const ratomic_limiter *limiter,
  * @retval RATOMIC_NULL_ARGUMENT NULL: limiter; requests or decisions when `count` > 0.
  * @retval RATOMIC_INVALID_ARGUMENT Count larger than any array; the clock read
  *     past `RATOMIC_MAX_TIME`.
- * @retval RATOMIC_BACKEND_UNAVAILABLE A Redis-backed limiter (`ratomic_redis_*_new`) under
+ * @retval RATOMIC_BACKEND_UNAVAILABLE A Redis- or PostgreSQL-backed limiter
+ *     (`ratomic_redis_*_new`, `ratomic_postgres_*_new`) under
  *     `RATOMIC_REDIS_RETURN_ERROR` could not reach its server.
  * @retval RATOMIC_BACKEND_TIMEOUT The same, when the server did not answer within the timeout.
  * @retval RATOMIC_BACKEND_ERROR The same, when the server answered with an error.

@@ -145,7 +145,8 @@ unsafe fn decide_other(
 /// @retval RATOMIC_KEY_TOO_LONG Above the limiter's `max_key_len`, checked before
 ///     `key` is read.
 /// @retval RATOMIC_INVALID_ARGUMENT The clock read past `RATOMIC_MAX_TIME`.
-/// @retval RATOMIC_BACKEND_UNAVAILABLE A Redis-backed limiter (`ratomic_redis_*_new`) under
+/// @retval RATOMIC_BACKEND_UNAVAILABLE A Redis- or PostgreSQL-backed limiter
+///     (`ratomic_redis_*_new`, `ratomic_postgres_*_new`) under
 ///     `RATOMIC_REDIS_RETURN_ERROR` could not reach its server.
 /// @retval RATOMIC_BACKEND_TIMEOUT The same, when the server did not answer within the timeout.
 /// @retval RATOMIC_BACKEND_ERROR The same, when the server answered with an error.
@@ -370,7 +371,8 @@ unsafe fn restore(
 /// @retval RATOMIC_NULL_ARGUMENT NULL: limiter, or key with a non-zero `key_len`.
 /// @retval RATOMIC_KEY_TOO_LONG Above the limiter's `max_key_len`, checked before `key` is read.
 /// @retval RATOMIC_INVALID_ARGUMENT The clock read past `RATOMIC_MAX_TIME`.
-/// @retval RATOMIC_BACKEND_UNAVAILABLE A Redis-backed limiter (`ratomic_redis_*_new`) under
+/// @retval RATOMIC_BACKEND_UNAVAILABLE A Redis- or PostgreSQL-backed limiter
+///     (`ratomic_redis_*_new`, `ratomic_postgres_*_new`) under
 ///     `RATOMIC_REDIS_RETURN_ERROR` could not reach its server.
 /// @retval RATOMIC_BACKEND_TIMEOUT The same, when the server did not answer within the timeout.
 /// @retval RATOMIC_BACKEND_ERROR The same, when the server answered with an error.
@@ -602,7 +604,8 @@ fn first_invalid(l: &ratomic_limiter, before: &[(&[u8], u64)], index: usize, cos
 /// @retval RATOMIC_NULL_ARGUMENT NULL: limiter; requests or decisions when `count` > 0.
 /// @retval RATOMIC_INVALID_ARGUMENT Count larger than any array; the clock read
 ///     past `RATOMIC_MAX_TIME`.
-/// @retval RATOMIC_BACKEND_UNAVAILABLE A Redis-backed limiter (`ratomic_redis_*_new`) under
+/// @retval RATOMIC_BACKEND_UNAVAILABLE A Redis- or PostgreSQL-backed limiter
+///     (`ratomic_redis_*_new`, `ratomic_postgres_*_new`) under
 ///     `RATOMIC_REDIS_RETURN_ERROR` could not reach its server.
 /// @retval RATOMIC_BACKEND_TIMEOUT The same, when the server did not answer within the timeout.
 /// @retval RATOMIC_BACKEND_ERROR The same, when the server answered with an error.

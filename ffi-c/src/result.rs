@@ -43,13 +43,14 @@ pub enum ratomic_result {
     /// batch was refused and nothing changed. `ratomic_last_error_request`
     /// gives the first invalid request's index and its own code.
     RATOMIC_INVALID_REQUEST = 9,
-    /// A Redis-backed limiter cannot reach its server: a bad URL, a refused
-    /// or broken connection.
+    /// A Redis- or PostgreSQL-backed limiter cannot reach its server: a bad
+    /// URL or conninfo, a refused or broken connection.
     RATOMIC_BACKEND_UNAVAILABLE = 10,
-    /// A Redis-backed limiter's call took longer than its timeout.
+    /// A Redis- or PostgreSQL-backed limiter's call took longer than its
+    /// timeout.
     RATOMIC_BACKEND_TIMEOUT = 11,
-    /// A Redis-backed limiter's server answered an error, or something that
-    /// is not Redis's answer.
+    /// A Redis- or PostgreSQL-backed limiter's server answered an error, or
+    /// something that is not its answer.
     RATOMIC_BACKEND_ERROR = 12,
     /// A limiter on a shared file (`ratomic_options.shared_file`) could not
     /// serve the call: the file's file system is full (a new key needs
@@ -97,9 +98,9 @@ impl ratomic_result {
             Some(RATOMIC_INVALID_REQUEST) => {
                 c"a request of the batch is invalid; nothing was decided (see ratomic_last_error_request)"
             }
-            Some(RATOMIC_BACKEND_UNAVAILABLE) => c"cannot reach the Redis server (bad URL, refused or broken connection)",
-            Some(RATOMIC_BACKEND_TIMEOUT) => c"the Redis call timed out",
-            Some(RATOMIC_BACKEND_ERROR) => c"the Redis server answered an error or something that is not Redis",
+            Some(RATOMIC_BACKEND_UNAVAILABLE) => c"cannot reach the Redis or PostgreSQL server (bad URL or conninfo, refused or broken connection)",
+            Some(RATOMIC_BACKEND_TIMEOUT) => c"the Redis or PostgreSQL call timed out: the server is slow, overloaded or unreachable (if only slow, raise the limiter's timeout)",
+            Some(RATOMIC_BACKEND_ERROR) => c"the Redis or PostgreSQL server answered an error, or something that is not its answer",
             Some(RATOMIC_SHARED_FILE) => {
                 c"the shared file could not serve the call: its file system is full, or another process holds the key"
             }

@@ -47,7 +47,9 @@ impl fmt::Display for Error {
         match self {
             Error::Invalid(e) => e.fmt(f),
             Error::Connection(m) => write!(f, "cannot reach the PostgreSQL server: {m}"),
-            Error::Timeout => f.write_str("the PostgreSQL call timed out"),
+            Error::Timeout => f.write_str(
+                "the PostgreSQL call timed out: the server is slow, overloaded or unreachable, or the key's row is held (if it is only slow, raise the limiter's timeout)",
+            ),
             Error::Server(m) => write!(f, "the PostgreSQL server answered an error: {m}"),
             Error::Reply(m) => write!(f, "unexpected reply from the PostgreSQL server: {m}"),
         }

@@ -47,7 +47,9 @@ impl fmt::Display for Error {
         match self {
             Error::Invalid(e) => e.fmt(f),
             Error::Connection(m) => write!(f, "cannot reach the Redis server: {m}"),
-            Error::Timeout => f.write_str("the Redis call timed out"),
+            Error::Timeout => f.write_str(
+                "the Redis call timed out: the server is slow, overloaded or unreachable (if it is only slow, raise the limiter's timeout)",
+            ),
             Error::Server(m) => write!(f, "the Redis server answered an error: {m}"),
             Error::Reply(m) => write!(f, "unexpected reply from the Redis server: {m}"),
         }

@@ -192,6 +192,8 @@ fn a_give_back_after_a_reset_or_refund_of_the_key_leaves_later_charges_alone() {
 #[test]
 fn u64_keys_counted_up_spread_over_the_shards_for_every_seed() {
     use foldhash::SharedSeed;
+    // The store's hasher is the one tested here, with its seeds chosen.
+    let _: fn() -> foldhash::quality::RandomState = Hasher::default;
     let most_in_a_shard = |hash: &dyn Fn(u64) -> u64| {
         let mut counts = [0u32; 64];
         for k in 0..20_000u64 {

@@ -14,7 +14,7 @@
 #                      # rustdoc, warnings as errors
 #   make lint-release  # the release workflow against GitHub's workflow schema
 #
-# Bounded settings keep the tests' own run short (CI took 37-44 minutes from a
+# Bounded settings keep the tests' own run short (CI took 34-44 minutes from a
 # clean clone on 2 cores, most of it compiling; the README says how it was
 # measured); raise them by hand for deeper runs, e.g.
 #   make test-loom LOOM_MAX_PREEMPTIONS=3

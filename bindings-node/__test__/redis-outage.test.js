@@ -83,7 +83,7 @@ for (const kind of ['node-redis', 'ioredis']) {
       assert.deepEqual(await c.send('allow'), ok)
       await server.stop()
       await c.send('dropped')
-      for (let i = 0; i < 2; i++) assert.deepEqual(await c.send('allow'), { allowed: false, source: 'policy' })
+      for (let i = 0; i < 2; i++) assert.deepEqual(await c.send('allowWhileDown'), { allowed: false, source: 'policy' })
       server = await startRedis(port)
       await c.send('ready')
       assert.deepEqual(await c.send('allow'), ok)

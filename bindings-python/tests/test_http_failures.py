@@ -95,7 +95,9 @@ def test_redis_down_is_a_generic_503_and_the_log_has_the_cause_asgi(
     face: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     s = dead_redis()
-    client = redis.asyncio.Redis(port=s.port)
+    # No retries (README's client settings): redis-py 8's default client
+    # retries a refused connection 10 times with backoff, seconds a call.
+    client = redis.asyncio.Redis(port=s.port, retry=redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0))
     prefix = f"down-{uuid.uuid4().hex[:8]}:"
     # The refused connection, which names the address, must end each call:
     # with the 50 ms default a loaded machine's slow connect (getaddrinfo

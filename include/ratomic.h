@@ -2335,7 +2335,7 @@ ratomic_result ratomic_now(const ratomic_limiter *limiter, uint64_t *out_ns);
  * database and prefix. The same rule and decisions as
  * `ratomic_token_bucket_new`, in whole microseconds: the emission interval
  * is rounded up to whole µs. Calls without `_at` use the server's clock
- * (read once a statement, when it starts); one statement each (`allow_many`: one for the
+ * (read once a statement); one statement each (`allow_many`: one for the
  * batch). Connects before returning (blocking) and creates ratomic's
  * table and functions unless `no_migrate` is set.
  *

@@ -8,10 +8,10 @@
 //!
 //! - One statement per decision: a PL/pgSQL function ([`schema`]), created
 //!   by a migration the client runs (or a DBA runs from
-//!   [`schema::sql`]). It reads the server's clock once
-//!   (`clock_timestamp()` once the key's row is locked; the common allow,
-//!   [`schema::ALLOW`], `statement_timestamp()`); the `*_at` forms pass
-//!   the caller's time instead. Calls in flight at once
+//!   [`schema::sql`]). It reads the server's clock once a statement
+//!   (`clock_timestamp()` in the functions, `statement_timestamp()` in the
+//!   common allow, [`schema::ALLOW`]); the `*_at` forms pass the caller's
+//!   time instead. Calls in flight at once
 //!   share statements in the crate's client ([`PostgresLimiter`]): plain
 //!   allows beyond one per two connections wait for a statement to end
 //!   and go together, up to [`MAX_BATCH`], as one batch statement at one

@@ -82,7 +82,11 @@ declare namespace rateLimit {
     requestWasSuccessful?: (req: Req, res: Res) => boolean | Promise<boolean>
     /** Bits of an IPv6 address that name one client (default 64), false for the whole address, or a function of the request. */
     ipv6Subnet?: number | false | ((req: Req, res: Res) => number)
-    /** Where the decision is left on the request (default `rateLimit`). */
+    /**
+     * Where the decision is left on the request (default `rateLimit`). On an Express request it is
+     * kept in `res.locals` under a symbol (no key a template or JSON sees); replacing `res.locals`
+     * with a fresh object after the limiter hides it.
+     */
     requestPropertyName?: string
     /** Tokens a request takes (default 1), or a function of the request. */
     cost?: number | ((req: Req) => number)

@@ -350,7 +350,7 @@ function rateLimit(options) {
     }
     const p = g.template
     writeFields(p, d, setHeader, res)
-    leave(req, prop, infoOf(d, key, Date.now()))
+    leave(req, prop, infoOf(d, key, Date.now()), res)
     if (d.allowed) return next()
     return deny(req, res, next, p, d)
   }
@@ -431,7 +431,7 @@ function rateLimit(options) {
     if (g.async) checkSource(g, req, d)
     const p = policyOf(g, limiter, name, quota)
     writeFields(p, d, setHeader, res)
-    leave(req, prop, infoOf(d, key, Date.now()))
+    leave(req, prop, infoOf(d, key, Date.now()), res)
     if (!d.allowed) return deny(req, res, next, p, d)
     if (g.refund !== null) arrangeRefund(g, req, res, limiter, key, quota, cost, d, before, wasSuccessful)
     return next()

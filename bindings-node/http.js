@@ -753,29 +753,74 @@ function decideInfo(g, key) {
 // a hidden class of its own (it swaps the prototype to the app's), so a
 // property added to it costs V8 a new map each time — measured at about
 // 1 µs a request in the middleware benchmark, as much as the rest of the
-// middleware. On such a request the decision is kept in a WeakMap instead,
-// behind an accessor `prop` on the app's request prototype (made once;
-// assigning to it stores too). A plain `http` request (Node's own
-// prototype, which is not ours to change) or one that already has `prop`
-// of its own gets the property.
+// middleware — and a WeakMap keyed by the request costs nearly as much
+// (the request's identity hash made, an ephemeron for the collector). So
+// `req[prop]` is an accessor on the app's request prototype (made once)
+// that reads the decision from `res.locals`, Express's object for what is
+// scoped to one request (a dictionary: a symbol added to it changes no
+// hidden class), under a symbol of ratomic's (template engines and JSON
+// see only string keys; `{ ...res.locals }` copies it along). Assigning to
+// `req[prop]` stores there too. Where there is no `res.locals` (a response
+// Express did not set up, or `res.locals` replaced by one without the
+// symbol) the accessor falls back to a WeakMap. A plain `http` request
+// (Node's own prototype, which is not ours to change) gets the property, as
+// does a request that had `prop` of its own when its prototype was first
+// seen (another middleware that set it before the accessor was made).
 const slots = new Map()
-function leave(req, prop, info) {
-  let slot = slots.get(prop)
+let lastProp = null
+let lastSlot
+
+function slotOf(prop) {
+  const values = new WeakMap()
+  const sym = Symbol(`ratomic ${prop}`)
+  const localsOf = (req) => {
+    const res = req.res
+    const l = res === undefined || res === null ? undefined : res.locals
+    return l !== null && typeof l === 'object' ? l : undefined
+  }
+  const accessor = {
+    get() {
+      const l = localsOf(this)
+      const v = l === undefined ? undefined : l[sym]
+      return v !== undefined ? v : values.get(this)
+    },
+    set(v) {
+      const l = localsOf(this)
+      if (l !== undefined) l[sym] = v
+      else values.set(this, v)
+    },
+    configurable: true,
+  }
+  return { values, sym, accessor, proto: undefined, protos: new WeakSet() }
+}
+
+function leave(req, prop, info, res) {
+  let slot = prop === lastProp ? lastSlot : slots.get(prop)
   if (slot === undefined) {
-    const values = new WeakMap()
-    slot = { values, protos: new WeakSet(), accessor: { get() { return values.get(this) }, set(v) { values.set(this, v) }, configurable: true } }
+    slot = slotOf(prop)
     slots.set(prop, slot)
   }
+  lastProp = prop
+  lastSlot = slot
   const proto = Object.getPrototypeOf(req)
-  if (!slot.protos.has(proto)) {
-    if (proto === null || proto === Object.prototype || proto === http.IncomingMessage.prototype || Object.hasOwn(proto, prop) || !Object.isExtensible(proto)) {
+  if (proto !== slot.proto) {
+    if (!slot.protos.has(proto)) {
+      if (proto === null || proto === Object.prototype || proto === http.IncomingMessage.prototype || Object.hasOwn(proto, prop) || !Object.isExtensible(proto)) {
+        req[prop] = info
+        return
+      }
+      Object.defineProperty(proto, prop, slot.accessor)
+      slot.protos.add(proto)
+    }
+    slot.proto = proto
+    if (Object.hasOwn(req, prop)) {
       req[prop] = info
       return
     }
-    Object.defineProperty(proto, prop, slot.accessor)
-    slot.protos.add(proto)
   }
-  if (Object.hasOwn(req, prop)) req[prop] = info
+  // The accessor reads `req.res.locals`: Express sets `req.res` to `res`.
+  const l = res === undefined ? undefined : res.locals
+  if (l !== null && typeof l === 'object') l[slot.sym] = info
   else slot.values.set(req, info)
 }
 

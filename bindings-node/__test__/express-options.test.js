@@ -210,6 +210,52 @@ test("req.rateLimit has express-rate-limit's fields: limit, used, remaining, res
   }
 })
 
+test('req.rateLimit: kept per request beside res.locals, assignable, invisible to templates and JSON, on fast and general paths', async () => {
+  for (const general of [false, true]) {
+    // skip makes the middleware take its general path; the common set-up takes the fast one.
+    const limiter = rateLimit({ limit: 5, windowMs: 60_000, ...(general ? { skip: () => false } : {}) })
+    const app = express()
+    app.use(limiter)
+    app.get('/seen', (req, res) => {
+      // What a view or a JSON dump of the locals sees: no key of ratomic's.
+      res.json({ remaining: req.rateLimit.remaining, localsKeys: Object.keys(res.locals), localsJson: JSON.stringify(res.locals) })
+    })
+    app.get('/assigned', (req, res, next) => {
+      req.rateLimit = { mine: true }
+      next()
+    }, (req, res) => res.json(req.rateLimit))
+    app.get('/spread', (req, res, next) => {
+      res.locals = { ...res.locals, user: 'u' }
+      next()
+    }, (req, res) => res.json({ remaining: req.rateLimit.remaining, user: res.locals.user }))
+    // Two requests in flight at once each read their own decision.
+    let release
+    const gate = new Promise((resolve) => (release = resolve))
+    app.get('/slow', async (req, res) => {
+      const before = req.rateLimit.remaining
+      await gate
+      res.json({ before, after: req.rateLimit.remaining })
+    })
+    const server = http.createServer(app)
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const url = `http://127.0.0.1:${server.address().port}`
+    try {
+      assert.deepEqual(await (await fetch(`${url}/seen`)).json(), { remaining: 4, localsKeys: [], localsJson: '{}' })
+      assert.deepEqual(await (await fetch(`${url}/assigned`)).json(), { mine: true })
+      assert.deepEqual(await (await fetch(`${url}/spread`)).json(), { remaining: 2, user: 'u' })
+      const first = fetch(`${url}/slow`)
+      const second = fetch(`${url}/slow`)
+      // Both decided before either answers.
+      while ((await limiter.getKey('127.0.0.1')).totalHits < 5) await new Promise((resolve) => setImmediate(resolve))
+      release()
+      const answers = (await Promise.all([first, second].map(async (r) => (await r).json()))).sort((a, b) => a.before - b.before)
+      assert.deepEqual(answers, [{ before: 0, after: 0 }, { before: 1, after: 1 }])
+    } finally {
+      await new Promise((resolve) => server.close(resolve))
+    }
+  }
+})
+
 test('validate turns off the set-up reports; knownOptions: false lets unknown options pass', async () => {
   const reports = []
   const onLimiterError = (e) => reports.push(e.code)

@@ -755,17 +755,25 @@ function decideInfo(g, key) {
 // 1 µs a request in the middleware benchmark, as much as the rest of the
 // middleware — and a WeakMap keyed by the request costs nearly as much
 // (the request's identity hash made, an ephemeron for the collector). So
-// `req[prop]` is an accessor on the app's request prototype (made once)
-// that reads the decision from `res.locals`, Express's object for what is
-// scoped to one request (a dictionary: a symbol added to it changes no
-// hidden class), under a symbol of ratomic's (template engines and JSON
-// see only string keys; `{ ...res.locals }` copies it along). Assigning to
-// `req[prop]` stores there too. Where there is no `res.locals` (a response
-// Express did not set up, or `res.locals` replaced by one without the
-// symbol) the accessor falls back to a WeakMap. A plain `http` request
-// (Node's own prototype, which is not ours to change) gets the property, as
-// does a request that had `prop` of its own when its prototype was first
-// seen (another middleware that set it before the accessor was made).
+// `req[prop]` is an accessor that reads the decision from `res.locals`,
+// Express's object for what is scoped to one request (a dictionary: a
+// symbol added to it changes no hidden class), under a symbol of ratomic's
+// (template engines and JSON see only string keys; `{ ...res.locals }`
+// copies it along). Assigning to `req[prop]` stores there too. Where there
+// is no `res.locals` (a response Express did not set up, or `res.locals`
+// replaced by one without the symbol) the accessor falls back to a WeakMap.
+//
+// The accessor goes on Express's own request prototype, the last before
+// Node's IncomingMessage.prototype, which every app's request prototype
+// inherits — a mounted sub-app's too, so the decision stays readable after
+// the request leaves a sub-app that limited it (Express then puts back the
+// parent's prototype). An app whose request has nothing to read gets
+// `undefined`, as without the accessor. A request whose prototype chain
+// does not reach Node's (a plain `http` request: Node's prototype is not
+// ours to change), or where some prototype on the way has `prop` of its
+// own, gets the property itself; so does a request that had `prop` of its
+// own when its prototype was first seen (another middleware that set it
+// before the accessor was made).
 const slots = new Map()
 let lastProp = null
 let lastSlot
@@ -794,6 +802,22 @@ function slotOf(prop) {
   return { values, sym, accessor, proto: undefined, protos: new WeakSet() }
 }
 
+// Where `req[prop]`'s accessor goes for requests of prototype `proto`: the
+// last prototype before Node's IncomingMessage.prototype, or null (the
+// request keeps the property itself) when the chain does not reach Node's,
+// something on the way has `prop` of its own (but this accessor), or the
+// prototype cannot take it.
+function accessorHome(proto, prop, accessor) {
+  let home = null
+  for (let o = proto; o !== null && o !== Object.prototype; o = Object.getPrototypeOf(o)) {
+    if (o === http.IncomingMessage.prototype) return home !== null && Object.isExtensible(home) ? home : null
+    const own = Object.getOwnPropertyDescriptor(o, prop)
+    if (own !== undefined && own.get !== accessor.get) return null
+    home = o
+  }
+  return null
+}
+
 function leave(req, prop, info, res) {
   let slot = prop === lastProp ? lastSlot : slots.get(prop)
   if (slot === undefined) {
@@ -805,11 +829,12 @@ function leave(req, prop, info, res) {
   const proto = Object.getPrototypeOf(req)
   if (proto !== slot.proto) {
     if (!slot.protos.has(proto)) {
-      if (proto === null || proto === Object.prototype || proto === http.IncomingMessage.prototype || Object.hasOwn(proto, prop) || !Object.isExtensible(proto)) {
+      const home = accessorHome(proto, prop, slot.accessor)
+      if (home === null) {
         req[prop] = info
         return
       }
-      Object.defineProperty(proto, prop, slot.accessor)
+      if (!Object.hasOwn(home, prop)) Object.defineProperty(home, prop, slot.accessor)
       slot.protos.add(proto)
     }
     slot.proto = proto

@@ -256,6 +256,30 @@ test('req.rateLimit: kept per request beside res.locals, assignable, invisible t
   }
 })
 
+test('req.rateLimit stays readable after the request leaves a mounted sub-app that limited it; other apps read undefined', async () => {
+  const sub = express()
+  sub.use(rateLimit({ limit: 5, windowMs: 60_000 }))
+  sub.get('/inner', (req, res) => res.json({ where: 'sub', remaining: req.rateLimit.remaining }))
+  const parent = express()
+  parent.use('/sub', sub)
+  // Reached only by what falls through the sub-app (Express has put the parent's prototype back).
+  parent.use((req, res) => res.json({ where: 'parent', remaining: req.rateLimit === undefined ? null : req.rateLimit.remaining }))
+  // An app in the same process without the middleware.
+  const other = express()
+  other.use((req, res) => res.json({ where: 'other', seen: req.rateLimit === undefined ? null : req.rateLimit }))
+  const servers = [http.createServer(parent), http.createServer(other)]
+  await Promise.all(servers.map((s) => new Promise((resolve) => s.listen(0, '127.0.0.1', resolve))))
+  const [p, o] = servers.map((s) => `http://127.0.0.1:${s.address().port}`)
+  try {
+    assert.deepEqual(await (await fetch(`${p}/sub/inner`)).json(), { where: 'sub', remaining: 4 })
+    assert.deepEqual(await (await fetch(`${p}/sub/elsewhere`)).json(), { where: 'parent', remaining: 3 })
+    assert.deepEqual(await (await fetch(`${p}/top`)).json(), { where: 'parent', remaining: null })
+    assert.deepEqual(await (await fetch(o)).json(), { where: 'other', seen: null })
+  } finally {
+    await Promise.all(servers.map((s) => new Promise((resolve) => s.close(resolve))))
+  }
+})
+
 test('validate turns off the set-up reports; knownOptions: false lets unknown options pass', async () => {
   const reports = []
   const onLimiterError = (e) => reports.push(e.code)

@@ -775,31 +775,32 @@ function decideInfo(g, key) {
 // own when its prototype was first seen (another middleware that set it
 // before the accessor was made).
 const slots = new Map()
-let lastProp = null
-let lastSlot
 
 function slotOf(prop) {
   const values = new WeakMap()
   const sym = Symbol(`ratomic ${prop}`)
-  const localsOf = (req) => {
-    const res = req.res
+  const localsOf = (res) => {
     const l = res === undefined || res === null ? undefined : res.locals
     return l !== null && typeof l === 'object' ? l : undefined
   }
+  // Stores `v` as `req`'s, `res` being the request's response.
+  const put = (req, res, v) => {
+    const l = localsOf(res)
+    if (l !== undefined) l[sym] = v
+    else values.set(req, v)
+  }
   const accessor = {
     get() {
-      const l = localsOf(this)
+      const l = localsOf(this.res)
       const v = l === undefined ? undefined : l[sym]
       return v !== undefined ? v : values.get(this)
     },
     set(v) {
-      const l = localsOf(this)
-      if (l !== undefined) l[sym] = v
-      else values.set(this, v)
+      put(this, this.res, v)
     },
     configurable: true,
   }
-  return { values, sym, accessor, proto: undefined, protos: new WeakSet() }
+  return { put, accessor, proto: undefined, protos: new WeakSet() }
 }
 
 // Where `req[prop]`'s accessor goes for requests of prototype `proto`: the
@@ -819,13 +820,11 @@ function accessorHome(proto, prop, accessor) {
 }
 
 function leave(req, prop, info, res) {
-  let slot = prop === lastProp ? lastSlot : slots.get(prop)
+  let slot = slots.get(prop)
   if (slot === undefined) {
     slot = slotOf(prop)
     slots.set(prop, slot)
   }
-  lastProp = prop
-  lastSlot = slot
   const proto = Object.getPrototypeOf(req)
   if (proto !== slot.proto) {
     if (!slot.protos.has(proto)) {
@@ -843,10 +842,8 @@ function leave(req, prop, info, res) {
       return
     }
   }
-  // The accessor reads `req.res.locals`: Express sets `req.res` to `res`.
-  const l = res === undefined ? undefined : res.locals
-  if (l !== null && typeof l === 'object') l[slot.sym] = info
-  else slot.values.set(req, info)
+  // The accessor reads `req.res`, which Express sets to `res`.
+  slot.put(req, res, info)
 }
 
 // ---------------------------------------------------------------------------

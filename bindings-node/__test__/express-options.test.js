@@ -245,12 +245,18 @@ test('req.rateLimit: kept per request beside res.locals, assignable, invisible t
       assert.deepEqual(await (await fetch(`${url}/spread`)).json(), { remaining: 2, user: 'u' })
       const first = fetch(`${url}/slow`)
       const second = fetch(`${url}/slow`)
-      // Both decided before either answers.
-      while ((await limiter.getKey('127.0.0.1')).totalHits < 5) await new Promise((resolve) => setImmediate(resolve))
+      // Both decided before either answers (a bound that only a failure reaches).
+      const deadline = Date.now() + 30_000
+      while ((await limiter.getKey('127.0.0.1')).totalHits < 5) {
+        assert.ok(Date.now() < deadline, 'both /slow requests were decided within 30 s')
+        await new Promise((resolve) => setImmediate(resolve))
+      }
       release()
       const answers = (await Promise.all([first, second].map(async (r) => (await r).json()))).sort((a, b) => a.before - b.before)
       assert.deepEqual(answers, [{ before: 0, after: 0 }, { before: 1, after: 1 }])
     } finally {
+      // Held handlers would keep the server from closing.
+      release()
       await new Promise((resolve) => server.close(resolve))
     }
   }

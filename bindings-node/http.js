@@ -800,7 +800,11 @@ function slotOf(prop) {
     },
     configurable: true,
   }
-  return { put, accessor, proto: undefined, protos: new WeakSet() }
+  // protos: prototypes the accessor serves; bare: prototypes whose requests
+  // keep the property themselves (no home for the accessor), so that their
+  // chain is walked once, not on every request (an HTTP/2 compatibility
+  // request's goes four prototypes deep).
+  return { put, accessor, proto: undefined, protos: new WeakSet(), bare: new WeakSet() }
 }
 
 // Where `req[prop]`'s accessor goes for requests of prototype `proto`: the
@@ -828,8 +832,9 @@ function leave(req, prop, info, res) {
   const proto = Object.getPrototypeOf(req)
   if (proto !== slot.proto) {
     if (!slot.protos.has(proto)) {
-      const home = accessorHome(proto, prop, slot.accessor)
+      const home = slot.bare.has(proto) ? null : accessorHome(proto, prop, slot.accessor)
       if (home === null) {
+        slot.bare.add(proto)
         req[prop] = info
         return
       }

@@ -286,6 +286,37 @@ test('req.rateLimit stays readable after the request leaves a mounted sub-app th
   }
 })
 
+test("req.rateLimit outside Express (a plain http server, an HTTP/2 compatibility server): set on each request itself, Node's prototypes untouched", async () => {
+  const http2 = require('node:http2')
+  const limiter = rateLimit({ limit: 5, windowMs: 60_000, keyGenerator: (req) => req.socket.remoteAddress })
+  const answer = (req, res) => limiter(req, res, () => res.end(JSON.stringify({ own: Object.hasOwn(req, 'rateLimit'), remaining: req.rateLimit.remaining })))
+  const plain = http.createServer(answer)
+  const h2 = http2.createServer(answer)
+  await Promise.all([plain, h2].map((s) => new Promise((resolve) => s.listen(0, '127.0.0.1', resolve))))
+  const client = http2.connect(`http://127.0.0.1:${h2.address().port}`)
+  const h2get = () =>
+    new Promise((resolve, reject) => {
+      const r = client.request({ ':path': '/' })
+      let body = ''
+      r.setEncoding('utf8')
+      r.on('data', (c) => (body += c))
+      r.on('end', () => resolve(JSON.parse(body)))
+      r.on('error', reject)
+    })
+  try {
+    // The first request of each kind walks its prototype chain; the later ones take what was learnt.
+    for (const remaining of [4, 3, 2]) {
+      assert.deepEqual(await (await fetch(`http://127.0.0.1:${plain.address().port}/`)).json(), { own: true, remaining })
+    }
+    // The same limiter and key (127.0.0.1): two more allowed, then the limit.
+    for (const remaining of [1, 0]) assert.deepEqual(await h2get(), { own: true, remaining })
+    for (const o of [http.IncomingMessage.prototype, http2.Http2ServerRequest.prototype]) assert.equal(Object.hasOwn(o, 'rateLimit'), false)
+  } finally {
+    client.close()
+    await Promise.all([plain, h2].map((s) => new Promise((resolve) => s.close(resolve))))
+  }
+})
+
 test('validate turns off the set-up reports; knownOptions: false lets unknown options pass', async () => {
   const reports = []
   const onLimiterError = (e) => reports.push(e.code)

@@ -161,11 +161,21 @@ def run_scenario(
         assert call(keys[0]), "the allowed scenarios must allow"
         for k in keys[1:1000]:
             call(k)
-    best, floor = float("inf"), float("inf")
-    for _ in range(rounds):
-        floor = min(floor, per_call_ns(empty, keys, 1))
-        best = min(best, per_call_ns(call, keys, 1))
+    floor, best = interleaved((empty, keys), (call, keys), rounds)
     return best, floor
+
+
+def interleaved(
+    a: tuple[Callable[[str], object], list[str]], b: tuple[Callable[[str], object], list[str]], rounds: int
+) -> tuple[float, float]:
+    """Best ns per call of `a` and of `b` (each a call and its keys), timed
+    in alternating passes, so that a ratio of the two compares them under
+    the same load."""
+    best_a, best_b = float("inf"), float("inf")
+    for _ in range(rounds):
+        best_a = min(best_a, per_call_ns(a[0], a[1], 1))
+        best_b = min(best_b, per_call_ns(b[0], b[1], 1))
+    return best_a, best_b
 
 
 def paired_hot_ratio(
@@ -180,11 +190,7 @@ def paired_hot_ratio(
     peer, ours = peer_make(False), ours_make(False)
     keys = scenario_keys("hot")
     assert peer(keys[0]) and ours(keys[0]), "the hot scenario must allow"
-    peer_keys = keys[: len(keys) // 10]
-    best_peer, best_ours = float("inf"), float("inf")
-    for _ in range(rounds):
-        best_peer = min(best_peer, per_call_ns(peer, peer_keys, 1))
-        best_ours = min(best_ours, per_call_ns(ours, keys, 1))
+    best_peer, best_ours = interleaved((peer, keys[: len(keys) // 10]), (ours, keys), rounds)
     return best_peer / best_ours
 
 

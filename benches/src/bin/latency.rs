@@ -68,23 +68,15 @@ impl Drop for Region {
     }
 }
 
-/// A xorshift generator: the cycle's order, the same every run.
-fn shuffle(v: &mut [usize], mut x: u64) {
-    for i in (1..v.len()).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.swap(i, (x % (i as u64 + 1)) as usize);
-    }
-}
-
 /// Nanoseconds a dependent load through `bytes` (the best of three walks:
 /// the machine is shared), and the region's huge-page kilobytes.
 fn chase(bytes: usize, huge: bool) -> (f64, u64) {
     let region = Region::new(bytes, huge);
     let lines = bytes / LINE;
+    // The cycle's order: the lines sorted by a hash of their index (the
+    // same every run).
     let mut order: Vec<usize> = (0..lines).collect();
-    shuffle(&mut order, 0x9e37_79b9_7f4a_7c15);
+    order.sort_unstable_by_key(|&i| ratomic_benches::mix(i as u64));
     for k in 0..lines {
         let from = order[k] * LINE;
         let to = order[(k + 1) % lines] * LINE;
